@@ -1,0 +1,105 @@
+// ember common device helpers, prepended to every ember kernel source.
+//
+// Self-contained on purpose: NVRTC compiles these without any CUDA header, so libnvrtc alone is
+// enough at run time. Half types are stored as raw 16-bit words and converted with bit operations
+// (bf16) or single PTX instructions (f16); all arithmetic is f32.
+#ifndef EMBER_COMMON_CUH
+#define EMBER_COMMON_CUH
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+struct __align__(2) ember_bf16 { u16 bits; };
+struct __align__(2) ember_f16 { u16 bits; };
+
+__device__ __forceinline__ float ember_to_f32(float v) { return v; }
+__device__ __forceinline__ float ember_to_f32(ember_bf16 v) { return __uint_as_float(((u32)v.bits) << 16); }
+__device__ __forceinline__ float ember_to_f32(ember_f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+
+template <typename T> __device__ __forceinline__ T ember_from_f32(float v);
+template <> __device__ __forceinline__ float ember_from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ ember_bf16 ember_from_f32<ember_bf16>(float v) {
+    // Round to nearest even; NaN stays a (quiet) NaN.
+    u32 u = __float_as_uint(v);
+    ember_bf16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        r.bits = (u16)((u >> 16) | 0x0040u);
+    } else {
+        u += 0x7fffu + ((u >> 16) & 1u);
+        r.bits = (u16)(u >> 16);
+    }
+    return r;
+}
+template <> __device__ __forceinline__ ember_f16 ember_from_f32<ember_f16>(float v) {
+    ember_f16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+    return r;
+}
+
+// Raw 16-bit word <-> f32, for code that loads half types through wide vector loads.
+__device__ __forceinline__ float ember_bf16_bits_to_f32(u32 bits) { return __uint_as_float(bits << 16); }
+__device__ __forceinline__ float ember_f16_bits_to_f32(u32 bits) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"((u16)bits));
+    return f;
+}
+
+// Exact GELU (erf form) and its derivative; the Hyena and Clifford layers share these.
+__device__ __forceinline__ float ember_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+__device__ __forceinline__ float ember_gelu_grad(float x) {
+    const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+    const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
+    return cdf + x * pdf;
+}
+
+// Counter-based random numbers: the same (seed, index) gives the same value on the CPU
+// (ember_core::rng) and on the GPU. Round-to-nearest intrinsics keep the f32 arithmetic from being
+// contracted into FMAs, so results are bit-identical.
+__device__ __forceinline__ u64 ember_splitmix64(u64 x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+__device__ __forceinline__ float ember_uniform(u64 seed, u64 i, float lo, float hi) {
+    const u64 h = ember_splitmix64(ember_splitmix64(seed) ^ i);
+    const float u = (float)(u32)(h >> 40) * 5.9604644775390625e-8f;  // [0, 1) in steps of 2^-24
+    return __fadd_rn(lo, __fmul_rn(__fsub_rn(hi, lo), u));
+}
+
+// 16-byte vector loads and stores of 4 f32 or 8 half values, converted to/from f32 registers.
+// Pointers must be 16-byte aligned (ember tensors are whole allocations, 256-byte aligned).
+__device__ __forceinline__ void ember_load16(const float* p, float (&v)[4]) {
+    const float4 q = *reinterpret_cast<const float4*>(p);
+    v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+}
+__device__ __forceinline__ void ember_store16(float* p, const float (&v)[4]) {
+    *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+__device__ __forceinline__ void ember_unpack8(const uint4 q, float (&v)[8], bool is_bf16) {
+    const u32 w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        v[2 * k] = is_bf16 ? ember_bf16_bits_to_f32(w[k] & 0xffffu) : ember_f16_bits_to_f32(w[k] & 0xffffu);
+        v[2 * k + 1] = is_bf16 ? ember_bf16_bits_to_f32(w[k] >> 16) : ember_f16_bits_to_f32(w[k] >> 16);
+    }
+}
+__device__ __forceinline__ void ember_load16(const ember_bf16* p, float (&v)[8]) { ember_unpack8(*reinterpret_cast<const uint4*>(p), v, true); }
+__device__ __forceinline__ void ember_load16(const ember_f16* p, float (&v)[8]) { ember_unpack8(*reinterpret_cast<const uint4*>(p), v, false); }
+template <typename T>
+__device__ __forceinline__ void ember_store16(T* p, const float (&v)[8]) {
+    u32 w[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) w[k] = (u32)ember_from_f32<T>(v[2 * k]).bits | ((u32)ember_from_f32<T>(v[2 * k + 1]).bits << 16);
+    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+// Elements per 16-byte vector.
+template <typename T> struct ember_vec { static constexpr int N = 16 / sizeof(T); };
+
+#endif  // EMBER_COMMON_CUH

@@ -1,0 +1,247 @@
+//! The CUDA backend's runtime: one context and stream per device, NVRTC-compiled modules cached in
+//! memory (and on disk, see [`nvrtc`]), launches, events.
+//!
+//! Built on `cudarc` with dynamic loading: nothing from CUDA is needed to build ember, and a machine
+//! without a driver gets `Error::CudaUnavailable` (never a panic: [`libs`] checks that each library
+//! can be opened before cudarc touches it).
+
+pub mod blas;
+pub mod libs;
+pub mod nvrtc;
+pub mod timing;
+
+use crate::{Error, Result};
+use cudarc::driver::{sys, CudaContext, CudaModule, CudaStream, PushKernelArg};
+pub use cudarc::driver::{CudaFunction, LaunchConfig};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// ember's device-side helpers, prepended to every kernel source.
+pub const COMMON_CUH: &str = include_str!("common.cuh");
+const TENSOR_KERNELS: &str = include_str!("tensor_kernels.cu");
+
+/// A CUDA source file of ember and the name it is cached and reported under. The common helpers are
+/// prepended when it is compiled.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelSource {
+    pub name: &'static str,
+    pub body: &'static str,
+}
+
+impl KernelSource {
+    pub const fn new(name: &'static str, body: &'static str) -> Self {
+        Self { name, body }
+    }
+    /// The complete translation unit NVRTC sees.
+    pub fn full_code(&self) -> String {
+        let mut s = String::with_capacity(COMMON_CUH.len() + self.body.len() + 1);
+        s.push_str(COMMON_CUH);
+        s.push('\n');
+        s.push_str(self.body);
+        s
+    }
+}
+
+pub const TENSOR_SOURCE: KernelSource = KernelSource::new("tensor", TENSOR_KERNELS);
+
+/// What `ember info` reports about a device.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    /// NVRTC target: `sm_90a` on Hopper (arch-specific features such as wgmma), else `sm_XY`.
+    pub arch: String,
+    pub multiprocessors: i32,
+    pub l2_bytes: i32,
+    pub total_memory: usize,
+    pub shared_memory_per_block_optin: i32,
+    pub driver_version: i32,
+}
+
+/// The NVRTC architecture string for a compute capability.
+pub fn arch_for(cc: (i32, i32)) -> String {
+    match cc {
+        (9, 0) => "sm_90a".into(),
+        (10, 0) => "sm_100a".into(),
+        (maj, min) => format!("sm_{maj}{min}"),
+    }
+}
+
+pub struct CudaDevice {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+    modules: Mutex<HashMap<String, Arc<CudaModule>>>,
+    functions: Mutex<HashMap<(String, String), CudaFunction>>,
+}
+
+fn registry() -> &'static Mutex<HashMap<usize, std::result::Result<Arc<CudaDevice>, String>>> {
+    static REG: OnceLock<Mutex<HashMap<usize, std::result::Result<Arc<CudaDevice>, String>>>> = OnceLock::new();
+    REG.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Number of CUDA devices, or why CUDA is not usable.
+pub fn device_count() -> Result<usize> {
+    libs::ensure_driver().map_err(Error::CudaUnavailable)?;
+    guard("cuInit", || cudarc::driver::result::init().map_err(|e| Error::CudaUnavailable(format!("cuInit failed: {e}"))))?;
+    let n = guard("cuDeviceGetCount", || {
+        CudaContext::device_count().map_err(|e| Error::CudaUnavailable(format!("cuDeviceGetCount failed: {e}")))
+    })?;
+    Ok(n.max(0) as usize)
+}
+
+/// Run a cudarc call, turning a panic inside it (a symbol missing from an old driver) into an error.
+fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(Error::CudaUnavailable(format!("{what} failed inside the CUDA bindings (driver too old?)"))))
+}
+
+impl CudaDevice {
+    /// The device with this ordinal, initialised once per process.
+    pub fn get(ordinal: usize) -> Result<Arc<CudaDevice>> {
+        let mut reg = registry().lock().unwrap();
+        if let Some(r) = reg.get(&ordinal) {
+            return r.clone().map_err(Error::CudaUnavailable);
+        }
+        let made = Self::init(ordinal);
+        reg.insert(ordinal, made.as_ref().map(Arc::clone).map_err(|e| e.to_string().trim_start_matches("CUDA is not usable: ").to_string()));
+        made
+    }
+
+    fn init(ordinal: usize) -> Result<Arc<CudaDevice>> {
+        let n = device_count()?;
+        if n == 0 {
+            return Err(Error::CudaUnavailable("the driver reports no CUDA device".into()));
+        }
+        if ordinal >= n {
+            return Err(Error::CudaUnavailable(format!("cuda:{ordinal} requested but only {n} device(s) exist")));
+        }
+        guard("context creation", || {
+            let ctx = CudaContext::new(ordinal).map_err(|e| Error::CudaUnavailable(format!("cannot create a context on cuda:{ordinal}: {e}")))?;
+            // One stream per device: cudarc's per-buffer event tracking is not needed.
+            unsafe { ctx.disable_event_tracking() };
+            let stream = ctx.new_stream().map_err(|e| Error::cuda("cuStreamCreate", e))?;
+            let attr = |a: sys::CUdevice_attribute| ctx.attribute(a).map_err(|e| Error::cuda("cuDeviceGetAttribute", e));
+            let cc = ctx.compute_capability().map_err(|e| Error::cuda("compute capability", e))?;
+            let mut driver_version = 0;
+            unsafe {
+                let _ = cudarc::driver::sys::cuDriverGetVersion(&mut driver_version);
+            }
+            let info = DeviceInfo {
+                ordinal,
+                name: ctx.name().map_err(|e| Error::cuda("cuDeviceGetName", e))?,
+                compute_capability: cc,
+                arch: arch_for(cc),
+                multiprocessors: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+                l2_bytes: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
+                total_memory: ctx.total_mem().map_err(|e| Error::cuda("cuDeviceTotalMem", e))?,
+                shared_memory_per_block_optin: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+                driver_version,
+            };
+            Ok(Arc::new(CudaDevice { ctx, stream, info, modules: Mutex::new(HashMap::new()), functions: Mutex::new(HashMap::new()) }))
+        })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Wait for all queued work and report any asynchronous error.
+    pub fn synchronize(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| Error::cuda("stream synchronize", e))
+    }
+
+    /// Load (compiling with NVRTC on first use) the module of `src` built with `options` (e.g.
+    /// `-DTILE=64`), and return its function `entry`.
+    pub fn function(&self, src: &KernelSource, options: &[String], entry: &str) -> Result<CudaFunction> {
+        let module_key = format!("{}|{}", src.name, options.join(" "));
+        let fkey = (module_key.clone(), entry.to_string());
+        if let Some(f) = self.functions.lock().unwrap().get(&fkey) {
+            return Ok(f.clone());
+        }
+        let module = {
+            let mut modules = self.modules.lock().unwrap();
+            match modules.get(&module_key) {
+                Some(m) => m.clone(),
+                None => {
+                    let compiled = nvrtc::compile(src.name, &src.full_code(), &self.info.arch, options)?;
+                    if !compiled.log.trim().is_empty() && std::env::var("EMBER_PTXAS_VERBOSE").is_ok_and(|v| v == "1") {
+                        eprintln!("[ember] nvrtc log for {} {}:\n{}", src.name, options.join(" "), compiled.log);
+                    }
+                    let m = self
+                        .ctx
+                        .load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin))
+                        .map_err(|e| Error::cuda(&format!("loading module {}", src.name), e))?;
+                    modules.insert(module_key.clone(), m.clone());
+                    m
+                }
+            }
+        };
+        let f = module.load_function(entry).map_err(|e| Error::cuda(&format!("kernel {entry} in {}", src.name), e))?;
+        self.functions.lock().unwrap().insert(fkey, f.clone());
+        Ok(f)
+    }
+
+    /// Allow `f` to use more than 48 KiB of dynamic shared memory.
+    pub fn set_max_dynamic_smem(&self, f: &CudaFunction, bytes: usize) -> Result<()> {
+        if bytes > self.info.shared_memory_per_block_optin as usize {
+            return Err(Error::Unsupported(format!(
+                "{bytes} bytes of shared memory per block (the device allows {})",
+                self.info.shared_memory_per_block_optin
+            )));
+        }
+        f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
+            .map_err(|e| Error::cuda("cuFuncSetAttribute", e))
+    }
+
+    /// Start building a launch of `f` on this device's stream.
+    pub fn launch<'a>(&'a self, f: &'a CudaFunction, cfg: LaunchConfig) -> Launch<'a> {
+        Launch { args: self.stream.launch_builder(f), cfg, name: "kernel" }
+    }
+
+    /// Allocate `bytes` of device memory (at least one byte, so empty tensors have a valid pointer).
+    pub fn alloc_bytes(&self, bytes: usize) -> Result<cudarc::driver::CudaSlice<u8>> {
+        unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| Error::cuda(&format!("allocating {bytes} bytes"), e))
+    }
+
+    /// Number of blocks for a grid-stride loop over `n` elements.
+    pub fn grid_for(&self, n: usize, block: u32) -> u32 {
+        let needed = n.div_ceil(block as usize).max(1);
+        needed.min(self.info.multiprocessors.max(1) as usize * 32) as u32
+    }
+}
+
+/// A kernel launch under construction; `run` checks the launch result.
+pub struct Launch<'a> {
+    args: cudarc::driver::LaunchArgs<'a>,
+    cfg: LaunchConfig,
+    name: &'static str,
+}
+
+impl<'a> Launch<'a> {
+    pub fn arg<T: cudarc::driver::DeviceRepr>(mut self, v: &'a T) -> Self {
+        self.args.arg(v);
+        self
+    }
+    pub fn named(mut self, name: &'static str) -> Self {
+        self.name = name;
+        self
+    }
+    /// Launch. The caller guarantees that the argument list matches the kernel's signature and that
+    /// every pointer covers the extent the kernel touches (ops validate shapes before launching).
+    pub fn run(mut self) -> Result<()> {
+        unsafe { self.args.launch(self.cfg) }.map(|_| ()).map_err(|e| Error::cuda(&format!("launching {}", self.name), e))
+    }
+}
+
+/// A 1-D launch configuration.
+pub fn cfg_1d(grid: u32, block: u32, smem: u32) -> LaunchConfig {
+    LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem }
+}
