@@ -1,1 +1,73 @@
-fn main() {}
+//! `ember`: inspect the machine, check every op against its f64 reference, benchmark against the
+//! roofline, and print generated geometric-algebra kernels.
+
+mod bench;
+mod check;
+mod info;
+
+use clap::{Parser, Subcommand};
+use ember_core::DeviceRequest;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "ember", version, about = "Fused, differentiable GPU kernels for geometric and long-sequence deep learning")]
+struct Cli {
+    /// Device: auto (CUDA if usable, else CPU), cpu, cuda or cuda:N.
+    #[arg(long, global = true, default_value = "auto")]
+    device: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Backends, GPU, driver and NVRTC versions, kernel cache.
+    Info,
+    /// Every op, forward and backward, against the f64 CPU reference; exit code 1 on any failure.
+    Check {
+        /// Only this op family.
+        #[arg(long)]
+        op: Option<String>,
+        /// quick (a few sizes), full (every awkward size, large ones too) or small.
+        #[arg(long, default_value = "quick")]
+        tier: String,
+        /// Also write the rows as JSON.
+        #[arg(long)]
+        json: Option<String>,
+    },
+    /// Time fwd and fwd+bwd per dtype and shape, with roofline floors measured in the same run.
+    Bench {
+        /// Only this op family.
+        #[arg(long)]
+        op: Option<String>,
+        /// Fewer, smaller sizes.
+        #[arg(long)]
+        quick: bool,
+        /// Write device, ceilings and rows as JSON (input of bench/torch_ref.py and bench/merge.py).
+        #[arg(long)]
+        json: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let device: DeviceRequest = match cli.device.parse() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Info => info::run(device),
+        Command::Check { op, tier, json } => check::run(device, op.as_deref(), &tier, json.as_deref()),
+        Command::Bench { op, quick, json } => bench::run(device, op.as_deref(), quick, json.as_deref()),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -117,7 +117,7 @@ pub fn loaded_from(stem: &str) -> Option<PathBuf> {
 
 pub fn ensure_driver() -> Result<(), String> {
     ensure("cuda", &[], || unsafe { cudarc::driver::sys::is_culib_present() })
-        .map_err(|e| format!("no NVIDIA driver: {e}"))
+        .map_err(|_| "no NVIDIA driver (libcuda.so could not be opened)".to_string())
 }
 
 pub fn ensure_nvrtc() -> Result<(), String> {

@@ -211,6 +211,12 @@ impl CudaDevice {
         unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| Error::cuda(&format!("allocating {bytes} bytes"), e))
     }
 
+    /// Asynchronous device-to-device copy of `bytes` between raw addresses on this device.
+    pub fn copy_raw(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }
+            .map_err(|e| Error::cuda("device-to-device copy", e))
+    }
+
     /// Number of blocks for a grid-stride loop over `n` elements.
     pub fn grid_for(&self, n: usize, block: u32) -> u32 {
         let needed = n.div_ceil(block as usize).max(1);
