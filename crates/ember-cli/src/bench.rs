@@ -44,7 +44,11 @@ pub fn run(request: DeviceRequest, op: Option<&str>, quick: bool, json_path: Opt
             "commit": commit(),
             "quick": quick,
             "ceilings": ctx.ceilings_now(),
-            "rows": rows,
+            "rows": rows.iter().map(|r| {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                v["key"] = json!(r.key());
+                v
+            }).collect::<Vec<_>>(),
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default()).map_err(|source| Error::Io { path: path.into(), source })?;
         eprintln!("[ember] wrote {path}");

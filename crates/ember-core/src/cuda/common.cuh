@@ -92,11 +92,32 @@ __device__ __forceinline__ void ember_unpack8(const uint4 q, float (&v)[8], bool
 }
 __device__ __forceinline__ void ember_load16(const ember_bf16* p, float (&v)[8]) { ember_unpack8(*reinterpret_cast<const uint4*>(p), v, true); }
 __device__ __forceinline__ void ember_load16(const ember_f16* p, float (&v)[8]) { ember_unpack8(*reinterpret_cast<const uint4*>(p), v, false); }
+// Two f32 -> one 32-bit word of two half values (lo in the low 16 bits), round to nearest even.
+// sm_80+ has a single instruction for each pair.
+template <typename T> __device__ __forceinline__ u32 ember_pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 ember_pack2<ember_bf16>(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return (u32)ember_from_f32<ember_bf16>(lo).bits | ((u32)ember_from_f32<ember_bf16>(hi).bits << 16);
+#endif
+}
+template <> __device__ __forceinline__ u32 ember_pack2<ember_f16>(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return (u32)ember_from_f32<ember_f16>(lo).bits | ((u32)ember_from_f32<ember_f16>(hi).bits << 16);
+#endif
+}
 template <typename T>
 __device__ __forceinline__ void ember_store16(T* p, const float (&v)[8]) {
     u32 w[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) w[k] = (u32)ember_from_f32<T>(v[2 * k]).bits | ((u32)ember_from_f32<T>(v[2 * k + 1]).bits << 16);
+    for (int k = 0; k < 4; ++k) w[k] = ember_pack2<T>(v[2 * k], v[2 * k + 1]);
     *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 // Elements per 16-byte vector.

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Build the GPU bundle: stripped release binaries (the `ember` CLI and the GPU test binary) with the
+# Python reference scripts, in bundle/ (git-ignored). The bundle runs on a CUDA machine that has no
+# Rust toolchain: `bash bundle/run.sh OUT_DIR`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release -p ember-cli
+test_bin=$(cargo test --release -p ember-ops --test gpu --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json,sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "gpu":
+        print(m["executable"])' | tail -1)
+[ -n "$test_bin" ] || { echo "GPU test binary not found" >&2; exit 1; }
+rm -rf bundle
+mkdir -p bundle/bin bundle/bench
+cp target/release/ember bundle/bin/ember
+cp "$test_bin" bundle/bin/gpu-tests
+strip bundle/bin/ember bundle/bin/gpu-tests
+cp bench/*.py bundle/bench/
+cp scripts/bundle_run.sh bundle/run.sh
+commit=$(git rev-parse --short=12 HEAD)
+if ! git diff --quiet HEAD -- crates bench scripts; then commit="$commit+dirty"; fi
+echo "$commit" > bundle/COMMIT
+du -sh bundle
