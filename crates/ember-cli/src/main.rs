@@ -4,6 +4,7 @@
 mod bench;
 mod check;
 mod info;
+mod kernels;
 
 use clap::{Parser, Subcommand};
 use ember_core::DeviceRequest;
@@ -47,6 +48,18 @@ enum Command {
         #[arg(long)]
         json: Option<String>,
     },
+    /// Compile every kernel with NVRTC and print ptxas's resource report (no GPU needed).
+    Kernels {
+        /// Target architecture, e.g. sm_90a or sm_80.
+        #[arg(long, default_value = "sm_90a")]
+        arch: String,
+        /// Only this op family.
+        #[arg(long)]
+        op: Option<String>,
+        /// Also write each CUBIN into this folder (for cuobjdump -sass).
+        #[arg(long)]
+        save: Option<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -62,6 +75,7 @@ fn main() -> ExitCode {
         Command::Info => info::run(device),
         Command::Check { op, tier, json } => check::run(device, op.as_deref(), &tier, json.as_deref()),
         Command::Bench { op, quick, json } => bench::run(device, op.as_deref(), quick, json.as_deref()),
+        Command::Kernels { arch, op, save } => kernels::run(&arch, op.as_deref(), save.as_deref()),
     };
     match result {
         Ok(code) => code,

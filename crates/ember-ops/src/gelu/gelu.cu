@@ -1,14 +1,16 @@
 // GELU forward and backward, memory-bound elementwise kernels.
 //
 // Bytes: fwd reads x and writes y (2·es·n); bwd reads x, dy and writes dx (3·es·n). Each thread
-// moves UNROLL 16-byte vectors per array, all loads issued before the math, so enough bytes are in
+// takes 16 elements per array (4 vectors of f32, 2 of f16/bf16: the same bytes per element in flight
+// with half the registers for half types), all loads issued before the math, so enough bytes are in
 // flight to saturate HBM; the tail (n not a multiple of the vector width) is handled by scalar code.
 
-#define UNROLL 4
+#define ELEMS_PER_THREAD 16
 
 template <typename T>
 __device__ __forceinline__ void gelu_fwd_impl(const T* __restrict__ x, T* __restrict__ y, i64 n) {
     constexpr int V = ember_vec<T>::N;
+    constexpr int UNROLL = ELEMS_PER_THREAD / V;
     const i64 nvec = n / V;
     const i64 base = (i64)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;
     float v[UNROLL][V];
@@ -36,6 +38,7 @@ __device__ __forceinline__ void gelu_fwd_impl(const T* __restrict__ x, T* __rest
 template <typename T>
 __device__ __forceinline__ void gelu_bwd_impl(const T* __restrict__ x, const T* __restrict__ dy, T* __restrict__ dx, i64 n) {
     constexpr int V = ember_vec<T>::N;
+    constexpr int UNROLL = ELEMS_PER_THREAD / V;
     const i64 nvec = n / V;
     const i64 base = (i64)blockIdx.x * blockDim.x * UNROLL + threadIdx.x;
     float a[UNROLL][V], g[UNROLL][V];
