@@ -208,12 +208,12 @@ pub(crate) fn check_ident(name: &str) -> Result<()> {
         "while", "match", "return", "const", "static", "use", "mod", "pub", "crate", "super", "as", "break", "continue",
         "true", "false", "where", "move", "dyn", "int", "float", "double", "char", "void", "long", "short", "unsigned",
         "signed", "do", "switch", "case", "default", "goto", "sizeof", "extern", "inline", "auto", "register", "new",
-        "delete", "this", "class", "private", "public", "template", "typename", "namespace", "bool", "i", "idx", "n", "b",
-        "B", "N", "BN", "NP", "P", "half", "async", "await", "box", "try", "union", "unsafe", "volatile",
+        "delete", "this", "class", "private", "public", "template", "typename", "namespace", "bool", "half", "async",
+        "await", "box", "try", "union", "unsafe", "volatile", "f32", "f64", "usize", "u16", "i64",
     ];
     if !ok || RESERVED.contains(&name) || name.starts_with("ember_") || name.starts_with("t_") {
         return Err(GaError::Invalid(format!(
-            "group name {name:?}: expected an identifier [A-Za-z_][A-Za-z0-9_]* of at most 64 characters that is not a C/Rust keyword, not a reserved kernel name (i, b, n, B, N, ...) and does not start with ember_ or t_"
+            "group name {name:?}: expected an identifier [A-Za-z_][A-Za-z0-9_]* of at most 64 characters that is not a C/Rust keyword and does not start with ember_ or t_"
         )));
     }
     Ok(())

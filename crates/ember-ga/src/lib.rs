@@ -1,6 +1,7 @@
 //! ember-ga: geometric-algebra engine and kernel generator.
 
 pub mod algebra;
+pub mod emit;
 pub mod error;
 pub mod eval;
 mod finish;
