@@ -165,3 +165,37 @@ pub fn lower(algebra: &str, expr: &str, grad: bool) -> Result<Ir> {
     let prog = program(&alg, expr, grad)?;
     prog.lower(&function_name(&alg, expr, grad))
 }
+
+/// Generated code of one expression with its operation counts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Emitted {
+    /// Function (and kernel) name.
+    pub name: String,
+    /// The code text.
+    pub code: String,
+    /// Multiplications.
+    pub muls: usize,
+    /// Additions and subtractions.
+    pub adds: usize,
+    /// The lowered program.
+    pub ir: Ir,
+}
+
+/// Generates code for a named expression: `algebra` is `"P,Q"` or `"P,Q,R"`,
+/// `expr` one of [`EXPRS`]; with `grad` the VJPs are generated together with the
+/// forward outputs. CUDA output is a device function followed by an `f32`
+/// elementwise kernel (`<name>_kernel`); Rust output is an `f32` function.
+pub fn emit(algebra: &str, expr: &str, grad: bool, lang: Lang) -> Result<Emitted> {
+    let ir = lower(algebra, expr, grad)?;
+    let c = ir.counts();
+    let code = match lang {
+        Lang::Ir => ir.to_text(),
+        Lang::Rust => crate::print_rust::function(&ir, crate::print_rust::RustFloat::F32),
+        Lang::Cuda => {
+            let spec = crate::print_cuda::KernelSpec::elementwise(&ir, &format!("{}_kernel", ir.name), crate::layout::DType::F32);
+            let kernel = crate::print_cuda::kernel(&ir, &spec)?;
+            format!("{}\n{}", crate::print_cuda::device_function(&ir), kernel)
+        }
+    };
+    Ok(Emitted { name: ir.name.clone(), code, muls: c.muls, adds: c.adds, ir })
+}

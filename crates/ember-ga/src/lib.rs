@@ -1,6 +1,7 @@
 //! ember-ga: geometric-algebra engine and kernel generator.
 
 pub mod algebra;
+pub mod cuda;
 pub mod emit;
 pub mod error;
 pub mod eval;
@@ -11,6 +12,8 @@ pub mod lower;
 pub mod multivector;
 pub mod numeric;
 pub mod poly;
+pub mod print_cuda;
+pub mod print_rust;
 pub mod product;
 pub mod program;
 pub mod wgp;

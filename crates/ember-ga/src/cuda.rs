@@ -1,0 +1,81 @@
+//! CUDA back end: the printer ([`crate::print_cuda`]) and the corpus of
+//! everything it can emit, for the NVRTC compile test.
+
+pub use crate::print_cuda::*;
+
+use crate::algebra::Algebra;
+use crate::emit::{function_name, program, EXPRS};
+use crate::ir::Ir;
+use crate::layout::DType;
+
+/// Algebras covered by [`compile_corpus`].
+pub const CORPUS_ALGEBRAS: [&str; 5] = ["2,0,0", "3,0,0", "3,0,1", "1,3,0", "4,1,1"];
+
+/// A kernel that loads one element of every input group from a flat buffer,
+/// calls the device function on register arrays and stores the outputs, so that
+/// the device function is really compiled.
+pub fn device_function_caller(ir: &Ir) -> String {
+    let mut s = format!("extern \"C\" __global__ void {}_call(const float* ember_in, float* ember_out) {{\n", ir.name);
+    let mut off = 0usize;
+    for g in &ir.inputs {
+        s.push_str(&format!("    float {}[{}];\n", g.name, g.len().max(1)));
+        s.push_str(&format!("    for (int k = 0; k < {}; ++k) {}[k] = ember_in[{off} + k];\n", g.len(), g.name));
+        off += g.len();
+    }
+    for g in &ir.outputs {
+        s.push_str(&format!("    float {}[{}];\n", g.name, g.len().max(1)));
+    }
+    let args: Vec<&str> = ir.inputs.iter().chain(&ir.outputs).map(|g| g.name.as_str()).collect();
+    s.push_str(&format!("    {}({});\n", ir.name, args.join(", ")));
+    let mut off = 0usize;
+    for g in &ir.outputs {
+        s.push_str(&format!("    for (int k = 0; k < {}; ++k) ember_out[{off} + k] = {}[k];\n", g.len(), g.name));
+        off += g.len();
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Expressions whose elementwise kernels are included for the n = 6 algebra (the
+/// device functions of every expression are included for all algebras; the
+/// kernels of the others differ only in the loads and stores).
+pub const CORPUS_N6_KERNEL_EXPRS: [&str; 4] = ["gp", "wgp", "sandwich", "norm2"];
+
+/// Everything the CUDA printer emits, as complete self-contained CUDA C sources
+/// `(name, source)`: for each algebra of [`CORPUS_ALGEBRAS`], one source with
+/// the device functions of every expression (forward and gradient) plus callers,
+/// and one source per storage type (f32, f16, bf16) with the elementwise kernels
+/// of every expression (forward and gradient; for the n = 6 algebra the
+/// expressions of [`CORPUS_N6_KERNEL_EXPRS`]).
+pub fn compile_corpus() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for spec in CORPUS_ALGEBRAS {
+        let alg = Algebra::parse(spec).expect("corpus algebra");
+        let mut irs = Vec::new();
+        for (expr, _) in EXPRS {
+            for grad in [false, true] {
+                let prog = program(&alg, expr, grad).expect("corpus expression");
+                irs.push((*expr, prog.lower(&function_name(&alg, expr, grad)).expect("corpus lowering")));
+            }
+        }
+        let tag = spec.replace(',', "");
+        let mut dev = String::from(HELPERS);
+        for (_, ir) in &irs {
+            dev.push_str(&device_function(ir));
+            dev.push_str(&device_function_caller(ir));
+        }
+        out.push((format!("cl{tag}_device_functions"), dev));
+        for dtype in DType::ALL {
+            let mut src = String::new();
+            for (expr, ir) in &irs {
+                if alg.n() == 6 && !CORPUS_N6_KERNEL_EXPRS.contains(expr) {
+                    continue;
+                }
+                let ks = KernelSpec::elementwise(ir, &format!("{}_{}", ir.name, dtype.name()), dtype);
+                src.push_str(&kernel(ir, &ks).expect("corpus kernel"));
+            }
+            out.push((format!("cl{tag}_kernels_{}", dtype.name()), src));
+        }
+    }
+    out
+}
