@@ -76,22 +76,38 @@ fn unary(op: UnaryOp, a: &str) -> String {
     }
 }
 
-/// Prints the instruction list as `const float t_i = ...;` statements.
-/// `load(group, index)` gives the expression of an input element; outputs are
-/// written with `store(group, index, value)` after the computation.
-fn body(
-    ir: &Ir,
-    indent: &str,
-    load: &dyn Fn(u32, u32) -> String,
-    store: &dyn Fn(usize, usize, &str) -> String,
-) -> String {
+/// How an input element appears in printed code.
+enum Load {
+    /// Referenced in place (`x[3]`).
+    Inline(String),
+    /// Loaded once into `const float t_<group>_<index>` with this initializer.
+    Decl(String),
+}
+
+/// Prints the instruction list as `const float t_i = ...;` statements, then the
+/// output statements made by `store(group, index, value)`.
+fn body(ir: &Ir, indent: &str, load: &dyn Fn(u32, u32) -> Load, store: &dyn Fn(usize, usize, &str) -> String) -> String {
     let mut s = String::new();
-    let name: Vec<String> = (0..ir.instrs.len()).map(|i| format!("t_{i}")).collect();
-    let v = |i: &u32| name[*i as usize].as_str();
+    let mut name: Vec<String> = Vec::with_capacity(ir.instrs.len());
     for (i, ins) in ir.instrs.iter().enumerate() {
+        let v = |j: &u32| name[*j as usize].as_str();
         let rhs = match ins {
-            Instr::Input { group, index } => load(*group, *index),
-            Instr::Const(c) => float_literal(*c),
+            Instr::Input { group, index } => match load(*group, *index) {
+                Load::Inline(e) => {
+                    name.push(e);
+                    continue;
+                }
+                Load::Decl(init) => {
+                    let n = format!("t_{}_{}", ir.inputs[*group as usize].name, index);
+                    let _ = writeln!(s, "{indent}const float {n} = {init};");
+                    name.push(n);
+                    continue;
+                }
+            },
+            Instr::Const(c) => {
+                name.push(float_literal(*c));
+                continue;
+            }
             Instr::Add(a, b) => format!("{} + {}", v(a), v(b)),
             Instr::Sub(a, b) => format!("{} - {}", v(a), v(b)),
             Instr::Mul(a, b) => format!("{} * {}", v(a), v(b)),
@@ -99,7 +115,8 @@ fn body(
             Instr::Neg(a) => format!("-{}", v(a)),
             Instr::Unary(op, a) => unary(*op, v(a)),
         };
-        let _ = writeln!(s, "{indent}const float {} = {rhs};", name[i]);
+        let _ = writeln!(s, "{indent}const float t_{i} = {rhs};");
+        name.push(format!("t_{i}"));
     }
     for (g, outs) in ir.results.iter().enumerate() {
         for (k, o) in outs.iter().enumerate() {
@@ -137,7 +154,7 @@ pub fn device_function(ir: &Ir) -> String {
     let mut params: Vec<String> = ir.inputs.iter().map(|g| format!("const float* __restrict__ {}", g.name)).collect();
     params.extend(ir.outputs.iter().map(|g| format!("float* __restrict__ {}", g.name)));
     let _ = writeln!(s, "__device__ __forceinline__ void {}({}) {{", ir.name, params.join(", "));
-    let load = |g: u32, k: u32| format!("{}[{}]", ir.inputs[g as usize].name, k);
+    let load = |g: u32, k: u32| Load::Inline(format!("{}[{}]", ir.inputs[g as usize].name, k));
     let store = |g: usize, k: usize, v: &str| format!("{}[{}] = {};", ir.outputs[g].name, k, v);
     s.push_str(&body(ir, "    ", &load, &store));
     s.push_str("}\n");
@@ -254,7 +271,7 @@ pub fn kernel(ir: &Ir, spec: &KernelSpec) -> Result<String> {
             Layout::PerChannel => format!("{} + ember_n * {}LL + {}", grp.name, grp.len(), k),
             Layout::Uniform => format!("{} + {}", grp.name, k),
         };
-        format!("ember_ld_{}({at})", a.dtype.name())
+        Load::Decl(format!("ember_ld_{}({at})", a.dtype.name()))
     };
     let store = |g: usize, k: usize, v: &str| {
         let grp = &ir.outputs[g];

@@ -91,11 +91,18 @@ pub fn function(ir: &Ir, t: RustFloat) -> String {
     if ir.instrs.iter().any(|i| matches!(i, Instr::Unary(UnaryOp::Erf, _))) {
         s.push_str(&erf_helper(t));
     }
-    let v = |i: &u32| format!("t_{i}");
+    let mut name: Vec<String> = Vec::with_capacity(ir.instrs.len());
     for (i, ins) in ir.instrs.iter().enumerate() {
+        let v = |j: &u32| name[*j as usize].clone();
         let rhs = match ins {
-            Instr::Input { group, index } => format!("{}[{}]", ir.inputs[*group as usize].name, index),
-            Instr::Const(c) => literal(*c, t),
+            Instr::Input { group, index } => {
+                name.push(format!("{}[{}]", ir.inputs[*group as usize].name, index));
+                continue;
+            }
+            Instr::Const(c) => {
+                name.push(literal(*c, t));
+                continue;
+            }
             Instr::Add(a, b) => format!("{} + {}", v(a), v(b)),
             Instr::Sub(a, b) => format!("{} - {}", v(a), v(b)),
             Instr::Mul(a, b) => format!("{} * {}", v(a), v(b)),
@@ -116,13 +123,14 @@ pub fn function(ir: &Ir, t: RustFloat) -> String {
             }
         };
         let _ = writeln!(s, "    let t_{i}: {ty} = {rhs};");
+        name.push(format!("t_{i}"));
     }
     for (g, outs) in ir.results.iter().enumerate() {
         for (k, o) in outs.iter().enumerate() {
             let val = match o {
                 Out::Zero => format!("0.0_{ty}"),
-                Out::Val { id, neg: false } => v(id),
-                Out::Val { id, neg: true } => format!("-{}", v(id)),
+                Out::Val { id, neg: false } => name[*id as usize].clone(),
+                Out::Val { id, neg: true } => format!("-{}", name[*id as usize]),
             };
             let _ = writeln!(s, "    {}[{}] = {val};", ir.outputs[g].name, k);
         }
