@@ -159,7 +159,12 @@ impl Compiled {
         let mut ops = Vec::with_capacity(n + 16);
         for (i, ins) in ir.instrs.iter().enumerate() {
             let ops_in = operands(ins);
-            // operands whose last use is here can hand their register to the result
+            // the result never shares a register with an operand, so the
+            // evaluation loops can borrow them separately
+            let dst = free.pop().unwrap_or_else(|| {
+                regs += 1;
+                regs - 1
+            });
             let mut released = Vec::new();
             for &a in &ops_in {
                 if last_use[a as usize] == i && !released.contains(&reg_of[a as usize]) {
@@ -167,10 +172,6 @@ impl Compiled {
                 }
             }
             free.extend(released);
-            let dst = free.pop().unwrap_or_else(|| {
-                regs += 1;
-                regs - 1
-            });
             reg_of[i] = dst;
             let r = |a: u32| reg_of[a as usize];
             ops.push(match *ins {
@@ -344,9 +345,18 @@ impl<T: Real> RunCtx<'_, '_, T> {
                 rows[k as usize].fill(T::default());
             }
         }
+        let mut chan = [0usize; LANES];
         let mut i0 = start;
         while i0 < end {
             let len = LANES.min(end - i0);
+            let mut ch = i0 % self.n;
+            for c in chan.iter_mut().take(len) {
+                *c = ch;
+                ch += 1;
+                if ch == self.n {
+                    ch = 0;
+                }
+            }
             for op in &c.ops {
                 match *op {
                     Op::Load { dst, group, index } => {
@@ -358,8 +368,7 @@ impl<T: Real> RunCtx<'_, '_, T> {
                                 d.copy_from_slice(&arg.data[index as usize * self.total + i0..][..len]);
                             }
                             Layout::PerChannel => {
-                                for (l, x) in d.iter_mut().enumerate() {
-                                    let ch = (i0 + l) % self.n;
+                                for (x, &ch) in d.iter_mut().zip(&chan[..len]) {
                                     *x = arg.data[ch * m + index as usize];
                                 }
                             }
@@ -390,9 +399,9 @@ impl<T: Real> RunCtx<'_, '_, T> {
                                 let acc = &mut accs[*slot];
                                 let m = *m;
                                 let per_channel = self.out_layouts[group as usize] == OutLayout::PerChannelSum;
-                                for (l, &y) in s.iter().enumerate() {
+                                for (&y, &ch) in s.iter().zip(&chan[..len]) {
                                     let y = if neg { T::neg(y) } else { y };
-                                    let at = if per_channel { ((i0 + l) % self.n) * m + index as usize } else { index as usize };
+                                    let at = if per_channel { ch * m + index as usize } else { index as usize };
                                     acc[at] = T::add(acc[at], y);
                                 }
                             }
@@ -405,24 +414,40 @@ impl<T: Real> RunCtx<'_, '_, T> {
     }
 }
 
+/// Splits the register file into the destination register (mutable) and the rest.
+#[inline(always)]
+fn split<'r, T>(regs: &'r mut [T], dst: u32) -> (&'r mut [T], impl Fn(u32) -> &'r [T]) {
+    let d = dst as usize;
+    let (lo, hi) = regs.split_at_mut(d * LANES);
+    let (dst, hi) = hi.split_at_mut(LANES);
+    let lo: &'r [T] = lo;
+    let hi: &'r [T] = hi;
+    let get = move |r: u32| {
+        let r = r as usize;
+        debug_assert!(r != d, "operand shares the destination register");
+        if r < d {
+            &lo[r * LANES..][..LANES]
+        } else {
+            &hi[(r - d - 1) * LANES..][..LANES]
+        }
+    };
+    (dst, get)
+}
+
 #[inline(always)]
 fn bin<T: Real>(regs: &mut [T], dst: u32, a: u32, b: u32, len: usize, f: impl Fn(T, T) -> T) {
-    let mut ta = [T::default(); LANES];
-    let mut tb = [T::default(); LANES];
-    ta[..len].copy_from_slice(&regs[a as usize * LANES..][..len]);
-    tb[..len].copy_from_slice(&regs[b as usize * LANES..][..len]);
-    let d = &mut regs[dst as usize * LANES..][..len];
-    for ((x, &p), &q) in d.iter_mut().zip(&ta[..len]).zip(&tb[..len]) {
+    let (d, get) = split(regs, dst);
+    let (a, b) = (get(a), get(b));
+    for ((x, &p), &q) in d[..len].iter_mut().zip(&a[..len]).zip(&b[..len]) {
         *x = f(p, q);
     }
 }
 
 #[inline(always)]
 fn un<T: Real>(regs: &mut [T], dst: u32, a: u32, len: usize, f: impl Fn(T) -> T) {
-    let mut ta = [T::default(); LANES];
-    ta[..len].copy_from_slice(&regs[a as usize * LANES..][..len]);
-    let d = &mut regs[dst as usize * LANES..][..len];
-    for (x, &p) in d.iter_mut().zip(&ta[..len]) {
+    let (d, get) = split(regs, dst);
+    let a = get(a);
+    for (x, &p) in d[..len].iter_mut().zip(&a[..len]) {
         *x = f(p);
     }
 }
