@@ -56,7 +56,7 @@ pub fn reorder_sign(a: u32, b: u32) -> i8 {
         swaps += (a & b).count_ones();
         a >>= 1;
     }
-    if swaps % 2 == 0 {
+    if swaps & 1 == 0 {
         1
     } else {
         -1
@@ -211,7 +211,7 @@ impl Algebra {
     }
     /// Canonical indices of the even blades.
     pub fn even_blades(&self) -> Vec<usize> {
-        (0..self.dim()).filter(|&i| self.grade(i) % 2 == 0).collect()
+        (0..self.dim()).filter(|&i| self.grade(i) & 1 == 0).collect()
     }
     /// Geometric product of canonical blades: `(sign, index)`, sign 0 when the product vanishes.
     pub fn product(&self, i: usize, j: usize) -> (i8, usize) {
@@ -221,7 +221,7 @@ impl Algebra {
     /// Sign of the reverse on blade `i`: `(-1)^(k(k-1)/2)`.
     pub fn reverse_sign(&self, i: usize) -> i8 {
         let k = self.grade(i);
-        if (k * k.saturating_sub(1) / 2) % 2 == 0 {
+        if (k * k.saturating_sub(1) / 2) & 1 == 0 {
             1
         } else {
             -1
@@ -229,7 +229,7 @@ impl Algebra {
     }
     /// Sign of the grade involution on blade `i`: `(-1)^k`.
     pub fn involute_sign(&self, i: usize) -> i8 {
-        if self.grade(i) % 2 == 0 {
+        if self.grade(i) & 1 == 0 {
             1
         } else {
             -1

@@ -219,6 +219,8 @@ pub(crate) fn check_ident(name: &str) -> Result<()> {
     Ok(())
 }
 
+pub(crate) type BuilderParts = (Vec<Node>, Vec<GroupDecl>, Vec<(GroupDecl, Vec<Val>)>);
+
 /// Hash-consed graph builder.
 #[derive(Clone, Debug, Default)]
 pub struct Builder {
@@ -438,7 +440,7 @@ impl Builder {
         crate::finish::finish(self, name)
     }
 
-    pub(crate) fn parts(self) -> (Vec<Node>, Vec<GroupDecl>, Vec<(GroupDecl, Vec<Val>)>) {
+    pub(crate) fn parts(self) -> BuilderParts {
         (self.nodes, self.inputs, self.outputs)
     }
 }
@@ -590,7 +592,7 @@ mod tests {
             (0.5, 0.5204998778130465),
             (1.0, 0.8427007929497149),
             (2.0, 0.9953222650189527),
-            (2.5, 0.9995930479825550),
+            (2.5, 0.999593047982555),
             (3.0, 0.9999779095030014),
             (5.0, 0.9999999999984626),
             (-1.5, -0.9661051464753108),

@@ -272,11 +272,11 @@ pub fn lower_system(b: &mut Builder, candidates: &[Vec<Poly>], env: &PolyEnv) ->
         // local improvement, one output at a time
         let mut cost = cost_of(best.b.live_cost(&vals, start));
         for (i, cands) in candidates.iter().enumerate() {
-            for k in 0..cands.len() {
+            for (k, cand) in cands.iter().enumerate() {
                 if k == choice[i] {
                     continue;
                 }
-                let v = best.lower(&cands[k]);
+                let v = best.lower(cand);
                 let old = vals[i];
                 vals[i] = v;
                 let c = cost_of(best.b.live_cost(&vals, start));

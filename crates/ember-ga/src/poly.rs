@@ -142,6 +142,10 @@ impl Poly {
     pub fn is_zero(&self) -> bool {
         self.terms.is_empty()
     }
+    /// Whether there are no terms (the zero polynomial).
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
     /// The constant value if the polynomial has no symbols.
     pub fn as_constant(&self) -> Option<i64> {
         match self.terms.as_slice() {

@@ -93,13 +93,19 @@ fn every_expression_in_every_algebra_matches_the_oracle() {
 
 #[test]
 fn batched_f32_and_f64_runs_match_single_elements() {
+    // odd sizes exercise partial chunks; the large one runs on several threads
+    for (b, n) in [(37, 5), (300, 7), (1, 1)] {
+        check_batched(b, n);
+    }
+}
+
+fn check_batched(b: usize, n: usize) {
     use ember_ga::eval::{InputArg, OutputArg};
     use ember_ga::layout::{Layout, OutLayout};
     let alg = Algebra::parse("3,0,1").unwrap();
     let prog = program(&alg, "wgp", true).unwrap();
     let ir = prog.lower("k").unwrap();
     let c = Compiled::new(&ir);
-    let (b, n) = (37, 5); // odd sizes to exercise partial chunks
     let mut rng = Rng::new(3);
     let lens: Vec<usize> = ir.inputs.iter().map(|g| g.len()).collect();
     // x, y, g_out per element; w per channel
