@@ -1,4 +1,4 @@
-//! ember-ga: geometric-algebra engine and kernel generator.
+#![doc = include_str!("../README.md")]
 
 pub mod algebra;
 pub mod cuda;
