@@ -204,12 +204,21 @@ pub(crate) fn check_ident(name: &str) -> Result<()> {
         && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     const RESERVED: &[&str] = &[
-        "fn", "let", "mut", "ref", "self", "Self", "type", "struct", "enum", "impl", "for", "in", "if", "else", "loop",
-        "while", "match", "return", "const", "static", "use", "mod", "pub", "crate", "super", "as", "break", "continue",
-        "true", "false", "where", "move", "dyn", "int", "float", "double", "char", "void", "long", "short", "unsigned",
-        "signed", "do", "switch", "case", "default", "goto", "sizeof", "extern", "inline", "auto", "register", "new",
-        "delete", "this", "class", "private", "public", "template", "typename", "namespace", "bool", "half", "async",
-        "await", "box", "try", "union", "unsafe", "volatile", "f32", "f64", "usize", "u16", "i64",
+        // Rust keywords (strict and reserved)
+        "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "false", "fn",
+        "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "self", "Self",
+        "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where", "while", "abstract", "become",
+        "box", "do", "final", "gen", "macro", "override", "priv", "try", "typeof", "unsized", "virtual", "yield", "union",
+        "f32", "f64", "usize", "u16", "i64",
+        // C/C++/CUDA keywords and names the printed code relies on
+        "auto", "bool", "case", "char", "class", "default", "delete", "double", "float", "goto", "half", "inline", "int",
+        "long", "namespace", "new", "private", "protected", "public", "register", "short", "signed", "sizeof", "switch",
+        "template", "this", "typedef", "typename", "unsigned", "void", "volatile", "and", "or", "not", "xor", "bitand",
+        "bitor", "compl", "and_eq", "or_eq", "xor_eq", "not_eq", "operator", "friend", "explicit", "mutable", "throw",
+        "catch", "typeid", "nullptr", "constexpr", "decltype", "static_assert", "thread_local", "alignas", "alignof",
+        "noexcept", "export", "concept", "requires", "asm", "using", "const_cast", "dynamic_cast", "reinterpret_cast",
+        "static_cast", "wchar_t", "char16_t", "char32_t", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
+        "atomicAdd", "sqrtf", "rsqrtf", "expf", "logf", "tanhf", "erff", "fabsf", "main",
     ];
     if !ok || RESERVED.contains(&name) || name.starts_with("ember_") || name.starts_with("t_") {
         return Err(GaError::Invalid(format!(

@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 
+use crate::error::{GaError, Result};
 use crate::ir::{Builder, Val};
 use crate::poly::{Mono, Poly, Sym};
 
@@ -224,8 +225,18 @@ fn cost_of(c: (usize, usize, usize)) -> usize {
 
 /// Lowers a system of outputs into `b`. `candidates[i]` lists equivalent
 /// polynomials for output `i` (at least one; the first should be the fully
-/// expanded one). Returns one value per output.
-pub fn lower_system(b: &mut Builder, candidates: &[Vec<Poly>], env: &PolyEnv) -> Vec<Val> {
+/// expanded one). Returns one value per output. Fails when a polynomial uses a
+/// symbol that is neither a leaf nor a temporary of `env`.
+pub fn lower_system(b: &mut Builder, candidates: &[Vec<Poly>], env: &PolyEnv) -> Result<Vec<Val>> {
+    let bound = |s: &Sym| env.leaves.contains_key(s) || env.temps.contains_key(s);
+    let polys = candidates.iter().flatten().chain(env.temps.values().map(|(d, _)| d));
+    for p in polys {
+        if let Some(s) = p.symbols().into_iter().find(|s| !bound(s)) {
+            return Err(GaError::Invalid(format!(
+                "polynomial uses symbol #{s}, which is neither bound to a value nor a staged temporary; expected only bound symbols"
+            )));
+        }
+    }
     let start = b.node_count();
     let mut pair_freq: HashMap<(Sym, Sym), u32> = HashMap::new();
     for cands in candidates {
@@ -290,5 +301,5 @@ pub fn lower_system(b: &mut Builder, candidates: &[Vec<Poly>], env: &PolyEnv) ->
         }
     }
     *b = best.b;
-    vals
+    Ok(vals)
 }

@@ -286,6 +286,9 @@ impl Program {
         if let Some(&b) = blades.iter().find(|&&b| b >= alg.dim()) {
             return Err(GaError::shape(format!("blade of output {name:?} in {alg}"), format!("< {}", alg.dim()), b));
         }
+        for (_, p) in mv.terms() {
+            self.check_syms(p)?;
+        }
         for (b, p) in mv.terms() {
             if !blades.contains(b) && !self.expand(p).is_zero() {
                 return Err(GaError::shape(
@@ -442,7 +445,7 @@ impl Program {
             }
         }
         let (env, cands) = self.env_and_candidates(leaves);
-        let vals = lower_system(b, &cands, &env);
+        let vals = lower_system(b, &cands, &env)?;
         let mut out = HashMap::new();
         let mut it = vals.into_iter();
         for o in &self.outputs {

@@ -202,6 +202,14 @@ fn mismatched_algebras_and_contexts_are_errors() {
     // duplicate and invalid names
     assert!(p.input_full("x", &a3).unwrap_err().to_string().contains("declared twice"));
     assert!(p.input_full("1x", &a3).unwrap_err().to_string().contains("expected an identifier"));
+    // polynomials of another program cannot be recorded or lowered
+    let mut big = Program::new();
+    let many = big.input_scalars("m", 100).unwrap();
+    let e = p.output_scalars("o", &[many[99].clone()]).unwrap_err();
+    assert!(e.to_string().contains("expected symbols of this program"), "{e}");
+    let mut b = ember_ga::Builder::new();
+    let e = ember_ga::lower::lower_system(&mut b, &[vec![many[5].clone()]], &Default::default()).unwrap_err();
+    assert!(e.to_string().contains("neither bound"), "{e}");
     // unknown expression, bad spec via emit
     let e = program(&a3, "gpp", false).unwrap_err();
     assert!(e.to_string().contains("unknown expression \"gpp\"; expected one of: gp, wgp"), "{e}");
