@@ -12,48 +12,70 @@ type PairKey = (NodeId, NodeId, bool);
 /// would make the pair table quadratic in their length).
 const MAX_SUM_FOR_PAIRS: usize = 48;
 
-fn pairs_of(terms: &[(NodeId, bool)]) -> Vec<PairKey> {
-    let mut v = Vec::new();
-    for i in 0..terms.len() {
-        for j in i + 1..terms.len() {
-            let (a, sa) = terms[i];
-            let (b, sb) = terms[j];
-            if a != b {
-                let (x, y) = if a < b { (a, b) } else { (b, a) };
-                v.push((x, y, sa ^ sb));
-            }
-        }
-    }
-    v.sort_unstable();
-    v.dedup();
-    v
+fn pair_key(a: (NodeId, bool), b: (NodeId, bool)) -> PairKey {
+    let (x, y) = if a.0 < b.0 { (a.0, b.0) } else { (b.0, a.0) };
+    (x, y, a.1 ^ b.1)
 }
 
-/// Greedily replaces the most frequent pair `±a ± b` of summands by a shared sum node.
+fn has_duplicates(terms: &[(NodeId, bool)]) -> bool {
+    let mut ids: Vec<NodeId> = terms.iter().map(|t| t.0).collect();
+    ids.sort_unstable();
+    ids.windows(2).any(|w| w[0] == w[1])
+}
+
+struct PairTable {
+    count: HashMap<PairKey, usize>,
+    holders: HashMap<PairKey, Vec<usize>>,
+    heap: BinaryHeap<(usize, std::cmp::Reverse<PairKey>)>,
+}
+
+impl PairTable {
+    fn inc(&mut self, p: PairKey, k: usize) {
+        let e = self.count.entry(p).or_insert(0);
+        *e += 1;
+        self.holders.entry(p).or_default().push(k);
+        if *e >= 2 {
+            self.heap.push((*e, std::cmp::Reverse(p)));
+        }
+    }
+    fn dec(&mut self, p: PairKey) {
+        if let Some(e) = self.count.get_mut(&p) {
+            *e = e.saturating_sub(1);
+        }
+    }
+}
+
+/// Greedily replaces the most frequent pair `±a ± b` of summands by a shared sum
+/// node. Pair counts are updated incrementally (only the pairs touching the
+/// replaced summands change), so the cost is linear in the sum length per rewrite.
 fn share_pairs(nodes: &mut Vec<Node>, dedup_new: &mut HashMap<Node, NodeId>, sums: &[NodeId]) {
     let mut terms: Vec<Vec<(NodeId, bool)>> = Vec::new();
     let mut owner: Vec<NodeId> = Vec::new();
     for &s in sums {
         if let Node::Sum(t) = &nodes[s as usize] {
-            if t.len() >= 3 && t.len() <= MAX_SUM_FOR_PAIRS {
+            if t.len() >= 3 && t.len() <= MAX_SUM_FOR_PAIRS && !has_duplicates(t) {
                 terms.push(t.clone());
                 owner.push(s);
             }
         }
     }
-    let mut count: HashMap<PairKey, usize> = HashMap::new();
-    let mut holders: HashMap<PairKey, Vec<usize>> = HashMap::new();
+    let mut table = PairTable { count: HashMap::new(), holders: HashMap::new(), heap: BinaryHeap::new() };
     for (k, t) in terms.iter().enumerate() {
-        for p in pairs_of(t) {
-            *count.entry(p).or_insert(0) += 1;
-            holders.entry(p).or_default().push(k);
+        for i in 0..t.len() {
+            for j in i + 1..t.len() {
+                let p = pair_key(t[i], t[j]);
+                *table.count.entry(p).or_insert(0) += 1;
+                table.holders.entry(p).or_default().push(k);
+            }
         }
     }
     let mut heap: BinaryHeap<(usize, std::cmp::Reverse<PairKey>)> =
-        count.iter().filter(|(_, &c)| c >= 2).map(|(&p, &c)| (c, std::cmp::Reverse(p))).collect();
+        table.count.iter().filter(|(_, &c)| c >= 2).map(|(&p, &c)| (c, std::cmp::Reverse(p))).collect();
+    std::mem::swap(&mut table.heap, &mut heap);
+    let mut tracked = vec![true; terms.len()];
     let mut changed = vec![false; terms.len()];
-    while let Some((c, std::cmp::Reverse(p))) = heap.pop() {
-        if count.get(&p).copied().unwrap_or(0) != c || c < 2 {
+    while let Some((c, std::cmp::Reverse(p))) = table.heap.pop() {
+        if table.count.get(&p).copied().unwrap_or(0) != c || c < 2 {
             continue;
         }
         let (a, b, rel) = p;
@@ -67,8 +89,13 @@ fn share_pairs(nodes: &mut Vec<Node>, dedup_new: &mut HashMap<Node, NodeId>, sum
                 id
             }
         };
-        let list = holders.get(&p).cloned().unwrap_or_default();
+        let mut list = table.holders.remove(&p).unwrap_or_default();
+        list.sort_unstable();
+        list.dedup();
         for k in list {
+            if !tracked[k] {
+                continue;
+            }
             let t = &terms[k];
             let ia = t.iter().position(|&(x, _)| x == a);
             let ib = t.iter().position(|&(x, _)| x == b);
@@ -76,36 +103,79 @@ fn share_pairs(nodes: &mut Vec<Node>, dedup_new: &mut HashMap<Node, NodeId>, sum
             if (t[ia].1 ^ t[ib].1) != rel {
                 continue;
             }
-            for q in pairs_of(t) {
-                if let Some(e) = count.get_mut(&q) {
-                    *e -= 1;
-                }
-            }
-            let sign = t[ia].1;
-            let mut nt: Vec<(NodeId, bool)> =
+            let (ta, tb) = (t[ia], t[ib]);
+            let others: Vec<(NodeId, bool)> =
                 t.iter().enumerate().filter(|(i, _)| *i != ia && *i != ib).map(|(_, x)| *x).collect();
-            nt.push((sid, sign));
+            table.dec(p);
+            for &x in &others {
+                table.dec(pair_key(ta, x));
+                table.dec(pair_key(tb, x));
+            }
+            let new_term = (sid, ta.1);
+            let mut nt = others.clone();
+            nt.push(new_term);
             nt.sort_unstable();
-            for q in pairs_of(&nt) {
-                let e = count.entry(q).or_insert(0);
-                *e += 1;
-                holders.entry(q).or_default().push(k);
-                if *e >= 2 {
-                    heap.push((*e, std::cmp::Reverse(q)));
+            if others.iter().any(|x| x.0 == sid) {
+                // the shared node is already a summand: stop tracking this sum
+                for i in 0..others.len() {
+                    for j in i + 1..others.len() {
+                        table.dec(pair_key(others[i], others[j]));
+                    }
+                }
+                tracked[k] = false;
+            } else {
+                for &x in &others {
+                    table.inc(pair_key(new_term, x), k);
                 }
             }
             terms[k] = nt;
             changed[k] = true;
         }
-        count.remove(&p);
+        table.count.remove(&p);
     }
     for (k, t) in terms.into_iter().enumerate() {
         if changed[k] {
-            // Keep the first term positive by construction: a sum whose first
-            // summand became negative is emitted as `b - a` chains by `binarize`.
             nodes[owner[k] as usize] = Node::Sum(t);
         }
     }
+}
+
+/// Shares summand pairs among the sums reachable from `roots` (rewriting them in place).
+fn share_live_pairs(nodes: &mut Vec<Node>, roots: &[NodeId]) {
+    let live = mark(nodes, roots);
+    let sums: Vec<NodeId> =
+        (0..nodes.len() as NodeId).filter(|&i| live[i as usize] && matches!(nodes[i as usize], Node::Sum(_))).collect();
+    let mut dedup_new: HashMap<Node, NodeId> = HashMap::new();
+    for &s in &sums {
+        dedup_new.insert(nodes[s as usize].clone(), s);
+    }
+    share_pairs(nodes, &mut dedup_new, &sums);
+}
+
+/// Operation count `(muls, adds, other)` that [`finish`] would reach for the
+/// nodes reachable from `roots` with id at least `from`, after summand-pair sharing.
+pub(crate) fn shared_cost(nodes: &[Node], roots: &[Val], from: usize) -> (usize, usize, usize) {
+    let ids: Vec<NodeId> = roots
+        .iter()
+        .filter_map(|v| match v {
+            Val::Ref { id, .. } => Some(*id),
+            Val::Zero => None,
+        })
+        .collect();
+    let mut nodes = nodes.to_vec();
+    share_live_pairs(&mut nodes, &ids);
+    let live = mark(&nodes, &ids);
+    let mut c = (0, 0, 0);
+    for (i, n) in nodes.iter().enumerate() {
+        // pair nodes created by the sharing have ids past the original graph
+        if live[i] && i >= from {
+            let (m, a, o) = n.cost();
+            c.0 += m;
+            c.1 += a;
+            c.2 += o;
+        }
+    }
+    c
 }
 
 pub(crate) fn finish(b: Builder, name: &str) -> Result<Ir> {
@@ -118,15 +188,7 @@ pub(crate) fn finish(b: Builder, name: &str) -> Result<Ir> {
             Val::Zero => None,
         })
         .collect();
-    // live sums
-    let live = mark(&nodes, &roots);
-    let sums: Vec<NodeId> =
-        (0..nodes.len() as NodeId).filter(|&i| live[i as usize] && matches!(nodes[i as usize], Node::Sum(_))).collect();
-    let mut dedup_new: HashMap<Node, NodeId> = HashMap::new();
-    for &s in &sums {
-        dedup_new.insert(nodes[s as usize].clone(), s);
-    }
-    share_pairs(&mut nodes, &mut dedup_new, &sums);
+    share_live_pairs(&mut nodes, &roots);
 
     // schedule: depth-first post-order from the outputs
     let mut index: Vec<Option<u32>> = vec![None; nodes.len()];

@@ -228,6 +228,18 @@ fn cost_of(c: (usize, usize, usize)) -> usize {
 /// expanded one). Returns one value per output. Fails when a polynomial uses a
 /// symbol that is neither a leaf nor a temporary of `env`.
 pub fn lower_system(b: &mut Builder, candidates: &[Vec<Poly>], env: &PolyEnv) -> Result<Vec<Val>> {
+    lower_system_tiered(b, candidates, &vec![0; candidates.len()], env)
+}
+
+/// Like [`lower_system`], with a tier per output (for example forward outputs
+/// in tier 0 and gradients in tier 1). Besides the per-output search, every
+/// combination of "first candidate" / "last candidate" per tier is tried when
+/// there are at most three tiers, so that, say, staged forward outputs can be
+/// combined with expanded gradients even where no single output switch pays off.
+pub fn lower_system_tiered(b: &mut Builder, candidates: &[Vec<Poly>], tiers: &[usize], env: &PolyEnv) -> Result<Vec<Val>> {
+    if tiers.len() != candidates.len() {
+        return Err(GaError::shape("tiers of lower_system_tiered (one per output)", candidates.len(), tiers.len()));
+    }
     let bound = |s: &Sym| env.leaves.contains_key(s) || env.temps.contains_key(s);
     let polys = candidates.iter().flatten().chain(env.temps.values().map(|(d, _)| d));
     for p in polys {
@@ -259,12 +271,13 @@ pub fn lower_system(b: &mut Builder, candidates: &[Vec<Poly>], env: &PolyEnv) ->
         temp_vals: HashMap::new(),
         pair_freq,
     };
-    fn run<'e>(mut l: Lowerer<'e>, candidates: &[Vec<Poly>], pick: &dyn Fn(&[Poly]) -> usize) -> (Lowerer<'e>, Vec<Val>, Vec<usize>) {
+    fn run<'e>(mut l: Lowerer<'e>, candidates: &[Vec<Poly>], pick: &dyn Fn(usize, &[Poly]) -> usize) -> (Lowerer<'e>, Vec<Val>, Vec<usize>) {
         let mut choice = Vec::new();
         let vals: Vec<Val> = candidates
             .iter()
-            .map(|c| {
-                let k = if c.is_empty() { 0 } else { pick(c) };
+            .enumerate()
+            .map(|(i, c)| {
+                let k = if c.is_empty() { 0 } else { pick(i, c) };
                 choice.push(k);
                 c.get(k).map(|p| l.lower(p)).unwrap_or(Val::Zero)
             })
@@ -272,25 +285,38 @@ pub fn lower_system(b: &mut Builder, candidates: &[Vec<Poly>], env: &PolyEnv) ->
         (l, vals, choice)
     }
     let multi = candidates.iter().any(|c| c.len() > 1);
-    let (mut best, mut vals, mut choice) = run(base.clone(), candidates, &|_| 0);
-    if multi {
-        let (l2, v2, c2) = run(base, candidates, &|c| c.len() - 1);
-        if cost_of(l2.b.live_cost(&v2, start)) < cost_of(best.b.live_cost(&vals, start)) {
-            best = l2;
-            vals = v2;
-            choice = c2;
+    if !multi {
+        let (l, vals, _) = run(base, candidates, &|_, _| 0);
+        *b = l.b;
+        return Ok(vals);
+    }
+    let ntiers = tiers.iter().max().map_or(1, |m| m + 1);
+    // tier masks to try: bit t set = tier t takes its last candidate
+    let masks: Vec<u32> = if ntiers <= 3 { (0..1u32 << ntiers).collect() } else { vec![0, u32::MAX] };
+    let mut runs: Vec<(usize, Lowerer<'_>, Vec<Val>, Vec<usize>)> = Vec::new();
+    for mask in masks {
+        let pick = |i: usize, c: &[Poly]| if mask >> tiers[i].min(31) & 1 == 1 { c.len() - 1 } else { 0 };
+        let (l, v, ch) = run(base.clone(), candidates, &pick);
+        let c = cost_of(l.b.live_cost(&v, start));
+        runs.push((c, l, v, ch));
+    }
+    let floor = runs.iter().map(|r| r.0).min().expect("at least one mask");
+    let mut best: Option<(usize, Lowerer<'_>, Vec<Val>)> = None;
+    for (mut cost, mut l, mut vals, mut choice) in runs {
+        // the local search below can recover much of the cost, but not this much
+        if cost > 3 * floor {
+            continue;
         }
         // local improvement, one output at a time
-        let mut cost = cost_of(best.b.live_cost(&vals, start));
         for (i, cands) in candidates.iter().enumerate() {
             for (k, cand) in cands.iter().enumerate() {
                 if k == choice[i] {
                     continue;
                 }
-                let v = best.lower(cand);
+                let v = l.lower(cand);
                 let old = vals[i];
                 vals[i] = v;
-                let c = cost_of(best.b.live_cost(&vals, start));
+                let c = cost_of(l.b.live_cost(&vals, start));
                 if c < cost {
                     cost = c;
                     choice[i] = k;
@@ -299,7 +325,13 @@ pub fn lower_system(b: &mut Builder, candidates: &[Vec<Poly>], env: &PolyEnv) ->
                 }
             }
         }
+        // compare runs by what the finished program will cost
+        let final_cost = cost_of(crate::finish::shared_cost(&l.b.nodes, &vals, start));
+        if best.as_ref().is_none_or(|(bc, ..)| final_cost < *bc) {
+            best = Some((final_cost, l, vals));
+        }
     }
+    let (_, best, vals) = best.expect("the cheapest run is kept");
     *b = best.b;
     Ok(vals)
 }

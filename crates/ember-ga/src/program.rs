@@ -27,7 +27,7 @@ use std::sync::Arc;
 use crate::algebra::Algebra;
 use crate::error::{GaError, Result};
 use crate::ir::{check_ident, Builder, Ir, Val};
-use crate::lower::{lower_system, PolyEnv};
+use crate::lower::{lower_system_tiered, PolyEnv};
 use crate::multivector::Multivector;
 use crate::poly::{Mono, Poly, PolyAcc, Sym};
 
@@ -92,6 +92,8 @@ struct InGroup {
 #[derive(Clone, Debug)]
 struct OutGroup {
     group: Group,
+    /// Whether this group was added by [`Program::vjp`].
+    gradient: bool,
     /// Possibly over temporaries.
     staged: Vec<Poly>,
     /// Over inputs only.
@@ -304,6 +306,7 @@ impl Program {
             group: Group { name: name.to_string(), shape: Shape::Multivector { alg: alg.clone(), blades: blades.to_vec() } },
             staged,
             expanded,
+            gradient: false,
         });
         Ok(())
     }
@@ -319,6 +322,7 @@ impl Program {
             group: Group { name: name.to_string(), shape: Shape::Scalars(values.len()) },
             staged: values.to_vec(),
             expanded,
+            gradient: false,
         });
         Ok(())
     }
@@ -344,6 +348,7 @@ impl Program {
         }
         let fwd: Vec<(String, Shape, Vec<Poly>)> =
             self.outputs.iter().map(|o| (o.group.name.clone(), o.group.shape.clone(), o.expanded.clone())).collect();
+        let staged_outs: Vec<Vec<Poly>> = self.outputs.iter().map(|o| o.staged.clone()).collect();
         // upstream symbols
         let mut ups: Vec<Vec<Sym>> = Vec::new();
         for (name, shape, _) in &fwd {
@@ -375,19 +380,76 @@ impl Program {
             }
         }
         let mut grads: Vec<Poly> = grads.into_iter().map(|a| a.map(PolyAcc::finish).unwrap_or_default()).collect();
+        let mut staged = self.staged_vjp(&staged_outs, &ups)?;
         for &g in &targets {
             let ig = self.inputs[g].clone();
             let name = format!("d_{}", ig.group.name);
             self.check_new_name(&name)?;
-            let vals: Vec<Poly> =
-                (0..ig.group.shape.len()).map(|k| std::mem::take(&mut grads[ig.first as usize + k])).collect();
+            let syms = (0..ig.group.shape.len()).map(|k| ig.first as usize + k);
+            let expanded: Vec<Poly> = syms.clone().map(|s| std::mem::take(&mut grads[s])).collect();
+            let st: Vec<Poly> = match staged.as_mut() {
+                Some(m) => syms.zip(&expanded).map(|(s, e)| m.remove(&(s as Sym)).unwrap_or_else(|| e.clone())).collect(),
+                None => expanded.clone(),
+            };
             self.outputs.push(OutGroup {
                 group: Group { name, shape: ig.group.shape.clone() },
-                staged: vals.clone(),
-                expanded: vals,
+                staged: st,
+                expanded,
+                gradient: true,
             });
         }
         Ok(())
+    }
+
+    /// Reverse mode through staged temporaries: the adjoint of every temporary
+    /// becomes a temporary itself, so gradients can reuse the staged forward
+    /// values. Returns the gradient of every symbol the staged outputs depend on,
+    /// or `None` when no output uses temporaries.
+    fn staged_vjp(&mut self, outs: &[Vec<Poly>], ups: &[Vec<Sym>]) -> Result<Option<HashMap<Sym, Poly>>> {
+        let uses_temp = |p: &Poly, syms: &[SymDef]| {
+            p.symbols().iter().any(|&s| matches!(syms.get(s as usize), Some(SymDef::Temp { .. })))
+        };
+        if !outs.iter().flatten().any(|p| uses_temp(p, &self.syms)) {
+            return Ok(None);
+        }
+        fn push_partials(direct: &mut HashMap<Sym, PolyAcc>, p: &Poly, factor: &Mono, scale: i64) {
+            for (m, c) in p.terms() {
+                let syms = m.syms();
+                for (i, &s) in syms.iter().enumerate() {
+                    if i > 0 && syms[i - 1] == s {
+                        continue;
+                    }
+                    let e = m.exponent(s) as i64;
+                    let rest = m.without(s).expect("factor occurs").mul(factor);
+                    direct.entry(s).or_default().add_term(rest, c * e * scale);
+                }
+            }
+        }
+        let mut direct: HashMap<Sym, PolyAcc> = HashMap::new();
+        for (polys, up) in outs.iter().zip(ups) {
+            for (p, &u) in polys.iter().zip(up) {
+                push_partials(&mut direct, p, &Mono::sym(u), 1);
+            }
+        }
+        let temps: Vec<Sym> =
+            (0..self.syms.len() as Sym).rev().filter(|&s| matches!(self.syms[s as usize], SymDef::Temp { .. })).collect();
+        for t in temps {
+            let Some(acc) = direct.remove(&t) else { continue };
+            let adj = acc.finish();
+            if adj.is_zero() {
+                continue;
+            }
+            let def = match &self.syms[t as usize] {
+                SymDef::Temp { def, .. } => def.clone(),
+                SymDef::Input { .. } => unreachable!("filtered to temporaries"),
+            };
+            // ā_t (staged) times ∂def_t/∂s flows into every symbol s of the definition
+            let a = self.stage_poly(&adj)?;
+            for (m, c) in a.terms() {
+                push_partials(&mut direct, &def, m, *c);
+            }
+        }
+        Ok(Some(direct.into_iter().map(|(s, acc)| (s, acc.finish())).collect()))
     }
 
     /// Expanded polynomials of an output group, by name.
@@ -403,7 +465,7 @@ impl Program {
             .map(|g| (0..g.group.shape.len() as Sym).map(|i| g.first + i).collect())
     }
 
-    fn env_and_candidates(&self, leaves: HashMap<Sym, Val>) -> (PolyEnv, Vec<Vec<Poly>>) {
+    fn env_and_candidates(&self, leaves: HashMap<Sym, Val>) -> (PolyEnv, Vec<Vec<Poly>>, Vec<usize>) {
         let mut temps = HashMap::new();
         for (s, d) in self.syms.iter().enumerate() {
             if let SymDef::Temp { def, expanded } = d {
@@ -411,7 +473,9 @@ impl Program {
             }
         }
         let mut cands = Vec::new();
+        let mut tiers = Vec::new();
         for o in &self.outputs {
+            tiers.extend(std::iter::repeat_n(usize::from(o.gradient), o.staged.len()));
             for (st, ex) in o.staged.iter().zip(&o.expanded) {
                 if st == ex {
                     cands.push(vec![ex.clone()]);
@@ -420,7 +484,7 @@ impl Program {
                 }
             }
         }
-        (PolyEnv { leaves, temps }, cands)
+        (PolyEnv { leaves, temps }, cands, tiers)
     }
 
     /// Lowers the program into `b`. Input groups found in `bind` (by name) use
@@ -444,8 +508,8 @@ impl Program {
                 leaves.insert(ig.first + k as Sym, v);
             }
         }
-        let (env, cands) = self.env_and_candidates(leaves);
-        let vals = lower_system(b, &cands, &env)?;
+        let (env, cands, tiers) = self.env_and_candidates(leaves);
+        let vals = lower_system_tiered(b, &cands, &tiers, &env)?;
         let mut out = HashMap::new();
         let mut it = vals.into_iter();
         for o in &self.outputs {
