@@ -206,6 +206,11 @@ impl Program {
         }
     }
 
+    /// Formats a multivector of this program with symbol names (`x[3]`, `t12`).
+    pub fn display(&self, mv: &Multivector) -> String {
+        mv.display_with(&|s| self.sym_name(s))
+    }
+
     fn check_ctx(&self, mv: &Multivector) -> Result<()> {
         match mv.context() {
             0 => Ok(()),

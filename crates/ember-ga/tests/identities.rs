@@ -251,3 +251,19 @@ fn cse_preserves_values() {
         }
     }
 }
+
+#[test]
+fn generation_is_deterministic_and_displayable() {
+    for (spec, expr) in [("3,0,1", "sandwich"), ("1,3,0", "wgp"), ("2,0,0", "regressive")] {
+        let alg = Algebra::parse(spec).unwrap();
+        let a = program(&alg, expr, true).unwrap().lower("k").unwrap();
+        let b = program(&alg, expr, true).unwrap().lower("k").unwrap();
+        assert_eq!(a, b, "{spec} {expr}");
+    }
+    let alg = Algebra::parse("2,0").unwrap();
+    let mut p = Program::new();
+    let x = p.input_grades("x", &alg, &[1]).unwrap();
+    let y = p.input_grades("y", &alg, &[1]).unwrap();
+    let w = (&x ^ &y).unwrap();
+    assert_eq!(p.display(&w), "(x[0]*y[1] - x[1]*y[0])*e12");
+}
