@@ -93,7 +93,7 @@ pub const CORPUS_N6_KERNEL_EXPRS: [&str; 4] = ["gp", "wgp", "sandwich", "norm2"]
 /// of every expression (forward and gradient; for the n = 6 algebra the
 /// expressions of [`CORPUS_N6_KERNEL_EXPRS`]). The n = 6 sources are split per
 /// expression (forward and gradient together) so a test can compile them in
-/// parallel; with NVRTC 13 the whole corpus takes about two minutes of one core
+/// parallel; with NVRTC 13 the whole corpus takes about 100 s of one core
 /// per target architecture, most of it in the n = 6 sources.
 pub fn compile_corpus() -> Vec<(String, String)> {
     let mut out = Vec::new();
