@@ -3,6 +3,7 @@
 
 mod bench;
 mod check;
+mod ga;
 mod info;
 mod kernels;
 
@@ -48,6 +49,11 @@ enum Command {
         #[arg(long)]
         json: Option<String>,
     },
+    /// Geometric algebra: print generated code.
+    Ga {
+        #[command(subcommand)]
+        command: GaCommand,
+    },
     /// Compile every kernel with NVRTC and print ptxas's resource report (no GPU needed).
     Kernels {
         /// Target architecture, e.g. sm_90a or sm_80.
@@ -59,6 +65,25 @@ enum Command {
         /// Also write each CUBIN into this folder (for cuobjdump -sass).
         #[arg(long)]
         save: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum GaCommand {
+    /// Print the straight-line code ember-ga generates (with CSE) and its mul/add counts.
+    Emit {
+        /// Signature P,Q,R of Cl(p,q,r) (R may be omitted), e.g. 3,0,1.
+        #[arg(long)]
+        algebra: String,
+        /// gp, wgp, sandwich, outer, inner, lcontract, rcontract, scalar, commutator, regressive, dual, norm2, ...
+        #[arg(long)]
+        expr: String,
+        /// Also emit the vector-Jacobian product for every input.
+        #[arg(long)]
+        grad: bool,
+        /// cuda, rust or ir.
+        #[arg(long, default_value = "cuda")]
+        lang: String,
     },
 }
 
@@ -75,6 +100,7 @@ fn main() -> ExitCode {
         Command::Info => info::run(device),
         Command::Check { op, tier, json } => check::run(device, op.as_deref(), &tier, json.as_deref()),
         Command::Bench { op, quick, json } => bench::run(device, op.as_deref(), quick, json.as_deref()),
+        Command::Ga { command: GaCommand::Emit { algebra, expr, grad, lang } } => ga::emit_cmd(&algebra, &expr, grad, &lang),
         Command::Kernels { arch, op, save } => kernels::run(&arch, op.as_deref(), save.as_deref()),
     };
     match result {

@@ -70,3 +70,16 @@ fn bench_on_cpu_writes_json_with_floors() {
     assert!(doc["ceilings"]["copy_gbps"].as_f64().unwrap() > 0.0);
     std::fs::remove_file(&path).ok();
 }
+
+#[test]
+fn ga_emit_prints_code_and_counts() {
+    let (code, out, err) = ember(&["ga", "emit", "--algebra", "3,0", "--expr", "wgp", "--grad", "--lang", "cuda"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("muls /") && out.contains("__device__"), "{out}");
+    let (code, out, _) = ember(&["ga", "emit", "--algebra", "2,0", "--expr", "gp", "--lang", "rust"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("16 muls / 12 adds") && out.contains("fn "), "{out}");
+    let (code, _, err) = ember(&["ga", "emit", "--algebra", "9,0", "--expr", "gp"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("expected n <= 6") && !err.contains("panicked"), "{err}");
+}

@@ -87,10 +87,8 @@ fn f16_to_f32(h: u16) -> f32 {
 
 #[test]
 fn generated_kernels_match_the_evaluator() {
-    let Some(cxx) = cxx() else {
-        eprintln!("no C++ compiler found; skipping the host run of generated CUDA kernels");
-        return;
-    };
+    // A C++ compiler is part of the toolchain this crate is tested with (cc builds need one too).
+    let cxx = cxx().expect("a C++ compiler (c++, g++ or clang++; or $CXX) to run generated kernels on the host");
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda_on_cpu");
     std::fs::create_dir_all(&dir).unwrap();
     let mut rng = Rng::new(21);

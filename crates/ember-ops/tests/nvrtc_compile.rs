@@ -32,25 +32,33 @@ fn main() {
         .map(|b| (format!("{} {}", b.source.name, b.options.join(" ")), b.source.full_code(), b.options.clone()))
         .collect();
     units.extend(ember_ops::generated_cuda_corpus().into_iter().map(|(name, code)| (name, code, vec![])));
-    let (mut passed, mut failed) = (0, 0);
+    // NVRTC programs are independent: compile on every core.
+    let jobs: Vec<(&str, &(String, String, Vec<String>))> = ["sm_90a", "sm_80"].iter().flat_map(|a| units.iter().map(move |u| (*a, u))).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failures = std::sync::Mutex::new(Vec::<String>::new());
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     let t0 = std::time::Instant::now();
-    for arch in ["sm_90a", "sm_80"] {
-        for (name, code, options) in &units {
-            let mut opts = nvrtc::base_options(arch);
-            opts.extend(options.iter().cloned());
-            match nvrtc::compile_uncached(name, code, &opts, arch) {
-                Ok(c) if !c.cubin.is_empty() => passed += 1,
-                Ok(_) => {
-                    failed += 1;
-                    eprintln!("FAIL {name} [{arch}]: empty CUBIN");
-                }
-                Err(e) => {
-                    failed += 1;
-                    eprintln!("FAIL {name} [{arch}]: {e}");
-                }
-            }
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((arch, (name, code, options))) = jobs.get(i) else { break };
+                let mut opts = nvrtc::base_options(arch);
+                opts.extend(options.iter().cloned());
+                let err = match nvrtc::compile_uncached(name, code, &opts, arch) {
+                    Ok(c) if !c.cubin.is_empty() => continue,
+                    Ok(_) => "empty CUBIN".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                failures.lock().unwrap().push(format!("FAIL {name} [{arch}]: {err}"));
+            });
         }
+    });
+    let failures = failures.into_inner().unwrap();
+    for f in &failures {
+        eprintln!("{f}");
     }
+    let (passed, failed) = (jobs.len() - failures.len(), failures.len());
     println!("nvrtc_compile: {} units × 2 architectures in {:.1} s", units.len(), t0.elapsed().as_secs_f64());
     println!("{passed} passed, {failed} failed");
     if failed > 0 || passed == 0 {
