@@ -518,44 +518,46 @@ __device__ __forceinline__ void gf_fused(const FusedArgs& a) {
     if (a.spectral) {
         const T* x = a.x + (i64)mesh * K * C;
         const int nk = (K + GF_BK - 1) / GF_BK;
-        for (int nc = 0; nc < nchunks; ++nc) {
-            Acc<MT, NT> acc;
-            acc.zero();
-            gf_pipeline(
-                nk,
-                [&](int slot, int kt) {
-                    const u32 s = sS + slot * STAGE;
-                    const i64 k0 = (i64)kt * GF_BK;
-                    gf_load_tile<BM, GF_BK, 256>(s, P_NT, a.grads_re, K, row_end, K, row0, k0, a.vec_k);
-                    gf_load_tile<BM, GF_BK, 256>(s + BM * P_NT, P_NT, a.grads_im, K, row_end, K, row0, k0, a.vec_k);
-                    gf_load_tile<GF_BK, BN, 256>(s + 2 * BM * P_NT, P_T, x, C, K, C, k0, (i64)nc * BN, a.vec_c);
-                },
-                [&](int slot, int) {
-                    const u32 s = sS + slot * STAGE;
+        // One pipeline over (chunk, k-tile), so the copies run ahead across chunk boundaries.
+        Acc<MT, NT> acc;
+        gf_pipeline(
+            nchunks * nk,
+            [&](int slot, int it) {
+                const int nc = it / nk, kt = it - nc * nk;
+                const u32 s = sS + slot * STAGE;
+                const i64 k0 = (i64)kt * GF_BK;
+                gf_load_tile<BM, GF_BK, 256>(s, P_NT, a.grads_re, K, row_end, K, row0, k0, a.vec_k);
+                gf_load_tile<BM, GF_BK, 256>(s + BM * P_NT, P_NT, a.grads_im, K, row_end, K, row0, k0, a.vec_k);
+                gf_load_tile<GF_BK, BN, 256>(s + 2 * BM * P_NT, P_T, x, C, K, C, k0, (i64)nc * BN, a.vec_c);
+            },
+            [&](int slot, int it) {
+                const int nc = it / nk, kt = it - nc * nk;
+                const u32 s = sS + slot * STAGE;
+                if (kt == 0) acc.zero();
 #pragma unroll
-                    for (int ks = 0; ks < GF_BK; ks += GF_KSTEP)
-                        gf_kstep<M_SHARED, false, true, MT, NT>(acc, s, s + BM * P_NT, P_NT, wm, ks, s + 2 * BM * P_NT, 0u, P_T, wn, ks);
-                });
+                for (int ks = 0; ks < GF_BK; ks += GF_KSTEP)
+                    gf_kstep<M_SHARED, false, true, MT, NT>(acc, s, s + BM * P_NT, P_NT, wm, ks, s + 2 * BM * P_NT, 0u, P_T, wn, ks);
+                if (kt != nk - 1) return;
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+                for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
+                    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int r = wm + 16 * mt + gq + 8 * h;
-                        const int col = nc * BN + wn + 8 * nt + 2 * tq;
-                        const float re0 = acc.re[mt][nt][2 * h], re1 = acc.re[mt][nt][2 * h + 1];
-                        const float im0 = acc.im[mt][nt][2 * h], im1 = acc.im[mt][nt][2 * h + 1];
-                        if (col < Cpad) {
-                            gf_sts_pair(pG0 + r * gp + col * GF_ES, re0, re1);
-                            gf_sts_pair(pG1 + r * gp + col * GF_ES, im0, im1);
+                        for (int h = 0; h < 2; ++h) {
+                            const int r = wm + 16 * mt + gq + 8 * h;
+                            const int col = nc * BN + wn + 8 * nt + 2 * tq;
+                            const float re0 = acc.re[mt][nt][2 * h], re1 = acc.re[mt][nt][2 * h + 1];
+                            const float im0 = acc.im[mt][nt][2 * h], im1 = acc.im[mt][nt][2 * h + 1];
+                            if (col < Cpad) {
+                                gf_sts_pair(pG0 + r * gp + col * GF_ES, re0, re1);
+                                gf_sts_pair(pG1 + r * gp + col * GF_ES, im0, im1);
+                            }
+                            if (BWD && row0 + r < row_end) {
+                                gf_store_pair(a.gws_re + (row0 + r) * C, col, C, re0, re1);
+                                gf_store_pair(a.gws_im + (row0 + r) * C, col, C, im0, im1);
+                            }
                         }
-                        if (BWD && row0 + r < row_end) {
-                            gf_store_pair(a.gws_re + (row0 + r) * C, col, C, re0, re1);
-                            gf_store_pair(a.gws_im + (row0 + r) * C, col, C, im0, im1);
-                        }
-                    }
-        }
+            });
     } else {
         gf_load_rows<256>(sG0, gp, a.g_re, C, a.V, C, row0, BM, Cpad, a.vec_c);
         gf_load_rows<256>(sG1, gp, a.g_im, C, a.V, C, row0, BM, Cpad, a.vec_c);
@@ -566,101 +568,105 @@ __device__ __forceinline__ void gf_fused(const FusedArgs& a) {
 
     // ---- b = g·(weights)ᵀ in column chunks, and the epilogues ----
     const int nk2 = (C + GF_BK - 1) / GF_BK;
-    for (int nc = 0; nc < nchunks; ++nc) {
+    {
         Acc<MT, NT> acc;
-        acc.zero();
         gf_pipeline(
-            nk2,
-            [&](int slot, int kt) {
+            nchunks * nk2,
+            [&](int slot, int it) {
+                const int nc = it / nk2, kt = it - nc * nk2;
                 const u32 s = sS + slot * STAGE;
                 gf_load_tile<BN, GF_BK, 256>(s, P_NT, a.w_re, C, C, C, (i64)nc * BN, (i64)kt * GF_BK, a.vec_c);
                 if (ROT) gf_load_tile<BN, GF_BK, 256>(s + BN * P_NT, P_NT, a.w_im, C, C, C, (i64)nc * BN, (i64)kt * GF_BK, a.vec_c);
             },
-            [&](int slot, int kt) {
+            [&](int slot, int it) {
+                const int nc = it / nk2, kt = it - nc * nk2;
                 const u32 s = sS + slot * STAGE;
+                if (kt == 0) acc.zero();
 #pragma unroll
                 for (int ks = 0; ks < GF_BK; ks += GF_KSTEP)
                     gf_kstep<ROT ? M_ROT_FWD : M_SHARED, false, false, MT, NT>(acc, sG0, sG1, gp, wm, kt * GF_BK + ks, s, s + BN * P_NT, P_NT, wn, ks);
+                if (kt != nk2 - 1) return;
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int r = wm + 16 * mt + gq + 8 * h;
+                            const int col = nc * BN + wn + 8 * nt + 2 * tq;
+                            const i64 grow = row0 + r;
+                            const bool inside = grow < row_end && col < C;
+                            if (col >= Cpad) continue;
+                            const float re0 = acc.re[mt][nt][2 * h], re1 = acc.re[mt][nt][2 * h + 1];
+                            const float im0 = acc.im[mt][nt][2 * h], im1 = acc.im[mt][nt][2 * h + 1];
+                            float g0r, g1r, g0i, g1i;
+                            gf_lds_pair(pG0 + r * gp + col * GF_ES, g0r, g1r);
+                            gf_lds_pair(pG1 + r * gp + col * GF_ES, g0i, g1i);
+                            const float s0 = g0r * re0 + g0i * im0, s1 = g1r * re1 + g1i * im1;
+                            if (!BWD) {
+                                if (inside) gf_store_pair(a.out + grow * C, col, C, tanhf(s0), tanhf(s1));
+                            } else {
+                                // Outside the problem ds = 0, so the P, Q tiles hold zeros there.
+                                float ds0 = 0.0f, ds1 = 0.0f;
+                                if (inside) {
+                                    float d0, d1;
+                                    gf_load_pair(a.d_out + grow * C, col, C, d0, d1);
+                                    const float t0 = tanhf(s0), t1 = tanhf(s1);
+                                    ds0 = d0 * (1.0f - t0 * t0);
+                                    ds1 = d1 * (1.0f - t1 * t1);
+                                }
+                                const float p0 = ds0 * g0r, p1 = ds1 * g1r, q0 = ds0 * g0i, q1 = ds1 * g1i;
+                                gf_sts_pair(pD0 + r * gp + col * GF_ES, p0, p1);
+                                gf_sts_pair(pD1 + r * gp + col * GF_ES, q0, q1);
+                                if (inside) {
+                                    gf_store_pair(a.db_re + grow * C, col, C, p0, p1);
+                                    gf_store_pair(a.db_im + grow * C, col, C, q0, q1);
+                                    gf_store_pair(a.dg_re + grow * C, col, C, ds0 * re0, ds1 * re1);
+                                    gf_store_pair(a.dg_im + grow * C, col, C, ds0 * im0, ds1 * im1);
+                                }
+                            }
+                        }
             });
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = wm + 16 * mt + gq + 8 * h;
-                    const int col = nc * BN + wn + 8 * nt + 2 * tq;
-                    const i64 grow = row0 + r;
-                    const bool inside = grow < row_end && col < C;
-                    if (col >= Cpad) continue;
-                    const float re0 = acc.re[mt][nt][2 * h], re1 = acc.re[mt][nt][2 * h + 1];
-                    const float im0 = acc.im[mt][nt][2 * h], im1 = acc.im[mt][nt][2 * h + 1];
-                    float g0r, g1r, g0i, g1i;
-                    gf_lds_pair(pG0 + r * gp + col * GF_ES, g0r, g1r);
-                    gf_lds_pair(pG1 + r * gp + col * GF_ES, g0i, g1i);
-                    const float s0 = g0r * re0 + g0i * im0, s1 = g1r * re1 + g1i * im1;
-                    if (!BWD) {
-                        if (inside) gf_store_pair(a.out + grow * C, col, C, tanhf(s0), tanhf(s1));
-                    } else {
-                        // Outside the problem ds = 0, so the P, Q tiles hold zeros there.
-                        float ds0 = 0.0f, ds1 = 0.0f;
-                        if (inside) {
-                            float d0, d1;
-                            gf_load_pair(a.d_out + grow * C, col, C, d0, d1);
-                            const float t0 = tanhf(s0), t1 = tanhf(s1);
-                            ds0 = d0 * (1.0f - t0 * t0);
-                            ds1 = d1 * (1.0f - t1 * t1);
-                        }
-                        const float p0 = ds0 * g0r, p1 = ds1 * g1r, q0 = ds0 * g0i, q1 = ds1 * g1i;
-                        gf_sts_pair(pD0 + r * gp + col * GF_ES, p0, p1);
-                        gf_sts_pair(pD1 + r * gp + col * GF_ES, q0, q1);
-                        if (inside) {
-                            gf_store_pair(a.db_re + grow * C, col, C, p0, p1);
-                            gf_store_pair(a.db_im + grow * C, col, C, q0, q1);
-                            gf_store_pair(a.dg_re + grow * C, col, C, ds0 * re0, ds1 * re1);
-                            gf_store_pair(a.dg_im + grow * C, col, C, ds0 * im0, ds1 * im1);
-                        }
-                    }
-                }
     }
     if (!BWD) return;
     __syncthreads();
 
     // ---- pass B: d_g += [P Q]·(weights) ----
-    for (int nc = 0; nc < nchunks; ++nc) {
-        Acc<MT, NT> acc;
-        acc.zero();
-        gf_pipeline(
-            nk2,
-            [&](int slot, int kt) {
-                const u32 s = sS + slot * STAGE;
-                gf_load_tile<GF_BK, BN, 256>(s, P_T, a.w_re, C, C, C, (i64)kt * GF_BK, (i64)nc * BN, a.vec_c);
-                if (ROT) gf_load_tile<GF_BK, BN, 256>(s + GF_BK * P_T, P_T, a.w_im, C, C, C, (i64)kt * GF_BK, (i64)nc * BN, a.vec_c);
-            },
-            [&](int slot, int kt) {
-                const u32 s = sS + slot * STAGE;
+    Acc<MT, NT> acc;
+    gf_pipeline(
+        nchunks * nk2,
+        [&](int slot, int it) {
+            const int nc = it / nk2, kt = it - nc * nk2;
+            const u32 s = sS + slot * STAGE;
+            gf_load_tile<GF_BK, BN, 256>(s, P_T, a.w_re, C, C, C, (i64)kt * GF_BK, (i64)nc * BN, a.vec_c);
+            if (ROT) gf_load_tile<GF_BK, BN, 256>(s + GF_BK * P_T, P_T, a.w_im, C, C, C, (i64)kt * GF_BK, (i64)nc * BN, a.vec_c);
+        },
+        [&](int slot, int it) {
+            const int nc = it / nk2, kt = it - nc * nk2;
+            const u32 s = sS + slot * STAGE;
+            if (kt == 0) acc.zero();
 #pragma unroll
-                for (int ks = 0; ks < GF_BK; ks += GF_KSTEP)
-                    gf_kstep<ROT ? M_ROT_BWD : M_SHARED, false, true, MT, NT>(acc, sD0, sD1, gp, wm, kt * GF_BK + ks, s, s + GF_BK * P_T, P_T, wn, ks);
-            });
+            for (int ks = 0; ks < GF_BK; ks += GF_KSTEP)
+                gf_kstep<ROT ? M_ROT_BWD : M_SHARED, false, true, MT, NT>(acc, sD0, sD1, gp, wm, kt * GF_BK + ks, s, s + GF_BK * P_T, P_T, wn, ks);
+            if (kt != nk2 - 1) return;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
+                for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = wm + 16 * mt + gq + 8 * h;
-                    const int col = nc * BN + wn + 8 * nt + 2 * tq;
-                    const i64 grow = row0 + r;
-                    if (grow < row_end && col < C) {
-                        float e0, e1, f0, f1;
-                        gf_load_pair(a.dg_re + grow * C, col, C, e0, e1);
-                        gf_load_pair(a.dg_im + grow * C, col, C, f0, f1);
-                        gf_store_pair(a.dg_re + grow * C, col, C, e0 + acc.re[mt][nt][2 * h], e1 + acc.re[mt][nt][2 * h + 1]);
-                        gf_store_pair(a.dg_im + grow * C, col, C, f0 + acc.im[mt][nt][2 * h], f1 + acc.im[mt][nt][2 * h + 1]);
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = wm + 16 * mt + gq + 8 * h;
+                        const int col = nc * BN + wn + 8 * nt + 2 * tq;
+                        const i64 grow = row0 + r;
+                        if (grow < row_end && col < C) {
+                            float e0, e1, f0, f1;
+                            gf_load_pair(a.dg_re + grow * C, col, C, e0, e1);
+                            gf_load_pair(a.dg_im + grow * C, col, C, f0, f1);
+                            gf_store_pair(a.dg_re + grow * C, col, C, e0 + acc.re[mt][nt][2 * h], e1 + acc.re[mt][nt][2 * h + 1]);
+                            gf_store_pair(a.dg_im + grow * C, col, C, f0 + acc.im[mt][nt][2 * h], f1 + acc.im[mt][nt][2 * h + 1]);
+                        }
                     }
-                }
-    }
+        });
 }
 
 #if GF_BM == 128
