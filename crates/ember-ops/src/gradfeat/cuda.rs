@@ -11,7 +11,6 @@ pub const SOURCE: KernelSource = KernelSource::new("gradfeat", include_str!("gra
 
 const FUSED_THREADS: u32 = 256;
 const SPLITK_THREADS: u32 = 128;
-const STAGES: usize = 3;
 /// Fewest rows one split of a reduction sums (keeps tiny problems from many near-empty splits).
 const MIN_ROWS_PER_SPLIT: usize = 64;
 
@@ -31,18 +30,79 @@ fn dtype_code(dtype: DType) -> u32 {
     }
 }
 
-fn options(dtype: DType, kind: Kind, bm: usize) -> Vec<String> {
-    vec![format!("-DGF_DTYPE={}", dtype_code(dtype)), format!("-DGF_KIND={}", kind as u32), format!("-DGF_BM={bm}")]
+/// One tile shape of a fused kernel: `bm` vertices per CTA, `nt` n8 tiles per warp (warp blocks of
+/// 32×8·nt per plane), `stages` deep stage ring; `wgmma`: the forward's channel map on Hopper's
+/// warpgroup MMA (sm_90a only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tile {
+    bm: usize,
+    nt: usize,
+    stages: usize,
+    wgmma: bool,
 }
 
-/// Tile heights of a fused kernel, largest first (the launch takes the largest that fits in shared
-/// memory). The backward keeps twice the tiles of the forward on chip; f32 tiles take twice the bytes.
-fn fused_heights(dtype: DType, kind: Kind) -> &'static [usize] {
-    match (dtype.size(), kind) {
-        (2, Kind::Fwd) => &[128, 64],
-        (2, _) => &[64, 32],
-        (_, Kind::Fwd) => &[64, 32],
-        (_, _) => &[32, 16],
+const fn tile(bm: usize, nt: usize, stages: usize) -> Tile {
+    Tile { bm, nt, stages, wgmma: false }
+}
+
+/// The sm_90a forward: 128 rows, its g stage with 32×64 warp blocks.
+const WGMMA_FWD: Tile = Tile { bm: 128, nt: 8, stages: 3, wgmma: true };
+
+fn options(dtype: DType, kind: Kind, t: Tile) -> Vec<String> {
+    let mut v = vec![
+        format!("-DGF_DTYPE={}", dtype_code(dtype)),
+        format!("-DGF_KIND={}", kind as u32),
+        format!("-DGF_BM={}", t.bm),
+        format!("-DGF_NT={}", t.nt),
+        format!("-DGF_STAGES={}", t.stages),
+    ];
+    if t.wgmma {
+        v.push("-DGF_WGMMA=1".into());
+    }
+    v
+}
+
+/// Tile families of the 16-bit fused kernels, chosen by `EMBER_GRADFEAT_TILES`:
+/// - "wgmma" (the default; on sm_90a): the forward's channel map on wgmma, the rest as "wide";
+/// - "wide": mma.sync with 32×64 warp blocks per plane (5.3 products per 16-byte fragment row
+///   read from shared memory, half the barriers per product of "narrow");
+/// - "narrow": mma.sync with 32×32 warp blocks, the first version.
+///
+/// Every family is tested on the GPU; NOTES.md compares them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family16 {
+    Wgmma,
+    Wide,
+    Narrow,
+}
+
+fn family16() -> Family16 {
+    match std::env::var("EMBER_GRADFEAT_TILES").as_deref() {
+        Ok("narrow") => Family16::Narrow,
+        Ok("wide") => Family16::Wide,
+        _ => Family16::Wgmma,
+    }
+}
+
+/// Tile shapes of a fused kernel, preferred first (the launch takes the first that fits in shared
+/// memory; the later ones serve larger C). The backward keeps twice the tiles of the forward on chip;
+/// f32 tiles take twice the bytes.
+fn fused_tiles(dtype: DType, kind: Kind, family: Family16) -> &'static [Tile] {
+    const FWD16_WGMMA: [Tile; 3] = [WGMMA_FWD, tile(128, 8, 3), tile(64, 4, 3)];
+    const FWD16_WIDE: [Tile; 2] = [tile(128, 8, 3), tile(64, 4, 3)];
+    const FWD16_NARROW: [Tile; 2] = [tile(128, 4, 3), tile(64, 4, 3)];
+    const BWD16_WIDE: [Tile; 2] = [tile(64, 8, 2), tile(32, 4, 3)];
+    const BWD16_NARROW: [Tile; 2] = [tile(64, 4, 3), tile(32, 4, 3)];
+    const FWD32: [Tile; 2] = [tile(64, 4, 3), tile(32, 4, 3)];
+    const BWD32: [Tile; 2] = [tile(32, 4, 3), tile(16, 4, 3)];
+    match (dtype.size(), kind, family) {
+        (2, Kind::Fwd, Family16::Wgmma) => &FWD16_WGMMA,
+        (2, Kind::Fwd, Family16::Wide) => &FWD16_WIDE,
+        (2, Kind::Fwd, Family16::Narrow) => &FWD16_NARROW,
+        (2, _, Family16::Narrow) => &BWD16_NARROW,
+        (2, _, _) => &BWD16_WIDE,
+        (_, Kind::Fwd, _) => &FWD32,
+        (_, _, _) => &BWD32,
     }
 }
 
@@ -56,57 +116,75 @@ fn warps_m(bm: usize) -> usize {
 
 /// Bytes of dynamic shared memory of a fused kernel: the g tiles (and P, Q in the backward), rows of
 /// `cpad` channels plus 16 bytes of padding, then the stage ring. Mirrors `gf_fused` in the source.
-fn fused_smem_bytes(es: usize, bm: usize, rot: bool, bwd: bool, cpad: usize) -> usize {
+fn fused_smem_bytes(es: usize, t: Tile, rot: bool, bwd: bool, cpad: usize) -> usize {
+    if t.wgmma {
+        // g tiles without padding (canonical layout); the ring holds the g stage's tiles or a
+        // 128×64 weight tile per plane. Mirrors `gf_fused_wg`.
+        let s1 = 2 * 128 * (32 * 2 + 16) + 32 * (128 * 2 + 16);
+        let s2 = if rot { 2 } else { 1 } * 128 * 64 * 2;
+        return 2 * 128 * cpad * 2 + t.stages * s1.max(s2);
+    }
     let bk = if es == 4 { 16 } else { 32 };
-    let bn = 32 * (8 / warps_m(bm));
+    let bn = 8 * t.nt * (8 / warps_m(t.bm));
     let (p_nt, p_t) = (bk * es + 16, bn * es + if es == 4 { 32 } else { 16 });
     let w = if rot { 2 } else { 1 };
-    let s1 = 2 * bm * p_nt + bk * p_t;
+    let s1 = 2 * t.bm * p_nt + bk * p_t;
     let s2 = w * bn * p_nt;
     let s3 = if bwd { w * bk * p_t } else { 0 };
     let stage = s1.max(s2).max(s3).div_ceil(16) * 16;
     let planes = if bwd { 4 } else { 2 };
-    planes * bm * (cpad * es + 16) + STAGES * stage
+    planes * t.bm * (cpad * es + 16) + t.stages * stage
 }
+
+const SPLITK: Tile = tile(0, 4, 3);
 
 fn splitk_smem_bytes(es: usize) -> usize {
     let bk = if es == 4 { 16 } else { 32 };
-    STAGES * 4 * bk * (64 * es + if es == 4 { 32 } else { 16 })
+    SPLITK.stages * 4 * bk * (64 * es + if es == 4 { 32 } else { 16 })
 }
 
 /// Every specialisation the launch code can request.
 pub fn all_builds() -> Vec<KernelBuild> {
-    let mut v = Vec::new();
+    let mut v: Vec<KernelBuild> = Vec::new();
     for dtype in DType::ACTIVATIONS {
         for kind in [Kind::Fwd, Kind::Bwd] {
-            for &bm in fused_heights(dtype, kind) {
-                v.push(KernelBuild { source: SOURCE, options: options(dtype, kind, bm) });
+            for family in [Family16::Wgmma, Family16::Wide, Family16::Narrow] {
+                for &t in fused_tiles(dtype, kind, family) {
+                    let options = options(dtype, kind, t);
+                    if !v.iter().any(|b| b.options == options) {
+                        v.push(KernelBuild { source: SOURCE, options });
+                    }
+                }
             }
         }
-        v.push(KernelBuild { source: SOURCE, options: options(dtype, Kind::SplitK, 0) });
+        v.push(KernelBuild { source: SOURCE, options: options(dtype, Kind::SplitK, SPLITK) });
     }
     v
 }
 
-/// The tile height for `p` on `dev`, and its shared memory.
-fn pick_height(dev: &CudaDevice, p: &Problem, kind: Kind) -> Result<(usize, usize)> {
+/// The tile shape for `p` on `dev`, and its shared memory.
+fn pick_tile(dev: &CudaDevice, p: &Problem, kind: Kind) -> Result<(Tile, usize)> {
     let cpad = p.c.div_ceil(64) * 64;
     let limit = dev.info().shared_memory_per_block_optin.max(0) as usize;
-    let heights = fused_heights(p.dtype, kind);
-    for &bm in heights {
-        let bytes = fused_smem_bytes(p.dtype.size(), bm, p.rotation, kind == Kind::Bwd, cpad);
+    let tiles = fused_tiles(p.dtype, kind, family16());
+    for &t in tiles {
+        if t.wgmma && dev.info().arch != "sm_90a" {
+            continue;
+        }
+        let bytes = fused_smem_bytes(p.dtype.size(), t, p.rotation, kind == Kind::Bwd, cpad);
         if bytes <= limit {
-            return Ok((bm, bytes));
+            return Ok((t, bytes));
         }
     }
-    let smallest = fused_smem_bytes(p.dtype.size(), *heights.last().unwrap(), p.rotation, kind == Kind::Bwd, cpad);
+    let last = *tiles.last().unwrap();
+    let smallest = fused_smem_bytes(p.dtype.size(), last, p.rotation, kind == Kind::Bwd, cpad);
     Err(Error::Unsupported(format!(
         "C = {} with {} on {}: the fused {} kernel keeps {} rows of all C channels on chip, {smallest} bytes of shared memory where the device allows {limit}",
         p.c,
         p.dtype,
         dev.info().name,
         if kind == Kind::Bwd { "backward" } else { "forward" },
-        heights.last().unwrap()
+        last.bm
     )))
 }
 
@@ -142,7 +220,8 @@ struct BwdBuffers<'a> {
 
 fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, out: Option<&Tensor>, bwd: Option<&BwdBuffers>) -> Result<()> {
     let kind = if bwd.is_some() { Kind::Bwd } else { Kind::Fwd };
-    let (bm, smem) = pick_height(dev, p, kind)?;
+    let (t, smem) = pick_tile(dev, p, kind)?;
+    let bm = t.bm;
     let vec = 16 / p.dtype.size();
     // Batches get one CTA per BM rows of each mesh, so no tile straddles two meshes.
     let table = if p.spectral && p.meshes() > 1 {
@@ -184,8 +263,8 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     };
     let tiles = ptr(table.as_ref())?;
     let (v, k, c, cpad) = (p.v as i64, p.k as i32, p.c as i32, (p.c.div_ceil(64) * 64) as i32);
-    let (spectral, vec_k, vec_c) = (p.spectral as i32, (p.k % vec == 0) as i32, (p.c % vec == 0) as i32);
-    let f = dev.function(&SOURCE, &options(p.dtype, kind, bm), entry)?;
+    let (spectral, vec_k, vec_c) = (p.spectral as i32, p.k.is_multiple_of(vec) as i32, p.c.is_multiple_of(vec) as i32);
+    let f = dev.function(&SOURCE, &options(p.dtype, kind, t), entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
     dev.launch(&f, cfg_1d(grid, FUSED_THREADS, smem as u32))
         .arg(&grads_re)
@@ -218,7 +297,7 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
 pub fn forward(p: &Problem, input: &Input, weights: &Weights) -> Result<Tensor> {
     let dev = super::first_tensor(input).1.cuda_device()?.clone();
     // Check the tile fits before allocating anything.
-    pick_height(&dev, p, Kind::Fwd)?;
+    pick_tile(&dev, p, Kind::Fwd)?;
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
     launch_fused(&dev, p, input, weights, Some(&out), None)?;
     Ok(out)
@@ -234,9 +313,10 @@ struct SplitPlan {
     rows_per_split: usize,
 }
 
-/// Rows per split: enough splits for about four CTAs per multiprocessor over the output tiles.
+/// Rows per split: enough CTAs over the output tiles for about eight waves of three CTAs per
+/// multiprocessor, so the last, partial wave costs little.
 fn rows_per_split(dev: &CudaDevice, rows: usize, tiles: usize) -> usize {
-    let target = 4 * dev.info().multiprocessors.max(1) as usize;
+    let target = 24 * dev.info().multiprocessors.max(1) as usize;
     rows.div_ceil(target.div_ceil(tiles).max(1)).max(MIN_ROWS_PER_SPLIT)
 }
 
@@ -275,14 +355,15 @@ fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tens
     let planes = if rot { 2 } else { 1 };
     let tiles = m.div_ceil(64) * n.div_ceil(64);
     let ws = Tensor::output(&[plan.nsplits * planes * m * n], DType::F32, p.device)?;
-    let opts = options(p.dtype, Kind::SplitK, 0);
+    let opts = options(p.dtype, Kind::SplitK, SPLITK);
     let f = dev.function(&SOURCE, &opts, if rot { "gf_splitk_rot" } else { "gf_splitk_sum" })?;
     let smem = splitk_smem_bytes(es);
     dev.set_max_dynamic_smem(&f, smem)?;
-    let cfg = LaunchConfig { grid_dim: (grid_u32("rows", plan.nsplits)?, tiles as u32, 1), block_dim: (SPLITK_THREADS, 1, 1), shared_mem_bytes: smem as u32 };
+    let blocks = plan.nsplits.checked_mul(tiles).ok_or_else(|| Error::TooLarge { arg: "rows".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("rows", blocks)?, 1, 1), block_dim: (SPLITK_THREADS, 1, 1), shared_mem_bytes: smem as u32 };
     let (a_re, a_im, b_re, b_im, wsp, table) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(plan.table.as_ref())?);
     let (r, mi, ni, per) = (p.v as i64, m as i32, n as i32, plan.rows_per_split as i64);
-    let (vec_m, vec_n) = ((m % vec == 0) as i32, (n % vec == 0) as i32);
+    let (vec_m, vec_n) = (m.is_multiple_of(vec) as i32, n.is_multiple_of(vec) as i32);
     dev.launch(&f, cfg)
         .arg(&a_re)
         .arg(&a_im)
@@ -318,7 +399,7 @@ fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tens
 
 pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor) -> Result<Grads> {
     let dev = d_out.cuda_device()?.clone();
-    pick_height(&dev, p, Kind::Bwd)?;
+    pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);
     let vc = || Tensor::output(&[v, c], p.dtype, p.device);
     let (db_re, db_im, dg_re, dg_im) = (vc()?, vc()?, vc()?, vc()?);
@@ -365,17 +446,24 @@ mod tests {
         // sm_90's opt-in limit per block.
         let limit = 232_448;
         for rot in [false, true] {
-            // bf16/f16 forward: 128 rows up to C = 256, 64 rows at C = 257 (Cpad 320).
-            assert!(fused_smem_bytes(2, 128, rot, false, 256) <= limit);
-            assert!(fused_smem_bytes(2, 128, rot, false, 320) > limit);
-            assert!(fused_smem_bytes(2, 64, rot, false, 320) <= limit);
-            // backward: 64 rows up to C = 257, f32 32 rows up to 257.
-            assert!(fused_smem_bytes(2, 64, rot, true, 320) <= limit);
-            assert!(fused_smem_bytes(4, 64, rot, false, 320) <= limit);
-            assert!(fused_smem_bytes(4, 32, rot, true, 320) <= limit);
+            for family in [Family16::Wgmma, Family16::Wide, Family16::Narrow] {
+                // 16-bit: the preferred tiles up to C = 256, the last ones at C = 257 (Cpad 320).
+                for kind in [Kind::Fwd, Kind::Bwd] {
+                    let t = fused_tiles(DType::BF16, kind, family);
+                    assert!(fused_smem_bytes(2, t[0], rot, kind == Kind::Bwd, 256) <= limit, "{kind:?} {t:?}");
+                    assert!(fused_smem_bytes(2, *t.last().unwrap(), rot, kind == Kind::Bwd, 320) <= limit, "{kind:?} {t:?}");
+                }
+            }
+            assert!(fused_smem_bytes(2, WGMMA_FWD, rot, false, 320) > limit);
+            assert!(fused_smem_bytes(2, tile(128, 4, 3), rot, false, 320) > limit);
+            // f32: forward 64 rows and backward 32 rows up to C = 257.
+            assert!(fused_smem_bytes(4, tile(64, 4, 3), rot, false, 320) <= limit);
+            assert!(fused_smem_bytes(4, tile(32, 4, 3), rot, true, 320) <= limit);
         }
-        // The worked number of NOTES.md: bf16 forward, 128 rows, C = 256, rotations.
-        assert_eq!(fused_smem_bytes(2, 128, true, false, 256), 210_432);
+        // The worked numbers of NOTES.md: bf16 forward, 128 rows, C = 256, rotations.
+        assert_eq!(fused_smem_bytes(2, tile(128, 4, 3), true, false, 256), 210_432);
+        assert_eq!(fused_smem_bytes(2, tile(128, 8, 3), true, false, 256), 222_720);
+        assert_eq!(fused_smem_bytes(2, WGMMA_FWD, true, false, 256), 229_376);
         assert_eq!(splitk_smem_bytes(2), 55_296);
         assert_eq!(splitk_smem_bytes(4), 55_296);
     }
@@ -385,12 +473,16 @@ mod tests {
         let builds = all_builds();
         for dtype in DType::ACTIVATIONS {
             for kind in [Kind::Fwd, Kind::Bwd] {
-                for &bm in fused_heights(dtype, kind) {
-                    assert!(builds.iter().any(|b| b.options == options(dtype, kind, bm)));
+                for family in [Family16::Wgmma, Family16::Wide, Family16::Narrow] {
+                    for &t in fused_tiles(dtype, kind, family) {
+                        assert!(builds.iter().any(|b| b.options == options(dtype, kind, t)), "{dtype} {kind:?} {t:?}");
+                    }
                 }
             }
-            assert!(builds.iter().any(|b| b.options == options(dtype, Kind::SplitK, 0)));
+            assert!(builds.iter().any(|b| b.options == options(dtype, Kind::SplitK, SPLITK)));
         }
-        assert_eq!(builds.len(), 15);
+        // 16-bit: 4 forward (wgmma, wide, narrow, and the C > 256 fallback) and 3 backward shapes;
+        // f32: 2 + 2.
+        assert_eq!(builds.len(), 2 * (4 + 3 + 1) + (2 + 2 + 1));
     }
 }

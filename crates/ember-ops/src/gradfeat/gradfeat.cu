@@ -6,6 +6,9 @@
 //   GF_DTYPE  0: f32 (three-pass split TF32, mma.m16n8k8), 1: f16, 2: bf16 (mma.m16n8k16), f32 accumulate
 //   GF_KIND   0: fused forward, 1: fused backward, 2: split-K reductions and their final sums
 //   GF_BM     vertices per CTA of the fused kernels (128, 64, 32 or 16)
+//   GF_NT     n8 tiles per warp of the fused kernels (4 or 8: warp blocks 32×32 or 32×64 per plane)
+//   GF_STAGES depth of the stage ring (3, or 2 where the wide backward tiles leave no room)
+//   GF_WGMMA  forward with the channel map on wgmma (sm_90a; GF_BM = 128)
 //
 // Every warp owns a (16·MT)-row × (8·NT)-column block of each of two accumulators, "re" and "im",
 // that sit at the same positions: the real and imaginary parts of one complex result, so the
@@ -37,7 +40,9 @@ typedef ember_bf16 T;
 #error "GF_DTYPE must be 0 (f32), 1 (f16) or 2 (bf16)"
 #endif
 
+#ifndef GF_STAGES
 #define GF_STAGES 3
+#endif
 #define GF_VEC (16 / GF_ES)
 // Row padding of staged tiles, chosen so that fragment loads hit 32 distinct banks: +16 bytes for
 // tiles read along rows (ldmatrix, or f32 words at rows g and columns t), +32 bytes for f32 tiles
@@ -135,8 +140,9 @@ __device__ __forceinline__ void gf_load_rows(u32 dst, int pitch, const T* __rest
 
 // Run a loop over nk staged k-tiles through GF_STAGES slots: load(slot, kt) issues the copies of
 // tile kt, compute(slot, kt) consumes it. Ends with every copy landed and every warp past its last
-// compute, so the slots are free for the next loop.
-template <class Load, class Compute>
+// compute, so the slots are free for the next loop. ASYNC_READ: the tiles are read by wgmma (the async
+// proxy), so each thread fences its landed copies into that proxy before the barrier.
+template <bool ASYNC_READ = false, class Load, class Compute>
 __device__ __forceinline__ void gf_pipeline(int nk, Load&& load, Compute&& compute) {
 #pragma unroll 1
     for (int s = 0; s < GF_STAGES - 1; ++s) {
@@ -146,6 +152,7 @@ __device__ __forceinline__ void gf_pipeline(int nk, Load&& load, Compute&& compu
 #pragma unroll 1
     for (int kt = 0; kt < nk; ++kt) {
         gf_wait<GF_STAGES - 2>();
+        if (ASYNC_READ) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();
         const int next = kt + GF_STAGES - 1;
         if (next < nk) load(next % GF_STAGES, next);
@@ -359,6 +366,19 @@ __device__ __forceinline__ void gf_kstep(Acc<MT, NT>& acc, u32 a0, u32 a1, int a
 // ---------------------------------------------------------------------------------------------------
 // Element pairs (columns c, c+1) in shared and global memory.
 
+// tanh for the forward's output: for 16-bit outputs the one-instruction approximation (relative
+// error under 2^-10.9, below the output's own rounding); f32 outputs get tanhf. The backward always
+// uses tanhf: 1 − tanh² loses relative accuracy near saturation.
+__device__ __forceinline__ float gf_tanh_out(float x) {
+#if GF_ES == 2
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    return tanhf(x);
+#endif
+}
+
 __device__ __forceinline__ float gf_half_bits_to_f32(u32 bits) {
 #if GF_DTYPE == 2
     return ember_bf16_bits_to_f32(bits);
@@ -434,19 +454,19 @@ __device__ __forceinline__ void gf_load_pair(const T* row, int col, int n, float
 // Pass B (per chunk): d_g += [P Q]·(weights, transposed access); the thread that wrote ds·b to an
 // element in pass A is the one that reads it back here, so no synchronisation is involved.
 
-template <int BM, int WARPS_M>
+template <int BM, int WARPS_M, int NT_>
 struct FusedCfg {
     static constexpr int WARPS_N = 8 / WARPS_M;
     static constexpr int MT = BM / (16 * WARPS_M);
-    static constexpr int NT = 4;
+    static constexpr int NT = NT_;
     static constexpr int BN = 8 * NT * WARPS_N;
     static constexpr int P_NT = GF_BK * GF_ES + GF_PAD_NT;  // [rows][GF_BK] tiles
     static constexpr int P_T = BN * GF_ES + GF_PAD_T;       // [GF_BK][BN] tiles
 };
 
-template <int BM, int WARPS_M, bool ROT, bool BWD>
+template <int BM, int WARPS_M, int NT, bool ROT, bool BWD>
 __host__ __device__ constexpr int gf_stage_bytes() {
-    typedef FusedCfg<BM, WARPS_M> C;
+    typedef FusedCfg<BM, WARPS_M, NT> C;
     const int s1 = 2 * BM * C::P_NT + GF_BK * C::P_T;       // grads_re, grads_im, x
     const int s2 = (ROT ? 2 : 1) * C::BN * C::P_NT;         // weights, read [c][c']
     const int s3 = BWD ? (ROT ? 2 : 1) * GF_BK * C::P_T : 0;  // weights, read [c][j] transposed
@@ -475,11 +495,11 @@ struct FusedArgs {
     int K, C, Cpad, spectral, vec_k, vec_c;
 };
 
-template <int BM, int WARPS_M, bool ROT, bool BWD>
+template <int BM, int WARPS_M, int NT_, bool ROT, bool BWD>
 __device__ __forceinline__ void gf_fused(const FusedArgs& a) {
-    typedef FusedCfg<BM, WARPS_M> Cfg;
+    typedef FusedCfg<BM, WARPS_M, NT_> Cfg;
     constexpr int MT = Cfg::MT, NT = Cfg::NT, BN = Cfg::BN, P_NT = Cfg::P_NT, P_T = Cfg::P_T;
-    constexpr int STAGE = gf_stage_bytes<BM, WARPS_M, ROT, BWD>();
+    constexpr int STAGE = gf_stage_bytes<BM, WARPS_M, NT_, ROT, BWD>();
     constexpr int PLANES = BWD ? 4 : 2;
     extern __shared__ __align__(16) unsigned char smem[];
     const u32 sbase = gf_smem_addr(smem);
@@ -604,7 +624,7 @@ __device__ __forceinline__ void gf_fused(const FusedArgs& a) {
                             gf_lds_pair(pG1 + r * gp + col * GF_ES, g0i, g1i);
                             const float s0 = g0r * re0 + g0i * im0, s1 = g1r * re1 + g1i * im1;
                             if (!BWD) {
-                                if (inside) gf_store_pair(a.out + grow * C, col, C, tanhf(s0), tanhf(s1));
+                                if (inside) gf_store_pair(a.out + grow * C, col, C, gf_tanh_out(s0), gf_tanh_out(s1));
                             } else {
                                 // Outside the problem ds = 0, so the P, Q tiles hold zeros there.
                                 float ds0 = 0.0f, ds1 = 0.0f;
@@ -669,6 +689,241 @@ __device__ __forceinline__ void gf_fused(const FusedArgs& a) {
         });
 }
 
+
+#if defined(GF_WGMMA)
+// ---------------------------------------------------------------------------------------------------
+// Forward on Hopper (sm_90a): the channel map, 80% of the forward's products, runs on wgmma.
+// Two warpgroups own 64 rows each of a 128-row tile; per 64-deep k-tile each issues, for a 128-wide
+// column chunk, 4 (rotations) or 2 wgmma.m64n128k16 per 16 of depth, reading g and the weights
+// straight from shared memory, with −g_im through the instruction's A scale. The g tile is built by
+// the same mma.sync stage as the other kernels (32×64 warp blocks), but stored in wgmma's canonical
+// K-major layout without swizzle: 8×8 core matrices of 128 contiguous bytes, element (r, k) at
+//   (r/8)·SBO + (k/8)·128 + (r%8)·16 + (k%8)·2,   SBO = Cpad·16 (g) or 8·128 (weight tiles),
+// whose 16-byte rows also keep the epilogue's pair accesses free of bank conflicts.
+#define WG_BM 128
+#define WG_BN 128
+#define WG_BK 64
+
+__device__ __forceinline__ u32 wg_off(int r, int k, int sbo) { return (u32)((r >> 3) * sbo + (k >> 3) * 128 + (r & 7) * 16 + (k & 7) * 2); }
+// Shared-memory matrix descriptor: start address, leading (K) and stride (M/N) byte offsets, no swizzle.
+__device__ __forceinline__ u64 wg_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
+}
+// Registers written by ordinary instructions before, or read after, asynchronous wgmma: keep the
+// compiler from moving those accesses across the fence or the wait.
+__device__ __forceinline__ void wg_fence_regs(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int SCALE_A>
+__device__ __forceinline__ void wg_mma(float (&d)[64], u64 da, u64 db) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if GF_DTYPE == 2
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 1, %66, 1, 0, 0;"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "n"(SCALE_A));
+#else
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, 1, %66, 1, 0, 0;"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "n"(SCALE_A));
+#endif
+#endif
+}
+
+template <bool ROT>
+__device__ __forceinline__ void gf_fused_wg(const FusedArgs& a) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __trap();  // launched on sm_90a only; other targets build the module for the compile test
+#else
+    typedef FusedCfg<WG_BM, 4, 8> Cfg;  // the mma.sync stage that builds g
+    constexpr int MT = Cfg::MT, NT = Cfg::NT, BN1 = Cfg::BN, P_NT = Cfg::P_NT, P_T = Cfg::P_T;
+    constexpr int S1 = 2 * WG_BM * P_NT + GF_BK * P_T;
+    constexpr int S2 = (ROT ? 2 : 1) * WG_BN * WG_BK * 2;
+    constexpr int STAGE = S1 > S2 ? S1 : S2;
+    extern __shared__ __align__(16) unsigned char smem[];
+    const u32 sbase = gf_smem_addr(smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const int wm = (warp % 4) * 16 * MT, wn = (warp / 4) * 8 * NT;
+    const int wg = warp >> 2, wr = warp & 3;
+    const int C = a.C, K = a.K, Cpad = a.Cpad;
+    const int gsbo = Cpad * 16;
+    const u32 gbytes = (u32)WG_BM * Cpad * 2;
+    const u32 sG0 = sbase, sG1 = sbase + gbytes, sS = sbase + 2 * gbytes;
+    unsigned char* const pG0 = smem;
+    unsigned char* const pG1 = smem + gbytes;
+    if (threadIdx.x == 0) {
+        u32 dyn;
+        asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+        if (dyn < 2 * gbytes + GF_STAGES * STAGE) __trap();
+    }
+    i64 row0, row_end;
+    int mesh = 0;
+    if (a.tiles) {
+        row0 = a.tiles[3 * blockIdx.x];
+        row_end = a.tiles[3 * blockIdx.x + 1];
+        mesh = (int)a.tiles[3 * blockIdx.x + 2];
+    } else {
+        row0 = (i64)blockIdx.x * WG_BM;
+        row_end = a.V;
+    }
+
+    // ---- g tile (mma.sync), stored in the canonical layout ----
+    if (a.spectral) {
+        const T* x = a.x + (i64)mesh * K * C;
+        const int nk = (K + GF_BK - 1) / GF_BK;
+        const int nchunks = (Cpad + BN1 - 1) / BN1;
+        Acc<MT, NT> acc;
+        gf_pipeline(
+            nchunks * nk,
+            [&](int slot, int it) {
+                const int nc = it / nk, kt = it - nc * nk;
+                const u32 s = sS + slot * STAGE;
+                const i64 k0 = (i64)kt * GF_BK;
+                gf_load_tile<WG_BM, GF_BK, 256>(s, P_NT, a.grads_re, K, row_end, K, row0, k0, a.vec_k);
+                gf_load_tile<WG_BM, GF_BK, 256>(s + WG_BM * P_NT, P_NT, a.grads_im, K, row_end, K, row0, k0, a.vec_k);
+                gf_load_tile<GF_BK, BN1, 256>(s + 2 * WG_BM * P_NT, P_T, x, C, K, C, k0, (i64)nc * BN1, a.vec_c);
+            },
+            [&](int slot, int it) {
+                const int nc = it / nk, kt = it - nc * nk;
+                const u32 s = sS + slot * STAGE;
+                if (kt == 0) acc.zero();
+#pragma unroll
+                for (int ks = 0; ks < GF_BK; ks += GF_KSTEP)
+                    gf_kstep<M_SHARED, false, true, MT, NT>(acc, s, s + WG_BM * P_NT, P_NT, wm, ks, s + 2 * WG_BM * P_NT, 0u, P_T, wn, ks);
+                if (kt != nk - 1) return;
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                        for (int h = 0; h < 2; ++h) {
+                            const int r = wm + 16 * mt + gq + 8 * h;
+                            const int col = nc * BN1 + wn + 8 * nt + 2 * tq;
+                            if (col < Cpad) {
+                                gf_sts_pair(pG0 + wg_off(r, col, gsbo), acc.re[mt][nt][2 * h], acc.re[mt][nt][2 * h + 1]);
+                                gf_sts_pair(pG1 + wg_off(r, col, gsbo), acc.im[mt][nt][2 * h], acc.im[mt][nt][2 * h + 1]);
+                            }
+                        }
+            });
+    } else {
+        const int cpr = Cpad / GF_VEC, n = WG_BM * cpr;
+        for (int i = threadIdx.x; i < 2 * n; i += 256) {
+            const int plane = i >= n, j = i - plane * n, r = j / cpr, ch = j - r * cpr;
+            const T* src = plane ? a.g_im : a.g_re;
+            const u32 d = (plane ? sG1 : sG0) + wg_off(r, ch * GF_VEC, gsbo);
+            const i64 gr = row0 + r, gc = (i64)ch * GF_VEC;
+            if (a.vec_c) {
+                const bool ok = gr < a.V && gc < C;
+                gf_cp16(d, ok ? (const void*)(src + gr * C + gc) : (const void*)src, ok ? 16 : 0);
+            } else {
+                gf_chunk_scalar(d, src, C, a.V, C, gr, gc);
+            }
+        }
+        gf_commit();
+        gf_wait<0>();
+    }
+    // g was written by ordinary stores and copies; wgmma reads it through the async proxy.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+
+    // ---- b = g·(weights)ᵀ on wgmma, 128-column chunks, epilogue tanh(g_re·b_re + g_im·b_im) ----
+    const int nk2 = (C + WG_BK - 1) / WG_BK;
+    const int nchunks2 = (C + WG_BN - 1) / WG_BN;
+    float dre[64], dim[64];
+    gf_pipeline<true>(
+        nchunks2 * nk2,
+        [&](int slot, int it) {
+            const int nc = it / nk2, kt = it - nc * nk2;
+            const u32 s = sS + slot * STAGE;
+            // Weight tile rows c (the output channel, N), columns c' (the depth, K), canonical layout.
+            for (int i = threadIdx.x; i < (ROT ? 2 : 1) * WG_BN * (WG_BK / GF_VEC); i += 256) {
+                const int plane = i / (WG_BN * (WG_BK / GF_VEC)), j = i - plane * (WG_BN * (WG_BK / GF_VEC));
+                const int nrow = j / (WG_BK / GF_VEC), kc = j - nrow * (WG_BK / GF_VEC);
+                const T* w = plane ? a.w_im : a.w_re;
+                const u32 d = s + plane * (WG_BN * WG_BK * 2) + wg_off(nrow, kc * GF_VEC, (WG_BK / 8) * 128);
+                const i64 gr = (i64)nc * WG_BN + nrow, gc = (i64)kt * WG_BK + kc * GF_VEC;
+                if (a.vec_c) {
+                    const bool ok = gr < C && gc < C;
+                    gf_cp16(d, ok ? (const void*)(w + gr * C + gc) : (const void*)w, ok ? 16 : 0);
+                } else {
+                    gf_chunk_scalar(d, w, C, C, C, gr, gc);
+                }
+            }
+        },
+        [&](int slot, int it) {
+            const int nc = it / nk2, kt = it - nc * nk2;
+            const u32 s = sS + slot * STAGE;
+            if (kt == 0) {
+#pragma unroll
+                for (int i = 0; i < 64; ++i) dre[i] = dim[i] = 0.0f;
+            }
+            wg_fence_regs(dre);
+            wg_fence_regs(dim);
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int ks = 0; ks < WG_BK / 16; ++ks) {
+                const int k = kt * WG_BK + ks * 16;
+                const u64 are = wg_desc(sG0 + wg_off(wg * 64, k, gsbo), 128, gsbo);
+                const u64 aim = wg_desc(sG1 + wg_off(wg * 64, k, gsbo), 128, gsbo);
+                const u64 bre = wg_desc(s + ks * 256, 128, (WG_BK / 8) * 128);
+                if (ROT) {
+                    const u64 bim = wg_desc(s + WG_BN * WG_BK * 2 + ks * 256, 128, (WG_BK / 8) * 128);
+                    wg_mma<1>(dre, are, bre);
+                    wg_mma<-1>(dre, aim, bim);
+                    wg_mma<1>(dim, aim, bre);
+                    wg_mma<1>(dim, are, bim);
+                } else {
+                    wg_mma<1>(dre, are, bre);
+                    wg_mma<1>(dim, aim, bre);
+                }
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+            wg_fence_regs(dre);
+            wg_fence_regs(dim);
+            if (kt != nk2 - 1) return;
+            // Accumulator element 4i + 2h + e: row 16·(warp in group) + g + 8h, column 8i + 2t + e.
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = wg * 64 + wr * 16 + gq + 8 * h;
+                    const int col = nc * WG_BN + 8 * i + 2 * tq;
+                    const i64 grow = row0 + r;
+                    if (grow < row_end && col < C) {
+                        float g0r, g1r, g0i, g1i;
+                        gf_lds_pair(pG0 + wg_off(r, col, gsbo), g0r, g1r);
+                        gf_lds_pair(pG1 + wg_off(r, col, gsbo), g0i, g1i);
+                        const float s0 = g0r * dre[4 * i + 2 * h] + g0i * dim[4 * i + 2 * h];
+                        const float s1 = g1r * dre[4 * i + 2 * h + 1] + g1i * dim[4 * i + 2 * h + 1];
+                        gf_store_pair(a.out + grow * C, col, C, gf_tanh_out(s0), gf_tanh_out(s1));
+                    }
+                }
+        });
+#endif
+}
+#endif  // GF_WGMMA
+
 #if GF_BM == 128
 #define GF_WARPS_M 4
 #elif GF_BM == 64 || GF_BM == 32
@@ -678,7 +933,15 @@ __device__ __forceinline__ void gf_fused(const FusedArgs& a) {
 #else
 #error "GF_BM must be 128, 64, 32 or 16"
 #endif
+#ifndef GF_NT
+#define GF_NT 4
+#endif
 
+#if defined(GF_WGMMA)
+#define GF_FUSED_BODY(ROT) gf_fused_wg<ROT>(a)
+#else
+#define GF_FUSED_BODY(ROT) gf_fused<GF_BM, GF_WARPS_M, GF_NT, ROT, GF_KIND == 1>(a)
+#endif
 #define GF_FUSED_ENTRY(NAME, ROT)                                                                                                  \
     extern "C" __global__ void __launch_bounds__(256, 1)                                                                          \
         NAME(const T* grads_re, const T* grads_im, const T* x, const T* g_re, const T* g_im, const T* w_re, const T* w_im, T* out, \
@@ -686,7 +949,7 @@ __device__ __forceinline__ void gf_fused(const FusedArgs& a) {
              int Cpad, int spectral, int vec_k, int vec_c) {                                                                      \
         const FusedArgs a = {grads_re, grads_im, x,     g_re,  g_im,  w_re, w_im, out,  d_out,    gws_re, gws_im,                  \
                              db_re,    db_im,    dg_re, dg_im, tiles, V,    K,    C,    Cpad, spectral, vec_k,  vec_c};            \
-        gf_fused<GF_BM, GF_WARPS_M, ROT, GF_KIND == 1>(a);                                                                         \
+        GF_FUSED_BODY(ROT);                                                                                                        \
     }
 GF_FUSED_ENTRY(gf_fused_rot, true)
 GF_FUSED_ENTRY(gf_fused_plain, false)
@@ -694,7 +957,7 @@ GF_FUSED_ENTRY(gf_fused_plain, false)
 
 #if GF_KIND == 2
 // ---------------------------------------------------------------------------------------------------
-// Reductions over vertices, split-K: CTA (split, tile) sums rows [r_begin, r_end) of
+// Reductions over vertices, split-K: CTA (split, tile), tile fastest in the 1-D grid, sums rows [r_begin, r_end) of
 //   out (M×N) = Σ_r a_re[r]ᵀ·b_re[r] ⊕ a_im[r]ᵀ·b_im[r]   (ROT_BWD: two outputs; SUM: one)
 // into its own slice of an f32 workspace; gf_reduce then adds the slices in split order. No
 // atomics: the result is the same bits on every run.
@@ -709,6 +972,13 @@ GF_FUSED_ENTRY(gf_fused_plain, false)
 #define SK_P (64 * GF_ES + GF_PAD_T)
 #define SK_STAGE (4 * GF_BK * SK_P)
 
+// f32 inputs: the tensor cores' f32 adder truncates, and a split can sum thousands of rows, so the
+// running sum moves to a second accumulator (ordinary rounded adds) every SK_FLUSH k-tiles.
+#define SK_TWO_LEVEL (GF_ES == 4)
+// Three CTAs per multiprocessor for 16-bit inputs; the split f32 fragments need more registers.
+#define SK_MIN_BLOCKS (GF_ES == 4 ? 2 : 3)
+#define SK_FLUSH 16
+
 template <bool ROT>
 __device__ __forceinline__ void gf_splitk(const T* a_re, const T* a_im, const T* b_re, const T* b_im, float* ws, const i64* splits, i64 R, int M, int N,
                                           i64 rows_per_split, int vec_m, int vec_n) {
@@ -717,9 +987,12 @@ __device__ __forceinline__ void gf_splitk(const T* a_re, const T* a_im, const T*
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     const int wm = (warp % SK_WARPS_M) * 16 * SK_MT;
     const int wn = (warp / SK_WARPS_M) * 8 * SK_NT;
-    const int tiles_m = (M + 63) / 64;
-    const int m0 = (blockIdx.y % tiles_m) * 64, n0 = (blockIdx.y / tiles_m) * 64;
-    const int split = blockIdx.x;
+    // The output tiles of one split are neighbours in the grid, so they run together and share the
+    // split's rows through L2.
+    const int tiles_m = (M + 63) / 64, tiles = tiles_m * ((N + 63) / 64);
+    const int tile = (int)(blockIdx.x % (u32)tiles);
+    const i64 split = blockIdx.x / (u32)tiles;
+    const int m0 = (tile % tiles_m) * 64, n0 = (tile / tiles_m) * 64;
     if (threadIdx.x == 0) {
         u32 dyn;
         asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
@@ -730,12 +1003,16 @@ __device__ __forceinline__ void gf_splitk(const T* a_re, const T* a_im, const T*
         r_begin = splits[2 * split];
         r_end = splits[2 * split + 1];
     } else {
-        r_begin = (i64)split * rows_per_split;
+        r_begin = split * rows_per_split;
         r_end = r_begin + rows_per_split < R ? r_begin + rows_per_split : R;
     }
     const int nk = r_end > r_begin ? (int)((r_end - r_begin + GF_BK - 1) / GF_BK) : 0;
     Acc<SK_MT, SK_NT> acc;
     acc.zero();
+#if SK_TWO_LEVEL
+    Acc<SK_MT, SK_NT> total;
+    total.zero();
+#endif
     gf_pipeline(
         nk,
         [&](int slot, int kt) {
@@ -746,15 +1023,45 @@ __device__ __forceinline__ void gf_splitk(const T* a_re, const T* a_im, const T*
             gf_load_tile<GF_BK, 64, SK_THREADS>(s + 2 * GF_BK * SK_P, SK_P, b_re, N, r_end, N, r, n0, vec_n);
             gf_load_tile<GF_BK, 64, SK_THREADS>(s + 3 * GF_BK * SK_P, SK_P, b_im, N, r_end, N, r, n0, vec_n);
         },
-        [&](int slot, int) {
+        [&](int slot, int kt) {
             const u32 s = sbase + slot * SK_STAGE;
 #pragma unroll
             for (int ks = 0; ks < GF_BK; ks += GF_KSTEP)
                 gf_kstep<ROT ? M_ROT_BWD : M_SUM, true, true, SK_MT, SK_NT>(acc, s, s + GF_BK * SK_P, SK_P, wm, ks, s + 2 * GF_BK * SK_P, s + 3 * GF_BK * SK_P,
                                                                            SK_P, wn, ks);
+#if SK_TWO_LEVEL
+            if ((kt + 1) % SK_FLUSH == 0) {
+#pragma unroll
+                for (int i = 0; i < SK_MT; ++i)
+#pragma unroll
+                    for (int j = 0; j < SK_NT; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            total.re[i][j][e] += acc.re[i][j][e];
+                            acc.re[i][j][e] = 0.0f;
+                            if (ROT) {
+                                total.im[i][j][e] += acc.im[i][j][e];
+                                acc.im[i][j][e] = 0.0f;
+                            }
+                        }
+            }
+#endif
         });
+#if SK_TWO_LEVEL
+#pragma unroll
+    for (int i = 0; i < SK_MT; ++i)
+#pragma unroll
+        for (int j = 0; j < SK_NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                total.re[i][j][e] += acc.re[i][j][e];
+                if (ROT) total.im[i][j][e] += acc.im[i][j][e];
+            }
+#else
+    const Acc<SK_MT, SK_NT>& total = acc;
+#endif
     const int planes = ROT ? 2 : 1;
-    float* w0 = ws + (i64)split * planes * M * N;
+    float* w0 = ws + split * planes * M * N;
     float* w1 = w0 + (i64)M * N;
 #pragma unroll
     for (int mt = 0; mt < SK_MT; ++mt)
@@ -765,17 +1072,17 @@ __device__ __forceinline__ void gf_splitk(const T* a_re, const T* a_im, const T*
                 const int m = m0 + wm + 16 * mt + gq + 8 * h;
                 const int n = n0 + wn + 8 * nt + 2 * tq;
                 if (m >= M) continue;
-                if (n < N) w0[(i64)m * N + n] = acc.re[mt][nt][2 * h];
-                if (n + 1 < N) w0[(i64)m * N + n + 1] = acc.re[mt][nt][2 * h + 1];
+                if (n < N) w0[(i64)m * N + n] = total.re[mt][nt][2 * h];
+                if (n + 1 < N) w0[(i64)m * N + n + 1] = total.re[mt][nt][2 * h + 1];
                 if (ROT) {
-                    if (n < N) w1[(i64)m * N + n] = acc.im[mt][nt][2 * h];
-                    if (n + 1 < N) w1[(i64)m * N + n + 1] = acc.im[mt][nt][2 * h + 1];
+                    if (n < N) w1[(i64)m * N + n] = total.im[mt][nt][2 * h];
+                    if (n + 1 < N) w1[(i64)m * N + n + 1] = total.im[mt][nt][2 * h + 1];
                 }
             }
 }
 
 #define GF_SPLITK_ENTRY(NAME, ROT)                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(SK_THREADS) NAME(const T* a_re, const T* a_im, const T* b_re, const T* b_im,     \
+    extern "C" __global__ void __launch_bounds__(SK_THREADS, SK_MIN_BLOCKS) NAME(const T* a_re, const T* a_im, const T* b_re, const T* b_im,     \
                                                                   float* ws, const i64* splits, i64 R, int M, int N,              \
                                                                   i64 rows_per_split, int vec_m, int vec_n) {                     \
         gf_splitk<ROT>(a_re, a_im, b_re, b_im, ws, splits, R, M, N, rows_per_split, vec_m, vec_n);                                \

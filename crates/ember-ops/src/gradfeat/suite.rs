@@ -178,18 +178,61 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
     got.extend(grad_list(backward(&input, &weights, &dev.d_out)?));
     let tol = dtype.tolerance();
     let mut rows: Vec<CheckRow> = expected.iter().zip(&got).map(|((q, r), t)| compare("gradfeat", &name, q, t, r, tol)).collect::<Result<_>>()?;
-    if case.rotation && case.c == 1 {
-        // With one channel d_A_im = Σ ds·(g_im·g_re − g_re·g_im) is zero in exact arithmetic, so its
-        // relative error is rounding over rounding: measure it against the size of d_A_re instead.
-        let re = &expected.iter().find(|(q, _)| *q == "d_a_re").unwrap().1;
-        let (im_ref, im_got) = (&expected.iter().find(|(q, _)| *q == "d_a_im").unwrap().1, got.last().unwrap().to_vec_f64()?);
-        let scale = re.iter().map(|v| v * v).sum::<f64>().sqrt();
-        let diff = im_got.iter().zip(im_ref).map(|(a, b)| if a.is_finite() { (a - b) * (a - b) } else { f64::INFINITY }).sum::<f64>().sqrt();
-        let row = rows.last_mut().unwrap();
-        row.quantity = "d_a_im/|d_a_re|".into();
-        row.rel_err = diff / scale;
-    }
+    rescale_degenerate(case, &data, &expected, &got, &mut rows)?;
     Ok(rows)
+}
+
+fn norm(v: &[f64]) -> f64 {
+    v.iter().map(|x| x * x).sum::<f64>().sqrt()
+}
+
+/// Two weight-gradient shapes make ‖ref‖ meaningless as the yardstick, and get another, named in the
+/// row's quantity:
+/// - C = 1: d_A is one sum over vertices, Σ ds·|g|², whose terms have random signs and cancel
+///   (by a factor of ~100 at V = 4109), so rounding P and Q to 16 bits is amplified by that factor.
+///   Its error is measured against the root-sum-square of the terms, the size such a sum has before
+///   cancellation.
+/// - d_A_im is zero in exact arithmetic when every g row is a multiple of one vector (K = 1, or
+///   C = 1): its error is measured against ‖d_A_re‖.
+fn rescale_degenerate(case: &Case, d: &Data, expected: &[(&'static str, Vec<f64>)], got: &[Tensor], rows: &mut [CheckRow]) -> Result<()> {
+    let find = |q: &str| expected.iter().position(|(n, _)| *n == q);
+    let mut set = |i: usize, label: &str, scale: f64| -> Result<()> {
+        let out = got[i].to_vec_f64()?;
+        let diff = out.iter().zip(&expected[i].1).map(|(a, b)| if a.is_finite() { (a - b) * (a - b) } else { f64::INFINITY }).sum::<f64>().sqrt();
+        rows[i].quantity = format!("{}/{label}", expected[i].0);
+        rows[i].rel_err = diff / scale;
+        Ok(())
+    };
+    if case.c == 1 {
+        let (g_re, g_im) = reference_g(case, d)?;
+        let (out, d_out) = (&expected[0].1, d.d_out.to_vec_f64()?);
+        let terms: Vec<f64> = (0..case.v()).map(|v| d_out[v] * (1.0 - out[v] * out[v]) * (g_re[v] * g_re[v] + g_im[v] * g_im[v])).collect();
+        let rss = norm(&terms);
+        for q in ["d_a_re", "d_a_im", "d_a"] {
+            if let Some(i) = find(q) {
+                set(i, "rss", rss)?;
+            }
+        }
+    } else if let (Some(re), Some(im)) = (find("d_a_re"), find("d_a_im")) {
+        let (n_re, n_im) = (norm(&expected[re].1), norm(&expected[im].1));
+        if n_im < 1e-6 * n_re {
+            set(im, "|d_a_re|", n_re)?;
+        }
+    }
+    Ok(())
+}
+
+/// g_re, g_im (V×C) of a case, in f64 from the case's rounded inputs.
+fn reference_g(case: &Case, d: &Data) -> Result<(Vec<f64>, Vec<f64>)> {
+    if case.spectral {
+        let x = d.x.to_vec_f64()?;
+        Ok((
+            reference::spectral_g(&d.grads_re.to_vec_f64()?, &x, &case.offsets, case.k, case.c),
+            reference::spectral_g(&d.grads_im.to_vec_f64()?, &x, &case.offsets, case.k, case.c),
+        ))
+    } else {
+        Ok((d.g_re.to_vec_f64()?, d.g_im.to_vec_f64()?))
+    }
 }
 
 /// Two runs of forward and backward give bitwise identical results.

@@ -196,3 +196,4 @@ fn bad_input_is_a_clear_error() {
     let e = backward(&Input::Vertex { g_re: &g, g_im: &g }, &plain, &Tensor::zeros(&[5, 4], DType::F16, Device::Cpu).unwrap()).unwrap_err().to_string();
     assert!(e.contains("argument `d_out`: expected dtype f32, got f16"), "{e}");
 }
+
