@@ -33,7 +33,7 @@
 //! epilogue: nothing but `out` goes to device memory); on Hopper (sm_90a) its channel map runs on
 //! wgmma, elsewhere on mma.sync. The backward is one such kernel (g, b, ds, P, Q, d_g) followed by
 //! deterministic split-K reductions over vertices for d_A and d_x. `EMBER_GRADFEAT_TILES=wide` or
-//! `narrow` selects the mma.sync tile families instead (see NOTES.md). The on-chip
+//! `narrow` selects other mma.sync tile families (measured in NOTES.md). The on-chip
 //! tiles bound C on CUDA (about 640 for 16-bit inputs and the f32 forward, 384 for the f32 backward on
 //! Hopper); larger C is an error that says so.
 
