@@ -1,0 +1,490 @@
+//! CUDA launch code for `gradfeat.cu`: tile heights and shared memory of the fused kernels, mesh
+//! tiles for batches, split-K plans for the reductions over vertices.
+
+use super::{Grads, Input, InputGrads, Problem, WeightGrads, Weights};
+use crate::KernelBuild;
+use ember_core::cuda::{cfg_1d, CudaDevice, KernelSource, LaunchConfig};
+use ember_core::{DType, Device, Error, Result, Tensor};
+use std::sync::Arc;
+
+pub const SOURCE: KernelSource = KernelSource::new("gradfeat", include_str!("gradfeat.cu"));
+
+const FUSED_THREADS: u32 = 256;
+const SPLITK_THREADS: u32 = 128;
+/// Fewest rows one split of a reduction sums (keeps tiny problems from many near-empty splits).
+const MIN_ROWS_PER_SPLIT: usize = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Fwd = 0,
+    Bwd = 1,
+    SplitK = 2,
+}
+
+fn dtype_code(dtype: DType) -> u32 {
+    match dtype {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        DType::F64 => unreachable!("validated: no f64 on CUDA"),
+    }
+}
+
+/// One tile shape of a fused kernel: `bm` vertices per CTA, `nt` n8 tiles per warp (warp blocks of
+/// 32×8·nt per plane), `stages` deep stage ring; `wgmma`: the forward's channel map on Hopper's
+/// warpgroup MMA (sm_90a only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tile {
+    bm: usize,
+    nt: usize,
+    stages: usize,
+    wgmma: bool,
+}
+
+const fn tile(bm: usize, nt: usize, stages: usize) -> Tile {
+    Tile { bm, nt, stages, wgmma: false }
+}
+
+/// The sm_90a forward: 128 rows, its g stage with 32×64 warp blocks.
+const WGMMA_FWD: Tile = Tile { bm: 128, nt: 8, stages: 3, wgmma: true };
+
+fn options(dtype: DType, kind: Kind, t: Tile) -> Vec<String> {
+    let mut v = vec![
+        format!("-DGF_DTYPE={}", dtype_code(dtype)),
+        format!("-DGF_KIND={}", kind as u32),
+        format!("-DGF_BM={}", t.bm),
+        format!("-DGF_NT={}", t.nt),
+        format!("-DGF_STAGES={}", t.stages),
+    ];
+    if t.wgmma {
+        v.push("-DGF_WGMMA=1".into());
+    }
+    v
+}
+
+/// Tile families of the 16-bit fused kernels, chosen by `EMBER_GRADFEAT_TILES`:
+/// - "wgmma" (the default): on sm_90a the forward's channel map on wgmma (its g stage and other
+///   GPUs' forward as "wide"); the backward as "narrow";
+/// - "wide": mma.sync with 32×64 warp blocks per plane (5.3 products per 16-byte fragment row
+///   read from shared memory, half the barriers per product of "narrow"), forward and backward;
+/// - "narrow": mma.sync with 32×32 warp blocks, forward and backward: the first version.
+///
+/// Every family is tested on the GPU; NOTES.md gives their measured times.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family16 {
+    Wgmma,
+    Wide,
+    Narrow,
+}
+
+fn family16() -> Family16 {
+    match std::env::var("EMBER_GRADFEAT_TILES").as_deref() {
+        Ok("narrow") => Family16::Narrow,
+        Ok("wide") => Family16::Wide,
+        _ => Family16::Wgmma,
+    }
+}
+
+/// Tile shapes of a fused kernel, preferred first (the launch takes the first that fits in shared
+/// memory; the later ones serve larger C). The backward keeps twice the tiles of the forward on chip;
+/// f32 tiles take twice the bytes.
+fn fused_tiles(dtype: DType, kind: Kind, family: Family16) -> &'static [Tile] {
+    const FWD16_WGMMA: [Tile; 3] = [WGMMA_FWD, tile(128, 8, 3), tile(64, 4, 3)];
+    const FWD16_WIDE: [Tile; 2] = [tile(128, 8, 3), tile(64, 4, 3)];
+    const FWD16_NARROW: [Tile; 2] = [tile(128, 4, 3), tile(64, 4, 3)];
+    const BWD16_WIDE: [Tile; 2] = [tile(64, 8, 2), tile(32, 4, 3)];
+    const BWD16_NARROW: [Tile; 2] = [tile(64, 4, 3), tile(32, 4, 3)];
+    const FWD32: [Tile; 2] = [tile(64, 4, 3), tile(32, 4, 3)];
+    const BWD32: [Tile; 2] = [tile(32, 4, 3), tile(16, 4, 3)];
+    match (dtype.size(), kind, family) {
+        (2, Kind::Fwd, Family16::Wgmma) => &FWD16_WGMMA,
+        (2, Kind::Fwd, Family16::Wide) => &FWD16_WIDE,
+        (2, Kind::Fwd, Family16::Narrow) => &FWD16_NARROW,
+        // The wide backward measured slower (NOTES.md, v2): the default keeps the narrow one.
+        (2, _, Family16::Wide) => &BWD16_WIDE,
+        (2, _, _) => &BWD16_NARROW,
+        (_, Kind::Fwd, _) => &FWD32,
+        (_, _, _) => &BWD32,
+    }
+}
+
+fn warps_m(bm: usize) -> usize {
+    match bm {
+        128 => 4,
+        64 | 32 => 2,
+        _ => 1,
+    }
+}
+
+/// Bytes of dynamic shared memory of a fused kernel: the g tiles (and P, Q in the backward), rows of
+/// `cpad` channels plus 16 bytes of padding, then the stage ring. Mirrors `gf_fused` in the source.
+fn fused_smem_bytes(es: usize, t: Tile, rot: bool, bwd: bool, cpad: usize) -> usize {
+    if t.wgmma {
+        // g tiles without padding (canonical layout); the ring holds the g stage's tiles or a
+        // 128×64 weight tile per plane. Mirrors `gf_fused_wg`.
+        let s1 = 2 * 128 * (32 * 2 + 16) + 32 * (128 * 2 + 16);
+        let s2 = if rot { 2 } else { 1 } * 128 * 64 * 2;
+        return 2 * 128 * cpad * 2 + t.stages * s1.max(s2);
+    }
+    let bk = if es == 4 { 16 } else { 32 };
+    let bn = 8 * t.nt * (8 / warps_m(t.bm));
+    let (p_nt, p_t) = (bk * es + 16, bn * es + if es == 4 { 32 } else { 16 });
+    let w = if rot { 2 } else { 1 };
+    let s1 = 2 * t.bm * p_nt + bk * p_t;
+    let s2 = w * bn * p_nt;
+    let s3 = if bwd { w * bk * p_t } else { 0 };
+    let stage = s1.max(s2).max(s3).div_ceil(16) * 16;
+    let planes = if bwd { 4 } else { 2 };
+    planes * t.bm * (cpad * es + 16) + t.stages * stage
+}
+
+const SPLITK: Tile = tile(0, 4, 3);
+
+fn splitk_smem_bytes(es: usize) -> usize {
+    let bk = if es == 4 { 16 } else { 32 };
+    SPLITK.stages * 4 * bk * (64 * es + if es == 4 { 32 } else { 16 })
+}
+
+/// Every specialisation the launch code can request.
+pub fn all_builds() -> Vec<KernelBuild> {
+    let mut v: Vec<KernelBuild> = Vec::new();
+    for dtype in DType::ACTIVATIONS {
+        for kind in [Kind::Fwd, Kind::Bwd] {
+            for family in [Family16::Wgmma, Family16::Wide, Family16::Narrow] {
+                for &t in fused_tiles(dtype, kind, family) {
+                    let options = options(dtype, kind, t);
+                    if !v.iter().any(|b| b.options == options) {
+                        v.push(KernelBuild { source: SOURCE, options });
+                    }
+                }
+            }
+        }
+        v.push(KernelBuild { source: SOURCE, options: options(dtype, Kind::SplitK, SPLITK) });
+    }
+    v
+}
+
+/// The tile shape for `p` on `dev`, and its shared memory.
+fn pick_tile(dev: &CudaDevice, p: &Problem, kind: Kind) -> Result<(Tile, usize)> {
+    let cpad = p.c.div_ceil(64) * 64;
+    let limit = dev.info().shared_memory_per_block_optin.max(0) as usize;
+    let tiles = fused_tiles(p.dtype, kind, family16());
+    for &t in tiles {
+        if t.wgmma && dev.info().arch != "sm_90a" {
+            continue;
+        }
+        let bytes = fused_smem_bytes(p.dtype.size(), t, p.rotation, kind == Kind::Bwd, cpad);
+        if bytes <= limit {
+            return Ok((t, bytes));
+        }
+    }
+    let last = *tiles.last().unwrap();
+    let smallest = fused_smem_bytes(p.dtype.size(), last, p.rotation, kind == Kind::Bwd, cpad);
+    Err(Error::Unsupported(format!(
+        "C = {} with {} on {}: the fused {} kernel keeps {} rows of all C channels on chip, {smallest} bytes of shared memory where the device allows {limit}",
+        p.c,
+        p.dtype,
+        dev.info().name,
+        if kind == Kind::Bwd { "backward" } else { "forward" },
+        last.bm
+    )))
+}
+
+/// A small i64 table on the device. ember tensors hold floating-point values, so the table travels
+/// as the raw words of an f32 tensor (copied, never converted); the kernels read them as i64.
+fn device_table(values: &[i64], device: Device) -> Result<Tensor> {
+    let words: Vec<f32> = values
+        .iter()
+        .flat_map(|&v| {
+            let u = v as u64;
+            [f32::from_bits(u as u32), f32::from_bits((u >> 32) as u32)]
+        })
+        .collect();
+    let n = words.len();
+    Tensor::from_vec(words, &[n])?.to_device(device)
+}
+
+fn grid_u32(arg: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).ok().filter(|&g| g <= i32::MAX as u32 && g > 0).ok_or_else(|| Error::TooLarge { arg: arg.into(), what: format!("{n} blocks exceed one launch's grid") })
+}
+
+fn ptr(t: Option<&Tensor>) -> Result<u64> {
+    t.map_or(Ok(0), |t| t.cuda_ptr())
+}
+
+/// The backward's extra tensors.
+struct BwdBuffers<'a> {
+    d_out: &'a Tensor,
+    gws: Option<(&'a Tensor, &'a Tensor)>,
+    db: (&'a Tensor, &'a Tensor),
+    dg: (&'a Tensor, &'a Tensor),
+}
+
+fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, out: Option<&Tensor>, bwd: Option<&BwdBuffers>) -> Result<()> {
+    let kind = if bwd.is_some() { Kind::Bwd } else { Kind::Fwd };
+    let (t, smem) = pick_tile(dev, p, kind)?;
+    let bm = t.bm;
+    let vec = 16 / p.dtype.size();
+    // Batches get one CTA per BM rows of each mesh, so no tile straddles two meshes.
+    let table = if p.spectral && p.meshes() > 1 {
+        let mut t = Vec::new();
+        for (m, w) in p.offsets.windows(2).enumerate() {
+            for r in (w[0]..w[1]).step_by(bm) {
+                t.extend([r as i64, w[1] as i64, m as i64]);
+            }
+        }
+        Some(device_table(&t, p.device)?)
+    } else {
+        None
+    };
+    let blocks = match &table {
+        Some(t) => t.numel() / 6,
+        None => p.v.div_ceil(bm),
+    };
+    let grid = grid_u32("grads_re", blocks)?;
+    let (x, grads_re, grads_im, g_re, g_im) = match *input {
+        Input::Spectral { x, grads_re, grads_im, .. } => (ptr(Some(x))?, ptr(Some(grads_re))?, ptr(Some(grads_im))?, 0, 0),
+        Input::Vertex { g_re, g_im } => (0, 0, 0, ptr(Some(g_re))?, ptr(Some(g_im))?),
+    };
+    let (w_re, w_im, entry) = match *weights {
+        Weights::Rotation { a_re, a_im } => (ptr(Some(a_re))?, ptr(Some(a_im))?, "gf_fused_rot"),
+        Weights::Plain { a } => (ptr(Some(a))?, 0, "gf_fused_plain"),
+    };
+    let out = ptr(out)?;
+    let (d_out, gws_re, gws_im, db_re, db_im, dg_re, dg_im) = match bwd {
+        Some(b) => (
+            ptr(Some(b.d_out))?,
+            ptr(b.gws.map(|g| g.0))?,
+            ptr(b.gws.map(|g| g.1))?,
+            ptr(Some(b.db.0))?,
+            ptr(Some(b.db.1))?,
+            ptr(Some(b.dg.0))?,
+            ptr(Some(b.dg.1))?,
+        ),
+        None => (0, 0, 0, 0, 0, 0, 0),
+    };
+    let tiles = ptr(table.as_ref())?;
+    let (v, k, c, cpad) = (p.v as i64, p.k as i32, p.c as i32, (p.c.div_ceil(64) * 64) as i32);
+    let (spectral, vec_k, vec_c) = (p.spectral as i32, p.k.is_multiple_of(vec) as i32, p.c.is_multiple_of(vec) as i32);
+    let f = dev.function(&SOURCE, &options(p.dtype, kind, t), entry)?;
+    dev.set_max_dynamic_smem(&f, smem)?;
+    dev.launch(&f, cfg_1d(grid, FUSED_THREADS, smem as u32))
+        .arg(&grads_re)
+        .arg(&grads_im)
+        .arg(&x)
+        .arg(&g_re)
+        .arg(&g_im)
+        .arg(&w_re)
+        .arg(&w_im)
+        .arg(&out)
+        .arg(&d_out)
+        .arg(&gws_re)
+        .arg(&gws_im)
+        .arg(&db_re)
+        .arg(&db_im)
+        .arg(&dg_re)
+        .arg(&dg_im)
+        .arg(&tiles)
+        .arg(&v)
+        .arg(&k)
+        .arg(&c)
+        .arg(&cpad)
+        .arg(&spectral)
+        .arg(&vec_k)
+        .arg(&vec_c)
+        .named(if kind == Kind::Bwd { "gradfeat fused backward" } else { "gradfeat fused forward" })
+        .run()
+}
+
+pub fn forward(p: &Problem, input: &Input, weights: &Weights) -> Result<Tensor> {
+    let dev = super::first_tensor(input).1.cuda_device()?.clone();
+    // Check the tile fits before allocating anything.
+    pick_tile(&dev, p, Kind::Fwd)?;
+    let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
+    launch_fused(&dev, p, input, weights, Some(&out), None)?;
+    Ok(out)
+}
+
+/// A reduction over vertices: rows of each group (all rows, or one mesh's) cut into splits.
+struct SplitPlan {
+    /// (first row, end row) per split, when the splits are not uniform.
+    table: Option<Tensor>,
+    /// (first split, end split) per group, when there are several groups.
+    groups: Option<Tensor>,
+    nsplits: usize,
+    rows_per_split: usize,
+}
+
+/// Rows per split: enough CTAs over the output tiles for about eight waves of three CTAs per
+/// multiprocessor, so the last, partial wave costs little.
+fn rows_per_split(dev: &CudaDevice, rows: usize, tiles: usize) -> usize {
+    let target = 24 * dev.info().multiprocessors.max(1) as usize;
+    rows.div_ceil(target.div_ceil(tiles).max(1)).max(MIN_ROWS_PER_SPLIT)
+}
+
+fn uniform_plan(dev: &CudaDevice, rows: usize, tiles: usize) -> SplitPlan {
+    let per = rows_per_split(dev, rows, tiles);
+    SplitPlan { table: None, groups: None, nsplits: rows.div_ceil(per), rows_per_split: per }
+}
+
+fn mesh_plan(dev: &CudaDevice, p: &Problem, tiles: usize) -> Result<SplitPlan> {
+    if p.meshes() == 1 {
+        return Ok(uniform_plan(dev, p.v, tiles));
+    }
+    let per = rows_per_split(dev, p.v, tiles);
+    let (mut splits, mut groups) = (Vec::new(), Vec::new());
+    for w in p.offsets.windows(2) {
+        let first = splits.len() / 2;
+        for r in (w[0]..w[1]).step_by(per) {
+            splits.extend([r as i64, (r + per).min(w[1]) as i64]);
+        }
+        groups.extend([first as i64, (splits.len() / 2) as i64]);
+    }
+    let nsplits = splits.len() / 2;
+    // A batch of empty meshes still needs one (empty) split slice to launch over.
+    if nsplits == 0 {
+        splits.extend([0, 0]);
+    }
+    Ok(SplitPlan { table: Some(device_table(&splits, p.device)?), groups: Some(device_table(&groups, p.device)?), nsplits: nsplits.max(1), rows_per_split: per })
+}
+
+/// out[g] = Σ over the rows of group g of a_reᵀ·b_re ⊕ a_imᵀ·b_im (see gf_splitk), for an (m × n)
+/// result per group, through an f32 workspace summed in split order.
+#[allow(clippy::too_many_arguments)]
+fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), m: usize, n: usize, plan: &SplitPlan, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
+    let es = p.dtype.size();
+    let vec = 16 / es;
+    let planes = if rot { 2 } else { 1 };
+    let tiles = m.div_ceil(64) * n.div_ceil(64);
+    let ws = Tensor::output(&[plan.nsplits * planes * m * n], DType::F32, p.device)?;
+    let opts = options(p.dtype, Kind::SplitK, SPLITK);
+    let f = dev.function(&SOURCE, &opts, if rot { "gf_splitk_rot" } else { "gf_splitk_sum" })?;
+    let smem = splitk_smem_bytes(es);
+    dev.set_max_dynamic_smem(&f, smem)?;
+    let blocks = plan.nsplits.checked_mul(tiles).ok_or_else(|| Error::TooLarge { arg: "rows".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("rows", blocks)?, 1, 1), block_dim: (SPLITK_THREADS, 1, 1), shared_mem_bytes: smem as u32 };
+    let (a_re, a_im, b_re, b_im, wsp, table) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(plan.table.as_ref())?);
+    let (r, mi, ni, per) = (p.v as i64, m as i32, n as i32, plan.rows_per_split as i64);
+    let (vec_m, vec_n) = (m.is_multiple_of(vec) as i32, n.is_multiple_of(vec) as i32);
+    dev.launch(&f, cfg)
+        .arg(&a_re)
+        .arg(&a_im)
+        .arg(&b_re)
+        .arg(&b_im)
+        .arg(&wsp)
+        .arg(&table)
+        .arg(&r)
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&per)
+        .arg(&vec_m)
+        .arg(&vec_n)
+        .named("gradfeat split-K reduction")
+        .run()?;
+    let f = dev.function(&SOURCE, &opts, "gf_reduce")?;
+    let elems = m * n;
+    let total = ngroups * planes * elems;
+    let (o0, o1, groups) = (out.0.cuda_ptr()?, ptr(out.1)?, ptr(plan.groups.as_ref())?);
+    let (ng, pl, el, ns) = (ngroups as i32, planes as i32, elems as i64, plan.nsplits as i64);
+    dev.launch(&f, cfg_1d(dev.grid_for(total, 256), 256, 0))
+        .arg(&wsp)
+        .arg(&o0)
+        .arg(&o1)
+        .arg(&groups)
+        .arg(&ng)
+        .arg(&pl)
+        .arg(&el)
+        .arg(&ns)
+        .named("gradfeat split-K sum")
+        .run()
+}
+
+pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor) -> Result<Grads> {
+    let dev = d_out.cuda_device()?.clone();
+    pick_tile(&dev, p, Kind::Bwd)?;
+    let (v, c) = (p.v, p.c);
+    let vc = || Tensor::output(&[v, c], p.dtype, p.device);
+    let (db_re, db_im, dg_re, dg_im) = (vc()?, vc()?, vc()?, vc()?);
+    let gws = if p.spectral { Some((vc()?, vc()?)) } else { None };
+    let bufs = BwdBuffers { d_out, gws: gws.as_ref().map(|g| (&g.0, &g.1)), db: (&db_re, &db_im), dg: (&dg_re, &dg_im) };
+    launch_fused(&dev, p, input, weights, None, Some(&bufs))?;
+
+    // d_A from P, Q and g, summed over every vertex of every mesh.
+    let (g_re, g_im) = match (*input, &gws) {
+        (Input::Vertex { g_re, g_im }, _) => (g_re, g_im),
+        (_, Some((a, b))) => (a, b),
+        _ => unreachable!("the spectral form has its g workspace"),
+    };
+    let plan = uniform_plan(&dev, v, c.div_ceil(64) * c.div_ceil(64));
+    let cc = || Tensor::output(&[c, c], p.dtype, p.device);
+    let weight_grads = if p.rotation {
+        let (d_a_re, d_a_im) = (cc()?, cc()?);
+        reduce_rows(&dev, p, true, (&db_re, &db_im), (g_re, g_im), c, c, &plan, (&d_a_re, Some(&d_a_im)), 1)?;
+        WeightGrads::Rotation { d_a_re, d_a_im }
+    } else {
+        let d_a = cc()?;
+        reduce_rows(&dev, p, false, (&db_re, &db_im), (g_re, g_im), c, c, &plan, (&d_a, None), 1)?;
+        WeightGrads::Plain { d_a }
+    };
+
+    let input_grads = match *input {
+        Input::Spectral { grads_re, grads_im, .. } => {
+            let plan = mesh_plan(&dev, p, p.k.div_ceil(64) * c.div_ceil(64))?;
+            let d_x = Tensor::output(&p.x_shape(), p.dtype, p.device)?;
+            reduce_rows(&dev, p, false, (grads_re, grads_im), (&dg_re, &dg_im), p.k, c, &plan, (&d_x, None), p.meshes())?;
+            InputGrads::Spectral { d_x }
+        }
+        Input::Vertex { .. } => InputGrads::Vertex { d_g_re: dg_re, d_g_im: dg_im },
+    };
+    Ok(Grads { input: input_grads, weights: weight_grads })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_plans_fit_hopper_at_the_issue_sizes() {
+        // sm_90's opt-in limit per block.
+        let limit = 232_448;
+        for rot in [false, true] {
+            for family in [Family16::Wgmma, Family16::Wide, Family16::Narrow] {
+                // 16-bit: the preferred tiles up to C = 256, the last ones at C = 257 (Cpad 320).
+                for kind in [Kind::Fwd, Kind::Bwd] {
+                    let t = fused_tiles(DType::BF16, kind, family);
+                    assert!(fused_smem_bytes(2, t[0], rot, kind == Kind::Bwd, 256) <= limit, "{kind:?} {t:?}");
+                    assert!(fused_smem_bytes(2, *t.last().unwrap(), rot, kind == Kind::Bwd, 320) <= limit, "{kind:?} {t:?}");
+                }
+            }
+            assert!(fused_smem_bytes(2, WGMMA_FWD, rot, false, 320) > limit);
+            assert!(fused_smem_bytes(2, tile(128, 4, 3), rot, false, 320) > limit);
+            // f32: forward 64 rows and backward 32 rows up to C = 257.
+            assert!(fused_smem_bytes(4, tile(64, 4, 3), rot, false, 320) <= limit);
+            assert!(fused_smem_bytes(4, tile(32, 4, 3), rot, true, 320) <= limit);
+        }
+        // The worked numbers of NOTES.md: bf16 forward, 128 rows, C = 256, rotations.
+        assert_eq!(fused_smem_bytes(2, tile(128, 4, 3), true, false, 256), 210_432);
+        assert_eq!(fused_smem_bytes(2, tile(128, 8, 3), true, false, 256), 222_720);
+        assert_eq!(fused_smem_bytes(2, WGMMA_FWD, true, false, 256), 229_376);
+        assert_eq!(splitk_smem_bytes(2), 55_296);
+        assert_eq!(splitk_smem_bytes(4), 55_296);
+    }
+
+    #[test]
+    fn every_launch_option_is_listed_for_the_compile_test() {
+        let builds = all_builds();
+        for dtype in DType::ACTIVATIONS {
+            for kind in [Kind::Fwd, Kind::Bwd] {
+                for family in [Family16::Wgmma, Family16::Wide, Family16::Narrow] {
+                    for &t in fused_tiles(dtype, kind, family) {
+                        assert!(builds.iter().any(|b| b.options == options(dtype, kind, t)), "{dtype} {kind:?} {t:?}");
+                    }
+                }
+            }
+            assert!(builds.iter().any(|b| b.options == options(dtype, Kind::SplitK, SPLITK)));
+        }
+        // 16-bit: 4 forward (wgmma, wide, narrow, and the C > 256 fallback) and 3 backward shapes;
+        // f32: 2 + 2.
+        assert_eq!(builds.len(), 2 * (4 + 3 + 1) + (2 + 2 + 1));
+    }
+}
