@@ -23,7 +23,12 @@ const FOUR_STEP_M2: usize = 8192;
 const WORKSPACE_BUDGET: usize = 1 << 31;
 
 fn options(block: u32) -> Vec<String> {
-    vec![format!("-DFC_BLOCK={block}")]
+    let mut o = vec![format!("-DFC_BLOCK={block}")];
+    // Tuning knob for measurements: CTAs per SM the register cap aims at (see FC_MINB).
+    if let Some(v) = std::env::var("EMBER_FFTCONV_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
+        o.push(format!("-DFC_MINB={v}"));
+    }
+    o
 }
 
 pub fn kernel_builds() -> Vec<KernelBuild> {
@@ -153,7 +158,7 @@ fn launch(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &
     dev.launch(&f, cfg).arg(p).named(name).run()
 }
 
-/// The twiddle table exp(−2πi·e/2^15), once per device.
+/// The twiddle tables (see fft.cuh), once per device.
 fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
     static TABLES: OnceLock<Mutex<HashMap<usize, Tensor>>> = OnceLock::new();
     let ord = dev.info().ordinal;
@@ -161,10 +166,11 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
     if let Some(t) = tables.get(&ord) {
         return t.cuda_ptr();
     }
-    let t = Tensor::zeros(&[2 << 15], DType::F32, Device::Cuda(ord))?;
+    // 2^16 complex values: the flat table and the per-pass tables.
+    let t = Tensor::zeros(&[2 << 16], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;
-    dev.launch(&f, ember_core::cuda::cfg_1d(128, 256, 0)).arg(&ptr).named("fc_twiddles").run()?;
+    dev.launch(&f, ember_core::cuda::cfg_1d(256, 256, 0)).arg(&ptr).named("fc_twiddles").run()?;
     tables.insert(ord, t);
     Ok(ptr)
 }
@@ -230,6 +236,16 @@ fn heads_per_chunk(heads: usize, bytes_per_head: usize) -> usize {
     (WORKSPACE_BUDGET / bytes_per_head.max(1)).clamp(1, heads).min(65535)
 }
 
+/// Bytes of four-step intermediates one round of launches may keep live: half the L2, so that what
+/// pass 1 writes is still in L2 when pass 2 and pass 3 read it (`EMBER_FFTCONV_CHUNK_MB` overrides,
+/// for measurements).
+fn l2_chunk_bytes(dev: &CudaDevice) -> usize {
+    match std::env::var("EMBER_FFTCONV_CHUNK_MB").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(mb) => mb << 20,
+        None => (dev.info().l2_bytes.max(1 << 20) as usize) / 2,
+    }
+}
+
 // ---- filter spectrum -----------------------------------------------------------------------------
 
 fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, dims: Dims, path: Path) -> Result<Spectrum> {
@@ -245,7 +261,7 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, dims: Dims, path: Path) -> R
             launch(dev, block, "fc_spectrum", (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1), &p, "fc_spectrum")?;
         }
         Path::FourStep { logm1, logm2, col_block, row_block } => {
-            let chunk = heads_per_chunk(heads, m * 8);
+            let chunk = heads_per_chunk(heads, m * 8).min((l2_chunk_bytes(dev) / (m * 8)).max(1));
             let tbuf = workspace(Device::Cuda(dev.info().ordinal), 2 * chunk * m)?;
             p.tbuf = tbuf.cuda_ptr()?;
             for h0 in (0..heads).step_by(chunk) {
@@ -291,20 +307,30 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let heads = dims.heads();
     let rph = dims.b * dims.hd * dims.hd;
     let devc = u.device();
-    // Per head: the hd > 1 workspace of g_ij rows and the four-step buffer.
-    let per_head = rph * (if dims.hd > 1 { dims.l * 4 } else { 0 } + if matches!(path, Path::FourStep { .. }) { m * 8 } else { 0 });
-    let chunk = heads_per_chunk(heads, per_head);
-    let wsa = if dims.hd > 1 { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
-    let tbuf = if matches!(path, Path::FourStep { .. }) { Some(workspace(devc, 2 * chunk * rph * m)?) } else { None };
+    let four = matches!(path, Path::FourStep { .. });
+    // Rounds of launches: with hd = 1 any range of rows; with hd > 1 whole heads (the mixing
+    // kernel sums a head's rows). Four-step rounds keep their intermediates within the L2.
+    let (unit, per_unit) = if dims.hd == 1 { (1, 1) } else { (rph, rph) };
+    let units = heads * rph / unit;
+    let mut chunk = heads_per_chunk(units, per_unit * (if dims.hd > 1 { dims.l * 4 } else { 0 } + if four { m * 8 } else { 0 }));
+    if four {
+        chunk = chunk.min((l2_chunk_bytes(&dev) / (per_unit * m * 8)).max(1));
+    }
+    if dims.hd == 1 && !four {
+        chunk = units;  // one launch, no workspace
+    }
+    let wsa = if dims.hd > 1 { Some(workspace(devc, chunk * per_unit * dims.l)?) } else { None };
+    let tbuf = if four { Some(workspace(devc, 2 * chunk * per_unit * m)?) } else { None };
     p.wsa = ptr(wsa.as_ref())?;
     p.tbuf = ptr(tbuf.as_ref())?;
-    for h0 in (0..heads).step_by(chunk) {
-        let nh = chunk.min(heads - h0);
-        p.head0 = h0 as i32;
-        p.nheads = nh as i32;
-        p.row0 = (h0 * rph) as i64;
-        p.nrows = (nh * rph) as i64;
-        let nrows = nh * rph;
+    for c0 in (0..units).step_by(chunk) {
+        let nu = chunk.min(units - c0);
+        let nrows = nu * unit;
+        p.row0 = (c0 * unit) as i64;
+        p.nrows = nrows as i64;
+        // Heads of this round (used by the mixing kernel; exact when hd > 1).
+        p.head0 = (c0 * unit / rph) as i32;
+        p.nheads = nrows.div_ceil(rph) as i32;
         match path {
             Path::OnChip { logm, block } => {
                 let lanes = (PER_THREAD * block as usize) >> logm;
@@ -320,7 +346,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
             }
         }
         if dims.hd > 1 {
-            let total = dims.b * nh * dims.hd * dims.l;
+            let total = dims.b * p.nheads as usize * dims.hd * dims.l;
             launch(&dev, 256, &format!("fc_mix_fwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_fwd")?;
         }
     }
@@ -402,7 +428,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
         Path::FourStep { logm1, logm2, col_block, row_block } => {
             // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
             let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
-            let chunk = heads_per_chunk(heads, per_head);
+            let chunk = heads_per_chunk(heads, per_head).min((l2_chunk_bytes(&dev) / (rph * m * 16)).max(1));
             let tbuf = workspace(devc, 2 * chunk * rph * m)?;
             let vbuf = workspace(devc, 2 * chunk * rph * (m + 1))?;
             let sbuf = workspace(devc, 2 * chunk * (m + 1))?;

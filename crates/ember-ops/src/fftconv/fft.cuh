@@ -6,8 +6,9 @@
 // passes do not pile onto one bank. Each transform is a Stockham autosort FFT (natural order in
 // and out) of radix-16 passes and one smaller final radix: in every pass each thread reads its 16
 // values, the block syncs, each thread does 16/R butterflies of radix R in registers and writes
-// them back, the block syncs. Twiddles come from a table tw[e] = exp(−2πi·e/2^15) in global memory
-// (accurate to f32 rounding, computed once per device in f64).
+// them back, the block syncs. Twiddles come from tables in global memory (accurate to f32
+// rounding, computed once per device in f64): tw[e] = exp(−2πi·e/2^15), then per-pass tables laid
+// out so that a warp's twiddle loads are contiguous.
 //
 // Real signals of length N = 2M are transformed as complex sequences of M points,
 // z[n] = x[2n] + i·x[2n+1]; `real_post` turns Z = FFT_M(z) into the real spectrum X[k], X[M−k]
@@ -22,6 +23,11 @@
 #define FC_P(i) ((i) + ((i) >> 5))
 #define FC_SMEM_ELEMS (FC_SLOTS + FC_SLOTS / 32)
 #define FC_TWN_LOG 15
+// After the flat table, one table per pass shape (ns = 16^a, R = 2^lr, ns·R ≤ 2^14):
+// entry r·ns + k = exp(−2πi·r·k/(ns·R)), at offset 2^15 + 2^(4a + lr) − 2 (the tables of smaller
+// shapes come first). Passes run radix 16 first, so ns is always a power of 16.
+#define FC_STAGE_TW(logns, logr) ((1 << FC_TWN_LOG) + (1 << ((logns) + (logr))) - 2)
+#define FC_TW_TOTAL (2 << FC_TWN_LOG)
 
 #ifndef FC_SMEM_DECL
 #define FC_SMEM_DECL extern __shared__ float2 fc_smem[];
@@ -174,10 +180,11 @@ __device__ __forceinline__ void fft_pass(float2* __restrict__ x, const FcSeqs q,
         const int ns = 1 << logns;
         const int k = jj[c] & (ns - 1);
         if (logns > 0) {
-            // W_{ns·R}^{r·k} = tw[r·k·2^15/(ns·R)]
-            const int sh = FC_TWN_LOG - logns - LOGR;
+            // W_{ns·R}^{r·k} from the pass's own table (neighbouring k are neighbours there, so a
+            // warp's loads coalesce; indexing the flat table by r·k would scatter them).
+            const float2* st = tw + FC_STAGE_TW(logns, LOGR);
 #pragma unroll
-            for (int r = 1; r < R; ++r) a[c][r] = c_mul(a[c][r], tw_get<DIR>(tw, (r * k) << sh));
+            for (int r = 1; r < R; ++r) a[c][r] = c_mul(a[c][r], tw_get<DIR>(st, r * ns + k));
         }
         dft<R, DIR>(a[c]);
         const int out = (jj[c] - k) * R + k;

@@ -901,16 +901,41 @@ __device__ void fc_mix_bwd(const FcParams& p) {
 
 extern "C" __global__ void fc_twiddles(float2* tw) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e < (1 << FC_TWN_LOG)) {
-        double s, c;
-        sincospi(-2.0 * (double)e / (double)(1 << FC_TWN_LOG), &s, &c);
-        tw[e] = make_float2((float)c, (float)s);
+    if (e >= FC_TW_TOTAL) return;
+    // The flat table, or entry r·ns + k of a pass table: the angle −2π·num/den.
+    double num = e, den = 1 << FC_TWN_LOG;
+    if (e >= (1 << FC_TWN_LOG)) {
+        num = 0.0;  // the 2 unused slots at the end
+        for (int a = 0; a <= 3; ++a)
+            for (int lr = 1; lr <= 4; ++lr) {
+                const int ns = 1 << (4 * a), size = ns << lr, off = FC_STAGE_TW(4 * a, lr);
+                if (4 * a + lr <= 14 && e >= off && e < off + size) {
+                    const int r = (e - off) / ns, k = (e - off) % ns;
+                    num = (double)r * k;
+                    den = size;
+                }
+            }
     }
+    double s, c;
+    sincospi(-2.0 * num / den, &s, &c);
+    tw[e] = make_float2((float)c, (float)s);
 }
 
 // ---- entry points ----------------------------------------------------------------------------------
 
-#define FC_LB __launch_bounds__(FC_BLOCK)
+// Registers: 256-thread CTAs capped at 85 (3 CTAs per SM, 24 warps; uncapped the forward took 98
+// and ran 2 CTAs per SM); 512 and 1024 at 64.
+#ifdef FC_MINB
+#elif FC_BLOCK <= 128
+#define FC_MINB 4
+#elif FC_BLOCK == 256
+#define FC_MINB 3
+#elif FC_BLOCK == 512
+#define FC_MINB 2
+#else
+#define FC_MINB 1
+#endif
+#define FC_LB __launch_bounds__(FC_BLOCK, FC_MINB)
 
 extern "C" __global__ void FC_LB fc_spectrum(FcParams p) { fc_spectrum_onchip(p); }
 extern "C" __global__ void FC_LB fc_dk(FcParams p) { fc_dk_onchip(p); }
