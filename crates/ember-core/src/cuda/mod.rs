@@ -12,7 +12,7 @@ pub mod timing;
 
 use crate::{Error, Result};
 use cudarc::driver::{sys, CudaContext, CudaModule, CudaStream, PushKernelArg};
-pub use cudarc::driver::{CudaFunction, LaunchConfig};
+pub use cudarc::driver::{CudaFunction, DeviceRepr, LaunchConfig};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 

@@ -1,0 +1,469 @@
+//! CUDA launch code for `fft.cuh` + `fftconv.cu`: plans (on-chip or four-step), workspaces, and the
+//! launch sequences of the forward, the backward and the filter spectrum.
+
+use super::{Dims, Grads, Options};
+use crate::KernelBuild;
+use ember_core::cuda::{CudaDevice, KernelSource, LaunchConfig};
+use ember_core::{DType, Device, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fftconv.cu")));
+
+/// Thread-block sizes the module is built for: 256/512/1024 for the on-chip sizes and the real
+/// four-step passes, 32 for the four-step passes at the small sizes the tests force.
+const BLOCKS: [u32; 4] = [32, 256, 512, 1024];
+/// Complex values per thread in an FFT pass (FC_E).
+const PER_THREAD: usize = 16;
+/// Largest complex size transformed on chip (one CTA of 1024 threads).
+const ONCHIP_MAX_M: usize = 16 * 1024;
+/// Row length of the four-step row pass (a pair of rows per CTA of 1024 threads).
+const FOUR_STEP_M2: usize = 8192;
+/// Bytes any one workspace buffer may take; larger problems run in chunks of rows or heads.
+const WORKSPACE_BUDGET: usize = 1 << 31;
+
+fn options(block: u32) -> Vec<String> {
+    let mut o = vec![format!("-DFC_BLOCK={block}")];
+    // Tuning knob for measurements: CTAs per SM the register cap aims at (see FC_MINB).
+    if let Some(v) = std::env::var("EMBER_FFTCONV_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
+        o.push(format!("-DFC_MINB={v}"));
+    }
+    o
+}
+
+pub fn kernel_builds() -> Vec<KernelBuild> {
+    BLOCKS.iter().map(|&b| KernelBuild { source: SOURCE, options: options(b) }).collect()
+}
+
+/// Kernel parameters, one struct for every entry point (fields a kernel does not use are 0).
+/// Mirrors `FcParams` in fftconv.cu field by field.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+struct FcParams {
+    u: u64,
+    pre: u64,
+    post: u64,
+    mask: u64,
+    out: u64,
+    dout: u64,
+    du: u64,
+    dpre: u64,
+    dpost: u64,
+    k: u64,
+    krev: u64,
+    dd: u64,
+    dk: u64,
+    dkrev: u64,
+    ddd: u64,
+    spec: u64,
+    tw: u64,
+    tbuf: u64,
+    vbuf: u64,
+    sbuf: u64,
+    wsa: u64,
+    wsb: u64,
+    b: i64,
+    h: i64,
+    l: i64,
+    row0: i64,
+    nrows: i64,
+    hd: i32,
+    heads: i32,
+    lk: i32,
+    lkr: i32,
+    logm: i32,
+    logm1: i32,
+    logm2: i32,
+    gelu: i32,
+    need_z: i32,
+    has_pre: i32,
+    has_post: i32,
+    has_mask: i32,
+    parts: i32,
+    head0: i32,
+    nheads: i32,
+}
+
+// SAFETY: plain-old-data with the C layout of the kernel's parameter struct.
+unsafe impl ember_core::cuda::DeviceRepr for FcParams {}
+
+/// How one call is computed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    /// Whole rows in shared memory: complex size M = 2^logm, `block` threads per CTA.
+    OnChip { logm: u32, block: u32 },
+    /// M = M1·M2 = 2^(logm1 + logm2); column passes with `col_block` threads, row passes with
+    /// `row_block`.
+    FourStep { logm1: u32, logm2: u32, col_block: u32, row_block: u32 },
+}
+
+impl Path {
+    fn logm(&self) -> u32 {
+        match *self {
+            Path::OnChip { logm, .. } => logm,
+            Path::FourStep { logm1, logm2, .. } => logm1 + logm2,
+        }
+    }
+}
+
+/// The plan for `dims`: on chip when the complex size fits one CTA, else four-step.
+pub fn plan(dims: &Dims, force_four_step: bool) -> Path {
+    let n = if force_four_step { dims.fft_size().max(1024) } else { dims.fft_size() };
+    let m = n / 2;
+    let logm = m.trailing_zeros();
+    if !force_four_step && m <= ONCHIP_MAX_M {
+        let block = (m / PER_THREAD).max(256) as u32;
+        return Path::OnChip { logm, block };
+    }
+    if force_four_step && m <= (1 << 17) {
+        // Small transforms through the four-step kernels, for tests: 32-thread CTAs.
+        let m2 = (m / 16).min(256);
+        let logm2 = m2.trailing_zeros();
+        return Path::FourStep { logm1: logm - logm2, logm2, col_block: 32, row_block: 32 };
+    }
+    let m2 = FOUR_STEP_M2.min(m / 4);
+    let logm2 = m2.trailing_zeros();
+    Path::FourStep { logm1: logm - logm2, logm2, col_block: 512, row_block: 1024 }
+}
+
+/// The filter spectrum of one call (kept by the forward for the backward).
+pub struct Spectrum {
+    spec: Tensor,
+    path: Path,
+}
+
+fn smem_bytes(block: u32) -> usize {
+    let slots = PER_THREAD * block as usize;
+    (slots + slots / 32) * 8
+}
+
+fn too_large(what: String) -> Error {
+    Error::TooLarge { arg: "u".into(), what }
+}
+
+fn grid_u32(n: usize, what: &str) -> Result<u32> {
+    u32::try_from(n.max(1)).ok().filter(|&g| g <= i32::MAX as u32).ok_or_else(|| too_large(format!("{what}: {n} blocks exceed one launch's grid")))
+}
+
+fn launch(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str) -> Result<()> {
+    if grid.1 > 65535 {
+        return Err(too_large(format!("{entry}: {} heads in one launch", grid.1)));
+    }
+    let f = dev.function(&SOURCE, &options(block), entry)?;
+    let smem = smem_bytes(block);
+    if smem > 48 * 1024 {
+        dev.set_max_dynamic_smem(&f, smem)?;
+    }
+    let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem as u32 };
+    dev.launch(&f, cfg).arg(p).named(name).run()
+}
+
+/// The twiddle tables (see fft.cuh), once per device.
+fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
+    static TABLES: OnceLock<Mutex<HashMap<usize, Tensor>>> = OnceLock::new();
+    let ord = dev.info().ordinal;
+    let mut tables = TABLES.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap();
+    if let Some(t) = tables.get(&ord) {
+        return t.cuda_ptr();
+    }
+    // 2^16 complex values: the flat table and the per-pass tables.
+    let t = Tensor::zeros(&[2 << 16], DType::F32, Device::Cuda(ord))?;
+    let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
+    let ptr = t.cuda_ptr()?;
+    dev.launch(&f, ember_core::cuda::cfg_1d(256, 256, 0)).arg(&ptr).named("fc_twiddles").run()?;
+    tables.insert(ord, t);
+    Ok(ptr)
+}
+
+fn ptr(t: Option<&Tensor>) -> Result<u64> {
+    t.map(|t| t.cuda_ptr()).transpose().map(|p| p.unwrap_or(0))
+}
+
+fn type_suffix(u: DType, out: DType) -> Result<&'static str> {
+    Ok(match (u, out) {
+        (DType::F32, DType::F32) => "f32_f32",
+        (DType::F16, DType::F16) => "f16_f16",
+        (DType::F16, DType::F32) => "f16_f32",
+        (DType::BF16, DType::BF16) => "bf16_bf16",
+        (DType::BF16, DType::F32) => "bf16_f32",
+        (u, o) => return Err(Error::Unsupported(format!("fftconv with u in {u} and output in {o}"))),
+    })
+}
+
+/// Parameters common to every launch of a call.
+fn base_params(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, path: Path, tw: u64) -> Result<FcParams> {
+    let i32_of = |v: usize, what: &str| i32::try_from(v).map_err(|_| too_large(format!("{what} = {v} exceeds 2^31 − 1")));
+    let (logm1, logm2) = match path {
+        Path::OnChip { .. } => (0, 0),
+        Path::FourStep { logm1, logm2, .. } => (logm1 as i32, logm2 as i32),
+    };
+    Ok(FcParams {
+        u: u.cuda_ptr()?,
+        pre: ptr(opts.pregate)?,
+        post: ptr(opts.postgate)?,
+        mask: ptr(opts.dropout_mask)?,
+        k: k.cuda_ptr()?,
+        krev: ptr(opts.k_rev)?,
+        dd: ptr(d)?,
+        tw,
+        b: dims.b as i64,
+        h: dims.h as i64,
+        l: dims.l as i64,
+        hd: dims.hd as i32,
+        heads: i32_of(dims.heads(), "H")?,
+        lk: i32_of(dims.lk, "Lk")?,
+        lkr: i32_of(dims.lk_rev, "Lkr")?,
+        logm: path.logm() as i32,
+        logm1,
+        logm2,
+        gelu: opts.gelu as i32,
+        need_z: (opts.gelu || opts.postgate.is_some()) as i32,
+        has_pre: opts.pregate.is_some() as i32,
+        has_post: opts.postgate.is_some() as i32,
+        has_mask: opts.dropout_mask.is_some() as i32,
+        ..FcParams::default()
+    })
+}
+
+/// An f32 workspace of `elems` values. Its contents are unspecified (NaN when output poisoning is
+/// on, so a kernel that reads a value no kernel wrote fails the tests).
+fn workspace(dev: Device, elems: usize) -> Result<Tensor> {
+    Tensor::output(&[elems.max(1)], DType::F32, dev)
+}
+
+/// Heads per chunk so that `bytes_per_head` × heads stays within the budget.
+fn heads_per_chunk(heads: usize, bytes_per_head: usize) -> usize {
+    (WORKSPACE_BUDGET / bytes_per_head.max(1)).clamp(1, heads).min(65535)
+}
+
+/// Bytes of four-step intermediates one round of launches may keep live: half the L2, so that what
+/// pass 1 writes is still in L2 when pass 2 and pass 3 read it (`EMBER_FFTCONV_CHUNK_MB` overrides,
+/// for measurements).
+fn l2_chunk_bytes(dev: &CudaDevice) -> usize {
+    match std::env::var("EMBER_FFTCONV_CHUNK_MB").ok().and_then(|v| v.parse::<usize>().ok()) {
+        Some(mb) => mb << 20,
+        None => (dev.info().l2_bytes.max(1 << 20) as usize) / 2,
+    }
+}
+
+// ---- filter spectrum -----------------------------------------------------------------------------
+
+fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, dims: Dims, path: Path) -> Result<Spectrum> {
+    let m = 1usize << path.logm();
+    let heads = dims.heads();
+    let spec = Tensor::zeros(&[heads, 2 * (m + 1)], DType::F32, Device::Cuda(dev.info().ordinal))?;
+    let mut p = *base;
+    p.spec = spec.cuda_ptr()?;
+    match path {
+        Path::OnChip { logm, block } => {
+            let lanes = (PER_THREAD * block as usize) >> logm;
+            p.nheads = heads as i32;
+            launch(dev, block, "fc_spectrum", (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1), &p, "fc_spectrum")?;
+        }
+        Path::FourStep { logm1, logm2, col_block, row_block } => {
+            let chunk = heads_per_chunk(heads, m * 8).min((l2_chunk_bytes(dev) / (m * 8)).max(1));
+            let tbuf = workspace(Device::Cuda(dev.info().ordinal), 2 * chunk * m)?;
+            p.tbuf = tbuf.cuda_ptr()?;
+            for h0 in (0..heads).step_by(chunk) {
+                let nh = chunk.min(heads - h0);
+                p.head0 = h0 as i32;
+                p.nheads = nh as i32;
+                p.nrows = nh as i64;
+                let tiles = four_step_tiles(logm1, logm2, col_block);
+                launch(dev, col_block, "fc_col_filter_k", (grid_u32(nh * tiles, "spectrum")?, 1), &p, "fc_col_filter")?;
+                let jobs = nh << (logm1 - 1);
+                launch(dev, row_block, "fc_row_spectrum", (grid_u32(jobs.div_ceil(pairs_per_cta(logm2, row_block)), "spectrum")?, 1), &p, "fc_row_spectrum")?;
+            }
+        }
+    }
+    Ok(Spectrum { spec, path })
+}
+
+/// Column tiles per row of the four-step column passes.
+fn four_step_tiles(logm1: u32, logm2: u32, col_block: u32) -> usize {
+    let cols_per_tile = (PER_THREAD * col_block as usize) >> logm1;
+    (1usize << logm2) / cols_per_tile
+}
+
+/// Row-pair jobs per CTA of the row pass.
+fn pairs_per_cta(logm2: u32, row_block: u32) -> usize {
+    (PER_THREAD * row_block as usize) >> (logm2 + 1)
+}
+
+// ---- forward -------------------------------------------------------------------------------------
+
+pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Spectrum)> {
+    let dev = u.cuda_device()?.clone();
+    let path = plan(&dims, opts.force_four_step);
+    let tw = twiddles(&dev)?;
+    let mut p = base_params(u, k, d, opts, dims, path, tw)?;
+    let spec = spectrum(&dev, &p, dims, path)?;
+    p.spec = spec.spec.cuda_ptr()?;
+    let out_dt = super::out_dtype(u.dtype(), opts);
+    let out = Tensor::output(u.shape(), out_dt, u.device())?;
+    p.out = out.cuda_ptr()?;
+    let sfx = type_suffix(u.dtype(), out_dt)?;
+    let m = 1usize << path.logm();
+    let heads = dims.heads();
+    let rph = dims.b * dims.hd * dims.hd;
+    let devc = u.device();
+    let four = matches!(path, Path::FourStep { .. });
+    // Rounds of launches: with hd = 1 any range of rows; with hd > 1 whole heads (the mixing
+    // kernel sums a head's rows). Four-step rounds keep their intermediates within the L2.
+    let (unit, per_unit) = if dims.hd == 1 { (1, 1) } else { (rph, rph) };
+    let units = heads * rph / unit;
+    let mut chunk = heads_per_chunk(units, per_unit * (if dims.hd > 1 { dims.l * 4 } else { 0 } + if four { m * 8 } else { 0 }));
+    if four {
+        chunk = chunk.min((l2_chunk_bytes(&dev) / (per_unit * m * 8)).max(1));
+    }
+    if dims.hd == 1 && !four {
+        chunk = units;  // one launch, no workspace
+    }
+    let wsa = if dims.hd > 1 { Some(workspace(devc, chunk * per_unit * dims.l)?) } else { None };
+    let tbuf = if four { Some(workspace(devc, 2 * chunk * per_unit * m)?) } else { None };
+    p.wsa = ptr(wsa.as_ref())?;
+    p.tbuf = ptr(tbuf.as_ref())?;
+    for c0 in (0..units).step_by(chunk) {
+        let nu = chunk.min(units - c0);
+        let nrows = nu * unit;
+        p.row0 = (c0 * unit) as i64;
+        p.nrows = nrows as i64;
+        // Heads of this round (used by the mixing kernel; exact when hd > 1).
+        p.head0 = (c0 * unit / rph) as i32;
+        p.nheads = nrows.div_ceil(rph) as i32;
+        match path {
+            Path::OnChip { logm, block } => {
+                let lanes = (PER_THREAD * block as usize) >> logm;
+                launch(&dev, block, &format!("fc_fwd_{sfx}"), (grid_u32(nrows.div_ceil(lanes), "forward")?, 1), &p, "fc_fwd")?;
+            }
+            Path::FourStep { logm1, logm2, col_block, row_block } => {
+                let tiles = four_step_tiles(logm1, logm2, col_block);
+                let cols = grid_u32(nrows * tiles, "forward")?;
+                launch(&dev, col_block, &format!("fc_col_data_{sfx}"), (cols, 1), &p, "fc_col_data")?;
+                let jobs = nrows << (logm1 - 1);
+                launch(&dev, row_block, "fc_row_conv", (grid_u32(jobs.div_ceil(pairs_per_cta(logm2, row_block)), "forward")?, 1), &p, "fc_row_conv")?;
+                launch(&dev, col_block, &format!("fc_col_out_{sfx}"), (cols, 1), &p, "fc_col_out")?;
+            }
+        }
+        if dims.hd > 1 {
+            let total = dims.b * p.nheads as usize * dims.hd * dims.l;
+            launch(&dev, 256, &format!("fc_mix_fwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_fwd")?;
+        }
+    }
+    Ok((out, spec))
+}
+
+// ---- backward ------------------------------------------------------------------------------------
+
+pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, saved: Option<&Spectrum>, d_out: &Tensor) -> Result<Grads> {
+    let dev = u.cuda_device()?.clone();
+    let path = plan(&dims, opts.force_four_step);
+    let tw = twiddles(&dev)?;
+    let mut p = base_params(u, k, d, opts, dims, path, tw)?;
+    let fresh;
+    let spec = match saved {
+        Some(s) if s.path == path => s,
+        _ => {
+            fresh = spectrum(&dev, &p, dims, path)?;
+            &fresh
+        }
+    };
+    p.spec = spec.spec.cuda_ptr()?;
+    let devc = u.device();
+    let dt = u.dtype();
+    let heads = dims.heads();
+    let d_u = Tensor::output(u.shape(), dt, devc)?;
+    let d_pre = opts.pregate.map(|_| Tensor::output(u.shape(), dt, devc)).transpose()?;
+    let d_post = opts.postgate.map(|_| Tensor::output(u.shape(), dt, devc)).transpose()?;
+    let d_k = Tensor::output(&[heads, dims.lk], DType::F32, devc)?;
+    let d_kr = opts.k_rev.map(|_| Tensor::output(&[heads, dims.lk_rev], DType::F32, devc)).transpose()?;
+    let d_d = d.map(|_| Tensor::output(&[heads], DType::F32, devc)).transpose()?;
+    p.dout = d_out.cuda_ptr()?;
+    p.du = d_u.cuda_ptr()?;
+    p.dpre = ptr(d_pre.as_ref())?;
+    p.dpost = ptr(d_post.as_ref())?;
+    p.dk = d_k.cuda_ptr()?;
+    p.dkrev = ptr(d_kr.as_ref())?;
+    p.ddd = ptr(d_d.as_ref())?;
+    let sfx = type_suffix(dt, d_out.dtype())?;
+    let m = 1usize << path.logm();
+    let rph = dims.b * dims.hd * dims.hd;
+    let mix = dims.hd > 1;
+
+    match path {
+        Path::OnChip { logm, block } => {
+            let lanes = (PER_THREAD * block as usize) >> logm;
+            // CTAs per head: enough CTAs in all to fill the device a few times over, no more
+            // than the head has rows for.
+            let sms = dev.info().multiprocessors.max(1) as usize;
+            let per_sm = (2048 / block as usize).max(1);
+            let target = 2 * sms * per_sm;
+            let gx = target.div_ceil(heads).clamp(1, rph.div_ceil(lanes));
+            let parts = gx * lanes;
+            let per_head = 2 * parts * (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
+            let chunk = heads_per_chunk(heads, per_head);
+            let sbuf = workspace(devc, 2 * chunk * parts * (m + 1))?;
+            let vbuf = workspace(devc, 2 * chunk * parts * (m + 1))?;
+            let wsa = if mix { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
+            let wsb = if mix && opts.postgate.is_some() { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
+            p.sbuf = sbuf.cuda_ptr()?;
+            p.vbuf = vbuf.cuda_ptr()?;
+            p.wsa = ptr(wsa.as_ref())?;
+            p.wsb = ptr(wsb.as_ref())?;
+            p.parts = parts as i32;
+            for h0 in (0..heads).step_by(chunk) {
+                let nh = chunk.min(heads - h0);
+                p.head0 = h0 as i32;
+                p.nheads = nh as i32;
+                p.row0 = (h0 * rph) as i64;
+                p.nrows = (nh * rph) as i64;
+                launch(&dev, block, &format!("fc_bwd_{sfx}"), (grid_u32(gx, "backward")?, nh as u32), &p, "fc_bwd")?;
+                launch(&dev, block, "fc_dk", (grid_u32(nh.div_ceil(lanes), "backward")?, 1), &p, "fc_dk")?;
+                if mix {
+                    let total = dims.b * nh * dims.hd * dims.l;
+                    launch(&dev, 256, &format!("fc_mix_bwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_bwd")?;
+                }
+            }
+        }
+        Path::FourStep { logm1, logm2, col_block, row_block } => {
+            // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
+            let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
+            let chunk = heads_per_chunk(heads, per_head).min((l2_chunk_bytes(&dev) / (rph * m * 16)).max(1));
+            let tbuf = workspace(devc, 2 * chunk * rph * m)?;
+            let vbuf = workspace(devc, 2 * chunk * rph * (m + 1))?;
+            let sbuf = workspace(devc, 2 * chunk * (m + 1))?;
+            let wsa = if mix { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
+            let wsb = if mix && opts.postgate.is_some() { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
+            p.tbuf = tbuf.cuda_ptr()?;
+            p.vbuf = vbuf.cuda_ptr()?;
+            p.sbuf = sbuf.cuda_ptr()?;
+            p.wsa = ptr(wsa.as_ref())?;
+            p.wsb = ptr(wsb.as_ref())?;
+            let tiles = four_step_tiles(logm1, logm2, col_block);
+            let ppc = pairs_per_cta(logm2, row_block);
+            for h0 in (0..heads).step_by(chunk) {
+                let nh = chunk.min(heads - h0);
+                let nrows = nh * rph;
+                p.head0 = h0 as i32;
+                p.nheads = nh as i32;
+                p.row0 = (h0 * rph) as i64;
+                p.nrows = nrows as i64;
+                let cols = grid_u32(nrows * tiles, "backward")?;
+                let jobs_row = 1usize << (logm1 - 1);
+                launch(&dev, col_block, &format!("fc_col_data_{sfx}"), (cols, 1), &p, "fc_col_data")?;
+                launch(&dev, row_block, "fc_row_save", (grid_u32((nrows * jobs_row).div_ceil(ppc), "backward")?, 1), &p, "fc_row_save")?;
+                launch(&dev, col_block, &format!("fc_col_dz_{sfx}"), (cols, 1), &p, "fc_col_dz")?;
+                launch(&dev, row_block, "fc_row_corr", (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32), &p, "fc_row_corr")?;
+                launch(&dev, col_block, &format!("fc_col_dw_{sfx}"), (cols, 1), &p, "fc_col_dw")?;
+                // Filter gradients: S → inverse four-step into T (one row per head).
+                launch(&dev, row_block, "fc_row_dk", (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32), &p, "fc_row_dk")?;
+                launch(&dev, col_block, "fc_col_dk_k", (grid_u32(nh * tiles, "backward")?, 1), &p, "fc_col_dk")?;
+                if mix {
+                    let total = dims.b * nh * dims.hd * dims.l;
+                    launch(&dev, 256, &format!("fc_mix_bwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_bwd")?;
+                }
+            }
+        }
+    }
+    Ok(Grads { d_u, d_k, d_k_rev: d_kr, d_d, d_pregate: d_pre, d_postgate: d_post })
+}

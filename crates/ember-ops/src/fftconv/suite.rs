@@ -1,0 +1,404 @@
+//! FFT convolution's `ember check` cases and `ember bench` rows.
+
+use super::{backward, cuda, forward, Dims, Options};
+use crate::harness::bench::{params, BenchCtx, BenchRow};
+use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
+use crate::KernelBuild;
+use ember_core::{DType, Device, Error, Result, Tensor};
+use serde_json::json;
+
+pub struct Family;
+
+/// One check case: sizes and which options are on.
+#[derive(Clone, Copy, Debug)]
+pub struct Case {
+    pub b: usize,
+    pub h: usize,
+    pub l: usize,
+    pub lk: usize,
+    /// Length of k_rev, 0 for none.
+    pub lkr: usize,
+    pub hd: usize,
+    pub d: bool,
+    pub gelu: bool,
+    pub mask: bool,
+    pub pre: bool,
+    pub post: bool,
+    pub out_f32: bool,
+    pub four_step: bool,
+}
+
+impl Case {
+    /// No options, full-length filter.
+    pub fn plain(b: usize, h: usize, l: usize) -> Self {
+        Case { b, h, l, lk: l, lkr: 0, hd: 1, d: false, gelu: false, mask: false, pre: false, post: false, out_f32: false, four_step: false }
+    }
+    /// Every option on (output in u's dtype), anticausal filter of half length.
+    pub fn all(b: usize, h: usize, l: usize) -> Self {
+        Case { lkr: l.div_ceil(2), d: true, gelu: true, mask: true, pre: true, post: true, ..Case::plain(b, h, l) }
+    }
+    pub fn lk(self, lk: usize) -> Self {
+        Case { lk, ..self }
+    }
+    pub fn hd(self, hd: usize) -> Self {
+        Case { hd, ..self }
+    }
+    pub fn four_step(self) -> Self {
+        Case { four_step: true, ..self }
+    }
+    fn name(&self) -> String {
+        let mut s = format!("B={} H={} L={} Lk={}", self.b, self.h, self.l, self.lk);
+        if self.lkr > 0 {
+            s += &format!(" Lkr={}", self.lkr);
+        }
+        if self.hd > 1 {
+            s += &format!(" hd={}", self.hd);
+        }
+        let flags = [(self.d, "D"), (self.gelu, "gelu"), (self.mask, "mask"), (self.pre, "pre"), (self.post, "post"), (self.out_f32, "outf32"), (self.four_step, "4step")];
+        for (on, n) in flags {
+            if on {
+                s += " ";
+                s += n;
+            }
+        }
+        s
+    }
+}
+
+/// Each option alone at one size.
+fn each_option_alone(b: usize, h: usize, l: usize) -> Vec<Case> {
+    let p = Case::plain(b, h, l);
+    vec![
+        Case { d: true, ..p },
+        Case { gelu: true, ..p },
+        Case { mask: true, ..p },
+        Case { pre: true, ..p },
+        Case { post: true, ..p },
+        Case { out_f32: true, ..p },
+        Case { lkr: l.div_ceil(3), ..p },
+    ]
+}
+
+fn cases(tier: Tier) -> Vec<Case> {
+    match tier {
+        // A few seconds on two cores: every option, hd 1 and 8, Lk < L, tiny and awkward lengths.
+        Tier::Quick => {
+            let mut v = vec![Case::all(1, 1, 1), Case { gelu: true, d: true, ..Case::plain(4, 1, 2) }, Case { lkr: 2, ..Case::plain(1, 7, 3) }];
+            v.extend(each_option_alone(4, 7, 17));
+            v.push(Case::all(1, 7, 256).lk(100));
+            v.push(Case::all(1, 8, 372).hd(8));
+            v.push(Case::plain(2, 8, 17).hd(8));
+            v
+        }
+        // For compute-sanitizer: tiny sizes, but every kernel path (each on-chip block size, the
+        // four-step passes, hd = 8, every option).
+        Tier::Small => vec![
+            Case::all(1, 1, 1),
+            Case::all(2, 3, 17),
+            Case::plain(1, 2, 300),
+            Case::all(1, 1, 4100),
+            Case::all(1, 1, 8193).lk(8193),
+            Case::all(2, 3, 17).four_step(),
+            Case::all(1, 2, 300).four_step(),
+            Case::all(1, 8, 40).hd(8),
+            Case::all(1, 8, 40).hd(8).four_step(),
+        ],
+        // Every size the issue names, large ones included.
+        Tier::Full => {
+            let mut v = Vec::new();
+            for l in [1, 2, 3, 17, 256, 372, 784, 1134, 4096, 8191, 16384, 65539] {
+                v.push(Case::all(4, 7, l));
+            }
+            for l in [17, 1134, 16384] {
+                v.push(Case::plain(1, 1, l));
+                v.push(Case::all(1, 1, l).lk(l / 3 + 1));
+            }
+            v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(4, 256, 784) });
+            v.push(Case::all(1, 256, 4096).lk(1000));
+            v.extend(each_option_alone(4, 7, 1134));
+            v.push(Case::all(1, 8, 17).hd(8));
+            v.push(Case::all(4, 16, 1134).hd(8));
+            v.push(Case::all(1, 8, 8191).hd(8).lk(500));
+            v.push(Case::all(4, 7, 17).four_step());
+            v.push(Case::all(4, 7, 1134).four_step());
+            v.push(Case::all(1, 7, 8191).four_step());
+            v.push(Case::all(1, 8, 372).hd(8).four_step());
+            v.push(Case::all(1, 7, 65539).lk(70));
+            v.push(Case::all(1, 8, 16500).hd(8).lk(300));
+            v
+        }
+    }
+}
+
+/// The random inputs of a case in one dtype, on the CPU.
+struct CaseInputs {
+    u: Tensor,
+    k: Tensor,
+    d: Option<Tensor>,
+    k_rev: Option<Tensor>,
+    mask: Option<Tensor>,
+    pre: Option<Tensor>,
+    post: Option<Tensor>,
+    d_out: Tensor,
+}
+
+fn make_inputs(c: &Case, dtype: DType, pd: DType, seed: u64) -> Result<CaseInputs> {
+    let shape = [c.b, c.h, c.l];
+    let heads = c.h / c.hd;
+    let rand_scaled = |shape: &[usize], scale: f64, dt: DType, s: u64| -> Result<Tensor> {
+        let v: Vec<f64> = Tensor::randn(shape, DType::F64, Device::Cpu, s)?.to_vec_f64()?.iter().map(|x| x * scale).collect();
+        Tensor::from_f64(&v, shape, dt, Device::Cpu)
+    };
+    // Filters scaled so that z stays O(1), where GELU is curved.
+    let opt = |on: bool, f: &dyn Fn() -> Result<Tensor>| if on { f().map(Some) } else { Ok(None) };
+    let out_dt = if c.out_f32 && dtype != DType::F64 { DType::F32 } else { dtype };
+    Ok(CaseInputs {
+        u: Tensor::randn(&shape, dtype, Device::Cpu, seed)?,
+        k: rand_scaled(&[heads, c.lk], 1.0 / (c.lk as f64).sqrt(), pd, seed + 1)?,
+        d: opt(c.d, &|| rand_scaled(&[heads], 1.0, pd, seed + 2))?,
+        k_rev: opt(c.lkr > 0, &|| rand_scaled(&[heads, c.lkr.max(1)], 1.0 / (c.lkr.max(1) as f64).sqrt(), pd, seed + 3))?,
+        mask: opt(c.mask, &|| Tensor::rand(&[c.b, c.h], 0.0, 2.0, pd, Device::Cpu, seed + 4))?,
+        pre: opt(c.pre, &|| Tensor::rand(&shape, -1.5, 1.5, dtype, Device::Cpu, seed + 5))?,
+        post: opt(c.post, &|| Tensor::rand(&shape, -1.5, 1.5, dtype, Device::Cpu, seed + 6))?,
+        d_out: Tensor::randn(&shape, out_dt, Device::Cpu, seed + 7)?,
+    })
+}
+
+impl CaseInputs {
+    fn to(&self, device: Device) -> Result<CaseInputs> {
+        let o = |t: &Option<Tensor>| t.as_ref().map(|t| t.to_device(device)).transpose();
+        Ok(CaseInputs {
+            u: self.u.to_device(device)?,
+            k: self.k.to_device(device)?,
+            d: o(&self.d)?,
+            k_rev: o(&self.k_rev)?,
+            mask: o(&self.mask)?,
+            pre: o(&self.pre)?,
+            post: o(&self.post)?,
+            d_out: self.d_out.to_device(device)?,
+        })
+    }
+    fn to_f64(&self) -> Result<CaseInputs> {
+        let o = |t: &Option<Tensor>| t.as_ref().map(|t| t.to_dtype(DType::F64)).transpose();
+        Ok(CaseInputs {
+            u: self.u.to_dtype(DType::F64)?,
+            k: self.k.to_dtype(DType::F64)?,
+            d: o(&self.d)?,
+            k_rev: o(&self.k_rev)?,
+            mask: o(&self.mask)?,
+            pre: o(&self.pre)?,
+            post: o(&self.post)?,
+            d_out: self.d_out.to_dtype(DType::F64)?,
+        })
+    }
+    fn options(&self, c: &Case) -> Options<'_> {
+        Options {
+            gelu: c.gelu,
+            dropout_mask: self.mask.as_ref(),
+            k_rev: self.k_rev.as_ref(),
+            pregate: self.pre.as_ref(),
+            postgate: self.post.as_ref(),
+            out_f32: c.out_f32,
+            head_dim: c.hd,
+            force_four_step: c.four_step,
+        }
+    }
+}
+
+/// Output and every gradient, as f64 vectors in a fixed order with their names.
+fn run_all(x: &CaseInputs, c: &Case) -> Result<Vec<(&'static str, Tensor)>> {
+    let opts = x.options(c);
+    let f = forward(&x.u, &x.k, x.d.as_ref(), &opts)?;
+    let g = backward(&f, &x.d_out)?;
+    let mut v = vec![("out", f.out), ("d_u", g.d_u), ("d_k", g.d_k)];
+    let named = [("d_k_rev", g.d_k_rev), ("d_D", g.d_d), ("d_pregate", g.d_pregate), ("d_postgate", g.d_postgate)];
+    v.extend(named.into_iter().filter_map(|(n, t)| t.map(|t| (n, t))));
+    Ok(v)
+}
+
+/// The f64 reference's outputs for a case (run through the public API on f64 CPU tensors).
+fn reference_all(x: &CaseInputs, c: &Case) -> Result<Vec<(&'static str, Vec<f64>)>> {
+    let r = x.to_f64()?;
+    let c64 = Case { out_f32: false, ..*c };
+    run_all(&r, &c64)?.into_iter().map(|(n, t)| Ok((n, t.to_vec_f64()?))).collect()
+}
+
+fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
+    let case = c.name();
+    let seed = ctx.seed_for(&format!("{case}{dtype}"));
+    let x = make_inputs(c, dtype, DType::F32, seed)?;
+    let refs = reference_all(&x, c)?;
+    let dev_inputs = x.to(ctx.device)?;
+    let got = run_all(&dev_inputs, c)?;
+    let mut rows = Vec::new();
+    for ((name, t), (rname, r)) in got.iter().zip(&refs) {
+        debug_assert_eq!(name, rname);
+        // Each result is rounded to its own dtype once; f32 results (filter gradients, f32 output)
+        // meet the f32 tolerance only when the inputs were f32, since half inputs make z itself
+        // carry the inputs' rounding through GELU — the reference sees the same rounded inputs,
+        // so the tolerance of the inputs' dtype applies.
+        rows.push(compare("fftconv", &case, name, t, r, dtype.tolerance())?);
+    }
+    if matches!(ctx.device, Device::Cuda(_)) {
+        rows.extend(cuda_properties(ctx, c, dtype, &case, &x, &dev_inputs, &got, &refs)?);
+    }
+    Ok(rows)
+}
+
+/// On CUDA: bitwise determinism (a second run gives the same bits), and in half dtypes the
+/// output's error at most twice that of the same math in f32 on the same rounded inputs (the
+/// CPU fast path, PyTorch's bf16-input reference in kind).
+#[allow(clippy::too_many_arguments)]
+fn cuda_properties(
+    ctx: &CheckCtx,
+    c: &Case,
+    dtype: DType,
+    case: &str,
+    x: &CaseInputs,
+    dev_inputs: &CaseInputs,
+    got: &[(&'static str, Tensor)],
+    refs: &[(&'static str, Vec<f64>)],
+) -> Result<Vec<CheckRow>> {
+    let mut rows = Vec::new();
+    let again = run_all(dev_inputs, c)?;
+    let same = got.iter().zip(&again).all(|((_, a), (_, b))| matches!((a.to_vec_f64(), b.to_vec_f64()), (Ok(a), Ok(b)) if a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())));
+    rows.push(property("fftconv", case, "bitwise-rerun", dtype, ctx.device, same));
+    if dtype != DType::F32 && !c.out_f32 {
+        let cpu_out = run_all(x, c)?.remove(0).1.to_vec_f64()?;
+        let f32_err = ember_core::compare::rel_err(&cpu_out, &refs[0].1);
+        let mut row = compare("fftconv", case, "out≤2×f32math", &got[0].1, &refs[0].1, 2.0 * f32_err.max(1e-7))?;
+        row.tol = 2.0 * f32_err.max(1e-7);
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Bad input on this device: each is a clear `Err` naming the argument, and nothing is launched.
+fn bad_input_rows(ctx: &CheckCtx) -> Result<Vec<CheckRow>> {
+    let dev = ctx.device;
+    let f = |shape: &[usize], dt: DType| Tensor::zeros(shape, dt, dev);
+    let u = f(&[2, 8, 16], DType::BF16)?;
+    let k = f(&[8, 16], DType::F32)?;
+    let mut rows = Vec::new();
+    let mut expect = |what: &str, r: Result<Dims>, needle: &str| {
+        let ok = matches!(&r, Err(e) if e.to_string().contains(needle));
+        rows.push(property("fftconv", &format!("bad input: {what}"), "clear Err", DType::BF16, dev, ok));
+    };
+    expect("Lk > L", super::validate(&u, &f(&[8, 17], DType::F32)?, None, &Options::new()), "argument `k`");
+    expect("H mismatch", super::validate(&u, &f(&[7, 16], DType::F32)?, None, &Options::new()), "(H/head_dim, k_len) = (8, n)");
+    let m = f(&[8, 2], DType::F32)?;
+    expect("mask shape", super::validate(&u, &k, None, &Options::new().dropout_mask(&m)), "argument `dropout_mask`: expected shape (B, H) = [2, 8]");
+    let u6 = f(&[2, 12, 16], DType::BF16)?;
+    expect("hd ∤ H", super::validate(&u6, &f(&[1, 16], DType::F32)?, None, &Options::new().head_dim(8)), "expected a divisor of H = 12, got 8");
+    expect("k dtype", super::validate(&u, &f(&[8, 16], DType::BF16)?, None, &Options::new()), "argument `k`: expected dtype f32, got bf16");
+    // After the errors, a valid call still works on this device (no sticky error).
+    let ok = forward(&Tensor::randn(&[2, 8, 16], DType::BF16, dev, 3)?, &Tensor::randn(&[8, 16], DType::F32, dev, 4)?, None, &Options::new()).and_then(|f| f.out.to_vec_f64());
+    rows.push(property("fftconv", "valid call after bad input", "works", DType::BF16, dev, ok.is_ok_and(|v| v.iter().all(|x| x.is_finite()))));
+    Ok(rows)
+}
+
+/// Hyena's benchmark configuration: bf16 u, f32 k of full length, with D and GELU.
+#[derive(Clone, Copy)]
+struct BenchShape {
+    b: usize,
+    h: usize,
+    l: usize,
+}
+
+fn bench_shapes(ctx: &BenchCtx) -> Vec<BenchShape> {
+    let s = |b, h, l| BenchShape { b, h, l };
+    match (ctx.device, ctx.quick) {
+        (Device::Cpu, _) => vec![s(2, 16, 1024), s(2, 16, 4096)],
+        (_, true) => vec![s(16, 768, 1024), s(16, 768, 4096), s(1, 64, 1 << 20)],
+        (_, false) => {
+            let mut v: Vec<_> = [256, 1000, 1024, 4096, 5000, 16384].iter().map(|&l| s(16, 768, l)).collect();
+            v.push(s(4, 256, 65536));
+            v.push(s(1, 64, 1 << 20));
+            v.push(s(1, 64, 1 << 22));
+            v
+        }
+    }
+}
+
+/// FLOPs of a real FFT of n points (half a complex one, 5·n·log2 n / 2).
+fn rfft_flops(n: usize) -> f64 {
+    2.5 * n as f64 * (n as f64).log2()
+}
+
+impl crate::OpFamily for Family {
+    fn name(&self) -> &'static str {
+        "fftconv"
+    }
+    fn summary(&self) -> &'static str {
+        "FFT long convolution (Hyena/H3): causal + anticausal filters, D skip, GELU, gates, mask, multi-head; fwd and bwd, any L"
+    }
+
+    fn check(&self, ctx: &CheckCtx) -> Result<Vec<CheckRow>> {
+        let mut rows = Vec::new();
+        for c in cases(ctx.tier) {
+            for dtype in DType::ACTIVATIONS {
+                rows.extend(check_case(ctx, &c, dtype).map_err(|e| Error::invalid("case", format!("{} {dtype}: {e}", c.name())))?);
+            }
+        }
+        rows.extend(bad_input_rows(ctx)?);
+        Ok(rows)
+    }
+
+    fn bench(&self, ctx: &BenchCtx, progress: &mut dyn FnMut(&BenchRow)) -> Result<Vec<BenchRow>> {
+        let mut rows = Vec::new();
+        let dtype = DType::BF16;
+        let es = dtype.size() as f64;
+        for s in bench_shapes(ctx) {
+            let (b, h, l) = (s.b, s.h, s.l);
+            let elems = (b * h * l) as f64;
+            let filt = (h * l) as f64;
+            let fwd_bytes = es * 2.0 * elems + 4.0 * filt;
+            let bwd_bytes = fwd_bytes + es * 3.0 * elems + 4.0 * filt;
+            let n = Dims { b, h, l, lk: l, lk_rev: 0, hd: 1 }.fft_size();
+            let fwd_flops = (2 * b * h + h) as f64 * rfft_flops(n);
+            let bwd_flops = fwd_flops + (4 * b * h + h) as f64 * rfft_flops(n);
+            let sets = ctx.rotation(fwd_bytes);
+            let mk = |i: usize| -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+                let seed = 1000 + 10 * i as u64;
+                let u = Tensor::rand(&[b, h, l], -1.0, 1.0, dtype, ctx.device, seed)?;
+                let k = Tensor::rand(&[h, l], -1.0 / (l as f32).sqrt(), 1.0 / (l as f32).sqrt(), DType::F32, ctx.device, seed + 1)?;
+                let d = Tensor::rand(&[h], -1.0, 1.0, DType::F32, ctx.device, seed + 2)?;
+                let dy = Tensor::rand(&[b, h, l], -1.0, 1.0, dtype, ctx.device, seed + 3)?;
+                Ok((u, k, d, dy))
+            };
+            let sets_v: Vec<_> = (0..sets).map(mk).collect::<Result<_>>()?;
+            let opts = Options::new().gelu(true);
+            let p = params(&[("b", json!(b)), ("h", json!(h)), ("l", json!(l)), ("gelu", json!(true)), ("d", json!(true))]);
+            let ms = ctx.time(300.0, |i| {
+                let (u, k, d, _) = &sets_v[i % sets];
+                forward(u, k, Some(d), &opts).map(drop)
+            })?;
+            let row = ctx.row("fftconv", "fwd", dtype, p.clone(), ms, fwd_bytes, fwd_flops);
+            progress(&row);
+            rows.push(row);
+            let ms = ctx.time(300.0, |i| {
+                let (u, k, d, dy) = &sets_v[i % sets];
+                let f = forward(u, k, Some(d), &opts)?;
+                backward(&f, dy).map(drop)
+            })?;
+            let row = ctx.row("fftconv", "fwd+bwd", dtype, p, ms, bwd_bytes, bwd_flops);
+            progress(&row);
+            rows.push(row);
+        }
+        Ok(rows)
+    }
+
+    fn kernels(&self) -> Vec<KernelBuild> {
+        cuda::kernel_builds()
+    }
+}
+
+#[cfg(test)]
+pub(super) fn quick_cases() -> Vec<Case> {
+    cases(Tier::Quick)
+}
+
+#[cfg(test)]
+pub(super) fn check_case_for_tests(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
+    check_case(ctx, c, dtype)
+}

@@ -1,0 +1,258 @@
+use super::reference::{self, Method, Problem};
+use super::suite::{quick_cases, Case};
+use super::*;
+use crate::harness::check::{CheckCtx, Tier};
+use crate::OpFamily;
+use ember_core::rng;
+
+fn randv(n: usize, seed: u64, scale: f64) -> Vec<f64> {
+    (0..n).map(|i| scale * rng::normal(seed, i as u64)).collect()
+}
+
+/// Owned f64 inputs of a reference problem.
+struct Owned {
+    dims: Dims,
+    u: Vec<f64>,
+    k: Vec<f64>,
+    d: Option<Vec<f64>>,
+    k_rev: Option<Vec<f64>>,
+    mask: Option<Vec<f64>>,
+    pre: Option<Vec<f64>>,
+    post: Option<Vec<f64>>,
+    gelu: bool,
+}
+
+impl Owned {
+    fn new(c: &Case, seed: u64) -> Self {
+        let dims = Dims { b: c.b, h: c.h, l: c.l, lk: c.lk, lk_rev: c.lkr, hd: c.hd };
+        let n = dims.numel();
+        let heads = dims.heads();
+        let on = |b: bool, v: Vec<f64>| if b { Some(v) } else { None };
+        Owned {
+            dims,
+            u: randv(n, seed, 1.0),
+            k: randv(heads * c.lk, seed + 1, 1.0 / (c.lk as f64).sqrt()),
+            d: on(c.d, randv(heads, seed + 2, 1.0)),
+            k_rev: on(c.lkr > 0, randv(heads * c.lkr, seed + 3, 1.0 / (c.lkr.max(1) as f64).sqrt())),
+            mask: on(c.mask, (0..c.b * c.h).map(|i| 0.5 + rng::uniform(seed + 4, i as u64, 0.0, 1.0) as f64).collect()),
+            pre: on(c.pre, randv(n, seed + 5, 1.0)),
+            post: on(c.post, randv(n, seed + 6, 1.0)),
+            gelu: c.gelu,
+        }
+    }
+    fn problem(&self) -> Problem<'_> {
+        Problem {
+            dims: self.dims,
+            u: &self.u,
+            k: &self.k,
+            d: self.d.as_deref(),
+            k_rev: self.k_rev.as_deref(),
+            mask: self.mask.as_deref(),
+            pregate: self.pre.as_deref(),
+            postgate: self.post.as_deref(),
+            gelu: self.gelu,
+        }
+    }
+}
+
+fn max_rel(a: &[f64], b: &[f64]) -> f64 {
+    let scale = b.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-300);
+    a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+/// Every gradient of the reference against central finite differences of L = Σ out·r.
+fn check_gradients(c: &Case, seed: u64) {
+    let base = Owned::new(c, seed);
+    let r = randv(base.dims.numel(), seed + 99, 1.0);
+    let loss = |o: &Owned| -> f64 { reference::forward(&o.problem()).iter().zip(&r).map(|(a, b)| a * b).sum() };
+    let g = reference::backward(&base.problem(), &r);
+    let eps = 1e-5;
+    type Field = fn(&mut Owned) -> Option<&mut Vec<f64>>;
+    let fields: [(&str, Field, Option<&Vec<f64>>); 6] = [
+        ("u", |o| Some(&mut o.u), Some(&g.d_u)),
+        ("k", |o| Some(&mut o.k), Some(&g.d_k)),
+        ("k_rev", |o| o.k_rev.as_mut(), g.d_k_rev.as_ref()),
+        ("d", |o| o.d.as_mut(), if c.d { Some(&g.d_d) } else { None }),
+        ("pregate", |o| o.pre.as_mut(), g.d_pregate.as_ref()),
+        ("postgate", |o| o.post.as_mut(), g.d_postgate.as_ref()),
+    ];
+    for (name, field, grad) in fields {
+        let mut probe = Owned::new(c, seed);
+        let Some(len) = field(&mut probe).map(|v| v.len()) else {
+            assert!(grad.is_none(), "{name}: gradient returned for an absent input");
+            continue;
+        };
+        let grad = grad.unwrap_or_else(|| panic!("{name}: no gradient"));
+        assert_eq!(grad.len(), len, "{name}");
+        // A spread of indices, first and last included.
+        let picks: Vec<usize> = (0..len.min(12)).map(|i| if i == 0 { 0 } else if i == 1 { len - 1 } else { (i * 7919 + 13) % len }).collect();
+        for &i in &picks {
+            let mut plus = Owned::new(c, seed);
+            field(&mut plus).unwrap()[i] += eps;
+            let mut minus = Owned::new(c, seed);
+            field(&mut minus).unwrap()[i] -= eps;
+            let fd = (loss(&plus) - loss(&minus)) / (2.0 * eps);
+            assert!((fd - grad[i]).abs() <= 1e-6 * (1.0 + fd.abs()), "{c:?} {name}[{i}]: finite difference {fd} vs gradient {}", grad[i]);
+        }
+    }
+}
+
+#[test]
+fn reference_gradients_match_finite_differences() {
+    check_gradients(&Case::all(2, 3, 9), 1);
+    check_gradients(&Case::all(2, 3, 9).lk(4), 2);
+    check_gradients(&Case::plain(1, 2, 7), 3);
+    check_gradients(&Case { gelu: true, ..Case::plain(2, 1, 5) }, 4);
+    check_gradients(&Case::all(1, 8, 6).hd(8), 5);
+    check_gradients(&Case { pre: true, post: true, ..Case::plain(2, 8, 5) }.hd(8), 6);
+    check_gradients(&Case::all(1, 1, 1), 7);
+}
+
+#[test]
+fn reference_direct_and_fft_agree() {
+    for c in [Case::all(2, 3, 300), Case::all(1, 3, 257).lk(31), Case::all(1, 8, 40).hd(8)] {
+        let o = Owned::new(&c, 11);
+        let p = o.problem();
+        let fd = reference::forward_with(&p, Method::Direct);
+        let ff = reference::forward_with(&p, Method::Fft);
+        assert!(max_rel(&ff, &fd) < 1e-12, "{c:?}: forward {}", max_rel(&ff, &fd));
+        let r = randv(o.dims.numel(), 12, 1.0);
+        let gd = reference::backward_with(&p, &r, Method::Direct);
+        let gf = reference::backward_with(&p, &r, Method::Fft);
+        for (name, a, b) in [("d_u", &gf.d_u, &gd.d_u), ("d_k", &gf.d_k, &gd.d_k), ("d_d", &gf.d_d, &gd.d_d)] {
+            assert!(max_rel(a, b) < 1e-12, "{c:?} {name}: {}", max_rel(a, b));
+        }
+        for (name, a, b) in [("d_k_rev", &gf.d_k_rev, &gd.d_k_rev), ("d_pre", &gf.d_pregate, &gd.d_pregate), ("d_post", &gf.d_postgate, &gd.d_postgate)] {
+            let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+            assert!(max_rel(a, b) < 1e-12, "{c:?} {name}: {}", max_rel(a, b));
+        }
+    }
+}
+
+#[test]
+fn reference_matches_a_hand_computed_example() {
+    // u = [1, 2, 3], k = [1, 10], D = 100, k_rev = [1000]:
+    // y = [1, 12, 23] + 1000·u = [1001, 2012, 3023]; z = y + 100·u = [1101, 2212, 3323].
+    let dims = Dims { b: 1, h: 1, l: 3, lk: 2, lk_rev: 1, hd: 1 };
+    let p = Problem { dims, u: &[1.0, 2.0, 3.0], k: &[1.0, 10.0], d: Some(&[100.0]), k_rev: Some(&[1000.0]), mask: Some(&[0.5]), pregate: None, postgate: None, gelu: false };
+    assert_eq!(reference::forward(&p), vec![550.5, 1106.0, 1661.5]);
+}
+
+#[test]
+fn hd1_is_the_single_head_formula_with_gates() {
+    // out = mask · post ⊙ gelu(conv(u ⊙ pre) + D·u ⊙ pre), written out by hand.
+    let c = Case::all(2, 3, 11).lk(5);
+    let o = Owned::new(&c, 21);
+    let got = reference::forward(&o.problem());
+    let (l, lk, lkr) = (11, 5, c.lkr);
+    for b in 0..2 {
+        for h in 0..3 {
+            let r = (b * 3 + h) * l;
+            let v: Vec<f64> = (0..l).map(|t| o.u[r + t] * o.pre.as_ref().unwrap()[r + t]).collect();
+            for t in 0..l {
+                let mut y = 0.0;
+                for s in 0..lk.min(t + 1) {
+                    y += o.k[h * lk + s] * v[t - s];
+                }
+                for m in 0..lkr.min(l - t) {
+                    y += o.k_rev.as_ref().unwrap()[h * lkr + m] * v[t + m];
+                }
+                let z = y + o.d.as_ref().unwrap()[h] * v[t];
+                let want = reference::gelu(z) * o.post.as_ref().unwrap()[r + t] * o.mask.as_ref().unwrap()[b * 3 + h];
+                assert!((got[r + t] - want).abs() < 1e-12 * (1.0 + want.abs()), "b={b} h={h} t={t}");
+            }
+        }
+    }
+}
+
+#[test]
+fn cpu_fast_path_matches_reference_in_every_dtype() {
+    ember_core::set_poison_outputs(true);
+    let rows = Family.check(&CheckCtx::new(Device::Cpu, Tier::Quick)).unwrap();
+    assert!(rows.len() >= quick_cases().len() * 3 * 3, "{}", rows.len());
+    for r in &rows {
+        assert!(r.pass(), "{r:?}");
+    }
+}
+
+#[test]
+fn cpu_fast_path_at_large_and_awkward_lengths() {
+    ember_core::set_poison_outputs(true);
+    let ctx = CheckCtx::new(Device::Cpu, Tier::Full);
+    for (c, dtypes) in [
+        (Case::all(1, 2, 8191), &[DType::F32, DType::BF16][..]),
+        (Case::all(1, 1, 16384).lk(16384), &[DType::F32][..]),
+        (Case::all(1, 1, 65539).lk(65539), &[DType::F32, DType::F16][..]),
+        (Case::all(2, 8, 1134).hd(8).lk(200), &[DType::BF16][..]),
+    ] {
+        for &dt in dtypes {
+            for r in super::suite::check_case_for_tests(&ctx, &c, dt).unwrap() {
+                assert!(r.pass(), "{r:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn f64_runs_the_reference() {
+    let u = Tensor::from_vec(vec![1.0f64, 2.0, 3.0], &[1, 1, 3]).unwrap();
+    let k = Tensor::from_vec(vec![1.0f64, 10.0], &[1, 2]).unwrap();
+    let f = forward(&u, &k, None, &Options::new()).unwrap();
+    assert_eq!(f.out.to_vec_f64().unwrap(), vec![1.0, 12.0, 23.0]);
+    let g = backward(&f, &Tensor::from_vec(vec![1.0f64, 0.0, 0.0], &[1, 1, 3]).unwrap()).unwrap();
+    // ∂out[0]/∂u = [k0, 0, 0]; ∂out[0]/∂k = [u0, 0].
+    assert_eq!(g.d_u.to_vec_f64().unwrap(), vec![1.0, 0.0, 0.0]);
+    assert_eq!(g.d_k.to_vec_f64().unwrap(), vec![1.0, 0.0]);
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let z = |s: &[usize], dt| Tensor::zeros(s, dt, Device::Cpu).unwrap();
+    let u = z(&[2, 8, 16], DType::BF16);
+    let k = z(&[8, 16], DType::F32);
+    let err = |r: Result<Forward>| r.err().expect("expected an error").to_string();
+    let e = err(forward(&u, &z(&[8, 17], DType::F32), None, &Options::new()));
+    assert!(e.contains("argument `k`: expected shape (H/head_dim, k_len) = (8, n) with 1 ≤ n ≤ L = 16, got [8, 17]"), "{e}");
+    let e = err(forward(&u, &z(&[7, 16], DType::F32), None, &Options::new()));
+    assert!(e.contains("argument `k`") && e.contains("got [7, 16]"), "{e}");
+    let m = z(&[8, 2], DType::F32);
+    let e = err(forward(&u, &k, None, &Options::new().dropout_mask(&m)));
+    assert!(e.contains("argument `dropout_mask`: expected shape (B, H) = [2, 8], got [8, 2]"), "{e}");
+    let e = err(forward(&z(&[2, 12, 16], DType::BF16), &z(&[1, 16], DType::F32), None, &Options::new().head_dim(8)));
+    assert!(e.contains("argument `head_dim`: expected a divisor of H = 12, got 8"), "{e}");
+    let e = err(forward(&u, &k, None, &Options::new().head_dim(3)));
+    assert!(e.contains("argument `head_dim`: expected 1 or 8, got 3"), "{e}");
+    let e = err(forward(&u, &z(&[8, 16], DType::BF16), None, &Options::new()));
+    assert!(e.contains("argument `k`: expected dtype f32, got bf16"), "{e}");
+    let e = err(forward(&u, &k, Some(&z(&[7], DType::F32)), &Options::new()));
+    assert!(e.contains("argument `d`: expected shape (H/head_dim) = [8], got [7]"), "{e}");
+    let g = z(&[2, 8, 16], DType::F32);
+    let e = err(forward(&u, &k, None, &Options::new().pregate(&g)));
+    assert!(e.contains("argument `pregate`: expected dtype bf16, got f32"), "{e}");
+    let e = err(forward(&u, &k, None, &Options::new().k_rev(&z(&[8, 0], DType::F32))));
+    assert!(e.contains("argument `k_rev`"), "{e}");
+    let e = err(forward(&z(&[2, 8, 0], DType::BF16), &k, None, &Options::new()));
+    assert!(e.contains("argument `u` is empty"), "{e}");
+    let e = err(forward(&z(&[2, 8], DType::BF16), &k, None, &Options::new()));
+    assert!(e.contains("argument `u`: expected shape 3 dimensions (B, H, L)"), "{e}");
+    // d_out must match the output's dtype: bf16 here, f32 with out_f32.
+    let f = forward(&u, &k, None, &Options::new()).unwrap();
+    let e = backward(&f, &z(&[2, 8, 16], DType::F32)).err().unwrap().to_string();
+    assert!(e.contains("argument `d_out`: expected dtype bf16, got f32"), "{e}");
+    let f = forward(&u, &k, None, &Options::new().out_f32(true)).unwrap();
+    assert_eq!(f.out.dtype(), DType::F32);
+    assert!(backward(&f, &z(&[2, 8, 16], DType::F32)).is_ok());
+}
+
+#[test]
+fn fft_size_never_wraps_into_the_output() {
+    let d = |l, lk, lkr| Dims { b: 1, h: 1, l, lk, lk_rev: lkr, hd: 1 }.fft_size();
+    assert_eq!(d(1, 1, 0), 32);
+    assert_eq!(d(16, 16, 0), 32);
+    assert_eq!(d(17, 17, 0), 64);
+    assert_eq!(d(4096, 4096, 0), 8192);
+    assert_eq!(d(4096, 1, 0), 4096);
+    assert_eq!(d(4096, 2, 0), 8192);
+    assert_eq!(d(1000, 10, 600), 2048);
+    assert_eq!(d(1 << 22, 1 << 22, 0), 1 << 23);
+}
