@@ -323,6 +323,30 @@ fn determinism(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType
     Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b))
 }
 
+/// Bad input on a CUDA device is an `Err` before any launch, and the device stays usable.
+fn cuda_properties(device: Device) -> Result<Vec<CheckRow>> {
+    let p = Problem::new(&[50], 8, 16, DType::BF16, false, 9)?;
+    let dev = p.on(device)?;
+    let evals = dev.evals.try_clone()?.reshape(&[8])?;
+    let prop = |name: &str, holds: bool| property("diffusion", name, "holds", DType::BF16, device, holds);
+    let mut rows = Vec::new();
+    let e = super::forward(&p.x, &dev.basis, &dev.mass, &evals, &dev.times);
+    rows.push(prop("x on cpu, basis on cuda: Err(Device)", matches!(e, Err(ember_core::Error::Device { .. }))));
+    let wide = Tensor::zeros(&[50, 257], DType::BF16, device)?;
+    let e = super::forward(&dev.x, &wide, &dev.mass, &Tensor::zeros(&[257], DType::F32, device)?, &dev.times);
+    rows.push(prop("K = 257 on cuda: Err(Shape)", matches!(e, Err(ember_core::Error::Shape { .. }))));
+    let e = super::forward(&dev.x, &dev.basis, &dev.mass, &evals, &dev.times.to_dtype(DType::BF16)?);
+    rows.push(prop("bf16 times: Err(DType)", matches!(e, Err(ember_core::Error::DType { .. }))));
+    let ok = super::forward(&dev.x, &dev.basis, &dev.mass, &evals, &dev.times).and_then(|f| f.out.to_vec_f64());
+    rows.push(prop("no sticky error after bad input", ok.is_ok_and(|v| v.iter().all(|x| x.is_finite()))));
+    // The layer clamps its times on the device.
+    let mut layer = super::LearnedTimeDiffusion::new(Tensor::from_vec(vec![-1.0f32; 16], &[16])?.to_device(device)?)?;
+    let f = layer.forward(&dev.x, &dev.basis, &dev.mass, &evals)?;
+    let clamped = layer.times.to_vec_f64()?.iter().all(|&t| t == super::MIN_TIME as f32 as f64);
+    rows.push(prop("layer clamps times to 1e-8 on cuda", clamped && f.out.to_vec_f64()?.iter().all(|x| x.is_finite())));
+    Ok(rows)
+}
+
 impl crate::OpFamily for Family {
     fn name(&self) -> &'static str {
         "diffusion"
@@ -344,6 +368,9 @@ impl crate::OpFamily for Family {
         };
         for dtype in DType::ACTIVATIONS {
             rows.push(determinism(ctx, sizes, k, c, dtype)?);
+        }
+        if ctx.device.is_cuda() {
+            rows.extend(cuda_properties(ctx.device)?);
         }
         Ok(rows)
     }
