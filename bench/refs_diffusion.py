@@ -19,6 +19,8 @@ def torch_diffusion(x, basis, mass, evalues, times):
 
 
 def diffusion_ref(pass_, dtype, p):
+    if pass_ not in ("fwd", "fwd+bwd"):
+        raise ValueError(f"no PyTorch counterpart for the diagnostic pass {pass_}")
     k, c = p["K"], p["C"]
     sizes = p["V"] if isinstance(p["V"], list) else [p["V"]]
     total = sum(sizes)

@@ -400,6 +400,53 @@ fn finalize_cfg(g: &Geometry) -> LaunchConfig {
     LaunchConfig { grid_dim: (g.finalize_grid.0, g.finalize_grid.1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 }
 }
 
+#[allow(clippy::too_many_arguments)]
+fn launch_finalize_fwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals: u64, times: u64, spectral: u64, saved: u64, s_op: u64) -> Result<()> {
+    let f = dev.function(&SOURCE, &options(g.dtype), "diffusion_finalize_fwd")?;
+    let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
+    dev.launch(&f, finalize_cfg(g))
+        .arg(&partials)
+        .arg(&g.chunk_prefix)
+        .arg(&n_chunks)
+        .arg(&evals)
+        .arg(&times)
+        .arg(&k)
+        .arg(&c)
+        .arg(&kpr)
+        .arg(&cpr)
+        .arg(&spectral)
+        .arg(&saved)
+        .arg(&s_op)
+        .arg(&kpe)
+        .arg(&cpe)
+        .named("diffusion_finalize_fwd")
+        .run()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_finalize_bwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals: u64, times: u64, saved: u64, d_spectral: u64, g_op: u64, dt_part: u64) -> Result<()> {
+    let f = dev.function(&SOURCE, &options(g.dtype), "diffusion_finalize_bwd")?;
+    let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
+    dev.launch(&f, finalize_cfg(g))
+        .arg(&partials)
+        .arg(&g.chunk_prefix)
+        .arg(&n_chunks)
+        .arg(&evals)
+        .arg(&times)
+        .arg(&saved)
+        .arg(&d_spectral)
+        .arg(&k)
+        .arg(&c)
+        .arg(&kpr)
+        .arg(&cpr)
+        .arg(&g_op)
+        .arg(&kpe)
+        .arg(&cpe)
+        .arg(&dt_part)
+        .named("diffusion_finalize_bwd")
+        .run()
+}
+
 pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward> {
     forward_tuned(m, x, times, &Tuning::default())
 }
@@ -417,26 +464,7 @@ pub(crate) fn forward_tuned(m: &Meshes, x: &Tensor, times: &Tensor, tune: &Tunin
 
     launch_reduce(&dev, &g, basis, x.cuda_ptr()?, mass, partials)?;
 
-    let f = dev.function(&SOURCE, &options(dtype), "diffusion_finalize_fwd")?;
-    let (n_chunks, k, cc, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
-    let (evals, tp, sp, svp) = (m.evals.cuda_ptr()?, times.cuda_ptr()?, spectral.cuda_ptr()?, saved.cuda_ptr()?);
-    dev.launch(&f, finalize_cfg(&g))
-        .arg(&partials)
-        .arg(&g.chunk_prefix)
-        .arg(&n_chunks)
-        .arg(&evals)
-        .arg(&tp)
-        .arg(&k)
-        .arg(&cc)
-        .arg(&kpr)
-        .arg(&cpr)
-        .arg(&sp)
-        .arg(&svp)
-        .arg(&s_op)
-        .arg(&kpe)
-        .arg(&cpe)
-        .named("diffusion_finalize_fwd")
-        .run()?;
+    launch_finalize_fwd(&dev, &g, partials, m.evals.cuda_ptr()?, times.cuda_ptr()?, spectral.cuda_ptr()?, saved.cuda_ptr()?, s_op)?;
 
     launch_expand(&dev, &g, basis, s_op, 0, out.cuda_ptr()?, 0, 0)?;
     Ok(Forward { out, spectral, saved })
@@ -458,34 +486,50 @@ pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &
 
     launch_reduce(&dev, &g, basis, d_out.cuda_ptr()?, 0, partials)?;
 
-    let f = dev.function(&SOURCE, &options(dtype), "diffusion_finalize_bwd")?;
-    let (n_chunks, k, cc, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
-    let (evals, tp, svp) = (m.evals.cuda_ptr()?, times.cuda_ptr()?, fwd.saved.cuda_ptr()?);
     let dsp = match d_spectral {
         Some(t) => t.cuda_ptr()?,
         None => 0u64,
     };
-    dev.launch(&f, finalize_cfg(&g))
-        .arg(&partials)
-        .arg(&g.chunk_prefix)
-        .arg(&n_chunks)
-        .arg(&evals)
-        .arg(&tp)
-        .arg(&svp)
-        .arg(&dsp)
-        .arg(&k)
-        .arg(&cc)
-        .arg(&kpr)
-        .arg(&cpr)
-        .arg(&g_op)
-        .arg(&kpe)
-        .arg(&cpe)
-        .arg(&dt_part)
-        .named("diffusion_finalize_bwd")
-        .run()?;
+    launch_finalize_bwd(&dev, &g, partials, m.evals.cuda_ptr()?, times.cuda_ptr()?, fwd.saved.cuda_ptr()?, dsp, g_op, dt_part)?;
 
     launch_expand(&dev, &g, basis, g_op, m.mass.cuda_ptr()?, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?)?;
     Ok(Grads { d_x, d_times })
+}
+
+/// One launch of forward or backward timed alone: (name, ms, fewest bytes, flops).
+pub(crate) type Phase = (&'static str, f64, f64, f64);
+
+/// Times each of the six launches of forward and backward separately (the bench's optional phase
+/// rows), on buffers allocated once.
+pub(crate) fn phase_times(time: &mut dyn FnMut(&mut dyn FnMut() -> Result<()>) -> Result<f64>, m: &Meshes, x: &Tensor, times: &Tensor, d_out: &Tensor) -> Result<Vec<Phase>> {
+    let dev = x.cuda_device()?.clone();
+    let (c, dtype, device) = (x.dim(1), m.dtype(), m.device());
+    let g = Geometry::new(&dev, m, c, &Tuning::default())?;
+    let out = Tensor::output(x.shape(), dtype, device)?;
+    let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
+    let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
+    let d_x = Tensor::output(x.shape(), dtype, device)?;
+    let d_times = Tensor::output(&[c], DType::F32, device)?;
+    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
+    let (partials, s_op, dt_part) = (parts[0], parts[1], parts[2]);
+    let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
+    let (es, v, k) = (dtype.size() as f64, g.n_rows as f64, g.k as f64);
+    let cf = c as f64;
+    let gemm = 2.0 * v * k * cf;
+    let fin = (g.n_chunks * g.k * c * 4) as f64 + g.meshes as f64 * k * cf * (2.0 * es + 4.0);
+    let mut rows = Vec::new();
+    rows.push(("fwd:reduce", time(&mut || launch_reduce(&dev, &g, basis, x.cuda_ptr()?, mass, partials))?, es * v * (cf + k + 1.0), gemm));
+    rows.push(("fwd:finalize", time(&mut || launch_finalize_fwd(&dev, &g, partials, evals, tp, spectral.cuda_ptr()?, saved.cuda_ptr()?, s_op))?, fin, 0.0));
+    rows.push(("fwd:expand", time(&mut || launch_expand(&dev, &g, basis, s_op, 0, out.cuda_ptr()?, 0, 0))?, es * v * (k + cf), gemm));
+    rows.push(("bwd:reduce", time(&mut || launch_reduce(&dev, &g, basis, d_out.cuda_ptr()?, 0, partials))?, es * v * (cf + k), gemm));
+    rows.push(("bwd:finalize", time(&mut || launch_finalize_bwd(&dev, &g, partials, evals, tp, saved.cuda_ptr()?, 0, s_op, dt_part))?, fin, 0.0));
+    rows.push((
+        "bwd:expand",
+        time(&mut || launch_expand(&dev, &g, basis, s_op, mass, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?))?,
+        es * v * (k + cf + 1.0),
+        gemm,
+    ));
+    Ok(rows)
 }
 
 /// times ← max(times, lo) in place (the layer's clamp); times is f32 on a CUDA device.

@@ -474,9 +474,22 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
         let f = fwd(i)?;
         bwd(i, &f).map(drop)
     })?;
-    let mut row = ctx.row_with_rate("diffusion", "fwd+bwd", dtype, p, ms, 2.0 * fwd_bytes, 2.0 * fwd_flops, rate);
+    let mut row = ctx.row_with_rate("diffusion", "fwd+bwd", dtype, p.clone(), ms, 2.0 * fwd_bytes, 2.0 * fwd_flops, rate);
     row.note = note;
     progress(&row);
     rows.push(row);
+    // Optional: each launch timed alone (EMBER_DIFFUSION_PHASES=1), to see where the time goes.
+    if single && d.is_cuda() && std::env::var("EMBER_DIFFUSION_PHASES").is_ok_and(|v| v == "1") {
+        let s = &inputs[0];
+        let offsets = [0, v];
+        let m = Meshes { basis: &s.basis, mass: &s.mass, evals: &evals1[0], offsets: &offsets, plan: None, batched: false };
+        let mut time = |f: &mut dyn FnMut() -> Result<()>| ctx.time(100.0, |_| f());
+        for (name, ms, bytes, flops) in cuda::phase_times(&mut time, &m, &s.x, &times, &s.d_out)? {
+            let mut row = ctx.row_with_rate("diffusion", name, dtype, p.clone(), ms, bytes, flops, rate);
+            row.note = "one launch alone (diagnostic)".into();
+            progress(&row);
+            rows.push(row);
+        }
+    }
     Ok(rows)
 }
