@@ -20,28 +20,72 @@ pub const LAYER_SOURCE: KernelSource = KernelSource::new("diffusion_layer", incl
 // Tile constants shared with diffusion.cu.
 const NTHREADS: u32 = 256;
 const RBM: usize = 128; // eigenvectors per reduce tile
-const RBV: usize = 32; // vertices per reduce stage
-const RNST: usize = 4;
 const EBM: usize = 128; // vertices per expand tile
-const EBK: usize = 32; // eigenvectors per expand stage
-const ENST: usize = 4;
 /// Fewest vertices per reduce chunk: below this the partials cost more than the split gains.
-const MIN_CHUNK_ROWS: usize = 256;
+const MIN_CHUNK_ROWS: usize = 128;
 
-/// Build options of the module for activation dtype `dtype`.
-pub fn options(dtype: DType) -> Vec<String> {
+/// Pipeline shape, a compile-time option of the module: vertices per reduce stage and stages in
+/// flight, eigenvectors per expand stage and stages in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stages {
+    pub rbv: usize,
+    pub rnst: usize,
+    pub ebk: usize,
+    pub enst: usize,
+}
+
+pub const DEFAULT_STAGES: Stages = Stages { rbv: 32, rnst: 4, ebk: 32, enst: 4 };
+
+/// The stages in use: the default, or `EMBER_DIFFUSION_STAGES=rbv,rnst,ebk,enst` (for tuning runs;
+/// each value a multiple of 16 for rbv/ebk, 2..=4 stages).
+pub fn stages() -> Stages {
+    static S: OnceLock<Stages> = OnceLock::new();
+    *S.get_or_init(|| {
+        let parsed = std::env::var("EMBER_DIFFUSION_STAGES").ok().and_then(|v| {
+            let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            match n[..] {
+                [rbv, rnst, ebk, enst] if rbv % 16 == 0 && ebk % 16 == 0 && (16..=128).contains(&rbv) && (16..=128).contains(&ebk) && (2..=4).contains(&rnst) && (2..=4).contains(&enst) => {
+                    Some(Stages { rbv, rnst, ebk, enst })
+                }
+                _ => None,
+            }
+        });
+        parsed.unwrap_or(DEFAULT_STAGES)
+    })
+}
+
+/// Build options of the module for activation dtype `dtype` and pipeline `st`.
+pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
     let code = match dtype {
         DType::F32 => 0,
         DType::F16 => 1,
         DType::BF16 => 2,
         DType::F64 => unreachable!("f64 never reaches CUDA (validated)"),
     };
-    vec![format!("-DDIFF_DTYPE={code}")]
+    let mut o = vec![format!("-DDIFF_DTYPE={code}")];
+    if st != DEFAULT_STAGES {
+        o.extend([format!("-DRBV={}", st.rbv), format!("-DRNST={}", st.rnst), format!("-DEBK={}", st.ebk), format!("-DENST={}", st.enst)]);
+    }
+    o
 }
 
-/// Warp tile widths (8·WN channels per warp, BN = 32·WN per CTA) compiled for `dtype`: f32 stops at
-/// 4 because its split-TF32 fragments need twice the registers.
-pub fn wn_choices(dtype: DType) -> &'static [usize] {
+/// Build options of the module for activation dtype `dtype` with the stages in use.
+pub fn options(dtype: DType) -> Vec<String> {
+    options_with(dtype, stages())
+}
+
+/// Reduce tile widths (8·WN channels per warp, BN = 32·WN per CTA) compiled for `dtype`: f32 keeps a
+/// second set of accumulators per stage, so it stops at 2.
+pub fn reduce_wn_choices(dtype: DType) -> &'static [usize] {
+    if dtype == DType::F32 {
+        &[2]
+    } else {
+        &[8, 4, 2]
+    }
+}
+
+/// Expand tile widths: f32 stops at 4 (its split-TF32 fragments need twice the registers).
+pub fn expand_wn_choices(dtype: DType) -> &'static [usize] {
     if dtype == DType::F32 {
         &[4, 2]
     } else {
@@ -168,17 +212,17 @@ fn kernel(dev: &Arc<CudaDevice>, source: &KernelSource, dtype: DType, entry: &st
     Ok((f, occ))
 }
 
-fn reduce_smem(dtype: DType, wn: usize) -> usize {
+fn reduce_smem(dtype: DType, wn: usize, st: Stages) -> usize {
     let bn = 32 * wn;
-    RNST * (RBV * (RBM + 8) + RBV * (bn + 8) + RBV) * dtype.size()
+    st.rnst * (st.rbv * (RBM + 8) + st.rbv * (bn + 8) + st.rbv) * dtype.size()
 }
 
-fn expand_smem(dtype: DType, wn: usize, kp: usize) -> usize {
+fn expand_smem(dtype: DType, wn: usize, kp: usize, st: Stages) -> usize {
     let bn = 32 * wn;
     let half = dtype != DType::F32;
-    let lda = EBK + if half { 8 } else { 4 };
+    let lda = st.ebk + if half { 8 } else { 4 };
     let epi = if half { 8 * 64 * (wn.min(4) * 8 + 8) } else { 0 };
-    (kp * (bn + 8) + ENST * EBM * lda + epi) * dtype.size()
+    (kp * (bn + 8) + st.enst * EBM * lda + epi) * dtype.size()
 }
 
 fn too_large(what: String) -> Error {
@@ -232,8 +276,8 @@ impl Geometry {
         let (v, k, meshes) = (m.v(), m.k(), m.meshes());
         let n_sm = dev.info().multiprocessors.max(1) as usize;
         let optin = dev.info().shared_memory_per_block_optin as usize;
-        let choices = wn_choices(dtype);
-        let forced = |wn: Option<usize>, what: &str| -> Result<Option<usize>> {
+        let st = stages();
+        let forced = |wn: Option<usize>, choices: &[usize], what: &str| -> Result<Option<usize>> {
             match wn {
                 Some(w) if !choices.contains(&w) => Err(Error::invalid(what, format!("expected one of {choices:?} for {dtype}, got {w}"))),
                 other => Ok(other),
@@ -252,7 +296,7 @@ impl Geometry {
         let n_mt = k.div_ceil(RBM);
         // Tile width: the narrowest that still covers C in one tile, then narrower while the grid
         // would leave most SMs idle (small meshes).
-        let shrink = |mut wn: usize, ctas: &dyn Fn(usize) -> usize, goal: usize| {
+        let shrink = |mut wn: usize, choices: &[usize], ctas: &dyn Fn(usize) -> usize, goal: usize| {
             let smallest = *choices.last().unwrap();
             while wn > smallest && 16 * wn >= c {
                 wn /= 2;
@@ -262,19 +306,20 @@ impl Geometry {
             }
             wn
         };
-        let rwn = match forced(tune.reduce_wn, "reduce_wn")? {
+        let (rc, ec) = (reduce_wn_choices(dtype), expand_wn_choices(dtype));
+        let rwn = match forced(tune.reduce_wn, rc, "reduce_wn")? {
             Some(w) => w,
-            None => shrink(choices[0], &|wn| n_chunks * n_mt * c.div_ceil(32 * wn), n_sm / 2),
+            None => shrink(rc[0], rc, &|wn| n_chunks * n_mt * c.div_ceil(32 * wn), n_sm / 2),
         };
-        let kpe = k.next_multiple_of(EBK);
-        let ewn = match forced(tune.expand_wn, "expand_wn")? {
+        let kpe = k.next_multiple_of(st.ebk);
+        let ewn = match forced(tune.expand_wn, ec, "expand_wn")? {
             Some(w) => w,
             None => {
-                let mut wn = choices[0];
-                while wn > *choices.last().unwrap() && expand_smem(dtype, wn, kpe) > optin {
+                let mut wn = ec[0];
+                while wn > *ec.last().unwrap() && expand_smem(dtype, wn, kpe, st) > optin {
                     wn /= 2;
                 }
-                shrink(wn, &|wn| n_tiles * c.div_ceil(32 * wn), n_sm)
+                shrink(wn, ec, &|wn| n_tiles * c.div_ceil(32 * wn), n_sm)
             }
         };
         let (rbn, ebn) = (32 * rwn, 32 * ewn);
@@ -282,10 +327,10 @@ impl Geometry {
         let (n_ntr, n_nte) = (cpr / rbn, cpe / ebn);
         to_i32(cpr.max(cpe), "C padded to the tile width")?;
         let es = dtype.size();
-        let vec = (k * es) % 16 == 0 && (c * es) % 16 == 0;
+        let vec = (k * es).is_multiple_of(16) && (c * es).is_multiple_of(16);
         let reduce_grid = (to_u32_grid(n_chunks, i32::MAX as usize, "reduce chunks")?, to_u32_grid(n_mt * n_ntr, 65535, "reduce tiles per chunk")?);
-        let expand_smem = expand_smem(dtype, ewn, kpe);
-        let finalize_grid = (to_u32_grid(meshes * (cpe / 32), i32::MAX as usize, "meshes × channel blocks")?, kpe.div_ceil(64) as u32);
+        let expand_smem = expand_smem(dtype, ewn, kpe, st);
+        let finalize_grid = (to_u32_grid(meshes * (cpe / 32), i32::MAX as usize, "meshes × channel blocks")?, (kpe / 8) as u32);
         let n_persist_goal = n_sm; // refined by occupancy at launch
         let expand_grid = (to_u32_grid(n_tiles.min(n_persist_goal).max(1), i32::MAX as usize, "expand tiles")?, to_u32_grid(n_nte, 65535, "expand channel tiles")?);
         Ok(Geometry {
@@ -302,7 +347,7 @@ impl Geometry {
             kpr,
             cpr,
             reduce_grid,
-            reduce_smem: reduce_smem(dtype, rwn),
+            reduce_smem: reduce_smem(dtype, rwn, st),
             n_tiles,
             tile_table,
             ewn,

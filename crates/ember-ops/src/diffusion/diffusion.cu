@@ -135,8 +135,12 @@ __device__ __forceinline__ T zero_t() { return ember_from_f32<T>(0.0f); }
 // the chunk are zero in smem.
 
 #define RBM 128
+#ifndef RBV
 #define RBV 32
+#endif
+#ifndef RNST
 #define RNST 4
+#endif
 
 template <int WN>
 struct RLay {
@@ -310,7 +314,26 @@ __device__ __forceinline__ void reduce_kernel(const T* __restrict__ basis, const
         const int nx = it + RNST - 1;
         if (nx < n_steps) reduce_load<WN>(smem + (nx % RNST) * L::STAGE, basis, y, mass, base + (i64)nx * RBV, s.begin, s.end, e0, K, c0, C, vec);
         cp_async_commit();
+#if DIFF_HALF
         reduce_compute<WN>(smem + (it % RNST) * L::STAGE, acc, mass != nullptr);
+#else
+        // f32: the tensor cores' accumulation over thousands of steps drifts past the f32
+        // tolerance at V ~ 1M, so each stage sums into fresh registers, added to acc in IEEE f32.
+        float part[4][WN][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < WN; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) part[i][j][q] = 0.0f;
+        reduce_compute<WN>(smem + (it % RNST) * L::STAGE, part, mass != nullptr);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < WN; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc[i][j][q] += part[i][j][q];
+#endif
     }
     cp_async_wait<0>();
 
@@ -332,14 +355,27 @@ __device__ __forceinline__ void reduce_kernel(const T* __restrict__ basis, const
 
 // ---- finalize: fixed-order sums of the partials, the decay, the GEMM operand ----------------------
 //
-// block (32, 8): 32 channels × 8 lanes over 64 eigenvectors; grid (mesh·CPe/32, KPe/64).
-// A mesh's chunks are chunk_prefix[m]..chunk_prefix[m+1] (or all chunks without a table).
+// block (32, 8): thread (x, y) owns channel cb·32 + x and eigenvector blockIdx.y·8 + y; grid
+// (mesh · CPe/32, KPe/8), so every (mesh, k, c) has its own thread. A mesh's chunks are
+// chunk_prefix[m]..chunk_prefix[m+1] (or all chunks without a table).
 
+// Σ over chunks [ch0, ch1) with eight independent accumulators (chunk ch goes to ch − ch0 mod 8)
+// combined in a fixed tree: loads stay in flight, and the order depends only on the chunk range.
 __device__ __forceinline__ float sum_partials(const float* __restrict__ ws, i64 ch0, i64 ch1, int e, int c, int KP, int CP) {
-    float s = 0.0f;
-#pragma unroll 4
-    for (i64 ch = ch0; ch < ch1; ++ch) s += ws[(ch * KP + e) * CP + c];
-    return s;
+    float s[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s[j] = 0.0f;
+    const i64 stride = (i64)KP * CP;
+    const float* p = ws + (ch0 * KP + e) * (i64)CP + c;
+    i64 n = ch1 - ch0;
+    for (; n >= 8; n -= 8, p += 8 * stride) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s[j] += p[j * stride];
+    }
+#pragma unroll
+    for (int j = 0; j < 7; ++j)
+        if (j < n) s[j] += p[j * stride];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
@@ -349,21 +385,20 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
     const int cblocks = CPe / 32;
     const i64 m = blockIdx.x / cblocks;
     const int c = (blockIdx.x % cblocks) * 32 + threadIdx.x;
+    const int e = blockIdx.y * 8 + threadIdx.y;
     const i64 ch0 = chunk_prefix ? chunk_prefix[m] : 0, ch1 = chunk_prefix ? chunk_prefix[m + 1] : n_chunks;
-    for (int e = blockIdx.y * 64 + threadIdx.y; e < min(KPe, (int)blockIdx.y * 64 + 64); e += 8) {
-        float val = 0.0f;
-        if (e < K && c < C) {
-            const float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
-            val = expf(-evals[m * K + e] * times[c]) * s;
-            const i64 o = (m * K + e) * C + c;
-            spectral[o] = ember_from_f32<T>(val);
-            saved[o] = val;
-        }
-        s_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
+    float val = 0.0f;
+    if (e < K && c < C) {
+        const float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
+        val = expf(-evals[m * K + e] * times[c]) * s;
+        const i64 o = (m * K + e) * C + c;
+        spectral[o] = ember_from_f32<T>(val);
+        saved[o] = val;
     }
+    s_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
 }
 
-// dt_part: [mesh · gridDim.y][CPe], the d_times contribution of each block of 64 eigenvectors.
+// dt_part: [mesh · gridDim.y][CPe], the d_times contribution of each block of 8 eigenvectors.
 extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
     const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
     const float* __restrict__ times, const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
@@ -372,20 +407,18 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
     const int cblocks = CPe / 32;
     const i64 m = blockIdx.x / cblocks;
     const int c = (blockIdx.x % cblocks) * 32 + threadIdx.x;
+    const int e = blockIdx.y * 8 + threadIdx.y;
     const i64 ch0 = chunk_prefix ? chunk_prefix[m] : 0, ch1 = chunk_prefix ? chunk_prefix[m + 1] : n_chunks;
-    float dt = 0.0f;
-    for (int e = blockIdx.y * 64 + threadIdx.y; e < min(KPe, (int)blockIdx.y * 64 + 64); e += 8) {
-        float val = 0.0f;
-        if (e < K && c < C) {
-            const i64 o = (m * K + e) * C + c;
-            float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
-            if (d_spectral) s += ember_to_f32(d_spectral[o]);
-            const float ev = evals[m * K + e];
-            val = expf(-ev * times[c]) * s;
-            dt -= ev * saved[o] * s;
-        }
-        g_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
+    float val = 0.0f, dt = 0.0f;
+    if (e < K && c < C) {
+        const i64 o = (m * K + e) * C + c;
+        float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
+        if (d_spectral) s += ember_to_f32(d_spectral[o]);
+        const float ev = evals[m * K + e];
+        val = expf(-ev * times[c]) * s;
+        dt = -ev * saved[o] * s;
     }
+    g_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
     red[threadIdx.y][threadIdx.x] = dt;
     __syncthreads();
     if (threadIdx.y == 0) {
@@ -404,13 +437,17 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
 // not change, so each basis byte is read once and S costs no L2 traffic per tile.
 
 #define EBM 128
+#ifndef EBK
 #define EBK 32
+#endif
+#ifndef ENST
 #define ENST 4
+#endif
 
 template <int WN>
 struct ELay {
     static constexpr int BN = 4 * WN * 8;
-    static constexpr int LDA = EBK + (DIFF_HALF ? 8 : 4);  // 16-bit: 5 vectors/row; f32: ≡ 4 mod 32
+    static constexpr int LDA = EBK + (DIFF_HALF ? 8 : 4);  // 16-bit: an odd number of vectors/row; f32: ≡ 4 mod 32
     static constexpr int LDS = BN + 8;
     static constexpr int STAGE = EBM * LDA;
     // 16-bit epilogue: each warp stages 64 rows × SLICE channels, then writes 16-byte vectors.
@@ -584,11 +621,8 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
     const int n_kc = KP / EBK;
 
     if (dt_part && blockIdx.x == 0 && blockIdx.y == 0) {
-        for (int c = tid; c < C; c += NTHREADS) {
-            float s = 0.0f;
-            for (int r = 0; r < dt_rows; ++r) s += dt_part[(i64)r * CPs + c];
-            d_times[c] = s;
-        }
+        // Same fixed-order eight-way sum as the partials (rows are the "chunks" here).
+        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
     }
 
     const i64 per = n_tiles / gridDim.x, rem = n_tiles % gridDim.x;
@@ -656,21 +690,25 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
     }
 }
 
-#define DIFF_KERNELS(WN)                                                                                                       \
+#define DIFF_REDUCE(WN)                                                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_w##WN(                                         \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
         int K, int C, int KP, int CP, int vec) {                                                                               \
         reduce_kernel<WN>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec);                    \
-    }                                                                                                                          \
+    }
+#define DIFF_EXPAND(WN)                                                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_expand_w##WN(                                         \
         const T* basis, const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C, int KP, \
         int CPs, int vec, const float* dt_part, int dt_rows, float* d_times) {                                                 \
         expand_kernel<WN>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, d_times);     \
     }
 
+// f32: the reduce's per-stage partial sums need registers, so its tiles stop at 2; expand at 4.
 #if DIFF_HALF
-DIFF_KERNELS(8)
+DIFF_REDUCE(8)
+DIFF_REDUCE(4)
+DIFF_EXPAND(8)
 #endif
-DIFF_KERNELS(4)
-DIFF_KERNELS(2)
-
+DIFF_REDUCE(2)
+DIFF_EXPAND(4)
+DIFF_EXPAND(2)

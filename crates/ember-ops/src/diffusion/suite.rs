@@ -241,12 +241,25 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
         // Every tile width of both GEMMs, several chunks per mesh, aligned and unaligned rows.
         let extra: Vec<Case> = match tier {
             Tier::Quick => vec![],
-            Tier::Small => vec![tuned(&[300], 64, 64, 2, 2, 64), tuned(&[200], 8, 72, 4, 4, 40), tuned(&[29, 161], 32, 128, 8, 8, 48), tuned(&[150], 64, 40, 2, 4, 32)],
-            Tier::Full => vec![tuned(&[4109], 128, 256, 8, 8, 256), tuned(&[4109], 128, 256, 4, 4, 1000), tuned(&[9001], 200, 100, 2, 2, 512), tuned(&[777, 5000, 3], 64, 33, 4, 2, 300)],
+            Tier::Small => vec![
+                tuned(&[300], 64, 64, 2, 2, 64),
+                tuned(&[200], 8, 72, 2, 4, 40),
+                tuned(&[200], 8, 72, 4, 4, 40),
+                tuned(&[29, 161], 32, 128, 8, 8, 48),
+                tuned(&[150], 64, 40, 2, 4, 32),
+            ],
+            Tier::Full => vec![
+                tuned(&[4109], 128, 256, 8, 8, 256),
+                tuned(&[4109], 128, 256, 4, 4, 1000),
+                tuned(&[4109], 128, 256, 2, 4, 1000),
+                tuned(&[9001], 200, 100, 2, 2, 512),
+                tuned(&[777, 5000, 3], 64, 33, 2, 2, 300),
+            ],
         };
         for mut c in extra {
-            if c.tune.as_ref().is_some_and(|(t, _)| t.reduce_wn == Some(8) || t.expand_wn == Some(8)) {
-                c.dtypes = &[DType::F16, DType::BF16]; // f32 has no 8-wide tiles
+            // f32 has no 8-wide tiles, and its reduce only the 2-wide one.
+            if c.tune.as_ref().is_some_and(|(t, _)| t.reduce_wn != Some(2) || t.expand_wn == Some(8)) {
+                c.dtypes = &[DType::F16, DType::BF16];
             }
             v.push(c);
         }
@@ -405,7 +418,10 @@ impl crate::OpFamily for Family {
     }
 
     fn kernels(&self) -> Vec<KernelBuild> {
-        let mut v: Vec<KernelBuild> = DType::ACTIVATIONS.iter().map(|&d| KernelBuild { source: cuda::SOURCE, options: cuda::options(d) }).collect();
+        let mut v: Vec<KernelBuild> = DType::ACTIVATIONS.iter().map(|&d| KernelBuild { source: cuda::SOURCE, options: cuda::options_with(d, cuda::DEFAULT_STAGES) }).collect();
+        if cuda::stages() != cuda::DEFAULT_STAGES {
+            v.extend(DType::ACTIVATIONS.iter().map(|&d| KernelBuild { source: cuda::SOURCE, options: cuda::options(d) }));
+        }
         v.push(KernelBuild { source: cuda::LAYER_SOURCE, options: vec![] });
         v
     }
