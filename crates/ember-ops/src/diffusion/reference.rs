@@ -119,10 +119,10 @@ pub fn backward(basis: &[f64], mass: &[f64], evals: &[f64], times: &[f64], spect
             }
         }
         for k in 0..d.k {
-            for c in 0..d.c {
+            for (c, dt) in d_times.iter_mut().enumerate() {
                 let i = k * d.c + c;
                 g[m * kc + i] = decay(evals, times, d, m, k, c) * s_grad[i];
-                d_times[c] -= evals[m * d.k + k] * spectral[m * kc + i] * s_grad[i];
+                *dt -= evals[m * d.k + k] * spectral[m * kc + i] * s_grad[i];
             }
         }
     }
