@@ -64,11 +64,8 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
         DType::BF16 => 2,
         DType::F64 => unreachable!("f64 never reaches CUDA (validated)"),
     };
-    let mut o = vec![format!("-DDIFF_DTYPE={code}")];
-    if st != DEFAULT_STAGES {
-        o.extend([format!("-DRBV={}", st.rbv), format!("-DRNST={}", st.rnst), format!("-DEBK={}", st.ebk), format!("-DENST={}", st.enst)]);
-    }
-    o
+    // Always explicit: the host sizes shared memory and padding from the same values.
+    vec![format!("-DDIFF_DTYPE={code}"), format!("-DRBV={}", st.rbv), format!("-DRNST={}", st.rnst), format!("-DEBK={}", st.ebk), format!("-DENST={}", st.enst)]
 }
 
 /// Build options of the module for activation dtype `dtype` with the stages in use.

@@ -130,16 +130,17 @@ __device__ __forceinline__ T zero_t() { return ember_from_f32<T>(0.0f); }
 // ---- pass 1: partial basisᵀ·diag(mass)·y over a chunk of vertices ---------------------------------
 //
 // CTA tile: 128 eigenvectors (2 warps × 64) × BN channels (4 warps × 8·WN); the reduction runs over
-// the chunk's vertices in stages of 32 rows, RNST stages in flight. Stage rows start at the chunk's
+// the chunk's vertices in stages of RBV rows, RNST stages in flight. Stage rows start at the chunk's
 // first vertex rounded down to a multiple of 8, so the mass vector is 16-byte aligned; rows outside
 // the chunk are zero in smem.
 
 #define RBM 128
+// Pipeline shape: always set by the launch code's build options (defaults match DEFAULT_STAGES).
 #ifndef RBV
-#define RBV 32
+#define RBV 64
 #endif
 #ifndef RNST
-#define RNST 4
+#define RNST 3
 #endif
 
 template <int WN>
@@ -438,10 +439,10 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
 
 #define EBM 128
 #ifndef EBK
-#define EBK 32
+#define EBK 64
 #endif
 #ifndef ENST
-#define ENST 4
+#define ENST 3
 #endif
 
 template <int WN>
