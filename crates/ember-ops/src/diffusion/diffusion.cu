@@ -433,7 +433,7 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
 // ---- pass 2: Y = diag(w)·basis·S over 128-vertex tiles ---------------------------------------------
 //
 // CTA tile: 128 vertices (2 warps × 64) × BN channels (4 warps × 8·WN); the reduction over the K
-// eigenvectors runs in 32-wide chunks through ENST cp.async stages. The CTA owns a contiguous range
+// eigenvectors runs in EBK-wide chunks through ENST cp.async stages. The CTA owns a contiguous range
 // of tiles (persistent); S (KP × BN of the tile's mesh) stays in shared memory while the mesh does
 // not change, so each basis byte is read once and S costs no L2 traffic per tile.
 
