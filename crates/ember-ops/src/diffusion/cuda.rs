@@ -1,0 +1,597 @@
+//! CUDA launch code for `diffusion.cu`: three launches per pass.
+//!
+//! forward:  reduce (basisᵀ·diag(mass)·x per chunk) → finalize_fwd (chunk sums, decay: spectral)
+//!           → expand (out = basis·spectral)
+//! backward: reduce (basisᵀ·d_out per chunk) → finalize_bwd (+ d_spectral, e⊙s_grad, d_times
+//!           block sums) → expand (d_x = mass ⊙ basis·(e⊙s_grad), and d_times)
+//!
+//! Every size is validated and every buffer sized on the host before the first launch; the
+//! workspace (partials, the GEMM operand, d_times block sums) is one stream-ordered allocation.
+
+use super::{Forward, Grads, Meshes};
+use ember_core::cuda::{CudaDevice, CudaFunction, KernelSource, LaunchConfig};
+use ember_core::{DType, Device, Error, Result, Tensor};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub const SOURCE: KernelSource = KernelSource::new("diffusion", include_str!("diffusion.cu"));
+pub const LAYER_SOURCE: KernelSource = KernelSource::new("diffusion_layer", include_str!("layer.cu"));
+
+// Tile constants shared with diffusion.cu.
+const NTHREADS: u32 = 256;
+const RBM: usize = 128; // eigenvectors per reduce tile
+const EBM: usize = 128; // vertices per expand tile
+/// Fewest vertices per reduce chunk: below this the partials cost more than the split gains.
+const MIN_CHUNK_ROWS: usize = 128;
+
+/// Pipeline shape, a compile-time option of the module: vertices per reduce stage and stages in
+/// flight, eigenvectors per expand stage and stages in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stages {
+    pub rbv: usize,
+    pub rnst: usize,
+    pub ebk: usize,
+    pub enst: usize,
+}
+
+/// Measured on an H200 (bf16, K = 128, C = 256, V = 524288): 64-row stages cut the barriers per
+/// tensor-core instruction in half; 32/4/32/4 was 17% slower, 64/4/64/3 equal.
+pub const DEFAULT_STAGES: Stages = Stages { rbv: 64, rnst: 3, ebk: 64, enst: 3 };
+
+/// The stages in use: the default, or `EMBER_DIFFUSION_STAGES=rbv,rnst,ebk,enst` (for tuning runs;
+/// each value a multiple of 16 for rbv/ebk, 2..=4 stages).
+pub fn stages() -> Stages {
+    static S: OnceLock<Stages> = OnceLock::new();
+    *S.get_or_init(|| {
+        let parsed = std::env::var("EMBER_DIFFUSION_STAGES").ok().and_then(|v| {
+            let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+            match n[..] {
+                [rbv, rnst, ebk, enst] if rbv % 16 == 0 && ebk % 16 == 0 && (16..=128).contains(&rbv) && (16..=128).contains(&ebk) && (2..=4).contains(&rnst) && (2..=4).contains(&enst) => {
+                    Some(Stages { rbv, rnst, ebk, enst })
+                }
+                _ => None,
+            }
+        });
+        parsed.unwrap_or(DEFAULT_STAGES)
+    })
+}
+
+/// Build options of the module for activation dtype `dtype` and pipeline `st`.
+pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
+    let code = match dtype {
+        DType::F32 => 0,
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        DType::F64 => unreachable!("f64 never reaches CUDA (validated)"),
+    };
+    // Always explicit: the host sizes shared memory and padding from the same values.
+    vec![format!("-DDIFF_DTYPE={code}"), format!("-DRBV={}", st.rbv), format!("-DRNST={}", st.rnst), format!("-DEBK={}", st.ebk), format!("-DENST={}", st.enst)]
+}
+
+/// Build options of the module for activation dtype `dtype` with the stages in use.
+pub fn options(dtype: DType) -> Vec<String> {
+    options_with(dtype, stages())
+}
+
+/// Reduce tile widths (8·WN channels per warp, BN = 32·WN per CTA) compiled for `dtype`: f32 keeps a
+/// second set of accumulators per stage, so it stops at 2.
+pub fn reduce_wn_choices(dtype: DType) -> &'static [usize] {
+    if dtype == DType::F32 {
+        &[2]
+    } else {
+        &[8, 4, 2]
+    }
+}
+
+/// Expand tile widths: f32 stops at 4 (its split-TF32 fragments need twice the registers).
+pub fn expand_wn_choices(dtype: DType) -> &'static [usize] {
+    if dtype == DType::F32 {
+        &[4, 2]
+    } else {
+        &[8, 4, 2]
+    }
+}
+
+/// Launch choices the heuristics make; tests force each of them to cover every kernel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tuning {
+    pub reduce_wn: Option<usize>,
+    pub expand_wn: Option<usize>,
+    /// Vertices per reduce chunk for one mesh (batches fix theirs in `Plan`).
+    pub chunk_rows: Option<usize>,
+}
+
+/// Vertices per reduce chunk: about one chunk per SM, a multiple of 8 (the stage alignment).
+pub fn default_chunk_rows(v_total: usize, n_sm: usize) -> usize {
+    v_total.div_ceil(n_sm.max(1)).next_multiple_of(8).max(MIN_CHUNK_ROWS)
+}
+
+/// `struct Seg` of diffusion.cu: vertex rows [begin, end) of `mesh`; `run_end` is one past the last
+/// entry of the same mesh.
+#[derive(Clone, Copy, Debug)]
+struct Seg {
+    begin: i64,
+    end: i64,
+    mesh: i64,
+    run_end: i64,
+}
+
+/// Device tables of a batch: the reduce chunks, the expand tiles, and each mesh's first chunk.
+/// Chunks and tiles never straddle meshes.
+pub struct Plan {
+    chunk_rows: usize,
+    n_chunks: usize,
+    n_tiles: usize,
+    tables: Tensor,
+    chunk_off: u64,
+    tile_off: u64,
+    prefix_off: u64,
+}
+
+fn segments(offsets: &[usize], rows: usize) -> (Vec<Seg>, Vec<i64>) {
+    let mut segs = Vec::new();
+    let mut prefix = vec![0i64];
+    for m in 0..offsets.len() - 1 {
+        let first = segs.len();
+        let mut b = offsets[m];
+        while b < offsets[m + 1] {
+            let e = (b + rows).min(offsets[m + 1]);
+            segs.push(Seg { begin: b as i64, end: e as i64, mesh: m as i64, run_end: 0 });
+            b = e;
+        }
+        let run_end = segs.len() as i64;
+        segs[first..].iter_mut().for_each(|s| s.run_end = run_end);
+        prefix.push(run_end);
+    }
+    (segs, prefix)
+}
+
+impl Plan {
+    pub fn new(basis: &Tensor, offsets: &[usize]) -> Result<Plan> {
+        let n_sm = basis.cuda_device()?.info().multiprocessors as usize;
+        Plan::with_chunk_rows(basis, offsets, default_chunk_rows(*offsets.last().unwrap(), n_sm))
+    }
+
+    pub fn with_chunk_rows(basis: &Tensor, offsets: &[usize], chunk_rows: usize) -> Result<Plan> {
+        let (chunks, prefix) = segments(offsets, chunk_rows);
+        let (tiles, _) = segments(offsets, EBM);
+        // i64 words, stored as the bits of an f32 tensor (little-endian on both sides).
+        let mut words: Vec<i64> = Vec::with_capacity(4 * (chunks.len() + tiles.len()) + prefix.len());
+        for s in chunks.iter().chain(&tiles) {
+            words.extend([s.begin, s.end, s.mesh, s.run_end]);
+        }
+        words.extend(&prefix);
+        let bits: Vec<f32> = words.iter().flat_map(|&w| [f32::from_bits(w as u64 as u32), f32::from_bits((w as u64 >> 32) as u32)]).collect();
+        let n = bits.len();
+        let tables = Tensor::from_vec(bits, &[n])?.to_device(basis.device())?;
+        let base = tables.cuda_ptr()?;
+        Ok(Plan {
+            chunk_rows,
+            n_chunks: chunks.len(),
+            n_tiles: tiles.len(),
+            chunk_off: base,
+            tile_off: base + 32 * chunks.len() as u64,
+            prefix_off: base + 32 * (chunks.len() + tiles.len()) as u64,
+            tables,
+        })
+    }
+
+    pub fn chunk_rows(&self) -> usize {
+        self.chunk_rows
+    }
+    /// Keeps the tables alive while their raw addresses are in use.
+    fn device(&self) -> Device {
+        self.tables.device()
+    }
+}
+
+/// Kernels, with the dynamic shared memory limit raised once and the occupancy at a given shared
+/// memory size cached (both are driver calls we keep off the per-call path).
+fn kernel(dev: &Arc<CudaDevice>, source: &KernelSource, dtype: DType, entry: &'static str, smem: usize) -> Result<(CudaFunction, u32)> {
+    type Key = (usize, DType, &'static str, usize);
+    static CACHE: OnceLock<Mutex<HashMap<Key, (CudaFunction, u32)>>> = OnceLock::new();
+    let key = (dev.info().ordinal, dtype, entry, smem);
+    if let Some(hit) = CACHE.get_or_init(Default::default).lock().unwrap().get(&key) {
+        return Ok(hit.clone());
+    }
+    let opts = if source.name == SOURCE.name { options(dtype) } else { Vec::new() };
+    let f = dev.function(source, &opts, entry)?;
+    let optin = dev.info().shared_memory_per_block_optin as usize;
+    if smem > optin {
+        return Err(Error::Unsupported(format!("{entry} with {smem} bytes of shared memory (the device allows {optin})")));
+    }
+    if smem > 48 * 1024 {
+        dev.set_max_dynamic_smem(&f, optin)?;
+    }
+    let occ = f.occupancy_max_active_blocks_per_multiprocessor(NTHREADS, smem, None).map_err(|e| Error::cuda("occupancy query", e))?;
+    if occ == 0 {
+        return Err(Error::Unsupported(format!("{entry} with {smem} bytes of shared memory: no block fits on an SM")));
+    }
+    CACHE.get_or_init(Default::default).lock().unwrap().insert(key, (f.clone(), occ));
+    Ok((f, occ))
+}
+
+fn reduce_smem(dtype: DType, wn: usize, st: Stages) -> usize {
+    let bn = 32 * wn;
+    st.rnst * (st.rbv * (RBM + 8) + st.rbv * (bn + 8) + st.rbv) * dtype.size()
+}
+
+fn expand_smem(dtype: DType, wn: usize, kp: usize, st: Stages) -> usize {
+    let bn = 32 * wn;
+    let half = dtype != DType::F32;
+    let lda = st.ebk + if half { 8 } else { 4 };
+    let epi = if half { 8 * 64 * (wn.min(4) * 8 + 8) } else { 0 };
+    (kp * (bn + 8) + st.enst * EBM * lda + epi) * dtype.size()
+}
+
+fn too_large(what: String) -> Error {
+    Error::TooLarge { arg: "x".into(), what }
+}
+
+fn to_i32(v: usize, what: &str) -> Result<i32> {
+    i32::try_from(v).map_err(|_| too_large(format!("{what} = {v} exceeds the kernels' 32-bit size parameters")))
+}
+
+fn to_u32_grid(v: usize, limit: usize, what: &str) -> Result<u32> {
+    if v == 0 || v > limit {
+        return Err(too_large(format!("{what} = {v} exceeds one launch's grid ({limit})")));
+    }
+    Ok(v as u32)
+}
+
+/// Everything both passes launch with: chunking, tile widths, padded sizes, grids.
+struct Geometry {
+    dtype: DType,
+    k: usize,
+    c: usize,
+    meshes: usize,
+    n_rows: i64,
+    // reduce
+    chunk_rows: i64,
+    n_chunks: usize,
+    chunk_table: u64,
+    chunk_prefix: u64,
+    rwn: usize,
+    kpr: usize,
+    cpr: usize,
+    reduce_grid: (u32, u32),
+    reduce_smem: usize,
+    // expand
+    n_tiles: usize,
+    tile_table: u64,
+    ewn: usize,
+    kpe: usize,
+    cpe: usize,
+    expand_grid: (u32, u32),
+    expand_smem: usize,
+    // finalize
+    finalize_grid: (u32, u32),
+    vec: bool,
+}
+
+impl Geometry {
+    fn new(dev: &Arc<CudaDevice>, m: &Meshes, c: usize, tune: &Tuning) -> Result<Geometry> {
+        let dtype = m.dtype();
+        let (v, k, meshes) = (m.v(), m.k(), m.meshes());
+        let n_sm = dev.info().multiprocessors.max(1) as usize;
+        let optin = dev.info().shared_memory_per_block_optin as usize;
+        let st = stages();
+        let forced = |wn: Option<usize>, choices: &[usize], what: &str| -> Result<Option<usize>> {
+            match wn {
+                Some(w) if !choices.contains(&w) => Err(Error::invalid(what, format!("expected one of {choices:?} for {dtype}, got {w}"))),
+                other => Ok(other),
+            }
+        };
+        let (chunk_rows, n_chunks, chunk_table, chunk_prefix, n_tiles, tile_table) = match m.plan {
+            Some(p) => {
+                debug_assert_eq!(p.device(), m.device());
+                (p.chunk_rows, p.n_chunks, p.chunk_off, p.prefix_off, p.n_tiles, p.tile_off)
+            }
+            None => {
+                let rows = tune.chunk_rows.unwrap_or_else(|| default_chunk_rows(v, n_sm)).max(1);
+                (rows, v.div_ceil(rows), 0, 0, v.div_ceil(EBM), 0)
+            }
+        };
+        let n_mt = k.div_ceil(RBM);
+        // Tile width: the narrowest that still covers C in one tile, then narrower while the grid
+        // would leave most SMs idle (small meshes).
+        let shrink = |mut wn: usize, choices: &[usize], ctas: &dyn Fn(usize) -> usize, goal: usize| {
+            let smallest = *choices.last().unwrap();
+            while wn > smallest && 16 * wn >= c {
+                wn /= 2;
+            }
+            while wn > smallest && ctas(wn) < goal {
+                wn /= 2;
+            }
+            wn
+        };
+        let (rc, ec) = (reduce_wn_choices(dtype), expand_wn_choices(dtype));
+        let rwn = match forced(tune.reduce_wn, rc, "reduce_wn")? {
+            Some(w) => w,
+            None => shrink(rc[0], rc, &|wn| n_chunks * n_mt * c.div_ceil(32 * wn), n_sm / 2),
+        };
+        let kpe = k.next_multiple_of(st.ebk);
+        let ewn = match forced(tune.expand_wn, ec, "expand_wn")? {
+            Some(w) => w,
+            None => {
+                let mut wn = ec[0];
+                while wn > *ec.last().unwrap() && expand_smem(dtype, wn, kpe, st) > optin {
+                    wn /= 2;
+                }
+                shrink(wn, ec, &|wn| n_tiles * c.div_ceil(32 * wn), n_sm)
+            }
+        };
+        let (rbn, ebn) = (32 * rwn, 32 * ewn);
+        let (kpr, cpr, cpe) = (n_mt * RBM, c.next_multiple_of(rbn), c.next_multiple_of(ebn));
+        let (n_ntr, n_nte) = (cpr / rbn, cpe / ebn);
+        to_i32(cpr.max(cpe), "C padded to the tile width")?;
+        let es = dtype.size();
+        let vec = (k * es).is_multiple_of(16) && (c * es).is_multiple_of(16);
+        let reduce_grid = (to_u32_grid(n_chunks, i32::MAX as usize, "reduce chunks")?, to_u32_grid(n_mt * n_ntr, 65535, "reduce tiles per chunk")?);
+        let expand_smem = expand_smem(dtype, ewn, kpe, st);
+        let finalize_grid = (to_u32_grid(meshes * (cpe / 32), i32::MAX as usize, "meshes × channel blocks")?, (kpe / 8) as u32);
+        let n_persist_goal = n_sm; // refined by occupancy at launch
+        let expand_grid = (to_u32_grid(n_tiles.min(n_persist_goal).max(1), i32::MAX as usize, "expand tiles")?, to_u32_grid(n_nte, 65535, "expand channel tiles")?);
+        Ok(Geometry {
+            dtype,
+            k,
+            c,
+            meshes,
+            n_rows: v as i64,
+            chunk_rows: chunk_rows as i64,
+            n_chunks,
+            chunk_table,
+            chunk_prefix,
+            rwn,
+            kpr,
+            cpr,
+            reduce_grid,
+            reduce_smem: reduce_smem(dtype, rwn, st),
+            n_tiles,
+            tile_table,
+            ewn,
+            kpe,
+            cpe,
+            expand_grid,
+            expand_smem,
+            finalize_grid,
+            vec,
+        })
+    }
+
+    fn partial_bytes(&self) -> Result<usize> {
+        self.n_chunks
+            .checked_mul(self.kpr)
+            .and_then(|n| n.checked_mul(self.cpr))
+            .and_then(|n| n.checked_mul(4))
+            .ok_or_else(|| too_large("the reduce workspace overflows usize".into()))
+    }
+    fn operand_bytes(&self) -> usize {
+        self.meshes * self.kpe * self.cpe * self.dtype.size()
+    }
+    fn dt_rows(&self) -> usize {
+        self.meshes * self.finalize_grid.1 as usize
+    }
+}
+
+/// One f32 allocation carved into 256-byte-aligned parts; returns it and the parts' addresses.
+fn workspace(device: Device, sizes: &[usize]) -> Result<(Tensor, Vec<u64>)> {
+    let mut offs = Vec::with_capacity(sizes.len());
+    let mut total = 0usize;
+    for &s in sizes {
+        offs.push(total);
+        total = total.checked_add(s.next_multiple_of(256)).ok_or_else(|| too_large("the workspace overflows usize".into()))?;
+    }
+    let ws = Tensor::output(&[total / 4], DType::F32, device)?;
+    let base = ws.cuda_ptr()?;
+    Ok((ws, offs.into_iter().map(|o| base + o as u64).collect()))
+}
+
+fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: u64, ws: u64) -> Result<()> {
+    let entry = match g.rwn {
+        8 => "diffusion_reduce_w8",
+        4 => "diffusion_reduce_w4",
+        _ => "diffusion_reduce_w2",
+    };
+    let (f, _) = kernel(dev, &SOURCE, g.dtype, entry, g.reduce_smem)?;
+    let cfg = LaunchConfig { grid_dim: (g.reduce_grid.0, g.reduce_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.reduce_smem as u32 };
+    let (rows, n_rows, n_chunks) = (g.chunk_rows, g.n_rows, g.n_chunks as i64);
+    let (k, c, kp, cp, vec) = (g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, i32::from(g.vec));
+    dev.launch(&f, cfg)
+        .arg(&basis)
+        .arg(&y)
+        .arg(&mass)
+        .arg(&ws)
+        .arg(&g.chunk_table)
+        .arg(&rows)
+        .arg(&n_rows)
+        .arg(&n_chunks)
+        .arg(&k)
+        .arg(&c)
+        .arg(&kp)
+        .arg(&cp)
+        .arg(&vec)
+        .named("diffusion_reduce")
+        .run()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
+    let entry = match g.ewn {
+        8 => "diffusion_expand_w8",
+        4 => "diffusion_expand_w4",
+        _ => "diffusion_expand_w2",
+    };
+    let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, g.expand_smem)?;
+    // Persistent: as many CTAs as fit at once (per channel tile), never more than there are tiles.
+    let n_sm = dev.info().multiprocessors.max(1) as usize;
+    let per_nt = (n_sm * occ as usize / g.expand_grid.1 as usize).max(1);
+    let grid_x = g.n_tiles.min(per_nt).max(1) as u32;
+    let cfg = LaunchConfig { grid_dim: (grid_x, g.expand_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.expand_smem as u32 };
+    let (n_rows, n_tiles) = (g.n_rows, g.n_tiles as i64);
+    let (k, c, kp, cp, vec, dt_rows) = (g.k as i32, g.c as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec), to_i32(g.dt_rows(), "meshes × eigenvector blocks")?);
+    dev.launch(&f, cfg)
+        .arg(&basis)
+        .arg(&s_op)
+        .arg(&mass)
+        .arg(&out)
+        .arg(&g.tile_table)
+        .arg(&n_rows)
+        .arg(&n_tiles)
+        .arg(&k)
+        .arg(&c)
+        .arg(&kp)
+        .arg(&cp)
+        .arg(&vec)
+        .arg(&dt_part)
+        .arg(&dt_rows)
+        .arg(&d_times)
+        .named("diffusion_expand")
+        .run()
+}
+
+fn finalize_cfg(g: &Geometry) -> LaunchConfig {
+    LaunchConfig { grid_dim: (g.finalize_grid.0, g.finalize_grid.1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_finalize_fwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals: u64, times: u64, spectral: u64, saved: u64, s_op: u64) -> Result<()> {
+    let (f, _) = kernel(dev, &SOURCE, g.dtype, "diffusion_finalize_fwd", 0)?;
+    let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
+    dev.launch(&f, finalize_cfg(g))
+        .arg(&partials)
+        .arg(&g.chunk_prefix)
+        .arg(&n_chunks)
+        .arg(&evals)
+        .arg(&times)
+        .arg(&k)
+        .arg(&c)
+        .arg(&kpr)
+        .arg(&cpr)
+        .arg(&spectral)
+        .arg(&saved)
+        .arg(&s_op)
+        .arg(&kpe)
+        .arg(&cpe)
+        .named("diffusion_finalize_fwd")
+        .run()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_finalize_bwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals: u64, times: u64, saved: u64, d_spectral: u64, g_op: u64, dt_part: u64) -> Result<()> {
+    let (f, _) = kernel(dev, &SOURCE, g.dtype, "diffusion_finalize_bwd", 0)?;
+    let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
+    dev.launch(&f, finalize_cfg(g))
+        .arg(&partials)
+        .arg(&g.chunk_prefix)
+        .arg(&n_chunks)
+        .arg(&evals)
+        .arg(&times)
+        .arg(&saved)
+        .arg(&d_spectral)
+        .arg(&k)
+        .arg(&c)
+        .arg(&kpr)
+        .arg(&cpr)
+        .arg(&g_op)
+        .arg(&kpe)
+        .arg(&cpe)
+        .arg(&dt_part)
+        .named("diffusion_finalize_bwd")
+        .run()
+}
+
+pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward> {
+    forward_tuned(m, x, times, &Tuning::default())
+}
+
+pub(crate) fn forward_tuned(m: &Meshes, x: &Tensor, times: &Tensor, tune: &Tuning) -> Result<Forward> {
+    let dev = x.cuda_device()?.clone();
+    let (c, dtype, device) = (x.dim(1), m.dtype(), m.device());
+    let g = Geometry::new(&dev, m, c, tune)?;
+    let out = Tensor::output(x.shape(), dtype, device)?;
+    let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
+    let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
+    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes()])?;
+    let (partials, s_op) = (parts[0], parts[1]);
+    let (basis, mass) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?);
+
+    launch_reduce(&dev, &g, basis, x.cuda_ptr()?, mass, partials)?;
+
+    launch_finalize_fwd(&dev, &g, partials, m.evals.cuda_ptr()?, times.cuda_ptr()?, spectral.cuda_ptr()?, saved.cuda_ptr()?, s_op)?;
+
+    launch_expand(&dev, &g, basis, s_op, 0, out.cuda_ptr()?, 0, 0)?;
+    Ok(Forward { out, spectral, saved })
+}
+
+pub(crate) fn backward(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>) -> Result<Grads> {
+    backward_tuned(m, times, fwd, d_out, d_spectral, &Tuning::default())
+}
+
+pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>, tune: &Tuning) -> Result<Grads> {
+    let dev = d_out.cuda_device()?.clone();
+    let (c, dtype, device) = (d_out.dim(1), m.dtype(), m.device());
+    let g = Geometry::new(&dev, m, c, tune)?;
+    let d_x = Tensor::output(d_out.shape(), dtype, device)?;
+    let d_times = Tensor::output(&[c], DType::F32, device)?;
+    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
+    let (partials, g_op, dt_part) = (parts[0], parts[1], parts[2]);
+    let basis = m.basis.cuda_ptr()?;
+
+    launch_reduce(&dev, &g, basis, d_out.cuda_ptr()?, 0, partials)?;
+
+    let dsp = match d_spectral {
+        Some(t) => t.cuda_ptr()?,
+        None => 0u64,
+    };
+    launch_finalize_bwd(&dev, &g, partials, m.evals.cuda_ptr()?, times.cuda_ptr()?, fwd.saved.cuda_ptr()?, dsp, g_op, dt_part)?;
+
+    launch_expand(&dev, &g, basis, g_op, m.mass.cuda_ptr()?, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?)?;
+    Ok(Grads { d_x, d_times })
+}
+
+/// One launch of forward or backward timed alone: (name, ms, fewest bytes, flops).
+pub(crate) type Phase = (&'static str, f64, f64, f64);
+/// Times one launch closure (the bench's timer).
+pub(crate) type Timer<'a> = dyn FnMut(&mut dyn FnMut() -> Result<()>) -> Result<f64> + 'a;
+
+/// Times each of the six launches of forward and backward separately (the bench's optional phase
+/// rows), on buffers allocated once.
+pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tensor, d_out: &Tensor) -> Result<Vec<Phase>> {
+    let dev = x.cuda_device()?.clone();
+    let (c, dtype, device) = (x.dim(1), m.dtype(), m.device());
+    let g = Geometry::new(&dev, m, c, &Tuning::default())?;
+    let out = Tensor::output(x.shape(), dtype, device)?;
+    let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
+    let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
+    let d_x = Tensor::output(x.shape(), dtype, device)?;
+    let d_times = Tensor::output(&[c], DType::F32, device)?;
+    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
+    let (partials, s_op, dt_part) = (parts[0], parts[1], parts[2]);
+    let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
+    let (es, v, k) = (dtype.size() as f64, g.n_rows as f64, g.k as f64);
+    let cf = c as f64;
+    let gemm = 2.0 * v * k * cf;
+    let fin = (g.n_chunks * g.k * c * 4) as f64 + g.meshes as f64 * k * cf * (2.0 * es + 4.0);
+    let mut rows = vec![("fwd:reduce", time(&mut || launch_reduce(&dev, &g, basis, x.cuda_ptr()?, mass, partials))?, es * v * (cf + k + 1.0), gemm)];
+    rows.push(("fwd:finalize", time(&mut || launch_finalize_fwd(&dev, &g, partials, evals, tp, spectral.cuda_ptr()?, saved.cuda_ptr()?, s_op))?, fin, 0.0));
+    rows.push(("fwd:expand", time(&mut || launch_expand(&dev, &g, basis, s_op, 0, out.cuda_ptr()?, 0, 0))?, es * v * (k + cf), gemm));
+    rows.push(("bwd:reduce", time(&mut || launch_reduce(&dev, &g, basis, d_out.cuda_ptr()?, 0, partials))?, es * v * (cf + k), gemm));
+    rows.push(("bwd:finalize", time(&mut || launch_finalize_bwd(&dev, &g, partials, evals, tp, saved.cuda_ptr()?, 0, s_op, dt_part))?, fin, 0.0));
+    rows.push((
+        "bwd:expand",
+        time(&mut || launch_expand(&dev, &g, basis, s_op, mass, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?))?,
+        es * v * (k + cf + 1.0),
+        gemm,
+    ));
+    Ok(rows)
+}
+
+/// times ← max(times, lo) in place (the layer's clamp); times is f32 on a CUDA device.
+pub fn clamp_min(times: &Tensor, lo: f32) -> Result<()> {
+    let dev = times.cuda_device()?.clone();
+    let f = dev.function(&LAYER_SOURCE, &[], "diffusion_clamp_min_f32")?;
+    let (p, n) = (times.cuda_ptr()?, times.numel() as i64);
+    let grid = to_u32_grid(times.numel().div_ceil(256), i32::MAX as usize, "times")?;
+    dev.launch(&f, ember_core::cuda::cfg_1d(grid, 256, 0)).arg(&p).arg(&n).arg(&lo).named("diffusion_clamp").run()
+}

@@ -1,0 +1,715 @@
+// Spectral diffusion (DiffusionNet, method 'spectral'): fused forward and backward.
+//
+// One module per activation dtype: -DDIFF_DTYPE=0 (f32), 1 (f16), 2 (bf16). Four kernels:
+//
+//   diffusion_reduce_w{8,4,2}  P[chunk] = basisᵀ·diag(mass)·x over one chunk of vertices (or
+//                              basisᵀ·d_out without mass): an f32 K×C partial per chunk, written to a
+//                              workspace. Mass is applied to the x fragments in registers, so
+//                              neither x⊙mass nor basisᵀ(…) ever reaches memory.
+//   diffusion_finalize_{fwd,bwd}  Sums each mesh's partials in chunk order (deterministic, no
+//                              atomics) and applies e = exp(−evals⊗times): forward writes spectral
+//                              (activation dtype + f32 copy for backward) and the GEMM operand;
+//                              backward adds d_spectral, writes e⊙s_grad and per-block d_times sums.
+//   diffusion_expand_w{8,4,2}  Y = diag(w)·basis·S (out = basis·spectral; d_x = mass⊙basis·(e⊙s_grad)),
+//                              persistent over 128-vertex tiles with S resident in shared memory;
+//                              backward's first block also folds the d_times block sums in fixed order.
+//
+// Tensor cores: 16-bit inputs use mma.sync m16n8k16 with f32 accumulation, fragments from ldmatrix
+// (.trans where the reduction runs down smem rows). f32 inputs use m16n8k8 TF32 in three passes
+// (hi·hi + hi·lo + lo·hi with hi = tf32(x), lo = tf32(x − hi)), which keeps f32 accuracy.
+// Shared-memory tiles are filled by cp.async (16-byte, zero-filling outside the matrix) when rows
+// are 16-byte multiples ("vec"), else by plain element loads — same tiles, same arithmetic.
+// Rows are indexed in 64 bits everywhere (V·C passes 2^31 at V = 8M, C = 256).
+
+#ifndef DIFF_DTYPE
+#define DIFF_DTYPE 2
+#endif
+#if DIFF_DTYPE == 0
+typedef float T;
+#define DIFF_HALF 0
+#elif DIFF_DTYPE == 1
+typedef ember_f16 T;
+#define DIFF_HALF 1
+#else
+typedef ember_bf16 T;
+#define DIFF_HALF 1
+#endif
+
+#define NTHREADS 256
+// Elements of T per 16-byte vector.
+#define EPC (16 / (int)sizeof(T))
+
+// A range of vertex rows [begin, end) of mesh `mesh`; entries of one mesh are consecutive and
+// `run_end` is the index one past the last entry of that mesh.
+struct Seg {
+    i64 begin, end, mesh, run_end;
+};
+
+// Entry i of a table, or, without a table (one mesh), the i-th block of `rows` rows of [0, n_rows).
+__device__ __forceinline__ Seg seg_at(const Seg* table, i64 i, i64 rows, i64 n_rows, i64 n_entries) {
+    if (table) return table[i];
+    Seg s;
+    s.begin = i * rows;
+    s.end = min(n_rows, s.begin + rows);
+    s.mesh = 0;
+    s.run_end = n_entries;
+    return s;
+}
+
+// ---- PTX helpers ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+// 16-byte global→shared copy; bytes < 16 zero-fills the rest (0: the whole vector).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, u32 bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+
+#if DIFF_HALF
+// D += A·B, m16n8k16, 16-bit inputs, f32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+#if DIFF_DTYPE == 2
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+#endif
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Two 16-bit values times two 16-bit weights, rounded once (a·w + (−0) keeps the sign of zeros).
+__device__ __forceinline__ u32 mul_pair(u32 a, u32 w) {
+    u32 r;
+#if DIFF_DTYPE == 2
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(w), "r"(0x80008000u));
+#else
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(w), "r"(0x80008000u));
+#endif
+    return r;
+}
+#else
+__device__ __forceinline__ u32 to_tf32(float x) {
+    u32 r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+// x ≈ hi + lo with both TF32: the three-pass product keeps ~f32 accuracy.
+__device__ __forceinline__ void split_tf32(float x, u32& hi, u32& lo) {
+    hi = to_tf32(x);
+    lo = to_tf32(x - __uint_as_float(hi));
+}
+__device__ __forceinline__ void mma_1688(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// Small terms first: lo·hi, hi·lo, then hi·hi.
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const u32 (&ahi)[4], const u32 (&alo)[4], const u32 (&bhi)[2], const u32 (&blo)[2]) {
+    mma_1688(d, alo, bhi[0], bhi[1]);
+    mma_1688(d, ahi, blo[0], blo[1]);
+    mma_1688(d, ahi, bhi[0], bhi[1]);
+}
+#endif
+
+__device__ __forceinline__ T zero_t() { return ember_from_f32<T>(0.0f); }
+
+// ---- pass 1: partial basisᵀ·diag(mass)·y over a chunk of vertices ---------------------------------
+//
+// CTA tile: 128 eigenvectors (2 warps × 64) × BN channels (4 warps × 8·WN); the reduction runs over
+// the chunk's vertices in stages of RBV rows, RNST stages in flight. Stage rows start at the chunk's
+// first vertex rounded down to a multiple of 8, so the mass vector is 16-byte aligned; rows outside
+// the chunk are zero in smem.
+
+#define RBM 128
+// Pipeline shape: always set by the launch code's build options (defaults match DEFAULT_STAGES).
+#ifndef RBV
+#define RBV 64
+#endif
+#ifndef RNST
+#define RNST 3
+#endif
+
+template <int WN>
+struct RLay {
+    static constexpr int BN = 4 * WN * 8;
+    // Row strides: 16-bit rows are an odd number of 16-byte vectors (conflict-free ldmatrix); f32
+    // rows are ≡ 8 words mod 32 (conflict-free fragment loads t·stride + g).
+    static constexpr int LDA = RBM + 8;
+    static constexpr int LDB = BN + 8;
+    static constexpr int A_OFF = 0;
+    static constexpr int B_OFF = RBV * LDA;
+    static constexpr int M_OFF = B_OFF + RBV * LDB;
+    static constexpr int STAGE = M_OFF + RBV;  // elements of T
+};
+
+template <int WN>
+__device__ __forceinline__ void reduce_load(T* st, const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
+                                            i64 row0, i64 vb, i64 ve, int e0, int K, int c0, int C, bool vec) {
+    typedef RLay<WN> L;
+    T* As = st + L::A_OFF;
+    T* Bs = st + L::B_OFF;
+    T* Ms = st + L::M_OFF;
+    const int tid = threadIdx.x;
+    if (vec) {
+        constexpr int ACH = RBM / EPC;
+        for (int i = tid; i < RBV * ACH; i += NTHREADS) {
+            const int r = i / ACH, ch = i % ACH;
+            const i64 v = row0 + r;
+            const int e = e0 + ch * EPC;
+            const bool ok = v >= vb && v < ve && e < K;
+            cp_async16(As + r * L::LDA + ch * EPC, ok ? (const void*)(basis + v * K + e) : (const void*)basis, ok ? 16 : 0);
+        }
+        constexpr int BCH = L::BN / EPC;
+        for (int i = tid; i < RBV * BCH; i += NTHREADS) {
+            const int r = i / BCH, ch = i % BCH;
+            const i64 v = row0 + r;
+            const int c = c0 + ch * EPC;
+            const bool ok = v >= vb && v < ve && c < C;
+            cp_async16(Bs + r * L::LDB + ch * EPC, ok ? (const void*)(y + v * C + c) : (const void*)y, ok ? 16 : 0);
+        }
+    } else {
+        for (int i = tid; i < RBV * RBM; i += NTHREADS) {
+            const int r = i / RBM, e = i % RBM;
+            const i64 v = row0 + r;
+            As[r * L::LDA + e] = (v >= vb && v < ve && e0 + e < K) ? basis[v * K + e0 + e] : zero_t();
+        }
+        for (int i = tid; i < RBV * L::BN; i += NTHREADS) {
+            const int r = i / L::BN, c = i % L::BN;
+            const i64 v = row0 + r;
+            Bs[r * L::LDB + c] = (v >= vb && v < ve && c0 + c < C) ? y[v * C + c0 + c] : zero_t();
+        }
+    }
+    if (mass) {
+        // row0 is a multiple of 8: each 16-byte vector of mass is aligned. Vectors that straddle
+        // the chunk's ends are built element by element, zero outside.
+        for (int i = tid; i < RBV / EPC; i += NTHREADS) {
+            const i64 v = row0 + i * EPC;
+            if (v >= vb && v + EPC <= ve) {
+                cp_async16(Ms + i * EPC, mass + v, 16);
+            } else {
+                for (int j = 0; j < EPC; ++j) Ms[i * EPC + j] = (v + j >= vb && v + j < ve) ? mass[v + j] : zero_t();
+            }
+        }
+    }
+}
+
+template <int WN>
+__device__ __forceinline__ void reduce_compute(const T* st, float (&acc)[4][WN][4], bool weighted) {
+    typedef RLay<WN> L;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wm = warp >> 2, wn = warp & 3;
+    const T* As = st + L::A_OFF;
+    const T* Bs = st + L::B_OFF;
+    const T* Ms = st + L::M_OFF;
+#if DIFF_HALF
+    const u32 a_base = smem_addr(As), b_base = smem_addr(Bs);
+    const int t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < RBV / 16; ++ks) {
+        u32 a[4][4], b[WN][2];
+        // A = basisᵀ (eigenvector × vertex); smem holds basis rows (vertex-major): ldmatrix.trans.
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = ks * 16 + ((lane >> 4) & 1) * 8 + (lane & 7);
+            const int col = wm * 64 + i * 16 + ((lane >> 3) & 1) * 8;
+            ldsm_x4_t(a_base + (r * L::LDA + col) * 2, a[i][0], a[i][1], a[i][2], a[i][3]);
+        }
+        // B = y (vertex × channel), row-major in smem: ldmatrix.trans gives the k-pairs.
+#pragma unroll
+        for (int j = 0; j < WN / 2; ++j) {
+            const int r = ks * 16 + (lane & 15);
+            const int col = wn * WN * 8 + j * 16 + (lane >> 4) * 8;
+            ldsm_x4_t(b_base + (r * L::LDB + col) * 2, b[2 * j][0], b[2 * j][1], b[2 * j + 1][0], b[2 * j + 1][1]);
+        }
+        if (weighted) {
+            // b[.][0] holds vertices (2t, 2t+1) of this k16 step, b[.][1] holds (2t+8, 2t+9).
+            const u32* m32 = reinterpret_cast<const u32*>(Ms);
+            const u32 w_lo = m32[(ks * 16 + 2 * t) >> 1], w_hi = m32[(ks * 16 + 8 + 2 * t) >> 1];
+#pragma unroll
+            for (int j = 0; j < WN; ++j) {
+                b[j][0] = mul_pair(b[j][0], w_lo);
+                b[j][1] = mul_pair(b[j][1], w_hi);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < WN; ++j) mma_16816(acc[i][j], a[i], b[j][0], b[j][1]);
+    }
+#else
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < RBV / 8; ++ks) {
+        u32 ahi[4][4], alo[4][4], bhi[WN][2], blo[WN][2];
+        const int r0 = ks * 8 + t, r1 = r0 + 4;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int col = wm * 64 + i * 16 + g;
+            split_tf32(As[r0 * L::LDA + col], ahi[i][0], alo[i][0]);
+            split_tf32(As[r0 * L::LDA + col + 8], ahi[i][1], alo[i][1]);
+            split_tf32(As[r1 * L::LDA + col], ahi[i][2], alo[i][2]);
+            split_tf32(As[r1 * L::LDA + col + 8], ahi[i][3], alo[i][3]);
+        }
+        const float w0 = weighted ? Ms[r0] : 1.0f, w1 = weighted ? Ms[r1] : 1.0f;
+#pragma unroll
+        for (int j = 0; j < WN; ++j) {
+            const int col = wn * WN * 8 + j * 8 + g;
+            split_tf32(Bs[r0 * L::LDB + col] * w0, bhi[j][0], blo[j][0]);
+            split_tf32(Bs[r1 * L::LDB + col] * w1, bhi[j][1], blo[j][1]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < WN; ++j) mma_3xtf32(acc[i][j], ahi[i], alo[i], bhi[j], blo[j]);
+    }
+#endif
+}
+
+// grid: (chunks, m-tiles × n-tiles). ws: [chunks][KP][CP] f32, every element of the tile written.
+template <int WN>
+__device__ __forceinline__ void reduce_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
+                                              float* __restrict__ ws, const Seg* __restrict__ chunks, i64 rows_per_chunk,
+                                              i64 n_rows, i64 n_chunks, int K, int C, int KP, int CP, int vec) {
+    typedef RLay<WN> L;
+    extern __shared__ __align__(128) unsigned char diff_smem[];
+    T* smem = reinterpret_cast<T*>(diff_smem);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wm = warp >> 2, wn = warp & 3;
+    const i64 chunk = blockIdx.x;
+    const int n_nt = CP / L::BN;
+    const int e0 = (blockIdx.y / n_nt) * RBM, c0 = (blockIdx.y % n_nt) * L::BN;
+    const Seg s = seg_at(chunks, chunk, rows_per_chunk, n_rows, n_chunks);
+    const i64 base = s.begin & ~(i64)7;
+    const int n_steps = (int)((s.end - base + RBV - 1) / RBV);
+
+    float acc[4][WN][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < WN; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+
+#pragma unroll
+    for (int st = 0; st < RNST - 1; ++st) {
+        if (st < n_steps) reduce_load<WN>(smem + st * L::STAGE, basis, y, mass, base + (i64)st * RBV, s.begin, s.end, e0, K, c0, C, vec);
+        cp_async_commit();
+    }
+    for (int it = 0; it < n_steps; ++it) {
+        cp_async_wait<RNST - 2>();
+        __syncthreads();
+        const int nx = it + RNST - 1;
+        if (nx < n_steps) reduce_load<WN>(smem + (nx % RNST) * L::STAGE, basis, y, mass, base + (i64)nx * RBV, s.begin, s.end, e0, K, c0, C, vec);
+        cp_async_commit();
+#if DIFF_HALF
+        reduce_compute<WN>(smem + (it % RNST) * L::STAGE, acc, mass != nullptr);
+#else
+        // f32: the tensor cores' accumulation over thousands of steps drifts past the f32
+        // tolerance at V ~ 1M, so each stage sums into fresh registers, added to acc in IEEE f32.
+        float part[4][WN][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < WN; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) part[i][j][q] = 0.0f;
+        reduce_compute<WN>(smem + (it % RNST) * L::STAGE, part, mass != nullptr);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < WN; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) acc[i][j][q] += part[i][j][q];
+#endif
+    }
+    cp_async_wait<0>();
+
+    // Each thread owns rows (g, g+8) × columns (2t, 2t+1) of every 16×8 tile: 8-byte stores, each
+    // warp store fills whole 32-byte sectors.
+    const int g = lane >> 2, t = lane & 3;
+    float* out = ws + chunk * (i64)KP * CP;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const i64 e = e0 + wm * 64 + i * 16 + g;
+#pragma unroll
+        for (int j = 0; j < WN; ++j) {
+            const int c = c0 + wn * WN * 8 + j * 8 + 2 * t;
+            *reinterpret_cast<float2*>(out + e * CP + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(out + (e + 8) * CP + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    }
+}
+
+// ---- finalize: fixed-order sums of the partials, the decay, the GEMM operand ----------------------
+//
+// block (32, 8): thread (x, y) owns channel cb·32 + x and eigenvector blockIdx.y·8 + y; grid
+// (mesh · CPe/32, KPe/8), so every (mesh, k, c) has its own thread. A mesh's chunks are
+// chunk_prefix[m]..chunk_prefix[m+1] (or all chunks without a table).
+
+// Σ over chunks [ch0, ch1) with eight independent accumulators (chunk ch goes to ch − ch0 mod 8)
+// combined in a fixed tree: loads stay in flight, and the order depends only on the chunk range.
+__device__ __forceinline__ float sum_partials(const float* __restrict__ ws, i64 ch0, i64 ch1, int e, int c, int KP, int CP) {
+    float s[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s[j] = 0.0f;
+    const i64 stride = (i64)KP * CP;
+    const float* p = ws + (ch0 * KP + e) * (i64)CP + c;
+    i64 n = ch1 - ch0;
+    for (; n >= 8; n -= 8, p += 8 * stride) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s[j] += p[j * stride];
+    }
+#pragma unroll
+    for (int j = 0; j < 7; ++j)
+        if (j < n) s[j] += p[j * stride];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
+    const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
+    const float* __restrict__ times, int K, int C, int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
+    T* __restrict__ s_op, int KPe, int CPe) {
+    const int cblocks = CPe / 32;
+    const i64 m = blockIdx.x / cblocks;
+    const int c = (blockIdx.x % cblocks) * 32 + threadIdx.x;
+    const int e = blockIdx.y * 8 + threadIdx.y;
+    const i64 ch0 = chunk_prefix ? chunk_prefix[m] : 0, ch1 = chunk_prefix ? chunk_prefix[m + 1] : n_chunks;
+    float val = 0.0f;
+    if (e < K && c < C) {
+        const float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
+        val = expf(-evals[m * K + e] * times[c]) * s;
+        const i64 o = (m * K + e) * C + c;
+        spectral[o] = ember_from_f32<T>(val);
+        saved[o] = val;
+    }
+    s_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
+}
+
+// dt_part: [mesh · gridDim.y][CPe], the d_times contribution of each block of 8 eigenvectors.
+extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
+    const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
+    const float* __restrict__ times, const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
+    int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part) {
+    __shared__ float red[8][33];
+    const int cblocks = CPe / 32;
+    const i64 m = blockIdx.x / cblocks;
+    const int c = (blockIdx.x % cblocks) * 32 + threadIdx.x;
+    const int e = blockIdx.y * 8 + threadIdx.y;
+    const i64 ch0 = chunk_prefix ? chunk_prefix[m] : 0, ch1 = chunk_prefix ? chunk_prefix[m + 1] : n_chunks;
+    float val = 0.0f, dt = 0.0f;
+    if (e < K && c < C) {
+        const i64 o = (m * K + e) * C + c;
+        float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
+        if (d_spectral) s += ember_to_f32(d_spectral[o]);
+        const float ev = evals[m * K + e];
+        val = expf(-ev * times[c]) * s;
+        dt = -ev * saved[o] * s;
+    }
+    g_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
+    red[threadIdx.y][threadIdx.x] = dt;
+    __syncthreads();
+    if (threadIdx.y == 0) {
+        float s = 0.0f;
+#pragma unroll
+        for (int y = 0; y < 8; ++y) s += red[y][threadIdx.x];
+        dt_part[(m * gridDim.y + blockIdx.y) * CPe + c] = s;
+    }
+}
+
+// ---- pass 2: Y = diag(w)·basis·S over 128-vertex tiles ---------------------------------------------
+//
+// CTA tile: 128 vertices (2 warps × 64) × BN channels (4 warps × 8·WN); the reduction over the K
+// eigenvectors runs in EBK-wide chunks through ENST cp.async stages. The CTA owns a contiguous range
+// of tiles (persistent); S (KP × BN of the tile's mesh) stays in shared memory while the mesh does
+// not change, so each basis byte is read once and S costs no L2 traffic per tile.
+
+#define EBM 128
+#ifndef EBK
+#define EBK 64
+#endif
+#ifndef ENST
+#define ENST 3
+#endif
+
+template <int WN>
+struct ELay {
+    static constexpr int BN = 4 * WN * 8;
+    static constexpr int LDA = EBK + (DIFF_HALF ? 8 : 4);  // 16-bit: an odd number of vectors/row; f32: ≡ 4 mod 32
+    static constexpr int LDS = BN + 8;
+    static constexpr int STAGE = EBM * LDA;
+    // 16-bit epilogue: each warp stages 64 rows × SLICE channels, then writes 16-byte vectors.
+    static constexpr int SLICE_NT = WN < 4 ? WN : 4;
+    static constexpr int LDE = SLICE_NT * 8 + 8;
+    static constexpr int EPI_WARP = 64 * LDE;
+};
+
+// Shared memory (elements of T): [S: KP·LDS][stages: ENST·STAGE][epilogue: 8·EPI_WARP (16-bit)].
+template <int WN>
+__device__ __forceinline__ void expand_load(T* st, const T* __restrict__ basis, i64 rb, i64 re, int kc, int K, bool vec) {
+    typedef ELay<WN> L;
+    const int tid = threadIdx.x;
+    const int k0 = kc * EBK;
+    if (vec) {
+        constexpr int CH = EBK / EPC;
+        for (int i = tid; i < EBM * CH; i += NTHREADS) {
+            const int r = i / CH, ch = i % CH;
+            const i64 v = rb + r;
+            const int k = k0 + ch * EPC;
+            const bool ok = v < re && k < K;
+            cp_async16(st + r * L::LDA + ch * EPC, ok ? (const void*)(basis + v * K + k) : (const void*)basis, ok ? 16 : 0);
+        }
+    } else {
+        for (int i = tid; i < EBM * EBK; i += NTHREADS) {
+            const int r = i / EBK, k = i % EBK;
+            const i64 v = rb + r;
+            st[r * L::LDA + k] = (v < re && k0 + k < K) ? basis[v * K + k0 + k] : zero_t();
+        }
+    }
+}
+
+template <int WN>
+__device__ __forceinline__ void expand_compute(const T* st, const T* Ss, int kc, float (&acc)[4][WN][4]) {
+    typedef ELay<WN> L;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wm = warp >> 2, wn = warp & 3;
+#if DIFF_HALF
+    const u32 a_base = smem_addr(st), s_base = smem_addr(Ss);
+#pragma unroll
+    for (int ks = 0; ks < EBK / 16; ++ks) {
+        u32 a[4][4], b[WN][2];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = wm * 64 + i * 16 + (lane & 15);
+            const int col = ks * 16 + (lane >> 4) * 8;
+            ldsm_x4(a_base + (r * L::LDA + col) * 2, a[i][0], a[i][1], a[i][2], a[i][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < WN / 2; ++j) {
+            const int r = kc * EBK + ks * 16 + (lane & 15);
+            const int col = wn * WN * 8 + j * 16 + (lane >> 4) * 8;
+            ldsm_x4_t(s_base + (r * L::LDS + col) * 2, b[2 * j][0], b[2 * j][1], b[2 * j + 1][0], b[2 * j + 1][1]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < WN; ++j) mma_16816(acc[i][j], a[i], b[j][0], b[j][1]);
+    }
+#else
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int ks = 0; ks < EBK / 8; ++ks) {
+        u32 ahi[4][4], alo[4][4], bhi[WN][2], blo[WN][2];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int r = wm * 64 + i * 16 + g;
+            const int col = ks * 8 + t;
+            split_tf32(st[r * L::LDA + col], ahi[i][0], alo[i][0]);
+            split_tf32(st[(r + 8) * L::LDA + col], ahi[i][1], alo[i][1]);
+            split_tf32(st[r * L::LDA + col + 4], ahi[i][2], alo[i][2]);
+            split_tf32(st[(r + 8) * L::LDA + col + 4], ahi[i][3], alo[i][3]);
+        }
+        const int k = kc * EBK + ks * 8 + t;
+#pragma unroll
+        for (int j = 0; j < WN; ++j) {
+            const int col = wn * WN * 8 + j * 8 + g;
+            split_tf32(Ss[k * L::LDS + col], bhi[j][0], blo[j][0]);
+            split_tf32(Ss[(k + 4) * L::LDS + col], bhi[j][1], blo[j][1]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < WN; ++j) mma_3xtf32(acc[i][j], ahi[i], alo[i], bhi[j], blo[j]);
+    }
+#endif
+}
+
+// Rows [rb, re) of the tile; w[i][h] the weight of row wm·64 + 16i + g + 8h.
+template <int WN>
+__device__ __forceinline__ void expand_epilogue(T* epi, float (&acc)[4][WN][4], const float (&w)[4][2], T* __restrict__ out,
+                                                i64 rb, i64 re, int c0, int C, bool vec) {
+    typedef ELay<WN> L;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wm = warp >> 2, wn = warp & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const i64 row0 = rb + wm * 64;
+    const int col0 = c0 + wn * WN * 8;
+#if DIFF_HALF
+    T* stg = epi + warp * L::EPI_WARP;
+    constexpr int SL = L::SLICE_NT;
+    constexpr int CPR = SL * 8 / EPC;  // 16-byte vectors per staged row
+#pragma unroll
+    for (int sl = 0; sl < WN / SL; ++sl) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int jj = 0; jj < SL; ++jj) {
+                const int j = sl * SL + jj;
+                const int r = i * 16 + g, col = jj * 8 + 2 * t;
+                *reinterpret_cast<u32*>(stg + r * L::LDE + col) = ember_pack2<T>(acc[i][j][0] * w[i][0], acc[i][j][1] * w[i][0]);
+                *reinterpret_cast<u32*>(stg + (r + 8) * L::LDE + col) = ember_pack2<T>(acc[i][j][2] * w[i][1], acc[i][j][3] * w[i][1]);
+            }
+        __syncwarp();
+        for (int q = lane; q < 64 * CPR; q += 32) {
+            const int r = q / CPR, ch = q % CPR;
+            const i64 v = row0 + r;
+            const int c = col0 + sl * SL * 8 + ch * EPC;
+            if (v < re) {
+                const T* src = stg + r * L::LDE + ch * EPC;
+                if (vec) {
+                    if (c < C) *reinterpret_cast<uint4*>(out + v * C + c) = *reinterpret_cast<const uint4*>(src);
+                } else {
+                    for (int k = 0; k < EPC; ++k)
+                        if (c + k < C) out[v * C + c + k] = src[k];
+                }
+            }
+        }
+        __syncwarp();
+    }
+#else
+    (void)epi;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const i64 v = row0 + i * 16 + g + 8 * h;
+            if (v >= re) continue;
+#pragma unroll
+            for (int j = 0; j < WN; ++j) {
+                const int c = col0 + j * 8 + 2 * t;
+                const float x0 = acc[i][j][2 * h] * w[i][h], x1 = acc[i][j][2 * h + 1] * w[i][h];
+                if (vec) {
+                    // C is a multiple of 4 and c is even: both columns are in or both out.
+                    if (c < C) *reinterpret_cast<float2*>(out + v * C + c) = make_float2(x0, x1);
+                } else {
+                    if (c < C) out[v * C + c] = x0;
+                    if (c + 1 < C) out[v * C + c + 1] = x1;
+                }
+            }
+        }
+#endif
+}
+
+// grid: (persistent CTAs, n-tiles). s_op: [mesh][KP][CPs] (zero-padded). tiles: one Seg per
+// 128-row tile (or none: tiles of one mesh of n_rows rows). mass (nullable) weights the rows.
+// dt_part (nullable): block (0, 0) also writes d_times[c] = Σ_r dt_part[r][c], r in order.
+template <int WN>
+__device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const T* __restrict__ s_op, const T* __restrict__ mass,
+                                              T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int K,
+                                              int C, int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
+                                              float* __restrict__ d_times) {
+    typedef ELay<WN> L;
+    extern __shared__ __align__(128) unsigned char diff_smem[];
+    T* Ss = reinterpret_cast<T*>(diff_smem);
+    T* stages = Ss + KP * L::LDS;
+    T* epi = stages + ENST * L::STAGE;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp >> 2, g = lane >> 2;
+    const int c0 = blockIdx.y * L::BN;
+    const int n_kc = KP / EBK;
+
+    if (dt_part && blockIdx.x == 0 && blockIdx.y == 0) {
+        // Same fixed-order eight-way sum as the partials (rows are the "chunks" here).
+        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
+    }
+
+    const i64 per = n_tiles / gridDim.x, rem = n_tiles % gridDim.x;
+    const i64 t_lo = blockIdx.x * per + min((i64)blockIdx.x, rem);
+    const i64 t_hi = t_lo + per + ((i64)blockIdx.x < rem ? 1 : 0);
+
+    float acc[4][WN][4];
+    float w[4][2];
+    for (i64 t0 = t_lo; t0 < t_hi;) {
+        // One segment: consecutive tiles of one mesh, rows rb(t) = first.begin + (t − t0)·128.
+        const Seg first = seg_at(tiles, t0, EBM, n_rows, n_tiles);
+        const i64 t1 = min(t_hi, first.run_end);
+        const i64 mesh_end = tiles ? seg_at(tiles, first.run_end - 1, EBM, n_rows, n_tiles).end : n_rows;
+        const i64 n_it = (t1 - t0) * n_kc;
+        __syncthreads();  // the previous segment's S and stages are no longer read
+        {
+            const T* src = s_op + first.mesh * (i64)KP * CPs + c0;
+            constexpr int CH = L::BN / EPC;
+            for (int i = tid; i < KP * CH; i += NTHREADS) {
+                const int r = i / CH, ch = i % CH;
+                cp_async16(Ss + r * L::LDS + ch * EPC, src + (i64)r * CPs + ch * EPC, 16);
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < ENST - 1; ++s) {
+            if (s < n_it) {
+                const i64 rb = first.begin + (s / n_kc) * (i64)EBM;
+                expand_load<WN>(stages + s * L::STAGE, basis, rb, min(mesh_end, rb + EBM), s % n_kc, K, vec);
+            }
+            cp_async_commit();  // group 0 also carries S
+        }
+        for (i64 it = 0; it < n_it; ++it) {
+            cp_async_wait<ENST - 2>();
+            __syncthreads();
+            const i64 nx = it + ENST - 1;
+            if (nx < n_it) {
+                const i64 rb = first.begin + (nx / n_kc) * (i64)EBM;
+                expand_load<WN>(stages + (nx % ENST) * L::STAGE, basis, rb, min(mesh_end, rb + EBM), (int)(nx % n_kc), K, vec);
+            }
+            cp_async_commit();
+            const int kc = (int)(it % n_kc);
+            const i64 rb = first.begin + (it / n_kc) * (i64)EBM;
+            const i64 re = min(mesh_end, rb + EBM);
+            if (kc == 0) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int j = 0; j < WN; ++j)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) acc[i][j][q] = 0.0f;
+                // Row weights, loaded now and used by the epilogue a few stages later.
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const i64 v = rb + wm * 64 + i * 16 + g + 8 * h;
+                        w[i][h] = mass ? (v < re ? ember_to_f32(mass[v]) : 0.0f) : 1.0f;
+                    }
+            }
+            expand_compute<WN>(stages + (it % ENST) * L::STAGE, Ss, kc, acc);
+            if (kc == n_kc - 1) expand_epilogue<WN>(epi, acc, w, out, rb, re, c0, C, vec);
+        }
+        cp_async_wait<0>();
+        t0 = t1;
+    }
+}
+
+#define DIFF_REDUCE(WN)                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_w##WN(                                         \
+        const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
+        int K, int C, int KP, int CP, int vec) {                                                                               \
+        reduce_kernel<WN>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec);                    \
+    }
+#define DIFF_EXPAND(WN)                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_expand_w##WN(                                         \
+        const T* basis, const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C, int KP, \
+        int CPs, int vec, const float* dt_part, int dt_rows, float* d_times) {                                                 \
+        expand_kernel<WN>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, d_times);     \
+    }
+
+// f32: the reduce's per-stage partial sums need registers, so its tiles stop at 2; expand at 4.
+#if DIFF_HALF
+DIFF_REDUCE(8)
+DIFF_REDUCE(4)
+DIFF_EXPAND(8)
+#endif
+DIFF_REDUCE(2)
+DIFF_EXPAND(4)
+DIFF_EXPAND(2)

@@ -1,0 +1,511 @@
+//! Spectral diffusion's `ember check` cases and `ember bench` rows.
+
+use super::cuda::{self, Tuning};
+use super::{backward_batch, forward_batch, param_dtype, reference, Forward, Grads, MeshBatch, Meshes};
+use crate::harness::bench::{params, BenchCtx, BenchRow};
+use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
+use crate::KernelBuild;
+use ember_core::{rng, DType, Device, Result, Tensor};
+use serde_json::json;
+
+pub struct Family;
+
+/// One problem's inputs, generated in f64, rounded to the op's dtypes, with the rounded values the
+/// reference sees. Scales keep every stored quantity O(1) (half-precision safe) at any V and K:
+/// basis ~ N(0,1)/√K, mass ~ U(½, 3⁄2)·√(K/V_m), so spectral, out and d_x are O(1).
+pub struct Problem {
+    pub offsets: Vec<usize>,
+    pub k: usize,
+    pub c: usize,
+    pub dtype: DType,
+    pub x: Tensor,
+    pub basis: Tensor,
+    pub mass: Tensor,
+    pub evals: Tensor,
+    pub times: Tensor,
+    pub d_out: Tensor,
+    pub d_spectral: Option<Tensor>,
+    /// The same values in f64, for the reference.
+    pub r: RefInputs,
+}
+
+pub struct RefInputs {
+    pub x: Vec<f64>,
+    pub basis: Vec<f64>,
+    pub mass: Vec<f64>,
+    pub evals: Vec<f64>,
+    pub times: Vec<f64>,
+    pub d_out: Vec<f64>,
+    pub d_spectral: Option<Vec<f64>>,
+}
+
+fn gen(n: usize, seed: u64, f: impl Fn(u64, usize) -> f64 + Sync) -> Vec<f64> {
+    use rayon::prelude::*;
+    (0..n).into_par_iter().with_min_len(4096).map(|i| f(seed, i)).collect()
+}
+
+impl Problem {
+    /// Meshes of `sizes` vertices, K eigenpairs, C channels, on the CPU.
+    pub fn new(sizes: &[usize], k: usize, c: usize, dtype: DType, with_d_spectral: bool, seed: u64) -> Result<Problem> {
+        let mut offsets = vec![0usize];
+        for &s in sizes {
+            offsets.push(offsets.last().unwrap() + s);
+        }
+        let (v, m) = (*offsets.last().unwrap(), sizes.len());
+        let mesh_of = |row: usize| offsets.partition_point(|&o| o <= row) - 1;
+        let sk = 1.0 / (k as f64).sqrt();
+        let x = gen(v * c, seed, |s, i| rng::normal(s, i as u64));
+        let basis = gen(v * k, seed + 1, |s, i| rng::normal(s, i as u64) * sk);
+        let mass = gen(v, seed + 2, |s, i| (0.5 + rng::uniform(s, i as u64, 0.0, 1.0) as f64) * (k as f64 / sizes[mesh_of(i)] as f64).sqrt());
+        // Eigenvalues start at 0 (the constant eigenvector) and grow; times in [0.01, 0.2].
+        let evals = gen(m * k, seed + 3, |s, i| if i % k == 0 { 0.0 } else { rng::uniform(s, i as u64, 0.0, 20.0) as f64 });
+        let times = gen(c, seed + 4, |s, i| rng::uniform(s, i as u64, 0.01, 0.2) as f64);
+        let d_out = gen(v * c, seed + 5, |s, i| rng::normal(s, i as u64));
+        let d_spectral = with_d_spectral.then(|| gen(m * k * c, seed + 6, |s, i| rng::normal(s, i as u64) * (sizes[i / (k * c)] as f64 * sk * sk).sqrt()));
+        let r = RefInputs { x, basis, mass, evals, times, d_out, d_spectral };
+        Problem::from_values(offsets, k, c, dtype, r)
+    }
+
+    /// Tensors holding `r` rounded to the op's dtypes; `r` becomes the rounded values.
+    pub fn from_values(offsets: Vec<usize>, k: usize, c: usize, dtype: DType, r: RefInputs) -> Result<Problem> {
+        let (v, m) = (*offsets.last().unwrap(), offsets.len() - 1);
+        let pd = param_dtype(dtype);
+        let t = |vals: &[f64], shape: &[usize], dt: DType| Tensor::from_f64(vals, shape, dt, Device::Cpu);
+        let (xt, bt, mt) = (t(&r.x, &[v, c], dtype)?, t(&r.basis, &[v, k], dtype)?, t(&r.mass, &[v], dtype)?);
+        let (et, tt, dot) = (t(&r.evals, &[m, k], pd)?, t(&r.times, &[c], pd)?, t(&r.d_out, &[v, c], dtype)?);
+        let dst = r.d_spectral.as_ref().map(|d| t(d, &[m, k, c], dtype)).transpose()?;
+        let r = RefInputs {
+            x: xt.to_vec_f64()?,
+            basis: bt.to_vec_f64()?,
+            mass: mt.to_vec_f64()?,
+            evals: et.to_vec_f64()?,
+            times: tt.to_vec_f64()?,
+            d_out: dot.to_vec_f64()?,
+            d_spectral: dst.as_ref().map(|d| d.to_vec_f64()).transpose()?,
+        };
+        Ok(Problem { offsets, k, c, dtype, x: xt, basis: bt, mass: mt, evals: et, times: tt, d_out: dot, d_spectral: dst, r })
+    }
+
+    /// Mesh `m` of this batch alone (the same values).
+    pub fn mesh(&self, m: usize) -> Result<Problem> {
+        let (lo, hi) = (self.offsets[m], self.offsets[m + 1]);
+        let (k, c) = (self.k, self.c);
+        let r = RefInputs {
+            x: self.r.x[lo * c..hi * c].to_vec(),
+            basis: self.r.basis[lo * k..hi * k].to_vec(),
+            mass: self.r.mass[lo..hi].to_vec(),
+            evals: self.r.evals[m * k..(m + 1) * k].to_vec(),
+            times: self.r.times.clone(),
+            d_out: self.r.d_out[lo * c..hi * c].to_vec(),
+            d_spectral: self.r.d_spectral.as_ref().map(|d| d[m * k * c..(m + 1) * k * c].to_vec()),
+        };
+        Problem::from_values(vec![0, hi - lo], k, c, self.dtype, r)
+    }
+
+    pub fn meshes(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    /// The reference's (out, spectral, d_x, d_times).
+    pub fn reference(&self) -> [Vec<f64>; 4] {
+        let r = &self.r;
+        let d = reference::Dims { k: self.k, c: self.c, offsets: &self.offsets };
+        let (out, spectral) = reference::forward(&r.x, &r.basis, &r.mass, &r.evals, &r.times, d);
+        let (d_x, d_times) = reference::backward(&r.basis, &r.mass, &r.evals, &r.times, &spectral, &r.d_out, r.d_spectral.as_deref(), d);
+        [out, spectral, d_x, d_times]
+    }
+
+    /// This problem's tensors on `device`.
+    pub fn on(&self, device: Device) -> Result<OnDevice> {
+        Ok(OnDevice {
+            x: self.x.to_device(device)?,
+            basis: self.basis.to_device(device)?,
+            mass: self.mass.to_device(device)?,
+            evals: self.evals.to_device(device)?,
+            times: self.times.to_device(device)?,
+            d_out: self.d_out.to_device(device)?,
+            d_spectral: self.d_spectral.as_ref().map(|t| t.to_device(device)).transpose()?,
+        })
+    }
+}
+
+pub struct OnDevice {
+    pub x: Tensor,
+    pub basis: Tensor,
+    pub mass: Tensor,
+    pub evals: Tensor,
+    pub times: Tensor,
+    pub d_out: Tensor,
+    pub d_spectral: Option<Tensor>,
+}
+
+impl OnDevice {
+    /// Forward then backward through the batched front end (a batch of one is one mesh), with
+    /// forced launch choices on CUDA when `tune` says so.
+    pub fn run(&self, offsets: &[usize], tune: Option<(&Tuning, Option<usize>)>) -> Result<(Forward, Grads)> {
+        let batch = match tune.and_then(|(_, rows)| rows) {
+            Some(rows) => MeshBatch::with_chunk_rows(&self.basis, &self.mass, &self.evals, offsets, rows)?,
+            None => MeshBatch::new(&self.basis, &self.mass, &self.evals, offsets)?,
+        };
+        match tune {
+            Some((t, _)) if self.x.device().is_cuda() => {
+                let m = batch.view();
+                let fwd = cuda::forward_tuned(&m, &self.x, &self.times, t)?;
+                let grads = cuda::backward_tuned(&m, &self.times, &fwd, &self.d_out, self.d_spectral.as_ref(), t)?;
+                Ok((fwd, grads))
+            }
+            _ => {
+                let fwd = forward_batch(&batch, &self.x, &self.times)?;
+                let grads = backward_batch(&batch, &self.times, &fwd, &self.d_out, self.d_spectral.as_ref())?;
+                Ok((fwd, grads))
+            }
+        }
+    }
+
+    /// One mesh through the single-mesh front end (evals as (K), spectral as (K, C)).
+    pub fn run_single(&self, tune: Option<&Tuning>) -> Result<(Forward, Grads)> {
+        let k = self.basis.dim(1);
+        let evals = self.evals.try_clone()?.reshape(&[k])?;
+        let d_spectral = match &self.d_spectral {
+            Some(t) => Some(t.try_clone()?.reshape(&[k, self.x.dim(1)])?),
+            None => None,
+        };
+        match tune {
+            Some(t) if self.x.device().is_cuda() => {
+                let offsets = [0, self.x.dim(0)];
+                let m = Meshes { basis: &self.basis, mass: &self.mass, evals: &evals, offsets: &offsets, plan: None, batched: false };
+                let fwd = cuda::forward_tuned(&m, &self.x, &self.times, t)?;
+                let grads = cuda::backward_tuned(&m, &self.times, &fwd, &self.d_out, d_spectral.as_ref(), t)?;
+                Ok((fwd, grads))
+            }
+            _ => {
+                let fwd = super::forward(&self.x, &self.basis, &self.mass, &evals, &self.times)?;
+                let grads = super::backward(&self.basis, &self.mass, &evals, &self.times, &fwd, &self.d_out, d_spectral.as_ref())?;
+                Ok((fwd, grads))
+            }
+        }
+    }
+}
+
+/// A check case: mesh sizes, K, C, whether d_spectral is given, forced launch choices.
+struct Case {
+    sizes: Vec<usize>,
+    k: usize,
+    c: usize,
+    d_spectral: bool,
+    tune: Option<(Tuning, Option<usize>)>,
+    dtypes: &'static [DType],
+}
+
+const ALL: &[DType] = &DType::ACTIVATIONS;
+const BF16: &[DType] = &[DType::BF16];
+
+fn case(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: None, dtypes: ALL }
+}
+
+fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize, chunk_rows: usize) -> Case {
+    let t = Tuning { reduce_wn: Some(reduce_wn), expand_wn: Some(expand_wn), chunk_rows: Some(chunk_rows) };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
+}
+
+fn cases(tier: Tier, device: Device) -> Vec<Case> {
+    let mut v = match tier {
+        // A few seconds on two cores, every dtype.
+        Tier::Quick => vec![case(&[1], 1, 1, false), case(&[7], 5, 3, true), case(&[300], 16, 40, false), case(&[40, 1, 77], 8, 9, true)],
+        // Tiny, but every kernel path: 16-byte and element loaders, every tile width, K above one
+        // reduce tile, several chunks per mesh, batches, d_spectral or not.
+        Tier::Small => vec![
+            case(&[1], 1, 1, false),
+            case(&[77], 5, 33, true),
+            case(&[300], 64, 64, false),
+            case(&[50], 136, 16, true),
+            case(&[37, 1, 130], 16, 24, true),
+        ],
+        // The sizes: V ∈ {1, 7, 4109, 131077, 1M+}, C ∈ {1, 64, 256, 257}, K ∈ {1, 64, 128, 256}.
+        Tier::Full => vec![
+            case(&[1], 1, 1, true),
+            case(&[7], 64, 257, false),
+            case(&[4109], 128, 256, true),
+            case(&[4109], 256, 64, false),
+            case(&[4109], 1, 257, true),
+            case(&[131077], 128, 256, false),
+            case(&[131077], 64, 1, true),
+            case(&[131077], 256, 257, true),
+            case(&[1 << 20 | 7], 128, 64, true),
+            Case { dtypes: BF16, ..case(&[1 << 20 | 7], 128, 256, false) },
+            case(&[5003, 19997, 1, 12000, 7777], 128, 256, true),
+        ],
+    };
+    if device.is_cuda() {
+        // Every tile width of both GEMMs, several chunks per mesh, aligned and unaligned rows.
+        let extra: Vec<Case> = match tier {
+            Tier::Quick => vec![],
+            Tier::Small => vec![
+                tuned(&[300], 64, 64, 2, 2, 64),
+                tuned(&[200], 8, 72, 2, 4, 40),
+                tuned(&[200], 8, 72, 4, 4, 40),
+                tuned(&[29, 161], 32, 128, 8, 8, 48),
+                tuned(&[150], 64, 40, 2, 4, 32),
+            ],
+            Tier::Full => vec![
+                tuned(&[4109], 128, 256, 8, 8, 256),
+                tuned(&[4109], 128, 256, 4, 4, 1000),
+                tuned(&[4109], 128, 256, 2, 4, 1000),
+                tuned(&[9001], 200, 100, 2, 2, 512),
+                tuned(&[777, 5000, 3], 64, 33, 2, 2, 300),
+            ],
+        };
+        for mut c in extra {
+            // f32 has no 8-wide tiles, and its reduce only the 2-wide one.
+            if c.tune.as_ref().is_some_and(|(t, _)| t.reduce_wn != Some(2) || t.expand_wn == Some(8)) {
+                c.dtypes = &[DType::F16, DType::BF16];
+            }
+            v.push(c);
+        }
+    }
+    v
+}
+
+fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
+    let label = {
+        let v = if c.sizes.len() == 1 { format!("V={}", c.sizes[0]) } else { format!("V={:?}", c.sizes) };
+        let mut s = format!("{v} K={} C={}{}", c.k, c.c, if c.d_spectral { " +dS" } else { "" });
+        if let Some((t, rows)) = &c.tune {
+            s += &format!(" w{}/{} r{}", t.reduce_wn.unwrap_or(0), t.expand_wn.unwrap_or(0), rows.unwrap_or(0));
+        }
+        s
+    };
+    let seed = ctx.seed_for(&format!("{label}{dtype}"));
+    let p = Problem::new(&c.sizes, c.k, c.c, dtype, c.d_spectral, seed)?;
+    let [out, spectral, d_x, d_times] = p.reference();
+    let dev = p.on(ctx.device)?;
+    let tol = dtype.tolerance();
+    let mut rows = Vec::new();
+    let push = |rows: &mut Vec<CheckRow>, tag: &str, fwd: &Forward, g: &Grads| -> Result<()> {
+        rows.push(compare("diffusion", &format!("{label}{tag}"), "out", &fwd.out, &out, tol)?);
+        rows.push(compare("diffusion", &format!("{label}{tag}"), "spectral", &fwd.spectral, &spectral, tol)?);
+        rows.push(compare("diffusion", &format!("{label}{tag}"), "d_x", &g.d_x, &d_x, tol)?);
+        rows.push(compare("diffusion", &format!("{label}{tag}"), "d_times", &g.d_times, &d_times, tol)?);
+        Ok(())
+    };
+    let tune = c.tune.as_ref().map(|(t, r)| (t, *r));
+    if c.sizes.len() == 1 {
+        let (fwd, g) = dev.run_single(tune.map(|(t, _)| t))?;
+        push(&mut rows, "", &fwd, &g)?;
+        return Ok(rows);
+    }
+    let (fwd, g) = dev.run(&p.offsets, tune)?;
+    push(&mut rows, " batch", &fwd, &g)?;
+    // Batched == per mesh: each mesh alone through the single-mesh front end.
+    let mut per_out = Vec::new();
+    let mut per_dx = Vec::new();
+    let mut per_spec = Vec::new();
+    let mut per_dt = vec![0.0; c.c];
+    for m in 0..p.meshes() {
+        let d1 = p.mesh(m)?.on(ctx.device)?;
+        let (f1, g1) = d1.run_single(tune.map(|(t, _)| t))?;
+        per_out.extend(f1.out.to_vec_f64()?);
+        per_spec.extend(f1.spectral.to_vec_f64()?);
+        per_dx.extend(g1.d_x.to_vec_f64()?);
+        for (a, b) in per_dt.iter_mut().zip(g1.d_times.to_vec_f64()?) {
+            *a += b;
+        }
+    }
+    rows.push(compare("diffusion", &format!("{label} batch=per-mesh"), "out", &fwd.out, &per_out, tol)?);
+    rows.push(compare("diffusion", &format!("{label} batch=per-mesh"), "spectral", &fwd.spectral, &per_spec, tol)?);
+    rows.push(compare("diffusion", &format!("{label} batch=per-mesh"), "d_x", &g.d_x, &per_dx, tol)?);
+    rows.push(compare("diffusion", &format!("{label} batch=per-mesh"), "d_times", &g.d_times, &per_dt, tol)?);
+    Ok(rows)
+}
+
+/// Two runs of the default path give bit-identical results.
+fn determinism(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType) -> Result<CheckRow> {
+    let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("determinism"))?;
+    let dev = p.on(ctx.device)?;
+    let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
+        let mut v: Vec<u64> = Vec::new();
+        for t in [&f.out, &f.spectral, &g.d_x, &g.d_times] {
+            v.extend(t.to_vec_f64()?.iter().map(|x| x.to_bits()));
+        }
+        Ok(v)
+    };
+    let a = bits(dev.run(&p.offsets, None)?)?;
+    let b = bits(dev.run(&p.offsets, None)?)?;
+    let label = format!("V={sizes:?} K={k} C={c} two runs");
+    Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b))
+}
+
+/// Bad input on a CUDA device is an `Err` before any launch, and the device stays usable.
+fn cuda_properties(device: Device) -> Result<Vec<CheckRow>> {
+    let p = Problem::new(&[50], 8, 16, DType::BF16, false, 9)?;
+    let dev = p.on(device)?;
+    let evals = dev.evals.try_clone()?.reshape(&[8])?;
+    let prop = |name: &str, holds: bool| property("diffusion", name, "holds", DType::BF16, device, holds);
+    let mut rows = Vec::new();
+    let e = super::forward(&p.x, &dev.basis, &dev.mass, &evals, &dev.times);
+    rows.push(prop("x on cpu, basis on cuda: Err(Device)", matches!(e, Err(ember_core::Error::Device { .. }))));
+    let wide = Tensor::zeros(&[50, 257], DType::BF16, device)?;
+    let e = super::forward(&dev.x, &wide, &dev.mass, &Tensor::zeros(&[257], DType::F32, device)?, &dev.times);
+    rows.push(prop("K = 257 on cuda: Err(Shape)", matches!(e, Err(ember_core::Error::Shape { .. }))));
+    let e = super::forward(&dev.x, &dev.basis, &dev.mass, &evals, &dev.times.to_dtype(DType::BF16)?);
+    rows.push(prop("bf16 times: Err(DType)", matches!(e, Err(ember_core::Error::DType { .. }))));
+    let ok = super::forward(&dev.x, &dev.basis, &dev.mass, &evals, &dev.times).and_then(|f| f.out.to_vec_f64());
+    rows.push(prop("no sticky error after bad input", ok.is_ok_and(|v| v.iter().all(|x| x.is_finite()))));
+    // The layer clamps its times on the device.
+    let mut layer = super::LearnedTimeDiffusion::new(Tensor::from_vec(vec![-1.0f32; 16], &[16])?.to_device(device)?)?;
+    let f = layer.forward(&dev.x, &dev.basis, &dev.mass, &evals)?;
+    let clamped = layer.times.to_vec_f64()?.iter().all(|&t| t == super::MIN_TIME as f32 as f64);
+    rows.push(prop("layer clamps times to 1e-8 on cuda", clamped && f.out.to_vec_f64()?.iter().all(|x| x.is_finite())));
+    Ok(rows)
+}
+
+impl crate::OpFamily for Family {
+    fn name(&self) -> &'static str {
+        "diffusion"
+    }
+    fn summary(&self) -> &'static str {
+        "DiffusionNet spectral diffusion: out = basis·(e^(−λt) ⊙ basisᵀ(mass⊙x)), its gradients, batches of meshes"
+    }
+
+    fn check(&self, ctx: &CheckCtx) -> Result<Vec<CheckRow>> {
+        let mut rows = Vec::new();
+        for c in cases(ctx.tier, ctx.device) {
+            for &dtype in c.dtypes {
+                rows.extend(check_case(ctx, &c, dtype)?);
+            }
+        }
+        let (sizes, k, c): (&[usize], usize, usize) = match ctx.tier {
+            Tier::Full => (&[131077], 128, 256),
+            _ => (&[300, 41], 16, 24),
+        };
+        for dtype in DType::ACTIVATIONS {
+            rows.push(determinism(ctx, sizes, k, c, dtype)?);
+        }
+        if ctx.device.is_cuda() {
+            rows.extend(cuda_properties(ctx.device)?);
+        }
+        Ok(rows)
+    }
+
+    fn bench(&self, ctx: &BenchCtx, progress: &mut dyn FnMut(&BenchRow)) -> Result<Vec<BenchRow>> {
+        let (k, c) = (128usize, 256usize);
+        // (vertices of each mesh, dtypes)
+        let single: Vec<usize> = match (ctx.device, ctx.quick) {
+            (Device::Cpu, _) => vec![4096],
+            (_, true) => vec![4096, 131072, 524288],
+            (_, false) => vec![4096, 32768, 131072, 524288, 2097152],
+        };
+        let mut problems: Vec<(Vec<usize>, DType)> = Vec::new();
+        for &v in &single {
+            problems.push((vec![v], DType::BF16));
+        }
+        let f32_sizes: Vec<usize> = if ctx.device == Device::Cpu { vec![4096] } else { vec![4096, 131072, 524288] };
+        for &v in &f32_sizes {
+            problems.push((vec![v], DType::F32));
+        }
+        // A batch of 16 meshes of 5k–20k vertices (fixed sizes, shared with the PyTorch reference).
+        let batch: Vec<usize> = if ctx.device == Device::Cpu { vec![500, 1200, 800, 2000] } else { (0..16).map(|i| 5000 + (i * 7919) % 15001).collect() };
+        problems.push((batch.clone(), DType::BF16));
+        if ctx.device.is_cuda() {
+            problems.push((batch, DType::F32));
+        }
+        let mut rows = Vec::new();
+        for (sizes, dtype) in problems {
+            rows.extend(bench_one(ctx, &sizes, k, c, dtype, progress)?);
+        }
+        Ok(rows)
+    }
+
+    fn kernels(&self) -> Vec<KernelBuild> {
+        let mut v: Vec<KernelBuild> = DType::ACTIVATIONS.iter().map(|&d| KernelBuild { source: cuda::SOURCE, options: cuda::options_with(d, cuda::DEFAULT_STAGES) }).collect();
+        if cuda::stages() != cuda::DEFAULT_STAGES {
+            v.extend(DType::ACTIVATIONS.iter().map(|&d| KernelBuild { source: cuda::SOURCE, options: cuda::options(d) }));
+        }
+        v.push(KernelBuild { source: cuda::LAYER_SOURCE, options: vec![] });
+        v
+    }
+}
+
+struct BenchSet {
+    x: Tensor,
+    basis: Tensor,
+    mass: Tensor,
+    evals: Tensor,
+    d_out: Tensor,
+}
+
+fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, progress: &mut dyn FnMut(&BenchRow)) -> Result<Vec<BenchRow>> {
+    let v: usize = sizes.iter().sum();
+    let es = dtype.size() as f64;
+    let (vf, kf, cf) = (v as f64, k as f64, c as f64);
+    let fwd_bytes = es * (2.0 * vf * cf + 2.0 * vf * kf + vf);
+    let fwd_flops = 4.0 * vf * kf * cf;
+    let sets = ctx.rotation(fwd_bytes);
+    let d = ctx.device;
+    let pd = param_dtype(dtype);
+    let sk = 1.0 / (k as f32).sqrt();
+    let sm = (k as f32 / v as f32 * sizes.len() as f32).sqrt();
+    let mk = |i: usize| -> Result<BenchSet> {
+        let s = 1000 * i as u64;
+        Ok(BenchSet {
+            x: Tensor::rand(&[v, c], -1.0, 1.0, dtype, d, s + 1)?,
+            basis: Tensor::rand(&[v, k], -sk, sk, dtype, d, s + 2)?,
+            mass: Tensor::rand(&[v], 0.5 * sm, 1.5 * sm, dtype, d, s + 3)?,
+            evals: Tensor::rand(&[sizes.len(), k], 0.0, 20.0, pd, d, s + 4)?,
+            d_out: Tensor::rand(&[v, c], -1.0, 1.0, dtype, d, s + 5)?,
+        })
+    };
+    let inputs: Vec<BenchSet> = (0..sets).map(mk).collect::<Result<_>>()?;
+    let times = Tensor::rand(&[c], 0.01, 0.2, pd, d, 7)?;
+    let single = sizes.len() == 1;
+    let batches: Vec<MeshBatch> = if single { Vec::new() } else { inputs.iter().map(|s| MeshBatch::from_vertex_counts(&s.basis, &s.mass, &s.evals, sizes)).collect::<Result<_>>()? };
+    let p = if single { params(&[("V", json!(v)), ("K", json!(k)), ("C", json!(c))]) } else { params(&[("V", json!(sizes)), ("K", json!(k)), ("C", json!(c))]) };
+    let rate = if dtype == DType::F32 { ctx.gemm_tflops(DType::F32, true)? } else { ctx.gemm_tflops(dtype, false)? };
+    let evals1: Vec<Tensor> = if single { inputs.iter().map(|s| s.evals.try_clone()?.reshape(&[k])).collect::<Result<_>>()? } else { Vec::new() };
+    let fwd = |i: usize| -> Result<Forward> {
+        let s = &inputs[i % sets];
+        if single {
+            super::forward(&s.x, &s.basis, &s.mass, &evals1[i % sets], &times)
+        } else {
+            forward_batch(&batches[i % sets], &s.x, &times)
+        }
+    };
+    let bwd = |i: usize, f: &Forward| -> Result<Grads> {
+        let s = &inputs[i % sets];
+        if single {
+            super::backward(&s.basis, &s.mass, &evals1[i % sets], &times, f, &s.d_out, None)
+        } else {
+            backward_batch(&batches[i % sets], &times, f, &s.d_out, None)
+        }
+    };
+    let note = if single { String::new() } else { format!("{} meshes, one launch sequence", sizes.len()) };
+    let mut rows = Vec::new();
+    let ms = ctx.time(300.0, |i| fwd(i).map(drop))?;
+    let mut row = ctx.row_with_rate("diffusion", "fwd", dtype, p.clone(), ms, fwd_bytes, fwd_flops, rate);
+    row.note = note.clone();
+    progress(&row);
+    rows.push(row);
+    let ms = ctx.time(300.0, |i| {
+        let f = fwd(i)?;
+        bwd(i, &f).map(drop)
+    })?;
+    let mut row = ctx.row_with_rate("diffusion", "fwd+bwd", dtype, p.clone(), ms, 2.0 * fwd_bytes, 2.0 * fwd_flops, rate);
+    row.note = note;
+    progress(&row);
+    rows.push(row);
+    // Optional: each launch timed alone (EMBER_DIFFUSION_PHASES=1), to see where the time goes.
+    if single && d.is_cuda() && std::env::var("EMBER_DIFFUSION_PHASES").is_ok_and(|v| v == "1") {
+        let s = &inputs[0];
+        let offsets = [0, v];
+        let m = Meshes { basis: &s.basis, mass: &s.mass, evals: &evals1[0], offsets: &offsets, plan: None, batched: false };
+        let mut time = |f: &mut dyn FnMut() -> Result<()>| ctx.time(100.0, |_| f());
+        for (name, ms, bytes, flops) in cuda::phase_times(&mut time, &m, &s.x, &times, &s.d_out)? {
+            let mut row = ctx.row_with_rate("diffusion", name, dtype, p.clone(), ms, bytes, flops, rate);
+            row.note = "one launch alone (diagnostic)".into();
+            progress(&row);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}

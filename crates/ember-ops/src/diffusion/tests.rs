@@ -1,0 +1,200 @@
+use super::suite::Problem;
+use super::*;
+use crate::harness::check::{CheckCtx, Tier};
+use crate::OpFamily;
+use ember_core::Error;
+
+/// A two-mesh problem small enough for finite differences over every input.
+fn small_problem() -> Problem {
+    Problem::new(&[4, 3], 3, 5, DType::F64, true, 42).unwrap()
+}
+
+/// L = Σ out ⊙ d_out + Σ spectral ⊙ d_spectral, so dL/dx and dL/dtimes are backward's outputs.
+fn loss(p: &Problem, x: &[f64], times: &[f64]) -> f64 {
+    let r = &p.r;
+    let d = reference::Dims { k: p.k, c: p.c, offsets: &p.offsets };
+    let (out, spectral) = reference::forward(x, &r.basis, &r.mass, &r.evals, times, d);
+    let a: f64 = out.iter().zip(&r.d_out).map(|(o, w)| o * w).sum();
+    let b: f64 = spectral.iter().zip(r.d_spectral.as_ref().unwrap()).map(|(s, w)| s * w).sum();
+    a + b
+}
+
+#[test]
+fn reference_gradients_match_finite_differences() {
+    let p = small_problem();
+    let r = &p.r;
+    let d = reference::Dims { k: p.k, c: p.c, offsets: &p.offsets };
+    let (_, spectral) = reference::forward(&r.x, &r.basis, &r.mass, &r.evals, &r.times, d);
+    let (d_x, d_times) = reference::backward(&r.basis, &r.mass, &r.evals, &r.times, &spectral, &r.d_out, r.d_spectral.as_deref(), d);
+    let h = 1e-6;
+    for i in 0..r.x.len() {
+        let (mut xp, mut xm) = (r.x.clone(), r.x.clone());
+        xp[i] += h;
+        xm[i] -= h;
+        let fd = (loss(&p, &xp, &r.times) - loss(&p, &xm, &r.times)) / (2.0 * h);
+        assert!((fd - d_x[i]).abs() <= 1e-7 * (1.0 + fd.abs()), "d_x[{i}]: fd {fd} vs {}", d_x[i]);
+    }
+    for c in 0..p.c {
+        let (mut tp, mut tm) = (r.times.clone(), r.times.clone());
+        tp[c] += h;
+        tm[c] -= h;
+        let fd = (loss(&p, &r.x, &tp) - loss(&p, &r.x, &tm)) / (2.0 * h);
+        assert!((fd - d_times[c]).abs() <= 1e-7 * (1.0 + fd.abs()), "d_times[{c}]: fd {fd} vs {}", d_times[c]);
+    }
+    // The gradients are not trivially zero.
+    assert!(d_x.iter().any(|v| v.abs() > 1e-3) && d_times.iter().any(|v| v.abs() > 1e-3));
+}
+
+#[test]
+fn reference_known_values() {
+    // basis = identity, mass = 1: spectral = e ⊙ x and out = spectral.
+    let (v, c) = (3, 2);
+    let x = vec![1.0, -2.0, 0.5, 4.0, -1.5, 3.0];
+    let basis = vec![1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0];
+    let mass = vec![1.0; v];
+    let evals = vec![0.0, 1.0, 2.0];
+    let times = vec![0.5, 0.25];
+    let d = reference::Dims { k: 3, c, offsets: &[0, v] };
+    let (out, spectral) = reference::forward(&x, &basis, &mass, &evals, &times, d);
+    for k in 0..3 {
+        for cc in 0..c {
+            let want = (-evals[k] * times[cc]).exp() * x[k * c + cc];
+            assert!((spectral[k * c + cc] - want).abs() < 1e-15 && (out[k * c + cc] - want).abs() < 1e-15);
+        }
+    }
+    // Mass scales the projection: mass = 2 doubles spectral and out.
+    let (out2, _) = reference::forward(&x, &basis, &[2.0; 3], &evals, &times, d);
+    assert!(out2.iter().zip(&out).all(|(a, b)| (a - 2.0 * b).abs() < 1e-15));
+}
+
+#[test]
+fn cpu_fast_path_matches_reference_in_every_dtype() {
+    ember_core::set_poison_outputs(true);
+    let rows = Family.check(&CheckCtx::new(Device::Cpu, Tier::Quick)).unwrap();
+    // 3 single-mesh cases × 4 quantities + 1 batch × 8 (vs reference, vs per-mesh), per dtype, + determinism.
+    assert_eq!(rows.len(), 3 * (3 * 4 + 8) + 3);
+    for r in &rows {
+        assert!(r.pass(), "{r:?}");
+    }
+}
+
+#[test]
+fn f64_runs_the_reference_and_one_mesh_equals_a_batch_of_one() {
+    let p = Problem::new(&[9], 4, 3, DType::F64, true, 7).unwrap();
+    let evals = p.evals.try_clone().unwrap().reshape(&[4]).unwrap();
+    let ds = p.d_spectral.as_ref().unwrap().try_clone().unwrap().reshape(&[4, 3]).unwrap();
+    let f = forward(&p.x, &p.basis, &p.mass, &evals, &p.times).unwrap();
+    assert_eq!(f.spectral.shape(), &[4, 3]);
+    let g = backward(&p.basis, &p.mass, &evals, &p.times, &f, &p.d_out, Some(&ds)).unwrap();
+    let [out, spectral, d_x, d_times] = p.reference();
+    assert_eq!(f.out.to_vec_f64().unwrap(), out);
+    assert_eq!(f.spectral.to_vec_f64().unwrap(), spectral);
+    assert_eq!(g.d_x.to_vec_f64().unwrap(), d_x);
+    assert_eq!(g.d_times.to_vec_f64().unwrap(), d_times);
+    let batch = MeshBatch::new(&p.basis, &p.mass, &p.evals, &[0, 9]).unwrap();
+    let fb = forward_batch(&batch, &p.x, &p.times).unwrap();
+    assert_eq!(fb.spectral.shape(), &[1, 4, 3]);
+    assert_eq!(fb.out.to_vec_f64().unwrap(), out);
+}
+
+#[test]
+fn cpu_batch_is_bitwise_the_per_mesh_results_and_deterministic() {
+    for dtype in DType::ACTIVATIONS {
+        let p = Problem::new(&[33, 1, 70], 6, 10, dtype, true, 3).unwrap();
+        let dev = p.on(Device::Cpu).unwrap();
+        let (f, g) = dev.run(&p.offsets, None).unwrap();
+        let (f2, g2) = dev.run(&p.offsets, None).unwrap();
+        assert_eq!(f.out.to_vec_f64().unwrap(), f2.out.to_vec_f64().unwrap());
+        assert_eq!(g.d_x.to_vec_f64().unwrap(), g2.d_x.to_vec_f64().unwrap());
+        assert_eq!(g.d_times.to_vec_f64().unwrap(), g2.d_times.to_vec_f64().unwrap());
+        let mut out = Vec::new();
+        let mut d_x = Vec::new();
+        let mut spectral = Vec::new();
+        for m in 0..p.meshes() {
+            let (f1, g1) = p.mesh(m).unwrap().on(Device::Cpu).unwrap().run_single(None).unwrap();
+            out.extend(f1.out.to_vec_f64().unwrap());
+            spectral.extend(f1.spectral.to_vec_f64().unwrap());
+            d_x.extend(g1.d_x.to_vec_f64().unwrap());
+        }
+        assert_eq!(f.out.to_vec_f64().unwrap(), out, "{dtype}");
+        assert_eq!(f.spectral.to_vec_f64().unwrap(), spectral, "{dtype}");
+        assert_eq!(g.d_x.to_vec_f64().unwrap(), d_x, "{dtype}");
+    }
+}
+
+#[test]
+fn layer_clamps_times_before_use() {
+    let p = Problem::new(&[20], 4, 3, DType::F32, false, 11).unwrap();
+    let evals = p.evals.try_clone().unwrap().reshape(&[4]).unwrap();
+    let raw = Tensor::from_vec(vec![-0.5f32, 0.0, 0.1], &[3]).unwrap();
+    let mut layer = LearnedTimeDiffusion::new(raw).unwrap();
+    let f = layer.forward(&p.x, &p.basis, &p.mass, &evals).unwrap();
+    assert_eq!(layer.times.as_slice::<f32>().unwrap(), &[1e-8f32, 1e-8, 0.1]);
+    let clamped = Tensor::from_vec(vec![1e-8f32, 1e-8, 0.1], &[3]).unwrap();
+    let want = forward(&p.x, &p.basis, &p.mass, &evals, &clamped).unwrap();
+    assert_eq!(f.out.to_vec_f64().unwrap(), want.out.to_vec_f64().unwrap());
+    let g = layer.backward(&p.basis, &p.mass, &evals, &f, &p.d_out, None).unwrap();
+    assert_eq!(g.d_times.shape(), &[3]);
+    let e = LearnedTimeDiffusion::new(Tensor::zeros(&[3], DType::BF16, Device::Cpu).unwrap()).unwrap_err();
+    assert!(e.to_string().contains("argument `times`: expected dtype f32"), "{e}");
+}
+
+fn msg(r: Result<impl Sized>) -> String {
+    match r {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let p = Problem::new(&[6, 4], 3, 5, DType::F32, true, 5).unwrap();
+    let evals = p.evals.try_clone().unwrap().reshape(&[2 * 3]).unwrap();
+    let z = |shape: &[usize], dt: DType| Tensor::zeros(shape, dt, Device::Cpu).unwrap();
+    let k3 = z(&[3], DType::F32);
+    // V mismatch between x, basis and mass.
+    let e = msg(forward(&z(&[9, 5], DType::F32), &p.basis, &p.mass, &k3, &p.times));
+    assert!(e.contains("argument `x`: expected shape (V, C) with V = rows of basis = 10, got [9, 5]"), "{e}");
+    let e = msg(forward(&p.x, &p.basis, &z(&[9], DType::F32), &k3, &p.times));
+    assert!(e.contains("argument `mass`: expected shape (V) with V = rows of basis = [10], got [9]"), "{e}");
+    // K mismatch between basis and evals.
+    let e = msg(forward(&p.x, &p.basis, &p.mass, &z(&[4], DType::F32), &p.times));
+    assert!(e.contains("argument `evals`: expected shape (K) with K = columns of basis = [3], got [4]"), "{e}");
+    let e = msg(MeshBatch::new(&p.basis, &p.mass, &evals, &p.offsets));
+    assert!(e.contains("argument `evals`: expected shape (meshes, K) = [2, 3], got [6]"), "{e}");
+    // C mismatch with times.
+    let e = msg(forward(&p.x, &p.basis, &p.mass, &k3, &z(&[4], DType::F32)));
+    assert!(e.contains("argument `times`: expected shape (C) with C = channels = [5], got [4]"), "{e}");
+    // Wrong dtypes.
+    let e = msg(forward(&p.x.to_dtype(DType::BF16).unwrap(), &p.basis, &p.mass, &k3, &p.times));
+    assert!(e.contains("argument `x`: expected dtype f32, got bf16"), "{e}");
+    let e = msg(forward(&p.x, &p.basis, &p.mass, &k3, &z(&[5], DType::BF16)));
+    assert!(e.contains("argument `times`: expected dtype f32, got bf16"), "{e}");
+    let e = msg(forward(&p.x, &p.basis, &p.mass.to_dtype(DType::F16).unwrap(), &k3, &p.times));
+    assert!(e.contains("argument `mass`: expected dtype f32, got f16"), "{e}");
+    // Empty inputs and empty batches.
+    let e = msg(forward(&z(&[10, 0], DType::F32), &p.basis, &p.mass, &k3, &z(&[0], DType::F32)));
+    assert!(e.contains("argument `x` is empty"), "{e}");
+    let e = msg(forward(&p.x, &z(&[10, 0], DType::F32), &p.mass, &z(&[0], DType::F32), &p.times));
+    assert!(e.contains("argument `basis` is empty"), "{e}");
+    let e = msg(MeshBatch::new(&p.basis, &p.mass, &p.evals, &[0]));
+    assert!(e.contains("argument `offsets` is empty"), "{e}");
+    let e = msg(MeshBatch::from_vertex_counts(&p.basis, &p.mass, &p.evals, &[]));
+    assert!(e.contains("argument `offsets` is empty"), "{e}");
+    let e = msg(MeshBatch::new(&p.basis, &p.mass, &p.evals, &[0, 6, 6, 10]));
+    assert!(e.contains("argument `offsets`: expected strictly increasing"), "{e}");
+    let e = msg(MeshBatch::new(&p.basis, &p.mass, &p.evals, &[0, 6, 9]));
+    assert!(e.contains("expected the last offset to be V = rows of basis = 10, got 9"), "{e}");
+    // Backward: d_out and d_spectral shapes, a forward from other inputs.
+    let batch = MeshBatch::new(&p.basis, &p.mass, &p.evals, &p.offsets).unwrap();
+    let f = forward_batch(&batch, &p.x, &p.times).unwrap();
+    let e = msg(backward_batch(&batch, &p.times, &f, &z(&[10, 4], DType::F32), None));
+    assert!(e.contains("argument `times`: expected shape (C) with C = channels = [4], got [5]"), "{e}");
+    let e = msg(backward_batch(&batch, &p.times, &f, &p.d_out, Some(&z(&[3, 5], DType::F32))));
+    assert!(e.contains("argument `d_spectral`: expected shape the shape of spectral = [2, 3, 5], got [3, 5]"), "{e}");
+    let e = msg(backward(&p.basis, &p.mass, &k3, &p.times, &f, &p.d_out, None));
+    assert!(e.contains("argument `fwd.spectral`"), "{e}");
+    // Nothing above panicked, and valid input still works.
+    assert!(backward_batch(&batch, &p.times, &f, &p.d_out, p.d_spectral.as_ref()).is_ok());
+    assert!(matches!(MeshBatch::new(&p.basis, &p.mass, &p.evals, &[1, 10]), Err(Error::Invalid { .. })));
+}
