@@ -19,6 +19,10 @@ cp "$test_bin" bundle/bin/gpu-tests
 strip bundle/bin/ember bundle/bin/gpu-tests
 cp bench/*.py bundle/bench/
 cp scripts/bundle_run.sh bundle/run.sh
+# Ship the sm_90a kernel cache (Hopper; NVRTC 13.0 as on the GPU machine), so kernels load there
+# without compiling. Needs libnvrtc here (.nvrtc/ as installed by .ci/run, or EMBER_CUDA_LIB_DIR).
+if [ -d .nvrtc/nvidia/cu13/lib ]; then export LD_LIBRARY_PATH="$PWD/.nvrtc/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+EMBER_CACHE_DIR="$PWD/bundle/kcache" bundle/bin/ember kernels --arch sm_90a --fill-cache || echo "no kernel cache shipped (NVRTC unavailable here)"
 commit=$(git rev-parse --short=12 HEAD)
 if ! git diff --quiet HEAD -- crates bench scripts; then commit="$commit+dirty"; fi
 echo "$commit" > bundle/COMMIT

@@ -14,6 +14,8 @@ mkdir -p "$out/work"
 work="$out/work"
 export EMBER_COMMIT=$(cat "$here/COMMIT")
 export EMBER_CACHE_DIR=/tmp/ember-kernel-cache
+# Kernels precompiled for sm_90a by build_bundle.sh (same NVRTC version: the cache key matches).
+mkdir -p "$EMBER_CACHE_DIR" && [ -d "$here/kcache" ] && cp -n "$here/kcache/"* "$EMBER_CACHE_DIR/" 2>/dev/null
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done

@@ -5,6 +5,36 @@ use ember_core::cuda::nvrtc;
 use ember_core::{Error, Result};
 use std::process::ExitCode;
 
+/// Compile every kernel into the disk cache (`EMBER_CACHE_DIR`) for `arch`, in parallel, so that a
+/// machine with the same NVRTC loads them without compiling (the GPU bundle ships such a cache).
+pub fn fill_cache(arch: &str, op: Option<&str>) -> Result<ExitCode> {
+    let (maj, min) = nvrtc::version()?;
+    let dir = nvrtc::cache_dir().ok_or_else(|| Error::invalid("EMBER_CACHE_DIR", "the kernel cache is off"))?;
+    let mut builds = vec![ember_ops::KernelBuild { source: ember_core::cuda::TENSOR_SOURCE, options: vec![] }];
+    match op {
+        Some(name) => builds.extend(ember_ops::family(name)?.kernels()),
+        None => ember_ops::families().iter().for_each(|f| builds.extend(f.kernels())),
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicUsize::new(0);
+    let t0 = std::time::Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(b) = builds.get(i) else { break };
+                if let Err(e) = nvrtc::compile(b.source.name, &b.source.full_code(), arch, &b.options) {
+                    failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    eprintln!("{} {}: {e}", b.source.name, b.options.join(" "));
+                }
+            });
+        }
+    });
+    let failed = failed.into_inner();
+    println!("NVRTC {maj}.{min}: {} modules for {arch} in {} ({:.0} s), {failed} failed", builds.len(), dir.display(), t0.elapsed().as_secs_f64());
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
 pub fn run(arch: &str, op: Option<&str>, save: Option<&str>) -> Result<ExitCode> {
     let (maj, min) = nvrtc::version()?;
     println!("NVRTC {maj}.{min}, target {arch}");

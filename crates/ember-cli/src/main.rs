@@ -65,6 +65,9 @@ enum Command {
         /// Also write each CUBIN into this folder (for cuobjdump -sass).
         #[arg(long)]
         save: Option<String>,
+        /// Instead of the report, compile everything into the kernel disk cache (EMBER_CACHE_DIR).
+        #[arg(long)]
+        fill_cache: bool,
     },
 }
 
@@ -101,7 +104,13 @@ fn main() -> ExitCode {
         Command::Check { op, tier, json } => check::run(device, op.as_deref(), &tier, json.as_deref()),
         Command::Bench { op, quick, json } => bench::run(device, op.as_deref(), quick, json.as_deref()),
         Command::Ga { command: GaCommand::Emit { algebra, expr, grad, lang } } => ga::emit_cmd(&algebra, &expr, grad, &lang),
-        Command::Kernels { arch, op, save } => kernels::run(&arch, op.as_deref(), save.as_deref()),
+        Command::Kernels { arch, op, save, fill_cache } => {
+            if fill_cache {
+                kernels::fill_cache(&arch, op.as_deref())
+            } else {
+                kernels::run(&arch, op.as_deref(), save.as_deref())
+            }
+        }
     };
     match result {
         Ok(code) => code,
