@@ -1,7 +1,7 @@
 //! `ember check`.
 
 use ember_core::{DeviceRequest, Error, Result};
-use ember_ops::harness::check::{print_table, CheckCtx, Tier};
+use ember_ops::harness::check::{print_table, run_families, CheckCtx, Tier};
 use std::process::ExitCode;
 
 pub fn run(request: DeviceRequest, op: Option<&str>, tier: &str, json: Option<&str>) -> Result<ExitCode> {
@@ -19,21 +19,7 @@ pub fn run(request: DeviceRequest, op: Option<&str>, tier: &str, json: Option<&s
     };
     ember_core::set_poison_outputs(true);
     let ctx = CheckCtx::new(resolved.device, tier);
-    let mut rows = Vec::new();
-    let mut errors = 0;
-    for fam in families {
-        let t0 = std::time::Instant::now();
-        match fam.check(&ctx) {
-            Ok(r) => {
-                eprintln!("[ember] {}: {} comparisons in {:.1} s", fam.name(), r.len(), t0.elapsed().as_secs_f64());
-                rows.extend(r);
-            }
-            Err(e) => {
-                errors += 1;
-                eprintln!("[ember] {}: error: {e}", fam.name());
-            }
-        }
-    }
+    let (rows, errors) = run_families(&families, &ctx, "ember");
     let failures = print_table(&rows, &mut std::io::stdout()) + errors;
     if let Some(path) = json {
         std::fs::write(path, serde_json::to_string_pretty(&rows).unwrap_or_default())

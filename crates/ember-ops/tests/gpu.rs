@@ -6,7 +6,7 @@
 //! Options: `--small` (small sizes only, for compute-sanitizer), `--op NAME`, `--json FILE`.
 
 use ember_core::{DType, Device, DeviceRequest, Error, Tensor};
-use ember_ops::harness::check::{print_table, property, CheckCtx, CheckRow, Tier};
+use ember_ops::harness::check::{print_table, property, run_families, CheckCtx, CheckRow, Tier};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,21 +31,7 @@ fn main() {
     ember_core::set_poison_outputs(true);
     let tier = if small { Tier::Small } else { Tier::Full };
     let ctx = CheckCtx::new(device, tier);
-    let mut rows: Vec<CheckRow> = Vec::new();
-    let mut errors = 0;
-    for fam in &families {
-        let t0 = std::time::Instant::now();
-        match fam.check(&ctx) {
-            Ok(r) => {
-                eprintln!("gpu: {} — {} comparisons in {:.1} s", fam.name(), r.len(), t0.elapsed().as_secs_f64());
-                rows.extend(r);
-            }
-            Err(e) => {
-                errors += 1;
-                eprintln!("gpu: {} FAILED with an error: {e}", fam.name());
-            }
-        }
-    }
+    let (mut rows, errors) = run_families(&families, &ctx, "gpu");
     rows.extend(runtime_properties(device));
     let failures = print_table(&rows, &mut std::io::stdout()) + errors;
     if let Some(path) = json {

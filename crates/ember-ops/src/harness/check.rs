@@ -103,3 +103,24 @@ pub fn print_table(rows: &[CheckRow], out: &mut dyn std::io::Write) -> usize {
     }
     failures
 }
+
+/// Run every family's check on `ctx`, logging progress to stderr with `tag`. Returns the rows and
+/// the number of families whose check returned an error (each counts as a failure).
+pub fn run_families(families: &[&dyn crate::OpFamily], ctx: &CheckCtx, tag: &str) -> (Vec<CheckRow>, usize) {
+    let mut rows = Vec::new();
+    let mut errors = 0;
+    for fam in families {
+        let t0 = std::time::Instant::now();
+        match fam.check(ctx) {
+            Ok(r) => {
+                eprintln!("[{tag}] {}: {} comparisons in {:.1} s", fam.name(), r.len(), t0.elapsed().as_secs_f64());
+                rows.extend(r);
+            }
+            Err(e) => {
+                errors += 1;
+                eprintln!("[{tag}] {}: FAILED with an error: {e}", fam.name());
+            }
+        }
+    }
+    (rows, errors)
+}
