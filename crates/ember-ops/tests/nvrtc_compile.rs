@@ -33,7 +33,8 @@ fn main() {
         .collect();
     units.extend(ember_ops::generated_cuda_corpus().into_iter().map(|(name, code)| (name, code, vec![])));
     // NVRTC programs are independent: compile on every core.
-    let jobs: Vec<(&str, &(String, String, Vec<String>))> = ["sm_90a", "sm_80"].iter().flat_map(|a| units.iter().map(move |u| (*a, u))).collect();
+    type Unit = (String, String, Vec<String>);
+    let jobs: Vec<(&str, &Unit)> = ["sm_90a", "sm_80"].iter().flat_map(|a| units.iter().map(move |u| (*a, u))).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::<String>::new());
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);

@@ -76,8 +76,11 @@ pub struct CudaDevice {
     functions: Mutex<HashMap<(String, String), CudaFunction>>,
 }
 
-fn registry() -> &'static Mutex<HashMap<usize, std::result::Result<Arc<CudaDevice>, String>>> {
-    static REG: OnceLock<Mutex<HashMap<usize, std::result::Result<Arc<CudaDevice>, String>>>> = OnceLock::new();
+/// Devices initialised so far, or why initialisation failed (remembered so it is not retried).
+type Registry = Mutex<HashMap<usize, std::result::Result<Arc<CudaDevice>, String>>>;
+
+fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| Mutex::new(HashMap::new()))
 }
 

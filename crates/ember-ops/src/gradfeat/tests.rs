@@ -116,7 +116,7 @@ fn batches_equal_meshes_run_one_by_one() {
     let grads = grad_list(backward(&data.input(&batch), &data.weights(&batch), &data.d_out).unwrap());
     let (d_x, d_a_re) = (grads[0].to_vec_f64().unwrap(), grads[1].to_vec_f64().unwrap());
     let (x, gr, gi, dout) = (data.x.to_vec_f64().unwrap(), data.grads_re.to_vec_f64().unwrap(), data.grads_im.to_vec_f64().unwrap(), data.d_out.to_vec_f64().unwrap());
-    let mut d_a_sum = vec![0.0; 25];
+    let mut d_a_sum = [0.0; 25];
     for m in 0..3 {
         let (r0, r1) = (offsets[m], offsets[m + 1]);
         let x_m = Tensor::from_f64(&x[m * 15..(m + 1) * 15], &[3, 5], DType::F32, Device::Cpu).unwrap();

@@ -140,6 +140,7 @@ impl BenchCtx {
     }
 
     /// A memory-bound row: the floor is `bytes` at the copy bandwidth (compute shown for reference).
+    #[allow(clippy::too_many_arguments)]
     pub fn row(&self, op: &str, pass: &str, dtype: DType, params: Map<String, Value>, ms: f64, bytes: f64, flops: f64) -> BenchRow {
         self.row_with_rate(op, pass, dtype, params, ms, bytes, flops, self.ceilings.gemm_bf16_tflops)
     }
