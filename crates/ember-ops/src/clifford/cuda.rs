@@ -4,19 +4,20 @@
 //! algebra (sizes, ember-ga's device functions, tables) and one hand-written template (`rows.cu`,
 //! `cols.cu`, `tile.cu`, `fc_simt.cu`) whose options pick the kernel, the dtype and the variant. A
 //! module is built once per (algebra, kernel, dtype, variant) by NVRTC and cached in memory and on
-//! disk; its only entry point is `cl_kernel`.
+//! disk; its only entry point is `cl_kernel`. Each op is planned first ([`super::plan`]): buffers and
+//! launches, run by [`run_cuda`] here and by the host emulation in the unit tests.
 
 use super::fused::Stages;
 use super::gen::Tables;
 use super::layer::{Layer, Prog};
 use super::linear::LinearGrads;
+use super::plan::{run_cuda, Arg, Launch, Plan};
 use super::reference::Dims;
 use super::{Forward, Grads};
 use crate::KernelBuild;
-use ember_core::cuda::{cfg_1d, CudaDevice, KernelSource, LaunchConfig};
+use ember_core::cuda::KernelSource;
 use ember_core::{DType, Error, Result, Tensor};
 use ember_ga::cuda::{device_function, kernel, KernelSpec};
-use std::sync::Arc;
 
 const ROWS_CU: &str = include_str!("rows.cu");
 const COLS_CU: &str = include_str!("cols.cu");
@@ -95,10 +96,6 @@ fn blocks(arg: &str, items: usize, per_block: usize) -> Result<u32> {
         .ok_or_else(|| Error::TooLarge { arg: arg.into(), what: format!("{items} work items exceed one launch's grid") })
 }
 
-fn i64s(v: usize) -> i64 {
-    v as i64
-}
-
 // ---- fused layer ---------------------------------------------------------------------------------
 
 fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
@@ -146,30 +143,43 @@ fn row_launch(rows: usize, n: usize, v: usize) -> Result<(u32, u32)> {
     Ok((blocks("x", rows, (THREADS / t) as usize)?, t))
 }
 
-pub fn fused_forward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
-    let dev = x.cuda_device()?.clone();
-    let dt = x.dtype();
+fn launch(src: KernelSource, opts: Vec<String>, grid: (u32, u32, u32), smem: usize, args: Vec<Arg>, name: &'static str) -> Launch {
+    Launch { src, opts, entry: "cl_kernel".into(), grid, block: THREADS, smem, args, name }
+}
+
+fn sizes2(b: usize, n: usize) -> [Arg; 2] {
+    [Arg::I64(b as i64), Arg::I64(n as i64)]
+}
+
+/// Fused forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms].
+pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages) -> Result<Plan> {
+    let mut plan = Plan::new(3);
     let v = vec_width(dims.m, dims.n);
     let groups = dims.n / v;
-    let out = Tensor::output(x.shape(), dt, x.device())?;
+    let out = plan.output(&[dims.m, dims.b, dims.n], dt);
     let src = fwd_source(layer, st.gelu)?;
-    let (b64, n64) = (i64s(dims.b), i64s(dims.n));
-    let (px, py, pw, po) = (x.cuda_ptr()?, y.cuda_ptr()?, w.cuda_ptr()?, out.cuda_ptr()?);
     if !st.norm {
-        let f = dev.function(&src, &fwd_opts(dt, v, false, false), "cl_kernel")?;
         let grid = blocks("x", dims.b * groups, THREADS as usize)?;
-        let (pr, tm) = (0u64, 0i32);
-        dev.launch(&f, cfg_1d(grid, THREADS, 0)).arg(&px).arg(&py).arg(&pw).arg(&po).arg(&pr).arg(&b64).arg(&n64).arg(&tm).named("clifford_fwd").run()?;
-        return Ok(Forward { out, rms: None, o: None });
+        let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), Arg::Null];
+        args.extend(sizes2(dims.b, dims.n));
+        args.push(Arg::I32(0));
+        plan.launch(launch(src, fwd_opts(dt, v, false, false), (grid, 1, 1), 0, args, "clifford_fwd"));
+        return Ok(plan);
     }
     // Hold o in registers across the row reduction when one step per thread covers the row.
     let hold = v > 1 && groups <= THREADS as usize;
-    let rms = Tensor::output(&[dims.b, layer.grades()], DType::F32, x.device())?;
-    let f = dev.function(&src, &fwd_opts(dt, v, true, hold), "cl_kernel")?;
+    let rms = plan.output(&[dims.b, layer.grades()], DType::F32);
     let (grid, t) = row_launch(dims.b, dims.n, v)?;
-    let (pr, tm) = (rms.cuda_ptr()?, t as i32);
-    dev.launch(&f, cfg_1d(grid, THREADS, 0)).arg(&px).arg(&py).arg(&pw).arg(&po).arg(&pr).arg(&b64).arg(&n64).arg(&tm).named("clifford_fwd_norm").run()?;
-    Ok(Forward { out, rms: Some(rms), o: None })
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), Arg::Buf(rms)];
+    args.extend(sizes2(dims.b, dims.n));
+    args.push(Arg::I32(t as i32));
+    plan.launch(launch(src, fwd_opts(dt, v, true, hold), (grid, 1, 1), 0, args, "clifford_fwd_norm"));
+    Ok(plan)
+}
+
+pub fn fused_forward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
+    let mut outs = run_cuda(plan_fused_forward(layer, dims, x.dtype(), st)?, &[x, y, w])?.into_iter();
+    Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: None })
 }
 
 /// Channels per CTA of the column kernel and row chunks: (ct, chunks, rows per chunk).
@@ -184,74 +194,54 @@ fn column_plan(b: usize, n: usize) -> (usize, usize, usize) {
     (ct, b.div_ceil(rows), rows)
 }
 
+/// Fused backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, out, rms];
+/// outputs [d_x, d_y, d_w].
+pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages) -> Result<Plan> {
+    let mut plan = Plan::new(if st.norm { 6 } else { 4 });
+    let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dw = plan.output(&[dims.n, layer.paths()], DType::F32);
+    let coef = if st.norm {
+        let v = vec_width(dims.m, dims.n);
+        let coef = plan.alloc(&[dims.b, layer.grades(), 2], DType::F32);
+        let (grid, t) = row_launch(dims.b, dims.n, v)?;
+        let mut args: Vec<Arg> = [0, 1, 2, 3, 4, 5, coef].iter().map(|&i| Arg::Buf(i)).collect();
+        args.extend(sizes2(dims.b, dims.n));
+        args.push(Arg::I32(t as i32));
+        plan.launch(launch(rows_source(layer, "dot")?, rows_opts(dt, "dot", v), (grid, 1, 1), 0, args, "clifford_bwd_dot"));
+        Arg::Buf(coef)
+    } else {
+        Arg::Null
+    };
+    let (ct, chunks, rows) = column_plan(dims.b, dims.n);
+    let part = if chunks > 1 { plan.alloc(&[chunks, dims.n, layer.paths()], DType::F32) } else { dw };
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), coef, Arg::Buf(dx), Arg::Buf(dy), Arg::Buf(part)];
+    args.extend(sizes2(dims.b, dims.n));
+    args.extend([Arg::I64(rows as i64), Arg::I32(ct as i32)]);
+    let grid = (blocks("x", dims.n, ct)?, chunks as u32, 1);
+    plan.launch(launch(bwd_source(layer, st.gelu, st.norm)?, bwd_opts(dt, st.norm), grid, 0, args, "clifford_bwd"));
+    if chunks > 1 {
+        sum_chunks(&mut plan, part, dw, chunks, dims.n * layer.paths());
+    }
+    Ok(plan)
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn fused_backward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages) -> Result<Grads> {
-    let dev = x.cuda_device()?.clone();
-    let dt = x.dtype();
-    let (b64, n64) = (i64s(dims.b), i64s(dims.n));
-    let coef = match normed {
-        Some((out, rms)) => {
-            let v = vec_width(dims.m, dims.n);
-            let coef = Tensor::output(&[dims.b, layer.grades(), 2], DType::F32, x.device())?;
-            let f = dev.function(&rows_source(layer, "dot")?, &rows_opts(dt, "dot", v), "cl_kernel")?;
-            let (grid, t) = row_launch(dims.b, dims.n, v)?;
-            let (px, py, pw) = (x.cuda_ptr()?, y.cuda_ptr()?, w.cuda_ptr()?);
-            let (pg, pu, pr, pc, tm) = (d_out.cuda_ptr()?, out.cuda_ptr()?, rms.cuda_ptr()?, coef.cuda_ptr()?, t as i32);
-            dev.launch(&f, cfg_1d(grid, THREADS, 0))
-                .arg(&px)
-                .arg(&py)
-                .arg(&pw)
-                .arg(&pg)
-                .arg(&pu)
-                .arg(&pr)
-                .arg(&pc)
-                .arg(&b64)
-                .arg(&n64)
-                .arg(&tm)
-                .named("clifford_bwd_dot")
-                .run()?;
-            Some(coef)
-        }
-        None => None,
+    let plan = plan_fused_backward(layer, dims, x.dtype(), st)?;
+    let outs = match normed {
+        Some((out, rms)) => run_cuda(plan, &[x, y, w, d_out, out, rms])?,
+        None => run_cuda(plan, &[x, y, w, d_out])?,
     };
-    let dx = Tensor::output(x.shape(), dt, x.device())?;
-    let dy = Tensor::output(x.shape(), dt, x.device())?;
-    let dw = Tensor::output(w.shape(), DType::F32, x.device())?;
-    let (ct, chunks, rows) = column_plan(dims.b, dims.n);
-    let part = if chunks > 1 { Some(Tensor::output(&[chunks, dims.n, layer.paths()], DType::F32, x.device())?) } else { None };
-    let f = dev.function(&bwd_source(layer, st.gelu, st.norm)?, &bwd_opts(dt, st.norm), "cl_kernel")?;
-    let cfg = LaunchConfig { grid_dim: (blocks("x", dims.n, ct)?, chunks as u32, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-    let (px, py, pw, pg) = (x.cuda_ptr()?, y.cuda_ptr()?, w.cuda_ptr()?, d_out.cuda_ptr()?);
-    let pc = coef.as_ref().map(|c| c.cuda_ptr()).transpose()?.unwrap_or(0);
-    let (pdx, pdy) = (dx.cuda_ptr()?, dy.cuda_ptr()?);
-    let pp = part.as_ref().unwrap_or(&dw).cuda_ptr()?;
-    let (rows64, ct32) = (i64s(rows), ct as i32);
-    dev.launch(&f, cfg)
-        .arg(&px)
-        .arg(&py)
-        .arg(&pw)
-        .arg(&pg)
-        .arg(&pc)
-        .arg(&pdx)
-        .arg(&pdy)
-        .arg(&pp)
-        .arg(&b64)
-        .arg(&n64)
-        .arg(&rows64)
-        .arg(&ct32)
-        .named("clifford_bwd")
-        .run()?;
-    if let Some(part) = &part {
-        sum_chunks(&dev, part, &dw, chunks, dims.n * layer.paths())?;
-    }
-    Ok(Grads { d_x: dx, d_y: dy, d_w: dw })
+    let mut it = outs.into_iter();
+    Ok(Grads { d_x: it.next().expect("d_x"), d_y: it.next().expect("d_y"), d_w: it.next().expect("d_w") })
 }
 
 /// out[i] = Σ_c part[c][i], in order.
-fn sum_chunks(dev: &Arc<CudaDevice>, part: &Tensor, out: &Tensor, chunks: usize, len: usize) -> Result<()> {
-    let f = dev.function(&SUMS, &[], "cl_sum_chunks")?;
-    let (pp, po, c64, l64) = (part.cuda_ptr()?, out.cuda_ptr()?, i64s(chunks), i64s(len));
-    dev.launch(&f, cfg_1d(dev.grid_for(len, THREADS), THREADS, 0)).arg(&pp).arg(&po).arg(&c64).arg(&l64).named("clifford_sum_chunks").run()
+fn sum_chunks(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize) {
+    let grid = len.div_ceil(THREADS as usize).clamp(1, 4096) as u32;
+    let args = vec![Arg::Buf(part), Arg::Buf(out), Arg::I64(chunks as i64), Arg::I64(len as i64)];
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_chunks".into(), grid: (grid, 1, 1), block: THREADS, smem: 0, args, name: "clifford_sum_chunks" });
 }
 
 // ---- multivector GELU ----------------------------------------------------------------------------
@@ -265,27 +255,26 @@ fn gelu_source(layer: &Layer, prog: Prog, dt: DType) -> Result<KernelSource> {
     })
 }
 
-fn launch_gelu(layer: &Layer, prog: Prog, dims: Dims, ins: &[&Tensor]) -> Result<Tensor> {
-    let x = ins[0];
-    let dev = x.cuda_device()?.clone();
-    let out = Tensor::output(x.shape(), x.dtype(), x.device())?;
-    let f = dev.function(&gelu_source(layer, prog, x.dtype())?, &[], "cl_kernel")?;
-    let ptrs: Vec<u64> = ins.iter().map(|t| t.cuda_ptr()).collect::<Result<_>>()?;
-    let (po, b64, n64) = (out.cuda_ptr()?, i64s(dims.b), i64s(dims.n));
-    let mut l = dev.launch(&f, cfg_1d(dev.grid_for(dims.b * dims.n, THREADS), THREADS, 0));
-    for p in &ptrs {
-        l = l.arg(p);
-    }
-    l.arg(&po).arg(&b64).arg(&n64).named("clifford_mvgelu").run()?;
-    Ok(out)
+/// Multivector GELU (`prog` = GeluFwd: inputs [x]) or its VJP (GeluBwd: inputs [x, d_out]);
+/// output [out].
+pub fn plan_gelu(layer: &Layer, prog: Prog, dims: Dims, dt: DType) -> Result<Plan> {
+    let n_in = if prog == Prog::GeluFwd { 1 } else { 2 };
+    let mut plan = Plan::new(n_in);
+    let out = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let mut args: Vec<Arg> = (0..n_in).map(Arg::Buf).collect();
+    args.push(Arg::Buf(out));
+    args.extend(sizes2(dims.b, dims.n));
+    let grid = (dims.b * dims.n).div_ceil(THREADS as usize).clamp(1, 65536) as u32;
+    plan.launch(launch(gelu_source(layer, prog, dt)?, vec![], (grid, 1, 1), 0, args, "clifford_mvgelu"));
+    Ok(plan)
 }
 
 pub fn mvgelu_forward(layer: &Layer, dims: Dims, x: &Tensor) -> Result<Tensor> {
-    launch_gelu(layer, Prog::GeluFwd, dims, &[x])
+    Ok(run_cuda(plan_gelu(layer, Prog::GeluFwd, dims, x.dtype())?, &[x])?.remove(0))
 }
 
 pub fn mvgelu_backward(layer: &Layer, dims: Dims, x: &Tensor, d_out: &Tensor) -> Result<Tensor> {
-    launch_gelu(layer, Prog::GeluBwd, dims, &[x, d_out])
+    Ok(run_cuda(plan_gelu(layer, Prog::GeluBwd, dims, x.dtype())?, &[x, d_out])?.remove(0))
 }
 
 // ---- tensor-core tiles ---------------------------------------------------------------------------
@@ -319,15 +308,13 @@ impl TileKind {
             TileKind::LinBwdWeight => "linbwdw",
         }
     }
-    fn modes(self) -> (u8, u8, u8) {
-        // (A mode, B mode, epilogue)
+    /// (A operand: 1 terms with rows b, 2 terms with rows n, 3 plain; epilogue: 1 store, 2 terms' VJP).
+    fn modes(self) -> (u8, u8) {
         match self {
-            TileKind::FcFwd => (1, 2, 1),
-            TileKind::FcBwdData => (3, 1, 2),
-            TileKind::FcBwdWeight => (2, 2, 1),
-            TileKind::LinFwd => (3, 2, 1),
-            TileKind::LinBwdData => (3, 1, 1),
-            TileKind::LinBwdWeight => (4, 2, 1),
+            TileKind::FcFwd => (1, 1),
+            TileKind::FcBwdData => (3, 2),
+            TileKind::FcBwdWeight => (2, 1),
+            TileKind::LinFwd | TileKind::LinBwdData | TileKind::LinBwdWeight => (3, 1),
         }
     }
     /// (A slots, B slots, accumulators, triples (acc, a, b)).
@@ -382,8 +369,8 @@ pub struct TileCfg {
 pub fn tile_cfg(kind: TileKind, t: &Tables, half: bool) -> Option<TileCfg> {
     let (na, nb, nacc, _) = kind.structure(t);
     let kc = if half { 16 } else { 8 };
-    let (a_mode, _, epi) = kind.modes();
-    let a_plain = a_mode >= 3;
+    let (a_mode, epi) = kind.modes();
+    let a_plain = a_mode == 3;
     const SMEM_MAX: usize = 200 * 1024;
     for strict in [true, false] {
         for (rows, cols) in [(32, 64), (32, 32), (16, 64), (16, 32), (32, 16), (16, 16), (16, 8)] {
@@ -391,8 +378,9 @@ pub fn tile_cfg(kind: TileKind, t: &Tables, half: bool) -> Option<TileCfg> {
             if epi == 2 {
                 smem = smem.max(nacc * rows * cols * 4);
             }
-            let epb = (nb * cols * kc).div_ceil(THREADS as usize);
-            let epa = if a_plain { (na * rows * kc).div_ceil(THREADS as usize) } else { 0 };
+            // Registers of the next chunk's operands: whole lines of kc values.
+            let epb = (nb * cols).div_ceil(THREADS as usize) * kc;
+            let epa = if a_plain { (na * rows).div_ceil(THREADS as usize) * kc } else { 0 };
             if smem > SMEM_MAX || epb > 48 || epa > 48 {
                 continue;
             }
@@ -430,7 +418,7 @@ fn tile_source(layer: &Layer, kind: TileKind, dt: DType, io: TileIo) -> Result<(
     let key = format!("{}_{}_{}{}{}{}", kind.tag(), dt.name(), u8::from(io.a_f32), u8::from(io.b_f32), u8::from(io.d_f32), u8::from(io.bias));
     let src = source(layer, &key, || {
         let (na, nb, nacc, tri) = kind.structure(t);
-        let (a_mode, b_mode, epi) = kind.modes();
+        let (a_mode, epi) = kind.modes();
         let mut s = String::new();
         let mut def = |k: &str, v: usize| s.push_str(&format!("#define {k} {v}\n"));
         def("TE_ROWS", cfg.rows);
@@ -444,7 +432,6 @@ fn tile_source(layer: &Layer, kind: TileKind, dt: DType, io: TileIo) -> Result<(
         def("TE_NUNITS", cfg.units);
         def("TE_UPW", cfg.upw);
         def("TE_A_MODE", a_mode as usize);
-        def("TE_B_MODE", b_mode as usize);
         def("TE_EPI", epi as usize);
         def("TE_A_F32", usize::from(io.a_f32));
         def("TE_B_F32", usize::from(io.b_f32));
@@ -475,15 +462,15 @@ fn tile_opts(dt: DType) -> Vec<String> {
     vec![dtype_opt(dt), format!("-DTE_HALF={}", u8::from(dt != DType::F32)), format!("-DTE_BF16={}", u8::from(dt == DType::BF16))]
 }
 
-/// Arguments of one tile launch (see tile.cu).
-struct TileCall<'a> {
-    a: u64,
-    b: u64,
-    x: u64,
-    y: u64,
-    dst: &'a Tensor,
-    dst2: u64,
-    bias: u64,
+/// One tile GEMM (see tile.cu): operands, output and sizes, by plan buffer.
+struct TileCall {
+    a: Arg,
+    b: Arg,
+    x: Arg,
+    y: Arg,
+    dst: usize,
+    dst2: Arg,
+    bias: Arg,
     rows: usize,
     cols: usize,
     k: usize,
@@ -502,55 +489,22 @@ fn k_splits(tiles: usize, k: usize, kc: usize) -> usize {
     want.clamp(1, (k / (32 * kc)).max(1))
 }
 
-fn run_tile(layer: &Layer, dev: &Arc<CudaDevice>, kind: TileKind, dt: DType, io: TileIo, c: TileCall) -> Result<()> {
+fn plan_tile(plan: &mut Plan, layer: &Layer, kind: TileKind, dt: DType, io: TileIo, c: TileCall) -> Result<()> {
     let (src, cfg) = tile_source(layer, kind, dt, io)?;
-    let f = dev.function(&src, &tile_opts(dt), "cl_kernel")?;
-    dev.set_max_dynamic_smem(&f, cfg.smem)?;
     let row_tiles = blocks("x", c.rows, cfg.rows)?;
     let col_tiles = u32::try_from(c.cols.div_ceil(cfg.cols)).ok().filter(|&v| v <= 65535).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{} output channels", c.cols) })?;
     let kc = if dt == DType::F32 { 8 } else { 16 };
-    let splits = if kind == TileKind::FcBwdWeight || kind == TileKind::LinBwdWeight { k_splits(row_tiles as usize * col_tiles as usize, c.k, kc) } else { 1 };
+    let weight_grad = kind == TileKind::FcBwdWeight || kind == TileKind::LinBwdWeight;
+    let splits = if weight_grad { k_splits(row_tiles as usize * col_tiles as usize, c.k, kc) } else { 1 };
     let k_split = c.k.div_ceil(splits).div_ceil(kc) * kc;
     let splits = c.k.div_ceil(k_split);
-    let part = if splits > 1 { Some(Tensor::output(&[splits, c.out_len], DType::F32, c.dst.device())?) } else { None };
-    let dst = part.as_ref().map(|p| p.cuda_ptr()).transpose()?.unwrap_or(c.dst.cuda_ptr()?);
-    let cfg_l = LaunchConfig { grid_dim: (row_tiles, col_tiles, splits as u32), block_dim: (THREADS, 1, 1), shared_mem_bytes: cfg.smem as u32 };
-    let v: Vec<i64> = [c.rows, c.cols, c.k, k_split]
-        .iter()
-        .chain(&c.a_strides)
-        .chain(&c.b_strides)
-        .chain(&c.d_strides)
-        .chain(&[c.out_len, c.x_dims.0, c.x_dims.1])
-        .map(|&u| u as i64)
-        .collect();
-    dev.launch(&f, cfg_l)
-        .arg(&c.a)
-        .arg(&c.b)
-        .arg(&c.x)
-        .arg(&c.y)
-        .arg(&dst)
-        .arg(&c.dst2)
-        .arg(&c.bias)
-        .arg(&v[0])
-        .arg(&v[1])
-        .arg(&v[2])
-        .arg(&v[3])
-        .arg(&v[4])
-        .arg(&v[5])
-        .arg(&v[6])
-        .arg(&v[7])
-        .arg(&v[8])
-        .arg(&v[9])
-        .arg(&v[10])
-        .arg(&v[11])
-        .arg(&v[12])
-        .arg(&v[13])
-        .arg(&v[14])
-        .arg(&v[15])
-        .named("clifford_tile")
-        .run()?;
-    if let Some(part) = &part {
-        sum_chunks(dev, part, c.dst, splits, c.out_len)?;
+    let dst = if splits > 1 { plan.alloc(&[splits, c.out_len], DType::F32) } else { c.dst };
+    let mut args = vec![c.a, c.b, c.x, c.y, Arg::Buf(dst), c.dst2, c.bias];
+    let scalars = [c.rows, c.cols, c.k, k_split].into_iter().chain(c.a_strides).chain(c.b_strides).chain(c.d_strides).chain([c.out_len, c.x_dims.0, c.x_dims.1]);
+    args.extend(scalars.map(|v| Arg::I64(v as i64)));
+    plan.launch(launch(src, tile_opts(dt), (row_tiles, col_tiles, splits as u32), cfg.smem, args, "clifford_tile"));
+    if splits > 1 {
+        sum_chunks(plan, dst, c.dst, splits, c.out_len);
     }
     Ok(())
 }
@@ -562,37 +516,37 @@ fn fc_tensor_cores(layer: &Layer, dt: DType) -> bool {
     [TileKind::FcFwd, TileKind::FcBwdData, TileKind::FcBwdWeight].iter().all(|&k| tile_cfg(k, layer.tables(), half).is_some())
 }
 
-fn rows_kernel(layer: &Layer, dev: &Arc<CudaDevice>, kind: &str, dt: DType, rows: usize, n: usize, ptrs: &[u64]) -> Result<()> {
+fn plan_rows(plan: &mut Plan, layer: &Layer, kind: &str, dt: DType, rows: usize, n: usize, bufs: &[usize]) -> Result<()> {
     let v = vec_width(layer.blades(), n);
-    let f = dev.function(&rows_source(layer, kind)?, &rows_opts(dt, kind, v), "cl_kernel")?;
     let (grid, t) = row_launch(rows, n, v)?;
-    let (b64, n64, tm) = (i64s(rows), i64s(n), t as i32);
-    let mut l = dev.launch(&f, cfg_1d(grid, THREADS, 0));
-    for p in ptrs {
-        l = l.arg(p);
-    }
-    l.arg(&b64).arg(&n64).arg(&tm).named("clifford_rows").run()
+    let mut args: Vec<Arg> = bufs.iter().map(|&b| Arg::Buf(b)).collect();
+    args.extend(sizes2(rows, n));
+    args.push(Arg::I32(t as i32));
+    plan.launch(launch(rows_source(layer, kind)?, rows_opts(dt, kind, v), (grid, 1, 1), 0, args, "clifford_rows"));
+    Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
-    let dev = x.cuda_device()?.clone();
-    let dt = x.dtype();
+/// Fully connected forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms, o].
+pub fn plan_fc_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: Stages) -> Result<Plan> {
+    let mut plan = Plan::new(3);
     let out_shape = [dims.m, dims.b, n_out];
-    let out = Tensor::output(&out_shape, dt, x.device())?;
+    let out = plan.output(&out_shape, dt);
     // Without the norm the product lands in `out`; with it, in an f32 buffer the row kernel reads.
-    let o_f32 = if st.norm { Some(Tensor::output(&out_shape, DType::F32, x.device())?) } else { None };
-    let o = o_f32.as_ref().unwrap_or(&out);
-    let (px, py, pw) = (x.cuda_ptr()?, y.cuda_ptr()?, w.cuda_ptr()?);
+    let (rms, o) = if st.norm {
+        let rms = plan.output(&[dims.b, layer.grades()], DType::F32);
+        (Some(rms), plan.output(&out_shape, DType::F32))
+    } else {
+        (None, out)
+    };
     if fc_tensor_cores(layer, dt) {
         let call = TileCall {
-            a: 0,
-            b: pw,
-            x: px,
-            y: py,
+            a: Arg::Null,
+            b: Arg::Buf(2),
+            x: Arg::Buf(0),
+            y: Arg::Buf(1),
             dst: o,
-            dst2: 0,
-            bias: 0,
+            dst2: Arg::Null,
+            bias: Arg::Null,
             rows: dims.b,
             cols: n_out,
             k: dims.n,
@@ -602,47 +556,46 @@ pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tenso
             x_dims: (dims.b, dims.n),
             out_len: dims.m * dims.b * n_out,
         };
-        run_tile(layer, &dev, TileKind::FcFwd, dt, TileIo { a_f32: false, b_f32: true, d_f32: st.norm, bias: false }, call)?;
+        plan_tile(&mut plan, layer, TileKind::FcFwd, dt, TileIo { a_f32: false, b_f32: true, d_f32: st.norm, bias: false }, call)?;
     } else {
-        simt(layer, &dev, 1, dt, st.norm, dims.m * dims.b * n_out, &[px, py, pw, o.cuda_ptr()?], dims, n_out)?;
+        plan_simt(&mut plan, layer, 1, dt, st.norm, dims.m * dims.b * n_out, &[0, 1, 2, o], dims, n_out)?;
     }
-    let Some(o) = o_f32 else {
-        return Ok(Forward { out, rms: None, o: None });
-    };
-    let rms = Tensor::output(&[dims.b, layer.grades()], DType::F32, x.device())?;
-    rows_kernel(layer, &dev, "normfwd", dt, dims.b, n_out, &[o.cuda_ptr()?, out.cuda_ptr()?, rms.cuda_ptr()?])?;
-    Ok(Forward { out, rms: Some(rms), o: Some(o) })
+    if let Some(rms) = rms {
+        plan_rows(&mut plan, layer, "normfwd", dt, dims.b, n_out, &[o, out, rms])?;
+    }
+    Ok(plan)
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn fc_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor) -> Result<Grads> {
-    let dev = x.cuda_device()?.clone();
-    let dt = x.dtype();
-    let out_shape = [dims.m, dims.b, n_out];
+pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
+    let mut outs = run_cuda(plan_fc_forward(layer, dims, n_out, x.dtype(), st)?, &[x, y, w])?.into_iter();
+    Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: outs.next() })
+}
+
+/// Fully connected backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, o, rms];
+/// outputs [d_x, d_y, d_w].
+pub fn plan_fc_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm: bool) -> Result<Plan> {
+    let mut plan = Plan::new(if norm { 6 } else { 4 });
+    let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dw = plan.output(&[layer.paths(), dims.n, n_out], DType::F32);
     // The gradient of the product: d_out itself, or the norm's backward of it (f32).
-    let d_o = match normed {
-        Some((o, rms)) => {
-            let d = Tensor::output(&out_shape, DType::F32, x.device())?;
-            rows_kernel(layer, &dev, "normbwd", dt, dims.b, n_out, &[d_out.cuda_ptr()?, o.cuda_ptr()?, rms.cuda_ptr()?, d.cuda_ptr()?])?;
-            Some(d)
-        }
-        None => None,
+    let g = if norm {
+        let d = plan.alloc(&[dims.m, dims.b, n_out], DType::F32);
+        plan_rows(&mut plan, layer, "normbwd", dt, dims.b, n_out, &[3, 4, 5, d])?;
+        d
+    } else {
+        3
     };
-    let g_f32 = d_o.is_some();
-    let pg = d_o.as_ref().unwrap_or(d_out).cuda_ptr()?;
-    let dx = Tensor::output(x.shape(), dt, x.device())?;
-    let dy = Tensor::output(x.shape(), dt, x.device())?;
-    let dw = Tensor::output(w.shape(), DType::F32, x.device())?;
-    let (px, py, pw) = (x.cuda_ptr()?, y.cuda_ptr()?, w.cuda_ptr()?);
     if fc_tensor_cores(layer, dt) {
         let data = TileCall {
-            a: pg,
-            b: pw,
-            x: px,
-            y: py,
-            dst: &dx,
-            dst2: dy.cuda_ptr()?,
-            bias: 0,
+            a: Arg::Buf(g),
+            b: Arg::Buf(2),
+            x: Arg::Buf(0),
+            y: Arg::Buf(1),
+            dst: dx,
+            dst2: Arg::Buf(dy),
+            bias: Arg::Null,
             rows: dims.b,
             cols: dims.n,
             k: n_out,
@@ -652,15 +605,15 @@ pub fn fc_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tens
             x_dims: (dims.b, dims.n),
             out_len: dims.m * dims.b * dims.n,
         };
-        run_tile(layer, &dev, TileKind::FcBwdData, dt, TileIo { a_f32: g_f32, b_f32: true, d_f32: false, bias: false }, data)?;
+        plan_tile(&mut plan, layer, TileKind::FcBwdData, dt, TileIo { a_f32: norm, b_f32: true, d_f32: false, bias: false }, data)?;
         let weight = TileCall {
-            a: 0,
-            b: pg,
-            x: px,
-            y: py,
-            dst: &dw,
-            dst2: 0,
-            bias: 0,
+            a: Arg::Null,
+            b: Arg::Buf(g),
+            x: Arg::Buf(0),
+            y: Arg::Buf(1),
+            dst: dw,
+            dst2: Arg::Null,
+            bias: Arg::Null,
             rows: dims.n,
             cols: n_out,
             k: dims.b,
@@ -670,12 +623,23 @@ pub fn fc_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tens
             x_dims: (dims.b, dims.n),
             out_len: layer.paths() * dims.n * n_out,
         };
-        run_tile(layer, &dev, TileKind::FcBwdWeight, dt, TileIo { a_f32: false, b_f32: g_f32, d_f32: true, bias: false }, weight)?;
+        plan_tile(&mut plan, layer, TileKind::FcBwdWeight, dt, TileIo { a_f32: false, b_f32: norm, d_f32: true, bias: false }, weight)?;
     } else {
-        simt(layer, &dev, 2, dt, g_f32, dims.b * dims.n, &[px, py, pw, pg, dx.cuda_ptr()?, dy.cuda_ptr()?], dims, n_out)?;
-        simt(layer, &dev, 3, dt, g_f32, layer.paths() * dims.n * n_out, &[px, py, pg, dw.cuda_ptr()?], dims, n_out)?;
+        plan_simt(&mut plan, layer, 2, dt, norm, dims.b * dims.n, &[0, 1, 2, g, dx, dy], dims, n_out)?;
+        plan_simt(&mut plan, layer, 3, dt, norm, layer.paths() * dims.n * n_out, &[0, 1, g, dw], dims, n_out)?;
     }
-    Ok(Grads { d_x: dx, d_y: dy, d_w: dw })
+    Ok(plan)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn fc_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor) -> Result<Grads> {
+    let plan = plan_fc_backward(layer, dims, n_out, x.dtype(), normed.is_some())?;
+    let outs = match normed {
+        Some((o, rms)) => run_cuda(plan, &[x, y, w, d_out, o, rms])?,
+        None => run_cuda(plan, &[x, y, w, d_out])?,
+    };
+    let mut it = outs.into_iter();
+    Ok(Grads { d_x: it.next().expect("d_x"), d_y: it.next().expect("d_y"), d_w: it.next().expect("d_w") })
 }
 
 fn simt_source(layer: &Layer) -> Result<KernelSource> {
@@ -721,30 +685,28 @@ fn simt_opts(dt: DType, kind: u8, f32_io: bool) -> Vec<String> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn simt(layer: &Layer, dev: &Arc<CudaDevice>, kind: u8, dt: DType, f32_io: bool, threads: usize, ptrs: &[u64], dims: Dims, n_out: usize) -> Result<()> {
-    let f = dev.function(&simt_source(layer)?, &simt_opts(dt, kind, f32_io), "cl_kernel")?;
-    let (b64, ni, no) = (i64s(dims.b), i64s(dims.n), i64s(n_out));
-    let mut l = dev.launch(&f, cfg_1d(blocks("x", threads, THREADS as usize)?, THREADS, 0));
-    for p in ptrs {
-        l = l.arg(p);
-    }
-    l.arg(&b64).arg(&ni).arg(&no).named("clifford_fc_simt").run()
+fn plan_simt(plan: &mut Plan, layer: &Layer, kind: u8, dt: DType, f32_io: bool, threads: usize, bufs: &[usize], dims: Dims, n_out: usize) -> Result<()> {
+    let mut args: Vec<Arg> = bufs.iter().map(|&b| Arg::Buf(b)).collect();
+    args.extend([dims.b, dims.n, n_out].map(|v| Arg::I64(v as i64)));
+    let grid = blocks("x", threads, THREADS as usize)?;
+    plan.launch(launch(simt_source(layer)?, simt_opts(dt, kind, f32_io), (grid, 1, 1), 0, args, "clifford_fc_simt"));
+    Ok(())
 }
 
 // ---- MVLinear ------------------------------------------------------------------------------------
 
-pub fn linear_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let dev = x.cuda_device()?.clone();
-    let dt = x.dtype();
-    let out = Tensor::output(&[dims.m, dims.b, n_out], dt, x.device())?;
+/// MVLinear forward: inputs [x, w] or [x, w, bias]; output [out].
+pub fn plan_linear_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bool) -> Result<Plan> {
+    let mut plan = Plan::new(if bias { 3 } else { 2 });
+    let out = plan.output(&[dims.m, dims.b, n_out], dt);
     let call = TileCall {
-        a: x.cuda_ptr()?,
-        b: w.cuda_ptr()?,
-        x: 0,
-        y: 0,
-        dst: &out,
-        dst2: 0,
-        bias: bias.map(|b| b.cuda_ptr()).transpose()?.unwrap_or(0),
+        a: Arg::Buf(0),
+        b: Arg::Buf(1),
+        x: Arg::Null,
+        y: Arg::Null,
+        dst: out,
+        dst2: Arg::Null,
+        bias: if bias { Arg::Buf(2) } else { Arg::Null },
         rows: dims.b,
         cols: n_out,
         k: dims.n,
@@ -754,25 +716,33 @@ pub fn linear_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &T
         x_dims: (dims.b, dims.n),
         out_len: dims.m * dims.b * n_out,
     };
-    run_tile(layer, &dev, TileKind::LinFwd, dt, TileIo { a_f32: false, b_f32: true, d_f32: false, bias: bias.is_some() }, call)?;
-    Ok(out)
+    plan_tile(&mut plan, layer, TileKind::LinFwd, dt, TileIo { a_f32: false, b_f32: true, d_f32: false, bias }, call)?;
+    Ok(plan)
 }
 
-pub fn linear_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, d_out: &Tensor) -> Result<LinearGrads> {
-    let dev = x.cuda_device()?.clone();
-    let dt = x.dtype();
-    let dx = Tensor::output(x.shape(), dt, x.device())?;
-    let dw = Tensor::output(w.shape(), DType::F32, x.device())?;
-    let db = Tensor::output(&[n_out], DType::F32, x.device())?;
-    let (px, pw, pg) = (x.cuda_ptr()?, w.cuda_ptr()?, d_out.cuda_ptr()?);
+pub fn linear_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let plan = plan_linear_forward(layer, dims, n_out, x.dtype(), bias.is_some())?;
+    let outs = match bias {
+        Some(b) => run_cuda(plan, &[x, w, b])?,
+        None => run_cuda(plan, &[x, w])?,
+    };
+    Ok(outs.into_iter().next().expect("out"))
+}
+
+/// MVLinear backward: inputs [x, w, d_out]; outputs [d_x, d_w, d_bias].
+pub fn plan_linear_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType) -> Result<Plan> {
+    let mut plan = Plan::new(3);
+    let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dw = plan.output(&[layer.grades(), dims.n, n_out], DType::F32);
+    let db = plan.output(&[n_out], DType::F32);
     let data = TileCall {
-        a: pg,
-        b: pw,
-        x: 0,
-        y: 0,
-        dst: &dx,
-        dst2: 0,
-        bias: 0,
+        a: Arg::Buf(2),
+        b: Arg::Buf(1),
+        x: Arg::Null,
+        y: Arg::Null,
+        dst: dx,
+        dst2: Arg::Null,
+        bias: Arg::Null,
         rows: dims.b,
         cols: dims.n,
         k: n_out,
@@ -782,15 +752,15 @@ pub fn linear_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &
         x_dims: (dims.b, dims.n),
         out_len: dims.m * dims.b * dims.n,
     };
-    run_tile(layer, &dev, TileKind::LinBwdData, dt, TileIo { a_f32: false, b_f32: true, d_f32: false, bias: false }, data)?;
+    plan_tile(&mut plan, layer, TileKind::LinBwdData, dt, TileIo { a_f32: false, b_f32: true, d_f32: false, bias: false }, data)?;
     let weight = TileCall {
-        a: px,
-        b: pg,
-        x: 0,
-        y: 0,
-        dst: &dw,
-        dst2: 0,
-        bias: 0,
+        a: Arg::Buf(0),
+        b: Arg::Buf(2),
+        x: Arg::Null,
+        y: Arg::Null,
+        dst: dw,
+        dst2: Arg::Null,
+        bias: Arg::Null,
         rows: dims.n,
         cols: n_out,
         k: dims.b,
@@ -800,18 +770,22 @@ pub fn linear_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &
         x_dims: (dims.b, dims.n),
         out_len: layer.grades() * dims.n * n_out,
     };
-    run_tile(layer, &dev, TileKind::LinBwdWeight, dt, TileIo { a_f32: false, b_f32: false, d_f32: true, bias: false }, weight)?;
+    plan_tile(&mut plan, layer, TileKind::LinBwdWeight, dt, TileIo { a_f32: false, b_f32: false, d_f32: true, bias: false }, weight)?;
     // d_bias: column sums of the scalar blade's gradient (B × N_out), in row chunks, in order.
     let chunks = dims.b.div_ceil(256).clamp(1, 64);
     let rpc = dims.b.div_ceil(chunks);
     let chunks = dims.b.div_ceil(rpc);
-    let part = Tensor::output(&[chunks, n_out], DType::F32, x.device())?;
-    let f = dev.function(&SUMS, &[], &format!("cl_col_sums_{}", dt.name()))?;
-    let cfg = LaunchConfig { grid_dim: (blocks("w", n_out, THREADS as usize)?, chunks as u32, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 };
-    let (pp, rows64, cols64, rpc64) = (part.cuda_ptr()?, i64s(dims.b), i64s(n_out), i64s(rpc));
-    dev.launch(&f, cfg).arg(&pg).arg(&pp).arg(&rows64).arg(&cols64).arg(&rpc64).named("clifford_col_sums").run()?;
-    sum_chunks(&dev, &part, &db, chunks, n_out)?;
-    Ok(LinearGrads { d_x: dx, d_w: dw, d_bias: db })
+    let part = plan.alloc(&[chunks, n_out], DType::F32);
+    let args = vec![Arg::Buf(2), Arg::Buf(part), Arg::I64(dims.b as i64), Arg::I64(n_out as i64), Arg::I64(rpc as i64)];
+    let grid = (blocks("w", n_out, THREADS as usize)?, chunks as u32, 1);
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_col_sums_{}", dt.name()), grid, block: THREADS, smem: 0, args, name: "clifford_col_sums" });
+    sum_chunks(&mut plan, part, db, chunks, n_out);
+    Ok(plan)
+}
+
+pub fn linear_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, d_out: &Tensor) -> Result<LinearGrads> {
+    let mut it = run_cuda(plan_linear_backward(layer, dims, n_out, x.dtype())?, &[x, w, d_out])?.into_iter();
+    Ok(LinearGrads { d_x: it.next().expect("d_x"), d_w: it.next().expect("d_w"), d_bias: it.next().expect("d_bias") })
 }
 
 // ---- every specialization, for the NVRTC compile test --------------------------------------------

@@ -30,12 +30,17 @@
 
 pub mod cpu;
 pub mod cuda;
+#[cfg(test)]
+mod emu;
+#[cfg(test)]
+mod emu_tests;
 pub mod fc;
 pub mod fused;
 pub mod gen;
 mod layer;
 pub mod linear;
 pub mod mvgelu;
+pub mod plan;
 pub mod reference;
 mod suite;
 #[cfg(test)]

@@ -236,6 +236,18 @@ fn cpu_fast_path_matches_reference_in_every_dtype() {
 }
 
 #[test]
+fn six_dimensional_algebras_run_on_the_cpu() {
+    ember_core::set_poison_outputs(true);
+    for spec in ["4,1,1", "0,0,6"] {
+        let rows = super::suite::check_one_algebra(&CheckCtx::new(Device::Cpu, Tier::Quick), spec, &[(2, 3)], &[(2, 2, 3)], &[DType::F32]).unwrap();
+        assert!(rows.len() >= 20, "{spec}: {} rows", rows.len());
+        for r in &rows {
+            assert!(r.pass(), "{r:?}");
+        }
+    }
+}
+
+#[test]
 fn f64_runs_the_reference() {
     let layer = Layer::new("2,0").unwrap();
     let x = Tensor::from_vec(randv(41, 4 * 2 * 3, 1.0), &[4, 2, 3]).unwrap();

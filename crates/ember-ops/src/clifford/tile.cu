@@ -1,5 +1,6 @@
-// Tensor-core tile engine of the fully connected product and MVLinear (mma.sync: TF32 m16n8k8 for
-// f32 activations, bf16/f16 m16n8k16 natively; f32 accumulation).
+// Tensor-core tile engine of the fully connected product and MVLinear (mma.sync: TF32 m16n8k8 in
+// three passes (split precision, f32-accurate) for f32 activations, bf16/f16 m16n8k16 natively; f32
+// accumulation).
 //
 // A CTA (256 threads, 8 warps) owns a tile of TE_ROWS rows × TE_COLS columns of TE_NACC accumulator
 // matrices and walks the reduction dimension K in chunks of TE_KC. Per chunk, every thread stages its
@@ -13,10 +14,9 @@
 //   TE_A_MODE 1  path terms, row = b, k = n: the generated cl_terms of x[:, b, n], y[:, b, n]
 //                (the A operand of the fully connected product, never written to memory)
 //   TE_A_MODE 2  path terms, row = n, k = b (the transposed terms, for the weight gradient)
-//   TE_A_MODE 3  plain, k contiguous in memory;   TE_A_MODE 4  plain, rows contiguous
-//   TE_B_MODE 1  plain, k contiguous;             TE_B_MODE 2  plain, columns contiguous
-// with plain element (slot s, row/col r, k) at src + s·ss + r·sr + k·sk (f32 when TE_*_F32, else
-// the activation type); out-of-range elements are zero.
+//   TE_A_MODE 3  plain: element (slot s, row r, k) at src + s·ss + r·sr + k·sk (f32 when TE_A_F32,
+//                else the activation type), zero out of range
+//   B            plain likewise (TE_B_F32), with columns for rows
 // The epilogue:
 //   TE_EPI 1  store acc[a][row][col] to dst + a·d_sa + row·d_sr + col·d_sc + split·d_split (f32 when
 //             TE_D_F32, else the activation type), plus bias[col] on accumulator 0 when TE_BIAS
@@ -39,10 +39,15 @@ typedef EMBER_T act_t;
 #define TE_KW 12
 #define TE_A_TERMS (TE_A_MODE == 1 || TE_A_MODE == 2)
 
-// f32 → the 32-bit TF32 pattern (round to nearest, ties away) or the 16-bit half pattern.
-__device__ __forceinline__ u32 te_cvt(float v) {
+// f32 → the 16-bit half pattern of the activation type.
 #if TE_HALF
-    return (u32)ember_from_f32<act_t>(v).bits;
+__device__ __forceinline__ u32 te_cvt(float v) { return (u32)ember_from_f32<act_t>(v).bits; }
+#endif
+
+// f32 → TF32 (round to nearest, ties away), as the 32-bit pattern the tensor cores read.
+__device__ __forceinline__ u32 te_tf32(float v) {
+#ifdef EMBER_HOST_EMU
+    return (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
 #else
     u32 r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
@@ -50,17 +55,31 @@ __device__ __forceinline__ u32 te_cvt(float v) {
 #endif
 }
 
-// Element (row, k) of a staged tile.
+// Element (row, k) of a staged tile: the half pattern, or the f32 value itself (split into two TF32
+// parts when the fragments are loaded).
 __device__ __forceinline__ void te_put(u32* tile, int row, int k, float v) {
 #if TE_HALF
     reinterpret_cast<u16*>(tile)[row * (2 * TE_KW) + k] = (u16)te_cvt(v);
 #else
-    tile[row * TE_KW + k] = te_cvt(v);
+    tile[row * TE_KW + k] = __float_as_uint(v);
 #endif
 }
 
+#if !TE_HALF
+// f32 → hi + lo, both TF32: hi = rna(v), lo = rna(v − hi). With a·b ≈ a_hi·b_hi + a_hi·b_lo +
+// a_lo·b_hi ("3xTF32") the products keep about 21 bits: f32 accuracy on TF32 tensor cores, where one
+// pass (2^-11 relative rounding of both operands) would leave ~3e-4 relative error on random data.
+__device__ __forceinline__ void te_split(u32 raw, u32& hi, u32& lo) {
+    const float v = __uint_as_float(raw);
+    hi = te_tf32(v);
+    lo = te_tf32(v - __uint_as_float(hi));
+}
+#endif
+
 __device__ __forceinline__ void te_mma(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-#if TE_HALF && TE_BF16
+#ifdef EMBER_HOST_EMU
+    ember_emu_mma<TE_HALF ? (TE_BF16 ? 1 : 2) : 0>(d, a, b);
+#elif TE_HALF && TE_BF16
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -97,23 +116,25 @@ struct te_args {
 #if TE_A_TERMS
 #define TE_EA ((TE_ROWS * TE_KC + TE_THREADS - 1) / TE_THREADS)
 #else
-#define TE_EPA ((TE_NA * TE_ROWS * TE_KC + TE_THREADS - 1) / TE_THREADS)
+#define TE_LA ((TE_NA * TE_ROWS + TE_THREADS - 1) / TE_THREADS)
 #endif
-#define TE_EPB ((TE_NB * TE_COLS * TE_KC + TE_THREADS - 1) / TE_THREADS)
+#define TE_LB ((TE_NB * TE_COLS + TE_THREADS - 1) / TE_THREADS)
 
 // The next chunk's operands, held in registers between the loads and the shared-memory stores.
+// Plain operands are loaded as lines: one (slot, row) line holds the chunk's TE_KC values along k.
 struct te_regs {
 #if TE_A_TERMS
     float xa[TE_EA][CL_M], ya[TE_EA][CL_M];
     bool live[TE_EA];
 #else
-    float av[TE_EPA];
+    float av[TE_LA][TE_KC];
 #endif
-    float bv[TE_EPB];
+    float bv[TE_LB][TE_KC];
 };
 
 #if TE_A_TERMS
-// Element e of the terms tile: (row, k) and the activation element (b, n) it comes from.
+// Element e of the terms tile: (row, k), the activation element (b, n) it comes from, consecutive
+// threads along n (coalesced).
 __device__ __forceinline__ void te_terms_index(int e, int& row, int& k) {
 #if TE_A_MODE == 1
     k = e % TE_KC;
@@ -123,28 +144,36 @@ __device__ __forceinline__ void te_terms_index(int e, int& row, int& k) {
     k = e / TE_ROWS;
 #endif
 }
-#else
-__device__ __forceinline__ void te_a_index(int e, int& s, int& r, int& k) {
-#if TE_A_MODE == 3
-    k = e % TE_KC;
-    r = (e / TE_KC) % TE_ROWS;
-#else
-    r = e % TE_ROWS;
-    k = (e / TE_ROWS) % TE_KC;
-#endif
-    s = e / (TE_KC * TE_ROWS);
-}
 #endif
 
-__device__ __forceinline__ void te_b_index(int e, int& s, int& c, int& k) {
-#if TE_B_MODE == 1
-    k = e % TE_KC;
-    c = (e / TE_KC) % TE_COLS;
+// Line l = (slot, row) of a plain operand with `rows` rows: its TE_KC values at src + slot·ss +
+// row·sr + k·sk, k = k0.., zero out of range. Consecutive threads take consecutive rows: coalesced
+// when rows are contiguous in memory (sr = 1), whole 32-byte sectors when k is (sk = 1).
+template <bool F32, int RR>
+__device__ __forceinline__ void te_load_line(float (&v)[TE_KC], int l, int nlines, const void* src, i64 ss, i64 sr, i64 sk, i64 r0, i64 rlim, i64 k0, i64 kend) {
+    const int slot = l / RR, r = l % RR;
+    const i64 row = r0 + r;
+    const bool live = l < nlines && row < rlim;
+    const i64 base = (i64)slot * ss + row * sr;
+#pragma unroll
+    for (int k = 0; k < TE_KC; ++k) v[k] = (live && k0 + k < kend) ? te_ld<F32>(src, base + (k0 + k) * sk) : 0.0f;
+}
+
+// Store a line into row r of `slot`: 8 words (TE_KC f32 as TF32, or TE_KC halves), two 16-byte stores.
+__device__ __forceinline__ void te_store_line(u32* tiles, int l, int nlines, int rr, const float (&v)[TE_KC]) {
+    if (l >= nlines) return;
+    const int slot = l / rr, r = l % rr;
+    u32 w[8];
+#if TE_HALF
+#pragma unroll
+    for (int q = 0; q < 8; ++q) w[q] = te_cvt(v[2 * q]) | (te_cvt(v[2 * q + 1]) << 16);
 #else
-    c = e % TE_COLS;
-    k = (e / TE_COLS) % TE_KC;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) w[q] = __float_as_uint(v[q]);
 #endif
-    s = e / (TE_KC * TE_COLS);
+    uint4* dst = reinterpret_cast<uint4*>(tiles + (slot * rr + r) * TE_KW);
+    dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
 __device__ __forceinline__ void te_load(te_regs& g, const te_args& A, i64 k0) {
@@ -172,22 +201,12 @@ __device__ __forceinline__ void te_load(te_regs& g, const te_args& A, i64 k0) {
     }
 #else
 #pragma unroll
-    for (int u = 0; u < TE_EPA; ++u) {
-        const int e = tid + u * TE_THREADS;
-        int s, r, k;
-        te_a_index(e, s, r, k);
-        const i64 row = A.r0 + r, kk = k0 + k;
-        g.av[u] = (e < TE_NA * TE_ROWS * TE_KC && row < A.R && kk < A.kend) ? te_ld<TE_A_F32>(A.a_src, s * A.a_ss + row * A.a_sr + kk * A.a_sk) : 0.0f;
-    }
+    for (int u = 0; u < TE_LA; ++u)
+        te_load_line<TE_A_F32, TE_ROWS>(g.av[u], tid + u * TE_THREADS, TE_NA * TE_ROWS, A.a_src, A.a_ss, A.a_sr, A.a_sk, A.r0, A.R, k0, A.kend);
 #endif
 #pragma unroll
-    for (int u = 0; u < TE_EPB; ++u) {
-        const int e = tid + u * TE_THREADS;
-        int s, c, k;
-        te_b_index(e, s, c, k);
-        const i64 col = A.c0 + c, kk = k0 + k;
-        g.bv[u] = (e < TE_NB * TE_COLS * TE_KC && col < A.C && kk < A.kend) ? te_ld<TE_B_F32>(A.b_src, s * A.b_ss + col * A.b_sc + kk * A.b_sk) : 0.0f;
-    }
+    for (int u = 0; u < TE_LB; ++u)
+        te_load_line<TE_B_F32, TE_COLS>(g.bv[u], tid + u * TE_THREADS, TE_NB * TE_COLS, A.b_src, A.b_ss, A.b_sc, A.b_sk, A.c0, A.C, k0, A.kend);
 }
 
 __device__ __forceinline__ void te_store(const te_regs& g, u32* As, u32* Bs) {
@@ -212,24 +231,10 @@ __device__ __forceinline__ void te_store(const te_regs& g, u32* As, u32* Bs) {
     }
 #else
 #pragma unroll
-    for (int u = 0; u < TE_EPA; ++u) {
-        const int e = tid + u * TE_THREADS;
-        if (e < TE_NA * TE_ROWS * TE_KC) {
-            int s, r, k;
-            te_a_index(e, s, r, k);
-            te_put(As + s * (TE_ROWS * TE_KW), r, k, g.av[u]);
-        }
-    }
+    for (int u = 0; u < TE_LA; ++u) te_store_line(As, tid + u * TE_THREADS, TE_NA * TE_ROWS, TE_ROWS, g.av[u]);
 #endif
 #pragma unroll
-    for (int u = 0; u < TE_EPB; ++u) {
-        const int e = tid + u * TE_THREADS;
-        if (e < TE_NB * TE_COLS * TE_KC) {
-            int s, c, k;
-            te_b_index(e, s, c, k);
-            te_put(Bs + s * (TE_COLS * TE_KW), c, k, g.bv[u]);
-        }
-    }
+    for (int u = 0; u < TE_LB; ++u) te_store_line(Bs, tid + u * TE_THREADS, TE_NB * TE_COLS, TE_COLS, g.bv[u]);
 }
 
 // One chunk of MMAs: every unit (accumulator, column block) of this warp runs its triples.
@@ -254,6 +259,7 @@ __device__ __forceinline__ void te_mma_chunk(float (&acc)[TE_UPW][TE_RB][TE_CB][
                     af[rb][2] = p[4];
                     af[rb][3] = p[8 * TE_KW + 4];
                 }
+#if TE_HALF
 #pragma unroll
                 for (int cb = 0; cb < TE_CB; ++cb) {
                     const u32* p = bt + cb * 8 * TE_KW;
@@ -261,6 +267,27 @@ __device__ __forceinline__ void te_mma_chunk(float (&acc)[TE_UPW][TE_RB][TE_CB][
 #pragma unroll
                     for (int rb = 0; rb < TE_RB; ++rb) te_mma(acc[s][rb][cb], af[rb], bf);
                 }
+#else
+                u32 ah[TE_RB][4], al[TE_RB][4];
+#pragma unroll
+                for (int rb = 0; rb < TE_RB; ++rb)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) te_split(af[rb][i], ah[rb][i], al[rb][i]);
+#pragma unroll
+                for (int cb = 0; cb < TE_CB; ++cb) {
+                    const u32* p = bt + cb * 8 * TE_KW;
+                    u32 bh[2], bl[2];
+                    te_split(p[0], bh[0], bl[0]);
+                    te_split(p[4], bh[1], bl[1]);
+#pragma unroll
+                    for (int rb = 0; rb < TE_RB; ++rb) {
+                        // small parts first
+                        te_mma(acc[s][rb][cb], al[rb], bh);
+                        te_mma(acc[s][rb][cb], ah[rb], bl);
+                        te_mma(acc[s][rb][cb], ah[rb], bh);
+                    }
+                }
+#endif
             }
         }
     }
@@ -271,7 +298,11 @@ extern "C" __global__ void __launch_bounds__(TE_THREADS) cl_kernel(const void* _
                                                                    const float* __restrict__ bias, i64 R, i64 C, i64 K, i64 k_split, i64 a_ss, i64 a_sr,
                                                                    i64 a_sk, i64 b_ss, i64 b_sc, i64 b_sk, i64 d_sa, i64 d_sr, i64 d_sc, i64 d_split,
                                                                    i64 xB, i64 xN) {
+#ifdef EMBER_HOST_EMU
+    u32* te_smem = ember_emu_dynamic_smem();
+#else
     extern __shared__ __align__(16) u32 te_smem[];
+#endif
     u32* As = te_smem;
     u32* Bs = te_smem + TE_NA * TE_ROWS * TE_KW;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g8 = lane >> 2, q4 = lane & 3;

@@ -1,0 +1,131 @@
+//! Runs launch plans ([`super::plan`]) on the host: every CUDA module of the plan is compiled as
+//! C++20 against the stand-ins of `emu_prelude.h` with the system's C++ compiler and run over its
+//! whole grid by `emu_driver.cpp`. The same plans that run on a GPU, with the same kernel sources,
+//! grids and arguments: a test of the kernels' indexing, reductions, tile staging and fragment
+//! layouts on machines without a GPU. Test-only.
+
+use super::plan::{Arg, Plan};
+use ember_core::{bf16, f16, CpuStorage, DType, Tensor};
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+const PRELUDE: &str = include_str!("emu_prelude.h");
+const DRIVER: &str = include_str!("emu_driver.cpp");
+
+/// The host C++ compiler, if any.
+pub fn cxx() -> Option<&'static str> {
+    static CXX: OnceLock<Option<&'static str>> = OnceLock::new();
+    *CXX.get_or_init(|| {
+        ["c++", "g++", "clang++"].into_iter().find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+    })
+}
+
+fn work_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ember-clifford-emu-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temporary directory");
+    d
+}
+
+/// The host executable of one (module, options, entry), compiled once per process.
+fn executable(source: &str, name: &str, opts: &[String], entry: &str) -> PathBuf {
+    static CACHE: OnceLock<Mutex<HashMap<u64, Arc<OnceLock<PathBuf>>>>> = OnceLock::new();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (source, opts, entry).hash(&mut h);
+    let key = h.finish();
+    let cell = CACHE.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap().entry(key).or_default().clone();
+    cell.get_or_init(|| {
+        let dir = work_dir();
+        let src = dir.join(format!("{name}-{key:016x}.cpp"));
+        let exe = dir.join(format!("{name}-{key:016x}"));
+        std::fs::write(&src, format!("{PRELUDE}\n{source}\n{DRIVER}")).expect("write emulation source");
+        let mut cmd = Command::new(cxx().expect("a C++ compiler"));
+        cmd.args(["-std=c++20", "-O1", "-pthread", "-w", "-DEMBER_HOST_EMU", &format!("-DEMU_ENTRY={entry}")]);
+        cmd.args(opts).arg(&src).arg("-o").arg(&exe);
+        let out = cmd.output().expect("run the C++ compiler");
+        assert!(out.status.success(), "compiling {name} {opts:?} for the host failed:\n{}", String::from_utf8_lossy(&out.stderr).lines().take(40).collect::<Vec<_>>().join("\n"));
+        exe
+    })
+    .clone()
+}
+
+fn to_bytes(t: &Tensor) -> Vec<u8> {
+    match t.cpu_storage().expect("host tensor") {
+        CpuStorage::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        CpuStorage::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+        CpuStorage::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+        CpuStorage::F64(_) => panic!("f64 does not run on CUDA"),
+    }
+}
+
+fn from_bytes(b: &[u8], shape: &[usize], dtype: DType) -> Tensor {
+    let s = match dtype {
+        DType::F32 => CpuStorage::F32(b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+        DType::F16 => CpuStorage::F16(b.chunks(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()),
+        DType::BF16 => CpuStorage::BF16(b.chunks(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()),
+        DType::F64 => panic!("f64 does not run on CUDA"),
+    };
+    Tensor::from_cpu_storage(s, shape).expect("shape")
+}
+
+/// NaN in every element: what `Tensor::output` does with poisoning on.
+fn poison(len: usize, dtype: DType) -> Vec<u8> {
+    let word: &[u8] = match dtype {
+        DType::F32 => &[0x00, 0x00, 0xc0, 0x7f],
+        DType::F16 => &[0x00, 0x7e],
+        _ => &[0xc0, 0x7f],
+    };
+    word.iter().copied().cycle().take(len * dtype.size()).collect()
+}
+
+/// Run `plan` on the host; inputs are CPU tensors in the dtypes the plan expects.
+pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
+    static RUN: AtomicUsize = AtomicUsize::new(0);
+    assert_eq!(inputs.len(), plan.inputs);
+    let dir = work_dir().join(format!("run{}", RUN.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files = Vec::new();
+    for (i, t) in inputs.iter().enumerate() {
+        let p = dir.join(format!("b{i}.bin"));
+        std::fs::write(&p, to_bytes(t)).unwrap();
+        files.push(p);
+    }
+    for (k, b) in plan.allocs.iter().enumerate() {
+        let p = dir.join(format!("b{}.bin", plan.inputs + k));
+        std::fs::write(&p, poison(b.shape.iter().product(), b.dtype)).unwrap();
+        files.push(p);
+    }
+    for (li, l) in plan.launches.iter().enumerate() {
+        let exe = executable(l.src.body, l.src.name, &l.opts, &l.entry);
+        let mut spec = format!("{}\n", files.len());
+        for p in &files {
+            spec += &format!("{} {}\n", p.display(), std::fs::metadata(p).unwrap().len());
+        }
+        spec += &format!("{} {} {} {} {} {}\n", l.grid.0, l.grid.1, l.grid.2, l.block, l.smem, l.args.len());
+        for a in &l.args {
+            spec += &match a {
+                Arg::Buf(i) => format!("B {i}\n"),
+                Arg::Null => "N 0\n".into(),
+                Arg::I64(v) => format!("S {v}\n"),
+                Arg::I32(v) => format!("S {v}\n"),
+            };
+        }
+        let lf = dir.join(format!("launch{li}.txt"));
+        std::fs::write(&lf, spec).unwrap();
+        let out = Command::new(&exe).arg(&lf).output().expect("run the emulated kernel");
+        assert!(out.status.success(), "emulated launch {} ({} {:?}) failed: {:?} {}", l.name, l.src.name, l.opts, out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    let outs = plan
+        .outputs
+        .iter()
+        .map(|&id| {
+            let b = &plan.allocs[id - plan.inputs];
+            from_bytes(&std::fs::read(&files[id]).unwrap(), &b.shape, b.dtype)
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    outs
+}
