@@ -10,8 +10,15 @@
 // kernel CL_KIND_DOT turn it into the gradient of o inside the function).
 // Options: -DEMBER_T=... -DCL_NORM=<0|1>.
 typedef EMBER_T act_t;
+// Two CTAs per SM where the gradient program fits 128 registers (up to 8 blades): the kernel needs
+// every load in flight it can get.
+#if CL_M <= 8
+#define CL_COLS_MIN_BLOCKS 2
+#else
+#define CL_COLS_MIN_BLOCKS 1
+#endif
 
-extern "C" __global__ void __launch_bounds__(256) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
+extern "C" __global__ void __launch_bounds__(256, CL_COLS_MIN_BLOCKS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                             const act_t* __restrict__ g, const float* __restrict__ coef, act_t* __restrict__ dx,
                                                             act_t* __restrict__ dy, float* __restrict__ dw_part, i64 B, i64 N, i64 rows_per_chunk,
                                                             int ct) {

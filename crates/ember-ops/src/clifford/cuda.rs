@@ -486,7 +486,8 @@ struct TileCall {
 /// only on the problem, so the summation order (and the result) does too.
 fn k_splits(tiles: usize, k: usize, kc: usize) -> usize {
     let want = 256usize.div_ceil(tiles.max(1));
-    want.clamp(1, (k / (32 * kc)).max(1))
+    // At least 8 chunks of K per split.
+    want.clamp(1, (k / (8 * kc)).max(1))
 }
 
 fn plan_tile(plan: &mut Plan, layer: &Layer, kind: TileKind, dt: DType, io: TileIo, c: TileCall) -> Result<()> {

@@ -1,6 +1,6 @@
 //! Runs launch plans ([`super::plan`]) on the host: every CUDA module of the plan is compiled as
-//! C++20 against the stand-ins of `emu_prelude.h` with the system's C++ compiler and run over its
-//! whole grid by `emu_driver.cpp`. The same plans that run on a GPU, with the same kernel sources,
+//! C++ against the stand-ins of `emu_prelude.h` with the system's C++ compiler, linked with
+//! `emu_runtime.cpp` (blocks, warps, tensor cores, and the driver) and run over its whole grid. The same plans that run on a GPU, with the same kernel sources,
 //! grids and arguments: a test of the kernels' indexing, reductions, tile staging and fragment
 //! layouts on machines without a GPU. Test-only.
 
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const PRELUDE: &str = include_str!("emu_prelude.h");
-const DRIVER: &str = include_str!("emu_driver.cpp");
+const RUNTIME: &str = include_str!("emu_runtime.cpp");
 
 /// The host C++ compiler, if any.
 pub fn cxx() -> Option<&'static str> {
@@ -30,23 +30,68 @@ fn work_dir() -> PathBuf {
     d
 }
 
-/// The host executable of one (module, options, entry), compiled once per process.
+/// Compiled executables, shared by test processes: named by a hash of everything that goes in.
+fn cache_dir() -> PathBuf {
+    let d = std::env::temp_dir().join("ember-clifford-emu-cache");
+    std::fs::create_dir_all(&d).expect("cache directory");
+    d
+}
+
+fn hash_of(parts: &[&str]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut h);
+    h.finish()
+}
+
+fn compile(args: &[String], what: &str) {
+    let out = Command::new(cxx().expect("a C++ compiler")).args(args).output().expect("run the C++ compiler");
+    assert!(out.status.success(), "compiling {what} for the host failed:\n{}", String::from_utf8_lossy(&out.stderr).lines().take(40).collect::<Vec<_>>().join("\n"));
+}
+
+/// The runtime object (heavy headers: compiled once).
+fn runtime_object() -> PathBuf {
+    static OBJ: OnceLock<PathBuf> = OnceLock::new();
+    OBJ.get_or_init(|| {
+        let key = hash_of(&[RUNTIME, "runtime"]);
+        let obj = cache_dir().join(format!("runtime-{key:016x}.o"));
+        if !obj.exists() {
+            let src = work_dir().join("emu_runtime.cpp");
+            std::fs::write(&src, RUNTIME).expect("write the emulation runtime");
+            let tmp = work_dir().join("runtime.o");
+            compile(&["-std=c++20".into(), "-O2".into(), "-c".into(), src.display().to_string(), "-o".into(), tmp.display().to_string()], "the emulation runtime");
+            let _ = std::fs::remove_file(&src);
+            std::fs::rename(&tmp, &obj).expect("cache the emulation runtime");
+        }
+        obj
+    })
+    .clone()
+}
+
+/// The host executable of one (module, options, entry), compiled once.
 fn executable(source: &str, name: &str, opts: &[String], entry: &str) -> PathBuf {
     static CACHE: OnceLock<Mutex<HashMap<u64, Arc<OnceLock<PathBuf>>>>> = OnceLock::new();
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (source, opts, entry).hash(&mut h);
-    let key = h.finish();
+    let joined = opts.join(" ");
+    let key = hash_of(&[PRELUDE, RUNTIME, source, &joined, entry]);
     let cell = CACHE.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap().entry(key).or_default().clone();
     cell.get_or_init(|| {
-        let dir = work_dir();
-        let src = dir.join(format!("{name}-{key:016x}.cpp"));
-        let exe = dir.join(format!("{name}-{key:016x}"));
-        std::fs::write(&src, format!("{PRELUDE}\n{source}\n{DRIVER}")).expect("write emulation source");
-        let mut cmd = Command::new(cxx().expect("a C++ compiler"));
-        cmd.args(["-std=c++20", "-O1", "-pthread", "-w", "-DEMBER_HOST_EMU", &format!("-DEMU_ENTRY={entry}")]);
-        cmd.args(opts).arg(&src).arg("-o").arg(&exe);
-        let out = cmd.output().expect("run the C++ compiler");
-        assert!(out.status.success(), "compiling {name} {opts:?} for the host failed:\n{}", String::from_utf8_lossy(&out.stderr).lines().take(40).collect::<Vec<_>>().join("\n"));
+        let t0 = std::time::Instant::now();
+        let exe = cache_dir().join(format!("{name}-{key:016x}"));
+        if exe.exists() {
+            return exe;
+        }
+        let runtime = runtime_object();
+        let src = work_dir().join(format!("{name}-{key:016x}.cpp"));
+        std::fs::write(&src, format!("{PRELUDE}\n{source}\nextern \"C\" void* ember_emu_kernel = (void*)&{entry};\n")).expect("write emulation source");
+        let tmp = work_dir().join(format!("{name}-{key:016x}"));
+        let mut args: Vec<String> = ["-std=c++17", "-O1", "-w", "-DEMBER_HOST_EMU"].iter().map(|s| s.to_string()).collect();
+        args.extend(opts.iter().cloned());
+        args.extend([src.display().to_string(), runtime.display().to_string(), "-pthread".into(), "-o".into(), tmp.display().to_string()]);
+        compile(&args, &format!("{name} {opts:?}"));
+        let _ = std::fs::remove_file(&src);
+        std::fs::rename(&tmp, &exe).expect("cache the emulated kernel");
+        if std::env::var("EMBER_EMU_TIMES").is_ok() {
+            eprintln!("compiled {name} {opts:?}: {:.2} s", t0.elapsed().as_secs_f64());
+        }
         exe
     })
     .clone()
@@ -115,7 +160,11 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
         }
         let lf = dir.join(format!("launch{li}.txt"));
         std::fs::write(&lf, spec).unwrap();
+        let t0 = std::time::Instant::now();
         let out = Command::new(&exe).arg(&lf).output().expect("run the emulated kernel");
+        if std::env::var("EMBER_EMU_TIMES").is_ok() {
+            eprintln!("emulated {} {} {:?} grid {:?}: {:.2} s", l.name, l.src.name, l.opts, l.grid, t0.elapsed().as_secs_f64());
+        }
         assert!(out.status.success(), "emulated launch {} ({} {:?}) failed: {:?} {}", l.name, l.src.name, l.opts, out.status, String::from_utf8_lossy(&out.stderr));
     }
     let outs = plan

@@ -1,19 +1,11 @@
 // Host emulation of the CUDA features the Clifford kernels use, for tests on machines without a
-// GPU. The kernel sources compile as C++20 against these stand-ins: the threads of a block run as
-// OS threads, __syncthreads is a barrier of the block, a warp shuffle or an mma.sync exchanges
-// values through per-warp buffers between two barriers of the warp. Fragment layouts of mma.sync
-// follow the PTX ISA (m16n8k8 .tf32, m16n8k16 .bf16/.f16, row.col, f32 accumulators).
-#include <algorithm>
-#include <barrier>
+// GPU. The kernel sources compile as C++ against these stand-ins; blocks, warps and tensor cores
+// are emulated by emu_runtime.cpp (linked in): the threads of a block run as OS threads,
+// __syncthreads is a barrier of the block, a warp shuffle or an mma.sync exchanges values through
+// per-warp buffers between two barriers of the warp.
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <string>
-#include <thread>
-#include <vector>
 
 typedef long long i64;
 typedef unsigned long long u64;
@@ -23,8 +15,8 @@ typedef unsigned short u16;
 struct ember_emu_dim3 {
     unsigned int x, y, z;
 };
-static thread_local ember_emu_dim3 threadIdx, blockIdx;
-static ember_emu_dim3 blockDim, gridDim;
+extern thread_local ember_emu_dim3 threadIdx, blockIdx;
+extern ember_emu_dim3 blockDim, gridDim;
 
 #define __device__
 #define __forceinline__ inline
@@ -89,57 +81,13 @@ inline void ember_st_bf16(unsigned short* p, float v) { *p = ember_from_f32<embe
 inline float ember_ld_f16(const unsigned short* p) { return ember_f16_bits_to_f32(*p); }
 inline void ember_st_f16(unsigned short* p, float v) { *p = ember_from_f32<ember_f16>(v).bits; }
 
-// ---- blocks, warps, tensor cores ----
-struct ember_emu_block {
-    std::barrier<>* block;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
-    float shfl[32][32];
-    u32 a[32][32][4];
-    u32 b[32][32][2];
-    unsigned char* dynamic_smem;
-};
-static ember_emu_block* ember_emu;
+// ---- blocks, warps, tensor cores: implemented by emu_runtime.cpp ----
+void ember_emu_syncthreads();
+float ember_emu_shfl_xor(float v, int off);
+u32* ember_emu_dynamic_smem();
+// KIND 0: m16n8k8 tf32; 1: m16n8k16 bf16; 2: m16n8k16 f16.
+void ember_emu_mma_kind(int kind, float* d, const u32* a, const u32* b);
 
-inline void __syncthreads() { ember_emu->block->arrive_and_wait(); }
-inline u32* ember_emu_dynamic_smem() { return reinterpret_cast<u32*>(ember_emu->dynamic_smem); }
-
-inline float __shfl_xor_sync(unsigned, float v, int off) {
-    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    ember_emu->shfl[w][l] = v;
-    ember_emu->warps[w]->arrive_and_wait();
-    const float r = ember_emu->shfl[w][l ^ off];
-    ember_emu->warps[w]->arrive_and_wait();
-    return r;
-}
-
-// KIND 0: m16n8k8 tf32 (the tensor cores read the top 19 bits); 1: m16n8k16 bf16; 2: f16.
-template <int KIND> inline float ember_emu_elem(u32 word, int half) {
-    if (KIND == 0) return __uint_as_float(word & 0xffffe000u);
-    const u32 bits = (word >> (16 * half)) & 0xffffu;
-    return KIND == 1 ? ember_bf16_bits_to_f32(bits) : ember_f16_bits_to_f32(bits);
-}
-
-template <int KIND> inline void ember_emu_mma(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    std::memcpy(ember_emu->a[w][l], a, sizeof(a));
-    std::memcpy(ember_emu->b[w][l], b, sizeof(b));
-    ember_emu->warps[w]->arrive_and_wait();
-    const int g = l >> 2, t = l & 3, K = KIND == 0 ? 8 : 16;
-    for (int e = 0; e < 4; ++e) {
-        const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
-        double acc = d[e];
-        for (int k = 0; k < K; ++k) {
-            float av, bv;
-            if (KIND == 0) {
-                av = ember_emu_elem<0>(ember_emu->a[w][(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)], 0);
-                bv = ember_emu_elem<0>(ember_emu->b[w][col * 4 + k % 4][k >= 4], 0);
-            } else {
-                av = ember_emu_elem<KIND>(ember_emu->a[w][(row % 8) * 4 + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k & 1);
-                bv = ember_emu_elem<KIND>(ember_emu->b[w][col * 4 + (k % 8) / 2][k >= 8], k & 1);
-            }
-            acc += (double)av * (double)bv;
-        }
-        d[e] = (float)acc;
-    }
-    ember_emu->warps[w]->arrive_and_wait();
-}
+inline void __syncthreads() { ember_emu_syncthreads(); }
+inline float __shfl_xor_sync(unsigned, float v, int off) { return ember_emu_shfl_xor(v, off); }
+template <int KIND> inline void ember_emu_mma(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) { ember_emu_mma_kind(KIND, d, a, b); }

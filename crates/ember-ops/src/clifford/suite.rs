@@ -49,7 +49,7 @@ fn gemm_sizes(tier: Tier) -> Vec<(usize, usize, usize)> {
     match tier {
         Tier::Quick => vec![(1, 1, 1), (5, 7, 9)],
         // Tile edges, and a batch long enough for the weight gradient's split-K path.
-        Tier::Small => vec![(3, 5, 7), (17, 33, 9), (600, 8, 8)],
+        Tier::Small => vec![(3, 5, 7), (17, 33, 9), (300, 8, 8)],
         Tier::Full => vec![(1, 1, 1), (7, 7, 7), (127, 129, 65), (129, 33, 127), (4099, 17, 9), (300, 64, 96)],
     }
 }
