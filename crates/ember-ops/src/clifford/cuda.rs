@@ -69,7 +69,7 @@ fn ga_dtype(d: DType) -> Result<ember_ga::layout::DType> {
 /// larger algebras (registers), 1 when N is not a multiple.
 fn vec_width(m: usize, n: usize) -> usize {
     let vmax = vec_max(m);
-    if n % vmax == 0 {
+    if n.is_multiple_of(vmax) {
         vmax
     } else {
         1

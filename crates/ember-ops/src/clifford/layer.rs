@@ -53,8 +53,11 @@ pub struct Layer {
     pub(crate) inner: Arc<Inner>,
 }
 
-fn registry() -> &'static Mutex<HashMap<(usize, usize, usize), Arc<Inner>>> {
-    static REG: OnceLock<Mutex<HashMap<(usize, usize, usize), Arc<Inner>>>> = OnceLock::new();
+/// Every algebra's programs, by signature (p, q, r).
+type Registry = Mutex<HashMap<(usize, usize, usize), Arc<Inner>>>;
+
+fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| Mutex::new(HashMap::new()))
 }
 

@@ -2,6 +2,9 @@
 //! `numeric::wgp`), the test oracle of every CPU and CUDA path. Tensors are flat slices in the
 //! (M × B × N) layout: element (j, b, n) at j·B·N + b·N + n.
 
+// Indexed loops over blades read like the formulas they implement.
+#![allow(clippy::needless_range_loop)]
+
 use super::gen::NORM_EPS;
 use ember_ga::wgp::PathTable;
 use ember_ga::{numeric, Algebra};
