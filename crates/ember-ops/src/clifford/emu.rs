@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 const PRELUDE: &str = include_str!("emu_prelude.h");
 const RUNTIME: &str = include_str!("emu_runtime.cpp");
+/// Compiler flags of the kernels' units (part of the cache key).
+const FLAGS: [&str; 4] = ["-std=c++17", "-O1", "-w", "-DEMBER_HOST_EMU"];
 
 /// The host C++ compiler, if any.
 pub fn cxx() -> Option<&'static str> {
@@ -71,7 +73,7 @@ fn runtime_object() -> PathBuf {
 fn executable(source: &str, name: &str, opts: &[String], entry: &str) -> PathBuf {
     static CACHE: OnceLock<Mutex<HashMap<u64, Arc<OnceLock<PathBuf>>>>> = OnceLock::new();
     let joined = opts.join(" ");
-    let key = hash_of(&[PRELUDE, RUNTIME, source, &joined, entry]);
+    let key = hash_of(&[PRELUDE, RUNTIME, &FLAGS.join(" "), source, &joined, entry]);
     let cell = CACHE.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap().entry(key).or_default().clone();
     cell.get_or_init(|| {
         let t0 = std::time::Instant::now();
@@ -83,7 +85,7 @@ fn executable(source: &str, name: &str, opts: &[String], entry: &str) -> PathBuf
         let src = work_dir().join(format!("{name}-{key:016x}.cpp"));
         std::fs::write(&src, format!("{PRELUDE}\n{source}\nextern \"C\" void* ember_emu_kernel = (void*)&{entry};\n")).expect("write emulation source");
         let tmp = work_dir().join(format!("{name}-{key:016x}"));
-        let mut args: Vec<String> = ["-std=c++17", "-O1", "-w", "-DEMBER_HOST_EMU"].iter().map(|s| s.to_string()).collect();
+        let mut args: Vec<String> = FLAGS.iter().map(|s| s.to_string()).collect();
         args.extend(opts.iter().cloned());
         args.extend([src.display().to_string(), runtime.display().to_string(), "-pthread".into(), "-o".into(), tmp.display().to_string()]);
         compile(&args, &format!("{name} {opts:?}"));
