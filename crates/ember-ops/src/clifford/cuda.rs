@@ -1,0 +1,846 @@
+//! CUDA launch code of the Clifford layers.
+//!
+//! Each kernel module is one translation unit: ember's common header, a prefix generated for the
+//! algebra (sizes, ember-ga's device functions, tables) and one hand-written template (`rows.cu`,
+//! `cols.cu`, `tile.cu`, `fc_simt.cu`) whose options pick the kernel, the dtype and the variant. A
+//! module is built once per (algebra, kernel, dtype, variant) by NVRTC and cached in memory and on
+//! disk; its only entry point is `cl_kernel`. Each op is planned first ([`super::plan`]): buffers and
+//! launches, run by [`run_cuda`] here and by the host emulation in the unit tests.
+
+use super::fused::Stages;
+use super::gen::Tables;
+use super::layer::{Layer, Prog};
+use super::linear::LinearGrads;
+use super::plan::{run_cuda, Arg, Launch, Plan};
+use super::reference::Dims;
+use super::{Forward, Grads};
+use crate::KernelBuild;
+use ember_core::cuda::KernelSource;
+use ember_core::{DType, Error, Result, Tensor};
+use ember_ga::cuda::{device_function, kernel, KernelSpec};
+
+const ROWS_CU: &str = include_str!("rows.cu");
+const COLS_CU: &str = include_str!("cols.cu");
+const TILE_CU: &str = include_str!("tile.cu");
+const SIMT_CU: &str = include_str!("fc_simt.cu");
+/// Algebra-independent reductions.
+pub const SUMS: KernelSource = KernelSource::new("clifford_sums", include_str!("sums.cu"));
+const THREADS: u32 = 256;
+
+fn leak(s: String) -> &'static str {
+    Box::leak(s.into_boxed_str())
+}
+
+/// The module `key` of `layer`'s algebra, generated on first use.
+fn source(layer: &Layer, key: &str, make: impl FnOnce() -> Result<String>) -> Result<KernelSource> {
+    let mut map = layer.inner.sources.lock().unwrap();
+    if let Some(s) = map.get(key) {
+        return Ok(*s);
+    }
+    let src = KernelSource::new(leak(format!("clifford_{}_{}", layer.tag(), key)), leak(make()?));
+    map.insert(key.to_string(), src);
+    Ok(src)
+}
+
+/// Sizes of the algebra and the device functions of `progs`.
+fn prefix(layer: &Layer, progs: &[Prog]) -> Result<String> {
+    let t = layer.tables();
+    let mut s = format!("#define CL_M {}\n#define CL_P {}\n#define CL_NG {}\n#define CL_NT {}\n", t.m(), t.p(), t.ng(), t.nt());
+    for &p in progs {
+        s.push_str(&device_function(&*layer.ir(p)?));
+    }
+    Ok(s)
+}
+
+fn dtype_opt(d: DType) -> String {
+    format!("-DEMBER_T={}", d.cuda_type())
+}
+
+fn ga_dtype(d: DType) -> Result<ember_ga::layout::DType> {
+    match d {
+        DType::F32 => Ok(ember_ga::layout::DType::F32),
+        DType::F16 => Ok(ember_ga::layout::DType::F16),
+        DType::BF16 => Ok(ember_ga::layout::DType::BF16),
+        DType::F64 => Err(Error::dtype("x", "f32, f16 or bf16 on CUDA", d)),
+    }
+}
+
+/// Channels per thread and step of the row kernels: 16-byte f32 vectors up to 8 blades, fewer for
+/// larger algebras (registers), 1 when N is not a multiple.
+fn vec_width(m: usize, n: usize) -> usize {
+    let vmax = vec_max(m);
+    if n.is_multiple_of(vmax) {
+        vmax
+    } else {
+        1
+    }
+}
+
+fn vec_max(m: usize) -> usize {
+    match m {
+        0..=8 => 4,
+        9..=16 => 2,
+        _ => 1,
+    }
+}
+
+/// Threads per row: the groups of a row rounded up to a power of two in 32..=256.
+fn team(groups: usize) -> u32 {
+    groups.next_power_of_two().clamp(32, THREADS as usize) as u32
+}
+
+fn blocks(arg: &str, items: usize, per_block: usize) -> Result<u32> {
+    u32::try_from(items.div_ceil(per_block).max(1))
+        .ok()
+        .filter(|&g| g <= i32::MAX as u32)
+        .ok_or_else(|| Error::TooLarge { arg: arg.into(), what: format!("{items} work items exceed one launch's grid") })
+}
+
+// ---- fused layer ---------------------------------------------------------------------------------
+
+fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
+    source(layer, &format!("fwd{}", u8::from(gelu)), || Ok(prefix(layer, &[Prog::Fwd { gelu }, Prog::Scale])? + ROWS_CU))
+}
+
+fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool) -> Vec<String> {
+    vec![dtype_opt(dt), "-DCL_KIND=1".into(), format!("-DCL_V={v}"), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_K={}", u8::from(hold))]
+}
+
+fn rows_source(layer: &Layer, kind: &str) -> Result<KernelSource> {
+    let progs: &[Prog] = match kind {
+        "dot" => &[Prog::Fwd { gelu: true }, Prog::Dot],
+        "normfwd" => &[Prog::Dot, Prog::Scale],
+        _ => &[Prog::Dot, Prog::NormBwd],
+    };
+    source(layer, kind, || Ok(prefix(layer, progs)? + ROWS_CU))
+}
+
+fn rows_opts(dt: DType, kind: &str, v: usize) -> Vec<String> {
+    let k = match kind {
+        "dot" => 2,
+        "normfwd" => 3,
+        _ => 4,
+    };
+    let mut o = vec![dtype_opt(dt), format!("-DCL_KIND={k}"), format!("-DCL_V={v}")];
+    if kind == "dot" {
+        // Half types recompute o in f32 rather than read their rounded `out`.
+        o.push(format!("-DCL_DOT_O={}", u8::from(dt != DType::F32)));
+    }
+    o
+}
+
+fn bwd_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
+    source(layer, &format!("bwd{}{}", u8::from(gelu), u8::from(norm)), || Ok(prefix(layer, &[Prog::Bwd { gelu, norm }])? + COLS_CU))
+}
+
+fn bwd_opts(dt: DType, norm: bool) -> Vec<String> {
+    vec![dtype_opt(dt), format!("-DCL_NORM={}", u8::from(norm))]
+}
+
+/// A row kernel over `rows` rows of `n` channels: (grid, team).
+fn row_launch(rows: usize, n: usize, v: usize) -> Result<(u32, u32)> {
+    let t = team(n / v);
+    Ok((blocks("x", rows, (THREADS / t) as usize)?, t))
+}
+
+fn launch(src: KernelSource, opts: Vec<String>, grid: (u32, u32, u32), smem: usize, args: Vec<Arg>, name: &'static str) -> Launch {
+    Launch { src, opts, entry: "cl_kernel".into(), grid, block: THREADS, smem, args, name }
+}
+
+fn sizes2(b: usize, n: usize) -> [Arg; 2] {
+    [Arg::I64(b as i64), Arg::I64(n as i64)]
+}
+
+/// Fused forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms].
+pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages) -> Result<Plan> {
+    let mut plan = Plan::new(3);
+    let v = vec_width(dims.m, dims.n);
+    let groups = dims.n / v;
+    let out = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let src = fwd_source(layer, st.gelu)?;
+    if !st.norm {
+        let grid = blocks("x", dims.b * groups, THREADS as usize)?;
+        let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), Arg::Null];
+        args.extend(sizes2(dims.b, dims.n));
+        args.push(Arg::I32(0));
+        plan.launch(launch(src, fwd_opts(dt, v, false, false), (grid, 1, 1), 0, args, "clifford_fwd"));
+        return Ok(plan);
+    }
+    // Hold o in registers across the row reduction when one step per thread covers the row.
+    let hold = v > 1 && groups <= THREADS as usize;
+    let rms = plan.output(&[dims.b, layer.grades()], DType::F32);
+    let (grid, t) = row_launch(dims.b, dims.n, v)?;
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), Arg::Buf(rms)];
+    args.extend(sizes2(dims.b, dims.n));
+    args.push(Arg::I32(t as i32));
+    plan.launch(launch(src, fwd_opts(dt, v, true, hold), (grid, 1, 1), 0, args, "clifford_fwd_norm"));
+    Ok(plan)
+}
+
+pub fn fused_forward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
+    let mut outs = run_cuda(plan_fused_forward(layer, dims, x.dtype(), st)?, &[x, y, w])?.into_iter();
+    Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: None })
+}
+
+/// Channels per CTA of the column kernel and row chunks: (ct, chunks, rows per chunk).
+fn column_plan(b: usize, n: usize) -> (usize, usize, usize) {
+    let ct = n.next_power_of_two().clamp(32, 128);
+    let rt = THREADS as usize / ct;
+    let col_tiles = n.div_ceil(ct);
+    // About 1024 CTAs in all (several waves on any current GPU), independent of the device, so the
+    // d_w summation order is too.
+    let chunks = 1024usize.div_ceil(col_tiles).clamp(1, b.div_ceil(rt).max(1));
+    let rows = b.div_ceil(chunks);
+    (ct, b.div_ceil(rows), rows)
+}
+
+/// Fused backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, out, rms];
+/// outputs [d_x, d_y, d_w].
+pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages) -> Result<Plan> {
+    let mut plan = Plan::new(if st.norm { 6 } else { 4 });
+    let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dw = plan.output(&[dims.n, layer.paths()], DType::F32);
+    let coef = if st.norm {
+        let v = vec_width(dims.m, dims.n);
+        let coef = plan.alloc(&[dims.b, layer.grades(), 2], DType::F32);
+        let (grid, t) = row_launch(dims.b, dims.n, v)?;
+        let mut args: Vec<Arg> = [0, 1, 2, 3, 4, 5, coef].iter().map(|&i| Arg::Buf(i)).collect();
+        args.extend(sizes2(dims.b, dims.n));
+        args.push(Arg::I32(t as i32));
+        plan.launch(launch(rows_source(layer, "dot")?, rows_opts(dt, "dot", v), (grid, 1, 1), 0, args, "clifford_bwd_dot"));
+        Arg::Buf(coef)
+    } else {
+        Arg::Null
+    };
+    let (ct, chunks, rows) = column_plan(dims.b, dims.n);
+    let part = if chunks > 1 { plan.alloc(&[chunks, dims.n, layer.paths()], DType::F32) } else { dw };
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), coef, Arg::Buf(dx), Arg::Buf(dy), Arg::Buf(part)];
+    args.extend(sizes2(dims.b, dims.n));
+    args.extend([Arg::I64(rows as i64), Arg::I32(ct as i32)]);
+    let grid = (blocks("x", dims.n, ct)?, chunks as u32, 1);
+    plan.launch(launch(bwd_source(layer, st.gelu, st.norm)?, bwd_opts(dt, st.norm), grid, 0, args, "clifford_bwd"));
+    if chunks > 1 {
+        sum_chunks(&mut plan, part, dw, chunks, dims.n * layer.paths());
+    }
+    Ok(plan)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn fused_backward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages) -> Result<Grads> {
+    let plan = plan_fused_backward(layer, dims, x.dtype(), st)?;
+    let outs = match normed {
+        Some((out, rms)) => run_cuda(plan, &[x, y, w, d_out, out, rms])?,
+        None => run_cuda(plan, &[x, y, w, d_out])?,
+    };
+    let mut it = outs.into_iter();
+    Ok(Grads { d_x: it.next().expect("d_x"), d_y: it.next().expect("d_y"), d_w: it.next().expect("d_w") })
+}
+
+/// out[i] = Σ_c part[c][i], in order.
+fn sum_chunks(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize) {
+    let grid = len.div_ceil(THREADS as usize).clamp(1, 4096) as u32;
+    let args = vec![Arg::Buf(part), Arg::Buf(out), Arg::I64(chunks as i64), Arg::I64(len as i64)];
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_chunks".into(), grid: (grid, 1, 1), block: THREADS, smem: 0, args, name: "clifford_sum_chunks" });
+}
+
+// ---- multivector GELU ----------------------------------------------------------------------------
+
+fn gelu_source(layer: &Layer, prog: Prog, dt: DType) -> Result<KernelSource> {
+    let ga_dt = ga_dtype(dt)?;
+    source(layer, &format!("{}_{}", prog.tag(), dt.name()), || {
+        let ir = layer.ir(prog)?;
+        let spec = KernelSpec::elementwise(&ir, "cl_kernel", ga_dt);
+        kernel(&ir, &spec).map_err(|e| Error::invalid("algebra", e.to_string()))
+    })
+}
+
+/// Multivector GELU (`prog` = GeluFwd: inputs [x]) or its VJP (GeluBwd: inputs [x, d_out]);
+/// output [out].
+pub fn plan_gelu(layer: &Layer, prog: Prog, dims: Dims, dt: DType) -> Result<Plan> {
+    let n_in = if prog == Prog::GeluFwd { 1 } else { 2 };
+    let mut plan = Plan::new(n_in);
+    let out = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let mut args: Vec<Arg> = (0..n_in).map(Arg::Buf).collect();
+    args.push(Arg::Buf(out));
+    args.extend(sizes2(dims.b, dims.n));
+    let grid = (dims.b * dims.n).div_ceil(THREADS as usize).clamp(1, 65536) as u32;
+    plan.launch(launch(gelu_source(layer, prog, dt)?, vec![], (grid, 1, 1), 0, args, "clifford_mvgelu"));
+    Ok(plan)
+}
+
+pub fn mvgelu_forward(layer: &Layer, dims: Dims, x: &Tensor) -> Result<Tensor> {
+    Ok(run_cuda(plan_gelu(layer, Prog::GeluFwd, dims, x.dtype())?, &[x])?.remove(0))
+}
+
+pub fn mvgelu_backward(layer: &Layer, dims: Dims, x: &Tensor, d_out: &Tensor) -> Result<Tensor> {
+    Ok(run_cuda(plan_gelu(layer, Prog::GeluBwd, dims, x.dtype())?, &[x, d_out])?.remove(0))
+}
+
+// ---- tensor-core tiles ---------------------------------------------------------------------------
+
+/// The GEMMs of the fully connected product and MVLinear.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TileKind {
+    /// o_j = Σ_p T_(j,p) · W_p (rows b, columns m, K = n).
+    FcFwd,
+    /// dT_(j,p) = dO_j · W_pᵀ (rows b, columns n, K = m), then the terms' VJP.
+    FcBwdData,
+    /// dW_p = Σ_j T_(j,p)ᵀ · dO_j (rows n, columns m, K = b).
+    FcBwdWeight,
+    /// O_j = X_j · W_grade(j).
+    LinFwd,
+    /// dX_j = dO_j · W_grade(j)ᵀ.
+    LinBwdData,
+    /// dW_k = Σ_{grade j = k} X_jᵀ · dO_j.
+    LinBwdWeight,
+}
+
+impl TileKind {
+    pub const ALL: [TileKind; 6] = [TileKind::FcFwd, TileKind::FcBwdData, TileKind::FcBwdWeight, TileKind::LinFwd, TileKind::LinBwdData, TileKind::LinBwdWeight];
+    fn tag(self) -> &'static str {
+        match self {
+            TileKind::FcFwd => "fcfwd",
+            TileKind::FcBwdData => "fcbwdd",
+            TileKind::FcBwdWeight => "fcbwdw",
+            TileKind::LinFwd => "linfwd",
+            TileKind::LinBwdData => "linbwdd",
+            TileKind::LinBwdWeight => "linbwdw",
+        }
+    }
+    /// (A operand: 1 terms with rows b, 2 terms with rows n, 3 plain; epilogue: 1 store, 2 terms' VJP).
+    fn modes(self) -> (u8, u8) {
+        match self {
+            TileKind::FcFwd => (1, 1),
+            TileKind::FcBwdData => (3, 2),
+            TileKind::FcBwdWeight => (2, 1),
+            TileKind::LinFwd | TileKind::LinBwdData | TileKind::LinBwdWeight => (3, 1),
+        }
+    }
+    /// (A slots, B slots, accumulators, triples (acc, a, b)).
+    fn structure(self, t: &Tables) -> (usize, usize, usize, Vec<(usize, usize, usize)>) {
+        let (m, p, ng, nt) = (t.m(), t.p(), t.ng(), t.nt());
+        let mut tri = Vec::new();
+        match self {
+            TileKind::FcFwd => {
+                tri.extend(t.pairs.iter().enumerate().map(|(q, pr)| (pr.blade, q, pr.path)));
+                (nt, p, m, sorted(tri))
+            }
+            TileKind::FcBwdData => {
+                tri.extend(t.pairs.iter().enumerate().map(|(q, pr)| (q, pr.blade, pr.path)));
+                (m, p, nt, sorted(tri))
+            }
+            TileKind::FcBwdWeight => {
+                tri.extend(t.pairs.iter().enumerate().map(|(q, pr)| (pr.path, q, pr.blade)));
+                (nt, m, p, sorted(tri))
+            }
+            TileKind::LinFwd | TileKind::LinBwdData => {
+                tri.extend((0..m).map(|j| (j, j, t.grade_of[j])));
+                (m, ng, m, tri)
+            }
+            TileKind::LinBwdWeight => {
+                tri.extend((0..m).map(|j| (t.grade_of[j], j, j)));
+                (m, m, ng, sorted(tri))
+            }
+        }
+    }
+}
+
+fn sorted(mut v: Vec<(usize, usize, usize)>) -> Vec<(usize, usize, usize)> {
+    v.sort();
+    v
+}
+
+/// Tile shape of one tile kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileCfg {
+    pub rows: usize,
+    pub cols: usize,
+    /// n8 column tiles per warp unit.
+    pub cb: usize,
+    pub units: usize,
+    pub upw: usize,
+    pub smem: usize,
+}
+
+/// Largest tile whose accumulators fit 64 registers per thread, whose operand tiles fit in shared
+/// memory, and whose producers hold at most 48 values per thread; `None` when no tile fits (the
+/// fully connected product then runs the CUDA-core fallback).
+pub fn tile_cfg(kind: TileKind, t: &Tables, half: bool) -> Option<TileCfg> {
+    let (na, nb, nacc, _) = kind.structure(t);
+    let kc = if half { 16 } else { 8 };
+    let (a_mode, epi) = kind.modes();
+    let a_plain = a_mode == 3;
+    const SMEM_MAX: usize = 200 * 1024;
+    for strict in [true, false] {
+        for (rows, cols) in [(32, 64), (32, 32), (16, 64), (16, 32), (32, 16), (16, 16), (16, 8)] {
+            let mut smem = (na * rows + nb * cols) * 48;
+            if epi == 2 {
+                smem = smem.max(nacc * rows * cols * 4);
+            }
+            // Registers of the next chunk's operands: whole lines of kc values.
+            let epb = (nb * cols).div_ceil(THREADS as usize) * kc;
+            let epa = if a_plain { (na * rows).div_ceil(THREADS as usize) * kc } else { 0 };
+            if smem > SMEM_MAX || epb > 48 || epa > 48 {
+                continue;
+            }
+            for cb in [8, 4, 2, 1] {
+                if cols % (8 * cb) != 0 {
+                    continue;
+                }
+                let units = nacc * (cols / (8 * cb));
+                let upw = units.div_ceil(8);
+                let regs = upw * (rows / 16) * cb * 4;
+                // Strict: at most a quarter of the warps' unit slots idle.
+                if regs <= 64 && (!strict || (upw * 8 - units) * 4 <= upw * 8) {
+                    return Some(TileCfg { rows, cols, cb, units, upw, smem });
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Operand and output storage of a tile kernel: whether A, B, the output are f32 (else the
+/// activation dtype), and whether a bias is added.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TileIo {
+    pub a_f32: bool,
+    pub b_f32: bool,
+    pub d_f32: bool,
+    pub bias: bool,
+}
+
+fn tile_source(layer: &Layer, kind: TileKind, dt: DType, io: TileIo) -> Result<(KernelSource, TileCfg)> {
+    let t = layer.tables();
+    let half = dt != DType::F32;
+    let cfg = tile_cfg(kind, t, half).ok_or_else(|| Error::Unsupported(format!("tensor-core tiles of {:?} in {}", kind, layer.name())))?;
+    let key = format!("{}_{}_{}{}{}{}", kind.tag(), dt.name(), u8::from(io.a_f32), u8::from(io.b_f32), u8::from(io.d_f32), u8::from(io.bias));
+    let src = source(layer, &key, || {
+        let (na, nb, nacc, tri) = kind.structure(t);
+        let (a_mode, epi) = kind.modes();
+        let mut s = String::new();
+        let mut def = |k: &str, v: usize| s.push_str(&format!("#define {k} {v}\n"));
+        def("TE_ROWS", cfg.rows);
+        def("TE_COLS", cfg.cols);
+        def("TE_RB", cfg.rows / 16);
+        def("TE_CB", cfg.cb);
+        def("TE_COLUNITS", cfg.cols / (8 * cfg.cb));
+        def("TE_NA", na);
+        def("TE_NB", nb);
+        def("TE_NACC", nacc);
+        def("TE_NUNITS", cfg.units);
+        def("TE_UPW", cfg.upw);
+        def("TE_A_MODE", a_mode as usize);
+        def("TE_EPI", epi as usize);
+        def("TE_A_F32", usize::from(io.a_f32));
+        def("TE_B_F32", usize::from(io.b_f32));
+        def("TE_D_F32", usize::from(io.d_f32));
+        def("TE_BIAS", usize::from(io.bias));
+        let mut start = vec![0usize; nacc + 1];
+        for &(acc, _, _) in &tri {
+            start[acc + 1] += 1;
+        }
+        for i in 0..nacc {
+            start[i + 1] += start[i];
+        }
+        let list = |v: &mut dyn Iterator<Item = usize>| v.map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+        s.push_str(&format!("__constant__ unsigned short te_tri_start[{}] = {{{}}};\n", nacc + 1, list(&mut start.iter().copied())));
+        s.push_str(&format!("__constant__ unsigned short te_tri_a[{}] = {{{}}};\n", tri.len(), list(&mut tri.iter().map(|t| t.1))));
+        s.push_str(&format!("__constant__ unsigned short te_tri_b[{}] = {{{}}};\n", tri.len(), list(&mut tri.iter().map(|t| t.2))));
+        let progs: &[Prog] = match kind {
+            TileKind::FcFwd | TileKind::FcBwdWeight => &[Prog::Terms],
+            TileKind::FcBwdData => &[Prog::TermsVjp],
+            _ => &[],
+        };
+        Ok(prefix(layer, progs)? + &s + TILE_CU)
+    })?;
+    Ok((src, cfg))
+}
+
+fn tile_opts(dt: DType) -> Vec<String> {
+    vec![dtype_opt(dt), format!("-DTE_HALF={}", u8::from(dt != DType::F32)), format!("-DTE_BF16={}", u8::from(dt == DType::BF16))]
+}
+
+/// One tile GEMM (see tile.cu): operands, output and sizes, by plan buffer.
+struct TileCall {
+    a: Arg,
+    b: Arg,
+    x: Arg,
+    y: Arg,
+    dst: usize,
+    dst2: Arg,
+    bias: Arg,
+    rows: usize,
+    cols: usize,
+    k: usize,
+    a_strides: [usize; 3],
+    b_strides: [usize; 3],
+    d_strides: [usize; 3],
+    x_dims: (usize, usize),
+    /// Accumulators × rows × columns of the output, for split-K partials.
+    out_len: usize,
+}
+
+/// Split K into this many parts when the output tiles alone leave the GPU idle; the choice depends
+/// only on the problem, so the summation order (and the result) does too.
+fn k_splits(tiles: usize, k: usize, kc: usize) -> usize {
+    let want = 256usize.div_ceil(tiles.max(1));
+    // At least 8 chunks of K per split.
+    want.clamp(1, (k / (8 * kc)).max(1))
+}
+
+fn plan_tile(plan: &mut Plan, layer: &Layer, kind: TileKind, dt: DType, io: TileIo, c: TileCall) -> Result<()> {
+    let (src, cfg) = tile_source(layer, kind, dt, io)?;
+    let row_tiles = blocks("x", c.rows, cfg.rows)?;
+    let col_tiles = u32::try_from(c.cols.div_ceil(cfg.cols)).ok().filter(|&v| v <= 65535).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{} output channels", c.cols) })?;
+    let kc = if dt == DType::F32 { 8 } else { 16 };
+    let weight_grad = kind == TileKind::FcBwdWeight || kind == TileKind::LinBwdWeight;
+    let splits = if weight_grad { k_splits(row_tiles as usize * col_tiles as usize, c.k, kc) } else { 1 };
+    let k_split = c.k.div_ceil(splits).div_ceil(kc) * kc;
+    let splits = c.k.div_ceil(k_split);
+    let dst = if splits > 1 { plan.alloc(&[splits, c.out_len], DType::F32) } else { c.dst };
+    let mut args = vec![c.a, c.b, c.x, c.y, Arg::Buf(dst), c.dst2, c.bias];
+    let scalars = [c.rows, c.cols, c.k, k_split].into_iter().chain(c.a_strides).chain(c.b_strides).chain(c.d_strides).chain([c.out_len, c.x_dims.0, c.x_dims.1]);
+    args.extend(scalars.map(|v| Arg::I64(v as i64)));
+    plan.launch(launch(src, tile_opts(dt), (row_tiles, col_tiles, splits as u32), cfg.smem, args, "clifford_tile"));
+    if splits > 1 {
+        sum_chunks(plan, dst, c.dst, splits, c.out_len);
+    }
+    Ok(())
+}
+
+// ---- fully connected product ---------------------------------------------------------------------
+
+fn fc_tensor_cores(layer: &Layer, dt: DType) -> bool {
+    let half = dt != DType::F32;
+    [TileKind::FcFwd, TileKind::FcBwdData, TileKind::FcBwdWeight].iter().all(|&k| tile_cfg(k, layer.tables(), half).is_some())
+}
+
+fn plan_rows(plan: &mut Plan, layer: &Layer, kind: &str, dt: DType, rows: usize, n: usize, bufs: &[usize]) -> Result<()> {
+    let v = vec_width(layer.blades(), n);
+    let (grid, t) = row_launch(rows, n, v)?;
+    let mut args: Vec<Arg> = bufs.iter().map(|&b| Arg::Buf(b)).collect();
+    args.extend(sizes2(rows, n));
+    args.push(Arg::I32(t as i32));
+    plan.launch(launch(rows_source(layer, kind)?, rows_opts(dt, kind, v), (grid, 1, 1), 0, args, "clifford_rows"));
+    Ok(())
+}
+
+/// Fully connected forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms, o].
+pub fn plan_fc_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: Stages) -> Result<Plan> {
+    let mut plan = Plan::new(3);
+    let out_shape = [dims.m, dims.b, n_out];
+    let out = plan.output(&out_shape, dt);
+    // Without the norm the product lands in `out`; with it, in an f32 buffer the row kernel reads.
+    let (rms, o) = if st.norm {
+        let rms = plan.output(&[dims.b, layer.grades()], DType::F32);
+        (Some(rms), plan.output(&out_shape, DType::F32))
+    } else {
+        (None, out)
+    };
+    if fc_tensor_cores(layer, dt) {
+        let call = TileCall {
+            a: Arg::Null,
+            b: Arg::Buf(2),
+            x: Arg::Buf(0),
+            y: Arg::Buf(1),
+            dst: o,
+            dst2: Arg::Null,
+            bias: Arg::Null,
+            rows: dims.b,
+            cols: n_out,
+            k: dims.n,
+            a_strides: [0, 0, 0],
+            b_strides: [dims.n * n_out, 1, n_out],
+            d_strides: [dims.b * n_out, n_out, 1],
+            x_dims: (dims.b, dims.n),
+            out_len: dims.m * dims.b * n_out,
+        };
+        plan_tile(&mut plan, layer, TileKind::FcFwd, dt, TileIo { a_f32: false, b_f32: true, d_f32: st.norm, bias: false }, call)?;
+    } else {
+        plan_simt(&mut plan, layer, 1, dt, st.norm, dims.m * dims.b * n_out, &[0, 1, 2, o], dims, n_out)?;
+    }
+    if let Some(rms) = rms {
+        plan_rows(&mut plan, layer, "normfwd", dt, dims.b, n_out, &[o, out, rms])?;
+    }
+    Ok(plan)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
+    let mut outs = run_cuda(plan_fc_forward(layer, dims, n_out, x.dtype(), st)?, &[x, y, w])?.into_iter();
+    Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: outs.next() })
+}
+
+/// Fully connected backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, o, rms];
+/// outputs [d_x, d_y, d_w].
+pub fn plan_fc_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm: bool) -> Result<Plan> {
+    let mut plan = Plan::new(if norm { 6 } else { 4 });
+    let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dw = plan.output(&[layer.paths(), dims.n, n_out], DType::F32);
+    // The gradient of the product: d_out itself, or the norm's backward of it (f32).
+    let g = if norm {
+        let d = plan.alloc(&[dims.m, dims.b, n_out], DType::F32);
+        plan_rows(&mut plan, layer, "normbwd", dt, dims.b, n_out, &[3, 4, 5, d])?;
+        d
+    } else {
+        3
+    };
+    if fc_tensor_cores(layer, dt) {
+        let data = TileCall {
+            a: Arg::Buf(g),
+            b: Arg::Buf(2),
+            x: Arg::Buf(0),
+            y: Arg::Buf(1),
+            dst: dx,
+            dst2: Arg::Buf(dy),
+            bias: Arg::Null,
+            rows: dims.b,
+            cols: dims.n,
+            k: n_out,
+            a_strides: [dims.b * n_out, n_out, 1],
+            b_strides: [dims.n * n_out, n_out, 1],
+            d_strides: [0, 0, 0],
+            x_dims: (dims.b, dims.n),
+            out_len: dims.m * dims.b * dims.n,
+        };
+        plan_tile(&mut plan, layer, TileKind::FcBwdData, dt, TileIo { a_f32: norm, b_f32: true, d_f32: false, bias: false }, data)?;
+        let weight = TileCall {
+            a: Arg::Null,
+            b: Arg::Buf(g),
+            x: Arg::Buf(0),
+            y: Arg::Buf(1),
+            dst: dw,
+            dst2: Arg::Null,
+            bias: Arg::Null,
+            rows: dims.n,
+            cols: n_out,
+            k: dims.b,
+            a_strides: [0, 0, 0],
+            b_strides: [dims.b * n_out, 1, n_out],
+            d_strides: [dims.n * n_out, n_out, 1],
+            x_dims: (dims.b, dims.n),
+            out_len: layer.paths() * dims.n * n_out,
+        };
+        plan_tile(&mut plan, layer, TileKind::FcBwdWeight, dt, TileIo { a_f32: false, b_f32: norm, d_f32: true, bias: false }, weight)?;
+    } else {
+        plan_simt(&mut plan, layer, 2, dt, norm, dims.b * dims.n, &[0, 1, 2, g, dx, dy], dims, n_out)?;
+        plan_simt(&mut plan, layer, 3, dt, norm, layer.paths() * dims.n * n_out, &[0, 1, g, dw], dims, n_out)?;
+    }
+    Ok(plan)
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn fc_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor) -> Result<Grads> {
+    let plan = plan_fc_backward(layer, dims, n_out, x.dtype(), normed.is_some())?;
+    let outs = match normed {
+        Some((o, rms)) => run_cuda(plan, &[x, y, w, d_out, o, rms])?,
+        None => run_cuda(plan, &[x, y, w, d_out])?,
+    };
+    let mut it = outs.into_iter();
+    Ok(Grads { d_x: it.next().expect("d_x"), d_y: it.next().expect("d_y"), d_w: it.next().expect("d_w") })
+}
+
+fn simt_source(layer: &Layer) -> Result<KernelSource> {
+    source(layer, "simt", || {
+        let t = layer.tables();
+        let alg = &t.alg;
+        let mut prods: Vec<Vec<u32>> = vec![Vec::new(); t.nt()];
+        let index: std::collections::HashMap<(usize, usize), usize> = t.pairs.iter().enumerate().map(|(q, p)| ((p.blade, p.path), q)).collect();
+        for i in 0..t.m() {
+            for l in 0..t.m() {
+                let (s, k) = alg.product(i, l);
+                if s != 0 {
+                    let p = t.table.index(t.grade_of[i], t.grade_of[l], t.grade_of[k]).expect("nonzero product has a path");
+                    prods[index[&(k, p)]].push(i as u32 | (l as u32) << 8 | u32::from(s < 0) << 16);
+                }
+            }
+        }
+        let list = |v: &mut dyn Iterator<Item = usize>| v.map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+        let mut start = vec![0usize];
+        for p in &prods {
+            start.push(start.last().unwrap() + p.len());
+        }
+        let mut bstart = vec![0usize; t.m() + 1];
+        for p in &t.pairs {
+            bstart[p.blade + 1] += 1;
+        }
+        for j in 0..t.m() {
+            bstart[j + 1] += bstart[j];
+        }
+        let all: Vec<u32> = prods.concat();
+        let mut s = format!("#define CL_M {}\n#define CL_P {}\n#define CL_NT {}\n#define CL_NPROD {}\n", t.m(), t.p(), t.nt(), all.len());
+        s += &format!("__constant__ unsigned short fs_pair_blade[{}] = {{{}}};\n", t.nt(), list(&mut t.pairs.iter().map(|p| p.blade)));
+        s += &format!("__constant__ unsigned short fs_pair_path[{}] = {{{}}};\n", t.nt(), list(&mut t.pairs.iter().map(|p| p.path)));
+        s += &format!("__constant__ unsigned short fs_pair_start[{}] = {{{}}};\n", t.nt() + 1, list(&mut start.iter().copied()));
+        s += &format!("__constant__ unsigned short fs_blade_start[{}] = {{{}}};\n", t.m() + 1, list(&mut bstart.iter().copied()));
+        s += &format!("__constant__ unsigned int fs_prod[{}] = {{{}}};\n", all.len(), list(&mut all.iter().map(|&v| v as usize)));
+        Ok(s + SIMT_CU)
+    })
+}
+
+fn simt_opts(dt: DType, kind: u8, f32_io: bool) -> Vec<String> {
+    vec![dtype_opt(dt), format!("-DFS_KIND={kind}"), format!("-DFS_F32={}", u8::from(f32_io))]
+}
+
+#[allow(clippy::too_many_arguments)]
+fn plan_simt(plan: &mut Plan, layer: &Layer, kind: u8, dt: DType, f32_io: bool, threads: usize, bufs: &[usize], dims: Dims, n_out: usize) -> Result<()> {
+    let mut args: Vec<Arg> = bufs.iter().map(|&b| Arg::Buf(b)).collect();
+    args.extend([dims.b, dims.n, n_out].map(|v| Arg::I64(v as i64)));
+    let grid = blocks("x", threads, THREADS as usize)?;
+    plan.launch(launch(simt_source(layer)?, simt_opts(dt, kind, f32_io), (grid, 1, 1), 0, args, "clifford_fc_simt"));
+    Ok(())
+}
+
+// ---- MVLinear ------------------------------------------------------------------------------------
+
+/// MVLinear forward: inputs [x, w] or [x, w, bias]; output [out].
+pub fn plan_linear_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bool) -> Result<Plan> {
+    let mut plan = Plan::new(if bias { 3 } else { 2 });
+    let out = plan.output(&[dims.m, dims.b, n_out], dt);
+    let call = TileCall {
+        a: Arg::Buf(0),
+        b: Arg::Buf(1),
+        x: Arg::Null,
+        y: Arg::Null,
+        dst: out,
+        dst2: Arg::Null,
+        bias: if bias { Arg::Buf(2) } else { Arg::Null },
+        rows: dims.b,
+        cols: n_out,
+        k: dims.n,
+        a_strides: [dims.b * dims.n, dims.n, 1],
+        b_strides: [dims.n * n_out, 1, n_out],
+        d_strides: [dims.b * n_out, n_out, 1],
+        x_dims: (dims.b, dims.n),
+        out_len: dims.m * dims.b * n_out,
+    };
+    plan_tile(&mut plan, layer, TileKind::LinFwd, dt, TileIo { a_f32: false, b_f32: true, d_f32: false, bias }, call)?;
+    Ok(plan)
+}
+
+pub fn linear_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    let plan = plan_linear_forward(layer, dims, n_out, x.dtype(), bias.is_some())?;
+    let outs = match bias {
+        Some(b) => run_cuda(plan, &[x, w, b])?,
+        None => run_cuda(plan, &[x, w])?,
+    };
+    Ok(outs.into_iter().next().expect("out"))
+}
+
+/// MVLinear backward: inputs [x, w, d_out]; outputs [d_x, d_w, d_bias].
+pub fn plan_linear_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType) -> Result<Plan> {
+    let mut plan = Plan::new(3);
+    let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
+    let dw = plan.output(&[layer.grades(), dims.n, n_out], DType::F32);
+    let db = plan.output(&[n_out], DType::F32);
+    let data = TileCall {
+        a: Arg::Buf(2),
+        b: Arg::Buf(1),
+        x: Arg::Null,
+        y: Arg::Null,
+        dst: dx,
+        dst2: Arg::Null,
+        bias: Arg::Null,
+        rows: dims.b,
+        cols: dims.n,
+        k: n_out,
+        a_strides: [dims.b * n_out, n_out, 1],
+        b_strides: [dims.n * n_out, n_out, 1],
+        d_strides: [dims.b * dims.n, dims.n, 1],
+        x_dims: (dims.b, dims.n),
+        out_len: dims.m * dims.b * dims.n,
+    };
+    plan_tile(&mut plan, layer, TileKind::LinBwdData, dt, TileIo { a_f32: false, b_f32: true, d_f32: false, bias: false }, data)?;
+    let weight = TileCall {
+        a: Arg::Buf(0),
+        b: Arg::Buf(2),
+        x: Arg::Null,
+        y: Arg::Null,
+        dst: dw,
+        dst2: Arg::Null,
+        bias: Arg::Null,
+        rows: dims.n,
+        cols: n_out,
+        k: dims.b,
+        a_strides: [dims.b * dims.n, 1, dims.n],
+        b_strides: [dims.b * n_out, 1, n_out],
+        d_strides: [dims.n * n_out, n_out, 1],
+        x_dims: (dims.b, dims.n),
+        out_len: layer.grades() * dims.n * n_out,
+    };
+    plan_tile(&mut plan, layer, TileKind::LinBwdWeight, dt, TileIo { a_f32: false, b_f32: false, d_f32: true, bias: false }, weight)?;
+    // d_bias: column sums of the scalar blade's gradient (B × N_out), in row chunks, in order.
+    let chunks = dims.b.div_ceil(256).clamp(1, 64);
+    let rpc = dims.b.div_ceil(chunks);
+    let chunks = dims.b.div_ceil(rpc);
+    let part = plan.alloc(&[chunks, n_out], DType::F32);
+    let args = vec![Arg::Buf(2), Arg::Buf(part), Arg::I64(dims.b as i64), Arg::I64(n_out as i64), Arg::I64(rpc as i64)];
+    let grid = (blocks("w", n_out, THREADS as usize)?, chunks as u32, 1);
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_col_sums_{}", dt.name()), grid, block: THREADS, smem: 0, args, name: "clifford_col_sums" });
+    sum_chunks(&mut plan, part, db, chunks, n_out);
+    Ok(plan)
+}
+
+pub fn linear_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, d_out: &Tensor) -> Result<LinearGrads> {
+    let mut it = run_cuda(plan_linear_backward(layer, dims, n_out, x.dtype())?, &[x, w, d_out])?.into_iter();
+    Ok(LinearGrads { d_x: it.next().expect("d_x"), d_w: it.next().expect("d_w"), d_bias: it.next().expect("d_bias") })
+}
+
+// ---- every specialization, for the NVRTC compile test --------------------------------------------
+
+/// Every (source, options) the launch code can request for `layer`'s algebra.
+pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
+    let mut out = Vec::new();
+    let m = layer.blades();
+    let vs: Vec<usize> = if vec_max(m) > 1 { vec![vec_max(m), 1] } else { vec![1] };
+    for dt in DType::ACTIVATIONS {
+        for gelu in [false, true] {
+            let src = fwd_source(layer, gelu)?;
+            for &v in &vs {
+                out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, false) });
+                if gelu {
+                    out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, false) });
+                    if v > 1 {
+                        out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, true) });
+                    }
+                }
+            }
+        }
+        for kind in ["dot", "normfwd", "normbwd"] {
+            let src = rows_source(layer, kind)?;
+            for &v in &vs {
+                out.push(KernelBuild { source: src, options: rows_opts(dt, kind, v) });
+            }
+        }
+        for (gelu, norm) in [(false, false), (true, false), (true, true)] {
+            out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: bwd_opts(dt, norm) });
+        }
+        for prog in [Prog::GeluFwd, Prog::GeluBwd] {
+            out.push(KernelBuild { source: gelu_source(layer, prog, dt)?, options: vec![] });
+        }
+        let fc_tc = fc_tensor_cores(layer, dt);
+        for kind in TileKind::ALL {
+            let ios: Vec<TileIo> = match kind {
+                TileKind::FcFwd if fc_tc => [false, true].iter().map(|&d| TileIo { a_f32: false, b_f32: true, d_f32: d, bias: false }).collect(),
+                TileKind::FcBwdData if fc_tc => [false, true].iter().map(|&a| TileIo { a_f32: a, b_f32: true, d_f32: false, bias: false }).collect(),
+                TileKind::FcBwdWeight if fc_tc => [false, true].iter().map(|&b| TileIo { a_f32: false, b_f32: b, d_f32: true, bias: false }).collect(),
+                TileKind::LinFwd => [false, true].iter().map(|&bias| TileIo { a_f32: false, b_f32: true, d_f32: false, bias }).collect(),
+                TileKind::LinBwdData => vec![TileIo { a_f32: false, b_f32: true, d_f32: false, bias: false }],
+                TileKind::LinBwdWeight => vec![TileIo { a_f32: false, b_f32: false, d_f32: true, bias: false }],
+                _ => vec![],
+            };
+            for io in ios {
+                out.push(KernelBuild { source: tile_source(layer, kind, dt, io)?.0, options: tile_opts(dt) });
+            }
+        }
+        if !fc_tc {
+            for (kind, f) in [(1, false), (1, true), (2, false), (2, true), (3, false), (3, true)] {
+                out.push(KernelBuild { source: simt_source(layer)?, options: simt_opts(dt, kind, f) });
+            }
+        }
+    }
+    Ok(out)
+}

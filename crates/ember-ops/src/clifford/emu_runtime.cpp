@@ -1,0 +1,169 @@
+// Host emulation runtime: blocks, warps and tensor cores for the kernels compiled against
+// emu_prelude.h, and the driver that runs one launch over its whole grid.
+//
+// Usage: driver LAUNCH_FILE. The file lists the buffers (path and byte length; each file is read
+// before and written back after the launch), then "gx gy gz block smem nargs", then the arguments,
+// one per line: "B id" (a buffer's address), "N 0" (a null pointer) or "S value" (an integer
+// scalar). Arguments are passed as 64-bit words, which on x86-64 is how the kernels' pointer,
+// long long and int parameters travel. Fragment layouts of mma.sync follow the PTX ISA (m16n8k8
+// .tf32, m16n8k16 .bf16/.f16, row.col, f32 accumulators).
+#include <barrier>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+struct ember_emu_dim3 {
+    unsigned int x, y, z;
+};
+thread_local ember_emu_dim3 threadIdx, blockIdx;
+ember_emu_dim3 blockDim, gridDim;
+
+// The kernel of this executable (defined by the kernel's translation unit).
+extern "C" void* ember_emu_kernel;
+
+namespace {
+struct Block {
+    std::barrier<>* block;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    float shfl[32][32];
+    u32 a[32][32][4];
+    u32 b[32][32][2];
+    unsigned char* dynamic_smem;
+};
+Block* emu;
+
+float bits_f32(u32 u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// Element of a fragment word: TF32 (the tensor cores read the top 19 bits) or half `half` of a
+// bf16/f16 pair.
+float elem(int kind, u32 word, int half) {
+    if (kind == 0) return bits_f32(word & 0xffffe000u);
+    const u32 bits = (word >> (16 * half)) & 0xffffu;
+    if (kind == 1) return bits_f32(bits << 16);
+    _Float16 h;
+    const u16 b = (u16)bits;
+    std::memcpy(&h, &b, 2);
+    return (float)h;
+}
+}  // namespace
+
+void ember_emu_syncthreads() { emu->block->arrive_and_wait(); }
+u32* ember_emu_dynamic_smem() { return reinterpret_cast<u32*>(emu->dynamic_smem); }
+
+float ember_emu_shfl_xor(float v, int off) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    emu->shfl[w][l] = v;
+    emu->warps[w]->arrive_and_wait();
+    const float r = emu->shfl[w][l ^ off];
+    emu->warps[w]->arrive_and_wait();
+    return r;
+}
+
+void ember_emu_mma_kind(int kind, float* d, const u32* a, const u32* b) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    std::memcpy(emu->a[w][l], a, 16);
+    std::memcpy(emu->b[w][l], b, 8);
+    emu->warps[w]->arrive_and_wait();
+    const int g = l >> 2, t = l & 3, K = kind == 0 ? 8 : 16;
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+        double acc = d[e];
+        for (int k = 0; k < K; ++k) {
+            float av, bv;
+            if (kind == 0) {
+                // a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); b0 (k = t, n = g), b1 (k = t+4)
+                av = elem(0, emu->a[w][(row % 8) * 4 + k % 4][(row >= 8) + 2 * (k >= 4)], 0);
+                bv = elem(0, emu->b[w][col * 4 + k % 4][k >= 4], 0);
+            } else {
+                // reg0 (g, 2t..2t+1), reg1 (g+8, ..), reg2 (g, 2t+8..), reg3 (g+8, 2t+8..); b: (k = 2t.., n = g), (k = 2t+8..)
+                av = elem(kind, emu->a[w][(row % 8) * 4 + (k % 8) / 2][(row >= 8) + 2 * (k >= 8)], k & 1);
+                bv = elem(kind, emu->b[w][col * 4 + (k % 8) / 2][k >= 8], k & 1);
+            }
+            acc += (double)av * (double)bv;
+        }
+        d[e] = (float)acc;
+    }
+    emu->warps[w]->arrive_and_wait();
+}
+
+typedef void (*kernel_fn)(u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64,
+                          u64, u64, u64);
+
+int main(int argc, char** argv) {
+    if (argc != 2) return 2;
+    FILE* f = std::fopen(argv[1], "r");
+    if (!f) return 3;
+    int nb = 0;
+    if (std::fscanf(f, "%d", &nb) != 1) return 4;
+    std::vector<std::string> paths(nb);
+    std::vector<std::vector<unsigned char>> bufs(nb);
+    for (int i = 0; i < nb; ++i) {
+        char path[4096];
+        size_t len = 0;
+        if (std::fscanf(f, "%4095s %zu", path, &len) != 2) return 5;
+        paths[i] = path;
+        bufs[i].resize(len);
+        FILE* bf = std::fopen(path, "rb");
+        if (!bf || std::fread(bufs[i].data(), 1, len, bf) != len) return 6;
+        std::fclose(bf);
+    }
+    unsigned gx, gy, gz, block;
+    size_t smem;
+    int na;
+    if (std::fscanf(f, "%u %u %u %u %zu %d", &gx, &gy, &gz, &block, &smem, &na) != 6 || na > 26) return 7;
+    u64 args[26] = {0};
+    for (int i = 0; i < na; ++i) {
+        char kind;
+        long long v;
+        if (std::fscanf(f, " %c %lld", &kind, &v) != 2) return 8;
+        args[i] = kind == 'B' ? (u64)bufs[v].data() : kind == 'N' ? 0 : (u64)v;
+    }
+    std::fclose(f);
+
+    blockDim = {block, 1, 1};
+    gridDim = {gx, gy, gz};
+    std::vector<unsigned char> dyn(smem + 64);
+    std::barrier<> bar((std::ptrdiff_t)block), step((std::ptrdiff_t)block);
+    Block ctx;
+    ctx.block = &bar;
+    for (unsigned w = 0; w < (block + 31) / 32; ++w) ctx.warps.emplace_back(new std::barrier<>(32));
+    // Shared memory starts as NaN patterns, like uninitialized memory that tests would notice.
+    std::memset(dyn.data(), 0xff, dyn.size());
+    ctx.dynamic_smem = dyn.data();
+    emu = &ctx;
+    const u64 blocks = (u64)gx * gy * gz;
+    kernel_fn k = (kernel_fn)ember_emu_kernel;
+    auto worker = [&](unsigned t) {
+        threadIdx = {t, 0, 0};
+        for (u64 blk = 0; blk < blocks; ++blk) {
+            blockIdx = {(unsigned)(blk % gx), (unsigned)((blk / gx) % gy), (unsigned)(blk / ((u64)gx * gy))};
+            k(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9], args[10], args[11], args[12], args[13],
+              args[14], args[15], args[16], args[17], args[18], args[19], args[20], args[21], args[22], args[23], args[24], args[25]);
+            step.arrive_and_wait();
+            if (t == 0) std::memset(dyn.data(), 0xff, dyn.size());
+            step.arrive_and_wait();
+        }
+    };
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < block; ++t) threads.emplace_back(worker, t);
+    for (auto& th : threads) th.join();
+    for (int i = 0; i < nb; ++i) {
+        FILE* bf = std::fopen(paths[i].c_str(), "wb");
+        if (!bf || std::fwrite(bufs[i].data(), 1, bufs[i].size(), bf) != bufs[i].size()) return 9;
+        std::fclose(bf);
+    }
+    return 0;
+}

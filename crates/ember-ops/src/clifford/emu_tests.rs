@@ -1,0 +1,178 @@
+//! The CUDA kernels under host emulation ([`super::emu`]) against the f64 reference: the same
+//! launch plans, sources, grids and arguments as on a GPU, with poisoned outputs. Without a C++
+//! compiler these tests fail (they are the CUDA code's only check on machines without a GPU).
+//!
+//! The default set covers every kernel template and variant (vector widths, held and recomputed
+//! rows, norm on and off, every tile kind in every dtype, split-K, the CUDA-core fallback) on small
+//! algebras; `EMBER_EMU_FULL=1` adds every named algebra in every dtype.
+
+use super::emu::{cxx, run_host};
+use super::fused::Stages;
+use super::reference::{self, Dims};
+use super::{cuda, Layer};
+use ember_core::{DType, Device, Tensor};
+
+fn input(shape: &[usize], dtype: DType, seed: u64, scale: f64) -> (Tensor, Vec<f64>) {
+    let v: Vec<f64> = Tensor::randn(shape, DType::F64, Device::Cpu, seed).unwrap().to_vec_f64().unwrap().iter().map(|x| x * scale).collect();
+    let t = Tensor::from_f64(&v, shape, dtype, Device::Cpu).unwrap();
+    let v = t.to_vec_f64().unwrap();
+    (t, v)
+}
+
+fn close(what: &str, got: &Tensor, want: &[f64], tol: f64) {
+    let err = ember_core::compare::rel_err(&got.to_vec_f64().unwrap(), want);
+    assert!(err.is_finite() && err <= tol, "{what}: relative error {err:e} (tolerance {tol:e})");
+}
+
+fn full() -> bool {
+    std::env::var("EMBER_EMU_FULL").is_ok_and(|v| v == "1")
+}
+
+fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
+    let layer = Layer::new(spec).unwrap();
+    let alg = layer.algebra().clone();
+    let dims = Dims { m: layer.blades(), b: nb, n };
+    let shape = [dims.m, nb, n];
+    let seed = 1000 + (nb * 31 + n) as u64;
+    let (x, xv) = input(&shape, dtype, seed, 1.0);
+    let (y, yv) = input(&shape, dtype, seed + 1, 1.0);
+    let (w, wv) = input(&[n, layer.paths()], DType::F32, seed + 2, 0.5);
+    let (g, gv) = input(&shape, dtype, seed + 3, 1.0);
+    let tol = dtype.tolerance();
+    for (gelu, norm) in [(true, false), (true, true), (false, false)] {
+        let st = Stages { gelu, norm };
+        let tag = format!("{spec} B={nb} N={n} {dtype} gelu={gelu} norm={norm}");
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st).unwrap(), &[&x, &y, &w]);
+        let (ro, rr) = reference::fused_forward(&alg, dims, &xv, &yv, &wv, gelu, norm);
+        close(&format!("{tag} out"), &f[0], &ro, tol);
+        if let Some(rr) = rr {
+            close(&format!("{tag} rms"), &f[1], &rr, tol);
+        }
+        let bwd = cuda::plan_fused_backward(&layer, dims, dtype, st).unwrap();
+        let gr = if norm { run_host(&bwd, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&bwd, &[&x, &y, &w, &g]) };
+        let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
+        close(&format!("{tag} d_x"), &gr[0], &dx, tol);
+        close(&format!("{tag} d_y"), &gr[1], &dy, tol);
+        close(&format!("{tag} d_w"), &gr[2], &dw, tol);
+    }
+    let o = run_host(&cuda::plan_gelu(&layer, super::Prog::GeluFwd, dims, dtype).unwrap(), &[&x]);
+    close(&format!("{spec} {dtype} mvgelu"), &o[0], &reference::mvgelu(dims, &xv), tol);
+    let d = run_host(&cuda::plan_gelu(&layer, super::Prog::GeluBwd, dims, dtype).unwrap(), &[&x, &g]);
+    close(&format!("{spec} {dtype} mvgelu d_x"), &d[0], &reference::mvgelu_bwd(dims, &xv, &gv), tol);
+}
+
+fn emu_fc(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) {
+    let layer = Layer::new(spec).unwrap();
+    let alg = layer.algebra().clone();
+    let dims = Dims { m: layer.blades(), b: nb, n: nin };
+    let seed = 2000 + (nb * 131 + nin * 7 + nout) as u64;
+    let (x, xv) = input(&[dims.m, nb, nin], dtype, seed, 1.0);
+    let (y, yv) = input(&[dims.m, nb, nin], dtype, seed + 1, 1.0);
+    let (w, wv) = input(&[layer.paths(), nin, nout], DType::F32, seed + 2, 1.0 / ((nin * layer.paths()) as f64).sqrt());
+    let (g, gv) = input(&[dims.m, nb, nout], dtype, seed + 3, 1.0);
+    let tol = dtype.tolerance();
+    for norm in [false, true] {
+        let tag = format!("{spec} fc B={nb} N={nin}->{nout} {dtype} norm={norm}");
+        let f = run_host(&cuda::plan_fc_forward(&layer, dims, nout, dtype, Stages { gelu: true, norm }).unwrap(), &[&x, &y, &w]);
+        let (ro, rr) = reference::fc_forward(&alg, dims, nout, &xv, &yv, &wv, norm);
+        close(&format!("{tag} out"), &f[0], &ro, tol);
+        let bwd = cuda::plan_fc_backward(&layer, dims, nout, dtype, norm).unwrap();
+        let gr = if let Some(rr) = rr {
+            close(&format!("{tag} rms"), &f[1], &rr, tol);
+            run_host(&bwd, &[&x, &y, &w, &g, &f[2], &f[1]])
+        } else {
+            run_host(&bwd, &[&x, &y, &w, &g])
+        };
+        let (dx, dy, dw) = reference::fc_backward(&alg, dims, nout, &xv, &yv, &wv, &gv, norm);
+        close(&format!("{tag} d_x"), &gr[0], &dx, tol);
+        close(&format!("{tag} d_y"), &gr[1], &dy, tol);
+        close(&format!("{tag} d_w"), &gr[2], &dw, tol);
+    }
+}
+
+fn emu_linear(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) {
+    let layer = Layer::new(spec).unwrap();
+    let alg = layer.algebra().clone();
+    let dims = Dims { m: layer.blades(), b: nb, n: nin };
+    let seed = 3000 + (nb * 131 + nin * 7 + nout) as u64;
+    let (x, xv) = input(&[dims.m, nb, nin], dtype, seed, 1.0);
+    let (w, wv) = input(&[layer.grades(), nin, nout], DType::F32, seed + 1, 1.0 / (nin as f64).sqrt());
+    let (bias, bv) = input(&[nout], DType::F32, seed + 2, 1.0);
+    let (g, gv) = input(&[dims.m, nb, nout], dtype, seed + 3, 1.0);
+    let tol = dtype.tolerance();
+    let tag = format!("{spec} linear B={nb} N={nin}->{nout} {dtype}");
+    let o = run_host(&cuda::plan_linear_forward(&layer, dims, nout, dtype, true).unwrap(), &[&x, &w, &bias]);
+    close(&format!("{tag} out"), &o[0], &reference::linear_forward(&alg, dims, nout, &xv, &wv, Some(&bv)), tol);
+    let o = run_host(&cuda::plan_linear_forward(&layer, dims, nout, dtype, false).unwrap(), &[&x, &w]);
+    close(&format!("{tag} out without bias"), &o[0], &reference::linear_forward(&alg, dims, nout, &xv, &wv, None), tol);
+    let gr = run_host(&cuda::plan_linear_backward(&layer, dims, nout, dtype).unwrap(), &[&x, &w, &g]);
+    let (dx, dw, db) = reference::linear_backward(&alg, dims, nout, &xv, &wv, &gv);
+    close(&format!("{tag} d_x"), &gr[0], &dx, tol);
+    close(&format!("{tag} d_w"), &gr[1], &dw, tol);
+    close(&format!("{tag} d_bias"), &gr[2], &db, tol);
+}
+
+/// Run cases on two threads (the machine's cores; each emulated launch runs 256 threads itself).
+fn run_cases(cases: Vec<Box<dyn Fn() + Send + Sync>>) {
+    assert!(cxx().is_some(), "the host emulation of the CUDA kernels needs a C++ compiler (c++, g++ or clang++)");
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(case) = cases.get(i) else { break };
+                let t0 = std::time::Instant::now();
+                case();
+                eprintln!("emulated case {i}: {:.1} s", t0.elapsed().as_secs_f64());
+            });
+        }
+    });
+}
+
+#[test]
+fn emulated_fused_kernels_match_the_reference() {
+    let mut cases: Vec<Box<dyn Fn() + Send + Sync>> = Vec::new();
+    // N = 8: 4-wide vectors with rows held in registers; N = 7: scalar path, rows recomputed.
+    for dtype in DType::ACTIVATIONS {
+        cases.push(Box::new(move || emu_fused("2,0", (3, 8), dtype)));
+        cases.push(Box::new(move || emu_fused("2,0", (2, 7), dtype)));
+    }
+    // 2-wide vectors (16 blades); a row longer than one step per thread (N > 256·4).
+    cases.push(Box::new(|| emu_fused("3,0", (2, 1028), DType::F32)));
+    cases.push(Box::new(|| emu_fused("1,3", (2, 6), DType::BF16)));
+    if full() {
+        for spec in ["3,0", "3,0,1", "1,3"] {
+            for dtype in DType::ACTIVATIONS {
+                cases.push(Box::new(move || emu_fused(spec, (5, 12), dtype)));
+                cases.push(Box::new(move || emu_fused(spec, (3, 129), dtype)));
+            }
+        }
+    }
+    run_cases(cases);
+}
+
+#[test]
+fn emulated_tensor_core_tiles_match_the_reference() {
+    let mut cases: Vec<Box<dyn Fn() + Send + Sync>> = Vec::new();
+    for dtype in DType::ACTIVATIONS {
+        // Edges of the 16-row, 8-column tiles.
+        cases.push(Box::new(move || emu_fc("2,0", (17, 9, 11), dtype)));
+        cases.push(Box::new(move || emu_linear("2,0", (17, 9, 11), dtype)));
+    }
+    // Split K in the weight gradients (a long batch), Cl(3,0) tiles.
+    cases.push(Box::new(|| emu_fc("2,0", (130, 3, 5), DType::F32)));
+    cases.push(Box::new(|| emu_linear("2,0", (300, 3, 5), DType::BF16)));
+    cases.push(Box::new(|| emu_fc("3,0", (33, 17, 9), DType::F32)));
+    // n = 5: the fully connected product's CUDA-core fallback.
+    cases.push(Box::new(|| emu_fc("2,2,1", (3, 2, 3), DType::F32)));
+    cases.push(Box::new(|| emu_linear("2,2,1", (3, 5, 4), DType::F16)));
+    if full() {
+        for spec in ["3,0", "3,0,1", "1,3"] {
+            for dtype in DType::ACTIVATIONS {
+                cases.push(Box::new(move || emu_fc(spec, (19, 20, 33), dtype)));
+                cases.push(Box::new(move || emu_linear(spec, (19, 20, 33), dtype)));
+            }
+        }
+    }
+    run_cases(cases);
+}

@@ -1,0 +1,130 @@
+//! Launch plans: every CUDA op of the layers is first described as buffers and kernel launches
+//! (module, options, grid, arguments), independently of any device, then run. On a GPU
+//! [`run_cuda`] allocates the buffers and launches; the unit tests run the same plans through a
+//! host emulation of the kernels (`emu.rs`), so the launch logic and the kernels are exercised
+//! without a GPU too.
+
+use ember_core::cuda::{KernelSource, LaunchConfig};
+use ember_core::{DType, Error, Result, Tensor};
+
+/// A kernel argument: a buffer of the plan, a null pointer, or a scalar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    Buf(usize),
+    Null,
+    I64(i64),
+    I32(i32),
+}
+
+/// One kernel launch.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    pub src: KernelSource,
+    pub opts: Vec<String>,
+    pub entry: String,
+    pub grid: (u32, u32, u32),
+    pub block: u32,
+    /// Dynamic shared memory in bytes.
+    pub smem: usize,
+    pub args: Vec<Arg>,
+    pub name: &'static str,
+}
+
+/// A buffer the plan allocates (outputs and workspaces), filled with NaN when poisoning is on.
+#[derive(Clone, Debug)]
+pub struct BufSpec {
+    pub shape: Vec<usize>,
+    pub dtype: DType,
+}
+
+/// Buffers 0..inputs are the op's inputs, in its order; then the allocated ones.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub inputs: usize,
+    pub allocs: Vec<BufSpec>,
+    pub launches: Vec<Launch>,
+    /// Buffers returned, in order.
+    pub outputs: Vec<usize>,
+}
+
+impl Plan {
+    pub fn new(inputs: usize) -> Plan {
+        Plan { inputs, allocs: Vec::new(), launches: Vec::new(), outputs: Vec::new() }
+    }
+    /// A new buffer; returns its id.
+    pub fn alloc(&mut self, shape: &[usize], dtype: DType) -> usize {
+        self.allocs.push(BufSpec { shape: shape.to_vec(), dtype });
+        self.inputs + self.allocs.len() - 1
+    }
+    /// An allocated buffer that the op returns.
+    pub fn output(&mut self, shape: &[usize], dtype: DType) -> usize {
+        let id = self.alloc(shape, dtype);
+        self.outputs.push(id);
+        id
+    }
+    pub fn launch(&mut self, l: Launch) {
+        self.launches.push(l);
+    }
+}
+
+/// Run `plan` on the CUDA device of `inputs[0]`; returns the output buffers in order.
+pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    assert_eq!(inputs.len(), plan.inputs, "plan built for another input count");
+    let dev = inputs[0].cuda_device()?.clone();
+    let device = inputs[0].device();
+    let mut bufs: Vec<Option<Tensor>> = Vec::with_capacity(plan.allocs.len());
+    for b in &plan.allocs {
+        bufs.push(Some(Tensor::output(&b.shape, b.dtype, device)?));
+    }
+    let ptr = |id: usize| -> Result<u64> {
+        if id < plan.inputs {
+            inputs[id].cuda_ptr()
+        } else {
+            bufs[id - plan.inputs].as_ref().expect("buffer alive").cuda_ptr()
+        }
+    };
+    for l in &plan.launches {
+        let f = dev.function(&l.src, &l.opts, &l.entry)?;
+        if l.smem > 48 * 1024 {
+            dev.set_max_dynamic_smem(&f, l.smem)?;
+        }
+        // Scalars and pointers live in these vectors while the launch borrows them.
+        let mut u64s = Vec::new();
+        let mut i64s = Vec::new();
+        let mut i32s = Vec::new();
+        for a in &l.args {
+            match *a {
+                Arg::Buf(id) => u64s.push(ptr(id)?),
+                Arg::Null => u64s.push(0),
+                Arg::I64(v) => i64s.push(v),
+                Arg::I32(v) => i32s.push(v),
+            }
+        }
+        let smem = u32::try_from(l.smem).map_err(|_| Error::invalid("clifford", "shared memory size overflows u32"))?;
+        let cfg = LaunchConfig { grid_dim: l.grid, block_dim: (l.block, 1, 1), shared_mem_bytes: smem };
+        let mut launch = dev.launch(&f, cfg);
+        let (mut iu, mut ii, mut ij) = (0, 0, 0);
+        for a in &l.args {
+            launch = match a {
+                Arg::Buf(_) | Arg::Null => {
+                    iu += 1;
+                    launch.arg(&u64s[iu - 1])
+                }
+                Arg::I64(_) => {
+                    ii += 1;
+                    launch.arg(&i64s[ii - 1])
+                }
+                Arg::I32(_) => {
+                    ij += 1;
+                    launch.arg(&i32s[ij - 1])
+                }
+            };
+        }
+        launch.named(l.name).run()?;
+    }
+    let mut out = Vec::new();
+    for &id in &plan.outputs {
+        out.push(bufs[id - plan.inputs].take().expect("each output returned once"));
+    }
+    Ok(out)
+}

@@ -1,0 +1,357 @@
+// Row kernels of the Clifford layers: one team of threads per batch row b covers all N channels, so
+// the per-grade RMS norm's reduction over channels happens on chip, in a fixed order.
+//
+// Prepended by the launch code (cuda.rs): ember's common header, then the generated prefix with
+//   CL_M (blades), CL_P (paths), CL_NG (grades) and the ember-ga device functions this kernel calls,
+// and these options: -DEMBER_T=<float|ember_f16|ember_bf16> -DCL_KIND=<kind> -DCL_V=<1|2|4>, and for
+// the fused forward -DCL_NORM=<0|1> -DCL_K=<0|1>.
+//
+// Layout: activations (M × B × N), element (j, b, n) at j·B·N + b·N + n; weights w (N × P) f32;
+// per-row values (B × NG). Each thread takes CL_V consecutive channels of one row per step (one
+// CL_V-wide vector load per blade); N % CL_V == 0 is the launcher's promise.
+//
+// Kinds:
+//   CL_KIND_FWD      fused forward: o = cl_fwd(x, y, w); no norm: out = o; norm: per-row sums of
+//                    squares → r, out = cl_scale(o, 1/r). CL_K = 1 keeps each thread's o in registers
+//                    across the reduction (N ≤ team·V); CL_K = 0 recomputes o in a second pass (the
+//                    inputs come back from L2).
+//   CL_KIND_DOT      backward stats of the fused layer: per row and grade D = Σ g·o →
+//                    coef[b][k] = (a, c) = (1/r, D/(N r²)), what cl_bwd_norm needs.
+//   CL_KIND_NORMFWD  norm of a product computed elsewhere: o (f32) → out = o/r, rms.
+//   CL_KIND_NORMBWD  its gradient: d_o = cl_normbwd(g, o, 1/r, D/(N r²)) (f32).
+#define CL_KIND_FWD 1
+#define CL_KIND_DOT 2
+#define CL_KIND_NORMFWD 3
+#define CL_KIND_NORMBWD 4
+
+typedef EMBER_T act_t;
+#define CL_EPS 1e-6f
+#define CL_THREADS 256
+
+// ---- CL_V-wide loads and stores, converted to/from f32 -------------------------------------------
+template <int V> __device__ __forceinline__ void cl_ldv(const float* p, float (&v)[V]) {
+    if constexpr (V == 4) {
+        const float4 q = *reinterpret_cast<const float4*>(p);
+        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+    } else if constexpr (V == 2) {
+        const float2 q = *reinterpret_cast<const float2*>(p);
+        v[0] = q.x; v[1] = q.y;
+    } else {
+        v[0] = *p;
+    }
+}
+// Raw 16-bit words of a half type to f32.
+template <typename H> struct cl_half;
+template <> struct cl_half<ember_bf16> {
+    static __device__ __forceinline__ float f32(u32 bits) { return ember_bf16_bits_to_f32(bits); }
+};
+template <> struct cl_half<ember_f16> {
+    static __device__ __forceinline__ float f32(u32 bits) { return ember_f16_bits_to_f32(bits); }
+};
+template <int V, typename H> __device__ __forceinline__ void cl_ldv(const H* p, float (&v)[V]) {
+    if constexpr (V == 4) {
+        const uint2 q = *reinterpret_cast<const uint2*>(p);
+        v[0] = cl_half<H>::f32(q.x & 0xffffu);
+        v[1] = cl_half<H>::f32(q.x >> 16);
+        v[2] = cl_half<H>::f32(q.y & 0xffffu);
+        v[3] = cl_half<H>::f32(q.y >> 16);
+    } else if constexpr (V == 2) {
+        const u32 q = *reinterpret_cast<const u32*>(p);
+        v[0] = cl_half<H>::f32(q & 0xffffu);
+        v[1] = cl_half<H>::f32(q >> 16);
+    } else {
+        v[0] = ember_to_f32(*p);
+    }
+}
+template <int V> __device__ __forceinline__ void cl_stv(float* p, const float (&v)[V]) {
+    if constexpr (V == 4) {
+        *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    } else if constexpr (V == 2) {
+        *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]);
+    } else {
+        *p = v[0];
+    }
+}
+template <int V, typename H> __device__ __forceinline__ void cl_stv(H* p, const float (&v)[V]) {
+    if constexpr (V == 4) {
+        *reinterpret_cast<uint2*>(p) = make_uint2(ember_pack2<H>(v[0], v[1]), ember_pack2<H>(v[2], v[3]));
+    } else if constexpr (V == 2) {
+        *reinterpret_cast<u32*>(p) = ember_pack2<H>(v[0], v[1]);
+    } else {
+        *p = ember_from_f32<H>(v[0]);
+    }
+}
+
+// Load blade j of CL_V channels for all blades: v[j][lane] from t + j·BN + base.
+template <typename T> __device__ __forceinline__ void cl_load_mv(const T* t, i64 BN, i64 base, float (&v)[CL_M][CL_V]) {
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) cl_ldv<CL_V>(t + (i64)j * BN + base, v[j]);
+}
+template <typename T> __device__ __forceinline__ void cl_store_mv(T* t, i64 BN, i64 base, const float (&o)[CL_V][CL_M]) {
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        float v[CL_V];
+#pragma unroll
+        for (int c = 0; c < CL_V; ++c) v[c] = o[c][j];
+        cl_stv<CL_V>(t + (i64)j * BN + base, v);
+    }
+}
+
+// Sum NS values over the team of `team` threads (a multiple of 32 dividing the block): warp
+// shuffles, then the team's warps in order through shared memory. Every thread of the block must
+// call it; afterwards every thread holds its team's sums. Deterministic.
+template <int NS> __device__ __forceinline__ void cl_team_sum(float (&v)[NS], float* red, int team) {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v[s] += __shfl_xor_sync(0xffffffffu, v[s], off);
+    }
+    const int warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+        for (int s = 0; s < NS; ++s) red[warp * NS + s] = v[s];
+    }
+    __syncthreads();
+    const int per = team >> 5, first = (threadIdx.x / team) * per;
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+        float t = 0.0f;
+        for (int q = 0; q < per; ++q) t += red[(first + q) * NS + s];
+        v[s] = t;
+    }
+    __syncthreads();
+}
+
+#if CL_KIND == CL_KIND_FWD || CL_KIND == CL_KIND_DOT
+// o (and the per-grade sums of squares, added to ss) of CL_V channels n0.. of row b.
+__device__ __forceinline__ void cl_fwd_group(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
+                                             i64 BN, i64 base, i64 n0, float (&o)[CL_V][CL_M], float (&ss)[CL_NG]) {
+    float xv[CL_M][CL_V], yv[CL_M][CL_V];
+    cl_load_mv(x, BN, base, xv);
+    cl_load_mv(y, BN, base, yv);
+#pragma unroll
+    for (int c = 0; c < CL_V; ++c) {
+        float xi[CL_M], yi[CL_M], wi[CL_P], s[CL_NG];
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) { xi[j] = xv[j][c]; yi[j] = yv[j][c]; }
+#pragma unroll
+        for (int p = 0; p < CL_P; ++p) wi[p] = __ldg(w + (n0 + c) * CL_P + p);
+        cl_fwd(xi, yi, wi, o[c], s);
+#pragma unroll
+        for (int k = 0; k < CL_NG; ++k) ss[k] += s[k];
+    }
+}
+
+#endif
+
+#if CL_KIND == CL_KIND_FWD
+__device__ __forceinline__ void cl_scale_store(act_t* __restrict__ out, i64 BN, i64 base, float (&o)[CL_V][CL_M], const float (&a)[CL_NG]) {
+    float s[CL_V][CL_M];
+#pragma unroll
+    for (int c = 0; c < CL_V; ++c) cl_scale(o[c], a, s[c]);
+    cl_store_mv(out, BN, base, s);
+}
+
+#if CL_NORM == 0
+// One thread per (row, CL_V channels): grid covers B·N/CL_V threads.
+extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
+                                                                   act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
+    const i64 G = N / CL_V;
+    const i64 gid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gid >= B * G) return;
+    const i64 b = gid / G, n0 = (gid - b * G) * CL_V, BN = B * N, base = b * N + n0;
+    float o[CL_V][CL_M], ss[CL_NG];
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) ss[k] = 0.0f;
+    cl_fwd_group(x, y, w, BN, base, n0, o, ss);
+    cl_store_mv(out, BN, base, o);
+}
+#else
+extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
+                                                                   act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
+    __shared__ float red[(CL_THREADS / 32) * CL_NG];
+    const int lt = threadIdx.x % team;
+    const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
+    const bool live = b < B;
+    const i64 G = N / CL_V, BN = B * N;
+    float ss[CL_NG];
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) ss[k] = 0.0f;
+#if CL_K == 1
+    float o[CL_V][CL_M];
+    const bool mine = live && lt < G;
+    if (mine) cl_fwd_group(x, y, w, BN, b * N + (i64)lt * CL_V, (i64)lt * CL_V, o, ss);
+#else
+    for (i64 g = lt; live && g < G; g += team) {
+        float o[CL_V][CL_M];
+        cl_fwd_group(x, y, w, BN, b * N + g * CL_V, g * CL_V, o, ss);
+    }
+#endif
+    cl_team_sum<CL_NG>(ss, red, team);
+    float a[CL_NG];
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) {
+        const float r = sqrtf(ss[k] / (float)N + CL_EPS);
+        a[k] = 1.0f / r;
+        if (live && lt == 0) rms[b * CL_NG + k] = r;
+    }
+#if CL_K == 1
+    if (mine) cl_scale_store(out, BN, b * N + (i64)lt * CL_V, o, a);
+#else
+    for (i64 g = lt; live && g < G; g += team) {
+        float o[CL_V][CL_M], unused[CL_NG];
+        cl_fwd_group(x, y, w, BN, b * N + g * CL_V, g * CL_V, o, unused);
+        cl_scale_store(out, BN, b * N + g * CL_V, o, a);
+    }
+#endif
+}
+#endif
+#endif  // CL_KIND_FWD
+
+#if CL_KIND == CL_KIND_DOT || CL_KIND == CL_KIND_NORMBWD
+// Per-grade Σ g·u over CL_V channels at base, added to e.
+template <typename U>
+__device__ __forceinline__ void cl_dot_group(const act_t* __restrict__ g, const U* __restrict__ u, i64 BN, i64 base, float (&e)[CL_NG]) {
+    float gv[CL_M][CL_V], uv[CL_M][CL_V];
+    cl_load_mv(g, BN, base, gv);
+    cl_load_mv(u, BN, base, uv);
+#pragma unroll
+    for (int c = 0; c < CL_V; ++c) {
+        float gi[CL_M], ui[CL_M], s[CL_NG];
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) { gi[j] = gv[j][c]; ui[j] = uv[j][c]; }
+        cl_dot(gi, ui, s);
+#pragma unroll
+        for (int k = 0; k < CL_NG; ++k) e[k] += s[k];
+    }
+}
+#endif
+
+#if CL_KIND == CL_KIND_DOT
+// CL_DOT_O = 1 recomputes o from x, y, w (f32; for half-precision activations, whose rounded `out`
+// would spoil the gradient where g and out·E/N nearly cancel); CL_DOT_O = 0 reads the forward's
+// out (f32 activations: one tensor less to read). Either way coef[b][k] = (a, c) with a = 1/r and
+// c = a·Σ g·out / N = a²·Σ g·o / N.
+extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
+                                                                   const act_t* __restrict__ g, const act_t* __restrict__ u, const float* __restrict__ rms,
+                                                                   float* __restrict__ coef, i64 B, i64 N, int team) {
+    __shared__ float red[(CL_THREADS / 32) * CL_NG];
+    const int lt = threadIdx.x % team;
+    const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
+    const bool live = b < B;
+    const i64 G = N / CL_V, BN = B * N;
+    float e[CL_NG];
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) e[k] = 0.0f;
+    for (i64 q = lt; live && q < G; q += team) {
+#if CL_DOT_O
+        float o[CL_V][CL_M], unused[CL_NG], gv[CL_M][CL_V];
+        cl_fwd_group(x, y, w, BN, b * N + q * CL_V, q * CL_V, o, unused);
+        cl_load_mv(g, BN, b * N + q * CL_V, gv);
+#pragma unroll
+        for (int c = 0; c < CL_V; ++c) {
+            float gi[CL_M], s[CL_NG];
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) gi[j] = gv[j][c];
+            cl_dot(gi, o[c], s);
+#pragma unroll
+            for (int k = 0; k < CL_NG; ++k) e[k] += s[k];
+        }
+#else
+        cl_dot_group(g, u, BN, b * N + q * CL_V, e);
+#endif
+    }
+    cl_team_sum<CL_NG>(e, red, team);
+    if (live && lt == 0) {
+#pragma unroll
+        for (int k = 0; k < CL_NG; ++k) {
+            const float a = 1.0f / rms[b * CL_NG + k];
+            coef[(b * CL_NG + k) * 2] = a;
+            coef[(b * CL_NG + k) * 2 + 1] = (CL_DOT_O ? a * a : a) * e[k] / (float)N;
+        }
+    }
+}
+#endif
+
+#if CL_KIND == CL_KIND_NORMFWD
+extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* __restrict__ o, act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
+    __shared__ float red[(CL_THREADS / 32) * CL_NG];
+    const int lt = threadIdx.x % team;
+    const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
+    const bool live = b < B;
+    const i64 G = N / CL_V, BN = B * N;
+    float ss[CL_NG];
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) ss[k] = 0.0f;
+    for (i64 q = lt; live && q < G; q += team) {
+        float ov[CL_M][CL_V];
+        cl_load_mv(o, BN, b * N + q * CL_V, ov);
+#pragma unroll
+        for (int c = 0; c < CL_V; ++c) {
+            float oi[CL_M], s[CL_NG];
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) oi[j] = ov[j][c];
+            cl_dot(oi, oi, s);
+#pragma unroll
+            for (int k = 0; k < CL_NG; ++k) ss[k] += s[k];
+        }
+    }
+    cl_team_sum<CL_NG>(ss, red, team);
+    float a[CL_NG];
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) {
+        const float r = sqrtf(ss[k] / (float)N + CL_EPS);
+        a[k] = 1.0f / r;
+        if (live && lt == 0) rms[b * CL_NG + k] = r;
+    }
+    for (i64 q = lt; live && q < G; q += team) {
+        float ov[CL_M][CL_V], s[CL_V][CL_M];
+        cl_load_mv(o, BN, b * N + q * CL_V, ov);
+#pragma unroll
+        for (int c = 0; c < CL_V; ++c) {
+            float oi[CL_M];
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) oi[j] = ov[j][c];
+            cl_scale(oi, a, s[c]);
+        }
+        cl_store_mv(out, BN, b * N + q * CL_V, s);
+    }
+}
+#endif
+
+#if CL_KIND == CL_KIND_NORMBWD
+// The gradient of the product o (f32, kept by the forward) from the gradient g of out = o/r:
+// d_o = cl_normbwd(g, o, a, c) = (g − o·c)·a with a = 1/r, c = a²·Σ g·o / N.
+extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ g, const float* __restrict__ o, const float* __restrict__ rms,
+                                                                   float* __restrict__ d_o, i64 B, i64 N, int team) {
+    __shared__ float red[(CL_THREADS / 32) * CL_NG];
+    const int lt = threadIdx.x % team;
+    const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
+    const bool live = b < B;
+    const i64 G = N / CL_V, BN = B * N;
+    float e[CL_NG];
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) e[k] = 0.0f;
+    for (i64 q = lt; live && q < G; q += team) cl_dot_group(g, o, BN, b * N + q * CL_V, e);
+    cl_team_sum<CL_NG>(e, red, team);
+    float a[CL_NG], c[CL_NG];
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) {
+        a[k] = live ? 1.0f / rms[b * CL_NG + k] : 0.0f;
+        c[k] = a[k] * a[k] * e[k] / (float)N;
+    }
+    for (i64 q = lt; live && q < G; q += team) {
+        float gv[CL_M][CL_V], ov[CL_M][CL_V], d[CL_V][CL_M];
+        cl_load_mv(g, BN, b * N + q * CL_V, gv);
+        cl_load_mv(o, BN, b * N + q * CL_V, ov);
+#pragma unroll
+        for (int cc = 0; cc < CL_V; ++cc) {
+            float gi[CL_M], oi[CL_M];
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) { gi[j] = gv[j][cc]; oi[j] = ov[j][cc]; }
+            cl_normbwd(gi, oi, a, c, d[cc]);
+        }
+        cl_store_mv(d_o, BN, b * N + q * CL_V, d);
+    }
+}
+#endif

@@ -1,0 +1,434 @@
+//! The Clifford layers' `ember check` cases and `ember bench` rows.
+
+use super::reference::{self, Dims};
+use super::{cuda, fc, fused, linear, mvgelu, wgp, Layer};
+use crate::harness::bench::{params, BenchCtx, BenchRow};
+use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
+use crate::KernelBuild;
+use ember_core::{DType, Device, Result, Tensor};
+use serde_json::json;
+
+pub struct Family;
+
+/// The algebras every tier checks; the Small tier adds a 5-dimensional one (the fully connected
+/// product's CUDA-core fallback), the Full tier one with n = 6.
+const ALGEBRAS: [&str; 4] = ["2,0", "3,0", "3,0,1", "1,3"];
+
+/// Inputs drawn in the op's dtype (so the reference sees exactly the values the op sees), moved to
+/// the device; also their f64 values.
+struct Input {
+    t: Tensor,
+    v: Vec<f64>,
+}
+
+fn input(ctx: &CheckCtx, shape: &[usize], dtype: DType, seed: u64, scale: f64) -> Result<Input> {
+    let cpu = Tensor::randn(shape, DType::F64, Device::Cpu, seed)?;
+    let v: Vec<f64> = cpu.to_vec_f64()?.iter().map(|x| x * scale).collect();
+    let t = Tensor::from_f64(&v, shape, dtype, Device::Cpu)?;
+    let v = t.to_vec_f64()?;
+    Ok(Input { t: t.to_device(ctx.device)?, v })
+}
+
+/// f32 stays at the f32 tolerance on tensor cores too (three TF32 passes, see tile.cu).
+fn tol(dtype: DType) -> f64 {
+    dtype.tolerance()
+}
+
+/// (B, N) of the elementwise and row cases.
+fn sizes(tier: Tier) -> Vec<(usize, usize)> {
+    match tier {
+        Tier::Quick => vec![(1, 1), (3, 8), (5, 129)],
+        // Vector and scalar paths, rows held in registers and recomputed (N > 1024).
+        Tier::Small => vec![(1, 1), (3, 7), (2, 36), (2, 1028)],
+        Tier::Full => vec![(1, 1), (7, 7), (127, 129), (129, 127), (4099, 7), (7, 4099), (4099, 129), (129, 1024)],
+    }
+}
+
+/// (B, N_in, N_out) of the fully connected and linear cases.
+fn gemm_sizes(tier: Tier) -> Vec<(usize, usize, usize)> {
+    match tier {
+        Tier::Quick => vec![(1, 1, 1), (5, 7, 9)],
+        // Tile edges, and a batch long enough for the weight gradient's split-K path.
+        Tier::Small => vec![(3, 5, 7), (17, 33, 9), (300, 8, 8)],
+        Tier::Full => vec![(1, 1, 1), (7, 7, 7), (127, 129, 65), (129, 33, 127), (4099, 17, 9), (300, 64, 96)],
+    }
+}
+
+/// Every tier adds an algebra outside the named four: Cl(2,0,1) on the CPU; on CUDA Cl(2,2,1)
+/// (n = 5: the fully connected product's CUDA-core fallback). n = 6 runs in the CPU unit tests (its
+/// generated CUDA kernels take minutes to compile).
+fn algebras(tier: Tier) -> Vec<&'static str> {
+    let mut v = ALGEBRAS.to_vec();
+    match tier {
+        Tier::Quick => v.push("2,0,1"),
+        Tier::Small | Tier::Full => v.push("2,2,1"),
+    }
+    v
+}
+
+/// Compile every kernel of these algebras with NVRTC on all cores into the disk cache, so the
+/// checks that follow (which compile on first use, one at a time) find them there.
+fn warm_kernel_cache(device: Device, specs: &[&str]) {
+    let Device::Cuda(i) = device else { return };
+    let Ok(dev) = ember_core::cuda::CudaDevice::get(i) else { return };
+    let arch = dev.info().arch.clone();
+    let builds: Vec<KernelBuild> = specs.iter().filter_map(|s| Layer::new(s).ok()).filter_map(|l| cuda::kernels_of(&l).ok()).flatten().collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    std::thread::scope(|sc| {
+        for _ in 0..workers {
+            sc.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(b) = builds.get(k) else { break };
+                // Errors surface again, with their log, when the op loads the module.
+                let _ = ember_core::cuda::nvrtc::compile(b.source.name, &b.source.full_code(), &arch, &b.options);
+            });
+        }
+    });
+}
+
+struct Rows<'a> {
+    ctx: &'a CheckCtx,
+    rows: Vec<CheckRow>,
+}
+
+impl Rows<'_> {
+    fn cmp(&mut self, op: &str, case: &str, qty: &str, got: &Tensor, want: &[f64], tol: f64) -> Result<()> {
+        self.rows.push(compare(op, case, qty, got, want, tol)?);
+        Ok(())
+    }
+    fn prop(&mut self, op: &str, case: &str, qty: &str, dtype: DType, holds: bool) {
+        self.rows.push(property(op, case, qty, dtype, self.ctx.device, holds));
+    }
+}
+
+fn bitwise(a: &Tensor, b: &Tensor) -> bool {
+    matches!((a.to_vec_f64(), b.to_vec_f64()), (Ok(x), Ok(y)) if x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits()))
+}
+
+fn check_fused(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize), dtype: DType) -> Result<()> {
+    let alg = layer.algebra();
+    let dims = Dims { m: layer.blades(), b: nb, n };
+    let shape = [dims.m, nb, n];
+    for norm in [false, true] {
+        let case = format!("{} B={nb} N={n}{}", layer.name(), if norm { " norm" } else { "" });
+        let seed = r.ctx.seed_for(&format!("fused {case} {dtype}"));
+        let x = input(r.ctx, &shape, dtype, seed, 1.0)?;
+        let y = input(r.ctx, &shape, dtype, seed + 1, 1.0)?;
+        let w = input(r.ctx, &[n, layer.paths()], DType::F32, seed + 2, 0.5)?;
+        let g = input(r.ctx, &shape, dtype, seed + 3, 1.0)?;
+        let (ro, rr) = reference::fused_forward(alg, dims, &x.v, &y.v, &w.v, true, norm);
+        let (rdx, rdy, rdw) = reference::fused_backward(alg, dims, &x.v, &y.v, &w.v, &g.v, true, norm);
+        let t = tol(dtype);
+        let f = fused::forward(layer, &x.t, &y.t, &w.t, norm)?;
+        r.cmp("clifford", &case, "fused out", &f.out, &ro, t)?;
+        if let (Some(got), Some(want)) = (&f.rms, &rr) {
+            r.cmp("clifford", &case, "fused rms", got, want, t)?;
+        }
+        let gr = fused::backward(layer, &x.t, &y.t, &w.t, &f, &g.t)?;
+        r.cmp("clifford", &case, "fused d_x", &gr.d_x, &rdx, t)?;
+        r.cmp("clifford", &case, "fused d_y", &gr.d_y, &rdy, t)?;
+        r.cmp("clifford", &case, "fused d_w", &gr.d_w, &rdw, t)?;
+        if r.ctx.device.is_cuda() {
+            let again = fused::backward(layer, &x.t, &y.t, &w.t, &f, &g.t)?;
+            let same = bitwise(&gr.d_w, &again.d_w) && bitwise(&gr.d_x, &again.d_x) && bitwise(&fused::forward(layer, &x.t, &y.t, &w.t, norm)?.out, &f.out);
+            r.prop("clifford", &case, "fused deterministic", dtype, same);
+        }
+        if !norm {
+            // The bare weighted product: same kernels without GELU and norm.
+            let o = wgp::forward(layer, &x.t, &y.t, &w.t)?;
+            r.cmp("clifford", &case, "wgp out", &o, &reference::wgp_layer(alg, dims, &x.v, &y.v, &w.v, false), t)?;
+            let gw = wgp::backward(layer, &x.t, &y.t, &w.t, &g.t)?;
+            let (wdx, wdy, wdw) = reference::fused_backward(alg, dims, &x.v, &y.v, &w.v, &g.v, false, false);
+            r.cmp("clifford", &case, "wgp d_x", &gw.d_x, &wdx, t)?;
+            r.cmp("clifford", &case, "wgp d_y", &gw.d_y, &wdy, t)?;
+            r.cmp("clifford", &case, "wgp d_w", &gw.d_w, &wdw, t)?;
+            let gx = mvgelu::forward(layer, &x.t)?;
+            r.cmp("clifford", &case, "mvgelu out", &gx, &reference::mvgelu(dims, &x.v), t)?;
+            r.cmp("clifford", &case, "mvgelu d_x", &mvgelu::backward(layer, &x.t, &g.t)?, &reference::mvgelu_bwd(dims, &x.v, &g.v), t)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_fc(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usize), dtype: DType) -> Result<()> {
+    let alg = layer.algebra();
+    let dims = Dims { m: layer.blades(), b: nb, n: nin };
+    for norm in [false, true] {
+        let case = format!("{} B={nb} N={nin}->{nout}{}", layer.name(), if norm { " norm" } else { "" });
+        let seed = r.ctx.seed_for(&format!("fc {case} {dtype}"));
+        let x = input(r.ctx, &[dims.m, nb, nin], dtype, seed, 1.0)?;
+        let y = input(r.ctx, &[dims.m, nb, nin], dtype, seed + 1, 1.0)?;
+        let w = input(r.ctx, &[layer.paths(), nin, nout], DType::F32, seed + 2, 1.0 / ((nin * layer.paths()) as f64).sqrt())?;
+        let g = input(r.ctx, &[dims.m, nb, nout], dtype, seed + 3, 1.0)?;
+        let (ro, rr) = reference::fc_forward(alg, dims, nout, &x.v, &y.v, &w.v, norm);
+        let (rdx, rdy, rdw) = reference::fc_backward(alg, dims, nout, &x.v, &y.v, &w.v, &g.v, norm);
+        let t = tol(dtype);
+        let f = fc::forward(layer, &x.t, &y.t, &w.t, norm)?;
+        r.cmp("clifford", &case, "fc out", &f.out, &ro, t)?;
+        if let (Some(got), Some(want)) = (&f.rms, &rr) {
+            r.cmp("clifford", &case, "fc rms", got, want, t)?;
+        }
+        let gr = fc::backward(layer, &x.t, &y.t, &w.t, &f, &g.t)?;
+        r.cmp("clifford", &case, "fc d_x", &gr.d_x, &rdx, t)?;
+        r.cmp("clifford", &case, "fc d_y", &gr.d_y, &rdy, t)?;
+        r.cmp("clifford", &case, "fc d_w", &gr.d_w, &rdw, t)?;
+        if r.ctx.device.is_cuda() {
+            let again = fc::backward(layer, &x.t, &y.t, &w.t, &f, &g.t)?;
+            r.prop("clifford", &case, "fc deterministic", dtype, bitwise(&gr.d_w, &again.d_w) && bitwise(&gr.d_x, &again.d_x));
+        }
+    }
+    Ok(())
+}
+
+fn check_linear(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usize), dtype: DType) -> Result<()> {
+    let alg = layer.algebra();
+    let dims = Dims { m: layer.blades(), b: nb, n: nin };
+    let case = format!("{} B={nb} N={nin}->{nout}", layer.name());
+    let seed = r.ctx.seed_for(&format!("linear {case} {dtype}"));
+    let x = input(r.ctx, &[dims.m, nb, nin], dtype, seed, 1.0)?;
+    let w = input(r.ctx, &[layer.grades(), nin, nout], DType::F32, seed + 1, 1.0 / (nin as f64).sqrt())?;
+    let bias = input(r.ctx, &[nout], DType::F32, seed + 2, 1.0)?;
+    let g = input(r.ctx, &[dims.m, nb, nout], dtype, seed + 3, 1.0)?;
+    let t = tol(dtype);
+    let o = linear::forward(layer, &x.t, &w.t, Some(&bias.t))?;
+    r.cmp("clifford", &case, "linear out", &o, &reference::linear_forward(alg, dims, nout, &x.v, &w.v, Some(&bias.v)), t)?;
+    let o = linear::forward(layer, &x.t, &w.t, None)?;
+    r.cmp("clifford", &case, "linear nobias", &o, &reference::linear_forward(alg, dims, nout, &x.v, &w.v, None), t)?;
+    let (rdx, rdw, rdb) = reference::linear_backward(alg, dims, nout, &x.v, &w.v, &g.v);
+    let gr = linear::backward(layer, &x.t, &w.t, &g.t)?;
+    r.cmp("clifford", &case, "linear d_x", &gr.d_x, &rdx, t)?;
+    r.cmp("clifford", &case, "linear d_w", &gr.d_w, &rdw, t)?;
+    r.cmp("clifford", &case, "linear d_bias", &gr.d_bias, &rdb, dtype.tolerance())?;
+    if r.ctx.device.is_cuda() {
+        let again = linear::backward(layer, &x.t, &w.t, &g.t)?;
+        r.prop("clifford", &case, "linear deterministic", dtype, bitwise(&gr.d_w, &again.d_w) && bitwise(&gr.d_bias, &again.d_bias));
+    }
+    Ok(())
+}
+
+/// Every op of `layer` at these sizes in these dtypes.
+fn check_algebra(r: &mut Rows, layer: &Layer, sizes: &[(usize, usize)], gemm: &[(usize, usize, usize)], dtypes: &[DType]) -> Result<()> {
+    for &dtype in dtypes {
+        for &s in sizes {
+            check_fused(r, layer, s, dtype)?;
+        }
+        for &s in gemm {
+            check_fc(r, layer, s, dtype)?;
+            check_linear(r, layer, s, dtype)?;
+        }
+    }
+    Ok(())
+}
+
+/// The checks of one algebra, for tests of algebras outside the tiers.
+#[cfg(test)]
+pub(crate) fn check_one_algebra(ctx: &CheckCtx, spec: &str, sizes: &[(usize, usize)], gemm: &[(usize, usize, usize)], dtypes: &[DType]) -> Result<Vec<CheckRow>> {
+    let mut r = Rows { ctx, rows: Vec::new() };
+    check_algebra(&mut r, &Layer::new(spec)?, sizes, gemm, dtypes)?;
+    Ok(r.rows)
+}
+
+/// Bad input is an error naming the argument, before anything is launched.
+fn check_errors(r: &mut Rows) -> Result<()> {
+    let layer = Layer::new("3,0")?;
+    let dev = r.ctx.device;
+    let x = Tensor::zeros(&[4, 2, 3], DType::F32, dev)?;
+    let w = Tensor::zeros(&[3, 20], DType::F32, dev)?;
+    let e = fused::forward(&layer, &x, &x, &w, true);
+    r.prop("clifford", "blade count 4 in Cl(3,0)", "Err", DType::F32, matches!(&e, Err(e) if e.to_string().contains("expected 8")));
+    let x = Tensor::zeros(&[8, 2, 3], DType::F32, dev)?;
+    let e = fused::forward(&layer, &x, &x, &Tensor::zeros(&[3, 10], DType::F32, dev)?, false);
+    r.prop("clifford", "weights (3, 10) in Cl(3,0)", "Err", DType::F32, matches!(&e, Err(e) if e.to_string().contains("argument `w`")));
+    let ok = fused::forward(&layer, &x, &x, &w, true).and_then(|f| f.out.to_vec_f64()).is_ok();
+    r.prop("clifford", "usable after bad input", "Ok", DType::F32, ok);
+    Ok(())
+}
+
+impl crate::OpFamily for Family {
+    fn name(&self) -> &'static str {
+        "clifford"
+    }
+    fn summary(&self) -> &'static str {
+        "Clifford layers: fused GELU → weighted geometric product → RMS norm, fully connected product, MVLinear (generated by ember-ga)"
+    }
+
+    fn check(&self, ctx: &CheckCtx) -> Result<Vec<CheckRow>> {
+        warm_kernel_cache(ctx.device, &algebras(ctx.tier));
+        let mut r = Rows { ctx, rows: Vec::new() };
+        for spec in algebras(ctx.tier) {
+            let layer = Layer::new(spec)?;
+            // Algebras with n ≥ 5 run the smallest cases: their kernels are the same templates.
+            let big = layer.blades() > 16;
+            let sz: Vec<(usize, usize)> = if big { sizes(ctx.tier).into_iter().take(2).collect() } else { sizes(ctx.tier) };
+            let gz: Vec<(usize, usize, usize)> = if big { vec![(3, 5, 4)] } else { gemm_sizes(ctx.tier) };
+            check_algebra(&mut r, &layer, &sz, &gz, &DType::ACTIVATIONS)?;
+        }
+        check_errors(&mut r)?;
+        Ok(r.rows)
+    }
+
+    fn bench(&self, ctx: &BenchCtx, progress: &mut dyn FnMut(&BenchRow)) -> Result<Vec<BenchRow>> {
+        let mut rows = Vec::new();
+        let mut emit = |row: BenchRow, rows: &mut Vec<BenchRow>| {
+            progress(&row);
+            rows.push(row);
+        };
+        let cpu = ctx.device == Device::Cpu;
+        // The fused layer: Cl(3,0) f32 over the B × N grid (the heatmap), other algebras and bf16 at
+        // B·N = 2^21.
+        let grid: Vec<(usize, usize)> = if cpu {
+            vec![(256, 128)]
+        } else if ctx.quick {
+            vec![(4096, 512), (65536, 1024)]
+        } else {
+            [1024usize, 4096, 16384, 65536].iter().flat_map(|&b| [128usize, 256, 512, 1024].map(|n| (b, n))).collect()
+        };
+        let mut fused_cases: Vec<(&str, usize, usize, DType)> = grid.iter().map(|&(b, n)| ("3,0", b, n, DType::F32)).collect();
+        let (b0, n0) = if cpu { (256, 128) } else { (4096, 512) };
+        for spec in ["2,0", "3,0,1", "1,3"] {
+            fused_cases.push((spec, b0, n0, DType::F32));
+        }
+        fused_cases.push(("3,0", b0, n0, DType::BF16));
+        for (spec, b, n, dtype) in fused_cases {
+            for row in bench_fused(ctx, spec, b, n, dtype)? {
+                emit(row, &mut rows);
+            }
+        }
+        // The fully connected product and MVLinear: Cl(3,0), B = 4096, N = 512.
+        let (b, n) = if cpu { (64, 64) } else { (4096, 512) };
+        for dtype in [DType::F32, DType::BF16] {
+            for row in bench_fc(ctx, "3,0", b, n, dtype)? {
+                emit(row, &mut rows);
+            }
+            for row in bench_linear(ctx, "3,0", b, n, dtype)? {
+                emit(row, &mut rows);
+            }
+        }
+        Ok(rows)
+    }
+
+    fn kernels(&self) -> Vec<KernelBuild> {
+        let mut out = vec![KernelBuild { source: cuda::SUMS, options: vec![] }];
+        for spec in ALGEBRAS {
+            let layer = Layer::new(spec).expect("named algebra");
+            out.extend(cuda::kernels_of(&layer).expect("generated kernels"));
+        }
+        out
+    }
+}
+
+fn sets_of<T>(ctx: &BenchCtx, bytes: f64, make: impl Fn(u64) -> Result<T>) -> Result<Vec<T>> {
+    (0..ctx.rotation(bytes)).map(|i| make(100 + 10 * i as u64)).collect()
+}
+
+fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -> Result<Vec<BenchRow>> {
+    let layer = Layer::new(spec)?;
+    let m = layer.blades();
+    let (shape, es) = ([m, nb, n], dtype.size() as f64);
+    let words = (m * nb * n) as f64 * es;
+    let sets = sets_of(ctx, 3.0 * words, |s| {
+        Ok((
+            Tensor::rand(&shape, -2.0, 2.0, dtype, ctx.device, s)?,
+            Tensor::rand(&shape, -2.0, 2.0, dtype, ctx.device, s + 1)?,
+            Tensor::rand(&[n, layer.paths()], -1.0, 1.0, DType::F32, ctx.device, s + 2)?,
+            Tensor::rand(&shape, -1.0, 1.0, dtype, ctx.device, s + 3)?,
+        ))
+    })?;
+    let k = sets.len();
+    // FLOPs: the generated forward and gradient programs' arithmetic per element.
+    let fwd_ops = layer.ir(super::Prog::Fwd { gelu: true })?.counts();
+    let bwd_ops = layer.ir(super::Prog::Bwd { gelu: true, norm: true })?.counts();
+    let per = |c: ember_ga::OpCounts| (c.muls + c.adds + c.other) as f64 * (nb * n) as f64;
+    let p = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true))]);
+    let ms = ctx.time(300.0, |i| {
+        let (x, y, w, _) = &sets[i % k];
+        fused::forward(&layer, x, y, w, true).map(drop)
+    })?;
+    let fwd = ctx.row("clifford", "fwd", dtype, p.clone(), ms, 3.0 * words, per(fwd_ops));
+    let ms = ctx.time(300.0, |i| {
+        let (x, y, w, g) = &sets[i % k];
+        let f = fused::forward(&layer, x, y, w, true)?;
+        fused::backward(&layer, x, y, w, &f, g).map(drop)
+    })?;
+    let both = ctx.row("clifford", "fwd+bwd", dtype, p, ms, 8.0 * words, per(fwd_ops) + per(bwd_ops));
+    Ok(vec![fwd, both])
+}
+
+fn bench_fc(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -> Result<Vec<BenchRow>> {
+    let layer = Layer::new(spec)?;
+    let m = layer.blades();
+    let es = dtype.size() as f64;
+    let bytes = (2.0 * (m * nb * n) as f64 + (m * nb * n) as f64) * es + (layer.paths() * n * n) as f64 * 4.0;
+    let sets = sets_of(ctx, bytes, |s| {
+        Ok((
+            Tensor::rand(&[m, nb, n], -2.0, 2.0, dtype, ctx.device, s)?,
+            Tensor::rand(&[m, nb, n], -2.0, 2.0, dtype, ctx.device, s + 1)?,
+            Tensor::rand(&[layer.paths(), n, n], -0.05, 0.05, DType::F32, ctx.device, s + 2)?,
+            Tensor::rand(&[m, nb, n], -1.0, 1.0, dtype, ctx.device, s + 3)?,
+        ))
+    })?;
+    let k = sets.len();
+    // FLOPs of one GEMM pass: 2·B·N_in·N_out per (blade, path) pair.
+    let flops = 2.0 * (layer.pairs() * nb * n * n) as f64;
+    let tf32 = dtype == DType::F32;
+    let rate = ctx.gemm_tflops(dtype, tf32)?;
+    let note = if cpu_device(ctx) {
+        "CPU f32".to_string()
+    } else if tf32 {
+        format!("3xTF32 tensor cores (f32-accurate); vs cuBLAS TF32 {rate:.0} TFLOP/s")
+    } else {
+        format!("{} tensor cores; vs cuBLAS {} {rate:.0} TFLOP/s", dtype.name(), dtype.name())
+    };
+    let p = params(&[("layer", json!("fc")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true))]);
+    let ms = ctx.time(300.0, |i| {
+        let (x, y, w, _) = &sets[i % k];
+        fc::forward(&layer, x, y, w, true).map(drop)
+    })?;
+    let mut fwd = ctx.row_with_rate("clifford", "fwd", dtype, p.clone(), ms, bytes, flops, rate);
+    fwd.note = note.clone();
+    let ms = ctx.time(300.0, |i| {
+        let (x, y, w, g) = &sets[i % k];
+        let f = fc::forward(&layer, x, y, w, true)?;
+        fc::backward(&layer, x, y, w, &f, g).map(drop)
+    })?;
+    let mut both = ctx.row_with_rate("clifford", "fwd+bwd", dtype, p, ms, 2.5 * bytes, 3.0 * flops, rate);
+    both.note = note;
+    Ok(vec![fwd, both])
+}
+
+fn bench_linear(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -> Result<Vec<BenchRow>> {
+    let layer = Layer::new(spec)?;
+    let m = layer.blades();
+    let es = dtype.size() as f64;
+    let bytes = 2.0 * (m * nb * n) as f64 * es + (layer.grades() * n * n) as f64 * 4.0;
+    let sets = sets_of(ctx, bytes, |s| {
+        Ok((
+            Tensor::rand(&[m, nb, n], -2.0, 2.0, dtype, ctx.device, s)?,
+            Tensor::rand(&[layer.grades(), n, n], -0.05, 0.05, DType::F32, ctx.device, s + 1)?,
+            Tensor::rand(&[n], -1.0, 1.0, DType::F32, ctx.device, s + 2)?,
+            Tensor::rand(&[m, nb, n], -1.0, 1.0, dtype, ctx.device, s + 3)?,
+        ))
+    })?;
+    let k = sets.len();
+    let flops = 2.0 * (m * nb * n * n) as f64;
+    let tf32 = dtype == DType::F32;
+    let rate = ctx.gemm_tflops(dtype, tf32)?;
+    let p = params(&[("layer", json!("linear")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n))]);
+    let ms = ctx.time(300.0, |i| {
+        let (x, w, b, _) = &sets[i % k];
+        linear::forward(&layer, x, w, Some(b)).map(drop)
+    })?;
+    let fwd = ctx.row_with_rate("clifford", "fwd", dtype, p.clone(), ms, bytes, flops, rate);
+    let ms = ctx.time(300.0, |i| {
+        let (x, w, b, g) = &sets[i % k];
+        let _o = linear::forward(&layer, x, w, Some(b))?;
+        linear::backward(&layer, x, w, g).map(drop)
+    })?;
+    let both = ctx.row_with_rate("clifford", "fwd+bwd", dtype, p, ms, 2.5 * bytes, 3.0 * flops, rate);
+    Ok(vec![fwd, both])
+}
+
+fn cpu_device(ctx: &BenchCtx) -> bool {
+    ctx.device == Device::Cpu
+}

@@ -1,0 +1,27 @@
+// Deterministic reductions shared by the Clifford layers (algebra-independent).
+
+// out[i] = Σ_c part[c·len + i] over c = 0..chunks-1, in order: d_w partials of the fused layer's
+// column kernel, split-K partials of the tile GEMMs.
+extern "C" __global__ void __launch_bounds__(256) cl_sum_chunks(const float* __restrict__ part, float* __restrict__ out, i64 chunks, i64 len) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (i64)blockDim.x * gridDim.x) {
+        float s = 0.0f;
+        for (i64 c = 0; c < chunks; ++c) s += part[c * len + i];
+        out[i] = s;
+    }
+}
+
+// Partial column sums of a (rows × cols) matrix over row chunks: part[chunk][col] = Σ over the
+// chunk's rows in order (the bias gradient of MVLinear is the column sum of the scalar blade's
+// upstream gradient). One thread per column; the chunks are summed by cl_sum_chunks.
+template <typename T>
+__device__ __forceinline__ void cl_col_sums_impl(const T* __restrict__ g, float* __restrict__ part, i64 rows, i64 cols, i64 rows_per_chunk) {
+    const i64 col = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    const i64 r0 = (i64)blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+    float s = 0.0f;
+    for (i64 r = r0; r < r1; ++r) s += ember_to_f32(g[r * cols + col]);
+    part[(i64)blockIdx.y * cols + col] = s;
+}
+extern "C" __global__ void __launch_bounds__(256) cl_col_sums_f32(const float* g, float* part, i64 rows, i64 cols, i64 rpc) { cl_col_sums_impl(g, part, rows, cols, rpc); }
+extern "C" __global__ void __launch_bounds__(256) cl_col_sums_f16(const ember_f16* g, float* part, i64 rows, i64 cols, i64 rpc) { cl_col_sums_impl(g, part, rows, cols, rpc); }
+extern "C" __global__ void __launch_bounds__(256) cl_col_sums_bf16(const ember_bf16* g, float* part, i64 rows, i64 cols, i64 rpc) { cl_col_sums_impl(g, part, rows, cols, rpc); }
