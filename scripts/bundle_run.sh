@@ -88,6 +88,9 @@ json.dump(out, open(sys.argv[1], "w"), indent=1)' "$work/ember-bench.json" $(for
   python3 "$here/bench/torch_ref.py" "$work/ember-bench.json" "$work/torch.json" --compile "${EMBER_TORCH_COMPILE:-all}" 2> "$work/torch.err"
   tail -2 "$work/torch.err"
   python3 "$here/bench/merge.py" "$work/ember-bench.json" "$work/torch.json" "$work/results" 2>&1 | tail -5
+  for j in "$work"/results/*/clifford.json; do
+    [ -f "$j" ] && python3 "$here/bench/plot_clifford_heatmap.py" "$j" "$(dirname "$j")/clifford-heatmap.png" 2>&1 | tee -a "$summary"
+  done
   python3 - "$work" <<'PY' | tee -a "$summary"
 import json, sys, glob, os
 work = sys.argv[1]
