@@ -22,7 +22,10 @@ cp scripts/bundle_run.sh bundle/run.sh
 # Ship the sm_90a kernel cache (Hopper; NVRTC 13.0 as on the GPU machine), so kernels load there
 # without compiling. Needs libnvrtc here (.nvrtc/ as installed by .ci/run, or EMBER_CUDA_LIB_DIR).
 if [ -d .nvrtc/nvidia/cu13/lib ]; then export LD_LIBRARY_PATH="$PWD/.nvrtc/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
-EMBER_CACHE_DIR="$PWD/bundle/kcache" bundle/bin/ember kernels --arch sm_90a --fill-cache || echo "no kernel cache shipped (NVRTC unavailable here)"
+if EMBER_CACHE_DIR="$PWD/bundle/kcache" bundle/bin/ember kernels --arch sm_90a --fill-cache; then
+  tar cJf bundle/kcache.tar.xz -C bundle kcache   # CUBINs compress ~9x
+fi
+rm -rf bundle/kcache
 commit=$(git rev-parse --short=12 HEAD)
 if ! git diff --quiet HEAD -- crates bench scripts; then commit="$commit+dirty"; fi
 echo "$commit" > bundle/COMMIT

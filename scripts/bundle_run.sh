@@ -15,7 +15,8 @@ work="$out/work"
 export EMBER_COMMIT=$(cat "$here/COMMIT")
 export EMBER_CACHE_DIR=/tmp/ember-kernel-cache
 # Kernels precompiled for sm_90a by build_bundle.sh (same NVRTC version: the cache key matches).
-mkdir -p "$EMBER_CACHE_DIR" && [ -d "$here/kcache" ] && cp -n "$here/kcache/"* "$EMBER_CACHE_DIR/" 2>/dev/null
+mkdir -p "$EMBER_CACHE_DIR"
+[ -f "$here/kcache.tar.xz" ] && tar xJf "$here/kcache.tar.xz" -C "$EMBER_CACHE_DIR" --strip-components=1
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
