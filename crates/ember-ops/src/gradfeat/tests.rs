@@ -235,9 +235,12 @@ mod host_model {
             c
         };
         let out = base(true).output().unwrap();
-        if !out.status.success() {
+        if out.status.success() {
+            eprintln!("host model {dtype} chunks={nch}: built with AddressSanitizer");
+        } else {
             let out = base(false).output().unwrap();
             assert!(out.status.success(), "compiling the host model: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!("host model {dtype} chunks={nch}: built without AddressSanitizer (the compiler lacks it)");
         }
         exe
     }
