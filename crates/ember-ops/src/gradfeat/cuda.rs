@@ -117,6 +117,41 @@ impl BwdVariant {
     }
 }
 
+/// How the CUDA forward runs, chosen by `EMBER_GRADFEAT_FWD` (both tested on the GPU; NOTES.md):
+/// - "fused" (the default): the fused forward kernel of `gradfeat.cu` (its tiles chosen by
+///   `EMBER_GRADFEAT_TILES`);
+/// - "staged": on sm_90a with 16-bit inputs and C ≤ 256, stages 1 and 2 of the staged map kernel,
+///   every product on wgmma (elsewhere the fused forward).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FwdVariant {
+    Fused,
+    Staged,
+}
+
+impl FwdVariant {
+    pub const ALL: [FwdVariant; 2] = [FwdVariant::Fused, FwdVariant::Staged];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FwdVariant::Fused => "fused",
+            FwdVariant::Staged => "staged",
+        }
+    }
+
+    /// `EMBER_GRADFEAT_FWD`, "fused" when unset or unknown.
+    pub fn from_env() -> FwdVariant {
+        let v = std::env::var("EMBER_GRADFEAT_FWD").unwrap_or_default();
+        FwdVariant::ALL.into_iter().find(|f| f.name() == v).unwrap_or(FwdVariant::Fused)
+    }
+}
+
+/// The forward variants that run `p` as themselves.
+pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
+    let Device::Cuda(i) = p.device else { return Ok(vec![FwdVariant::Fused]) };
+    let dev = CudaDevice::get(i)?;
+    Ok(if super::staged::applies(&dev, p) { FwdVariant::ALL.to_vec() } else { vec![FwdVariant::Fused] })
+}
+
 /// The variants that run `p` as themselves (the staged ones need sm_90a, 16-bit inputs and
 /// C ≤ 256; elsewhere they would run the fused backward again).
 pub fn variants(p: &Problem) -> Result<Vec<BwdVariant>> {
@@ -348,8 +383,11 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
         .run()
 }
 
-pub fn forward(p: &Problem, input: &Input, weights: &Weights) -> Result<Tensor> {
+pub fn forward(p: &Problem, input: &Input, weights: &Weights, variant: FwdVariant) -> Result<Tensor> {
     let dev = super::first_tensor(input).1.cuda_device()?.clone();
+    if variant == FwdVariant::Staged && super::staged::applies(&dev, p) {
+        return super::staged::forward(&dev, p, input, weights);
+    }
     // Check the tile fits before allocating anything.
     pick_tile(&dev, p, Kind::Fwd)?;
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;

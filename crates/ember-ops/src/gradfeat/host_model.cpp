@@ -7,8 +7,8 @@
 // hardware agrees with the documented layouts.
 //
 // Build: c++ -std=c++20 -O2 -pthread -fno-strict-aliasing -DGS_DTYPE=1|2 -DGS_NCH=1|2 host_model.cpp
-// Usage: host_model IN OUT. IN: the problem, plans and inputs written by tests.rs; OUT: the
-// gradients, as raw 16-bit words.
+// Usage: host_model IN OUT. IN: the problem, plans and inputs written by tests.rs; OUT: the forward's
+// output and the gradients, as raw 16-bit words.
 
 #include <barrier>
 #include <cmath>
@@ -98,6 +98,7 @@ static void gs_st16(u32 dst, u32 a, u32 b, u32 c, u32 d) {
 static void gs_fence_async() {}
 static void gs_fence_regs(float (&)[64]) {}
 static int gs_tid() { return (int)threadIdx.x; }
+static float gs_tanh_out(float x) { return std::tanh(x); }
 static void gs_wg_arrive() {}
 static void gs_wg_commit() {}
 template <int N> static void gs_wg_wait() {}
@@ -280,10 +281,17 @@ int main(int argc, char** argv) {
     const i64* tiles = map_tiles.empty() ? nullptr : map_tiles.data();
     const int vec_k = K % 8 == 0, vec_c = C % 8 == 0;
     const u32 smem = (u32)(3 * bm * 128 * GS_NCH * 2 + 4 * std::max(2 * bm * 32 * 2 + 128 * GS_NCH * 32 * 2, 2 * 128 * GS_NCH * 32 * 2));
+    // The forward (staged.rs's forward), then the backward's map kernel.
+    u16* out_fwd = tensor(V * C);
+    launch(grid, 256, smem, [&] {
+        auto f = rot ? map_kernels::gs_fwd_rot : map_kernels::gs_fwd_plain;
+        f((const T*)grads_re, (const T*)grads_im, (const T*)xt, (const T*)g_in_re, (const T*)g_in_im, (const T*)a_re, (const T*)a_im, nullptr, nullptr, nullptr,
+          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out_fwd, tiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+    });
     launch(grid, 256, smem, [&] {
         auto f = rot ? map_kernels::gs_map_rot : map_kernels::gs_map_plain;
         f((const T*)grads_re, (const T*)grads_im, (const T*)xt, (const T*)g_in_re, (const T*)g_in_im, (const T*)a_re, (const T*)a_im, (const T*)t_re, (const T*)t_im,
-          (const T*)d_out, (T*)gws_re, (T*)gws_im, (T*)p, (T*)q, (T*)dg_re, (T*)dg_im, tiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+          (const T*)d_out, (T*)gws_re, (T*)gws_im, (T*)p, (T*)q, (T*)dg_re, (T*)dg_im, nullptr, tiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
     });
     const u16* g_re = spectral ? gws_re : g_in_re;
     const u16* g_im = spectral ? gws_im : g_in_im;
@@ -294,6 +302,7 @@ int main(int argc, char** argv) {
 
     FILE* out = std::fopen(argv[2], "wb");
     if (!out) return 2;
+    std::fwrite(out_fwd, 2, (size_t)(V * C), out);
     if (spectral) {
         std::fwrite(d_x, 2, (size_t)(M * K * C), out);
     } else {

@@ -36,7 +36,7 @@
 //! `narrow` selects other mma.sync tile families (measured in NOTES.md). `EMBER_GRADFEAT_BWD=staged`
 //! (or `staged-mma`) runs the backward of 16-bit inputs with C ≤ 256 on Hopper as the staged kernels
 //! of `staged.cu` instead: g, b, P, Q and d_g on wgmma in one kernel, and the reductions on wgmma
-//! (or mma.sync). The on-chip
+//! (or mma.sync); `EMBER_GRADFEAT_FWD=staged` the forward as that kernel's first two stages. The on-chip
 //! tiles bound C on CUDA (about 640 for 16-bit inputs and the f32 forward, 384 for the f32 backward on
 //! Hopper); larger C is an error that says so.
 
@@ -219,13 +219,19 @@ fn check_offsets(offsets: &[usize], meshes: usize, v: usize) -> Result<()> {
     Ok(())
 }
 
-/// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im), (V, C).
+/// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im), (V, C). On CUDA, `EMBER_GRADFEAT_FWD` picks the kernels
+/// (see [`cuda::FwdVariant`]).
 pub fn forward(input: &Input, weights: &Weights) -> Result<Forward> {
+    forward_with(input, weights, cuda::FwdVariant::from_env())
+}
+
+/// `forward` through the given CUDA variant (the CPU paths ignore it).
+pub fn forward_with(input: &Input, weights: &Weights, variant: cuda::FwdVariant) -> Result<Forward> {
     let p = validate(input, weights)?;
     let out = match p.device {
         Device::Cpu if p.dtype == DType::F64 => reference_forward(&p, input, weights)?,
         Device::Cpu => cpu::forward(&p, input, weights)?,
-        Device::Cuda(_) => cuda::forward(&p, input, weights)?,
+        Device::Cuda(_) => cuda::forward(&p, input, weights, variant)?,
     };
     Ok(Forward { out })
 }

@@ -5,6 +5,7 @@
 //                               ds = d_out·(1 − tanh²(g_re·b_re + g_im·b_im)), P = ds·g_re,
 //                               Q = ds·g_im, d_g = ds·b + [P Q]·conj(A); writes g (spectral form),
 //                               P, Q and d_g to device memory, row-major.
+//   gs_fwd_rot / gs_fwd_plain   the forward from the same kernel: g, b, out = tanh(g_re·b_re + g_im·b_im).
 //   gs_reduce_rot / _sum        split-K reductions over vertices: d_A from P, Q, g; d_x from grads
 //                               and d_g; f32 slices per split, summed in split order by gf_reduce
 //                               (gradfeat.cu), so the result is the same bits on every run.
@@ -97,6 +98,13 @@ __device__ __forceinline__ int gs_tid() {
     int t;
     asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
     return t;
+}
+// tanh of the forward's 16-bit output: the one-instruction approximation (relative error under
+// 2^-10.9, below the output's rounding), as in the fused forward.
+__device__ __forceinline__ float gs_tanh_out(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 __device__ __forceinline__ void gs_wg_arrive() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void gs_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
@@ -282,6 +290,8 @@ __device__ __forceinline__ int gs_ring_next(int it, int n, Load&& load) {
 //      ds·b; the epilogue stages d_g in G and writes it out.
 // G goes to device memory twice while the next stage's first products run: g (spectral form, for
 // d_A) and P, Q. Every write to device memory is a 16-byte store of 8 channels.
+// The forward (FWD) runs stages 1 and 2 only; its epilogue writes out = tanh(g_re·b_re + g_im·b_im)
+// over G and from there to device memory.
 #if GS_NCH == 1
 #define GS_BM 128
 #elif GS_NCH == 2
@@ -318,12 +328,13 @@ struct MapArgs {
     T* q;
     T* dg_re;  // d_g: the outputs (vertex form) or a workspace for d_x
     T* dg_im;
+    T* out;  // the forward's output
     const i64* tiles;  // batches: (first row, end of the mesh's rows, mesh) per CTA; null: one mesh
     i64 V;
     int K, C, spectral, vec_k, vec_c;
 };
 
-template <bool ROT>
+template <bool ROT, bool FWD>
 __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #if !GS_HAS_WGMMA
     __trap();  // launched on sm_90a only; other targets build the module for the compile test
@@ -359,7 +370,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 
     // Tile it of the ring: stage 1 (it < nk1): grads_re, grads_im, xᵀ; stage 2: A_re, A_im (with the
     // first one, d_out and, in the vertex form, G); stage 3: A_reᵀ, −A_imᵀ.
-    const int n = nk1 + 2 * nk2;
+    const int n = nk1 + (FWD ? 1 : 2) * nk2;
     auto load = [&](int slot, int it) {
         const u32 s = sR + slot * GS_STAGE;
         if (it < nk1) {
@@ -372,7 +383,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         const bool map2 = it < nk1 + nk2;
         const int kt = map2 ? it - nk1 : it - nk1 - nk2;
         if (map2 && kt == 0) {
-            gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, row0, row_end, 0, C, vc);
+            if (!FWD) gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, row0, row_end, 0, C, vc);
             if (!a.spectral) {
                 gs_load_tile<GS_BM, GS_NJ>(sG, a.g_re, C, row0, row_end, 0, C, vc);
                 gs_load_tile<GS_BM, GS_NJ>(sG + GS_PLANE, a.g_im, C, row0, row_end, 0, C, vc);
@@ -453,7 +464,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #pragma unroll 1
     for (int it = nk1; it < nk1 + nk2; ++it) {
         map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - nk1);
-        if (it == nk1 && a.spectral) {
+        if (!FWD && it == nk1 && a.spectral) {
             // While the first products run: g to device memory, for d_A.
             gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
             gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
@@ -466,6 +477,24 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // Both warpgroups' products, which read all of G, and the copies of G are done before G is
     // overwritten.
     __syncthreads();
+    if (FWD) {
+        // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory.
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int e = 4 * i + 2 * h;
+                const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
+                float gr0, gr1, gi0, gi1;
+                gs_lds_pair(pG + off, gr0, gr1);
+                gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
+                gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
+            }
+        __syncthreads();
+        gs_store_tile<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, vc);
+        gs_wait<0>();
+        return;
+    }
     // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
     // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there.
 #pragma unroll
@@ -519,17 +548,19 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #endif
 }
 
-#define GS_MAP_ENTRY(NAME, ROT)                                                                                                   \
+#define GS_MAP_ENTRY(NAME, ROT, FWD)                                                                                              \
     GS_ENTRY(GS_THREADS)                                                                                                          \
     NAME(const T* grads_re, const T* grads_im, const T* xt, const T* g_re, const T* g_im, const T* w_re, const T* w_im,          \
-         const T* t_re, const T* t_im, const T* d_out, T* gws_re, T* gws_im, T* p, T* q, T* dg_re, T* dg_im, const i64* tiles, \
-         i64 V, int K, int C, int spectral, int vec_k, int vec_c) {                                                              \
-        const MapArgs a = {grads_re, grads_im, xt, g_re, g_im, w_re, w_im, t_re, t_im, d_out, gws_re, gws_im, p, q, dg_re, dg_im, \
-                           tiles,    V,        K,  C,    spectral, vec_k, vec_c};                                                 \
-        gs_map<ROT>(a);                                                                                                           \
+         const T* t_re, const T* t_im, const T* d_out, T* gws_re, T* gws_im, T* p, T* q, T* dg_re, T* dg_im, T* out,            \
+         const i64* tiles, i64 V, int K, int C, int spectral, int vec_k, int vec_c) {                                            \
+        const MapArgs a = {grads_re, grads_im, xt,    g_re,  g_im, w_re,  w_im,     t_re,  t_im,  d_out, gws_re, gws_im, p,     \
+                           q,        dg_re,    dg_im, out,   tiles, V,    K,        C,     spectral, vec_k, vec_c};             \
+        gs_map<ROT, FWD>(a);                                                                                                      \
     }
-GS_MAP_ENTRY(gs_map_rot, true)
-GS_MAP_ENTRY(gs_map_plain, false)
+GS_MAP_ENTRY(gs_map_rot, true, false)
+GS_MAP_ENTRY(gs_map_plain, false, false)
+GS_MAP_ENTRY(gs_fwd_rot, true, true)
+GS_MAP_ENTRY(gs_fwd_plain, false, true)
 #endif  // GS_KIND == 0
 
 #if GS_KIND == 1

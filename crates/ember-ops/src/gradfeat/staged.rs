@@ -1,7 +1,8 @@
-//! Launch code of the staged backward (`staged.cu`, sm_90a, 16-bit inputs, C ≤ 256): transposes of
-//! x and the weights, the map kernel (g, b, ds, P, Q, d_g on wgmma), and the reductions over vertices
-//! for d_A and d_x — on wgmma, or on the mma.sync split-K kernels of the fused backward. Chosen by
-//! `EMBER_GRADFEAT_BWD` (see [`super::cuda::BwdVariant`]); NOTES.md (v3) has the design.
+//! Launch code of the staged kernels (`staged.cu`, sm_90a, 16-bit inputs, C ≤ 256). Backward:
+//! transposes of x and the weights, the map kernel (g, b, ds, P, Q, d_g on wgmma), and the reductions
+//! over vertices for d_A and d_x — on wgmma, or on the mma.sync split-K kernels of the fused backward.
+//! Forward: stages 1 and 2 of the map kernel. Chosen by `EMBER_GRADFEAT_BWD` and `EMBER_GRADFEAT_FWD`
+//! (see [`super::cuda::BwdVariant`], [`super::cuda::FwdVariant`]); NOTES.md (v3) has the design.
 
 use super::cuda::{self, grid_u32, ptr, row_tiles, SplitPlan};
 use super::{Grads, Input, InputGrads, Problem, WeightGrads, Weights};
@@ -166,39 +167,50 @@ fn reduce(dev: &Arc<CudaDevice>, p: &Problem, how: Reductions, rot: bool, a: (&T
     }
 }
 
-pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions) -> Result<Grads> {
-    let (v, c, k) = (p.v, p.c, p.k);
-    let nch = chunks(c);
+/// What the map kernel writes: the forward's output, or the backward's P, Q, d_g (and g in the
+/// spectral form), with the backward's extra inputs.
+enum MapOut<'a> {
+    Forward { out: &'a Tensor },
+    Backward { d_out: &'a Tensor, t_re: &'a Tensor, t_im: Option<&'a Tensor>, p: &'a Tensor, q: &'a Tensor, dg: (&'a Tensor, &'a Tensor), gws: Option<(&'a Tensor, &'a Tensor)> },
+}
+
+fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut) -> Result<()> {
+    let nch = chunks(p.c);
     let smem = map_smem_bytes(nch);
-    // Every operand of the map kernel is K-major: x and the weights go in transposed as well, A_im
-    // negated (d_g's products then take the same signs as b's; see gs_map).
     let (w_re, w_im, rot) = match *weights {
         Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
         Weights::Plain { a } => (a, None, false),
     };
-    let t_re = transpose(dev, p, w_re, 1, c, c, false)?;
-    let t_im = match w_im {
-        Some(w) => Some(transpose(dev, p, w, 1, c, c, true)?),
-        None => None,
-    };
+    // x goes in transposed (xᵀ per mesh), so that every operand of the map kernel is K-major.
     let (xt, grads, g_in) = match *input {
-        Input::Spectral { x, grads_re, grads_im, .. } => (Some(transpose(dev, p, x, p.meshes(), k, c, false)?), Some((grads_re, grads_im)), None),
+        Input::Spectral { x, grads_re, grads_im, .. } => (Some(transpose(dev, p, x, p.meshes(), p.k, p.c, false)?), Some((grads_re, grads_im)), None),
         Input::Vertex { g_re, g_im } => (None, None, Some((g_re, g_im))),
     };
-    let vc = || Tensor::output(&[v, c], p.dtype, p.device);
-    let (pw, qw, dg_re, dg_im) = (vc()?, vc()?, vc()?, vc()?);
-    let gws = if p.spectral { Some((vc()?, vc()?)) } else { None };
-
     let (table, grid) = row_tiles(p, 128 / nch)?;
-    let f = dev.function(&SOURCE, &map_options(p.dtype, nch), if rot { "gs_map_rot" } else { "gs_map_plain" })?;
+    let entry = match (outs, rot) {
+        (MapOut::Forward { .. }, true) => "gs_fwd_rot",
+        (MapOut::Forward { .. }, false) => "gs_fwd_plain",
+        (MapOut::Backward { .. }, true) => "gs_map_rot",
+        (MapOut::Backward { .. }, false) => "gs_map_plain",
+    };
+    let f = dev.function(&SOURCE, &map_options(p.dtype, nch), entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
     let (grads_re, grads_im) = (ptr(grads.map(|g| g.0))?, ptr(grads.map(|g| g.1))?);
     let (g_re, g_im) = (ptr(g_in.map(|g| g.0))?, ptr(g_in.map(|g| g.1))?);
-    let (xtp, wre, wim, tre, tim, dout) = (ptr(xt.as_ref())?, w_re.cuda_ptr()?, ptr(w_im)?, t_re.cuda_ptr()?, ptr(t_im.as_ref())?, d_out.cuda_ptr()?);
-    let (gws_re, gws_im) = (ptr(gws.as_ref().map(|g| &g.0))?, ptr(gws.as_ref().map(|g| &g.1))?);
-    let (pp, qp, dgr, dgi, tiles) = (pw.cuda_ptr()?, qw.cuda_ptr()?, dg_re.cuda_ptr()?, dg_im.cuda_ptr()?, ptr(table.as_ref())?);
-    let (vi, ki, ci) = (v as i64, k as i32, c as i32);
-    let (spectral, vec_k, vec_c) = (p.spectral as i32, k.is_multiple_of(8) as i32, c.is_multiple_of(8) as i32);
+    let (xtp, wre, wim) = (ptr(xt.as_ref())?, w_re.cuda_ptr()?, ptr(w_im)?);
+    let (out, tre, tim, dout, gws_re, gws_im, pp, qp, dgr, dgi) = match outs {
+        MapOut::Forward { out } => (out.cuda_ptr()?, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        MapOut::Backward { d_out, t_re, t_im, p: pw, q: qw, dg, gws } => {
+            let (gr, gi) = match gws {
+                Some((a, b)) => (a.cuda_ptr()?, b.cuda_ptr()?),
+                None => (0, 0),
+            };
+            (0, t_re.cuda_ptr()?, ptr(*t_im)?, d_out.cuda_ptr()?, gr, gi, pw.cuda_ptr()?, qw.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?)
+        }
+    };
+    let tiles = ptr(table.as_ref())?;
+    let (vi, ki, ci) = (p.v as i64, p.k as i32, p.c as i32);
+    let (spectral, vec_k, vec_c) = (p.spectral as i32, p.k.is_multiple_of(8) as i32, p.c.is_multiple_of(8) as i32);
     dev.launch(&f, cfg_1d(grid, THREADS, smem as u32))
         .arg(&grads_re)
         .arg(&grads_im)
@@ -216,6 +228,7 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
         .arg(&qp)
         .arg(&dgr)
         .arg(&dgi)
+        .arg(&out)
         .arg(&tiles)
         .arg(&vi)
         .arg(&ki)
@@ -223,8 +236,43 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
         .arg(&spectral)
         .arg(&vec_k)
         .arg(&vec_c)
-        .named("gradfeat staged map")
-        .run()?;
+        .named(if matches!(outs, MapOut::Forward { .. }) { "gradfeat staged forward" } else { "gradfeat staged map" })
+        .run()
+}
+
+/// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im) by stages 1 and 2 of the map kernel.
+pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights) -> Result<Tensor> {
+    let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out })?;
+    Ok(out)
+}
+
+pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions) -> Result<Grads> {
+    let (v, c, k) = (p.v, p.c, p.k);
+    // Stage 3's weights go in transposed, A_im negated: d_g's products then take the signs of b's
+    // (see gs_map).
+    let (w_re, w_im, rot) = match *weights {
+        Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
+        Weights::Plain { a } => (a, None, false),
+    };
+    let t_re = transpose(dev, p, w_re, 1, c, c, false)?;
+    let t_im = match w_im {
+        Some(w) => Some(transpose(dev, p, w, 1, c, c, true)?),
+        None => None,
+    };
+    let grads = match *input {
+        Input::Spectral { grads_re, grads_im, .. } => Some((grads_re, grads_im)),
+        Input::Vertex { .. } => None,
+    };
+    let g_in = match *input {
+        Input::Vertex { g_re, g_im } => Some((g_re, g_im)),
+        Input::Spectral { .. } => None,
+    };
+    let vc = || Tensor::output(&[v, c], p.dtype, p.device);
+    let (pw, qw, dg_re, dg_im) = (vc()?, vc()?, vc()?, vc()?);
+    let gws = if p.spectral { Some((vc()?, vc()?)) } else { None };
+    let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)) };
+    launch_map(dev, p, input, weights, &outs)?;
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
     let (gr, gi) = match (g_in, &gws) {

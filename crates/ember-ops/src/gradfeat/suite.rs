@@ -1,7 +1,7 @@
 //! Spatial gradient features' `ember check` cases and `ember bench` rows.
 
-use super::cuda::BwdVariant;
-use super::{backward, backward_with, cuda, forward, reference, staged, validate, Grads, Input, InputGrads, WeightGrads, Weights};
+use super::cuda::{BwdVariant, FwdVariant};
+use super::{backward, backward_with, cuda, forward, forward_with, reference, staged, validate, Grads, Input, InputGrads, WeightGrads, Weights};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
 use crate::KernelBuild;
@@ -171,12 +171,21 @@ pub(crate) fn grad_list(g: Grads) -> Vec<Tensor> {
 
 /// The backward variants to check or time on the inputs' device, each with the suffix of its rows'
 /// case names: on the CPU the one path; on CUDA every variant that runs the problem as itself.
-fn variants(input: &Input, weights: &Weights) -> Result<Vec<(BwdVariant, String)>> {
+fn bwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(BwdVariant, String)>> {
     let p = validate(input, weights)?;
     if p.device == Device::Cpu {
         return Ok(vec![(BwdVariant::from_env(), String::new())]);
     }
     Ok(cuda::variants(&p)?.into_iter().map(|b| (b, format!(" bwd={}", b.name()))).collect())
+}
+
+/// The same for the forward.
+fn fwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(FwdVariant, String)>> {
+    let p = validate(input, weights)?;
+    if p.device == Device::Cpu {
+        return Ok(vec![(FwdVariant::from_env(), String::new())]);
+    }
+    Ok(cuda::fwd_variants(&p)?.into_iter().map(|f| (f, format!(" fwd={}", f.name()))).collect())
 }
 
 fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
@@ -185,10 +194,16 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
     let expected = reference_outputs(case, &data)?;
     let dev = data.to_device(ctx.device)?;
     let (input, weights) = (dev.input(case), dev.weights(case));
-    let out = forward(&input, &weights)?.out;
     let tol = dtype.tolerance();
-    let mut rows = vec![compare("gradfeat", &name, expected[0].0, &out, &expected[0].1, tol)?];
-    for (variant, suffix) in variants(&input, &weights)? {
+    let mut rows = Vec::new();
+    let mut out = None;
+    for (variant, suffix) in fwd_variants(&input, &weights)? {
+        let o = forward_with(&input, &weights, variant)?.out;
+        rows.push(compare("gradfeat", &format!("{name}{suffix}"), expected[0].0, &o, &expected[0].1, tol)?);
+        out.get_or_insert(o);
+    }
+    let out = out.expect("at least one forward variant");
+    for (variant, suffix) in bwd_variants(&input, &weights)? {
         let mut got = vec![out.try_clone()?];
         got.extend(grad_list(backward_with(&input, &weights, &dev.d_out, variant)?));
         let label = format!("{name}{suffix}");
@@ -252,12 +267,17 @@ fn reference_g(case: &Case, d: &Data) -> Result<(Vec<f64>, Vec<f64>)> {
     }
 }
 
-/// Two runs of forward and backward give bitwise identical results, in every backward variant.
+/// Two runs give bitwise identical results, in every forward and every backward variant.
 fn determinism(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     let data = Data::new(case, dtype, ctx.seed_for(&format!("det{}", case.name())))?.to_device(ctx.device)?;
     let (input, weights) = (data.input(case), data.weights(case));
     let mut rows = Vec::new();
-    for (variant, suffix) in variants(&input, &weights)? {
+    let bits = |t: Tensor| -> Result<Vec<u64>> { Ok(t.to_vec_f64()?.into_iter().map(f64::to_bits).collect()) };
+    for (variant, suffix) in fwd_variants(&input, &weights)? {
+        let same = bits(forward_with(&input, &weights, variant)?.out)? == bits(forward_with(&input, &weights, variant)?.out)?;
+        rows.push(property("gradfeat", &format!("{}{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same));
+    }
+    for (variant, suffix) in bwd_variants(&input, &weights)? {
         let run = || -> Result<Vec<Vec<f64>>> {
             let mut v = vec![forward(&input, &weights)?.out.to_vec_f64()?];
             for t in grad_list(backward_with(&input, &weights, &data.d_out, variant)?) {
@@ -402,33 +422,59 @@ impl crate::OpFamily for Family {
             // f32 runs as split TF32 on tensor cores: its ceiling is the TF32 GEMM rate.
             let rate = if dtype == DType::F32 { ctx.gemm_tflops(DType::F32, true)? } else { ctx.gemm_tflops(dtype, false)? };
             let p = params(&[("V", json!(v)), ("K", json!(k)), ("C", json!(c)), ("form", json!("spectral")), ("rotation", json!(true))]);
-            let ms = ctx.time(400.0, |i| {
-                let d = &data[i % sets];
-                forward(&d.input(&case), &d.weights(&case)).map(drop)
-            })?;
-            let mut row = ctx.row_with_rate("gradfeat", "fwd", dtype, p.clone(), ms, fwd_bytes, fwd_flops, rate);
-            row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
-            progress(&row);
-            rows.push(row);
-            // The issue's sizes time every backward variant (NOTES.md compares them); others the
-            // default one. CUDA rows name the variant in their params.
+            // The issue's sizes time every variant (NOTES.md compares them): each forward, each
+            // backward after the default forward, and both staged together; other sizes the defaults.
+            // CUDA rows name their variants in their params.
             let issue_size = dtype == DType::BF16 && k == 128 && c == 256 && [131072, 524288, 2097152].contains(&v);
-            let all = variants(&data[0].input(&case), &data[0].weights(&case))?;
-            let runs: Vec<(BwdVariant, String)> = if issue_size { all } else { all.into_iter().filter(|(b, _)| *b == BwdVariant::from_env()).take(1).collect() };
-            let runs = if runs.is_empty() { vec![(BwdVariant::Fused, " bwd=fused".to_string())] } else { runs };
-            for (variant, suffix) in runs {
-                let ms = ctx.time(400.0, |i| {
-                    let d = &data[i % sets];
-                    let (input, weights) = (d.input(&case), d.weights(&case));
-                    let _out = forward(&input, &weights)?;
-                    backward_with(&input, &weights, &d.d_out, variant).map(drop)
-                })?;
-                let mut pb = p.clone();
-                if !suffix.is_empty() {
-                    pb.insert("bwd".into(), json!(variant.name()));
+            let (input0, weights0) = (data[0].input(&case), data[0].weights(&case));
+            let (fwds, bwds) = (fwd_variants(&input0, &weights0)?, bwd_variants(&input0, &weights0)?);
+            let labelled = ctx.device != Device::Cpu;
+            let (fwd_default, bwd_default) = (FwdVariant::from_env(), BwdVariant::from_env());
+            // A default that does not apply to this problem runs (and is labelled) as the fused one.
+            let fwd_default = if fwds.iter().any(|(f, _)| *f == fwd_default) { fwd_default } else { FwdVariant::Fused };
+            let bwd_default = if bwds.iter().any(|(b, _)| *b == bwd_default) { bwd_default } else { BwdVariant::Fused };
+            let mut passes: Vec<(Option<FwdVariant>, FwdVariant, BwdVariant)> = Vec::new();
+            for (f, _) in &fwds {
+                if issue_size || *f == fwd_default {
+                    passes.push((None, *f, bwd_default));
                 }
-                let mut row = ctx.row_with_rate("gradfeat", "fwd+bwd", dtype, pb, ms, bwd_bytes, 3.0 * fwd_flops, rate);
-                row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
+            }
+            for (b, _) in &bwds {
+                if issue_size || *b == bwd_default {
+                    passes.push((Some(fwd_default), fwd_default, *b));
+                }
+            }
+            if issue_size && fwds.len() > 1 && bwds.len() > 1 && !(fwd_default == FwdVariant::Staged && bwd_default == BwdVariant::Staged) {
+                passes.push((Some(FwdVariant::Staged), FwdVariant::Staged, BwdVariant::Staged));
+            }
+            let note = |row: &mut BenchRow| row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
+            for (with_bwd, fv, bv) in passes {
+                let mut pp = p.clone();
+                if labelled {
+                    pp.insert("fwd".into(), json!(fv.name()));
+                }
+                let mut row = match with_bwd {
+                    None => {
+                        let ms = ctx.time(400.0, |i| {
+                            let d = &data[i % sets];
+                            forward_with(&d.input(&case), &d.weights(&case), fv).map(drop)
+                        })?;
+                        ctx.row_with_rate("gradfeat", "fwd", dtype, pp, ms, fwd_bytes, fwd_flops, rate)
+                    }
+                    Some(_) => {
+                        if labelled {
+                            pp.insert("bwd".into(), json!(bv.name()));
+                        }
+                        let ms = ctx.time(400.0, |i| {
+                            let d = &data[i % sets];
+                            let (input, weights) = (d.input(&case), d.weights(&case));
+                            let _out = forward_with(&input, &weights, fv)?;
+                            backward_with(&input, &weights, &d.d_out, bv).map(drop)
+                        })?;
+                        ctx.row_with_rate("gradfeat", "fwd+bwd", dtype, pp, ms, bwd_bytes, 3.0 * fwd_flops, rate)
+                    }
+                };
+                note(&mut row);
                 progress(&row);
                 rows.push(row);
             }

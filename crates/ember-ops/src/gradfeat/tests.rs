@@ -198,7 +198,7 @@ fn bad_input_is_a_clear_error() {
 }
 
 
-/// The staged backward (staged.cu, sm_90a) run on the CPU by its host model (host_model.cpp): the
+/// The staged forward and backward (staged.cu, sm_90a) run on the CPU by their host model (host_model.cpp): the
 /// kernels' own source compiled as C++, one thread per CUDA thread, wgmma computed from the
 /// shared-memory descriptors, with the launch plans of staged.rs; against the f64 reference. This
 /// checks every copy, descriptor and epilogue index of the kernels without a GPU.
@@ -258,7 +258,8 @@ mod host_model {
     }
 
     /// The model's input file: the problem, the launch plans staged.rs makes for a 132-multiprocessor
-    /// GPU, the tensors' 16-bit words. Returns the reference outputs with their names.
+    /// GPU, the tensors' 16-bit words. Returns the reference outputs (out, then the gradients) with
+    /// their names.
     fn write_input(path: &Path, case: &Case, data: &Data, dtype: DType) -> Vec<(&'static str, Vec<f64>)> {
         let (input, weights) = (data.input(case), data.weights(case));
         let p = validate(&input, &weights).unwrap();
@@ -295,7 +296,7 @@ mod host_model {
             bytes.extend(bits(t).iter().flat_map(|v| v.to_le_bytes()));
         }
         std::fs::write(path, bytes).unwrap();
-        reference_outputs(case, data).unwrap().into_iter().skip(1).collect()
+        reference_outputs(case, data).unwrap()
     }
 
     #[test]
