@@ -449,10 +449,15 @@ impl crate::OpFamily for Family {
             }
             let note = |row: &mut BenchRow| row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
             for (with_bwd, fv, bv) in passes {
-                let mut pp = p.clone();
+                // The variants first, so that they survive truncated labels in summaries.
+                let mut pp = serde_json::Map::new();
                 if labelled {
                     pp.insert("fwd".into(), json!(fv.name()));
+                    if with_bwd.is_some() {
+                        pp.insert("bwd".into(), json!(bv.name()));
+                    }
                 }
+                pp.extend(p.clone());
                 let mut row = match with_bwd {
                     None => {
                         let ms = ctx.time(400.0, |i| {
@@ -462,9 +467,6 @@ impl crate::OpFamily for Family {
                         ctx.row_with_rate("gradfeat", "fwd", dtype, pp, ms, fwd_bytes, fwd_flops, rate)
                     }
                     Some(_) => {
-                        if labelled {
-                            pp.insert("bwd".into(), json!(bv.name()));
-                        }
                         let ms = ctx.time(400.0, |i| {
                             let d = &data[i % sets];
                             let (input, weights) = (d.input(&case), d.weights(&case));
