@@ -1,15 +1,20 @@
-// Host model of the staged backward (staged.cu): the kernels' own source, compiled as C++ with host
+// Host model of the staged kernels (staged.cu): the kernels' own source, compiled as C++ with host
 // versions of the few primitives it writes in PTX, run on the CPU with one std::thread per CUDA
 // thread of a CTA (so __syncthreads is a real barrier) and wgmma computed from its shared-memory
 // descriptors by the layouts of the PTX ISA. It checks the index arithmetic of every copy, descriptor
-// and epilogue, and the launch sequence of staged.rs, without a GPU; tests.rs drives it. What it
-// cannot see: timing (asynchronous copies and products complete at once here), and whether the
-// hardware agrees with the documented layouts.
+// and epilogue, and the launch sequence of staged.rs, without a GPU; tests.rs drives it.
+// Two timings of the asynchronous operations: "eager", where cp.async copies land and wgmma products
+// run when issued, and "lazy", where each lands or runs only when a wait forces it (cp.async.wait_group,
+// wgmma.wait_group: everything but the N most recent groups), reading shared memory then — so a slot
+// refilled before the products that read it completed, a read before its copy was waited for, or an
+// accumulator used before its wait gives wrong results. What it cannot see: whether the hardware
+// agrees with the documented layouts, and the proxy fences (no-ops here).
 //
 // Build: c++ -std=c++20 -O2 -pthread -fno-strict-aliasing -DGS_DTYPE=1|2 -DGS_NCH=1|2 host_model.cpp
-// Usage: host_model IN OUT. IN: the problem, plans and inputs written by tests.rs; OUT: the forward's
-// output and the gradients, as raw 16-bit words.
+// Usage: host_model IN OUT [lazy]. IN: the problem, plans and inputs written by tests.rs; OUT: the
+// forward's output and the gradients, as raw 16-bit words.
 
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
@@ -82,14 +87,39 @@ static void check_smem(u32 addr, u32 bytes) {
         std::abort();
     }
 }
-// cp.async: the copy lands at once (the model cannot see a missing wait).
-static void gs_cp16(u32 dst, const void* src, int bytes) {
-    check_smem(dst, 16);
-    std::memset(g_smem + dst, 0, 16);
-    if (bytes > 0) std::memcpy(g_smem + dst, src, (size_t)bytes);
+static bool g_lazy = false;
+
+// cp.async: eager, the copy lands at once; lazy, it lands when a wait_group retires its group (the
+// source, an input of the kernel, is read at issue).
+struct Copy {
+    u32 dst;
+    unsigned char bytes[16];
+};
+static thread_local std::vector<std::vector<Copy>> t_copy_groups;
+static thread_local std::vector<Copy> t_copy_open;
+static void land(const Copy& c) {
+    check_smem(c.dst, 16);
+    std::memcpy(g_smem + c.dst, c.bytes, 16);
 }
-static void gs_commit() {}
-template <int N> static void gs_wait() {}
+static void gs_cp16(u32 dst, const void* src, int bytes) {
+    Copy c{dst, {}};
+    if (bytes > 0) std::memcpy(c.bytes, src, (size_t)bytes);
+    if (g_lazy) {
+        t_copy_open.push_back(c);
+    } else {
+        land(c);
+    }
+}
+static void gs_commit() {
+    t_copy_groups.push_back(std::move(t_copy_open));
+    t_copy_open.clear();
+}
+template <int N> static void gs_wait() {
+    while (t_copy_groups.size() > (size_t)N) {
+        for (const Copy& c : t_copy_groups.front()) land(c);
+        t_copy_groups.erase(t_copy_groups.begin());
+    }
+}
 static void gs_st16(u32 dst, u32 a, u32 b, u32 c, u32 d) {
     check_smem(dst, 16);
     const u32 w[4] = {a, b, c, d};
@@ -99,10 +129,6 @@ static void gs_fence_async() {}
 static void gs_fence_regs(float (&)[64]) {}
 static int gs_tid() { return (int)threadIdx.x; }
 static float gs_tanh_out(float x) { return std::tanh(x); }
-static void gs_wg_arrive() {}
-static void gs_wg_commit() {}
-template <int N> static void gs_wg_wait() {}
-
 static float model_elem(u32 addr) {
     check_smem(addr, 2);
     u16 b;
@@ -118,12 +144,16 @@ static float model_elem(u32 addr) {
 // B (128×16) read through their descriptors. Canonical layouts without swizzle, element (mn, k):
 //   K-major:  start + (mn/8)·SBO + (k/8)·LBO + (mn%8)·16 + (k%8)·2
 //   MN-major: start + (mn/8)·SBO + (k/8)·LBO + (k%8)·16 + (mn%8)·2
-template <int SCALE_A, int TRANS>
-static void gs_mma(float (&d)[64], u64 da, u64 db) {
+struct Product {
+    float* d;
+    u64 da, db;
+    int scale_a, trans;
+};
+static void run_product(const Product& p) {
     auto field = [](u64 desc, int shift) { return (u32)((desc >> shift) & 0x3FFFu) << 4; };
     auto addr = [&](u64 desc, int mn, int k) {
         const u32 start = field(desc, 0), lbo = field(desc, 16), sbo = field(desc, 32);
-        const u32 inner = TRANS ? (k % 8) * 16 + (mn % 8) * 2 : (mn % 8) * 16 + (k % 8) * 2;
+        const u32 inner = p.trans ? (k % 8) * 16 + (mn % 8) * 2 : (mn % 8) * 16 + (k % 8) * 2;
         return start + (mn / 8) * sbo + (k / 8) * lbo + inner;
     };
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -132,9 +162,33 @@ static void gs_mma(float (&d)[64], u64 da, u64 db) {
             for (int e = 0; e < 2; ++e) {
                 const int row = 16 * warp + g + 8 * h, col = 8 * i + 2 * t + e;
                 float s = 0.0f;
-                for (int k = 0; k < 16; ++k) s += model_elem(addr(da, row, k)) * model_elem(addr(db, col, k));
-                d[4 * i + 2 * h + e] += (float)SCALE_A * s;
+                for (int k = 0; k < 16; ++k) s += model_elem(addr(p.da, row, k)) * model_elem(addr(p.db, col, k));
+                p.d[4 * i + 2 * h + e] += (float)p.scale_a * s;
             }
+}
+// Eager: the product runs at issue; lazy: when wgmma.wait_group retires its group, reading shared
+// memory and updating the accumulators then.
+static thread_local std::vector<std::vector<Product>> t_mma_groups;
+static thread_local std::vector<Product> t_mma_open;
+template <int SCALE_A, int TRANS>
+static void gs_mma(float (&d)[64], u64 da, u64 db) {
+    const Product p{d, da, db, SCALE_A, TRANS};
+    if (g_lazy) {
+        t_mma_open.push_back(p);
+    } else {
+        run_product(p);
+    }
+}
+static void gs_wg_arrive() {}
+static void gs_wg_commit() {
+    t_mma_groups.push_back(std::move(t_mma_open));
+    t_mma_open.clear();
+}
+template <int N> static void gs_wg_wait() {
+    while (t_mma_groups.size() > (size_t)N) {
+        for (const Product& p : t_mma_groups.front()) run_product(p);
+        t_mma_groups.erase(t_mma_groups.begin());
+    }
 }
 
 namespace map_kernels {
@@ -166,6 +220,12 @@ static void launch(u32 grid, u32 threads, u32 smem_bytes, const std::function<vo
                 threadIdx.x = t;
                 blockIdx.x = b;
                 body();
+                // Every copy and product was waited for before the thread ended.
+                const bool copies = t_copy_open.empty() && std::all_of(t_copy_groups.begin(), t_copy_groups.end(), [](const auto& g) { return g.empty(); });
+                if (!copies || !t_mma_open.empty() || !t_mma_groups.empty()) {
+                    std::fprintf(stderr, "block %u thread %u ended with copies or products not waited for\n", b, t);
+                    std::abort();
+                }
             });
         for (auto& t : ts) t.join();
     }
@@ -249,7 +309,8 @@ static u16* transpose(const u16* src, i64 batches, int rows, int cols, bool nega
 }
 
 int main(int argc, char** argv) {
-    if (argc != 3) return 2;
+    if (argc != 3 && argc != 4) return 2;
+    g_lazy = argc == 4 && std::strcmp(argv[3], "lazy") == 0;
     g_in = std::fopen(argv[1], "rb");
     if (!g_in) return 2;
     const i64 V = rd(), K = rd(), C = rd(), M = rd(), spectral = rd(), rot = rd(), dtype = rd(), nch = rd();
