@@ -265,8 +265,9 @@ fn pick_tile(dev: &CudaDevice, p: &Problem, kind: Kind) -> Result<(Tile, usize)>
     )))
 }
 
-/// The CTAs of a kernel that owns `bm` rows per CTA: batches get one CTA per `bm` rows of each mesh
-/// (a table of (first row, end of the mesh's rows, mesh) per CTA), so no tile straddles two meshes.
+/// The row tiles of a kernel that owns `bm` rows per tile, and their count: batches get one tile per
+/// `bm` rows of each mesh (a table of (first row, end of the mesh's rows, mesh) per tile), so no tile
+/// straddles two meshes.
 pub(super) fn row_tiles(p: &Problem, bm: usize) -> Result<(Option<Tensor>, u32)> {
     let entries = row_tile_entries(p, bm);
     let blocks = match &entries {

@@ -319,6 +319,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const std::vector<i64> map_tiles = rd_table();
+    const i64 ntiles = rd(), grid_fwd = rd(), grid_bwd = rd();
     const Plan plan_a = rd_plan();
     const Plan plan_x = spectral ? rd_plan() : Plan{};
     const u16* grads_re = rd_tensor(spectral ? V * K : 0);
@@ -338,21 +339,20 @@ int main(int argc, char** argv) {
     u16 *p = tensor(V * C), *q = tensor(V * C), *dg_re = tensor(V * C), *dg_im = tensor(V * C);
     u16 *gws_re = spectral ? tensor(V * C) : nullptr, *gws_im = spectral ? tensor(V * C) : nullptr;
     const int bm = 128 / GS_NCH;
-    const u32 grid = map_tiles.empty() ? (u32)((V + bm - 1) / bm) : (u32)(map_tiles.size() / 3);
     const i64* tiles = map_tiles.empty() ? nullptr : map_tiles.data();
     const int vec_k = K % 8 == 0, vec_c = C % 8 == 0;
     const u32 smem = (u32)(3 * bm * 128 * GS_NCH * 2 + 4 * std::max(2 * bm * 32 * 2 + 128 * GS_NCH * 32 * 2, 2 * 128 * GS_NCH * 32 * 2));
     // The forward (staged.rs's forward), then the backward's map kernel.
     u16* out_fwd = tensor(V * C);
-    launch(grid, 256, smem, [&] {
+    launch((u32)grid_fwd, 256, smem, [&] {
         auto f = rot ? map_kernels::gs_fwd_rot : map_kernels::gs_fwd_plain;
         f((const T*)grads_re, (const T*)grads_im, (const T*)xt, (const T*)g_in_re, (const T*)g_in_im, (const T*)a_re, (const T*)a_im, nullptr, nullptr, nullptr,
-          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out_fwd, tiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out_fwd, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
     });
-    launch(grid, 256, smem, [&] {
+    launch((u32)grid_bwd, 256, smem, [&] {
         auto f = rot ? map_kernels::gs_map_rot : map_kernels::gs_map_plain;
         f((const T*)grads_re, (const T*)grads_im, (const T*)xt, (const T*)g_in_re, (const T*)g_in_im, (const T*)a_re, (const T*)a_im, (const T*)t_re, (const T*)t_im,
-          (const T*)d_out, (T*)gws_re, (T*)gws_im, (T*)p, (T*)q, (T*)dg_re, (T*)dg_im, nullptr, tiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+          (const T*)d_out, (T*)gws_re, (T*)gws_im, (T*)p, (T*)q, (T*)dg_re, (T*)dg_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
     });
     const u16* g_re = spectral ? gws_re : g_in_re;
     const u16* g_im = spectral ? gws_im : g_in_im;

@@ -329,7 +329,8 @@ struct MapArgs {
     T* dg_re;  // d_g: the outputs (vertex form) or a workspace for d_x
     T* dg_im;
     T* out;  // the forward's output
-    const i64* tiles;  // batches: (first row, end of the mesh's rows, mesh) per CTA; null: one mesh
+    const i64* tiles;  // batches: (first row, end of the mesh's rows, mesh) per row tile; null: one mesh
+    i64 ntiles;        // row tiles
     i64 V;
     int K, C, spectral, vec_k, vec_c;
 };
@@ -350,43 +351,49 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     const int wcol = GS_NCH == 1 ? 0 : 128 * wg;  // and channels
     if (threadIdx.x == 0 && gs_dynamic_smem_size() < (u32)GS_SMEM) __trap();  // launch code and kernel disagree
 
-    i64 row0, row_end;
-    int mesh = 0;
-    if (a.tiles) {
-        row0 = a.tiles[3 * blockIdx.x];
-        row_end = a.tiles[3 * blockIdx.x + 1];
-        mesh = (int)a.tiles[3 * blockIdx.x + 2];
-    } else {
-        row0 = (i64)blockIdx.x * GS_BM;
-        row_end = a.V;
-    }
+    // Row tiles blockIdx.x, + gridDim.x, …: several per CTA in the spectral form (a persistent grid,
+    // whose ring runs on into the next tile's first k-tiles, so only the CTA's first tile waits for a
+    // pipeline fill); one in the vertex form, where the ring loads G, which must not be refilled while
+    // the previous tile still uses it.
+    struct Rows {
+        i64 row0, row_end;
+        int mesh;
+    };
+    auto rows_of = [&](i64 t) -> Rows {
+        if (a.tiles) return {a.tiles[3 * t], a.tiles[3 * t + 1], (int)a.tiles[3 * t + 2]};
+        return {t * GS_BM, a.V, 0};
+    };
     const int C = a.C, K = a.K;
     const bool vk = a.vec_k != 0, vc = a.vec_c != 0;
     const int nk1 = a.spectral ? (K + GS_BK - 1) / GS_BK : 0;
     const int nk2 = (C + GS_BK - 1) / GS_BK;
-    const T* xt = a.xt + (i64)mesh * C * K;
+    const int per = nk1 + (FWD ? 1 : 2) * nk2;  // ring tiles per row tile
+    const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
     constexpr u32 GSBO = GS_NJ * 128;  // SBO of the on-chip tiles
     float re[64], im[64];
 
-    // Tile it of the ring: stage 1 (it < nk1): grads_re, grads_im, xᵀ; stage 2: A_re, A_im (with the
-    // first one, d_out and, in the vertex form, G); stage 3: A_reᵀ, −A_imᵀ.
-    const int n = nk1 + (FWD ? 1 : 2) * nk2;
+    // Ring tile it = j·per + local: row tile j of this CTA; stage 1 (local < nk1): grads_re, grads_im,
+    // xᵀ; stage 2: A_re, A_im (with the first one, d_out and, in the vertex form, G); stage 3: A_reᵀ,
+    // −A_imᵀ.
+    const int n = mine * per;
     auto load = [&](int slot, int it) {
+        const int j = it / per, local = it - j * per;
+        const Rows r = rows_of(blockIdx.x + (i64)j * gridDim.x);
         const u32 s = sR + slot * GS_STAGE;
-        if (it < nk1) {
-            const i64 k0 = (i64)it * GS_BK;
-            gs_load_tile<GS_BM, 4>(s, a.grads_re, K, row0, row_end, k0, K, vk);
-            gs_load_tile<GS_BM, 4>(s + GS_BM * 64, a.grads_im, K, row0, row_end, k0, K, vk);
-            gs_load_tile<GS_CPAD, 4>(s + 2 * GS_BM * 64, xt, K, 0, C, k0, K, vk);
+        if (local < nk1) {
+            const i64 k0 = (i64)local * GS_BK;
+            gs_load_tile<GS_BM, 4>(s, a.grads_re, K, r.row0, r.row_end, k0, K, vk);
+            gs_load_tile<GS_BM, 4>(s + GS_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, vk);
+            gs_load_tile<GS_CPAD, 4>(s + 2 * GS_BM * 64, a.xt + (i64)r.mesh * C * K, K, 0, C, k0, K, vk);
             return;
         }
-        const bool map2 = it < nk1 + nk2;
-        const int kt = map2 ? it - nk1 : it - nk1 - nk2;
+        const bool map2 = local < nk1 + nk2;
+        const int kt = map2 ? local - nk1 : local - nk1 - nk2;
         if (map2 && kt == 0) {
-            if (!FWD) gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, row0, row_end, 0, C, vc);
+            if (!FWD) gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, r.row0, r.row_end, 0, C, vc);
             if (!a.spectral) {
-                gs_load_tile<GS_BM, GS_NJ>(sG, a.g_re, C, row0, row_end, 0, C, vc);
-                gs_load_tile<GS_BM, GS_NJ>(sG + GS_PLANE, a.g_im, C, row0, row_end, 0, C, vc);
+                gs_load_tile<GS_BM, GS_NJ>(sG, a.g_re, C, r.row0, r.row_end, 0, C, vc);
+                gs_load_tile<GS_BM, GS_NJ>(sG + GS_PLANE, a.g_im, C, r.row0, r.row_end, 0, C, vc);
             }
         }
         const i64 k0 = (i64)kt * GS_BK;
@@ -422,32 +429,121 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     };
 
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
+#pragma unroll 1
+    for (int j = 0; j < mine; ++j) {
+        const Rows rows = rows_of(blockIdx.x + (i64)j * gridDim.x);
+        const i64 row0 = rows.row0, row_end = rows.row_end;
+        const int base = j * per;
 
-    // ---- stage 1: g = grads·x into G ----
-    if (a.spectral) {
+        // ---- stage 1: g = grads·x into G ----
+        if (a.spectral) {
+            gs_zero(re);
+            gs_zero(im);
+#pragma unroll 1
+            for (int it = base; it < base + nk1; ++it) {
+                const u32 s = sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE;
+                gs_fence_regs(re);
+                gs_fence_regs(im);
+                gs_wg_arrive();
+#pragma unroll
+                for (int ks = 0; ks < GS_BK / 16; ++ks) {
+                    const u64 ar = gs_desc(s + gs_off(wrow, 16 * ks, 4), 128, 512);
+                    const u64 ai = gs_desc(s + GS_BM * 64 + gs_off(wrow, 16 * ks, 4), 128, 512);
+                    const u64 bx = gs_desc(s + 2 * GS_BM * 64 + gs_off(wcol, 16 * ks, 4), 128, 512);
+                    gs_mma<1, 0>(re, ar, bx);
+                    gs_mma<1, 0>(im, ai, bx);
+                }
+                gs_wg_commit();
+                gs_wg_wait<GS_LAG>();
+            }
+            gs_wg_wait<0>();
+            gs_fence_regs(re);
+            gs_fence_regs(im);
+            // Nothing reads G during stage 1; the next barrier orders these stores before stage 2.
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
+                    gs_sts_pair(pG + off, re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
+                    gs_sts_pair(pG + GS_PLANE + off, im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
+                }
+        }
+
+        // ---- stage 2: b = g·(A_re + i·A_im)ᵀ ----
         gs_zero(re);
         gs_zero(im);
 #pragma unroll 1
-        for (int it = 0; it < nk1; ++it) {
-            const u32 s = sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE;
-            gs_fence_regs(re);
-            gs_fence_regs(im);
-            gs_wg_arrive();
-#pragma unroll
-            for (int ks = 0; ks < GS_BK / 16; ++ks) {
-                const u64 ar = gs_desc(s + gs_off(wrow, 16 * ks, 4), 128, 512);
-                const u64 ai = gs_desc(s + GS_BM * 64 + gs_off(wrow, 16 * ks, 4), 128, 512);
-                const u64 bx = gs_desc(s + 2 * GS_BM * 64 + gs_off(wcol, 16 * ks, 4), 128, 512);
-                gs_mma<1, 0>(re, ar, bx);
-                gs_mma<1, 0>(im, ai, bx);
+        for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
+            map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1);
+            if (!FWD && it == base + nk1 && a.spectral) {
+                // While the first products run: g to device memory, for d_A.
+                gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
+                gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
             }
-            gs_wg_commit();
             gs_wg_wait<GS_LAG>();
         }
         gs_wg_wait<0>();
         gs_fence_regs(re);
         gs_fence_regs(im);
-        // Nothing reads G during stage 1; the next barrier orders these stores before stage 2.
+        // Both warpgroups' products, which read all of G, and the copies of G are done before G is
+        // overwritten.
+        __syncthreads();
+        if (FWD) {
+            // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory.
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int e = 4 * i + 2 * h;
+                    const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
+                    float gr0, gr1, gi0, gi1;
+                    gs_lds_pair(pG + off, gr0, gr1);
+                    gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
+                    gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
+                }
+            __syncthreads();
+            gs_store_tile<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, vc);
+            continue;
+        }
+        // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
+        // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there.
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int e = 4 * i + 2 * h;
+                const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
+                float gr0, gr1, gi0, gi1, d0, d1;
+                gs_lds_pair(pG + off, gr0, gr1);
+                gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
+                gs_lds_pair(pD + off, d0, d1);
+                const float ds0 = d0 * gs_sech2(gr0 * re[e] + gi0 * im[e]);
+                const float ds1 = d1 * gs_sech2(gr1 * re[e + 1] + gi1 * im[e + 1]);
+                gs_sts_pair(pG + off, ds0 * gr0, ds1 * gr1);
+                gs_sts_pair(pG + GS_PLANE + off, ds0 * gi0, ds1 * gi1);
+                re[e] *= ds0;
+                re[e + 1] *= ds1;
+                im[e] *= ds0;
+                im[e + 1] *= ds1;
+            }
+
+        // ---- stage 3: d_g = ds·b + [P Q]·conj(A), accumulated onto ds·b ----
+#pragma unroll 1
+        for (int it = base + nk1 + nk2; it < base + per; ++it) {
+            map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1 - nk2);
+            if (it == base + nk1 + nk2) {
+                // While the first products run: P, Q to device memory, for d_A.
+                gs_store_tile<GS_BM, GS_NJ>(pG, a.p, C, row0, row_end, C, vc);
+                gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.q, C, row0, row_end, C, vc);
+            }
+            gs_wg_wait<GS_LAG>();
+        }
+        gs_wg_wait<0>();
+        gs_fence_regs(re);
+        gs_fence_regs(im);
+        __syncthreads();
+        // d_g through G to device memory.
 #pragma unroll
         for (int i = 0; i < 16; ++i)
 #pragma unroll
@@ -456,94 +552,10 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 gs_sts_pair(pG + off, re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
                 gs_sts_pair(pG + GS_PLANE + off, im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
             }
-    }
-
-    // ---- stage 2: b = g·(A_re + i·A_im)ᵀ ----
-    gs_zero(re);
-    gs_zero(im);
-#pragma unroll 1
-    for (int it = nk1; it < nk1 + nk2; ++it) {
-        map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - nk1);
-        if (!FWD && it == nk1 && a.spectral) {
-            // While the first products run: g to device memory, for d_A.
-            gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
-            gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
-        }
-        gs_wg_wait<GS_LAG>();
-    }
-    gs_wg_wait<0>();
-    gs_fence_regs(re);
-    gs_fence_regs(im);
-    // Both warpgroups' products, which read all of G, and the copies of G are done before G is
-    // overwritten.
-    __syncthreads();
-    if (FWD) {
-        // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory.
-#pragma unroll
-        for (int i = 0; i < 16; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int e = 4 * i + 2 * h;
-                const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
-                float gr0, gr1, gi0, gi1;
-                gs_lds_pair(pG + off, gr0, gr1);
-                gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
-                gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
-            }
         __syncthreads();
-        gs_store_tile<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, vc);
-        gs_wait<0>();
-        return;
-    }
-    // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
-    // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there.
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int e = 4 * i + 2 * h;
-            const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
-            float gr0, gr1, gi0, gi1, d0, d1;
-            gs_lds_pair(pG + off, gr0, gr1);
-            gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
-            gs_lds_pair(pD + off, d0, d1);
-            const float ds0 = d0 * gs_sech2(gr0 * re[e] + gi0 * im[e]);
-            const float ds1 = d1 * gs_sech2(gr1 * re[e + 1] + gi1 * im[e + 1]);
-            gs_sts_pair(pG + off, ds0 * gr0, ds1 * gr1);
-            gs_sts_pair(pG + GS_PLANE + off, ds0 * gi0, ds1 * gi1);
-            re[e] *= ds0;
-            re[e + 1] *= ds1;
-            im[e] *= ds0;
-            im[e + 1] *= ds1;
-        }
-
-    // ---- stage 3: d_g = ds·b + [P Q]·conj(A), accumulated onto ds·b ----
-#pragma unroll 1
-    for (int it = nk1 + nk2; it < n; ++it) {
-        map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - nk1 - nk2);
-        if (it == nk1 + nk2) {
-            // While the first products run: P, Q to device memory, for d_A.
-            gs_store_tile<GS_BM, GS_NJ>(pG, a.p, C, row0, row_end, C, vc);
-            gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.q, C, row0, row_end, C, vc);
-        }
-        gs_wg_wait<GS_LAG>();
-    }
-    gs_wg_wait<0>();
-    gs_fence_regs(re);
-    gs_fence_regs(im);
-    __syncthreads();
-    // d_g through G to device memory.
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
-            gs_sts_pair(pG + off, re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
-            gs_sts_pair(pG + GS_PLANE + off, im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
-        }
-    __syncthreads();
-    gs_store_tile<GS_BM, GS_NJ>(pG, a.dg_re, C, row0, row_end, C, vc);
-    gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.dg_im, C, row0, row_end, C, vc);
+        gs_store_tile<GS_BM, GS_NJ>(pG, a.dg_re, C, row0, row_end, C, vc);
+        gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.dg_im, C, row0, row_end, C, vc);
+    }  // row tiles
     gs_wait<0>();  // the ring's last (empty) groups
 #endif
 }
@@ -552,9 +564,9 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     GS_ENTRY(GS_THREADS)                                                                                                          \
     NAME(const T* grads_re, const T* grads_im, const T* xt, const T* g_re, const T* g_im, const T* w_re, const T* w_im,          \
          const T* t_re, const T* t_im, const T* d_out, T* gws_re, T* gws_im, T* p, T* q, T* dg_re, T* dg_im, T* out,            \
-         const i64* tiles, i64 V, int K, int C, int spectral, int vec_k, int vec_c) {                                            \
-        const MapArgs a = {grads_re, grads_im, xt,    g_re,  g_im, w_re,  w_im,     t_re,  t_im,  d_out, gws_re, gws_im, p,     \
-                           q,        dg_re,    dg_im, out,   tiles, V,    K,        C,     spectral, vec_k, vec_c};             \
+         const i64* tiles, i64 ntiles, i64 V, int K, int C, int spectral, int vec_k, int vec_c) {                                \
+        const MapArgs a = {grads_re, grads_im, xt,    g_re,  g_im,  w_re,   w_im, t_re, t_im,     d_out, gws_re, gws_im, p,     \
+                           q,        dg_re,    dg_im, out,   tiles, ntiles, V,    K,    C,        spectral, vec_k, vec_c};     \
         gs_map<ROT, FWD>(a);                                                                                                      \
     }
 GS_MAP_ENTRY(gs_map_rot, true, false)

@@ -72,6 +72,18 @@ pub fn all_builds() -> Vec<KernelBuild> {
     v
 }
 
+/// CTAs of the map kernel over `ntiles` row tiles: in the spectral form a persistent grid of one CTA
+/// per multiprocessor (each CTA's ring runs on from one row tile into the next), kept small enough
+/// that a CTA's ring counts fit in 31 bits; in the vertex form one CTA per row tile (its ring loads
+/// G, which may not be refilled while the previous tile uses it).
+pub(super) fn map_grid(p: &Problem, ntiles: usize, forward: bool, multiprocessors: usize) -> usize {
+    if !p.spectral {
+        return ntiles;
+    }
+    let per = p.k.div_ceil(32) + if forward { 1 } else { 2 } * p.c.div_ceil(32);
+    ntiles.min(multiprocessors.max(1)).max(ntiles.div_ceil(i32::MAX as usize / per))
+}
+
 /// Whether the staged backward runs `p` on `dev`: Hopper's wgmma, 16-bit inputs, C ≤ 256, and the
 /// kernels' shared memory.
 pub fn applies(dev: &CudaDevice, p: &Problem) -> bool {
@@ -186,7 +198,9 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
         Input::Spectral { x, grads_re, grads_im, .. } => (Some(transpose(dev, p, x, p.meshes(), p.k, p.c, false)?), Some((grads_re, grads_im)), None),
         Input::Vertex { g_re, g_im } => (None, None, Some((g_re, g_im))),
     };
-    let (table, grid) = row_tiles(p, 128 / nch)?;
+    let (table, ntiles) = row_tiles(p, 128 / nch)?;
+    let forward = matches!(outs, MapOut::Forward { .. });
+    let grid = grid_u32("grads_re", map_grid(p, ntiles as usize, forward, dev.info().multiprocessors.max(1) as usize))?;
     let entry = match (outs, rot) {
         (MapOut::Forward { .. }, true) => "gs_fwd_rot",
         (MapOut::Forward { .. }, false) => "gs_fwd_plain",
@@ -208,7 +222,7 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
             (0, t_re.cuda_ptr()?, ptr(*t_im)?, d_out.cuda_ptr()?, gr, gi, pw.cuda_ptr()?, qw.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?)
         }
     };
-    let tiles = ptr(table.as_ref())?;
+    let (tiles, nt) = (ptr(table.as_ref())?, ntiles as i64);
     let (vi, ki, ci) = (p.v as i64, p.k as i32, p.c as i32);
     let (spectral, vec_k, vec_c) = (p.spectral as i32, p.k.is_multiple_of(8) as i32, p.c.is_multiple_of(8) as i32);
     dev.launch(&f, cfg_1d(grid, THREADS, smem as u32))
@@ -230,13 +244,14 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
         .arg(&dgi)
         .arg(&out)
         .arg(&tiles)
+        .arg(&nt)
         .arg(&vi)
         .arg(&ki)
         .arg(&ci)
         .arg(&spectral)
         .arg(&vec_k)
         .arg(&vec_c)
-        .named(if matches!(outs, MapOut::Forward { .. }) { "gradfeat staged forward" } else { "gradfeat staged map" })
+        .named(if forward { "gradfeat staged forward" } else { "gradfeat staged map" })
         .run()
 }
 

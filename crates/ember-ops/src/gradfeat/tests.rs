@@ -257,8 +257,8 @@ mod host_model {
         words.iter().map(|&w| if dtype == DType::BF16 { bf16::from_bits(w).to_f64() } else { f16::from_bits(w).to_f64() }).collect()
     }
 
-    /// The model's input file: the problem, the launch plans staged.rs makes for a 132-multiprocessor
-    /// GPU, the tensors' 16-bit words. Returns the reference outputs (out, then the gradients) with
+    /// The model's input file: the problem, the launch plans staged.rs makes (the map kernel's grid
+    /// for a GPU of 2 multiprocessors, the reductions' for 132), the tensors' 16-bit words. Returns the reference outputs (out, then the gradients) with
     /// their names.
     fn write_input(path: &Path, case: &Case, data: &Data, dtype: DType) -> Vec<(&'static str, Vec<f64>)> {
         let (input, weights) = (data.input(case), data.weights(case));
@@ -270,7 +270,11 @@ mod host_model {
             w.push(t.len() as i64);
             w.extend_from_slice(t);
         };
-        table(&mut w, &super::super::cuda::row_tile_entries(&p, 128 / nch).unwrap_or_default());
+        let entries = super::super::cuda::row_tile_entries(&p, 128 / nch);
+        let ntiles = entries.as_ref().map_or(p.v.div_ceil(128 / nch), |t| t.len() / 3);
+        table(&mut w, &entries.unwrap_or_default());
+        // Two multiprocessors: the persistent grid of the spectral form runs several row tiles per CTA.
+        w.extend([ntiles as i64, staged::map_grid(&p, ntiles, true, 2) as i64, staged::map_grid(&p, ntiles, false, 2) as i64]);
         let mut plans = vec![staged::plan(&p, Reductions::Wgmma, p.c, p.c, false, ctas).0];
         if p.spectral {
             plans.push(staged::plan(&p, Reductions::Wgmma, p.k, p.c, true, ctas).0);
@@ -311,6 +315,8 @@ mod host_model {
             // One chunk (128-row tiles), K not a multiple of 8 (scalar loads of grads and xᵀ), a batch
             // with an empty mesh (per-mesh tiles and splits); plain weights.
             (Case::batch(&[0, 50, 50, 140], 12, 72, false), DType::BF16),
+            // A batch whose CTAs (persistent, two of them) run row tiles of different meshes in turn.
+            (Case::batch(&[0, 70, 70, 200], 20, 136, true), DType::BF16),
             // The vertex form, C not a multiple of 8 (scalar loads and stores), both chunk counts.
             (Case::new(70, 0, 131, false, true), DType::BF16),
             (Case::new(33, 0, 5, false, false), DType::BF16),
