@@ -152,9 +152,9 @@ pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
     Ok(if super::staged::applies(&dev, p) { FwdVariant::ALL.to_vec() } else { vec![FwdVariant::Fused] })
 }
 
-/// The variants that run `p` as themselves (the staged ones need sm_90a, 16-bit inputs and
+/// The backward variants that run `p` as themselves (the staged ones need sm_90a, 16-bit inputs and
 /// C ≤ 256; elsewhere they would run the fused backward again).
-pub fn variants(p: &Problem) -> Result<Vec<BwdVariant>> {
+pub fn bwd_variants(p: &Problem) -> Result<Vec<BwdVariant>> {
     let Device::Cuda(i) = p.device else { return Ok(vec![BwdVariant::Fused]) };
     let dev = CudaDevice::get(i)?;
     Ok(if super::staged::applies(&dev, p) { BwdVariant::ALL.to_vec() } else { vec![BwdVariant::Fused] })

@@ -176,7 +176,7 @@ fn bwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(BwdVariant, Str
     if p.device == Device::Cpu {
         return Ok(vec![(BwdVariant::from_env(), String::new())]);
     }
-    Ok(cuda::variants(&p)?.into_iter().map(|b| (b, format!(" bwd={}", b.name()))).collect())
+    Ok(cuda::bwd_variants(&p)?.into_iter().map(|b| (b, format!(" bwd={}", b.name()))).collect())
 }
 
 /// The same for the forward.
@@ -433,32 +433,33 @@ impl crate::OpFamily for Family {
             // A default that does not apply to this problem runs (and is labelled) as the fused one.
             let fwd_default = if fwds.iter().any(|(f, _)| *f == fwd_default) { fwd_default } else { FwdVariant::Fused };
             let bwd_default = if bwds.iter().any(|(b, _)| *b == bwd_default) { bwd_default } else { BwdVariant::Fused };
-            let mut passes: Vec<(Option<FwdVariant>, FwdVariant, BwdVariant)> = Vec::new();
+            // (forward, backward): a "fwd" row without a backward, else a "fwd+bwd" row.
+            let mut passes: Vec<(FwdVariant, Option<BwdVariant>)> = Vec::new();
             for (f, _) in &fwds {
                 if issue_size || *f == fwd_default {
-                    passes.push((None, *f, bwd_default));
+                    passes.push((*f, None));
                 }
             }
             for (b, _) in &bwds {
                 if issue_size || *b == bwd_default {
-                    passes.push((Some(fwd_default), fwd_default, *b));
+                    passes.push((fwd_default, Some(*b)));
                 }
             }
-            if issue_size && fwds.len() > 1 && bwds.len() > 1 && !(fwd_default == FwdVariant::Staged && bwd_default == BwdVariant::Staged) {
-                passes.push((Some(FwdVariant::Staged), FwdVariant::Staged, BwdVariant::Staged));
+            if issue_size && fwds.len() > 1 && bwds.len() > 1 && !passes.contains(&(FwdVariant::Staged, Some(BwdVariant::Staged))) {
+                passes.push((FwdVariant::Staged, Some(BwdVariant::Staged)));
             }
             let note = |row: &mut BenchRow| row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
-            for (with_bwd, fv, bv) in passes {
+            for (fv, bv) in passes {
                 // The variants first, so that they survive truncated labels in summaries.
                 let mut pp = serde_json::Map::new();
                 if labelled {
                     pp.insert("fwd".into(), json!(fv.name()));
-                    if with_bwd.is_some() {
-                        pp.insert("bwd".into(), json!(bv.name()));
+                    if let Some(b) = bv {
+                        pp.insert("bwd".into(), json!(b.name()));
                     }
                 }
                 pp.extend(p.clone());
-                let mut row = match with_bwd {
+                let mut row = match bv {
                     None => {
                         let ms = ctx.time(400.0, |i| {
                             let d = &data[i % sets];
@@ -466,7 +467,7 @@ impl crate::OpFamily for Family {
                         })?;
                         ctx.row_with_rate("gradfeat", "fwd", dtype, pp, ms, fwd_bytes, fwd_flops, rate)
                     }
-                    Some(_) => {
+                    Some(bv) => {
                         let ms = ctx.time(400.0, |i| {
                             let d = &data[i % sets];
                             let (input, weights) = (d.input(&case), d.weights(&case));
