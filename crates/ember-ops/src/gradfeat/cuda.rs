@@ -85,6 +85,81 @@ fn family16() -> Family16 {
     }
 }
 
+/// How the CUDA backward runs, chosen by `EMBER_GRADFEAT_BWD` (every variant is tested on the GPU;
+/// NOTES.md gives their measured times):
+/// - "fused" (the default): one fused mma.sync kernel (g, b, ds, P, Q, d_g) and split-K reductions
+///   on mma.sync;
+/// - "staged": on sm_90a with 16-bit inputs and C ≤ 256, the map kernel and the reductions of
+///   `staged.cu` on wgmma (elsewhere the fused backward);
+/// - "staged-mma": the staged map kernel with the mma.sync reductions of the fused backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BwdVariant {
+    Fused,
+    Staged,
+    StagedMma,
+}
+
+impl BwdVariant {
+    pub const ALL: [BwdVariant; 3] = [BwdVariant::Fused, BwdVariant::Staged, BwdVariant::StagedMma];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BwdVariant::Fused => "fused",
+            BwdVariant::Staged => "staged",
+            BwdVariant::StagedMma => "staged-mma",
+        }
+    }
+
+    /// `EMBER_GRADFEAT_BWD`, "fused" when unset or unknown.
+    pub fn from_env() -> BwdVariant {
+        let v = std::env::var("EMBER_GRADFEAT_BWD").unwrap_or_default();
+        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::Fused)
+    }
+}
+
+/// How the CUDA forward runs, chosen by `EMBER_GRADFEAT_FWD` (both tested on the GPU; NOTES.md):
+/// - "fused" (the default): the fused forward kernel of `gradfeat.cu` (its tiles chosen by
+///   `EMBER_GRADFEAT_TILES`);
+/// - "staged": on sm_90a with 16-bit inputs and C ≤ 256, stages 1 and 2 of the staged map kernel,
+///   every product on wgmma (elsewhere the fused forward).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FwdVariant {
+    Fused,
+    Staged,
+}
+
+impl FwdVariant {
+    pub const ALL: [FwdVariant; 2] = [FwdVariant::Fused, FwdVariant::Staged];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FwdVariant::Fused => "fused",
+            FwdVariant::Staged => "staged",
+        }
+    }
+
+    /// `EMBER_GRADFEAT_FWD`, "fused" when unset or unknown.
+    pub fn from_env() -> FwdVariant {
+        let v = std::env::var("EMBER_GRADFEAT_FWD").unwrap_or_default();
+        FwdVariant::ALL.into_iter().find(|f| f.name() == v).unwrap_or(FwdVariant::Fused)
+    }
+}
+
+/// The forward variants that run `p` as themselves.
+pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
+    let Device::Cuda(i) = p.device else { return Ok(vec![FwdVariant::Fused]) };
+    let dev = CudaDevice::get(i)?;
+    Ok(if super::staged::applies(&dev, p) { FwdVariant::ALL.to_vec() } else { vec![FwdVariant::Fused] })
+}
+
+/// The backward variants that run `p` as themselves (the staged ones need sm_90a, 16-bit inputs and
+/// C ≤ 256; elsewhere they would run the fused backward again).
+pub fn bwd_variants(p: &Problem) -> Result<Vec<BwdVariant>> {
+    let Device::Cuda(i) = p.device else { return Ok(vec![BwdVariant::Fused]) };
+    let dev = CudaDevice::get(i)?;
+    Ok(if super::staged::applies(&dev, p) { BwdVariant::ALL.to_vec() } else { vec![BwdVariant::Fused] })
+}
+
 /// Tile shapes of a fused kernel, preferred first (the launch takes the first that fits in shared
 /// memory; the later ones serve larger C). The backward keeps twice the tiles of the forward on chip;
 /// f32 tiles take twice the bytes.
@@ -190,9 +265,39 @@ fn pick_tile(dev: &CudaDevice, p: &Problem, kind: Kind) -> Result<(Tile, usize)>
     )))
 }
 
+/// The row tiles of a kernel that owns `bm` rows per tile, and their count: batches get one tile per
+/// `bm` rows of each mesh (a table of (first row, end of the mesh's rows, mesh) per tile), so no tile
+/// straddles two meshes.
+pub(super) fn row_tiles(p: &Problem, bm: usize) -> Result<(Option<Tensor>, u32)> {
+    let entries = row_tile_entries(p, bm);
+    let blocks = match &entries {
+        Some(t) => t.len() / 3,
+        None => p.v.div_ceil(bm),
+    };
+    let table = match entries {
+        Some(t) => Some(device_table(&t, p.device)?),
+        None => None,
+    };
+    Ok((table, grid_u32("grads_re", blocks)?))
+}
+
+/// The table of `row_tiles`, on the host (None for one mesh).
+pub(super) fn row_tile_entries(p: &Problem, bm: usize) -> Option<Vec<i64>> {
+    if !(p.spectral && p.meshes() > 1) {
+        return None;
+    }
+    let mut t = Vec::new();
+    for (m, w) in p.offsets.windows(2).enumerate() {
+        for r in (w[0]..w[1]).step_by(bm) {
+            t.extend([r as i64, w[1] as i64, m as i64]);
+        }
+    }
+    Some(t)
+}
+
 /// A small i64 table on the device. ember tensors hold floating-point values, so the table travels
 /// as the raw words of an f32 tensor (copied, never converted); the kernels read them as i64.
-fn device_table(values: &[i64], device: Device) -> Result<Tensor> {
+pub(super) fn device_table(values: &[i64], device: Device) -> Result<Tensor> {
     let words: Vec<f32> = values
         .iter()
         .flat_map(|&v| {
@@ -204,11 +309,11 @@ fn device_table(values: &[i64], device: Device) -> Result<Tensor> {
     Tensor::from_vec(words, &[n])?.to_device(device)
 }
 
-fn grid_u32(arg: &str, n: usize) -> Result<u32> {
+pub(super) fn grid_u32(arg: &str, n: usize) -> Result<u32> {
     u32::try_from(n).ok().filter(|&g| g <= i32::MAX as u32 && g > 0).ok_or_else(|| Error::TooLarge { arg: arg.into(), what: format!("{n} blocks exceed one launch's grid") })
 }
 
-fn ptr(t: Option<&Tensor>) -> Result<u64> {
+pub(super) fn ptr(t: Option<&Tensor>) -> Result<u64> {
     t.map_or(Ok(0), |t| t.cuda_ptr())
 }
 
@@ -223,25 +328,8 @@ struct BwdBuffers<'a> {
 fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, out: Option<&Tensor>, bwd: Option<&BwdBuffers>) -> Result<()> {
     let kind = if bwd.is_some() { Kind::Bwd } else { Kind::Fwd };
     let (t, smem) = pick_tile(dev, p, kind)?;
-    let bm = t.bm;
     let vec = 16 / p.dtype.size();
-    // Batches get one CTA per BM rows of each mesh, so no tile straddles two meshes.
-    let table = if p.spectral && p.meshes() > 1 {
-        let mut t = Vec::new();
-        for (m, w) in p.offsets.windows(2).enumerate() {
-            for r in (w[0]..w[1]).step_by(bm) {
-                t.extend([r as i64, w[1] as i64, m as i64]);
-            }
-        }
-        Some(device_table(&t, p.device)?)
-    } else {
-        None
-    };
-    let blocks = match &table {
-        Some(t) => t.numel() / 6,
-        None => p.v.div_ceil(bm),
-    };
-    let grid = grid_u32("grads_re", blocks)?;
+    let (table, grid) = row_tiles(p, t.bm)?;
     let (x, grads_re, grads_im, g_re, g_im) = match *input {
         Input::Spectral { x, grads_re, grads_im, .. } => (ptr(Some(x))?, ptr(Some(grads_re))?, ptr(Some(grads_im))?, 0, 0),
         Input::Vertex { g_re, g_im } => (0, 0, 0, ptr(Some(g_re))?, ptr(Some(g_im))?),
@@ -296,8 +384,11 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
         .run()
 }
 
-pub fn forward(p: &Problem, input: &Input, weights: &Weights) -> Result<Tensor> {
+pub fn forward(p: &Problem, input: &Input, weights: &Weights, variant: FwdVariant) -> Result<Tensor> {
     let dev = super::first_tensor(input).1.cuda_device()?.clone();
+    if variant == FwdVariant::Staged && super::staged::applies(&dev, p) {
+        return super::staged::forward(&dev, p, input, weights);
+    }
     // Check the tile fits before allocating anything.
     pick_tile(&dev, p, Kind::Fwd)?;
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
@@ -306,32 +397,44 @@ pub fn forward(p: &Problem, input: &Input, weights: &Weights) -> Result<Tensor> 
 }
 
 /// A reduction over vertices: rows of each group (all rows, or one mesh's) cut into splits.
-struct SplitPlan {
-    /// (first row, end row) per split, when the splits are not uniform.
-    table: Option<Tensor>,
-    /// (first split, end split) per group, when there are several groups.
-    groups: Option<Tensor>,
-    nsplits: usize,
-    rows_per_split: usize,
+pub(super) struct SplitPlan {
+    /// (first row, end row) per split, when the splits are not uniform (else empty).
+    pub splits: Vec<i64>,
+    /// (first split, end split) per group, when there are several groups (else empty).
+    pub groups: Vec<i64>,
+    pub nsplits: usize,
+    pub rows_per_split: usize,
 }
 
-/// Rows per split: enough CTAs over the output tiles for about eight waves of three CTAs per
-/// multiprocessor, so the last, partial wave costs little.
-fn rows_per_split(dev: &CudaDevice, rows: usize, tiles: usize) -> usize {
-    let target = 24 * dev.info().multiprocessors.max(1) as usize;
-    rows.div_ceil(target.div_ceil(tiles).max(1)).max(MIN_ROWS_PER_SPLIT)
-}
-
-fn uniform_plan(dev: &CudaDevice, rows: usize, tiles: usize) -> SplitPlan {
-    let per = rows_per_split(dev, rows, tiles);
-    SplitPlan { table: None, groups: None, nsplits: rows.div_ceil(per), rows_per_split: per }
-}
-
-fn mesh_plan(dev: &CudaDevice, p: &Problem, tiles: usize) -> Result<SplitPlan> {
-    if p.meshes() == 1 {
-        return Ok(uniform_plan(dev, p.v, tiles));
+impl SplitPlan {
+    /// The split and group tables on `device` (None where empty).
+    pub fn device_tables(&self, device: Device) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let t = |v: &[i64]| if v.is_empty() { Ok(None) } else { device_table(v, device).map(Some) };
+        Ok((t(&self.splits)?, t(&self.groups)?))
     }
-    let per = rows_per_split(dev, p.v, tiles);
+}
+
+/// CTAs of the mma.sync reductions: about eight waves of three CTAs per multiprocessor, so the last,
+/// partial wave costs little.
+pub(super) fn splitk_ctas(dev: &CudaDevice) -> usize {
+    24 * dev.info().multiprocessors.max(1) as usize
+}
+
+/// Rows per split for about `ctas` CTAs over the output tiles.
+fn rows_per_split(rows: usize, tiles: usize, ctas: usize) -> usize {
+    rows.div_ceil(ctas.div_ceil(tiles).max(1)).max(MIN_ROWS_PER_SPLIT)
+}
+
+pub(super) fn uniform_plan(rows: usize, tiles: usize, ctas: usize) -> SplitPlan {
+    let per = rows_per_split(rows, tiles, ctas);
+    SplitPlan { splits: vec![], groups: vec![], nsplits: rows.div_ceil(per), rows_per_split: per }
+}
+
+pub(super) fn mesh_plan(p: &Problem, tiles: usize, ctas: usize) -> SplitPlan {
+    if p.meshes() == 1 {
+        return uniform_plan(p.v, tiles, ctas);
+    }
+    let per = rows_per_split(p.v, tiles, ctas);
     let (mut splits, mut groups) = (Vec::new(), Vec::new());
     for w in p.offsets.windows(2) {
         let first = splits.len() / 2;
@@ -345,13 +448,13 @@ fn mesh_plan(dev: &CudaDevice, p: &Problem, tiles: usize) -> Result<SplitPlan> {
     if nsplits == 0 {
         splits.extend([0, 0]);
     }
-    Ok(SplitPlan { table: Some(device_table(&splits, p.device)?), groups: Some(device_table(&groups, p.device)?), nsplits: nsplits.max(1), rows_per_split: per })
+    SplitPlan { splits, groups, nsplits: nsplits.max(1), rows_per_split: per }
 }
 
 /// out[g] = Σ over the rows of group g of a_reᵀ·b_re ⊕ a_imᵀ·b_im (see gf_splitk), for an (m × n)
 /// result per group, through an f32 workspace summed in split order.
 #[allow(clippy::too_many_arguments)]
-fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), m: usize, n: usize, plan: &SplitPlan, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
+pub(super) fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), m: usize, n: usize, plan: &SplitPlan, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
     let es = p.dtype.size();
     let vec = 16 / es;
     let planes = if rot { 2 } else { 1 };
@@ -363,7 +466,8 @@ fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tens
     dev.set_max_dynamic_smem(&f, smem)?;
     let blocks = plan.nsplits.checked_mul(tiles).ok_or_else(|| Error::TooLarge { arg: "rows".into(), what: "split count overflows".into() })?;
     let cfg = LaunchConfig { grid_dim: (grid_u32("rows", blocks)?, 1, 1), block_dim: (SPLITK_THREADS, 1, 1), shared_mem_bytes: smem as u32 };
-    let (a_re, a_im, b_re, b_im, wsp, table) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(plan.table.as_ref())?);
+    let (table, groups) = plan.device_tables(p.device)?;
+    let (a_re, a_im, b_re, b_im, wsp, tablep) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(table.as_ref())?);
     let (r, mi, ni, per) = (p.v as i64, m as i32, n as i32, plan.rows_per_split as i64);
     let (vec_m, vec_n) = (m.is_multiple_of(vec) as i32, n.is_multiple_of(vec) as i32);
     dev.launch(&f, cfg)
@@ -372,7 +476,7 @@ fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tens
         .arg(&b_re)
         .arg(&b_im)
         .arg(&wsp)
-        .arg(&table)
+        .arg(&tablep)
         .arg(&r)
         .arg(&mi)
         .arg(&ni)
@@ -381,11 +485,19 @@ fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tens
         .arg(&vec_n)
         .named("gradfeat split-K reduction")
         .run()?;
+    sum_splits(dev, p, &ws, planes, m * n, plan.nsplits, groups.as_ref(), out, ngroups)
+}
+
+/// out_p[g] = Σ over the splits of group g, in split order, of the f32 slices ws[split][p] (m·n
+/// elements each), rounded to the op's dtype.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn sum_splits(dev: &Arc<CudaDevice>, p: &Problem, ws: &Tensor, planes: usize, elems: usize, nsplits: usize, groups: Option<&Tensor>, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
+    let opts = options(p.dtype, Kind::SplitK, SPLITK);
+    let wsp = ws.cuda_ptr()?;
     let f = dev.function(&SOURCE, &opts, "gf_reduce")?;
-    let elems = m * n;
     let total = ngroups * planes * elems;
-    let (o0, o1, groups) = (out.0.cuda_ptr()?, ptr(out.1)?, ptr(plan.groups.as_ref())?);
-    let (ng, pl, el, ns) = (ngroups as i32, planes as i32, elems as i64, plan.nsplits as i64);
+    let (o0, o1, groups) = (out.0.cuda_ptr()?, ptr(out.1)?, ptr(groups)?);
+    let (ng, pl, el, ns) = (ngroups as i32, planes as i32, elems as i64, nsplits as i64);
     dev.launch(&f, cfg_1d(dev.grid_for(total, 256), 256, 0))
         .arg(&wsp)
         .arg(&o0)
@@ -399,8 +511,12 @@ fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tens
         .run()
 }
 
-pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor) -> Result<Grads> {
+pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, variant: BwdVariant) -> Result<Grads> {
     let dev = d_out.cuda_device()?.clone();
+    if variant != BwdVariant::Fused && super::staged::applies(&dev, p) {
+        let reductions = if variant == BwdVariant::Staged { super::staged::Reductions::Wgmma } else { super::staged::Reductions::MmaSync };
+        return super::staged::backward(&dev, p, input, weights, d_out, reductions);
+    }
     pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);
     let vc = || Tensor::output(&[v, c], p.dtype, p.device);
@@ -415,7 +531,7 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor) -
         (_, Some((a, b))) => (a, b),
         _ => unreachable!("the spectral form has its g workspace"),
     };
-    let plan = uniform_plan(&dev, v, c.div_ceil(64) * c.div_ceil(64));
+    let plan = uniform_plan(v, c.div_ceil(64) * c.div_ceil(64), splitk_ctas(&dev));
     let cc = || Tensor::output(&[c, c], p.dtype, p.device);
     let weight_grads = if p.rotation {
         let (d_a_re, d_a_im) = (cc()?, cc()?);
@@ -429,7 +545,7 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor) -
 
     let input_grads = match *input {
         Input::Spectral { grads_re, grads_im, .. } => {
-            let plan = mesh_plan(&dev, p, p.k.div_ceil(64) * c.div_ceil(64))?;
+            let plan = mesh_plan(p, p.k.div_ceil(64) * c.div_ceil(64), splitk_ctas(&dev));
             let d_x = Tensor::output(&p.x_shape(), p.dtype, p.device)?;
             reduce_rows(&dev, p, false, (grads_re, grads_im), (&dg_re, &dg_im), p.k, c, &plan, (&d_x, None), p.meshes())?;
             InputGrads::Spectral { d_x }

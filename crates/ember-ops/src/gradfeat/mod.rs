@@ -33,13 +33,17 @@
 //! epilogue: nothing but `out` goes to device memory); on Hopper (sm_90a) its channel map runs on
 //! wgmma, elsewhere on mma.sync. The backward is one such kernel (g, b, ds, P, Q, d_g) followed by
 //! deterministic split-K reductions over vertices for d_A and d_x. `EMBER_GRADFEAT_TILES=wide` or
-//! `narrow` selects other mma.sync tile families (measured in NOTES.md). The on-chip
+//! `narrow` selects other mma.sync tile families (measured in NOTES.md). `EMBER_GRADFEAT_BWD=staged`
+//! (or `staged-mma`) runs the backward of 16-bit inputs with C ≤ 256 on Hopper as the staged kernels
+//! of `staged.cu` instead: g, b, P, Q and d_g on wgmma in one kernel, and the reductions on wgmma
+//! (or mma.sync); `EMBER_GRADFEAT_FWD=staged` the forward as that kernel's first two stages. The on-chip
 //! tiles bound C on CUDA (about 640 for 16-bit inputs and the f32 forward, 384 for the f32 backward on
 //! Hopper); larger C is an error that says so.
 
 pub mod cpu;
 pub mod cuda;
 pub mod reference;
+pub mod staged;
 mod suite;
 #[cfg(test)]
 mod tests;
@@ -215,26 +219,38 @@ fn check_offsets(offsets: &[usize], meshes: usize, v: usize) -> Result<()> {
     Ok(())
 }
 
-/// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im), (V, C).
+/// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im), (V, C). On CUDA, `EMBER_GRADFEAT_FWD` picks the kernels
+/// (see [`cuda::FwdVariant`]).
 pub fn forward(input: &Input, weights: &Weights) -> Result<Forward> {
+    forward_with(input, weights, cuda::FwdVariant::from_env())
+}
+
+/// `forward` through the given CUDA variant (the CPU paths ignore it).
+pub fn forward_with(input: &Input, weights: &Weights, variant: cuda::FwdVariant) -> Result<Forward> {
     let p = validate(input, weights)?;
     let out = match p.device {
         Device::Cpu if p.dtype == DType::F64 => reference_forward(&p, input, weights)?,
         Device::Cpu => cpu::forward(&p, input, weights)?,
-        Device::Cuda(_) => cuda::forward(&p, input, weights)?,
+        Device::Cuda(_) => cuda::forward(&p, input, weights, variant)?,
     };
     Ok(Forward { out })
 }
 
 /// Gradients of Σ d_out ⊙ out with respect to the input (x, or g_re and g_im) and the weights.
-/// `d_out` must be (V, C) with the inputs' dtype and device.
+/// `d_out` must be (V, C) with the inputs' dtype and device. On CUDA, `EMBER_GRADFEAT_BWD` picks the
+/// kernels (see [`cuda::BwdVariant`]).
 pub fn backward(input: &Input, weights: &Weights, d_out: &Tensor) -> Result<Grads> {
+    backward_with(input, weights, d_out, cuda::BwdVariant::from_env())
+}
+
+/// `backward` through the given CUDA variant (the CPU paths ignore it).
+pub fn backward_with(input: &Input, weights: &Weights, d_out: &Tensor, variant: cuda::BwdVariant) -> Result<Grads> {
     let p = validate(input, weights)?;
     validate::like("d_out", d_out, p.device, p.dtype, &[p.v, p.c], "(V, C)")?;
     match p.device {
         Device::Cpu if p.dtype == DType::F64 => reference_backward(&p, input, weights, d_out),
         Device::Cpu => cpu::backward(&p, input, weights, d_out),
-        Device::Cuda(_) => cuda::backward(&p, input, weights, d_out),
+        Device::Cuda(_) => cuda::backward(&p, input, weights, d_out, variant),
     }
 }
 

@@ -1,6 +1,7 @@
 //! Spatial gradient features' `ember check` cases and `ember bench` rows.
 
-use super::{backward, cuda, forward, reference, Grads, Input, InputGrads, WeightGrads, Weights};
+use super::cuda::{BwdVariant, FwdVariant};
+use super::{backward, backward_with, cuda, forward, forward_with, reference, staged, validate, Grads, Input, InputGrads, WeightGrads, Weights};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
 use crate::KernelBuild;
@@ -168,17 +169,48 @@ pub(crate) fn grad_list(g: Grads) -> Vec<Tensor> {
     v
 }
 
+/// The backward variants to check or time on the inputs' device, each with the suffix of its rows'
+/// case names: on the CPU the one path; on CUDA every variant that runs the problem as itself.
+fn bwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(BwdVariant, String)>> {
+    let p = validate(input, weights)?;
+    if p.device == Device::Cpu {
+        return Ok(vec![(BwdVariant::from_env(), String::new())]);
+    }
+    Ok(cuda::bwd_variants(&p)?.into_iter().map(|b| (b, format!(" bwd={}", b.name()))).collect())
+}
+
+/// The same for the forward.
+fn fwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(FwdVariant, String)>> {
+    let p = validate(input, weights)?;
+    if p.device == Device::Cpu {
+        return Ok(vec![(FwdVariant::from_env(), String::new())]);
+    }
+    Ok(cuda::fwd_variants(&p)?.into_iter().map(|f| (f, format!(" fwd={}", f.name()))).collect())
+}
+
 fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     let name = case.name();
     let data = Data::new(case, dtype, ctx.seed_for(&format!("{name}{dtype}")))?;
     let expected = reference_outputs(case, &data)?;
     let dev = data.to_device(ctx.device)?;
     let (input, weights) = (dev.input(case), dev.weights(case));
-    let mut got = vec![forward(&input, &weights)?.out];
-    got.extend(grad_list(backward(&input, &weights, &dev.d_out)?));
     let tol = dtype.tolerance();
-    let mut rows: Vec<CheckRow> = expected.iter().zip(&got).map(|((q, r), t)| compare("gradfeat", &name, q, t, r, tol)).collect::<Result<_>>()?;
-    rescale_degenerate(case, &data, &expected, &got, &mut rows)?;
+    let mut rows = Vec::new();
+    let mut out = None;
+    for (variant, suffix) in fwd_variants(&input, &weights)? {
+        let o = forward_with(&input, &weights, variant)?.out;
+        rows.push(compare("gradfeat", &format!("{name}{suffix}"), expected[0].0, &o, &expected[0].1, tol)?);
+        out.get_or_insert(o);
+    }
+    let out = out.expect("at least one forward variant");
+    for (variant, suffix) in bwd_variants(&input, &weights)? {
+        let mut got = vec![out.try_clone()?];
+        got.extend(grad_list(backward_with(&input, &weights, &dev.d_out, variant)?));
+        let label = format!("{name}{suffix}");
+        let mut r: Vec<CheckRow> = expected.iter().zip(&got).map(|((q, e), t)| compare("gradfeat", &label, q, t, e, tol)).collect::<Result<_>>()?;
+        rescale_degenerate(case, &data, &expected, &got, &mut r)?;
+        rows.extend(r.into_iter().skip(1));
+    }
     Ok(rows)
 }
 
@@ -235,20 +267,29 @@ fn reference_g(case: &Case, d: &Data) -> Result<(Vec<f64>, Vec<f64>)> {
     }
 }
 
-/// Two runs of forward and backward give bitwise identical results.
-fn determinism(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<CheckRow> {
+/// Two runs give bitwise identical results, in every forward and every backward variant.
+fn determinism(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     let data = Data::new(case, dtype, ctx.seed_for(&format!("det{}", case.name())))?.to_device(ctx.device)?;
     let (input, weights) = (data.input(case), data.weights(case));
-    let run = || -> Result<Vec<Vec<f64>>> {
-        let mut v = vec![forward(&input, &weights)?.out.to_vec_f64()?];
-        for t in grad_list(backward(&input, &weights, &data.d_out)?) {
-            v.push(t.to_vec_f64()?);
-        }
-        Ok(v)
-    };
-    let (a, b) = (run()?, run()?);
-    let same = a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
-    Ok(property("gradfeat", &case.name(), "bitwise-det", dtype, ctx.device, same))
+    let mut rows = Vec::new();
+    let bits = |t: Tensor| -> Result<Vec<u64>> { Ok(t.to_vec_f64()?.into_iter().map(f64::to_bits).collect()) };
+    for (variant, suffix) in fwd_variants(&input, &weights)? {
+        let same = bits(forward_with(&input, &weights, variant)?.out)? == bits(forward_with(&input, &weights, variant)?.out)?;
+        rows.push(property("gradfeat", &format!("{}{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same));
+    }
+    for (variant, suffix) in bwd_variants(&input, &weights)? {
+        let run = || -> Result<Vec<Vec<f64>>> {
+            let mut v = vec![forward(&input, &weights)?.out.to_vec_f64()?];
+            for t in grad_list(backward_with(&input, &weights, &data.d_out, variant)?) {
+                v.push(t.to_vec_f64()?);
+            }
+            Ok(v)
+        };
+        let (a, b) = (run()?, run()?);
+        let same = a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
+        rows.push(property("gradfeat", &format!("{}{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same));
+    }
+    Ok(rows)
 }
 
 /// On CUDA: errors for bad input leave the context usable, and a C beyond the kernels' on-chip
@@ -288,6 +329,10 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case::batch(&[0, 60, 60, 130], 8, 257, true));
             v.push(Case::new(129, 0, 72, false, true));
             v.push(Case::new(33, 0, 5, false, false));
+            // The staged map kernel's two-chunk shape (C in 129..256): vector and scalar loads,
+            // a batch with an empty mesh.
+            v.push(Case::batch(&[0, 50, 50, 140], 24, 200, false));
+            v.push(Case::new(70, 0, 131, false, true));
         }
         // Every size the issue names: V ∈ {1, 7, 4109, 131077}, C ∈ {1, 64, 256, 257},
         // K ∈ {1, 64, 128}, both forms, with and without rotations, and batches.
@@ -310,6 +355,10 @@ fn cases(tier: Tier) -> Vec<Case> {
             }
             v.push(Case::batch(&[0, 1000, 1000, 4109], 128, 256, true));
             v.push(Case::batch(&[0, 1, 130, 2177, 2178, 9000], 64, 257, false));
+            // The staged kernels' other paths: C in 129..256 not a multiple of 128 (and of 8), K not
+            // a multiple of 8.
+            v.push(Case::new(4109, 12, 200, true, true));
+            v.push(Case::new(4109, 0, 131, false, false));
         }
     }
     v
@@ -335,8 +384,8 @@ impl crate::OpFamily for Family {
                 Tier::Full => Case::new(131077, 128, 256, true, true),
                 _ => Case::batch(&[0, 70, 150], 64, 64, true),
             };
-            rows.push(determinism(ctx, &det, DType::BF16)?);
-            rows.push(determinism(ctx, &Case::new(300, 0, 257, false, false), DType::F32)?);
+            rows.extend(determinism(ctx, &det, DType::BF16)?);
+            rows.extend(determinism(ctx, &Case::new(300, 0, 257, false, false), DType::F32)?);
             rows.extend(cuda_error_properties(ctx)?);
         }
         Ok(rows)
@@ -373,29 +422,72 @@ impl crate::OpFamily for Family {
             // f32 runs as split TF32 on tensor cores: its ceiling is the TF32 GEMM rate.
             let rate = if dtype == DType::F32 { ctx.gemm_tflops(DType::F32, true)? } else { ctx.gemm_tflops(dtype, false)? };
             let p = params(&[("V", json!(v)), ("K", json!(k)), ("C", json!(c)), ("form", json!("spectral")), ("rotation", json!(true))]);
-            let ms = ctx.time(400.0, |i| {
-                let d = &data[i % sets];
-                forward(&d.input(&case), &d.weights(&case)).map(drop)
-            })?;
-            let mut row = ctx.row_with_rate("gradfeat", "fwd", dtype, p.clone(), ms, fwd_bytes, fwd_flops, rate);
-            row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
-            progress(&row);
-            rows.push(row);
-            let ms = ctx.time(400.0, |i| {
-                let d = &data[i % sets];
-                let (input, weights) = (d.input(&case), d.weights(&case));
-                let _out = forward(&input, &weights)?;
-                backward(&input, &weights, &d.d_out).map(drop)
-            })?;
-            let mut row = ctx.row_with_rate("gradfeat", "fwd+bwd", dtype, p, ms, bwd_bytes, 3.0 * fwd_flops, rate);
-            row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
-            progress(&row);
-            rows.push(row);
+            // The issue's sizes time every variant (NOTES.md compares them): each forward, each
+            // backward after the default forward, and both staged together; other sizes the defaults.
+            // CUDA rows name their variants in their params.
+            let issue_size = dtype == DType::BF16 && k == 128 && c == 256 && [131072, 524288, 2097152].contains(&v);
+            let (input0, weights0) = (data[0].input(&case), data[0].weights(&case));
+            let (fwds, bwds) = (fwd_variants(&input0, &weights0)?, bwd_variants(&input0, &weights0)?);
+            let labelled = ctx.device != Device::Cpu;
+            let (fwd_default, bwd_default) = (FwdVariant::from_env(), BwdVariant::from_env());
+            // A default that does not apply to this problem runs (and is labelled) as the fused one.
+            let fwd_default = if fwds.iter().any(|(f, _)| *f == fwd_default) { fwd_default } else { FwdVariant::Fused };
+            let bwd_default = if bwds.iter().any(|(b, _)| *b == bwd_default) { bwd_default } else { BwdVariant::Fused };
+            // (forward, backward): a "fwd" row without a backward, else a "fwd+bwd" row.
+            let mut passes: Vec<(FwdVariant, Option<BwdVariant>)> = Vec::new();
+            for (f, _) in &fwds {
+                if issue_size || *f == fwd_default {
+                    passes.push((*f, None));
+                }
+            }
+            for (b, _) in &bwds {
+                if issue_size || *b == bwd_default {
+                    passes.push((fwd_default, Some(*b)));
+                }
+            }
+            if issue_size && fwds.len() > 1 && bwds.len() > 1 && !passes.contains(&(FwdVariant::Staged, Some(BwdVariant::Staged))) {
+                passes.push((FwdVariant::Staged, Some(BwdVariant::Staged)));
+            }
+            let note = |row: &mut BenchRow| row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
+            for (fv, bv) in passes {
+                // The variants first, so that they survive truncated labels in summaries.
+                let mut pp = serde_json::Map::new();
+                if labelled {
+                    pp.insert("fwd".into(), json!(fv.name()));
+                    if let Some(b) = bv {
+                        pp.insert("bwd".into(), json!(b.name()));
+                    }
+                }
+                pp.extend(p.clone());
+                let mut row = match bv {
+                    None => {
+                        let ms = ctx.time(400.0, |i| {
+                            let d = &data[i % sets];
+                            forward_with(&d.input(&case), &d.weights(&case), fv).map(drop)
+                        })?;
+                        ctx.row_with_rate("gradfeat", "fwd", dtype, pp, ms, fwd_bytes, fwd_flops, rate)
+                    }
+                    Some(bv) => {
+                        let ms = ctx.time(400.0, |i| {
+                            let d = &data[i % sets];
+                            let (input, weights) = (d.input(&case), d.weights(&case));
+                            let _out = forward_with(&input, &weights, fv)?;
+                            backward_with(&input, &weights, &d.d_out, bv).map(drop)
+                        })?;
+                        ctx.row_with_rate("gradfeat", "fwd+bwd", dtype, pp, ms, bwd_bytes, 3.0 * fwd_flops, rate)
+                    }
+                };
+                note(&mut row);
+                progress(&row);
+                rows.push(row);
+            }
         }
         Ok(rows)
     }
 
     fn kernels(&self) -> Vec<KernelBuild> {
-        cuda::all_builds()
+        let mut v = cuda::all_builds();
+        v.extend(staged::all_builds());
+        v
     }
 }

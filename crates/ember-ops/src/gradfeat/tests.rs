@@ -197,3 +197,168 @@ fn bad_input_is_a_clear_error() {
     assert!(e.contains("argument `d_out`: expected dtype f32, got f16"), "{e}");
 }
 
+
+/// The staged forward and backward (staged.cu, sm_90a) run on the CPU by their host model (host_model.cpp): the
+/// kernels' own source compiled as C++, one thread per CUDA thread, wgmma computed from the
+/// shared-memory descriptors, with the launch plans of staged.rs; against the f64 reference. This
+/// checks every copy, descriptor and epilogue index of the kernels without a GPU.
+mod host_model {
+    use super::super::staged::{self, Reductions};
+    use super::*;
+    use ember_core::{bf16, f16};
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    fn cxx() -> String {
+        if let Ok(c) = std::env::var("CXX") {
+            return c;
+        }
+        ["c++", "g++", "clang++"]
+            .into_iter()
+            .find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
+            .expect("a C++ compiler (c++, g++ or clang++; or $CXX) to run the staged kernels on the host")
+            .to_string()
+    }
+
+    /// Compile the model for one (dtype, chunks) specialisation, with AddressSanitizer where the
+    /// compiler has it (out-of-bounds accesses to the tensors then abort the run).
+    fn build(dir: &Path, dtype: DType, nch: usize) -> PathBuf {
+        let exe = dir.join(format!("host_model_{}_{nch}", dtype.name()));
+        let code = if dtype == DType::BF16 { 2 } else { 1 };
+        let base = |asan: bool| {
+            let mut c = Command::new(cxx());
+            c.args(["-std=c++20", "-O2", "-pthread", "-fno-strict-aliasing", "-w"]).arg(format!("-DGS_DTYPE={code}")).arg(format!("-DGS_NCH={nch}"));
+            if asan {
+                c.args(["-fsanitize=address", "-fno-omit-frame-pointer"]);
+            }
+            c.arg("-o").arg(&exe).arg(dir.join("host_model.cpp"));
+            c
+        };
+        let out = base(true).output().unwrap();
+        if out.status.success() {
+            eprintln!("host model {dtype} chunks={nch}: built with AddressSanitizer");
+        } else {
+            let out = base(false).output().unwrap();
+            assert!(out.status.success(), "compiling the host model: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!("host model {dtype} chunks={nch}: built without AddressSanitizer (the compiler lacks it)");
+        }
+        exe
+    }
+
+    fn bits(t: &Tensor) -> Vec<u16> {
+        match t.dtype() {
+            DType::BF16 => t.as_slice::<bf16>().unwrap().iter().map(|v| v.to_bits()).collect(),
+            DType::F16 => t.as_slice::<f16>().unwrap().iter().map(|v| v.to_bits()).collect(),
+            d => panic!("the staged backward takes 16-bit inputs, not {d}"),
+        }
+    }
+
+    fn values(words: &[u16], dtype: DType) -> Vec<f64> {
+        words.iter().map(|&w| if dtype == DType::BF16 { bf16::from_bits(w).to_f64() } else { f16::from_bits(w).to_f64() }).collect()
+    }
+
+    /// The model's input file: the problem, the launch plans staged.rs makes (the map kernel's grid
+    /// for a GPU of 2 multiprocessors, the reductions' for 132), the tensors' 16-bit words. Returns the reference outputs (out, then the gradients) with
+    /// their names.
+    fn write_input(path: &Path, case: &Case, data: &Data, dtype: DType) -> Vec<(&'static str, Vec<f64>)> {
+        let (input, weights) = (data.input(case), data.weights(case));
+        let p = validate(&input, &weights).unwrap();
+        let nch = staged::chunks(p.c);
+        let ctas = 4 * 132;
+        let mut w: Vec<i64> = vec![p.v as i64, p.k as i64, p.c as i64, p.meshes() as i64, p.spectral as i64, p.rotation as i64, if dtype == DType::BF16 { 2 } else { 1 }, nch as i64];
+        let table = |w: &mut Vec<i64>, t: &[i64]| {
+            w.push(t.len() as i64);
+            w.extend_from_slice(t);
+        };
+        let entries = super::super::cuda::row_tile_entries(&p, 128 / nch);
+        let ntiles = entries.as_ref().map_or(p.v.div_ceil(128 / nch), |t| t.len() / 3);
+        table(&mut w, &entries.unwrap_or_default());
+        // Two multiprocessors: the persistent grid of the spectral form runs several row tiles per CTA.
+        w.extend([ntiles as i64, staged::map_grid(&p, ntiles, true, 2) as i64, staged::map_grid(&p, ntiles, false, 2) as i64]);
+        let mut plans = vec![staged::plan(&p, Reductions::Wgmma, p.c, p.c, false, ctas).0];
+        if p.spectral {
+            plans.push(staged::plan(&p, Reductions::Wgmma, p.k, p.c, true, ctas).0);
+        }
+        for plan in &plans {
+            w.extend([plan.nsplits as i64, plan.rows_per_split as i64]);
+            table(&mut w, &plan.splits);
+            table(&mut w, &plan.groups);
+        }
+        let mut bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut tensors = vec![];
+        if p.spectral {
+            tensors.extend([&data.grads_re, &data.grads_im, &data.x]);
+        } else {
+            tensors.extend([&data.g_re, &data.g_im]);
+        }
+        tensors.push(&data.a_re);
+        if p.rotation {
+            tensors.push(&data.a_im);
+        }
+        tensors.push(&data.d_out);
+        for t in tensors {
+            bytes.extend(bits(t).iter().flat_map(|v| v.to_le_bytes()));
+        }
+        std::fs::write(path, bytes).unwrap();
+        reference_outputs(case, data).unwrap()
+    }
+
+    #[test]
+    fn staged_kernels_match_the_reference_on_the_host() {
+        let dir = std::env::temp_dir().join(format!("ember-gradfeat-host-model-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("staged.cu"), include_str!("staged.cu")).unwrap();
+        std::fs::write(dir.join("host_model.cpp"), include_str!("host_model.cpp")).unwrap();
+        let cases = [
+            // Two 128-channel chunks (64-row tiles, the last one partial), vector loads; rotations.
+            (Case::new(150, 24, 200, true, true), DType::BF16),
+            // One chunk (128-row tiles), K not a multiple of 8 (scalar loads of grads and xᵀ), a batch
+            // with an empty mesh (per-mesh tiles and splits); plain weights.
+            (Case::batch(&[0, 50, 50, 140], 12, 72, false), DType::BF16),
+            // A batch whose CTAs (persistent, two of them) run row tiles of different meshes in turn.
+            (Case::batch(&[0, 70, 70, 200], 20, 136, true), DType::BF16),
+            // The vertex form, C not a multiple of 8 (scalar loads and stores), both chunk counts.
+            (Case::new(70, 0, 131, false, true), DType::BF16),
+            (Case::new(33, 0, 5, false, false), DType::BF16),
+            // The shape, in f16 and bf16.
+            (Case::new(130, 128, 256, true, true), DType::F16),
+            (Case::new(200, 128, 256, true, false), DType::BF16),
+        ];
+        let mut built: Vec<((DType, usize), PathBuf)> = Vec::new();
+        for (i, (case, dtype)) in cases.iter().enumerate() {
+            let nch = staged::chunks(case.c);
+            let exe = match built.iter().find(|(k, _)| *k == (*dtype, nch)) {
+                Some((_, e)) => e.clone(),
+                None => {
+                    let e = build(&dir, *dtype, nch);
+                    built.push(((*dtype, nch), e.clone()));
+                    e
+                }
+            };
+            let data = Data::new(case, *dtype, 40 + i as u64).unwrap();
+            let (inp, outp) = (dir.join(format!("in{i}")), dir.join(format!("out{i}")));
+            let expected = write_input(&inp, case, &data, *dtype);
+            // Both timings of the asynchronous copies and products (see host_model.cpp); the same
+            // arithmetic in the same order, so the same bits.
+            let mut results = Vec::new();
+            for timing in ["eager", "lazy"] {
+                let run = Command::new(&exe).arg(&inp).arg(&outp).arg(timing).env("ASAN_OPTIONS", "detect_leaks=0").output().unwrap();
+                assert!(run.status.success(), "{} {dtype} {timing}: the host model failed: {}", case.name(), String::from_utf8_lossy(&run.stderr));
+                let words: Vec<u16> = std::fs::read(&outp).unwrap().chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+                let got = values(&words, *dtype);
+                assert_eq!(got.len(), expected.iter().map(|(_, v)| v.len()).sum::<usize>(), "{}", case.name());
+                let mut at = 0;
+                for (q, e) in &expected {
+                    let t = Tensor::from_vec(got[at..at + e.len()].to_vec(), &[e.len()]).unwrap();
+                    at += e.len();
+                    let row = crate::harness::check::compare("gradfeat", &case.name(), q, &t, e, dtype.tolerance()).unwrap();
+                    assert!(row.pass(), "host model ({timing}): {row:?}");
+                    eprintln!("host model {} {dtype} {timing} {q}: {:.2e}", case.name(), row.rel_err);
+                }
+                results.push(words);
+            }
+            assert!(results[0] == results[1], "{} {dtype}: eager and lazy timings differ", case.name());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

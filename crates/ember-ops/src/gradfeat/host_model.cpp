@@ -1,0 +1,377 @@
+// Host model of the staged kernels (staged.cu): the kernels' own source, compiled as C++ with host
+// versions of the few primitives it writes in PTX, run on the CPU with one std::thread per CUDA
+// thread of a CTA (so __syncthreads is a real barrier) and wgmma computed from its shared-memory
+// descriptors by the layouts of the PTX ISA. It checks the index arithmetic of every copy, descriptor
+// and epilogue, and the launch sequence of staged.rs, without a GPU; tests.rs drives it.
+// Two timings of the asynchronous operations: "eager", where cp.async copies land and wgmma products
+// run when issued, and "lazy", where each lands or runs only when a wait forces it (cp.async.wait_group,
+// wgmma.wait_group: everything but the N most recent groups), reading shared memory then — so a slot
+// refilled before the products that read it completed, a read before its copy was waited for, or an
+// accumulator used before its wait gives wrong results. What it cannot see: whether the hardware
+// agrees with the documented layouts, and the proxy fences (no-ops here).
+//
+// Build: c++ -std=c++20 -O2 -pthread -fno-strict-aliasing -DGS_DTYPE=1|2 -DGS_NCH=1|2 host_model.cpp
+// Usage: host_model IN OUT [lazy]. IN: the problem, plans and inputs written by tests.rs; OUT: the
+// forward's output and the gradients, as raw 16-bit words.
+
+#include <algorithm>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <thread>
+#include <vector>
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+struct ember_bf16 { u16 bits; };
+struct ember_f16 { u16 bits; };
+struct uint4 { u32 x, y, z, w; };
+struct model_dim3 { u32 x = 0, y = 0, z = 0; };
+
+static thread_local model_dim3 threadIdx, blockIdx;
+static model_dim3 blockDim, gridDim;
+
+static float f32_from_bits(u32 u) { float f; std::memcpy(&f, &u, 4); return f; }
+static u32 bits_from_f32(float f) { u32 u; std::memcpy(&u, &f, 4); return u; }
+static float ember_bf16_bits_to_f32(u32 bits) { return f32_from_bits(bits << 16); }
+static float ember_f16_bits_to_f32(u32 bits) { _Float16 h; u16 b = (u16)bits; std::memcpy(&h, &b, 2); return (float)h; }
+static u16 bf16_bits(float v) {
+    u32 u = bits_from_f32(v);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+static u16 f16_bits(float v) { _Float16 h = (_Float16)v; u16 b; std::memcpy(&b, &h, 2); return b; }
+template <typename T> u32 ember_pack2(float lo, float hi);
+template <> u32 ember_pack2<ember_bf16>(float lo, float hi) { return (u32)bf16_bits(lo) | ((u32)bf16_bits(hi) << 16); }
+template <> u32 ember_pack2<ember_f16>(float lo, float hi) { return (u32)f16_bits(lo) | ((u32)f16_bits(hi) << 16); }
+
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __restrict__
+#define __launch_bounds__(...)
+#define __align__(n)
+
+// One CTA at a time: its shared memory and its barrier.
+static unsigned char* g_smem = nullptr;
+static u32 g_smem_bytes = 0;
+static std::barrier<>* g_barrier = nullptr;
+
+// CUDA's fast intrinsics, exactly (glibc declares an __expf of its own: a macro takes precedence).
+#define __expf(x) std::exp((float)(x))
+#define __fdividef(a, b) ((float)(a) / (float)(b))
+[[noreturn]] static void __trap() {
+    std::fprintf(stderr, "__trap in block %u thread %u\n", blockIdx.x, threadIdx.x);
+    std::abort();
+}
+static void __syncthreads() { g_barrier->arrive_and_wait(); }
+
+#define GS_HOST_MODEL 1
+#define GS_SMEM_DECL unsigned char* smem = g_smem
+#define GS_ENTRY(THREADS) extern "C" void
+#define GS_HAS_WGMMA 1
+
+static u32 gs_smem_addr(const void* p) { return (u32)((const unsigned char*)p - g_smem); }
+static u32 gs_dynamic_smem_size() { return g_smem_bytes; }
+static void check_smem(u32 addr, u32 bytes) {
+    if (addr + bytes > g_smem_bytes) {
+        std::fprintf(stderr, "shared memory access [%u, %u) past %u bytes (block %u thread %u)\n", addr, addr + bytes, g_smem_bytes, blockIdx.x, threadIdx.x);
+        std::abort();
+    }
+}
+static bool g_lazy = false;
+
+// cp.async: eager, the copy lands at once; lazy, it lands when a wait_group retires its group (the
+// source, an input of the kernel, is read at issue).
+struct Copy {
+    u32 dst;
+    unsigned char bytes[16];
+};
+static thread_local std::vector<std::vector<Copy>> t_copy_groups;
+static thread_local std::vector<Copy> t_copy_open;
+static void land(const Copy& c) {
+    check_smem(c.dst, 16);
+    std::memcpy(g_smem + c.dst, c.bytes, 16);
+}
+static void gs_cp16(u32 dst, const void* src, int bytes) {
+    Copy c{dst, {}};
+    if (bytes > 0) std::memcpy(c.bytes, src, (size_t)bytes);
+    if (g_lazy) {
+        t_copy_open.push_back(c);
+    } else {
+        land(c);
+    }
+}
+static void gs_commit() {
+    t_copy_groups.push_back(std::move(t_copy_open));
+    t_copy_open.clear();
+}
+template <int N> static void gs_wait() {
+    while (t_copy_groups.size() > (size_t)N) {
+        for (const Copy& c : t_copy_groups.front()) land(c);
+        t_copy_groups.erase(t_copy_groups.begin());
+    }
+}
+static void gs_st16(u32 dst, u32 a, u32 b, u32 c, u32 d) {
+    check_smem(dst, 16);
+    const u32 w[4] = {a, b, c, d};
+    std::memcpy(g_smem + dst, w, 16);
+}
+static void gs_fence_async() {}
+static void gs_fence_regs(float (&)[64]) {}
+static int gs_tid() { return (int)threadIdx.x; }
+static float gs_tanh_out(float x) { return std::tanh(x); }
+static float model_elem(u32 addr) {
+    check_smem(addr, 2);
+    u16 b;
+    std::memcpy(&b, g_smem + addr, 2);
+#if GS_DTYPE == 2
+    return ember_bf16_bits_to_f32(b);
+#else
+    return ember_f16_bits_to_f32(b);
+#endif
+}
+// wgmma.m64n128k16, f32 accumulators: this thread's 64 of them (warp w of the warpgroup, lane
+// 4g + t holds rows 16w + g + 8h, columns 8i + 2t + e as element 4i + 2h + e), from A (64×16) and
+// B (128×16) read through their descriptors. Canonical layouts without swizzle, element (mn, k):
+//   K-major:  start + (mn/8)·SBO + (k/8)·LBO + (mn%8)·16 + (k%8)·2
+//   MN-major: start + (mn/8)·SBO + (k/8)·LBO + (k%8)·16 + (mn%8)·2
+struct Product {
+    float* d;
+    u64 da, db;
+    int scale_a, trans;
+};
+static void run_product(const Product& p) {
+    auto field = [](u64 desc, int shift) { return (u32)((desc >> shift) & 0x3FFFu) << 4; };
+    auto addr = [&](u64 desc, int mn, int k) {
+        const u32 start = field(desc, 0), lbo = field(desc, 16), sbo = field(desc, 32);
+        const u32 inner = p.trans ? (k % 8) * 16 + (mn % 8) * 2 : (mn % 8) * 16 + (k % 8) * 2;
+        return start + (mn / 8) * sbo + (k / 8) * lbo + inner;
+    };
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 16; ++i)
+        for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e) {
+                const int row = 16 * warp + g + 8 * h, col = 8 * i + 2 * t + e;
+                float s = 0.0f;
+                for (int k = 0; k < 16; ++k) s += model_elem(addr(p.da, row, k)) * model_elem(addr(p.db, col, k));
+                p.d[4 * i + 2 * h + e] += (float)p.scale_a * s;
+            }
+}
+// Eager: the product runs at issue; lazy: when wgmma.wait_group retires its group, reading shared
+// memory and updating the accumulators then.
+static thread_local std::vector<std::vector<Product>> t_mma_groups;
+static thread_local std::vector<Product> t_mma_open;
+template <int SCALE_A, int TRANS>
+static void gs_mma(float (&d)[64], u64 da, u64 db) {
+    const Product p{d, da, db, SCALE_A, TRANS};
+    if (g_lazy) {
+        t_mma_open.push_back(p);
+    } else {
+        run_product(p);
+    }
+}
+static void gs_wg_arrive() {}
+static void gs_wg_commit() {
+    t_mma_groups.push_back(std::move(t_mma_open));
+    t_mma_open.clear();
+}
+template <int N> static void gs_wg_wait() {
+    while (t_mma_groups.size() > (size_t)N) {
+        for (const Product& p : t_mma_groups.front()) run_product(p);
+        t_mma_groups.erase(t_mma_groups.begin());
+    }
+}
+
+namespace map_kernels {
+#define GS_KIND 0
+#include "staged.cu"
+#undef GS_KIND
+}  // namespace map_kernels
+namespace reduce_kernels {
+#define GS_KIND 1
+#include "staged.cu"
+#undef GS_KIND
+}  // namespace reduce_kernels
+
+// Run `grid` CTAs of `threads` threads one after another, each thread calling body(); shared memory
+// starts as NaN so that a read of anything not written first shows in the results.
+static void launch(u32 grid, u32 threads, u32 smem_bytes, const std::function<void()>& body) {
+    std::vector<unsigned char> smem(smem_bytes);
+    gridDim.x = grid;
+    blockDim.x = threads;
+    for (u32 b = 0; b < grid; ++b) {
+        for (u32 i = 0; i + 1 < smem_bytes; i += 2) smem[i] = 0xff, smem[i + 1] = 0x7f;
+        g_smem = smem.data();
+        g_smem_bytes = smem_bytes;
+        std::barrier<> bar((std::ptrdiff_t)threads);
+        g_barrier = &bar;
+        std::vector<std::thread> ts;
+        for (u32 t = 0; t < threads; ++t)
+            ts.emplace_back([&, t] {
+                threadIdx.x = t;
+                blockIdx.x = b;
+                body();
+                // Every copy and product was waited for before the thread ended.
+                const bool copies = t_copy_open.empty() && std::all_of(t_copy_groups.begin(), t_copy_groups.end(), [](const auto& g) { return g.empty(); });
+                if (!copies || !t_mma_open.empty() || !t_mma_groups.empty()) {
+                    std::fprintf(stderr, "block %u thread %u ended with copies or products not waited for\n", b, t);
+                    std::abort();
+                }
+            });
+        for (auto& t : ts) t.join();
+    }
+}
+
+// ---- input ----
+static FILE* g_in;
+static i64 rd() {
+    i64 v;
+    if (std::fread(&v, 8, 1, g_in) != 1) std::abort();
+    return v;
+}
+static std::vector<i64> rd_table() {
+    const i64 n = rd();
+    std::vector<i64> t((size_t)n);
+    for (auto& v : t) v = rd();
+    return t;
+}
+// A 16-bit tensor in 256-byte aligned memory (as the device allocator gives), NaN-poisoned when it
+// is an output. Exactly n elements: with AddressSanitizer an access past the end aborts the run.
+static u16* tensor(size_t n) {
+    const size_t len = n ? n : 1;
+    u16* p = new (std::align_val_t(256)) u16[len];
+    for (size_t i = 0; i < len; ++i) p[i] = 0x7fff;
+    return p;
+}
+static u16* rd_tensor(size_t n) {
+    u16* p = tensor(n);
+    if (n && std::fread(p, 2, n, g_in) != n) std::abort();
+    return p;
+}
+struct Plan {
+    i64 nsplits, rows_per_split;
+    std::vector<i64> splits, groups;
+};
+static Plan rd_plan() {
+    Plan p;
+    p.nsplits = rd();
+    p.rows_per_split = rd();
+    p.splits = rd_table();
+    p.groups = rd_table();
+    return p;
+}
+
+typedef reduce_kernels::T T;
+
+// out[g] = Σ over the rows of group g (see gs_reduce), then the split-order sum of gf_reduce.
+static void reduce(bool rot, const u16* a_re, const u16* a_im, const u16* b_re, const u16* b_im, i64 R, int M, int N, const Plan& plan, u16* out0, u16* out1,
+                   int ngroups) {
+    const int planes = rot ? 2 : 1;
+    const int tiles = ((M + 127) / 128) * ((N + 127) / 128);
+    std::vector<float> ws((size_t)(plan.nsplits * planes * M * N), NAN);
+    const i64* splits = plan.splits.empty() ? nullptr : plan.splits.data();
+    const int vm = M % 8 == 0, vn = N % 8 == 0;
+    launch((u32)(plan.nsplits * tiles), 256, 6 * 4 * 32 * 128 * 2, [&] {
+        auto f = rot ? reduce_kernels::gs_reduce_rot : reduce_kernels::gs_reduce_sum;
+        f((const T*)a_re, (const T*)a_im, (const T*)b_re, (const T*)b_im, ws.data(), splits, R, M, N, plan.rows_per_split, vm, vn);
+    });
+    const i64 elems = (i64)M * N;
+    for (int g = 0; g < ngroups; ++g)
+        for (int p = 0; p < planes; ++p)
+            for (i64 i = 0; i < elems; ++i) {
+                i64 sb = 0, se = plan.nsplits;
+                if (!plan.groups.empty()) sb = plan.groups[2 * g], se = plan.groups[2 * g + 1];
+                float s = 0.0f;
+                for (i64 sp = sb; sp < se; ++sp) s += ws[(size_t)((sp * planes + p) * elems + i)];
+                (p == 0 ? out0 : out1)[g * elems + i] = GS_DTYPE == 2 ? bf16_bits(s) : f16_bits(s);
+            }
+}
+
+static u16* transpose(const u16* src, i64 batches, int rows, int cols, bool negate) {
+    u16* dst = tensor((size_t)(batches * rows * cols));
+    gridDim.x = 1;
+    blockDim.x = 256;
+    for (u32 t = 0; t < 256; ++t) {
+        threadIdx.x = t;
+        blockIdx.x = 0;
+        reduce_kernels::gs_transpose((const T*)src, (T*)dst, batches, rows, cols, negate);
+    }
+    return dst;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 3 && argc != 4) return 2;
+    g_lazy = argc == 4 && std::strcmp(argv[3], "lazy") == 0;
+    g_in = std::fopen(argv[1], "rb");
+    if (!g_in) return 2;
+    const i64 V = rd(), K = rd(), C = rd(), M = rd(), spectral = rd(), rot = rd(), dtype = rd(), nch = rd();
+    if (dtype != GS_DTYPE || nch != GS_NCH) {
+        std::fprintf(stderr, "built for dtype %d nch %d, asked for %lld %lld\n", GS_DTYPE, GS_NCH, dtype, nch);
+        return 2;
+    }
+    const std::vector<i64> map_tiles = rd_table();
+    const i64 ntiles = rd(), grid_fwd = rd(), grid_bwd = rd();
+    const Plan plan_a = rd_plan();
+    const Plan plan_x = spectral ? rd_plan() : Plan{};
+    const u16* grads_re = rd_tensor(spectral ? V * K : 0);
+    const u16* grads_im = rd_tensor(spectral ? V * K : 0);
+    const u16* x = rd_tensor(spectral ? M * K * C : 0);
+    const u16* g_in_re = rd_tensor(spectral ? 0 : V * C);
+    const u16* g_in_im = rd_tensor(spectral ? 0 : V * C);
+    const u16* a_re = rd_tensor(C * C);
+    const u16* a_im = rd_tensor(rot ? C * C : 0);
+    const u16* d_out = rd_tensor(V * C);
+    std::fclose(g_in);
+
+    // The launch sequence of staged.rs.
+    const u16* t_re = transpose(a_re, 1, (int)C, (int)C, false);
+    const u16* t_im = rot ? transpose(a_im, 1, (int)C, (int)C, true) : nullptr;
+    const u16* xt = spectral ? transpose(x, M, (int)K, (int)C, false) : nullptr;
+    u16 *p = tensor(V * C), *q = tensor(V * C), *dg_re = tensor(V * C), *dg_im = tensor(V * C);
+    u16 *gws_re = spectral ? tensor(V * C) : nullptr, *gws_im = spectral ? tensor(V * C) : nullptr;
+    const int bm = 128 / GS_NCH;
+    const i64* tiles = map_tiles.empty() ? nullptr : map_tiles.data();
+    const int vec_k = K % 8 == 0, vec_c = C % 8 == 0;
+    const u32 smem = (u32)(3 * bm * 128 * GS_NCH * 2 + 4 * std::max(2 * bm * 32 * 2 + 128 * GS_NCH * 32 * 2, 2 * 128 * GS_NCH * 32 * 2));
+    // The forward (staged.rs's forward), then the backward's map kernel.
+    u16* out_fwd = tensor(V * C);
+    launch((u32)grid_fwd, 256, smem, [&] {
+        auto f = rot ? map_kernels::gs_fwd_rot : map_kernels::gs_fwd_plain;
+        f((const T*)grads_re, (const T*)grads_im, (const T*)xt, (const T*)g_in_re, (const T*)g_in_im, (const T*)a_re, (const T*)a_im, nullptr, nullptr, nullptr,
+          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out_fwd, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+    });
+    launch((u32)grid_bwd, 256, smem, [&] {
+        auto f = rot ? map_kernels::gs_map_rot : map_kernels::gs_map_plain;
+        f((const T*)grads_re, (const T*)grads_im, (const T*)xt, (const T*)g_in_re, (const T*)g_in_im, (const T*)a_re, (const T*)a_im, (const T*)t_re, (const T*)t_im,
+          (const T*)d_out, (T*)gws_re, (T*)gws_im, (T*)p, (T*)q, (T*)dg_re, (T*)dg_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+    });
+    const u16* g_re = spectral ? gws_re : g_in_re;
+    const u16* g_im = spectral ? gws_im : g_in_im;
+    u16 *d_a0 = tensor(C * C), *d_a1 = tensor(C * C);
+    reduce(rot, p, q, g_re, g_im, V, (int)C, (int)C, plan_a, d_a0, d_a1, 1);
+    u16* d_x = spectral ? tensor(M * K * C) : nullptr;
+    if (spectral) reduce(false, grads_re, grads_im, dg_re, dg_im, V, (int)K, (int)C, plan_x, d_x, nullptr, (int)M);
+
+    FILE* out = std::fopen(argv[2], "wb");
+    if (!out) return 2;
+    std::fwrite(out_fwd, 2, (size_t)(V * C), out);
+    if (spectral) {
+        std::fwrite(d_x, 2, (size_t)(M * K * C), out);
+    } else {
+        std::fwrite(dg_re, 2, (size_t)(V * C), out);
+        std::fwrite(dg_im, 2, (size_t)(V * C), out);
+    }
+    std::fwrite(d_a0, 2, (size_t)(C * C), out);
+    if (rot) std::fwrite(d_a1, 2, (size_t)(C * C), out);
+    std::fclose(out);
+    return 0;
+}

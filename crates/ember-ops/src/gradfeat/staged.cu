@@ -1,0 +1,704 @@
+// Spatial gradient features: the staged backward on Hopper (sm_90a), every product on warpgroup MMA
+// (wgmma). Formulas in mod.rs; design, byte and FLOP counts and predictions in NOTES.md (v3).
+//
+//   gs_map_rot / gs_map_plain   one CTA per tile of vertices: g = grads·x (spectral form), b = g·Aᵀ,
+//                               ds = d_out·(1 − tanh²(g_re·b_re + g_im·b_im)), P = ds·g_re,
+//                               Q = ds·g_im, d_g = ds·b + [P Q]·conj(A); writes g (spectral form),
+//                               P, Q and d_g to device memory, row-major.
+//   gs_fwd_rot / gs_fwd_plain   the forward from the same kernel: g, b, out = tanh(g_re·b_re + g_im·b_im).
+//   gs_reduce_rot / _sum        split-K reductions over vertices: d_A from P, Q, g; d_x from grads
+//                               and d_g; f32 slices per split, summed in split order by gf_reduce
+//                               (gradfeat.cu), so the result is the same bits on every run.
+//   gs_transpose                xᵀ per mesh, A_reᵀ and −A_imᵀ, so that every operand of the map kernel
+//                               is K-major.
+//
+// Specialisations (NVRTC options):
+//   GS_DTYPE  1: f16, 2: bf16 (f32 accumulation)
+//   GS_KIND   0: the map kernel, 1: reductions and transposes
+//   GS_NCH    map kernel: 128-channel chunks held on chip (1: C ≤ 128, 128 rows per CTA;
+//             2: C ≤ 256, 64 rows per CTA)
+//
+// Shared-memory tiles are stored the way wgmma reads them without swizzle: 8×8 core matrices of 128
+// contiguous bytes (8 rows of 16 bytes). A tile of R rows × 8·NJ columns, row-major in device memory,
+// has element (r, c) at
+//   (r/8)·(NJ·128) + (c/8)·128 + (r%8)·16 + (c%8)·2          (gs_off)
+// and, numbering its 16-byte chunks in that order, chunk i sits at byte 16·i and holds row
+// (i/(8·NJ))·8 + i%8, columns 8·((i/8) % NJ)..+7. Loads and stores walk the chunks in that order:
+// consecutive threads touch consecutive shared-memory bytes (no bank conflicts) and each warp moves
+// 8 rows × 64 contiguous bytes of device memory.
+// - When the columns are the contraction index (K) the tile is K-major for wgmma: leading byte
+//   offset (LBO, between the two 8-column halves of a 16-deep step) 128, stride byte offset (SBO,
+//   between 8-row groups) NJ·128 — the layout of the forward's wgmma kernel.
+// - When the rows are the contraction index (the vertices of the reductions), the same bytes are
+//   MN-major (transposed operands): SBO 128 (between 8-column groups of M or N), LBO NJ·128
+//   (between 8-row groups of K), following the PTX ISA's canonical layout
+//   ((T,1,m),(8,k)):((1,T,SBO),(1T,LBO)) for MN-major operands without swizzle.
+//
+// Pipelines: GS_STAGES-deep rings of k-tiles filled by cp.async (16-byte chunks, zero-filled outside
+// the matrix; checked scalar loads when rows are not 16-byte aligned). Each compute step issues one
+// wgmma group and waits until at most LAG groups are pending, so the tensor cores keep the previous
+// step's products while the next step is issued; a slot is refilled only after the products that
+// read it have completed (see gs_ring_next).
+
+#if GS_DTYPE == 1
+typedef ember_f16 T;
+#elif GS_DTYPE == 2
+typedef ember_bf16 T;
+#else
+#error "GS_DTYPE must be 1 (f16) or 2 (bf16)"
+#endif
+
+#define GS_THREADS 256
+
+// ---------------------------------------------------------------------------------------------------
+// Primitives: the only inline PTX of this file. A host model (tests.rs) supplies its own versions to
+// run these kernels on the CPU, one thread per CUDA thread.
+#ifndef GS_HOST_MODEL
+#define GS_SMEM_DECL extern __shared__ __align__(16) unsigned char smem[]
+#define GS_ENTRY(THREADS) extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GS_HAS_WGMMA 1
+#else
+#define GS_HAS_WGMMA 0
+#endif
+
+__device__ __forceinline__ u32 gs_smem_addr(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ u32 gs_dynamic_smem_size() {
+    u32 r;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r));
+    return r;
+}
+// 16 bytes from global to shared memory; `bytes` < 16 zero-fills the rest (0: all zeros).
+__device__ __forceinline__ void gs_cp16(u32 dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void gs_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void gs_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void gs_st16(u32 dst, u32 a, u32 b, u32 c, u32 d) {
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+// Shared memory written by ordinary stores or cp.async and read next by wgmma (the async proxy).
+__device__ __forceinline__ void gs_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Accumulators written by ordinary instructions before, or read after, asynchronous wgmma: keep the
+// compiler from moving those accesses across the fence or the wait.
+__device__ __forceinline__ void gs_fence_regs(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// threadIdx.x read afresh at each use: keeps the compiler from hoisting the per-chunk addresses of
+// the tile copies out of the k-loops into registers that the accumulators need (ptxas spilled).
+__device__ __forceinline__ int gs_tid() {
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+// tanh of the forward's 16-bit output: the one-instruction approximation (relative error under
+// 2^-10.9, below the output's rounding), as in the fused forward.
+__device__ __forceinline__ float gs_tanh_out(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ void gs_wg_arrive() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void gs_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void gs_wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// d (64×128 per warpgroup, f32) += (SCALE_A·A)·Bᵀ over 16 of depth: A 64×16 and B 128×16 in shared
+// memory (descriptors da, db); TRANS = 0: both K-major, 1: both MN-major.
+#define GS_WGMMA_ASM(TYPE)                                                                                                        \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " "                                                 \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+                 "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "    \
+                 "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "                     \
+                 "%64, %65, 1, %66, 1, %67, %67;"                                                                                  \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),     \
+                   "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),          \
+                   "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),         \
+                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),         \
+                   "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),         \
+                   "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),         \
+                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),         \
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                      \
+                 : "l"(da), "l"(db), "n"(SCALE_A), "n"(TRANS))
+template <int SCALE_A, int TRANS>
+__device__ __forceinline__ void gs_mma(float (&d)[64], u64 da, u64 db) {
+#if GS_HAS_WGMMA
+#if GS_DTYPE == 2
+    GS_WGMMA_ASM("bf16");
+#else
+    GS_WGMMA_ASM("f16");
+#endif
+#endif
+}
+#endif  // GS_HOST_MODEL
+
+// ---------------------------------------------------------------------------------------------------
+// Tiles, descriptors, element pairs
+
+// Byte offset of element (r, c) in a tile with NJ 16-byte chunks per row (see the top of the file).
+__device__ __forceinline__ u32 gs_off(int r, int c, int nj) { return (u32)((r >> 3) * (nj * 128) + (c >> 3) * 128 + (r & 7) * 16 + (c & 7) * 2); }
+
+// wgmma shared-memory descriptor without swizzle: start address, leading and stride byte offsets.
+__device__ __forceinline__ u64 gs_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
+}
+
+__device__ __forceinline__ u32 gs_bits(T v) { return v.bits; }
+__device__ __forceinline__ float gs_half_to_f32(u32 bits) {
+#if GS_DTYPE == 2
+    return ember_bf16_bits_to_f32(bits);
+#else
+    return ember_f16_bits_to_f32(bits);
+#endif
+}
+// Two 16-bit values at p (shared memory), as f32; and two f32 stored there rounded.
+__device__ __forceinline__ void gs_lds_pair(const unsigned char* p, float& v0, float& v1) {
+    const u32 w = *reinterpret_cast<const u32*>(p);
+    v0 = gs_half_to_f32(w & 0xffffu);
+    v1 = gs_half_to_f32(w >> 16);
+}
+__device__ __forceinline__ void gs_sts_pair(unsigned char* p, float v0, float v1) { *reinterpret_cast<u32*>(p) = ember_pack2<T>(v0, v1); }
+
+// 1 − tanh²(s) = sech²(s) = 4e / (1 + e)² with e = exp(−2|s|): one exp and one division on the
+// special-function unit, relative error ~1e-6 for every s (1 − tanh² itself cancels near saturation).
+__device__ __forceinline__ float gs_sech2(float s) {
+    const float e = __expf(-2.0f * fabsf(s));
+    const float d = 1.0f + e;
+    return __fdividef(4.0f * e, d * d);
+}
+
+__device__ __forceinline__ void gs_zero(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) d[i] = 0.0f;
+}
+
+// One 16-byte chunk (8 elements of row r from column c) by checked scalar loads; zeros outside.
+// Branch-free (loads from the matrix's first element where outside), so that it may run while
+// wgmma products are in flight: ptxas serialises wgmma across divergent paths.
+__device__ __forceinline__ void gs_chunk_scalar(u32 dst, const T* __restrict__ src, i64 ld, i64 row_end, i64 ncols, i64 r, i64 c) {
+    u32 w[4] = {0u, 0u, 0u, 0u};
+    const bool row_ok = r < row_end;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        const bool ok = row_ok && c + e < ncols;
+        const u32 b = gs_bits(*(ok ? src + r * ld + c + e : src));
+        w[e >> 1] |= (ok ? b : 0u) << (16 * (e & 1));
+    }
+    gs_st16(dst, w[0], w[1], w[2], w[3]);
+}
+
+// Stage rows [row0, row0 + ROWS) × columns [col0, col0 + 8·NJ) of a row-major matrix (leading
+// dimension ld; rows at or past row_end and columns at or past ncols read as zero) into the tile at
+// dst. `vec`: ld and ncols are multiples of 8, so each chunk is wholly inside or outside and goes by
+// cp.async.
+template <int ROWS, int NJ>
+__device__ __forceinline__ void gs_load_tile(u32 dst, const T* __restrict__ src, i64 ld, i64 row0, i64 row_end, i64 col0, i64 ncols, bool vec) {
+    constexpr int N = ROWS * NJ;
+    static_assert(ROWS % 8 == 0 && N % GS_THREADS == 0, "tiles of whole 8-row groups, a multiple of the CTA's chunks");
+#pragma unroll
+    for (int i0 = 0; i0 < N; i0 += GS_THREADS) {
+        const int i = i0 + gs_tid();
+        const i64 r = row0 + (i / (8 * NJ)) * 8 + (i & 7);
+        const i64 c = col0 + 8 * ((i >> 3) % NJ);
+        const u32 d = dst + 16 * (u32)i;
+        if (vec) {
+            const bool ok = r < row_end && c < ncols;
+            gs_cp16(d, ok ? (const void*)(src + r * ld + c) : (const void*)src, ok ? 16 : 0);
+        } else {
+            gs_chunk_scalar(d, src, ld, row_end, ncols, r, c);
+        }
+    }
+}
+
+// Write the tile at sp (ROWS × 8·NJ, 16-bit) to rows row0.. (below row_end), columns below ncols, of a
+// row-major matrix with leading dimension ld. `vec` as for gs_load_tile.
+template <int ROWS, int NJ>
+__device__ __forceinline__ void gs_store_tile(const unsigned char* sp, T* __restrict__ dst, i64 ld, i64 row0, i64 row_end, i64 ncols, bool vec) {
+    constexpr int N = ROWS * NJ;
+    static_assert(ROWS % 8 == 0 && N % GS_THREADS == 0, "tiles of whole 8-row groups, a multiple of the CTA's chunks");
+#pragma unroll
+    for (int i0 = 0; i0 < N; i0 += GS_THREADS) {
+        const int i = i0 + gs_tid();
+        const i64 r = row0 + (i / (8 * NJ)) * 8 + (i & 7);
+        const i64 c = 8 * ((i >> 3) % NJ);
+        if (r >= row_end || c >= ncols) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(sp + 16 * i);
+        T* p = dst + r * ld + c;
+        if (vec) {
+            *reinterpret_cast<uint4*>(p) = v;
+        } else {
+            const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (c + e < ncols) p[e].bits = (u16)(w[e >> 1] >> (16 * (e & 1)));
+        }
+    }
+}
+
+// A STAGES-slot ring of k-tiles numbered 0..n−1 (possibly spanning several stages of a kernel):
+// load(slot, it) issues the copies of tile it. gs_ring_start loads the first STAGES − 1 − LAG tiles;
+// gs_ring_next, at the top of iteration it, waits for tile it, then loads tile it + STAGES − 1 − LAG
+// into the slot of tile it − 1 − LAG and returns tile it's slot. The caller issues tile it's wgmma
+// group, commits it and waits until at most LAG groups are pending (wgmma.wait_group LAG) before
+// the next gs_ring_next, and waits for all (wait_group 0) only after its loop over a stage: ptxas
+// serialises wgmma when the wait differs between paths. So when every thread passes the barrier in
+// gs_ring_next(it), the products of tile it − 1 − LAG have completed in both warpgroups and its slot
+// may be refilled. Each thread fences its landed copies (and the shared memory it wrote since the
+// last barrier) into the async proxy before the barrier.
+template <int STAGES, int LAG, class Load>
+__device__ __forceinline__ void gs_ring_start(int n, Load&& load) {
+    static_assert(STAGES - 2 - LAG >= 0, "the ring needs a slot in flight, one being read and one being filled");
+#pragma unroll 1
+    for (int s = 0; s < STAGES - 1 - LAG; ++s) {
+        if (s < n) load(s, s);
+        gs_commit();
+    }
+}
+template <int STAGES, int LAG, class Load>
+__device__ __forceinline__ int gs_ring_next(int it, int n, Load&& load) {
+    gs_wait<STAGES - 2 - LAG>();
+    gs_fence_async();
+    __syncthreads();
+    const int next = it + STAGES - 1 - LAG;
+    if (next < n) load(next % STAGES, next);
+    gs_commit();
+    return it % STAGES;
+}
+
+#if GS_KIND == 0
+// ---------------------------------------------------------------------------------------------------
+// The map kernel. A CTA of two warpgroups owns GS_BM vertices of one mesh and all their channels
+// (padded to GS_CPAD); each warpgroup owns one 64-row × 128-channel block of every result (with
+// GS_NCH = 2 the two warpgroups split the channels, with 1 the rows), as a "re" and an "im"
+// accumulator at the same positions. Three stages run through one pipeline:
+//   1. g_re, g_im = grads_re·x, grads_im·x (spectral form; K-deep; B = xᵀ); the epilogue rounds g
+//      into the on-chip tile G (in the vertex form G is loaded instead);
+//   2. b = g·(A_re + i·A_im)ᵀ (C-deep; A = G, B = A_re, A_im); after every warpgroup's last product
+//      the epilogue forms ds from d_out (staged on chip), writes P = ds·g_re, Q = ds·g_im over G
+//      in place (the thread that reads an element of G writes it) and keeps ds·b in the accumulators;
+//   3. d_g = ds·b + [P Q]·conj(A) (C-deep; A = P, Q from G; B = A_reᵀ, −A_imᵀ), accumulated onto
+//      ds·b; the epilogue stages d_g in G and writes it out.
+// G goes to device memory twice while the next stage's first products run: g (spectral form, for
+// d_A) and P, Q. Every write to device memory is a 16-byte store of 8 channels.
+// The forward (FWD) runs stages 1 and 2 only; its epilogue writes out = tanh(g_re·b_re + g_im·b_im)
+// over G and from there to device memory.
+#if GS_NCH == 1
+#define GS_BM 128
+#elif GS_NCH == 2
+#define GS_BM 64
+#else
+#error "GS_NCH must be 1 or 2"
+#endif
+#define GS_CPAD (128 * GS_NCH)
+#define GS_NJ (GS_CPAD / 8)             // 16-byte chunks per row of the on-chip tiles
+#define GS_PLANE (GS_BM * GS_CPAD * 2)  // bytes of one on-chip plane (32 KB)
+#define GS_BK 32                         // depth of a k-tile
+#define GS_STAGES 4
+#define GS_LAG 1
+#define GS_STAGE_G (2 * GS_BM * GS_BK * 2 + GS_CPAD * GS_BK * 2)  // grads_re, grads_im, xᵀ
+#define GS_STAGE_W (2 * GS_CPAD * GS_BK * 2)                      // two weight planes
+#define GS_STAGE (GS_STAGE_G > GS_STAGE_W ? GS_STAGE_G : GS_STAGE_W)
+// G (2 planes), the d_out tile, the ring: 224 KB with GS_NCH = 2. Mirrors staged.rs.
+#define GS_SMEM (3 * GS_PLANE + GS_STAGES * GS_STAGE)
+
+struct MapArgs {
+    const T* grads_re;
+    const T* grads_im;
+    const T* xt;  // spectral form: xᵀ, one C×K block per mesh
+    const T* g_re;  // vertex form
+    const T* g_im;
+    const T* w_re;  // A_re, A_im (C×C, row c: output channel)
+    const T* w_im;
+    const T* t_re;  // A_reᵀ, −A_imᵀ (without rotations: t_re = Aᵀ)
+    const T* t_im;
+    const T* d_out;
+    T* gws_re;  // spectral form: g, for d_A
+    T* gws_im;
+    T* p;  // P, Q
+    T* q;
+    T* dg_re;  // d_g: the outputs (vertex form) or a workspace for d_x
+    T* dg_im;
+    T* out;  // the forward's output
+    const i64* tiles;  // batches: (first row, end of the mesh's rows, mesh) per row tile; null: one mesh
+    i64 ntiles;        // row tiles
+    i64 V;
+    int K, C, spectral, vec_k, vec_c;
+};
+
+template <bool ROT, bool FWD>
+__device__ __forceinline__ void gs_map(const MapArgs& a) {
+#if !GS_HAS_WGMMA
+    __trap();  // launched on sm_90a only; other targets build the module for the compile test
+#else
+    GS_SMEM_DECL;
+    const u32 sbase = gs_smem_addr(smem);
+    const u32 sG = sbase, sD = sbase + 2 * GS_PLANE, sR = sbase + 3 * GS_PLANE;
+    unsigned char* const pG = smem;
+    const unsigned char* const pD = smem + 2 * GS_PLANE;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const int wg = warp >> 2, wr = warp & 3;
+    const int wrow = GS_NCH == 1 ? 64 * wg : 0;   // the warpgroup's rows in the tile
+    const int wcol = GS_NCH == 1 ? 0 : 128 * wg;  // and channels
+    if (threadIdx.x == 0 && gs_dynamic_smem_size() < (u32)GS_SMEM) __trap();  // launch code and kernel disagree
+
+    // Row tiles blockIdx.x, + gridDim.x, …: several per CTA in the spectral form (a persistent grid,
+    // whose ring runs on into the next tile's first k-tiles, so only the CTA's first tile waits for a
+    // pipeline fill); one in the vertex form, where the ring loads G, which must not be refilled while
+    // the previous tile still uses it.
+    struct Rows {
+        i64 row0, row_end;
+        int mesh;
+    };
+    auto rows_of = [&](i64 t) -> Rows {
+        if (a.tiles) return {a.tiles[3 * t], a.tiles[3 * t + 1], (int)a.tiles[3 * t + 2]};
+        return {t * GS_BM, a.V, 0};
+    };
+    const int C = a.C, K = a.K;
+    const bool vk = a.vec_k != 0, vc = a.vec_c != 0;
+    const int nk1 = a.spectral ? (K + GS_BK - 1) / GS_BK : 0;
+    const int nk2 = (C + GS_BK - 1) / GS_BK;
+    const int per = nk1 + (FWD ? 1 : 2) * nk2;  // ring tiles per row tile
+    const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
+    constexpr u32 GSBO = GS_NJ * 128;  // SBO of the on-chip tiles
+    float re[64], im[64];
+
+    // Ring tile it = j·per + local: row tile j of this CTA; stage 1 (local < nk1): grads_re, grads_im,
+    // xᵀ; stage 2: A_re, A_im (with the first one, d_out and, in the vertex form, G); stage 3: A_reᵀ,
+    // −A_imᵀ.
+    const int n = mine * per;
+    auto load = [&](int slot, int it) {
+        const int j = it / per, local = it - j * per;
+        const Rows r = rows_of(blockIdx.x + (i64)j * gridDim.x);
+        const u32 s = sR + slot * GS_STAGE;
+        if (local < nk1) {
+            const i64 k0 = (i64)local * GS_BK;
+            gs_load_tile<GS_BM, 4>(s, a.grads_re, K, r.row0, r.row_end, k0, K, vk);
+            gs_load_tile<GS_BM, 4>(s + GS_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, vk);
+            gs_load_tile<GS_CPAD, 4>(s + 2 * GS_BM * 64, a.xt + (i64)r.mesh * C * K, K, 0, C, k0, K, vk);
+            return;
+        }
+        const bool map2 = local < nk1 + nk2;
+        const int kt = map2 ? local - nk1 : local - nk1 - nk2;
+        if (map2 && kt == 0) {
+            if (!FWD) gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, r.row0, r.row_end, 0, C, vc);
+            if (!a.spectral) {
+                gs_load_tile<GS_BM, GS_NJ>(sG, a.g_re, C, r.row0, r.row_end, 0, C, vc);
+                gs_load_tile<GS_BM, GS_NJ>(sG + GS_PLANE, a.g_im, C, r.row0, r.row_end, 0, C, vc);
+            }
+        }
+        const i64 k0 = (i64)kt * GS_BK;
+        gs_load_tile<GS_CPAD, 4>(s, map2 ? a.w_re : a.t_re, C, 0, C, k0, C, vc);
+        if (ROT) gs_load_tile<GS_CPAD, 4>(s + GS_CPAD * 64, map2 ? a.w_im : a.t_im, C, 0, C, k0, C, vc);
+    };
+    // One 32-deep k-tile of stages 2 and 3 (the same products: with B = A_reᵀ, −A_imᵀ in stage 3
+    //   re += g_re·A_reᵀ − g_im·A_imᵀ = b_re      becomes  re += P·A_re + Q·A_im,
+    //   im += g_im·A_reᵀ + g_re·A_imᵀ = b_im      becomes  im += Q·A_re − P·A_im,
+    // the terms of d_g = ds·b + [P Q]·conj(A); without rotations re += a0·B, im += a1·B).
+    auto map_step = [&](u32 s, int kt) {
+        gs_fence_regs(re);
+        gs_fence_regs(im);
+        gs_wg_arrive();
+#pragma unroll
+        for (int ks = 0; ks < GS_BK / 16; ++ks) {
+            const int k = kt * GS_BK + 16 * ks;
+            const u64 a0 = gs_desc(sG + gs_off(wrow, k, GS_NJ), 128, GSBO);             // g_re, or P
+            const u64 a1 = gs_desc(sG + GS_PLANE + gs_off(wrow, k, GS_NJ), 128, GSBO);  // g_im, or Q
+            const u64 b0 = gs_desc(s + gs_off(wcol, 16 * ks, 4), 128, 512);             // A_re, or A_reᵀ
+            if (ROT) {
+                const u64 b1 = gs_desc(s + GS_CPAD * 64 + gs_off(wcol, 16 * ks, 4), 128, 512);  // A_im, or −A_imᵀ
+                gs_mma<1, 0>(re, a0, b0);
+                gs_mma<-1, 0>(re, a1, b1);
+                gs_mma<1, 0>(im, a1, b0);
+                gs_mma<1, 0>(im, a0, b1);
+            } else {
+                gs_mma<1, 0>(re, a0, b0);
+                gs_mma<1, 0>(im, a1, b0);
+            }
+        }
+        gs_wg_commit();
+    };
+
+    gs_ring_start<GS_STAGES, GS_LAG>(n, load);
+#pragma unroll 1
+    for (int j = 0; j < mine; ++j) {
+        const Rows rows = rows_of(blockIdx.x + (i64)j * gridDim.x);
+        const i64 row0 = rows.row0, row_end = rows.row_end;
+        const int base = j * per;
+
+        // ---- stage 1: g = grads·x into G ----
+        if (a.spectral) {
+            gs_zero(re);
+            gs_zero(im);
+#pragma unroll 1
+            for (int it = base; it < base + nk1; ++it) {
+                const u32 s = sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE;
+                gs_fence_regs(re);
+                gs_fence_regs(im);
+                gs_wg_arrive();
+#pragma unroll
+                for (int ks = 0; ks < GS_BK / 16; ++ks) {
+                    const u64 ar = gs_desc(s + gs_off(wrow, 16 * ks, 4), 128, 512);
+                    const u64 ai = gs_desc(s + GS_BM * 64 + gs_off(wrow, 16 * ks, 4), 128, 512);
+                    const u64 bx = gs_desc(s + 2 * GS_BM * 64 + gs_off(wcol, 16 * ks, 4), 128, 512);
+                    gs_mma<1, 0>(re, ar, bx);
+                    gs_mma<1, 0>(im, ai, bx);
+                }
+                gs_wg_commit();
+                gs_wg_wait<GS_LAG>();
+            }
+            gs_wg_wait<0>();
+            gs_fence_regs(re);
+            gs_fence_regs(im);
+            // Nothing reads G during stage 1; the next barrier orders these stores before stage 2.
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
+                    gs_sts_pair(pG + off, re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
+                    gs_sts_pair(pG + GS_PLANE + off, im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
+                }
+        }
+
+        // ---- stage 2: b = g·(A_re + i·A_im)ᵀ ----
+        gs_zero(re);
+        gs_zero(im);
+#pragma unroll 1
+        for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
+            map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1);
+            if (!FWD && it == base + nk1 && a.spectral) {
+                // While the first products run: g to device memory, for d_A.
+                gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
+                gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
+            }
+            gs_wg_wait<GS_LAG>();
+        }
+        gs_wg_wait<0>();
+        gs_fence_regs(re);
+        gs_fence_regs(im);
+        // Both warpgroups' products, which read all of G, and the copies of G are done before G is
+        // overwritten.
+        __syncthreads();
+        if (FWD) {
+            // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory.
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int e = 4 * i + 2 * h;
+                    const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
+                    float gr0, gr1, gi0, gi1;
+                    gs_lds_pair(pG + off, gr0, gr1);
+                    gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
+                    gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
+                }
+            __syncthreads();
+            gs_store_tile<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, vc);
+            continue;
+        }
+        // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
+        // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there.
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int e = 4 * i + 2 * h;
+                const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
+                float gr0, gr1, gi0, gi1, d0, d1;
+                gs_lds_pair(pG + off, gr0, gr1);
+                gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
+                gs_lds_pair(pD + off, d0, d1);
+                const float ds0 = d0 * gs_sech2(gr0 * re[e] + gi0 * im[e]);
+                const float ds1 = d1 * gs_sech2(gr1 * re[e + 1] + gi1 * im[e + 1]);
+                gs_sts_pair(pG + off, ds0 * gr0, ds1 * gr1);
+                gs_sts_pair(pG + GS_PLANE + off, ds0 * gi0, ds1 * gi1);
+                re[e] *= ds0;
+                re[e + 1] *= ds1;
+                im[e] *= ds0;
+                im[e + 1] *= ds1;
+            }
+
+        // ---- stage 3: d_g = ds·b + [P Q]·conj(A), accumulated onto ds·b ----
+#pragma unroll 1
+        for (int it = base + nk1 + nk2; it < base + per; ++it) {
+            map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1 - nk2);
+            if (it == base + nk1 + nk2) {
+                // While the first products run: P, Q to device memory, for d_A.
+                gs_store_tile<GS_BM, GS_NJ>(pG, a.p, C, row0, row_end, C, vc);
+                gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.q, C, row0, row_end, C, vc);
+            }
+            gs_wg_wait<GS_LAG>();
+        }
+        gs_wg_wait<0>();
+        gs_fence_regs(re);
+        gs_fence_regs(im);
+        __syncthreads();
+        // d_g through G to device memory.
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
+                gs_sts_pair(pG + off, re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
+                gs_sts_pair(pG + GS_PLANE + off, im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
+            }
+        __syncthreads();
+        gs_store_tile<GS_BM, GS_NJ>(pG, a.dg_re, C, row0, row_end, C, vc);
+        gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.dg_im, C, row0, row_end, C, vc);
+    }  // row tiles
+    gs_wait<0>();  // the ring's last (empty) groups
+#endif
+}
+
+#define GS_MAP_ENTRY(NAME, ROT, FWD)                                                                                              \
+    GS_ENTRY(GS_THREADS)                                                                                                          \
+    NAME(const T* grads_re, const T* grads_im, const T* xt, const T* g_re, const T* g_im, const T* w_re, const T* w_im,          \
+         const T* t_re, const T* t_im, const T* d_out, T* gws_re, T* gws_im, T* p, T* q, T* dg_re, T* dg_im, T* out,            \
+         const i64* tiles, i64 ntiles, i64 V, int K, int C, int spectral, int vec_k, int vec_c) {                                \
+        const MapArgs a = {grads_re, grads_im, xt,    g_re,  g_im,  w_re,   w_im, t_re, t_im,     d_out, gws_re, gws_im, p,     \
+                           q,        dg_re,    dg_im, out,   tiles, ntiles, V,    K,    C,        spectral, vec_k, vec_c};     \
+        gs_map<ROT, FWD>(a);                                                                                                      \
+    }
+GS_MAP_ENTRY(gs_map_rot, true, false)
+GS_MAP_ENTRY(gs_map_plain, false, false)
+GS_MAP_ENTRY(gs_fwd_rot, true, true)
+GS_MAP_ENTRY(gs_fwd_plain, false, true)
+#endif  // GS_KIND == 0
+
+#if GS_KIND == 1
+// ---------------------------------------------------------------------------------------------------
+// Reductions over vertices, split-K: CTA (split, tile), tile fastest in the 1-D grid (the tiles of
+// one split run together and share its rows through L2), sums rows [r_begin, r_end) of
+//   out (M×N) = Σ_r a_re[r]ᵀ·b_re[r] ⊕ a_im[r]ᵀ·b_im[r]
+// into its own f32 slice of a workspace; gf_reduce adds the slices in split order. ROT: two outputs,
+// re = a_reᵀb_re + a_imᵀb_im, im = a_imᵀb_re − a_reᵀb_im (d_A_re, d_A_im from a = (P, Q),
+// b = (g_re, g_im)); SUM: re only (d_A without rotations; d_x from a = grads, b = d_g, per mesh).
+// A CTA owns a 128×128 output tile, each warpgroup 64 rows of it; a k-tile is 32 rows of the four
+// operands, each staged as a 32 × 128 tile (16 chunks per row) that wgmma reads MN-major.
+#define GR_BK 32
+#define GR_STAGES 6
+#define GR_LAG 1
+#define GR_PLANE (GR_BK * 128 * 2)       // 8 KB
+#define GR_STAGE (4 * GR_PLANE)          // 32 KB
+#define GR_SMEM (GR_STAGES * GR_STAGE)  // 192 KB. Mirrors staged.rs.
+
+template <bool ROT>
+__device__ __forceinline__ void gs_reduce(const T* a_re, const T* a_im, const T* b_re, const T* b_im, float* ws, const i64* splits, i64 R, int M, int N,
+                                          i64 rows_per_split, int vec_m, int vec_n) {
+#if !GS_HAS_WGMMA
+    __trap();
+#else
+    GS_SMEM_DECL;
+    const u32 sbase = gs_smem_addr(smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const int wg = warp >> 2, wr = warp & 3;
+    if (threadIdx.x == 0 && gs_dynamic_smem_size() < (u32)GR_SMEM) __trap();
+    const int tiles_m = (M + 127) / 128, tiles = tiles_m * ((N + 127) / 128);
+    const int tile = (int)(blockIdx.x % (u32)tiles);
+    const i64 split = blockIdx.x / (u32)tiles;
+    const int m0 = (tile % tiles_m) * 128, n0 = (tile / tiles_m) * 128;
+    i64 r_begin, r_end;
+    if (splits) {
+        r_begin = splits[2 * split];
+        r_end = splits[2 * split + 1];
+    } else {
+        r_begin = split * rows_per_split;
+        r_end = r_begin + rows_per_split < R ? r_begin + rows_per_split : R;
+    }
+    const int nk = r_end > r_begin ? (int)((r_end - r_begin + GR_BK - 1) / GR_BK) : 0;
+    const bool vm = vec_m != 0, vn = vec_n != 0;
+    float re[64], im[64];
+    gs_zero(re);
+    gs_zero(im);
+    auto load = [&](int slot, int kt) {
+        const u32 s = sbase + slot * GR_STAGE;
+        const i64 r = r_begin + (i64)kt * GR_BK;
+        gs_load_tile<GR_BK, 16>(s, a_re, M, r, r_end, m0, M, vm);
+        gs_load_tile<GR_BK, 16>(s + GR_PLANE, a_im, M, r, r_end, m0, M, vm);
+        gs_load_tile<GR_BK, 16>(s + 2 * GR_PLANE, b_re, N, r, r_end, n0, N, vn);
+        gs_load_tile<GR_BK, 16>(s + 3 * GR_PLANE, b_im, N, r, r_end, n0, N, vn);
+    };
+    gs_ring_start<GR_STAGES, GR_LAG>(nk, load);
+#pragma unroll 1
+    for (int kt = 0; kt < nk; ++kt) {
+        const u32 s = sbase + gs_ring_next<GR_STAGES, GR_LAG>(kt, nk, load) * GR_STAGE;
+        gs_fence_regs(re);
+        if (ROT) gs_fence_regs(im);
+        gs_wg_arrive();
+#pragma unroll
+        for (int ks = 0; ks < GR_BK / 16; ++ks) {
+            // Rows 16·ks.. of the k-tile: two 8-row groups, 2048 bytes apart (LBO); the 8-column groups
+            // of M or N 128 bytes apart (SBO); this warpgroup's 64 rows of M from column group 8·wg.
+            const u32 k = 2 * ks * (16 * 128);
+            const u64 ar = gs_desc(s + k + 1024 * wg, 16 * 128, 128);
+            const u64 ai = gs_desc(s + GR_PLANE + k + 1024 * wg, 16 * 128, 128);
+            const u64 br = gs_desc(s + 2 * GR_PLANE + k, 16 * 128, 128);
+            const u64 bi = gs_desc(s + 3 * GR_PLANE + k, 16 * 128, 128);
+            gs_mma<1, 1>(re, ar, br);
+            gs_mma<1, 1>(re, ai, bi);
+            if (ROT) {
+                gs_mma<1, 1>(im, ai, br);
+                gs_mma<-1, 1>(im, ar, bi);
+            }
+        }
+        gs_wg_commit();
+        gs_wg_wait<GR_LAG>();
+    }
+    gs_wg_wait<0>();
+    gs_fence_regs(re);
+    if (ROT) gs_fence_regs(im);
+    gs_wait<0>();  // the ring's last (empty) groups
+    const int planes = ROT ? 2 : 1;
+    float* w0 = ws + split * planes * (i64)M * N;
+    float* w1 = w0 + (i64)M * N;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int m = m0 + 64 * wg + 16 * wr + gq + 8 * h;
+            const int n = n0 + 8 * i + 2 * tq;
+            if (m >= M) continue;
+            const int e = 4 * i + 2 * h;
+            if (n < N) w0[(i64)m * N + n] = re[e];
+            if (n + 1 < N) w0[(i64)m * N + n + 1] = re[e + 1];
+            if (ROT) {
+                if (n < N) w1[(i64)m * N + n] = im[e];
+                if (n + 1 < N) w1[(i64)m * N + n + 1] = im[e + 1];
+            }
+        }
+#endif
+}
+
+#define GS_REDUCE_ENTRY(NAME, ROT)                                                                                                \
+    GS_ENTRY(GS_THREADS)                                                                                                          \
+    NAME(const T* a_re, const T* a_im, const T* b_re, const T* b_im, float* ws, const i64* splits, i64 R, int M, int N,          \
+         i64 rows_per_split, int vec_m, int vec_n) {                                                                             \
+        gs_reduce<ROT>(a_re, a_im, b_re, b_im, ws, splits, R, M, N, rows_per_split, vec_m, vec_n);                               \
+    }
+GS_REDUCE_ENTRY(gs_reduce_rot, true)
+GS_REDUCE_ENTRY(gs_reduce_sum, false)
+
+// dst[b] = ±src[b]ᵀ for `batches` row-major rows × cols blocks (xᵀ per mesh, A_reᵀ, −A_imᵀ): small,
+// read once. `negate` flips sign bits (exact).
+extern "C" __global__ void __launch_bounds__(256) gs_transpose(const T* src, T* dst, i64 batches, int rows, int cols, int negate) {
+    const i64 per = (i64)rows * cols, total = batches * per;
+    const u16 flip = negate ? 0x8000u : 0u;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        const i64 b = idx / per, rem = idx - b * per;
+        const int j = (int)(rem / rows), i = (int)(rem - (i64)j * rows);
+        T v = src[b * per + (i64)i * cols + j];
+        v.bits ^= flip;
+        dst[idx] = v;
+    }
+}
+#endif  // GS_KIND == 1

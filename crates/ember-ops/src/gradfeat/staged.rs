@@ -1,0 +1,345 @@
+//! Launch code of the staged kernels (`staged.cu`, sm_90a, 16-bit inputs, C ≤ 256). Backward:
+//! transposes of x and the weights, the map kernel (g, b, ds, P, Q, d_g on wgmma), and the reductions
+//! over vertices for d_A and d_x — on wgmma, or on the mma.sync split-K kernels of the fused backward.
+//! Forward: stages 1 and 2 of the map kernel. Chosen by `EMBER_GRADFEAT_BWD` and `EMBER_GRADFEAT_FWD`
+//! (see [`super::cuda::BwdVariant`], [`super::cuda::FwdVariant`]); NOTES.md (v3) has the design.
+
+use super::cuda::{self, grid_u32, ptr, row_tiles, SplitPlan};
+use super::{Grads, Input, InputGrads, Problem, WeightGrads, Weights};
+use crate::KernelBuild;
+use ember_core::cuda::{cfg_1d, CudaDevice, KernelSource, LaunchConfig};
+use ember_core::{DType, Error, Result, Tensor};
+use std::sync::Arc;
+
+pub const SOURCE: KernelSource = KernelSource::new("gradfeat_staged", include_str!("staged.cu"));
+
+const THREADS: u32 = 256;
+/// Largest C the map kernel keeps on chip (two 128-channel chunks).
+pub const MAX_C: usize = 256;
+
+/// 128-channel chunks the map kernel holds for `c` channels.
+pub(super) fn chunks(c: usize) -> usize {
+    if c <= 128 {
+        1
+    } else {
+        2
+    }
+}
+
+/// Shared memory of the map kernel: the tile G (two planes of rows × padded channels), the d_out
+/// tile, and a 4-slot ring of 32-deep k-tiles (grads_re, grads_im and xᵀ, or two weight planes).
+/// Mirrors GS_SMEM in `staged.cu`.
+pub(super) fn map_smem_bytes(nch: usize) -> usize {
+    let (bm, cpad, bk) = (128 / nch, 128 * nch, 32);
+    let plane = bm * cpad * 2;
+    let stage = (2 * bm * bk * 2 + cpad * bk * 2).max(2 * cpad * bk * 2);
+    3 * plane + 4 * stage
+}
+
+/// Shared memory of a wgmma reduction: 6 slots of four 32 × 128 16-bit tiles. Mirrors GR_SMEM.
+pub(super) const REDUCE_SMEM: usize = 6 * 4 * 32 * 128 * 2;
+
+/// CTAs of a wgmma reduction (one per multiprocessor fits): four full waves.
+fn reduce_ctas(dev: &CudaDevice) -> usize {
+    4 * dev.info().multiprocessors.max(1) as usize
+}
+
+fn dtype_code(dtype: DType) -> u32 {
+    match dtype {
+        DType::F16 => 1,
+        DType::BF16 => 2,
+        _ => unreachable!("the staged backward takes 16-bit inputs"),
+    }
+}
+
+fn map_options(dtype: DType, nch: usize) -> Vec<String> {
+    vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=0".into(), format!("-DGS_NCH={nch}")]
+}
+
+fn reduce_options(dtype: DType) -> Vec<String> {
+    vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=1".into()]
+}
+
+/// Every specialisation the launch code can request.
+pub fn all_builds() -> Vec<KernelBuild> {
+    let mut v = Vec::new();
+    for dtype in [DType::F16, DType::BF16] {
+        for nch in [1, 2] {
+            v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch) });
+        }
+        v.push(KernelBuild { source: SOURCE, options: reduce_options(dtype) });
+    }
+    v
+}
+
+/// CTAs of the map kernel over `ntiles` row tiles: in the spectral form a persistent grid of one CTA
+/// per multiprocessor (each CTA's ring runs on from one row tile into the next), kept small enough
+/// that a CTA's ring counts fit in 31 bits; in the vertex form one CTA per row tile (its ring loads
+/// G, which may not be refilled while the previous tile uses it).
+pub(super) fn map_grid(p: &Problem, ntiles: usize, forward: bool, multiprocessors: usize) -> usize {
+    if !p.spectral {
+        return ntiles;
+    }
+    let per = p.k.div_ceil(32) + if forward { 1 } else { 2 } * p.c.div_ceil(32);
+    ntiles.min(multiprocessors.max(1)).max(ntiles.div_ceil(i32::MAX as usize / per))
+}
+
+/// Whether the staged backward runs `p` on `dev`: Hopper's wgmma, 16-bit inputs, C ≤ 256, and the
+/// kernels' shared memory.
+pub fn applies(dev: &CudaDevice, p: &Problem) -> bool {
+    let limit = dev.info().shared_memory_per_block_optin.max(0) as usize;
+    dev.info().arch == "sm_90a" && p.dtype.size() == 2 && p.c <= MAX_C && map_smem_bytes(chunks(p.c)) <= limit && REDUCE_SMEM <= limit
+}
+
+/// Which kernels reduce over the vertices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reductions {
+    /// `gs_reduce_*` (wgmma with transposed shared-memory operands).
+    Wgmma,
+    /// The fused backward's split-K kernels (mma.sync).
+    MmaSync,
+}
+
+/// dst[b] = ±src[b]ᵀ for `batches` blocks of rows × cols, as a (batches, cols, rows) tensor.
+#[allow(clippy::too_many_arguments)]
+fn transpose(dev: &Arc<CudaDevice>, p: &Problem, src: &Tensor, batches: usize, rows: usize, cols: usize, negate: bool) -> Result<Tensor> {
+    let dst = Tensor::output(&[batches, cols, rows], p.dtype, p.device)?;
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_transpose")?;
+    let (s, d, b, r, c, neg) = (src.cuda_ptr()?, dst.cuda_ptr()?, batches as i64, rows as i32, cols as i32, negate as i32);
+    dev.launch(&f, cfg_1d(dev.grid_for(batches * rows * cols, 256), 256, 0))
+        .arg(&s)
+        .arg(&d)
+        .arg(&b)
+        .arg(&r)
+        .arg(&c)
+        .arg(&neg)
+        .named("gradfeat transpose")
+        .run()?;
+    Ok(dst)
+}
+
+/// out[g] = Σ over the rows of group g of a_reᵀ·b_re ⊕ a_imᵀ·b_im (see gs_reduce), (m × n) per group:
+/// f32 slices per split, then summed in split order.
+#[allow(clippy::too_many_arguments)]
+fn reduce_rows_wgmma(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), m: usize, n: usize, plan: &SplitPlan, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
+    let planes = if rot { 2 } else { 1 };
+    let tiles = m.div_ceil(128) * n.div_ceil(128);
+    let ws = Tensor::output(&[plan.nsplits * planes * m * n], DType::F32, p.device)?;
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), if rot { "gs_reduce_rot" } else { "gs_reduce_sum" })?;
+    dev.set_max_dynamic_smem(&f, REDUCE_SMEM)?;
+    let blocks = plan.nsplits.checked_mul(tiles).ok_or_else(|| Error::TooLarge { arg: "rows".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("rows", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: REDUCE_SMEM as u32 };
+    let (table, groups) = plan.device_tables(p.device)?;
+    let (a_re, a_im, b_re, b_im, wsp, tablep) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(table.as_ref())?);
+    let (r, mi, ni, per) = (p.v as i64, m as i32, n as i32, plan.rows_per_split as i64);
+    let (vec_m, vec_n) = (m.is_multiple_of(8) as i32, n.is_multiple_of(8) as i32);
+    dev.launch(&f, cfg)
+        .arg(&a_re)
+        .arg(&a_im)
+        .arg(&b_re)
+        .arg(&b_im)
+        .arg(&wsp)
+        .arg(&tablep)
+        .arg(&r)
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&per)
+        .arg(&vec_m)
+        .arg(&vec_n)
+        .named("gradfeat wgmma split-K reduction")
+        .run()?;
+    cuda::sum_splits(dev, p, &ws, planes, m * n, plan.nsplits, groups.as_ref(), out, ngroups)
+}
+
+/// The splits of a reduction of (m × n) results over the vertices (of each mesh when `per_mesh`),
+/// for about `ctas` CTAs; and its number of groups.
+pub(super) fn plan(p: &Problem, how: Reductions, m: usize, n: usize, per_mesh: bool, ctas: usize) -> (SplitPlan, usize) {
+    let tiles = match how {
+        Reductions::Wgmma => m.div_ceil(128) * n.div_ceil(128),
+        Reductions::MmaSync => m.div_ceil(64) * n.div_ceil(64),
+    };
+    if per_mesh {
+        (cuda::mesh_plan(p, tiles, ctas), p.meshes())
+    } else {
+        (cuda::uniform_plan(p.v, tiles, ctas), 1)
+    }
+}
+
+/// A reduction over vertices through the chosen kernels.
+#[allow(clippy::too_many_arguments)]
+fn reduce(dev: &Arc<CudaDevice>, p: &Problem, how: Reductions, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), m: usize, n: usize, per_mesh: bool, out: (&Tensor, Option<&Tensor>)) -> Result<()> {
+    let ctas = match how {
+        Reductions::Wgmma => reduce_ctas(dev),
+        Reductions::MmaSync => cuda::splitk_ctas(dev),
+    };
+    let (plan, ngroups) = plan(p, how, m, n, per_mesh, ctas);
+    match how {
+        Reductions::Wgmma => reduce_rows_wgmma(dev, p, rot, a, b, m, n, &plan, out, ngroups),
+        Reductions::MmaSync => cuda::reduce_rows(dev, p, rot, a, b, m, n, &plan, out, ngroups),
+    }
+}
+
+/// What the map kernel writes: the forward's output, or the backward's P, Q, d_g (and g in the
+/// spectral form), with the backward's extra inputs.
+enum MapOut<'a> {
+    Forward { out: &'a Tensor },
+    Backward { d_out: &'a Tensor, t_re: &'a Tensor, t_im: Option<&'a Tensor>, p: &'a Tensor, q: &'a Tensor, dg: (&'a Tensor, &'a Tensor), gws: Option<(&'a Tensor, &'a Tensor)> },
+}
+
+fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut) -> Result<()> {
+    let nch = chunks(p.c);
+    let smem = map_smem_bytes(nch);
+    let (w_re, w_im, rot) = match *weights {
+        Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
+        Weights::Plain { a } => (a, None, false),
+    };
+    // x goes in transposed (xᵀ per mesh), so that every operand of the map kernel is K-major.
+    let (xt, grads, g_in) = match *input {
+        Input::Spectral { x, grads_re, grads_im, .. } => (Some(transpose(dev, p, x, p.meshes(), p.k, p.c, false)?), Some((grads_re, grads_im)), None),
+        Input::Vertex { g_re, g_im } => (None, None, Some((g_re, g_im))),
+    };
+    let (table, ntiles) = row_tiles(p, 128 / nch)?;
+    let forward = matches!(outs, MapOut::Forward { .. });
+    let grid = grid_u32("grads_re", map_grid(p, ntiles as usize, forward, dev.info().multiprocessors.max(1) as usize))?;
+    let entry = match (outs, rot) {
+        (MapOut::Forward { .. }, true) => "gs_fwd_rot",
+        (MapOut::Forward { .. }, false) => "gs_fwd_plain",
+        (MapOut::Backward { .. }, true) => "gs_map_rot",
+        (MapOut::Backward { .. }, false) => "gs_map_plain",
+    };
+    let f = dev.function(&SOURCE, &map_options(p.dtype, nch), entry)?;
+    dev.set_max_dynamic_smem(&f, smem)?;
+    let (grads_re, grads_im) = (ptr(grads.map(|g| g.0))?, ptr(grads.map(|g| g.1))?);
+    let (g_re, g_im) = (ptr(g_in.map(|g| g.0))?, ptr(g_in.map(|g| g.1))?);
+    let (xtp, wre, wim) = (ptr(xt.as_ref())?, w_re.cuda_ptr()?, ptr(w_im)?);
+    let (out, tre, tim, dout, gws_re, gws_im, pp, qp, dgr, dgi) = match outs {
+        MapOut::Forward { out } => (out.cuda_ptr()?, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        MapOut::Backward { d_out, t_re, t_im, p: pw, q: qw, dg, gws } => {
+            let (gr, gi) = match gws {
+                Some((a, b)) => (a.cuda_ptr()?, b.cuda_ptr()?),
+                None => (0, 0),
+            };
+            (0, t_re.cuda_ptr()?, ptr(*t_im)?, d_out.cuda_ptr()?, gr, gi, pw.cuda_ptr()?, qw.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?)
+        }
+    };
+    let (tiles, nt) = (ptr(table.as_ref())?, ntiles as i64);
+    let (vi, ki, ci) = (p.v as i64, p.k as i32, p.c as i32);
+    let (spectral, vec_k, vec_c) = (p.spectral as i32, p.k.is_multiple_of(8) as i32, p.c.is_multiple_of(8) as i32);
+    dev.launch(&f, cfg_1d(grid, THREADS, smem as u32))
+        .arg(&grads_re)
+        .arg(&grads_im)
+        .arg(&xtp)
+        .arg(&g_re)
+        .arg(&g_im)
+        .arg(&wre)
+        .arg(&wim)
+        .arg(&tre)
+        .arg(&tim)
+        .arg(&dout)
+        .arg(&gws_re)
+        .arg(&gws_im)
+        .arg(&pp)
+        .arg(&qp)
+        .arg(&dgr)
+        .arg(&dgi)
+        .arg(&out)
+        .arg(&tiles)
+        .arg(&nt)
+        .arg(&vi)
+        .arg(&ki)
+        .arg(&ci)
+        .arg(&spectral)
+        .arg(&vec_k)
+        .arg(&vec_c)
+        .named(if forward { "gradfeat staged forward" } else { "gradfeat staged map" })
+        .run()
+}
+
+/// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im) by stages 1 and 2 of the map kernel.
+pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights) -> Result<Tensor> {
+    let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out })?;
+    Ok(out)
+}
+
+pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions) -> Result<Grads> {
+    let (v, c, k) = (p.v, p.c, p.k);
+    // Stage 3's weights go in transposed, A_im negated: d_g's products then take the signs of b's
+    // (see gs_map).
+    let (w_re, w_im, rot) = match *weights {
+        Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
+        Weights::Plain { a } => (a, None, false),
+    };
+    let t_re = transpose(dev, p, w_re, 1, c, c, false)?;
+    let t_im = match w_im {
+        Some(w) => Some(transpose(dev, p, w, 1, c, c, true)?),
+        None => None,
+    };
+    let grads = match *input {
+        Input::Spectral { grads_re, grads_im, .. } => Some((grads_re, grads_im)),
+        Input::Vertex { .. } => None,
+    };
+    let g_in = match *input {
+        Input::Vertex { g_re, g_im } => Some((g_re, g_im)),
+        Input::Spectral { .. } => None,
+    };
+    let vc = || Tensor::output(&[v, c], p.dtype, p.device);
+    let (pw, qw, dg_re, dg_im) = (vc()?, vc()?, vc()?, vc()?);
+    let gws = if p.spectral { Some((vc()?, vc()?)) } else { None };
+    let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)) };
+    launch_map(dev, p, input, weights, &outs)?;
+
+    // d_A from P, Q and g, summed over every vertex of every mesh.
+    let (gr, gi) = match (g_in, &gws) {
+        (Some(g), _) => g,
+        (None, Some((a, b))) => (a, b),
+        _ => unreachable!("the spectral form has its g workspace"),
+    };
+    let cc = || Tensor::output(&[c, c], p.dtype, p.device);
+    let weight_grads = if rot {
+        let (d_a_re, d_a_im) = (cc()?, cc()?);
+        reduce(dev, p, how, true, (&pw, &qw), (gr, gi), c, c, false, (&d_a_re, Some(&d_a_im)))?;
+        WeightGrads::Rotation { d_a_re, d_a_im }
+    } else {
+        let d_a = cc()?;
+        reduce(dev, p, how, false, (&pw, &qw), (gr, gi), c, c, false, (&d_a, None))?;
+        WeightGrads::Plain { d_a }
+    };
+    let input_grads = match grads {
+        Some((grads_re, grads_im)) => {
+            let d_x = Tensor::output(&p.x_shape(), p.dtype, p.device)?;
+            reduce(dev, p, how, false, (grads_re, grads_im), (&dg_re, &dg_im), k, c, true, (&d_x, None))?;
+            InputGrads::Spectral { d_x }
+        }
+        None => InputGrads::Vertex { d_g_re: dg_re, d_g_im: dg_im },
+    };
+    Ok(Grads { input: input_grads, weights: weight_grads })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_fits_hopper() {
+        // sm_90's opt-in limit per block; the worked numbers of NOTES.md (v3).
+        let limit = 232_448;
+        assert_eq!(map_smem_bytes(2), 229_376);
+        assert_eq!(map_smem_bytes(1), 196_608);
+        assert_eq!(REDUCE_SMEM, 196_608);
+        assert!(map_smem_bytes(2) <= limit && REDUCE_SMEM <= limit);
+        assert_eq!((chunks(1), chunks(128), chunks(129), chunks(256)), (1, 1, 2, 2));
+    }
+
+    #[test]
+    fn every_launch_option_is_listed_for_the_compile_test() {
+        let builds = all_builds();
+        for dtype in [DType::F16, DType::BF16] {
+            for c in [1, 128, 129, 256] {
+                assert!(builds.iter().any(|b| b.options == map_options(dtype, chunks(c))), "{dtype} C={c}");
+            }
+            assert!(builds.iter().any(|b| b.options == reduce_options(dtype)));
+        }
+        assert_eq!(builds.len(), 6);
+    }
+}
