@@ -21,8 +21,14 @@ cp bench/*.py bundle/bench/
 cp scripts/bundle_run.sh bundle/run.sh
 # Ship the sm_90a kernel cache (Hopper; NVRTC 13.0 as on the GPU machine), so kernels load there
 # without compiling. Needs libnvrtc here (.nvrtc/ as installed by .ci/run, or EMBER_CUDA_LIB_DIR).
+# EMBER_BUNDLE_OPS="a b" limits the cache to those op families (the rest compile at first use).
 if [ -d .nvrtc/nvidia/cu13/lib ]; then export LD_LIBRARY_PATH="$PWD/.nvrtc/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
-if EMBER_CACHE_DIR="$PWD/bundle/kcache" bundle/bin/ember kernels --arch sm_90a --fill-cache; then
+ok=1
+for op in ${EMBER_BUNDLE_OPS:-all}; do
+  sel=(); [ "$op" = all ] || sel=(--op "$op")
+  EMBER_CACHE_DIR="$PWD/bundle/kcache" bundle/bin/ember kernels --arch sm_90a --fill-cache "${sel[@]}" || ok=0
+done
+if [ "$ok" = 1 ]; then
   tar cJf bundle/kcache.tar.xz -C bundle kcache   # CUBINs compress ~9x
 fi
 rm -rf bundle/kcache
