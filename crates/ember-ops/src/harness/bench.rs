@@ -2,7 +2,7 @@
 //! the same run (device copy bandwidth, cuBLAS GEMM rate), and each row's roofline floor.
 //!
 //! `floor_ms` is the larger of bytes/bandwidth and flops/GEMM-rate, with the byte and flop counts of
-//! `../shared/ROOFLINE.md` (each input read once, each output written once); `floor_frac =
+//! `docs/BENCHMARKS.md` (each input read once, each output written once); `floor_frac =
 //! floor_ms / ms`.
 
 use ember_core::cuda::{blas::Blas, timing, CudaDevice};
