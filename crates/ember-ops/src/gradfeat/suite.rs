@@ -187,7 +187,7 @@ pub(crate) fn row_selected(only: &str, params: &serde_json::Map<String, serde_js
             "dtype" => want == dtype.name(),
             _ => params.get(k).is_some_and(|v| match v {
                 serde_json::Value::String(s) => s == want,
-                other => other.to_string() == want,
+                other => *other == want.parse::<serde_json::Value>().unwrap_or(serde_json::Value::Null),
             }),
         }
     })
