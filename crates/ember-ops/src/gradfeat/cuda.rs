@@ -87,11 +87,11 @@ fn family16() -> Family16 {
 
 /// How the CUDA backward runs, chosen by `EMBER_GRADFEAT_BWD` (every variant is tested on the GPU;
 /// NOTES.md gives their measured times):
-/// - "fused" (the default): one fused mma.sync kernel (g, b, ds, P, Q, d_g) and split-K reductions
-///   on mma.sync;
-/// - "staged": on sm_90a with 16-bit inputs and C ≤ 256, the map kernel and the reductions of
-///   `staged.cu` on wgmma (elsewhere the fused backward);
-/// - "staged-mma": the staged map kernel with the mma.sync reductions of the fused backward.
+/// - "staged-mma" (the default; measured fastest at every issue size, NOTES.md v3/v4): on sm_90a
+///   with 16-bit inputs and C ≤ 256, the staged map kernel of `staged.cu` (wgmma) with the mma.sync
+///   split-K reductions of the fused backward (elsewhere the fused backward);
+/// - "fused": one fused mma.sync kernel (g, b, ds, P, Q, d_g) and split-K reductions on mma.sync;
+/// - "staged": the staged map kernel and the reductions of `staged.cu` on wgmma.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,
@@ -110,10 +110,10 @@ impl BwdVariant {
         }
     }
 
-    /// `EMBER_GRADFEAT_BWD`, "fused" when unset or unknown.
+    /// `EMBER_GRADFEAT_BWD`, "staged-mma" when unset or unknown.
     pub fn from_env() -> BwdVariant {
         let v = std::env::var("EMBER_GRADFEAT_BWD").unwrap_or_default();
-        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::Fused)
+        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::StagedMma)
     }
 }
 

@@ -341,16 +341,17 @@ int main(int argc, char** argv) {
     const int bm = 128 / GS_NCH;
     const i64* tiles = map_tiles.empty() ? nullptr : map_tiles.data();
     const int vec_k = K % 8 == 0, vec_c = C % 8 == 0;
+    const bool sv = spectral && vec_k && vec_c;  // staged.rs's map_entry
     const u32 smem = (u32)(3 * bm * 128 * GS_NCH * 2 + 4 * std::max(2 * bm * 32 * 2 + 128 * GS_NCH * 32 * 2, 2 * 128 * GS_NCH * 32 * 2));
     // The forward (staged.rs's forward), then the backward's map kernel.
     u16* out_fwd = tensor(V * C);
     launch((u32)grid_fwd, 256, smem, [&] {
-        auto f = rot ? map_kernels::gs_fwd_rot : map_kernels::gs_fwd_plain;
+        auto f = sv ? (rot ? map_kernels::gs_fwd_rot_sv : map_kernels::gs_fwd_plain_sv) : (rot ? map_kernels::gs_fwd_rot : map_kernels::gs_fwd_plain);
         f((const T*)grads_re, (const T*)grads_im, (const T*)xt, (const T*)g_in_re, (const T*)g_in_im, (const T*)a_re, (const T*)a_im, nullptr, nullptr, nullptr,
           nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out_fwd, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
     });
     launch((u32)grid_bwd, 256, smem, [&] {
-        auto f = rot ? map_kernels::gs_map_rot : map_kernels::gs_map_plain;
+        auto f = sv ? (rot ? map_kernels::gs_map_rot_sv : map_kernels::gs_map_plain_sv) : (rot ? map_kernels::gs_map_rot : map_kernels::gs_map_plain);
         f((const T*)grads_re, (const T*)grads_im, (const T*)xt, (const T*)g_in_re, (const T*)g_in_im, (const T*)a_re, (const T*)a_im, (const T*)t_re, (const T*)t_im,
           (const T*)d_out, (T*)gws_re, (T*)gws_im, (T*)p, (T*)q, (T*)dg_re, (T*)dg_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
     });

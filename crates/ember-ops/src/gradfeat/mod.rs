@@ -31,12 +31,13 @@
 //!
 //! CUDA: the forward is one kernel per tile of vertices (g on chip, the C×C map, dot and tanh in the
 //! epilogue: nothing but `out` goes to device memory); on Hopper (sm_90a) its channel map runs on
-//! wgmma, elsewhere on mma.sync. The backward is one such kernel (g, b, ds, P, Q, d_g) followed by
-//! deterministic split-K reductions over vertices for d_A and d_x. `EMBER_GRADFEAT_TILES=wide` or
-//! `narrow` selects other mma.sync tile families (measured in NOTES.md). `EMBER_GRADFEAT_BWD=staged`
-//! (or `staged-mma`) runs the backward of 16-bit inputs with C ≤ 256 on Hopper as the staged kernels
-//! of `staged.cu` instead: g, b, P, Q and d_g on wgmma in one kernel, and the reductions on wgmma
-//! (or mma.sync); `EMBER_GRADFEAT_FWD=staged` the forward as that kernel's first two stages. The on-chip
+//! wgmma, elsewhere on mma.sync. The backward of 16-bit inputs with C ≤ 256 on Hopper runs the staged
+//! map kernel of `staged.cu` (g, b, ds, P, Q and d_g on wgmma in one kernel) followed by deterministic
+//! split-K reductions over vertices (mma.sync) for d_A and d_x; elsewhere one fused kernel (g, b, ds,
+//! P, Q, d_g) takes the map kernel's place. `EMBER_GRADFEAT_BWD=fused` forces the fused backward,
+//! `staged` runs the reductions on wgmma too; `EMBER_GRADFEAT_TILES=wide` or `narrow` selects other
+//! mma.sync tile families (all measured in NOTES.md); `EMBER_GRADFEAT_FWD=staged` runs the forward as
+//! the map kernel's first two stages. The on-chip
 //! tiles bound C on CUDA (about 640 for 16-bit inputs and the f32 forward, 384 for the f32 backward on
 //! Hopper); larger C is an error that says so.
 

@@ -205,9 +205,10 @@ template <int ROWS, int NJ>
 __device__ __forceinline__ void gs_load_tile(u32 dst, const T* __restrict__ src, i64 ld, i64 row0, i64 row_end, i64 col0, i64 ncols, bool vec) {
     constexpr int N = ROWS * NJ;
     static_assert(ROWS % 8 == 0 && N % GS_THREADS == 0, "tiles of whole 8-row groups, a multiple of the CTA's chunks");
+    const int tid = gs_tid();  // once per tile: a read of %tid.x costs a long-latency S2R
 #pragma unroll
     for (int i0 = 0; i0 < N; i0 += GS_THREADS) {
-        const int i = i0 + gs_tid();
+        const int i = i0 + tid;
         const i64 r = row0 + (i / (8 * NJ)) * 8 + (i & 7);
         const i64 c = col0 + 8 * ((i >> 3) % NJ);
         const u32 d = dst + 16 * (u32)i;
@@ -226,9 +227,10 @@ template <int ROWS, int NJ>
 __device__ __forceinline__ void gs_store_tile(const unsigned char* sp, T* __restrict__ dst, i64 ld, i64 row0, i64 row_end, i64 ncols, bool vec) {
     constexpr int N = ROWS * NJ;
     static_assert(ROWS % 8 == 0 && N % GS_THREADS == 0, "tiles of whole 8-row groups, a multiple of the CTA's chunks");
+    const int tid = gs_tid();
 #pragma unroll
     for (int i0 = 0; i0 < N; i0 += GS_THREADS) {
-        const int i = i0 + gs_tid();
+        const int i = i0 + tid;
         const i64 r = row0 + (i / (8 * NJ)) * 8 + (i & 7);
         const i64 c = 8 * ((i >> 3) % NJ);
         if (r >= row_end || c >= ncols) continue;
@@ -335,7 +337,7 @@ struct MapArgs {
     int K, C, spectral, vec_k, vec_c;
 };
 
-template <bool ROT, bool FWD>
+template <bool ROT, bool FWD, bool SV>
 __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #if !GS_HAS_WGMMA
     __trap();  // launched on sm_90a only; other targets build the module for the compile test
@@ -364,8 +366,12 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         return {t * GS_BM, a.V, 0};
     };
     const int C = a.C, K = a.K;
-    const bool vk = a.vec_k != 0, vc = a.vec_c != 0;
-    const int nk1 = a.spectral ? (K + GS_BK - 1) / GS_BK : 0;
+    // SV: the spectral form with K and C multiples of 8, as compile-time facts, so that neither the
+    // scalar copies nor the vertex form's loads of G are compiled in (a third of the code; the
+    // general kernel overflowed the instruction cache: NOTES.md, v4).
+    const bool spectral = SV || a.spectral != 0;
+    const bool vk = SV || a.vec_k != 0, vc = SV || a.vec_c != 0;
+    const int nk1 = spectral ? (K + GS_BK - 1) / GS_BK : 0;
     const int nk2 = (C + GS_BK - 1) / GS_BK;
     const int per = nk1 + (FWD ? 1 : 2) * nk2;  // ring tiles per row tile
     const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
@@ -391,7 +397,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         const int kt = map2 ? local - nk1 : local - nk1 - nk2;
         if (map2 && kt == 0) {
             if (!FWD) gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, r.row0, r.row_end, 0, C, vc);
-            if (!a.spectral) {
+            if (!spectral) {
                 gs_load_tile<GS_BM, GS_NJ>(sG, a.g_re, C, r.row0, r.row_end, 0, C, vc);
                 gs_load_tile<GS_BM, GS_NJ>(sG + GS_PLANE, a.g_im, C, r.row0, r.row_end, 0, C, vc);
             }
@@ -436,7 +442,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         const int base = j * per;
 
         // ---- stage 1: g = grads·x into G ----
-        if (a.spectral) {
+        if (spectral) {
             gs_zero(re);
             gs_zero(im);
 #pragma unroll 1
@@ -476,7 +482,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #pragma unroll 1
         for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
             map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1);
-            if (!FWD && it == base + nk1 && a.spectral) {
+            if (!FWD && it == base + nk1 && spectral) {
                 // While the first products run: g to device memory, for d_A.
                 gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
                 gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
@@ -560,19 +566,24 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #endif
 }
 
-#define GS_MAP_ENTRY(NAME, ROT, FWD)                                                                                              \
+#define GS_MAP_ENTRY(NAME, ROT, FWD, SV)                                                                                           \
     GS_ENTRY(GS_THREADS)                                                                                                          \
     NAME(const T* grads_re, const T* grads_im, const T* xt, const T* g_re, const T* g_im, const T* w_re, const T* w_im,          \
          const T* t_re, const T* t_im, const T* d_out, T* gws_re, T* gws_im, T* p, T* q, T* dg_re, T* dg_im, T* out,            \
          const i64* tiles, i64 ntiles, i64 V, int K, int C, int spectral, int vec_k, int vec_c) {                                \
         const MapArgs a = {grads_re, grads_im, xt,    g_re,  g_im,  w_re,   w_im, t_re, t_im,     d_out, gws_re, gws_im, p,     \
                            q,        dg_re,    dg_im, out,   tiles, ntiles, V,    K,    C,        spectral, vec_k, vec_c};     \
-        gs_map<ROT, FWD>(a);                                                                                                      \
+        gs_map<ROT, FWD, SV>(a);                                                                                                  \
     }
-GS_MAP_ENTRY(gs_map_rot, true, false)
-GS_MAP_ENTRY(gs_map_plain, false, false)
-GS_MAP_ENTRY(gs_fwd_rot, true, true)
-GS_MAP_ENTRY(gs_fwd_plain, false, true)
+// *_sv: only for the spectral form with K and C multiples of 8 (the launch code checks).
+GS_MAP_ENTRY(gs_map_rot, true, false, false)
+GS_MAP_ENTRY(gs_map_plain, false, false, false)
+GS_MAP_ENTRY(gs_fwd_rot, true, true, false)
+GS_MAP_ENTRY(gs_fwd_plain, false, true, false)
+GS_MAP_ENTRY(gs_map_rot_sv, true, false, true)
+GS_MAP_ENTRY(gs_map_plain_sv, false, false, true)
+GS_MAP_ENTRY(gs_fwd_rot_sv, true, true, true)
+GS_MAP_ENTRY(gs_fwd_plain_sv, false, true, true)
 #endif  // GS_KIND == 0
 
 #if GS_KIND == 1

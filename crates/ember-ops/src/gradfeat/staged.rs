@@ -186,6 +186,28 @@ enum MapOut<'a> {
     Backward { d_out: &'a Tensor, t_re: &'a Tensor, t_im: Option<&'a Tensor>, p: &'a Tensor, q: &'a Tensor, dg: (&'a Tensor, &'a Tensor), gws: Option<(&'a Tensor, &'a Tensor)> },
 }
 
+/// `EMBER_GRADFEAT_MAP=general`: the general map kernel even where an `_sv` build applies (to compare
+/// the two; NOTES.md, v4).
+fn general_map_forced() -> bool {
+    std::env::var("EMBER_GRADFEAT_MAP").is_ok_and(|v| v == "general")
+}
+
+/// The map kernel's entry point: the `_sv` builds take only the spectral form with K and C multiples
+/// of 8 (every copy 16-byte, no loads of G; a third of the general kernel's code, which overflowed the
+/// instruction cache).
+pub(super) fn map_entry(forward: bool, rot: bool, spectral_vec: bool) -> &'static str {
+    match (forward, rot, spectral_vec) {
+        (true, true, false) => "gs_fwd_rot",
+        (true, false, false) => "gs_fwd_plain",
+        (false, true, false) => "gs_map_rot",
+        (false, false, false) => "gs_map_plain",
+        (true, true, true) => "gs_fwd_rot_sv",
+        (true, false, true) => "gs_fwd_plain_sv",
+        (false, true, true) => "gs_map_rot_sv",
+        (false, false, true) => "gs_map_plain_sv",
+    }
+}
+
 fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut) -> Result<()> {
     let nch = chunks(p.c);
     let smem = map_smem_bytes(nch);
@@ -201,12 +223,8 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     let (table, ntiles) = row_tiles(p, 128 / nch)?;
     let forward = matches!(outs, MapOut::Forward { .. });
     let grid = grid_u32("grads_re", map_grid(p, ntiles as usize, forward, dev.info().multiprocessors.max(1) as usize))?;
-    let entry = match (outs, rot) {
-        (MapOut::Forward { .. }, true) => "gs_fwd_rot",
-        (MapOut::Forward { .. }, false) => "gs_fwd_plain",
-        (MapOut::Backward { .. }, true) => "gs_map_rot",
-        (MapOut::Backward { .. }, false) => "gs_map_plain",
-    };
+    let spectral_vec = p.spectral && p.k.is_multiple_of(8) && p.c.is_multiple_of(8) && !general_map_forced();
+    let entry = map_entry(forward, rot, spectral_vec);
     let f = dev.function(&SOURCE, &map_options(p.dtype, nch), entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
     let (grads_re, grads_im) = (ptr(grads.map(|g| g.0))?, ptr(grads.map(|g| g.1))?);

@@ -171,6 +171,28 @@ pub(crate) fn grad_list(g: Grads) -> Vec<Tensor> {
 
 /// The backward variants to check or time on the inputs' device, each with the suffix of its rows'
 /// case names: on the CPU the one path; on CUDA every variant that runs the problem as itself.
+/// Whether a bench row is timed: `EMBER_GRADFEAT_BENCH_ONLY` (for profiling one configuration under
+/// a profiler) holds `key=value` tokens that must all equal the row's params (`V=524288`,
+/// `bwd=staged`), its pass (`pass=fwd+bwd`) or its dtype (`dtype=bf16`); unset or empty: every row.
+fn bench_selected(params: &serde_json::Map<String, serde_json::Value>, dtype: DType, backward: bool) -> bool {
+    let only = std::env::var("EMBER_GRADFEAT_BENCH_ONLY").unwrap_or_default();
+    row_selected(&only, params, dtype, backward)
+}
+
+pub(crate) fn row_selected(only: &str, params: &serde_json::Map<String, serde_json::Value>, dtype: DType, backward: bool) -> bool {
+    only.split_whitespace().all(|tok| {
+        let Some((k, want)) = tok.split_once('=') else { return false };
+        match k {
+            "pass" => want == if backward { "fwd+bwd" } else { "fwd" },
+            "dtype" => want == dtype.name(),
+            _ => params.get(k).is_some_and(|v| match v {
+                serde_json::Value::String(s) => s == want,
+                other => *other == want.parse::<serde_json::Value>().unwrap_or(serde_json::Value::Null),
+            }),
+        }
+    })
+}
+
 fn bwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(BwdVariant, String)>> {
     let p = validate(input, weights)?;
     if p.device == Device::Cpu {
@@ -459,6 +481,9 @@ impl crate::OpFamily for Family {
                     }
                 }
                 pp.extend(p.clone());
+                if !bench_selected(&pp, dtype, bv.is_some()) {
+                    continue;
+                }
                 let mut row = match bv {
                     None => {
                         let ms = ctx.time(400.0, |i| {

@@ -362,3 +362,22 @@ mod host_model {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn bench_filter_matches_whole_tokens() {
+    use super::suite::row_selected;
+    use serde_json::json;
+    let mut p = serde_json::Map::new();
+    p.insert("fwd".into(), json!("fused"));
+    p.insert("bwd".into(), json!("staged-mma"));
+    p.insert("V".into(), json!(524288));
+    p.insert("rotation".into(), json!(true));
+    assert!(row_selected("", &p, DType::BF16, true));
+    assert!(row_selected("V=524288 bwd=staged-mma pass=fwd+bwd dtype=bf16 rotation=true", &p, DType::BF16, true));
+    assert!(!row_selected("bwd=staged", &p, DType::BF16, true));
+    assert!(!row_selected("V=52428", &p, DType::BF16, true));
+    assert!(!row_selected("pass=fwd", &p, DType::BF16, true));
+    assert!(!row_selected("dtype=f32", &p, DType::BF16, true));
+    assert!(!row_selected("C=256", &p, DType::BF16, true));
+    assert!(!row_selected("V", &p, DType::BF16, true));
+}
