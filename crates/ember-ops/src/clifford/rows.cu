@@ -149,12 +149,15 @@ __device__ __forceinline__ void cl_fwd_group(const act_t* __restrict__ x, const 
 }
 
 #if CL_WS
-// The weights of all N channels staged by the CTA in shared memory as sw[p][n] (f32): coalesced
-// global reads once per CTA, then conflict-free CL_V-wide reads per thread.
+// The weights of all N channels staged by the CTA in shared memory as sw[p][n] with a row stride
+// of N + 4 words (f32): coalesced global reads once per CTA; the padding spreads the transposing
+// stores over the banks (a stride of N, a multiple of 32, put a warp's stores in one bank), and
+// keeps the CL_V-wide reads aligned and conflict-free.
+#define CL_WSTRIDE(N) ((N) + 4)
 __device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* sw, i64 N) {
     for (i64 i = threadIdx.x; i < N * CL_P; i += blockDim.x) {
         const i64 n = i / CL_P;
-        sw[(i - n * CL_P) * N + n] = __ldg(w + i);
+        sw[(i - n * CL_P) * CL_WSTRIDE(N) + n] = __ldg(w + i);
     }
 }
 // cl_fwd_group with x and y already loaded and the weights from sw.
@@ -162,7 +165,7 @@ __device__ __forceinline__ void cl_fwd_vals(const float (&xv)[CL_M][CL_V], const
                                             float (&o)[CL_V][CL_M], float (&ss)[CL_NG]) {
     float wv[CL_P][CL_V];
 #pragma unroll
-    for (int p = 0; p < CL_P; ++p) cl_ldv<CL_V>(sw + (i64)p * N + n0, wv[p]);
+    for (int p = 0; p < CL_P; ++p) cl_ldv<CL_V>(sw + (i64)p * CL_WSTRIDE(N) + n0, wv[p]);
 #pragma unroll
     for (int c = 0; c < CL_V; ++c) {
         float xi[CL_M], yi[CL_M], wi[CL_P], s[CL_NG];
@@ -203,7 +206,7 @@ __device__ __forceinline__ void cl_scale_store(act_t* __restrict__ out, i64 BN, 
 // next step's x and y are copied by cp.async into this thread's own slots of a second buffer while
 // the current step computes, reduces and stores, so every thread always has a step's loads in
 // flight. Each thread reads back only the slots it copied itself: no barrier is needed for them.
-// Dynamic shared memory: sw (CL_P·N f32), then stage[2 buffers][x, y][CL_M][CL_THREADS][CL_V].
+// Dynamic shared memory: sw (CL_P·(N + 4) f32), then stage[2 buffers][x, y][CL_M][CL_THREADS][CL_V].
 template <int BYTES> __device__ __forceinline__ void cl_cp_async(void* dst, const void* src) {
 #ifdef EMBER_HOST_EMU
     std::memcpy(dst, src, BYTES);
@@ -238,7 +241,7 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                       act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
     float* sw = cl_dynamic_smem();
-    act_t* stage = reinterpret_cast<act_t*>(sw + CL_P * N);
+    act_t* stage = reinterpret_cast<act_t*>(sw + CL_P * CL_WSTRIDE(N));
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int tid = threadIdx.x, lt = tid % team, rows = CL_THREADS / team;
     const i64 G = N / CL_V, BN = B * N, steps = (B + rows - 1) / rows, n0 = (i64)lt * CL_V;

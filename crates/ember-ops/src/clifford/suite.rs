@@ -189,21 +189,6 @@ fn check_fc(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usize),
         r.cmp("clifford", &case, "fc d_y", &gr.d_y, &rdy, t)?;
         r.cmp("clifford", &case, "fc d_w", &gr.d_w, &rdw, t)?;
         if r.ctx.device.is_cuda() {
-            for var in cuda::RowVariant::ALL {
-                let v = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: true, norm }, var)?;
-                r.cmp("clifford", &case, &format!("fused out ({})", var.name()), &v.out, &ro, t)?;
-                if let (Some(got), Some(want)) = (&v.rms, &rr) {
-                    r.cmp("clifford", &case, &format!("fused rms ({})", var.name()), got, want, t)?;
-                }
-                let gv = cuda::fused_backward_variant(layer, dims, &x.t, &y.t, &w.t, v.rms.as_ref().map(|r| (&v.out, r)), &g.t, fused::Stages { gelu: true, norm }, var)?;
-                r.cmp("clifford", &case, &format!("fused d_x ({})", var.name()), &gv.d_x, &rdx, t)?;
-                r.cmp("clifford", &case, &format!("fused d_y ({})", var.name()), &gv.d_y, &rdy, t)?;
-                r.cmp("clifford", &case, &format!("fused d_w ({})", var.name()), &gv.d_w, &rdw, t)?;
-                if !norm {
-                    let o = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: false, norm }, var)?;
-                    r.cmp("clifford", &case, &format!("wgp out ({})", var.name()), &o.out, &reference::wgp_layer(alg, dims, &x.v, &y.v, &w.v, false), t)?;
-                }
-            }
             let again = fc::backward(layer, &x.t, &y.t, &w.t, &f, &g.t)?;
             r.prop("clifford", &case, "fc deterministic", dtype, bitwise(&gr.d_w, &again.d_w) && bitwise(&gr.d_x, &again.d_x));
         }
@@ -387,7 +372,7 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
     if ctx.device.is_cuda() {
         let dims = Dims { m, b: nb, n };
         let st = fused::Stages { gelu: true, norm: true };
-        for var in cuda::RowVariant::ALL.into_iter().filter(|&v| v != cuda::RowVariant::selected()) {
+        for var in cuda::RowVariant::ALL.into_iter().filter(|&v| v != cuda::RowVariant::selected(&layer)) {
             let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true)), ("fwd", json!(var.name()))]);
             let ms = ctx.time(300.0, |i| {
                 let (x, y, w, _) = &sets[i % k];
