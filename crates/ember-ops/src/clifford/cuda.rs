@@ -161,9 +161,9 @@ impl Gpu {
     }
 }
 
-/// Dynamic shared memory of the staged forward: weights (P·(N + 4) f32) and two buffers of x and y.
+/// Dynamic shared memory of the staged forward: weights (P·N f32) and two buffers of x and y.
 fn staged_smem(layer: &Layer, n: usize, v: usize, dt: DType) -> usize {
-    layer.paths() * (n + 4) * 4 + 2 * 2 * layer.blades() * THREADS as usize * v * dt.size()
+    layer.paths() * n * 4 + 2 * 2 * layer.blades() * THREADS as usize * v * dt.size()
 }
 
 fn rows_source(layer: &Layer, kind: &str) -> Result<KernelSource> {
@@ -287,7 +287,7 @@ pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var
         let coef = plan.alloc(&[dims.b, layer.grades(), 2], DType::F32);
         let (mut grid, t) = row_launch(dims.b, dims.n, v)?;
         // Staged: half types only (f32 reads the forward's out, no weights); two CTAs per SM.
-        let smem = layer.paths() * (dims.n + 4) * 4;
+        let smem = layer.paths() * dims.n * 4;
         let staged = var == RowVariant::Staged && dt != DType::F32 && 2 * (smem + 1024) <= gpu.smem_optin;
         if staged {
             grid = grid.min(u32::try_from(2 * gpu.sms).unwrap_or(u32::MAX)).max(1);

@@ -149,11 +149,11 @@ __device__ __forceinline__ void cl_fwd_group(const act_t* __restrict__ x, const 
 }
 
 #if CL_WS
-// The weights of all N channels staged by the CTA in shared memory as sw[p][n] with a row stride
-// of N + 4 words (f32): coalesced global reads once per CTA; the padding spreads the transposing
-// stores over the banks (a stride of N, a multiple of 32, put a warp's stores in one bank), and
-// keeps the CL_V-wide reads aligned and conflict-free.
-#define CL_WSTRIDE(N) ((N) + 4)
+// The weights of all N channels staged by the CTA in shared memory as sw[p][n] (f32): coalesced
+// global reads once per CTA, then conflict-free CL_V-wide reads per thread. (A row stride of N + 4
+// words, which spreads the transposing stores over the banks, was measured no faster on an H200
+// in a separate run; see NOTES.md.)
+#define CL_WSTRIDE(N) (N)
 __device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* sw, i64 N) {
     for (i64 i = threadIdx.x; i < N * CL_P; i += blockDim.x) {
         const i64 n = i / CL_P;
@@ -206,7 +206,7 @@ __device__ __forceinline__ void cl_scale_store(act_t* __restrict__ out, i64 BN, 
 // next step's x and y are copied by cp.async into this thread's own slots of a second buffer while
 // the current step computes, reduces and stores, so every thread always has a step's loads in
 // flight. Each thread reads back only the slots it copied itself: no barrier is needed for them.
-// Dynamic shared memory: sw (CL_P·(N + 4) f32), then stage[2 buffers][x, y][CL_M][CL_THREADS][CL_V].
+// Dynamic shared memory: sw (CL_P·N f32), then stage[2 buffers][x, y][CL_M][CL_THREADS][CL_V].
 template <int BYTES> __device__ __forceinline__ void cl_cp_async(void* dst, const void* src) {
 #ifdef EMBER_HOST_EMU
     std::memcpy(dst, src, BYTES);
