@@ -102,8 +102,68 @@ fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
     source(layer, &format!("fwd{}", u8::from(gelu)), || Ok(prefix(layer, &[Prog::Fwd { gelu }, Prog::Scale])? + ROWS_CU))
 }
 
-fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool) -> Vec<String> {
-    vec![dtype_opt(dt), "-DCL_KIND=1".into(), format!("-DCL_V={v}"), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_K={}", u8::from(hold))]
+fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<String> {
+    let mut o = vec![dtype_opt(dt), "-DCL_KIND=1".into(), format!("-DCL_V={v}"), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_K={}", u8::from(hold))];
+    if staged {
+        o.push("-DCL_WS=1".into());
+    }
+    o
+}
+
+/// Variant of the fused layer's row kernels that read the weights (rows.cu): the forward, and the
+/// backward's row statistics where they recompute o (half types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowVariant {
+    /// v1: 256-thread CTAs, one per group of rows; weights read per thread from global memory at a
+    /// stride of P words; the forward runs its phases one after the other (load, compute, reduce,
+    /// store).
+    Rows,
+    /// CL_WS = 1: persistent CTAs with the weights staged in shared memory; the forward also copies
+    /// the next rows' x and y by cp.async while the current rows compute (rows that fit one step
+    /// per thread, N ≤ 256·V). Where the shared memory of the device is too small: `Rows`.
+    Staged,
+}
+
+impl RowVariant {
+    pub const ALL: [RowVariant; 2] = [RowVariant::Rows, RowVariant::Staged];
+    /// `EMBER_CLIFFORD_ROWS=rows|staged`; otherwise the default for `layer`: staged up to 8 blades
+    /// (measured faster on an H200: Cl(3,0) forward 40–48% → 66–99% of copy bandwidth), rows for
+    /// 16 blades (staged measured slower there: one CTA per SM is too few warps for their
+    /// arithmetic).
+    pub fn selected(layer: &Layer) -> RowVariant {
+        match std::env::var("EMBER_CLIFFORD_ROWS").as_deref() {
+            Ok("rows") => RowVariant::Rows,
+            Ok("staged") => RowVariant::Staged,
+            _ if layer.blades() <= 8 => RowVariant::Staged,
+            _ => RowVariant::Rows,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            RowVariant::Rows => "rows",
+            RowVariant::Staged => "staged",
+        }
+    }
+}
+
+/// What a plan may depend on of the device: multiprocessors (persistent grids) and the shared
+/// memory one CTA may opt in to.
+#[derive(Clone, Copy, Debug)]
+pub struct Gpu {
+    pub sms: usize,
+    pub smem_optin: usize,
+}
+
+impl Gpu {
+    pub fn of(t: &Tensor) -> Result<Gpu> {
+        let info = t.cuda_device()?.info();
+        Ok(Gpu { sms: info.multiprocessors.max(1) as usize, smem_optin: info.shared_memory_per_block_optin.max(0) as usize })
+    }
+}
+
+/// Dynamic shared memory of the staged forward: weights (P·N f32) and two buffers of x and y.
+fn staged_smem(layer: &Layer, n: usize, v: usize, dt: DType) -> usize {
+    layer.paths() * n * 4 + 2 * 2 * layer.blades() * THREADS as usize * v * dt.size()
 }
 
 fn rows_source(layer: &Layer, kind: &str) -> Result<KernelSource> {
@@ -115,7 +175,7 @@ fn rows_source(layer: &Layer, kind: &str) -> Result<KernelSource> {
     source(layer, kind, || Ok(prefix(layer, progs)? + ROWS_CU))
 }
 
-fn rows_opts(dt: DType, kind: &str, v: usize) -> Vec<String> {
+fn rows_opts(dt: DType, kind: &str, v: usize, staged: bool) -> Vec<String> {
     let k = match kind {
         "dot" => 2,
         "normfwd" => 3,
@@ -125,6 +185,9 @@ fn rows_opts(dt: DType, kind: &str, v: usize) -> Vec<String> {
     if kind == "dot" {
         // Half types recompute o in f32 rather than read their rounded `out`.
         o.push(format!("-DCL_DOT_O={}", u8::from(dt != DType::F32)));
+        if staged {
+            o.push("-DCL_WS=1".into());
+        }
     }
     o
 }
@@ -152,18 +215,31 @@ fn sizes2(b: usize, n: usize) -> [Arg; 2] {
 }
 
 /// Fused forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms].
-pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages) -> Result<Plan> {
+pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var: RowVariant, gpu: Gpu) -> Result<Plan> {
     let mut plan = Plan::new(3);
     let v = vec_width(dims.m, dims.n);
     let groups = dims.n / v;
     let out = plan.output(&[dims.m, dims.b, dims.n], dt);
     let src = fwd_source(layer, st.gelu)?;
+    let smem = staged_smem(layer, dims.n, v, dt);
+    if var == RowVariant::Staged && v > 1 && groups <= THREADS as usize && smem + 1024 <= gpu.smem_optin {
+        let t = team(groups);
+        let steps = dims.b.div_ceil((THREADS / t) as usize);
+        let grid = u32::try_from(steps.min(gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
+        let rms = if st.norm { Arg::Buf(plan.output(&[dims.b, layer.grades()], DType::F32)) } else { Arg::Null };
+        let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), rms];
+        args.extend(sizes2(dims.b, dims.n));
+        args.push(Arg::I32(t as i32));
+        let name = if st.norm { "clifford_fwd_norm_staged" } else { "clifford_fwd_staged" };
+        plan.launch(launch(src, fwd_opts(dt, v, st.norm, true, true), (grid, 1, 1), smem, args, name));
+        return Ok(plan);
+    }
     if !st.norm {
         let grid = blocks("x", dims.b * groups, THREADS as usize)?;
         let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), Arg::Null];
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(0));
-        plan.launch(launch(src, fwd_opts(dt, v, false, false), (grid, 1, 1), 0, args, "clifford_fwd"));
+        plan.launch(launch(src, fwd_opts(dt, v, false, false, false), (grid, 1, 1), 0, args, "clifford_fwd"));
         return Ok(plan);
     }
     // Hold o in registers across the row reduction when one step per thread covers the row.
@@ -173,12 +249,17 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages) -> R
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), Arg::Buf(rms)];
     args.extend(sizes2(dims.b, dims.n));
     args.push(Arg::I32(t as i32));
-    plan.launch(launch(src, fwd_opts(dt, v, true, hold), (grid, 1, 1), 0, args, "clifford_fwd_norm"));
+    plan.launch(launch(src, fwd_opts(dt, v, true, hold, false), (grid, 1, 1), 0, args, "clifford_fwd_norm"));
     Ok(plan)
 }
 
 pub fn fused_forward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
-    let mut outs = run_cuda(plan_fused_forward(layer, dims, x.dtype(), st)?, &[x, y, w])?.into_iter();
+    fused_forward_variant(layer, dims, x, y, w, st, RowVariant::selected(layer))
+}
+
+/// [`fused_forward`] with an explicit kernel variant (the GPU checks run every one).
+pub fn fused_forward_variant(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages, var: RowVariant) -> Result<Forward> {
+    let mut outs = run_cuda(plan_fused_forward(layer, dims, x.dtype(), st, var, Gpu::of(x)?)?, &[x, y, w])?.into_iter();
     Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: None })
 }
 
@@ -196,7 +277,7 @@ fn column_plan(b: usize, n: usize) -> (usize, usize, usize) {
 
 /// Fused backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, out, rms];
 /// outputs [d_x, d_y, d_w].
-pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages) -> Result<Plan> {
+pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var: RowVariant, gpu: Gpu) -> Result<Plan> {
     let mut plan = Plan::new(if st.norm { 6 } else { 4 });
     let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
@@ -204,11 +285,18 @@ pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages) -> 
     let coef = if st.norm {
         let v = vec_width(dims.m, dims.n);
         let coef = plan.alloc(&[dims.b, layer.grades(), 2], DType::F32);
-        let (grid, t) = row_launch(dims.b, dims.n, v)?;
+        let (mut grid, t) = row_launch(dims.b, dims.n, v)?;
+        // Staged: half types only (f32 reads the forward's out, no weights); two CTAs per SM.
+        let smem = layer.paths() * dims.n * 4;
+        let staged = var == RowVariant::Staged && dt != DType::F32 && 2 * (smem + 1024) <= gpu.smem_optin;
+        if staged {
+            grid = grid.min(u32::try_from(2 * gpu.sms).unwrap_or(u32::MAX)).max(1);
+        }
         let mut args: Vec<Arg> = [0, 1, 2, 3, 4, 5, coef].iter().map(|&i| Arg::Buf(i)).collect();
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(t as i32));
-        plan.launch(launch(rows_source(layer, "dot")?, rows_opts(dt, "dot", v), (grid, 1, 1), 0, args, "clifford_bwd_dot"));
+        let (smem, name) = if staged { (smem, "clifford_bwd_dot_staged") } else { (0, "clifford_bwd_dot") };
+        plan.launch(launch(rows_source(layer, "dot")?, rows_opts(dt, "dot", v, staged), (grid, 1, 1), smem, args, name));
         Arg::Buf(coef)
     } else {
         Arg::Null
@@ -228,7 +316,13 @@ pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages) -> 
 
 #[allow(clippy::too_many_arguments)]
 pub fn fused_backward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages) -> Result<Grads> {
-    let plan = plan_fused_backward(layer, dims, x.dtype(), st)?;
+    fused_backward_variant(layer, dims, x, y, w, normed, d_out, st, RowVariant::selected(layer))
+}
+
+/// [`fused_backward`] with an explicit row-kernel variant (the GPU checks run every one).
+#[allow(clippy::too_many_arguments)]
+pub fn fused_backward_variant(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages, var: RowVariant) -> Result<Grads> {
+    let plan = plan_fused_backward(layer, dims, x.dtype(), st, var, Gpu::of(x)?)?;
     let outs = match normed {
         Some((out, rms)) => run_cuda(plan, &[x, y, w, d_out, out, rms])?,
         None => run_cuda(plan, &[x, y, w, d_out])?,
@@ -523,7 +617,7 @@ fn plan_rows(plan: &mut Plan, layer: &Layer, kind: &str, dt: DType, rows: usize,
     let mut args: Vec<Arg> = bufs.iter().map(|&b| Arg::Buf(b)).collect();
     args.extend(sizes2(rows, n));
     args.push(Arg::I32(t as i32));
-    plan.launch(launch(rows_source(layer, kind)?, rows_opts(dt, kind, v), (grid, 1, 1), 0, args, "clifford_rows"));
+    plan.launch(launch(rows_source(layer, kind)?, rows_opts(dt, kind, v, false), (grid, 1, 1), 0, args, "clifford_rows"));
     Ok(())
 }
 
@@ -800,11 +894,15 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
         for gelu in [false, true] {
             let src = fwd_source(layer, gelu)?;
             for &v in &vs {
-                out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, false) });
+                out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, false, false) });
+                if v > 1 {
+                    out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, true, true) });
+                }
                 if gelu {
-                    out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, false) });
+                    out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, false, false) });
                     if v > 1 {
-                        out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, true) });
+                        out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, true, false) });
+                        out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, true, true) });
                     }
                 }
             }
@@ -812,7 +910,10 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
         for kind in ["dot", "normfwd", "normbwd"] {
             let src = rows_source(layer, kind)?;
             for &v in &vs {
-                out.push(KernelBuild { source: src, options: rows_opts(dt, kind, v) });
+                out.push(KernelBuild { source: src, options: rows_opts(dt, kind, v, false) });
+                if kind == "dot" && dt != DType::F32 {
+                    out.push(KernelBuild { source: src, options: rows_opts(dt, kind, v, true) });
+                }
             }
         }
         for (gelu, norm) in [(false, false), (true, false), (true, true)] {

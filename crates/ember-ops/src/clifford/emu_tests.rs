@@ -42,18 +42,36 @@ fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
     for (gelu, norm) in [(true, false), (true, true), (false, false)] {
         let st = Stages { gelu, norm };
         let tag = format!("{spec} B={nb} N={n} {dtype} gelu={gelu} norm={norm}");
-        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st).unwrap(), &[&x, &y, &w]);
         let (ro, rr) = reference::fused_forward(&alg, dims, &xv, &yv, &wv, gelu, norm);
-        close(&format!("{tag} out"), &f[0], &ro, tol);
-        if let Some(rr) = rr {
-            close(&format!("{tag} rms"), &f[1], &rr, tol);
+        // Three multiprocessors: the staged variant's persistent CTAs walk several steps.
+        let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
+        let mut f = Vec::new();
+        for var in cuda::RowVariant::ALL {
+            let plan = cuda::plan_fused_forward(&layer, dims, dtype, st, var, gpu).unwrap();
+            let vmax = match dims.m {
+                0..=8 => 4,
+                9..=16 => 2,
+                _ => 1,
+            };
+            let staged = var == cuda::RowVariant::Staged && vmax > 1 && n % vmax == 0 && n / vmax <= 256;
+            assert_eq!(plan.launches[0].name.contains("staged"), staged, "{tag}: {} plan", var.name());
+            f = run_host(&plan, &[&x, &y, &w]);
+            close(&format!("{tag} {} out", var.name()), &f[0], &ro, tol);
+            if let Some(rr) = &rr {
+                close(&format!("{tag} {} rms", var.name()), &f[1], rr, tol);
+            }
         }
-        let bwd = cuda::plan_fused_backward(&layer, dims, dtype, st).unwrap();
-        let gr = if norm { run_host(&bwd, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&bwd, &[&x, &y, &w, &g]) };
         let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
-        close(&format!("{tag} d_x"), &gr[0], &dx, tol);
-        close(&format!("{tag} d_y"), &gr[1], &dy, tol);
-        close(&format!("{tag} d_w"), &gr[2], &dw, tol);
+        for var in cuda::RowVariant::ALL {
+            let bwd = cuda::plan_fused_backward(&layer, dims, dtype, st, var, gpu).unwrap();
+            let staged = var == cuda::RowVariant::Staged && norm && dtype != DType::F32;
+            assert_eq!(bwd.launches[0].name.contains("staged"), staged, "{tag}: {} backward plan", var.name());
+            let gr = if norm { run_host(&bwd, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&bwd, &[&x, &y, &w, &g]) };
+            let tag = format!("{tag} {}", var.name());
+            close(&format!("{tag} d_x"), &gr[0], &dx, tol);
+            close(&format!("{tag} d_y"), &gr[1], &dy, tol);
+            close(&format!("{tag} d_w"), &gr[2], &dw, tol);
+        }
     }
     let o = run_host(&cuda::plan_gelu(&layer, super::Prog::GeluFwd, dims, dtype).unwrap(), &[&x]);
     close(&format!("{spec} {dtype} mvgelu"), &o[0], &reference::mvgelu(dims, &xv), tol);
@@ -140,6 +158,10 @@ fn emulated_fused_kernels_match_the_reference() {
     // 2-wide vectors (16 blades); a row longer than one step per thread (N > 256·4).
     cases.push(Box::new(|| emu_fused("3,0", (2, 1028), DType::F32)));
     cases.push(Box::new(|| emu_fused("1,3", (2, 6), DType::BF16)));
+    // Staged forward: persistent CTAs over several steps (the last one partial), both buffers;
+    // threads of a team past the row's end (N = 200: 50 groups in a team of 64).
+    cases.push(Box::new(|| emu_fused("3,0", (70, 64), DType::F32)));
+    cases.push(Box::new(|| emu_fused("2,0", (29, 200), DType::BF16)));
     if full() {
         for spec in ["3,0", "3,0,1", "1,3"] {
             for dtype in DType::ACTIVATIONS {

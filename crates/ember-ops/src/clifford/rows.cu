@@ -24,6 +24,12 @@
 #define CL_KIND_NORMFWD 3
 #define CL_KIND_NORMBWD 4
 
+// CL_WS = 1 selects the staged variants (weights in shared memory, persistent CTAs) of the fused
+// forward and of CL_KIND_DOT with CL_DOT_O = 1.
+#ifndef CL_WS
+#define CL_WS 0
+#endif
+
 typedef EMBER_T act_t;
 #define CL_EPS 1e-6f
 #define CL_THREADS 256
@@ -142,6 +148,46 @@ __device__ __forceinline__ void cl_fwd_group(const act_t* __restrict__ x, const 
     }
 }
 
+#if CL_WS
+// The weights of all N channels staged by the CTA in shared memory as sw[p][n] (f32): coalesced
+// global reads once per CTA, then conflict-free CL_V-wide reads per thread. (A row stride of N + 4
+// words, which spreads the transposing stores over the banks, was measured no faster on an H200
+// in a separate run; see NOTES.md.)
+#define CL_WSTRIDE(N) (N)
+__device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* sw, i64 N) {
+    for (i64 i = threadIdx.x; i < N * CL_P; i += blockDim.x) {
+        const i64 n = i / CL_P;
+        sw[(i - n * CL_P) * CL_WSTRIDE(N) + n] = __ldg(w + i);
+    }
+}
+// cl_fwd_group with x and y already loaded and the weights from sw.
+__device__ __forceinline__ void cl_fwd_vals(const float (&xv)[CL_M][CL_V], const float (&yv)[CL_M][CL_V], const float* sw, i64 N, i64 n0,
+                                            float (&o)[CL_V][CL_M], float (&ss)[CL_NG]) {
+    float wv[CL_P][CL_V];
+#pragma unroll
+    for (int p = 0; p < CL_P; ++p) cl_ldv<CL_V>(sw + (i64)p * CL_WSTRIDE(N) + n0, wv[p]);
+#pragma unroll
+    for (int c = 0; c < CL_V; ++c) {
+        float xi[CL_M], yi[CL_M], wi[CL_P], s[CL_NG];
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) { xi[j] = xv[j][c]; yi[j] = yv[j][c]; }
+#pragma unroll
+        for (int p = 0; p < CL_P; ++p) wi[p] = wv[p][c];
+        cl_fwd(xi, yi, wi, o[c], s);
+#pragma unroll
+        for (int k = 0; k < CL_NG; ++k) ss[k] += s[k];
+    }
+}
+__device__ __forceinline__ float* cl_dynamic_smem() {
+#ifdef EMBER_HOST_EMU
+    return reinterpret_cast<float*>(ember_emu_dynamic_smem());
+#else
+    extern __shared__ __align__(16) float cl_dsmem[];
+    return cl_dsmem;
+#endif
+}
+#endif
+
 #endif
 
 #if CL_KIND == CL_KIND_FWD
@@ -152,7 +198,100 @@ __device__ __forceinline__ void cl_scale_store(act_t* __restrict__ out, i64 BN, 
     cl_store_mv(out, BN, base, s);
 }
 
-#if CL_NORM == 0
+#if CL_WS
+// Staged variant (CL_WS = 1; CL_K = 1 rows only, CL_V > 1). Persistent CTAs walk steps of
+// CL_THREADS / team rows (grid-stride). The weights are staged once per CTA in shared memory as
+// sw[p][n] (f32), read as CL_V-wide vectors (conflict-free), instead of CL_V·CL_P scalar __ldg per
+// thread and step at a stride of CL_P words, which cost ~20 L1 wavefronts per warp request. The
+// next step's x and y are copied by cp.async into this thread's own slots of a second buffer while
+// the current step computes, reduces and stores, so every thread always has a step's loads in
+// flight. Each thread reads back only the slots it copied itself: no barrier is needed for them.
+// Dynamic shared memory: sw (CL_P·N f32), then stage[2 buffers][x, y][CL_M][CL_THREADS][CL_V].
+template <int BYTES> __device__ __forceinline__ void cl_cp_async(void* dst, const void* src) {
+#ifdef EMBER_HOST_EMU
+    std::memcpy(dst, src, BYTES);
+#else
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
+    }
+#endif
+}
+__device__ __forceinline__ void cl_cp_commit() {
+#ifndef EMBER_HOST_EMU
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int PENDING> __device__ __forceinline__ void cl_cp_wait() {
+#ifndef EMBER_HOST_EMU
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+#define CL_SLOT (CL_M * CL_THREADS * CL_V)
+// Copy x and y of CL_V channels at `base` into this thread's slots `st` of one buffer.
+__device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_t* __restrict__ y, act_t* st, i64 BN, i64 base) {
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        cl_cp_async<CL_V * sizeof(act_t)>(st + j * CL_THREADS * CL_V, x + (i64)j * BN + base);
+        cl_cp_async<CL_V * sizeof(act_t)>(st + CL_SLOT + j * CL_THREADS * CL_V, y + (i64)j * BN + base);
+    }
+}
+extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
+                                                                      act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
+    float* sw = cl_dynamic_smem();
+    act_t* stage = reinterpret_cast<act_t*>(sw + CL_P * CL_WSTRIDE(N));
+    __shared__ float red[(CL_THREADS / 32) * CL_NG];
+    const int tid = threadIdx.x, lt = tid % team, rows = CL_THREADS / team;
+    const i64 G = N / CL_V, BN = B * N, steps = (B + rows - 1) / rows, n0 = (i64)lt * CL_V;
+    const bool mine = lt < G;
+    act_t* my = stage + tid * CL_V;
+    i64 s = blockIdx.x;
+    {
+        const i64 b = s * rows + tid / team;
+        if (s < steps && b < B && mine) cl_issue(x, y, my, BN, b * N + n0);
+        cl_cp_commit();
+    }
+    cl_stage_w(w, sw, N);
+    __syncthreads();
+    for (int buf = 0; s < steps; s += gridDim.x, buf ^= 1) {
+        const i64 nx = s + gridDim.x, bn = nx * rows + tid / team;
+        if (nx < steps && bn < B && mine) cl_issue(x, y, my + (buf ^ 1) * 2 * CL_SLOT, BN, bn * N + n0);
+        cl_cp_commit();
+        cl_cp_wait<1>();
+        const i64 b = s * rows + tid / team;
+        const bool live = b < B;
+        float ss[CL_NG], o[CL_V][CL_M];
+#pragma unroll
+        for (int k = 0; k < CL_NG; ++k) ss[k] = 0.0f;
+        if (live && mine) {
+            const act_t* cur = my + buf * 2 * CL_SLOT;
+            float xv[CL_M][CL_V], yv[CL_M][CL_V];
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) {
+                cl_ldv<CL_V>(cur + j * CL_THREADS * CL_V, xv[j]);
+                cl_ldv<CL_V>(cur + CL_SLOT + j * CL_THREADS * CL_V, yv[j]);
+            }
+            cl_fwd_vals(xv, yv, sw, N, n0, o, ss);
+        }
+#if CL_NORM
+        cl_team_sum<CL_NG>(ss, red, team);
+        float a[CL_NG];
+#pragma unroll
+        for (int k = 0; k < CL_NG; ++k) {
+            const float r = sqrtf(ss[k] / (float)N + CL_EPS);
+            a[k] = 1.0f / r;
+            if (live && lt == 0) rms[b * CL_NG + k] = r;
+        }
+        if (live && mine) cl_scale_store(out, BN, b * N + n0, o, a);
+#else
+        if (live && mine) cl_store_mv(out, BN, b * N + n0, o);
+#endif
+    }
+    cl_cp_wait<0>();
+}
+#elif CL_NORM == 0
 // One thread per (row, CL_V channels): grid covers B·N/CL_V threads.
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                    act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
@@ -227,7 +366,53 @@ __device__ __forceinline__ void cl_dot_group(const act_t* __restrict__ g, const 
 }
 #endif
 
-#if CL_KIND == CL_KIND_DOT
+#if CL_KIND == CL_KIND_DOT && CL_WS
+// Staged variant of the kernel below (CL_DOT_O = 1 only): persistent CTAs (two per SM) walk steps
+// of CL_THREADS / team rows; the weights for the recomputed o are staged once per CTA.
+extern "C" __global__ void __launch_bounds__(CL_THREADS, 2) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
+                                                                      const act_t* __restrict__ g, const act_t* __restrict__ u, const float* __restrict__ rms,
+                                                                      float* __restrict__ coef, i64 B, i64 N, int team) {
+    float* sw = cl_dynamic_smem();
+    __shared__ float red[(CL_THREADS / 32) * CL_NG];
+    const int lt = threadIdx.x % team, rows = CL_THREADS / team;
+    const i64 G = N / CL_V, BN = B * N, steps = (B + rows - 1) / rows;
+    cl_stage_w(w, sw, N);
+    __syncthreads();
+    for (i64 s = blockIdx.x; s < steps; s += gridDim.x) {
+        const i64 b = s * rows + threadIdx.x / team;
+        const bool live = b < B;
+        float e[CL_NG];
+#pragma unroll
+        for (int k = 0; k < CL_NG; ++k) e[k] = 0.0f;
+        for (i64 q = lt; live && q < G; q += team) {
+            const i64 base = b * N + q * CL_V;
+            float xv[CL_M][CL_V], yv[CL_M][CL_V], gv[CL_M][CL_V], o[CL_V][CL_M], unused[CL_NG];
+            cl_load_mv(x, BN, base, xv);
+            cl_load_mv(y, BN, base, yv);
+            cl_load_mv(g, BN, base, gv);
+            cl_fwd_vals(xv, yv, sw, N, q * CL_V, o, unused);
+#pragma unroll
+            for (int c = 0; c < CL_V; ++c) {
+                float gi[CL_M], sd[CL_NG];
+#pragma unroll
+                for (int j = 0; j < CL_M; ++j) gi[j] = gv[j][c];
+                cl_dot(gi, o[c], sd);
+#pragma unroll
+                for (int k = 0; k < CL_NG; ++k) e[k] += sd[k];
+            }
+        }
+        cl_team_sum<CL_NG>(e, red, team);
+        if (live && lt == 0) {
+#pragma unroll
+            for (int k = 0; k < CL_NG; ++k) {
+                const float a = 1.0f / rms[b * CL_NG + k];
+                coef[(b * CL_NG + k) * 2] = a;
+                coef[(b * CL_NG + k) * 2 + 1] = a * a * e[k] / (float)N;
+            }
+        }
+    }
+}
+#elif CL_KIND == CL_KIND_DOT
 // CL_DOT_O = 1 recomputes o from x, y, w (f32; for half-precision activations, whose rounded `out`
 // would spoil the gradient where g and out·E/N nearly cancel); CL_DOT_O = 0 reads the forward's
 // out (f32 activations: one tensor less to read). Either way coef[b][k] = (a, c) with a = 1/r and

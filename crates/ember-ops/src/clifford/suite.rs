@@ -130,6 +130,21 @@ fn check_fused(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize), dtype: DTyp
         r.cmp("clifford", &case, "fused d_y", &gr.d_y, &rdy, t)?;
         r.cmp("clifford", &case, "fused d_w", &gr.d_w, &rdw, t)?;
         if r.ctx.device.is_cuda() {
+            for var in cuda::RowVariant::ALL {
+                let v = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: true, norm }, var)?;
+                r.cmp("clifford", &case, &format!("fused out ({})", var.name()), &v.out, &ro, t)?;
+                if let (Some(got), Some(want)) = (&v.rms, &rr) {
+                    r.cmp("clifford", &case, &format!("fused rms ({})", var.name()), got, want, t)?;
+                }
+                let gv = cuda::fused_backward_variant(layer, dims, &x.t, &y.t, &w.t, v.rms.as_ref().map(|r| (&v.out, r)), &g.t, fused::Stages { gelu: true, norm }, var)?;
+                r.cmp("clifford", &case, &format!("fused d_x ({})", var.name()), &gv.d_x, &rdx, t)?;
+                r.cmp("clifford", &case, &format!("fused d_y ({})", var.name()), &gv.d_y, &rdy, t)?;
+                r.cmp("clifford", &case, &format!("fused d_w ({})", var.name()), &gv.d_w, &rdw, t)?;
+                if !norm {
+                    let o = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: false, norm }, var)?;
+                    r.cmp("clifford", &case, &format!("wgp out ({})", var.name()), &o.out, &reference::wgp_layer(alg, dims, &x.v, &y.v, &w.v, false), t)?;
+                }
+            }
             let again = fused::backward(layer, &x.t, &y.t, &w.t, &f, &g.t)?;
             let same = bitwise(&gr.d_w, &again.d_w) && bitwise(&gr.d_x, &again.d_x) && bitwise(&fused::forward(layer, &x.t, &y.t, &w.t, norm)?.out, &f.out);
             r.prop("clifford", &case, "fused deterministic", dtype, same);
@@ -352,7 +367,28 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
         fused::backward(&layer, x, y, w, &f, g).map(drop)
     })?;
     let both = ctx.row("clifford", "fwd+bwd", dtype, p, ms, 8.0 * words, per(fwd_ops) + per(bwd_ops));
-    Ok(vec![fwd, both])
+    let mut rows = vec![fwd, both];
+    // The forward variants that are not the default, for comparison in the same run.
+    if ctx.device.is_cuda() {
+        let dims = Dims { m, b: nb, n };
+        let st = fused::Stages { gelu: true, norm: true };
+        for var in cuda::RowVariant::ALL.into_iter().filter(|&v| v != cuda::RowVariant::selected(&layer)) {
+            let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true)), ("fwd", json!(var.name()))]);
+            let ms = ctx.time(300.0, |i| {
+                let (x, y, w, _) = &sets[i % k];
+                cuda::fused_forward_variant(&layer, dims, x, y, w, st, var).map(drop)
+            })?;
+            rows.push(ctx.row("clifford", "fwd", dtype, pv.clone(), ms, 3.0 * words, per(fwd_ops)));
+            let ms = ctx.time(300.0, |i| {
+                let (x, y, w, g) = &sets[i % k];
+                let f = cuda::fused_forward_variant(&layer, dims, x, y, w, st, var)?;
+                let rms = f.rms.as_ref().expect("normed forward");
+                cuda::fused_backward_variant(&layer, dims, x, y, w, Some((&f.out, rms)), g, st, var).map(drop)
+            })?;
+            rows.push(ctx.row("clifford", "fwd+bwd", dtype, pv, ms, 8.0 * words, per(fwd_ops) + per(bwd_ops)));
+        }
+    }
+    Ok(rows)
 }
 
 fn bench_fc(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -> Result<Vec<BenchRow>> {
