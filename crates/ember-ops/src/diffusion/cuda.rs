@@ -558,8 +558,10 @@ fn fused_grid(dev: &Arc<CudaDevice>, g: &Geometry, tune: &Tuning) -> Result<Opti
     if mode == FusedMode::Never || g.rwn != 2 || g.ewn != 2 {
         return Ok(None);
     }
-    let (_, occ) = kernel(dev, &SOURCE, g.dtype, "diffusion_fused_fwd", fused_smem(g))?;
-    let cap = dev.info().multiprocessors.max(1) as usize * occ as usize;
+    // The same grid must fit both passes (their register counts may differ).
+    let (_, occ_f) = kernel(dev, &SOURCE, g.dtype, "diffusion_fused_fwd", fused_smem(g))?;
+    let (_, occ_b) = kernel(dev, &SOURCE, g.dtype, "diffusion_fused_bwd", fused_smem(g))?;
+    let cap = dev.info().multiprocessors.max(1) as usize * occ_f.min(occ_b) as usize;
     let n_reduce = g.reduce_grid.0 as usize * g.reduce_grid.1 as usize;
     let n_nt = g.expand_grid.1 as usize;
     let n_expand = g.n_tiles * n_nt;

@@ -782,7 +782,11 @@ __device__ __forceinline__ void fused_kernel(const T* __restrict__ basis, const 
                                              const i64* __restrict__ chunk_prefix, i64 rows_per_chunk, i64 n_rows, i64 n_chunks,
                                              i64 n_tiles, int K, int C, int KPr, int CPr, int KPe, int CPe, int vec, i64 meshes,
                                              unsigned* bar) {
-    __shared__ float red[8][33];
+    // The finalize phase's 8 × 33 floats live in the dynamic shared memory of the GEMM phases (the
+    // phases are separated by barriers): a static array would push the block past the opt-in limit
+    // the launch code raises the dynamic size to.
+    extern __shared__ __align__(128) unsigned char diff_smem[];
+    float(*red)[33] = reinterpret_cast<float(*)[33]>(diff_smem);
     // Phase 1: partials of every (chunk, tile).
     const int r_tiles = (KPr / RBM) * (CPr / RLay<RWN>::BN);
     const i64 n_r = n_chunks * r_tiles;
