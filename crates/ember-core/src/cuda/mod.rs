@@ -248,6 +248,12 @@ impl<'a> Launch<'a> {
     pub fn run(mut self) -> Result<()> {
         unsafe { self.args.launch(self.cfg) }.map(|_| ()).map_err(|e| Error::cuda(&format!("launching {}", self.name), e))
     }
+    /// Cooperative launch (cuLaunchCooperativeKernel): every block of the grid is resident at once,
+    /// so blocks may wait on each other; a grid larger than the device can hold is an error from the
+    /// driver, not a hang. Same contract as [`Launch::run`].
+    pub fn run_cooperative(mut self) -> Result<()> {
+        unsafe { self.args.launch_cooperative(self.cfg) }.map(|_| ()).map_err(|e| Error::cuda(&format!("launching {} (cooperative)", self.name), e))
+    }
 }
 
 /// A 1-D launch configuration.

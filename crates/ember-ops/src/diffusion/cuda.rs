@@ -99,7 +99,34 @@ pub struct Tuning {
     pub expand_wn: Option<usize>,
     /// Vertices per reduce chunk for one mesh (batches fix theirs in `Plan`).
     pub chunk_rows: Option<usize>,
+    /// One cooperative launch per pass (`Some(true)`, where the tiles are 2 wide) or three
+    /// (`Some(false)`); `None`: [`fused_mode`] decides.
+    pub fused: Option<bool>,
 }
+
+/// When a pass runs as one cooperative launch (`diffusion_fused_{fwd,bwd}`) instead of three.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedMode {
+    /// Always three launches.
+    Never,
+    /// Small problems: both GEMMs at 2-wide tiles and each GEMM phase one wave of blocks.
+    Auto,
+    /// Whenever both tile widths are 2 (any size; for tests and tuning).
+    Always,
+}
+
+/// `EMBER_DIFFUSION_FUSED=0|auto|1`; default [`DEFAULT_FUSED`].
+pub fn fused_mode() -> FusedMode {
+    static M: OnceLock<FusedMode> = OnceLock::new();
+    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_FUSED").as_deref() {
+        Ok("0") => FusedMode::Never,
+        Ok("1") => FusedMode::Always,
+        Ok("auto") => FusedMode::Auto,
+        _ => DEFAULT_FUSED,
+    })
+}
+
+pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
 
 /// Vertices per reduce chunk: about one chunk per SM, a multiple of 8 (the stage alignment).
 pub fn default_chunk_rows(v_total: usize, n_sm: usize) -> usize {
@@ -501,6 +528,108 @@ fn launch_finalize_bwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals
         .run()
 }
 
+/// The two barrier words of `grid_sync` on each device: zeroed once, and every launch leaves them
+/// at {0, generation}, so they are never reset.
+fn barrier(dev: &Arc<CudaDevice>) -> Result<u64> {
+    static BARS: OnceLock<Mutex<HashMap<usize, Tensor>>> = OnceLock::new();
+    let ordinal = dev.info().ordinal;
+    let mut map = BARS.get_or_init(Default::default).lock().unwrap();
+    if let Some(t) = map.get(&ordinal) {
+        return t.cuda_ptr();
+    }
+    let t = Tensor::zeros(&[64], DType::F32, Device::Cuda(ordinal))?;
+    let p = t.cuda_ptr()?;
+    map.insert(ordinal, t);
+    Ok(p)
+}
+
+/// Shared memory of the fused kernels: the larger of their reduce and expand phases.
+fn fused_smem(g: &Geometry) -> usize {
+    reduce_smem(g.dtype, 2, stages()).max(expand_smem(g.dtype, 2, g.kpe, stages()))
+}
+
+/// The grid of a fused pass on geometry `g`, or None where the pass runs as three launches.
+fn fused_grid(dev: &Arc<CudaDevice>, g: &Geometry, tune: &Tuning) -> Result<Option<u32>> {
+    let mode = match tune.fused {
+        Some(true) => FusedMode::Always,
+        Some(false) => FusedMode::Never,
+        None => fused_mode(),
+    };
+    if mode == FusedMode::Never || g.rwn != 2 || g.ewn != 2 {
+        return Ok(None);
+    }
+    // The same grid must fit both passes (their register counts may differ).
+    let (_, occ_f) = kernel(dev, &SOURCE, g.dtype, "diffusion_fused_fwd", fused_smem(g))?;
+    let (_, occ_b) = kernel(dev, &SOURCE, g.dtype, "diffusion_fused_bwd", fused_smem(g))?;
+    let cap = dev.info().multiprocessors.max(1) as usize * occ_f.min(occ_b) as usize;
+    let n_reduce = g.reduce_grid.0 as usize * g.reduce_grid.1 as usize;
+    let n_nt = g.expand_grid.1 as usize;
+    let n_expand = g.n_tiles * n_nt;
+    let n_fin = g.finalize_grid.0 as usize * g.finalize_grid.1 as usize;
+    if n_nt > cap || (mode == FusedMode::Auto && (n_reduce > cap || n_expand > cap)) {
+        return Ok(None);
+    }
+    Ok(Some(n_reduce.max(n_expand).max(n_fin).min(cap).max(n_nt) as u32))
+}
+
+/// Pointers of one fused pass (null where the pass has none).
+struct FusedArgs {
+    y: u64,
+    saved_in: u64,
+    d_spectral: u64,
+    spectral: u64,
+    saved_out: u64,
+    partials: u64,
+    op: u64,
+    out: u64,
+    dt_part: u64,
+    d_times: u64,
+}
+
+fn launch_fused(dev: &Arc<CudaDevice>, g: &Geometry, m: &Meshes, times: &Tensor, grid: u32, bwd: bool, a: &FusedArgs) -> Result<()> {
+    let entry = if bwd { "diffusion_fused_bwd" } else { "diffusion_fused_fwd" };
+    let smem = fused_smem(g);
+    let (f, _) = kernel(dev, &SOURCE, g.dtype, entry, smem)?;
+    let bar = barrier(dev)?;
+    let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: smem as u32 };
+    let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
+    let (rows, n_rows, n_chunks, n_tiles, meshes) = (g.chunk_rows, g.n_rows, g.n_chunks as i64, g.n_tiles as i64, g.meshes as i64);
+    let (k, c, kpr, cpr, kpe, cpe, vec) = (g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec));
+    dev.launch(&f, cfg)
+        .arg(&basis)
+        .arg(&a.y)
+        .arg(&mass)
+        .arg(&evals)
+        .arg(&tp)
+        .arg(&a.saved_in)
+        .arg(&a.d_spectral)
+        .arg(&a.spectral)
+        .arg(&a.saved_out)
+        .arg(&a.partials)
+        .arg(&a.op)
+        .arg(&a.out)
+        .arg(&a.dt_part)
+        .arg(&a.d_times)
+        .arg(&g.chunk_table)
+        .arg(&g.tile_table)
+        .arg(&g.chunk_prefix)
+        .arg(&rows)
+        .arg(&n_rows)
+        .arg(&n_chunks)
+        .arg(&n_tiles)
+        .arg(&k)
+        .arg(&c)
+        .arg(&kpr)
+        .arg(&cpr)
+        .arg(&kpe)
+        .arg(&cpe)
+        .arg(&vec)
+        .arg(&meshes)
+        .arg(&bar)
+        .named(entry)
+        .run_cooperative()
+}
+
 pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward> {
     forward_tuned(m, x, times, &Tuning::default())
 }
@@ -514,6 +643,22 @@ pub(crate) fn forward_tuned(m: &Meshes, x: &Tensor, times: &Tensor, tune: &Tunin
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
     let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes()])?;
     let (partials, s_op) = (parts[0], parts[1]);
+    if let Some(grid) = fused_grid(&dev, &g, tune)? {
+        let a = FusedArgs {
+            y: x.cuda_ptr()?,
+            saved_in: 0,
+            d_spectral: 0,
+            spectral: spectral.cuda_ptr()?,
+            saved_out: saved.cuda_ptr()?,
+            partials,
+            op: s_op,
+            out: out.cuda_ptr()?,
+            dt_part: 0,
+            d_times: 0,
+        };
+        launch_fused(&dev, &g, m, times, grid, false, &a)?;
+        return Ok(Forward { out, spectral, saved });
+    }
     let (basis, mass) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?);
 
     launch_reduce(&dev, &g, basis, x.cuda_ptr()?, mass, partials)?;
@@ -537,13 +682,29 @@ pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &
     let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
     let (partials, g_op, dt_part) = (parts[0], parts[1], parts[2]);
     let basis = m.basis.cuda_ptr()?;
-
-    launch_reduce(&dev, &g, basis, d_out.cuda_ptr()?, 0, partials)?;
-
     let dsp = match d_spectral {
         Some(t) => t.cuda_ptr()?,
         None => 0u64,
     };
+    if let Some(grid) = fused_grid(&dev, &g, tune)? {
+        let a = FusedArgs {
+            y: d_out.cuda_ptr()?,
+            saved_in: fwd.saved.cuda_ptr()?,
+            d_spectral: dsp,
+            spectral: 0,
+            saved_out: 0,
+            partials,
+            op: g_op,
+            out: d_x.cuda_ptr()?,
+            dt_part,
+            d_times: d_times.cuda_ptr()?,
+        };
+        launch_fused(&dev, &g, m, times, grid, true, &a)?;
+        return Ok(Grads { d_x, d_times });
+    }
+
+    launch_reduce(&dev, &g, basis, d_out.cuda_ptr()?, 0, partials)?;
+
     launch_finalize_bwd(&dev, &g, partials, m.evals.cuda_ptr()?, times.cuda_ptr()?, fwd.saved.cuda_ptr()?, dsp, g_op, dt_part)?;
 
     launch_expand(&dev, &g, basis, g_op, m.mass.cuda_ptr()?, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?)?;

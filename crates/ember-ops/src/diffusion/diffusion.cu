@@ -283,15 +283,14 @@ __device__ __forceinline__ void reduce_compute(const T* st, float (&acc)[4][WN][
 template <int WN>
 __device__ __forceinline__ void reduce_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
                                               float* __restrict__ ws, const Seg* __restrict__ chunks, i64 rows_per_chunk,
-                                              i64 n_rows, i64 n_chunks, int K, int C, int KP, int CP, int vec) {
+                                              i64 n_rows, i64 n_chunks, int K, int C, int KP, int CP, int vec, i64 chunk, int tile) {
     typedef RLay<WN> L;
     extern __shared__ __align__(128) unsigned char diff_smem[];
     T* smem = reinterpret_cast<T*>(diff_smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wm = warp >> 2, wn = warp & 3;
-    const i64 chunk = blockIdx.x;
     const int n_nt = CP / L::BN;
-    const int e0 = (blockIdx.y / n_nt) * RBM, c0 = (blockIdx.y % n_nt) * L::BN;
+    const int e0 = (tile / n_nt) * RBM, c0 = (tile % n_nt) * L::BN;
     const Seg s = seg_at(chunks, chunk, rows_per_chunk, n_rows, n_chunks);
     const i64 base = s.begin & ~(i64)7;
     const int n_steps = (int)((s.end - base + RBV - 1) / RBV);
@@ -362,7 +361,15 @@ __device__ __forceinline__ void reduce_kernel(const T* __restrict__ basis, const
 
 // Σ over chunks [ch0, ch1) with eight independent accumulators (chunk ch goes to ch − ch0 mod 8)
 // combined in a fixed tree: loads stay in flight, and the order depends only on the chunk range.
-__device__ __forceinline__ float sum_partials(const float* __restrict__ ws, i64 ch0, i64 ch1, int e, int c, int KP, int CP) {
+// L2 loads (ld.global.cg): coherent with stores of other blocks of the same launch once a grid
+// barrier separates them, unlike the read-only path.
+__device__ __forceinline__ float ld_cg(const float* p) {
+    float v;
+    asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ float sum_partials(const float* ws, i64 ch0, i64 ch1, int e, int c, int KP, int CP) {
     float s[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) s[j] = 0.0f;
@@ -371,22 +378,23 @@ __device__ __forceinline__ float sum_partials(const float* __restrict__ ws, i64 
     i64 n = ch1 - ch0;
     for (; n >= 8; n -= 8, p += 8 * stride) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) s[j] += p[j * stride];
+        for (int j = 0; j < 8; ++j) s[j] += ld_cg(p + j * stride);
     }
 #pragma unroll
     for (int j = 0; j < 7; ++j)
-        if (j < n) s[j] += p[j * stride];
+        if (j < n) s[j] += ld_cg(p + j * stride);
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
-    const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
-    const float* __restrict__ times, int K, int C, int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
-    T* __restrict__ s_op, int KPe, int CPe) {
+// Block (bx, by) of the finalize grid, thread (tx, ty) of its 32 × 8.
+__device__ __forceinline__ void finalize_fwd_block(const float* ws, const i64* __restrict__ chunk_prefix, i64 n_chunks,
+                                                   const float* __restrict__ evals, const float* __restrict__ times, int K, int C,
+                                                   int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
+                                                   T* __restrict__ s_op, int KPe, int CPe, i64 bx, int by, int tx, int ty) {
     const int cblocks = CPe / 32;
-    const i64 m = blockIdx.x / cblocks;
-    const int c = (blockIdx.x % cblocks) * 32 + threadIdx.x;
-    const int e = blockIdx.y * 8 + threadIdx.y;
+    const i64 m = bx / cblocks;
+    const int c = (int)(bx % cblocks) * 32 + tx;
+    const int e = by * 8 + ty;
     const i64 ch0 = chunk_prefix ? chunk_prefix[m] : 0, ch1 = chunk_prefix ? chunk_prefix[m + 1] : n_chunks;
     float val = 0.0f;
     if (e < K && c < C) {
@@ -399,16 +407,25 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
     s_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
 }
 
-// dt_part: [mesh · gridDim.y][CPe], the d_times contribution of each block of 8 eigenvectors.
-extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
+extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
     const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
-    const float* __restrict__ times, const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
-    int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part) {
-    __shared__ float red[8][33];
+    const float* __restrict__ times, int K, int C, int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
+    T* __restrict__ s_op, int KPe, int CPe) {
+    finalize_fwd_block(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved, s_op, KPe, CPe, blockIdx.x,
+                       blockIdx.y, threadIdx.x, threadIdx.y);
+}
+
+// dt_part: [mesh · gridDim.y][CPe], the d_times contribution of each block of 8 eigenvectors.
+// gy: the finalize grid's height (eigenvector blocks per mesh); red: 8 × 33 floats of shared memory.
+__device__ __forceinline__ void finalize_bwd_block(const float* ws, const i64* __restrict__ chunk_prefix, i64 n_chunks,
+                                                   const float* __restrict__ evals, const float* __restrict__ times,
+                                                   const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
+                                                   int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part,
+                                                   i64 bx, int by, int gy, int tx, int ty, float (*red)[33]) {
     const int cblocks = CPe / 32;
-    const i64 m = blockIdx.x / cblocks;
-    const int c = (blockIdx.x % cblocks) * 32 + threadIdx.x;
-    const int e = blockIdx.y * 8 + threadIdx.y;
+    const i64 m = bx / cblocks;
+    const int c = (int)(bx % cblocks) * 32 + tx;
+    const int e = by * 8 + ty;
     const i64 ch0 = chunk_prefix ? chunk_prefix[m] : 0, ch1 = chunk_prefix ? chunk_prefix[m + 1] : n_chunks;
     float val = 0.0f, dt = 0.0f;
     if (e < K && c < C) {
@@ -420,14 +437,23 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
         dt = -ev * saved[o] * s;
     }
     g_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
-    red[threadIdx.y][threadIdx.x] = dt;
+    red[ty][tx] = dt;
     __syncthreads();
-    if (threadIdx.y == 0) {
+    if (ty == 0) {
         float s = 0.0f;
 #pragma unroll
-        for (int y = 0; y < 8; ++y) s += red[y][threadIdx.x];
-        dt_part[(m * gridDim.y + blockIdx.y) * CPe + c] = s;
+        for (int y = 0; y < 8; ++y) s += red[y][tx];
+        dt_part[(m * gy + by) * CPe + c] = s;
     }
+}
+
+extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
+    const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
+    const float* __restrict__ times, const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
+    int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part) {
+    __shared__ float red[8][33];
+    finalize_bwd_block(ws, chunk_prefix, n_chunks, evals, times, saved, d_spectral, K, C, KPr, CPr, g_op, KPe, CPe, dt_part,
+                       blockIdx.x, blockIdx.y, gridDim.y, threadIdx.x, threadIdx.y, red);
 }
 
 // ---- pass 2: Y = diag(w)·basis·S over 128-vertex tiles ---------------------------------------------
@@ -610,7 +636,7 @@ template <int WN>
 __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const T* __restrict__ s_op, const T* __restrict__ mass,
                                               T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int K,
                                               int C, int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
-                                              float* __restrict__ d_times) {
+                                              float* __restrict__ d_times, i64 bx, int by, i64 gx) {
     typedef ELay<WN> L;
     extern __shared__ __align__(128) unsigned char diff_smem[];
     T* Ss = reinterpret_cast<T*>(diff_smem);
@@ -618,17 +644,17 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
     T* epi = stages + ENST * L::STAGE;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wm = warp >> 2, g = lane >> 2;
-    const int c0 = blockIdx.y * L::BN;
+    const int c0 = by * L::BN;
     const int n_kc = KP / EBK;
 
-    if (dt_part && blockIdx.x == 0 && blockIdx.y == 0) {
+    if (dt_part && bx == 0 && by == 0) {
         // Same fixed-order eight-way sum as the partials (rows are the "chunks" here).
         for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
     }
 
-    const i64 per = n_tiles / gridDim.x, rem = n_tiles % gridDim.x;
-    const i64 t_lo = blockIdx.x * per + min((i64)blockIdx.x, rem);
-    const i64 t_hi = t_lo + per + ((i64)blockIdx.x < rem ? 1 : 0);
+    const i64 per = n_tiles / gx, rem = n_tiles % gx;
+    const i64 t_lo = bx * per + min(bx, rem);
+    const i64 t_hi = t_lo + per + (bx < rem ? 1 : 0);
 
     float acc[4][WN][4];
     float w[4][2];
@@ -695,13 +721,14 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_w##WN(                                         \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
         int K, int C, int KP, int CP, int vec) {                                                                               \
-        reduce_kernel<WN>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec);                    \
+        reduce_kernel<WN>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec, blockIdx.x, blockIdx.y); \
     }
 #define DIFF_EXPAND(WN)                                                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_expand_w##WN(                                         \
         const T* basis, const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C, int KP, \
         int CPs, int vec, const float* dt_part, int dt_rows, float* d_times) {                                                 \
-        expand_kernel<WN>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, d_times);     \
+        expand_kernel<WN>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, d_times,      \
+                          blockIdx.x, blockIdx.y, gridDim.x);                                                                  \
     }
 
 // f32: the reduce's per-stage partial sums need registers, so its tiles stop at 2; expand at 4.
@@ -713,3 +740,95 @@ DIFF_EXPAND(8)
 DIFF_REDUCE(2)
 DIFF_EXPAND(4)
 DIFF_EXPAND(2)
+
+// ---- small problems: one cooperative launch per pass ----------------------------------------------
+//
+// diffusion_fused_{fwd,bwd}: the three phases of a pass (reduce, finalize, expand) in one launch,
+// separated by grid-wide barriers; blocks loop over each phase's blocks (same tiles, same fixed-order
+// sums as the three-launch path, so the results are the same bits for the same tile widths). Launched
+// cooperatively: every block is resident, so the barrier cannot wait on a block that never runs.
+
+// Grid barrier on bar[0] (arrivals) and bar[1] (generation). The last block to arrive resets the
+// count before it bumps the generation, so the words return to {0, g + 1}: the same two words serve
+// every barrier of every launch on the stream (launches on one stream do not overlap).
+__device__ __forceinline__ void grid_sync(unsigned* bar) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned* gen = bar + 1;
+        const unsigned g = *gen;
+        __threadfence();
+        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == g) __nanosleep(32);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+// Pass arguments: fwd reduces x with mass (r_mass) and expands without (e_mass = 0); bwd reduces
+// d_out, adds d_spectral and expands with mass. dt_part/d_times are null in fwd.
+template <int RWN, int EWN, bool BWD>
+__device__ __forceinline__ void fused_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
+                                             const float* __restrict__ evals, const float* __restrict__ times,
+                                             const float* __restrict__ saved_in, const T* __restrict__ d_spectral,
+                                             T* __restrict__ spectral, float* __restrict__ saved_out, float* ws, T* s_op,
+                                             T* __restrict__ out, float* dt_part, float* __restrict__ d_times,
+                                             const Seg* __restrict__ chunks, const Seg* __restrict__ tiles,
+                                             const i64* __restrict__ chunk_prefix, i64 rows_per_chunk, i64 n_rows, i64 n_chunks,
+                                             i64 n_tiles, int K, int C, int KPr, int CPr, int KPe, int CPe, int vec, i64 meshes,
+                                             unsigned* bar) {
+    // The finalize phase's 8 × 33 floats live in the dynamic shared memory of the GEMM phases (the
+    // phases are separated by barriers): a static array would push the block past the opt-in limit
+    // the launch code raises the dynamic size to.
+    extern __shared__ __align__(128) unsigned char diff_smem[];
+    float(*red)[33] = reinterpret_cast<float(*)[33]>(diff_smem);
+    // Phase 1: partials of every (chunk, tile).
+    const int r_tiles = (KPr / RBM) * (CPr / RLay<RWN>::BN);
+    const i64 n_r = n_chunks * r_tiles;
+    for (i64 b = blockIdx.x; b < n_r; b += gridDim.x) {
+        __syncthreads();  // the previous block's stages are no longer read
+        reduce_kernel<RWN>(basis, y, BWD ? nullptr : mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KPr, CPr, vec,
+                           b % n_chunks, (int)(b / n_chunks));
+    }
+    grid_sync(bar);
+    // Phase 2: finalize, grid (meshes · CPe/32) × (KPe/8) of 32 × 8 threads.
+    const i64 fx = meshes * (CPe / 32);
+    const int fy = KPe / 8;
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    for (i64 b = blockIdx.x; b < fx * fy; b += gridDim.x) {
+        __syncthreads();  // red is free again
+        if (BWD)
+            finalize_bwd_block(ws, chunk_prefix, n_chunks, evals, times, saved_in, d_spectral, K, C, KPr, CPr, s_op, KPe, CPe,
+                               dt_part, b % fx, (int)(b / fx), fy, tx, ty, red);
+        else
+            finalize_fwd_block(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved_out, s_op, KPe, CPe,
+                               b % fx, (int)(b / fx), tx, ty);
+    }
+    grid_sync(bar);
+    // Phase 3: expand, persistent over tiles in each channel tile (the host makes gridDim.x ≥ n_nt).
+    const int n_nt = CPe / ELay<EWN>::BN;
+    const i64 gx = gridDim.x / n_nt;
+    if (blockIdx.x < gx * n_nt)
+        expand_kernel<EWN>(basis, s_op, BWD ? mass : nullptr, out, tiles, n_rows, n_tiles, K, C, KPe, CPe, vec,
+                           BWD ? dt_part : nullptr, (int)(meshes * fy), BWD ? d_times : nullptr, blockIdx.x % gx,
+                           (int)(blockIdx.x / gx), gx);
+}
+
+#define DIFF_FUSED(RWN, EWN, BWD, NAME)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1) NAME(                                                           \
+        const T* basis, const T* y, const T* mass, const float* evals, const float* times, const float* saved_in,            \
+        const T* d_spectral, T* spectral, float* saved_out, float* ws, T* s_op, T* out, float* dt_part, float* d_times,      \
+        const Seg* chunks, const Seg* tiles, const i64* chunk_prefix, i64 rows_per_chunk, i64 n_rows, i64 n_chunks,          \
+        i64 n_tiles, int K, int C, int KPr, int CPr, int KPe, int CPe, int vec, i64 meshes, unsigned* bar) {                 \
+        fused_kernel<RWN, EWN, BWD>(basis, y, mass, evals, times, saved_in, d_spectral, spectral, saved_out, ws, s_op, out,   \
+                                    dt_part, d_times, chunks, tiles, chunk_prefix, rows_per_chunk, n_rows, n_chunks, n_tiles,  \
+                                    K, C, KPr, CPr, KPe, CPe, vec, meshes, bar);                                               \
+    }
+// The 2-wide tiles of both GEMMs (the widths small problems pick; every dtype has them).
+DIFF_FUSED(2, 2, false, diffusion_fused_fwd)
+DIFF_FUSED(2, 2, true, diffusion_fused_bwd)

@@ -205,8 +205,14 @@ fn case(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
 }
 
 fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(reduce_wn), expand_wn: Some(expand_wn), chunk_rows: Some(chunk_rows) };
+    let t = Tuning { reduce_wn: Some(reduce_wn), expand_wn: Some(expand_wn), chunk_rows: Some(chunk_rows), fused: Some(false) };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
+}
+
+/// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
+fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true) };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 fn cases(tier: Tier, device: Device) -> Vec<Case> {
@@ -247,6 +253,9 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 tuned(&[200], 8, 72, 4, 4, 40),
                 tuned(&[29, 161], 32, 128, 8, 8, 48),
                 tuned(&[150], 64, 40, 2, 4, 32),
+                fused(&[77], 5, 33, true, 16),
+                fused(&[300], 136, 64, false, 64),
+                fused(&[37, 1, 130], 16, 24, true, 24),
             ],
             Tier::Full => vec![
                 tuned(&[4109], 128, 256, 8, 8, 256),
@@ -254,6 +263,11 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 tuned(&[4109], 128, 256, 2, 4, 1000),
                 tuned(&[9001], 200, 100, 2, 2, 512),
                 tuned(&[777, 5000, 3], 64, 33, 2, 2, 300),
+                fused(&[4109], 128, 256, true, 128),
+                fused(&[4109], 256, 257, false, 1000),
+                fused(&[7], 64, 1, true, 128),
+                fused(&[131077], 128, 64, true, 1000),
+                fused(&[5003, 19997, 1, 12000, 7777], 128, 256, true, 640),
             ],
         };
         for mut c in extra {
@@ -273,6 +287,9 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
         let mut s = format!("{v} K={} C={}{}", c.k, c.c, if c.d_spectral { " +dS" } else { "" });
         if let Some((t, rows)) = &c.tune {
             s += &format!(" w{}/{} r{}", t.reduce_wn.unwrap_or(0), t.expand_wn.unwrap_or(0), rows.unwrap_or(0));
+            if t.fused == Some(true) {
+                s += " fused";
+            }
         }
         s
     };
@@ -336,6 +353,27 @@ fn determinism(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType
     Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b))
 }
 
+/// The fused pass (one cooperative launch) gives the same bits as the three launches with the same
+/// tiles and chunks, batched and single.
+fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType) -> Result<CheckRow> {
+    let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("fused=launches"))?;
+    let dev = p.on(ctx.device)?;
+    let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
+        let mut v: Vec<u64> = Vec::new();
+        for t in [&f.out, &f.spectral, &f.saved, &g.d_x, &g.d_times] {
+            v.extend(t.to_vec_f64()?.iter().map(|x| x.to_bits()));
+        }
+        Ok(v)
+    };
+    let rows = 64;
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused) };
+    let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
+    let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
+    let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
+    let label = format!("V={sizes:?} K={k} C={c} fused vs three launches");
+    Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b && c1 == d1 && !a.is_empty()))
+}
+
 /// Bad input on a CUDA device is an `Err` before any launch, and the device stays usable.
 fn cuda_properties(device: Device) -> Result<Vec<CheckRow>> {
     let p = Problem::new(&[50], 8, 16, DType::BF16, false, 9)?;
@@ -384,6 +422,9 @@ impl crate::OpFamily for Family {
         }
         if ctx.device.is_cuda() {
             rows.extend(cuda_properties(ctx.device)?);
+            for dtype in DType::ACTIVATIONS {
+                rows.push(fused_matches_launches(ctx, sizes, k, c, dtype)?);
+            }
         }
         Ok(rows)
     }
