@@ -12,27 +12,26 @@ use ember_ga::ir::{Builder, UnaryOp, Val};
 use ember_ga::wgp::PathTable;
 use ember_ga::{numeric, Algebra, Program};
 
-fn gelu(b: &mut Builder, v: Val) -> Val {
-    // 0.5 v (1 + erf(v / sqrt 2))
+/// Φ(v) = 0.5 (1 + erf(v / √2)), the standard normal CDF.
+fn normal_cdf(b: &mut Builder, v: Val) -> Val {
     let s = b.constant(std::f64::consts::FRAC_1_SQRT_2);
     let a = b.mul(v, s);
     let e = b.unary(UnaryOp::Erf, a);
     let one = b.constant(1.0);
     let t = b.add(one, e);
     let h = b.constant(0.5);
-    let hv = b.mul(h, v);
-    b.mul(hv, t)
+    b.mul(h, t)
+}
+
+fn gelu(b: &mut Builder, v: Val) -> Val {
+    // v Φ(v)
+    let cdf = normal_cdf(b, v);
+    b.mul(v, cdf)
 }
 
 fn gelu_grad(b: &mut Builder, v: Val) -> Val {
-    // 0.5 (1 + erf(v/√2)) + v exp(-v²/2) / √(2π)
-    let s = b.constant(std::f64::consts::FRAC_1_SQRT_2);
-    let a = b.mul(v, s);
-    let e = b.unary(UnaryOp::Erf, a);
-    let one = b.constant(1.0);
-    let t = b.add(one, e);
-    let h = b.constant(0.5);
-    let cdf = b.mul(h, t);
+    // Φ(v) + v exp(-v²/2) / √(2π)
+    let cdf = normal_cdf(b, v);
     let vv = b.mul(v, v);
     let mh = b.constant(-0.5);
     let ex = b.mul(vv, mh);
