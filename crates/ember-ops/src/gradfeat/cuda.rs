@@ -91,22 +91,26 @@ fn family16() -> Family16 {
 ///   with 16-bit inputs and C ≤ 256, the staged map kernel of `staged.cu` (wgmma) with the mma.sync
 ///   split-K reductions of the fused backward (elsewhere the fused backward);
 /// - "fused": one fused mma.sync kernel (g, b, ds, P, Q, d_g) and split-K reductions on mma.sync;
-/// - "staged": the staged map kernel and the reductions of `staged.cu` on wgmma.
+/// - "staged": the staged map kernel and the reductions of `staged.cu` on wgmma;
+/// - "packed": as "staged-mma", with the map kernel's packed build (k-tile images of xᵀ and the
+///   weights, descriptors advanced by constants; NOTES.md v5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,
     Staged,
     StagedMma,
+    Packed,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 3] = [BwdVariant::Fused, BwdVariant::Staged, BwdVariant::StagedMma];
+    pub const ALL: [BwdVariant; 4] = [BwdVariant::Fused, BwdVariant::Staged, BwdVariant::StagedMma, BwdVariant::Packed];
 
     pub fn name(self) -> &'static str {
         match self {
             BwdVariant::Fused => "fused",
             BwdVariant::Staged => "staged",
             BwdVariant::StagedMma => "staged-mma",
+            BwdVariant::Packed => "packed",
         }
     }
 
@@ -121,20 +125,27 @@ impl BwdVariant {
 /// - "fused" (the default): the fused forward kernel of `gradfeat.cu` (its tiles chosen by
 ///   `EMBER_GRADFEAT_TILES`);
 /// - "staged": on sm_90a with 16-bit inputs and C ≤ 256, stages 1 and 2 of the staged map kernel,
-///   every product on wgmma (elsewhere the fused forward).
+///   every product on wgmma (elsewhere the fused forward);
+/// - "packed": as "staged", with the map kernel's packed build (NOTES.md v5);
+/// - "fused-sv": the fused forward's `_sv` entries on wgmma (the spectral form with K and C
+///   multiples of 8 as compile-time facts; NOTES.md v5), elsewhere as "fused".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FwdVariant {
     Fused,
     Staged,
+    Packed,
+    FusedSv,
 }
 
 impl FwdVariant {
-    pub const ALL: [FwdVariant; 2] = [FwdVariant::Fused, FwdVariant::Staged];
+    pub const ALL: [FwdVariant; 4] = [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv];
 
     pub fn name(self) -> &'static str {
         match self {
             FwdVariant::Fused => "fused",
             FwdVariant::Staged => "staged",
+            FwdVariant::Packed => "packed",
+            FwdVariant::FusedSv => "fused-sv",
         }
     }
 
@@ -149,7 +160,16 @@ impl FwdVariant {
 pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
     let Device::Cuda(i) = p.device else { return Ok(vec![FwdVariant::Fused]) };
     let dev = CudaDevice::get(i)?;
-    Ok(if super::staged::applies(&dev, p) { FwdVariant::ALL.to_vec() } else { vec![FwdVariant::Fused] })
+    if !super::staged::applies(&dev, p) {
+        return Ok(vec![FwdVariant::Fused]);
+    }
+    Ok(FwdVariant::ALL.into_iter().filter(|f| *f != FwdVariant::FusedSv || fused_sv_applies(p)).collect())
+}
+
+/// Whether the fused forward's `_sv` entries take `p`: the spectral form, K and C multiples of 8 (on
+/// sm_90a, where the forward runs on wgmma).
+fn fused_sv_applies(p: &Problem) -> bool {
+    p.spectral && p.k.is_multiple_of(8) && p.c.is_multiple_of(8)
 }
 
 /// The backward variants that run `p` as themselves (the staged ones need sm_90a, 16-bit inputs and
@@ -325,9 +345,11 @@ struct BwdBuffers<'a> {
     dg: (&'a Tensor, &'a Tensor),
 }
 
-fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, out: Option<&Tensor>, bwd: Option<&BwdBuffers>) -> Result<()> {
+/// `sv`: the `_sv` entries where they apply (the wgmma forward, `fused_sv_applies`).
+fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, out: Option<&Tensor>, bwd: Option<&BwdBuffers>, sv: bool) -> Result<()> {
     let kind = if bwd.is_some() { Kind::Bwd } else { Kind::Fwd };
     let (t, smem) = pick_tile(dev, p, kind)?;
+    let sv = sv && t.wgmma && kind == Kind::Fwd && fused_sv_applies(p);
     let vec = 16 / p.dtype.size();
     let (table, grid) = row_tiles(p, t.bm)?;
     let (x, grads_re, grads_im, g_re, g_im) = match *input {
@@ -335,8 +357,8 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
         Input::Vertex { g_re, g_im } => (0, 0, 0, ptr(Some(g_re))?, ptr(Some(g_im))?),
     };
     let (w_re, w_im, entry) = match *weights {
-        Weights::Rotation { a_re, a_im } => (ptr(Some(a_re))?, ptr(Some(a_im))?, "gf_fused_rot"),
-        Weights::Plain { a } => (ptr(Some(a))?, 0, "gf_fused_plain"),
+        Weights::Rotation { a_re, a_im } => (ptr(Some(a_re))?, ptr(Some(a_im))?, if sv { "gf_fused_rot_sv" } else { "gf_fused_rot" }),
+        Weights::Plain { a } => (ptr(Some(a))?, 0, if sv { "gf_fused_plain_sv" } else { "gf_fused_plain" }),
     };
     let out = ptr(out)?;
     let (d_out, gws_re, gws_im, db_re, db_im, dg_re, dg_im) = match bwd {
@@ -386,13 +408,13 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
 
 pub fn forward(p: &Problem, input: &Input, weights: &Weights, variant: FwdVariant) -> Result<Tensor> {
     let dev = super::first_tensor(input).1.cuda_device()?.clone();
-    if variant == FwdVariant::Staged && super::staged::applies(&dev, p) {
-        return super::staged::forward(&dev, p, input, weights);
+    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed) && super::staged::applies(&dev, p) {
+        return super::staged::forward(&dev, p, input, weights, variant == FwdVariant::Packed);
     }
     // Check the tile fits before allocating anything.
     pick_tile(&dev, p, Kind::Fwd)?;
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
-    launch_fused(&dev, p, input, weights, Some(&out), None)?;
+    launch_fused(&dev, p, input, weights, Some(&out), None, variant == FwdVariant::FusedSv)?;
     Ok(out)
 }
 
@@ -515,7 +537,7 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, v
     let dev = d_out.cuda_device()?.clone();
     if variant != BwdVariant::Fused && super::staged::applies(&dev, p) {
         let reductions = if variant == BwdVariant::Staged { super::staged::Reductions::Wgmma } else { super::staged::Reductions::MmaSync };
-        return super::staged::backward(&dev, p, input, weights, d_out, reductions);
+        return super::staged::backward(&dev, p, input, weights, d_out, reductions, variant == BwdVariant::Packed);
     }
     pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);
@@ -523,7 +545,7 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, v
     let (db_re, db_im, dg_re, dg_im) = (vc()?, vc()?, vc()?, vc()?);
     let gws = if p.spectral { Some((vc()?, vc()?)) } else { None };
     let bufs = BwdBuffers { d_out, gws: gws.as_ref().map(|g| (&g.0, &g.1)), db: (&db_re, &db_im), dg: (&dg_re, &dg_im) };
-    launch_fused(&dev, p, input, weights, None, Some(&bufs))?;
+    launch_fused(&dev, p, input, weights, None, Some(&bufs), false)?;
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
     let (g_re, g_im) = match (*input, &gws) {

@@ -750,7 +750,9 @@ __device__ __forceinline__ void wg_mma(float (&d)[64], u64 da, u64 db) {
 #endif
 }
 
-template <bool ROT>
+// SV: the spectral form with K and C multiples of 8, as compile-time facts (the `_sv` entries), so
+// that neither the scalar copies and stores nor the vertex form's loads are compiled in.
+template <bool ROT, bool SV>
 __device__ __forceinline__ void gf_fused_wg(const FusedArgs& a) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     __trap();  // launched on sm_90a only; other targets build the module for the compile test
@@ -766,6 +768,7 @@ __device__ __forceinline__ void gf_fused_wg(const FusedArgs& a) {
     const int wm = (warp % 4) * 16 * MT, wn = (warp / 4) * 8 * NT;
     const int wg = warp >> 2, wr = warp & 3;
     const int C = a.C, K = a.K, Cpad = a.Cpad;
+    const bool spectral = SV || a.spectral != 0, vec_k = SV || a.vec_k != 0, vec_c = SV || a.vec_c != 0;
     const int gsbo = Cpad * 16;
     const u32 gbytes = (u32)WG_BM * Cpad * 2;
     const u32 sG0 = sbase, sG1 = sbase + gbytes, sS = sbase + 2 * gbytes;
@@ -788,7 +791,7 @@ __device__ __forceinline__ void gf_fused_wg(const FusedArgs& a) {
     }
 
     // ---- g tile (mma.sync), stored in the canonical layout ----
-    if (a.spectral) {
+    if (spectral) {
         const T* x = a.x + (i64)mesh * K * C;
         const int nk = (K + GF_BK - 1) / GF_BK;
         const int nchunks = (Cpad + BN1 - 1) / BN1;
@@ -799,9 +802,9 @@ __device__ __forceinline__ void gf_fused_wg(const FusedArgs& a) {
                 const int nc = it / nk, kt = it - nc * nk;
                 const u32 s = sS + slot * STAGE;
                 const i64 k0 = (i64)kt * GF_BK;
-                gf_load_tile<WG_BM, GF_BK, 256>(s, P_NT, a.grads_re, K, row_end, K, row0, k0, a.vec_k);
-                gf_load_tile<WG_BM, GF_BK, 256>(s + WG_BM * P_NT, P_NT, a.grads_im, K, row_end, K, row0, k0, a.vec_k);
-                gf_load_tile<GF_BK, BN1, 256>(s + 2 * WG_BM * P_NT, P_T, x, C, K, C, k0, (i64)nc * BN1, a.vec_c);
+                gf_load_tile<WG_BM, GF_BK, 256>(s, P_NT, a.grads_re, K, row_end, K, row0, k0, vec_k);
+                gf_load_tile<WG_BM, GF_BK, 256>(s + WG_BM * P_NT, P_NT, a.grads_im, K, row_end, K, row0, k0, vec_k);
+                gf_load_tile<GF_BK, BN1, 256>(s + 2 * WG_BM * P_NT, P_T, x, C, K, C, k0, (i64)nc * BN1, vec_c);
             },
             [&](int slot, int it) {
                 const int nc = it / nk, kt = it - nc * nk;
@@ -832,7 +835,7 @@ __device__ __forceinline__ void gf_fused_wg(const FusedArgs& a) {
             const T* src = plane ? a.g_im : a.g_re;
             const u32 d = (plane ? sG1 : sG0) + wg_off(r, ch * GF_VEC, gsbo);
             const i64 gr = row0 + r, gc = (i64)ch * GF_VEC;
-            if (a.vec_c) {
+            if (vec_c) {
                 const bool ok = gr < a.V && gc < C;
                 gf_cp16(d, ok ? (const void*)(src + gr * C + gc) : (const void*)src, ok ? 16 : 0);
             } else {
@@ -862,7 +865,7 @@ __device__ __forceinline__ void gf_fused_wg(const FusedArgs& a) {
                 const T* w = plane ? a.w_im : a.w_re;
                 const u32 d = s + plane * (WG_BN * WG_BK * 2) + wg_off(nrow, kc * GF_VEC, (WG_BK / 8) * 128);
                 const i64 gr = (i64)nc * WG_BN + nrow, gc = (i64)kt * WG_BK + kc * GF_VEC;
-                if (a.vec_c) {
+                if (vec_c) {
                     const bool ok = gr < C && gc < C;
                     gf_cp16(d, ok ? (const void*)(w + gr * C + gc) : (const void*)w, ok ? 16 : 0);
                 } else {
@@ -916,7 +919,10 @@ __device__ __forceinline__ void gf_fused_wg(const FusedArgs& a) {
                         gf_lds_pair(pG1 + wg_off(r, col, gsbo), g0i, g1i);
                         const float s0 = g0r * dre[4 * i + 2 * h] + g0i * dim[4 * i + 2 * h];
                         const float s1 = g1r * dre[4 * i + 2 * h + 1] + g1i * dim[4 * i + 2 * h + 1];
-                        gf_store_pair(a.out + grow * C, col, C, gf_tanh_out(s0), gf_tanh_out(s1));
+                        if (SV)  // C even: one pair store, col < C checked above
+                            *reinterpret_cast<u32*>(a.out + grow * C + col) = ember_pack2<T>(gf_tanh_out(s0), gf_tanh_out(s1));
+                        else
+                            gf_store_pair(a.out + grow * C, col, C, gf_tanh_out(s0), gf_tanh_out(s1));
                     }
                 }
         });
@@ -938,21 +944,27 @@ __device__ __forceinline__ void gf_fused_wg(const FusedArgs& a) {
 #endif
 
 #if defined(GF_WGMMA)
-#define GF_FUSED_BODY(ROT) gf_fused_wg<ROT>(a)
+#define GF_FUSED_BODY(ROT) gf_fused_wg<ROT, false>(a)
 #else
 #define GF_FUSED_BODY(ROT) gf_fused<GF_BM, GF_WARPS_M, GF_NT, ROT, GF_KIND == 1>(a)
 #endif
-#define GF_FUSED_ENTRY(NAME, ROT)                                                                                                  \
+#define GF_FUSED_ENTRY(NAME, ROT) GF_FUSED_ENTRY_BODY(NAME, GF_FUSED_BODY(ROT))
+#define GF_FUSED_ENTRY_BODY(NAME, BODY)                                                                                            \
     extern "C" __global__ void __launch_bounds__(256, 1)                                                                          \
         NAME(const T* grads_re, const T* grads_im, const T* x, const T* g_re, const T* g_im, const T* w_re, const T* w_im, T* out, \
              const T* d_out, T* gws_re, T* gws_im, T* db_re, T* db_im, T* dg_re, T* dg_im, const i64* tiles, i64 V, int K, int C,   \
              int Cpad, int spectral, int vec_k, int vec_c) {                                                                      \
         const FusedArgs a = {grads_re, grads_im, x,     g_re,  g_im,  w_re, w_im, out,  d_out,    gws_re, gws_im,                  \
                              db_re,    db_im,    dg_re, dg_im, tiles, V,    K,    C,    Cpad, spectral, vec_k,  vec_c};            \
-        GF_FUSED_BODY(ROT);                                                                                                        \
+        BODY;                                                                                                                      \
     }
 GF_FUSED_ENTRY(gf_fused_rot, true)
 GF_FUSED_ENTRY(gf_fused_plain, false)
+#if defined(GF_WGMMA)
+// *_sv: only for the spectral form with K and C multiples of 8 (the launch code checks).
+GF_FUSED_ENTRY_BODY(gf_fused_rot_sv, (gf_fused_wg<true, true>(a)))
+GF_FUSED_ENTRY_BODY(gf_fused_plain_sv, (gf_fused_wg<false, true>(a)))
+#endif
 #endif  // fused kinds
 
 #if GF_KIND == 2

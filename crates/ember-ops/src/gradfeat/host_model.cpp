@@ -201,6 +201,16 @@ namespace reduce_kernels {
 #include "staged.cu"
 #undef GS_KIND
 }  // namespace reduce_kernels
+// The packed build of the map kernel (GS_PACK): entries of the same names in their own namespace.
+#undef GS_ENTRY
+#define GS_ENTRY(THREADS) void
+#undef GS_PACK
+#define GS_PACK 1
+namespace map_kernels_pk {
+#define GS_KIND 0
+#include "staged.cu"
+#undef GS_KIND
+}  // namespace map_kernels_pk
 
 // Run `grid` CTAs of `threads` threads one after another, each thread calling body(); shared memory
 // starts as NaN so that a read of anything not written first shows in the results.
@@ -308,6 +318,23 @@ static u16* transpose(const u16* src, i64 batches, int rows, int cols, bool nega
     return dst;
 }
 
+// staged.rs's pack: `srcs.size()` planes of k-tile images (gs_pack), plane i from srcs[i].
+static u16* pack(const std::vector<std::pair<const u16*, bool>>& srcs, i64 batches, int rows, int cols, int rpad, bool trans) {
+    const int nkt = (cols + 31) / 32, planes = (int)srcs.size();
+    u16* dst = tensor((size_t)(batches * nkt * rpad * 32 * planes));
+    gridDim.x = 1;
+    blockDim.x = 256;
+    for (int i = 0; i < planes; ++i)
+        for (u32 t = 0; t < 256; ++t) {
+            threadIdx.x = t;
+            blockIdx.x = 0;
+            reduce_kernels::gs_pack((const T*)srcs[i].first, (T*)dst, batches, rows, cols, rpad, nkt, planes, i, trans, srcs[i].second);
+        }
+    return dst;
+}
+
+static bool same(const u16* a, const u16* b, i64 n) { return n == 0 || std::memcmp(a, b, (size_t)n * 2) == 0; }
+
 int main(int argc, char** argv) {
     if (argc != 3 && argc != 4) return 2;
     g_lazy = argc == 4 && std::strcmp(argv[3], "lazy") == 0;
@@ -355,6 +382,33 @@ int main(int argc, char** argv) {
         f((const T*)grads_re, (const T*)grads_im, (const T*)xt, (const T*)g_in_re, (const T*)g_in_im, (const T*)a_re, (const T*)a_im, (const T*)t_re, (const T*)t_im,
           (const T*)d_out, (T*)gws_re, (T*)gws_im, (T*)p, (T*)q, (T*)dg_re, (T*)dg_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
     });
+
+    // The packed build on packed images (staged.rs's launch sequence with `packed`): the same
+    // arithmetic in the same order, so the same bits as the build above.
+    {
+        const int rpad = 128 * GS_NCH;
+        const u16* w_img = rot ? pack({{a_re, false}, {a_im, false}}, 1, (int)C, (int)C, rpad, false) : pack({{a_re, false}}, 1, (int)C, (int)C, rpad, false);
+        const u16* t_img = rot ? pack({{a_re, false}, {a_im, true}}, 1, (int)C, (int)C, rpad, true) : pack({{a_re, false}}, 1, (int)C, (int)C, rpad, true);
+        const u16* xt_img = spectral ? pack({{x, false}}, M, (int)C, (int)K, rpad, true) : nullptr;
+        u16 *p2 = tensor(V * C), *q2 = tensor(V * C), *dg2_re = tensor(V * C), *dg2_im = tensor(V * C), *out2 = tensor(V * C);
+        u16 *gws2_re = spectral ? tensor(V * C) : nullptr, *gws2_im = spectral ? tensor(V * C) : nullptr;
+        launch((u32)grid_fwd, 256, smem, [&] {
+            auto f = sv ? (rot ? map_kernels_pk::gs_fwd_rot_sv : map_kernels_pk::gs_fwd_plain_sv) : (rot ? map_kernels_pk::gs_fwd_rot : map_kernels_pk::gs_fwd_plain);
+            f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, (const T*)g_in_re, (const T*)g_in_im, (const T*)w_img, nullptr, nullptr, nullptr, nullptr,
+              nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out2, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+        });
+        launch((u32)grid_bwd, 256, smem, [&] {
+            auto f = sv ? (rot ? map_kernels_pk::gs_map_rot_sv : map_kernels_pk::gs_map_plain_sv) : (rot ? map_kernels_pk::gs_map_rot : map_kernels_pk::gs_map_plain);
+            f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, (const T*)g_in_re, (const T*)g_in_im, (const T*)w_img, nullptr, (const T*)t_img, nullptr,
+              (const T*)d_out, (T*)gws2_re, (T*)gws2_im, (T*)p2, (T*)q2, (T*)dg2_re, (T*)dg2_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+        });
+        const bool ok = same(out2, out_fwd, V * C) && same(p2, p, V * C) && same(q2, q, V * C) && same(dg2_re, dg_re, V * C) && same(dg2_im, dg_im, V * C) &&
+                        (!spectral || (same(gws2_re, gws_re, V * C) && same(gws2_im, gws_im, V * C)));
+        if (!ok) {
+            std::fprintf(stderr, "the packed map kernel differs from the unpacked one\n");
+            return 1;
+        }
+    }
     const u16* g_re = spectral ? gws_re : g_in_re;
     const u16* g_im = spectral ? gws_im : g_in_im;
     u16 *d_a0 = tensor(C * C), *d_a1 = tensor(C * C);

@@ -49,6 +49,12 @@ typedef ember_bf16 T;
 #endif
 
 #define GS_THREADS 256
+// GS_PACK 1: the map kernel reads xᵀ and the weights as pre-packed k-tile images (gs_pack), each
+// k-tile one contiguous, zero-padded block in the ring slot's own byte order, copied without bounds
+// checks or 64-bit index arithmetic; its wgmma descriptors are built once and advanced by constants.
+#ifndef GS_PACK
+#define GS_PACK 0
+#endif
 
 // ---------------------------------------------------------------------------------------------------
 // Primitives: the only inline PTX of this file. A host model (tests.rs) supplies its own versions to
@@ -247,6 +253,18 @@ __device__ __forceinline__ void gs_store_tile(const unsigned char* sp, T* __rest
     }
 }
 
+// Copy a packed k-tile image (N 16-byte chunks, contiguous and in the tile's byte order, see gs_pack)
+// to the tile at dst: chunk i from src + 8·i elements, with no bounds to check.
+template <int N>
+__device__ __forceinline__ void gs_copy_image(u32 dst, const T* __restrict__ src) {
+    static_assert(N % GS_THREADS == 0, "a multiple of the CTA's chunks");
+    const int tid = gs_tid();
+    const u32 d = dst + 16 * (u32)tid;
+    const T* s = src + 8 * tid;
+#pragma unroll
+    for (int i0 = 0; i0 < N; i0 += GS_THREADS) gs_cp16(d + 16 * (u32)i0, s + 8 * i0, 16);
+}
+
 // A STAGES-slot ring of k-tiles numbered 0..n−1 (possibly spanning several stages of a kernel):
 // load(slot, it) issues the copies of tile it. gs_ring_start loads the first STAGES − 1 − LAG tiles;
 // gs_ring_next, at the top of iteration it, waits for tile it, then loads tile it + STAGES − 1 − LAG
@@ -390,7 +408,11 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             const i64 k0 = (i64)local * GS_BK;
             gs_load_tile<GS_BM, 4>(s, a.grads_re, K, r.row0, r.row_end, k0, K, vk);
             gs_load_tile<GS_BM, 4>(s + GS_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, vk);
+#if GS_PACK
+            gs_copy_image<GS_CPAD * 4>(s + 2 * GS_BM * 64, a.xt + ((i64)r.mesh * nk1 + local) * (GS_CPAD * GS_BK));
+#else
             gs_load_tile<GS_CPAD, 4>(s + 2 * GS_BM * 64, a.xt + (i64)r.mesh * C * K, K, 0, C, k0, K, vk);
+#endif
             return;
         }
         const bool map2 = local < nk1 + nk2;
@@ -402,26 +424,47 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 gs_load_tile<GS_BM, GS_NJ>(sG + GS_PLANE, a.g_im, C, r.row0, r.row_end, 0, C, vc);
             }
         }
+#if GS_PACK
+        // Both planes of the k-tile, one block: A_re | A_im (stage 2), A_reᵀ | −A_imᵀ (stage 3).
+        gs_copy_image<(ROT ? 2 : 1) * GS_CPAD * 4>(s, (map2 ? a.w_re : a.t_re) + (i64)kt * ((ROT ? 2 : 1) * GS_CPAD * GS_BK));
+#else
         const i64 k0 = (i64)kt * GS_BK;
         gs_load_tile<GS_CPAD, 4>(s, map2 ? a.w_re : a.t_re, C, 0, C, k0, C, vc);
         if (ROT) gs_load_tile<GS_CPAD, 4>(s + GS_CPAD * 64, map2 ? a.w_im : a.t_im, C, 0, C, k0, C, vc);
+#endif
     };
     // One 32-deep k-tile of stages 2 and 3 (the same products: with B = A_reᵀ, −A_imᵀ in stage 3
     //   re += g_re·A_reᵀ − g_im·A_imᵀ = b_re      becomes  re += P·A_re + Q·A_im,
     //   im += g_im·A_reᵀ + g_re·A_imᵀ = b_im      becomes  im += Q·A_re − P·A_im,
     // the terms of d_g = ds·b + [P Q]·conj(A); without rotations re += a0·B, im += a1·B).
+#if GS_PACK
+    // Descriptor bases: this warpgroup's rows of G (k = 0) and its channels in ring slot 0.
+    const u64 dG = gs_desc(sG + gs_off(wrow, 0, GS_NJ), 128, GSBO);
+    const u64 dS = gs_desc(sR + gs_off(wcol, 0, 4), 128, 512);
+    const u64 dS1 = gs_desc(sR + gs_off(wrow, 0, 4), 128, 512);  // stage 1's grads rows
+#endif
     auto map_step = [&](u32 s, int kt) {
         gs_fence_regs(re);
         gs_fence_regs(im);
         gs_wg_arrive();
 #pragma unroll
         for (int ks = 0; ks < GS_BK / 16; ++ks) {
+#if GS_PACK
+            // Descriptors advanced from bases built once: a descriptor's low 14 bits are the address / 16,
+            // and every address here stays inside shared memory, so adding (bytes / 16) moves it.
+            const u64 a0 = dG + (u64)((kt * GS_BK + 16 * ks) / 8 * 128 / 16);  // g_re, or P
+            const u64 a1 = a0 + GS_PLANE / 16;                                  // g_im, or Q
+            const u64 b0 = dS + (s - sR) / 16 + (u64)(gs_off(0, 16 * ks, 4) / 16);  // A_re, or A_reᵀ
+            if (ROT) {
+                const u64 b1 = b0 + GS_CPAD * 64 / 16;  // A_im, or −A_imᵀ
+#else
             const int k = kt * GS_BK + 16 * ks;
             const u64 a0 = gs_desc(sG + gs_off(wrow, k, GS_NJ), 128, GSBO);             // g_re, or P
             const u64 a1 = gs_desc(sG + GS_PLANE + gs_off(wrow, k, GS_NJ), 128, GSBO);  // g_im, or Q
             const u64 b0 = gs_desc(s + gs_off(wcol, 16 * ks, 4), 128, 512);             // A_re, or A_reᵀ
             if (ROT) {
                 const u64 b1 = gs_desc(s + GS_CPAD * 64 + gs_off(wcol, 16 * ks, 4), 128, 512);  // A_im, or −A_imᵀ
+#endif
                 gs_mma<1, 0>(re, a0, b0);
                 gs_mma<-1, 0>(re, a1, b1);
                 gs_mma<1, 0>(im, a1, b0);
@@ -453,9 +496,15 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 gs_wg_arrive();
 #pragma unroll
                 for (int ks = 0; ks < GS_BK / 16; ++ks) {
+#if GS_PACK
+                    const u64 ar = dS1 + (s - sR) / 16 + (u64)(gs_off(0, 16 * ks, 4) / 16);
+                    const u64 ai = ar + GS_BM * 64 / 16;
+                    const u64 bx = dS + (s - sR) / 16 + (u64)((2 * GS_BM * 64 + gs_off(0, 16 * ks, 4)) / 16);
+#else
                     const u64 ar = gs_desc(s + gs_off(wrow, 16 * ks, 4), 128, 512);
                     const u64 ai = gs_desc(s + GS_BM * 64 + gs_off(wrow, 16 * ks, 4), 128, 512);
                     const u64 bx = gs_desc(s + 2 * GS_BM * 64 + gs_off(wcol, 16 * ks, 4), 128, 512);
+#endif
                     gs_mma<1, 0>(re, ar, bx);
                     gs_mma<1, 0>(im, ai, bx);
                 }
@@ -710,6 +759,31 @@ extern "C" __global__ void __launch_bounds__(256) gs_transpose(const T* src, T* 
         T v = src[b * per + (i64)i * cols + j];
         v.bits ^= flip;
         dst[idx] = v;
+    }
+}
+
+// Packed k-tile images for the map kernel's GS_PACK build: for each of `batches` matrices M (rows ×
+// cols; M = src, or srcᵀ when `trans`, src then being cols × rows; sign bits flipped when `negate`),
+// and each 32-column k-tile kt, the tile of rows 0..rpad − 1 × columns 32·kt.. in the byte order of
+// the ring slot (gs_off with 4 chunks per row, chunk i = 8 elements), zero outside M. Image
+// (b, kt) holds `planes` such tiles one after another; this call writes plane `plane`. So the map
+// kernel copies a k-tile as one contiguous block (gs_copy_image).
+extern "C" __global__ void __launch_bounds__(256) gs_pack(const T* src, T* dst, i64 batches, int rows, int cols, int rpad, int nkt, int planes, int plane, int trans,
+                                                          int negate) {
+    const i64 tile = (i64)rpad * 32, per = nkt * tile, total = batches * per;
+    const u16 flip = negate ? 0x8000u : 0u;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        const i64 b = idx / per, rem = idx - b * per;
+        const int kt = (int)(rem / tile), e = (int)(rem - (i64)kt * tile);
+        const int i = e >> 3;
+        const int r = (i >> 5) * 8 + (i & 7), c = kt * 32 + 8 * ((i >> 3) & 3) + (e & 7);
+        T v;
+        v.bits = 0;
+        if (r < rows && c < cols) {
+            v = src[b * rows * cols + (trans ? (i64)c * rows + r : (i64)r * cols + c)];
+            v.bits ^= flip;
+        }
+        dst[((b * nkt + kt) * planes + plane) * tile + e] = v;
     }
 }
 #endif  // GS_KIND == 1

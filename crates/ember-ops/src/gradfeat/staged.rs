@@ -52,8 +52,12 @@ fn dtype_code(dtype: DType) -> u32 {
     }
 }
 
-fn map_options(dtype: DType, nch: usize) -> Vec<String> {
-    vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=0".into(), format!("-DGS_NCH={nch}")]
+fn map_options(dtype: DType, nch: usize, packed: bool) -> Vec<String> {
+    let mut v = vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=0".into(), format!("-DGS_NCH={nch}")];
+    if packed {
+        v.push("-DGS_PACK=1".into());
+    }
+    v
 }
 
 fn reduce_options(dtype: DType) -> Vec<String> {
@@ -65,7 +69,9 @@ pub fn all_builds() -> Vec<KernelBuild> {
     let mut v = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
         for nch in [1, 2] {
-            v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch) });
+            for packed in [false, true] {
+                v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch, packed) });
+            }
         }
         v.push(KernelBuild { source: SOURCE, options: reduce_options(dtype) });
     }
@@ -115,6 +121,36 @@ fn transpose(dev: &Arc<CudaDevice>, p: &Problem, src: &Tensor, batches: usize, r
         .arg(&neg)
         .named("gradfeat transpose")
         .run()?;
+    Ok(dst)
+}
+
+/// Packed k-tile images of `batches` matrices M (rows × cols; M = src, or srcᵀ when `trans`, src then
+/// cols × rows): `planes` sources, plane i from `srcs[i]` (negated where its flag says), each image
+/// (b, kt) holding the planes' 32-column k-tiles of `rpad` rows in the ring slot's byte order (see
+/// gs_pack), zero outside M. The map kernel's packed build copies each as one block.
+#[allow(clippy::too_many_arguments)]
+fn pack(dev: &Arc<CudaDevice>, p: &Problem, srcs: &[(&Tensor, bool)], batches: usize, rows: usize, cols: usize, rpad: usize, trans: bool) -> Result<Tensor> {
+    let (nkt, planes) = (cols.div_ceil(32), srcs.len());
+    let per_plane = batches * nkt * rpad * 32;
+    let dst = Tensor::output(&[per_plane * planes], p.dtype, p.device)?;
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_pack")?;
+    for (i, (src, negate)) in srcs.iter().enumerate() {
+        let (s, d, b, r, c, rp, nk, np, pl, tr, neg) = (src.cuda_ptr()?, dst.cuda_ptr()?, batches as i64, rows as i32, cols as i32, rpad as i32, nkt as i32, planes as i32, i as i32, trans as i32, *negate as i32);
+        dev.launch(&f, cfg_1d(dev.grid_for(per_plane, 256), 256, 0))
+            .arg(&s)
+            .arg(&d)
+            .arg(&b)
+            .arg(&r)
+            .arg(&c)
+            .arg(&rp)
+            .arg(&nk)
+            .arg(&np)
+            .arg(&pl)
+            .arg(&tr)
+            .arg(&neg)
+            .named("gradfeat pack")
+            .run()?;
+    }
     Ok(dst)
 }
 
@@ -208,16 +244,30 @@ pub(super) fn map_entry(forward: bool, rot: bool, spectral_vec: bool) -> &'stati
     }
 }
 
-fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut) -> Result<()> {
+fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool) -> Result<()> {
     let nch = chunks(p.c);
     let smem = map_smem_bytes(nch);
-    let (w_re, w_im, rot) = match *weights {
+    let (w_re0, w_im0, rot) = match *weights {
         Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
         Weights::Plain { a } => (a, None, false),
     };
-    // x goes in transposed (xᵀ per mesh), so that every operand of the map kernel is K-major.
+    // The packed build takes stage 2's weights as one image (A_re | A_im per k-tile) in w_re.
+    let w_packed = match (packed, w_im0) {
+        (false, _) => None,
+        (true, Some(w_im)) => Some(pack(dev, p, &[(w_re0, false), (w_im, false)], 1, p.c, p.c, 128 * nch, false)?),
+        (true, None) => Some(pack(dev, p, &[(w_re0, false)], 1, p.c, p.c, 128 * nch, false)?),
+    };
+    let (w_re, w_im) = match &w_packed {
+        Some(img) => (img, None),
+        None => (w_re0, w_im0),
+    };
+    // x goes in transposed (xᵀ per mesh), so that every operand of the map kernel is K-major; packed:
+    // as k-tile images of xᵀ (C padded to the tile's rows).
     let (xt, grads, g_in) = match *input {
-        Input::Spectral { x, grads_re, grads_im, .. } => (Some(transpose(dev, p, x, p.meshes(), p.k, p.c, false)?), Some((grads_re, grads_im)), None),
+        Input::Spectral { x, grads_re, grads_im, .. } => {
+            let xt = if packed { pack(dev, p, &[(x, false)], p.meshes(), p.c, p.k, 128 * nch, true)? } else { transpose(dev, p, x, p.meshes(), p.k, p.c, false)? };
+            (Some(xt), Some((grads_re, grads_im)), None)
+        }
         Input::Vertex { g_re, g_im } => (None, None, Some((g_re, g_im))),
     };
     let (table, ntiles) = row_tiles(p, 128 / nch)?;
@@ -225,7 +275,7 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     let grid = grid_u32("grads_re", map_grid(p, ntiles as usize, forward, dev.info().multiprocessors.max(1) as usize))?;
     let spectral_vec = p.spectral && p.k.is_multiple_of(8) && p.c.is_multiple_of(8) && !general_map_forced();
     let entry = map_entry(forward, rot, spectral_vec);
-    let f = dev.function(&SOURCE, &map_options(p.dtype, nch), entry)?;
+    let f = dev.function(&SOURCE, &map_options(p.dtype, nch, packed), entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
     let (grads_re, grads_im) = (ptr(grads.map(|g| g.0))?, ptr(grads.map(|g| g.1))?);
     let (g_re, g_im) = (ptr(g_in.map(|g| g.0))?, ptr(g_in.map(|g| g.1))?);
@@ -274,13 +324,14 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
 }
 
 /// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im) by stages 1 and 2 of the map kernel.
-pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights) -> Result<Tensor> {
+/// `packed`: the map kernel's GS_PACK build on packed k-tile images of xᵀ and the weights.
+pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool) -> Result<Tensor> {
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
-    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out })?;
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, packed)?;
     Ok(out)
 }
 
-pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions) -> Result<Grads> {
+pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool) -> Result<Grads> {
     let (v, c, k) = (p.v, p.c, p.k);
     // Stage 3's weights go in transposed, A_im negated: d_g's products then take the signs of b's
     // (see gs_map).
@@ -288,10 +339,12 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
         Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
         Weights::Plain { a } => (a, None, false),
     };
-    let t_re = transpose(dev, p, w_re, 1, c, c, false)?;
-    let t_im = match w_im {
-        Some(w) => Some(transpose(dev, p, w, 1, c, c, true)?),
-        None => None,
+    // Packed: one image, A_reᵀ | −A_imᵀ per k-tile, in t_re.
+    let (t_re, t_im) = match (packed, w_im) {
+        (true, Some(w)) => (pack(dev, p, &[(w_re, false), (w, true)], 1, c, c, 128 * chunks(c), true)?, None),
+        (true, None) => (pack(dev, p, &[(w_re, false)], 1, c, c, 128 * chunks(c), true)?, None),
+        (false, Some(w)) => (transpose(dev, p, w_re, 1, c, c, false)?, Some(transpose(dev, p, w, 1, c, c, true)?)),
+        (false, None) => (transpose(dev, p, w_re, 1, c, c, false)?, None),
     };
     let grads = match *input {
         Input::Spectral { grads_re, grads_im, .. } => Some((grads_re, grads_im)),
@@ -305,7 +358,7 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     let (pw, qw, dg_re, dg_im) = (vc()?, vc()?, vc()?, vc()?);
     let gws = if p.spectral { Some((vc()?, vc()?)) } else { None };
     let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)) };
-    launch_map(dev, p, input, weights, &outs)?;
+    launch_map(dev, p, input, weights, &outs, packed)?;
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
     let (gr, gi) = match (g_in, &gws) {
@@ -354,10 +407,12 @@ mod tests {
         let builds = all_builds();
         for dtype in [DType::F16, DType::BF16] {
             for c in [1, 128, 129, 256] {
-                assert!(builds.iter().any(|b| b.options == map_options(dtype, chunks(c))), "{dtype} C={c}");
+                for packed in [false, true] {
+                    assert!(builds.iter().any(|b| b.options == map_options(dtype, chunks(c), packed)), "{dtype} C={c} packed={packed}");
+                }
             }
             assert!(builds.iter().any(|b| b.options == reduce_options(dtype)));
         }
-        assert_eq!(builds.len(), 6);
+        assert_eq!(builds.len(), 10);
     }
 }

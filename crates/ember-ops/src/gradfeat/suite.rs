@@ -470,6 +470,9 @@ impl crate::OpFamily for Family {
             if issue_size && fwds.len() > 1 && bwds.len() > 1 && !passes.contains(&(FwdVariant::Staged, Some(BwdVariant::Staged))) {
                 passes.push((FwdVariant::Staged, Some(BwdVariant::Staged)));
             }
+            if issue_size && fwds.len() > 1 && bwds.len() > 1 && !passes.contains(&(FwdVariant::Packed, Some(BwdVariant::Packed))) {
+                passes.push((FwdVariant::Packed, Some(BwdVariant::Packed)));
+            }
             let note = |row: &mut BenchRow| row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
             for (fv, bv) in passes {
                 // The variants first, so that they survive truncated labels in summaries.
