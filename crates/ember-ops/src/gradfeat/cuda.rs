@@ -87,13 +87,14 @@ fn family16() -> Family16 {
 
 /// How the CUDA backward runs, chosen by `EMBER_GRADFEAT_BWD` (every variant is tested on the GPU;
 /// NOTES.md gives their measured times):
-/// - "staged-mma" (the default; measured fastest at every issue size, NOTES.md v3/v4): on sm_90a
-///   with 16-bit inputs and C ≤ 256, the staged map kernel of `staged.cu` (wgmma) with the mma.sync
-///   split-K reductions of the fused backward (elsewhere the fused backward);
+/// - "staged-mma": on sm_90a with 16-bit inputs and C ≤ 256, the staged map kernel of `staged.cu`
+///   (wgmma) with the mma.sync split-K reductions of the fused backward (elsewhere the fused
+///   backward); the default of v4;
 /// - "fused": one fused mma.sync kernel (g, b, ds, P, Q, d_g) and split-K reductions on mma.sync;
 /// - "staged": the staged map kernel and the reductions of `staged.cu` on wgmma;
-/// - "packed": as "staged-mma", with the map kernel's packed build (k-tile images of xᵀ and the
-///   weights, descriptors advanced by constants; NOTES.md v5).
+/// - "packed" (the default; measured fastest at every issue size, NOTES.md v5): as "staged-mma", with
+///   the map kernel's packed build (k-tile images of xᵀ and the weights, descriptors advanced by
+///   constants).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,
@@ -114,19 +115,20 @@ impl BwdVariant {
         }
     }
 
-    /// `EMBER_GRADFEAT_BWD`, "staged-mma" when unset or unknown.
+    /// `EMBER_GRADFEAT_BWD`, "packed" when unset or unknown.
     pub fn from_env() -> BwdVariant {
         let v = std::env::var("EMBER_GRADFEAT_BWD").unwrap_or_default();
-        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::StagedMma)
+        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::Packed)
     }
 }
 
 /// How the CUDA forward runs, chosen by `EMBER_GRADFEAT_FWD` (both tested on the GPU; NOTES.md):
-/// - "fused" (the default): the fused forward kernel of `gradfeat.cu` (its tiles chosen by
+/// - "fused": the fused forward kernel of `gradfeat.cu` (its tiles chosen by
 ///   `EMBER_GRADFEAT_TILES`);
 /// - "staged": on sm_90a with 16-bit inputs and C ≤ 256, stages 1 and 2 of the staged map kernel,
 ///   every product on wgmma (elsewhere the fused forward);
-/// - "packed": as "staged", with the map kernel's packed build (NOTES.md v5);
+/// - "packed" (the default; measured fastest at every issue size, NOTES.md v5): as "staged", with the
+///   map kernel's packed build (elsewhere the fused forward);
 /// - "fused-sv": the fused forward's `_sv` entries on wgmma (the spectral form with K and C
 ///   multiples of 8 as compile-time facts; NOTES.md v5), elsewhere as "fused".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,10 +151,10 @@ impl FwdVariant {
         }
     }
 
-    /// `EMBER_GRADFEAT_FWD`, "fused" when unset or unknown.
+    /// `EMBER_GRADFEAT_FWD`, "packed" when unset or unknown.
     pub fn from_env() -> FwdVariant {
         let v = std::env::var("EMBER_GRADFEAT_FWD").unwrap_or_default();
-        FwdVariant::ALL.into_iter().find(|f| f.name() == v).unwrap_or(FwdVariant::Fused)
+        FwdVariant::ALL.into_iter().find(|f| f.name() == v).unwrap_or(FwdVariant::Packed)
     }
 }
 
