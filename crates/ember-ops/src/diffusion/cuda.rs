@@ -6,7 +6,7 @@
 //!           block sums) → expand (d_x = mass ⊙ basis·(e⊙s_grad), and d_times)
 //!
 //! Every size is validated and every buffer sized on the host before the first launch; the
-//! workspace (partials, the GEMM operand, d_times block sums) is one stream-ordered allocation.
+//! workspace (partials, the GEMM operand, d_times block sums) is one per-device buffer kept between calls.
 
 use super::{Forward, Grads, Meshes};
 use ember_core::cuda::{CudaDevice, CudaFunction, KernelSource, LaunchConfig};
@@ -401,17 +401,54 @@ impl Geometry {
     }
 }
 
-/// One f32 allocation carved into 256-byte-aligned parts; returns it and the parts' addresses.
-fn workspace(device: Device, sizes: &[usize]) -> Result<(Tensor, Vec<u64>)> {
+/// Byte offsets of `sizes` carved out of one buffer in 256-byte-aligned parts, and the total.
+fn carve(sizes: &[usize]) -> Result<(Vec<usize>, usize)> {
     let mut offs = Vec::with_capacity(sizes.len());
     let mut total = 0usize;
     for &s in sizes {
         offs.push(total);
         total = total.checked_add(s.next_multiple_of(256)).ok_or_else(|| too_large("the workspace overflows usize".into()))?;
     }
-    let ws = Tensor::output(&[total / 4], DType::F32, device)?;
-    let base = ws.cuda_ptr()?;
-    Ok((ws, offs.into_iter().map(|o| base + o as u64).collect()))
+    Ok((offs, total))
+}
+
+/// The workspace of one pass (partials, GEMM operand, d_times rows): a per-device buffer kept
+/// between calls and grown when a pass needs more, instead of one stream-ordered allocation and
+/// free per pass (v5: two driver calls fewer per pass). Every launch of a pass goes to the device's
+/// one stream, so a pass that reuses the buffer is ordered after the kernels of the previous pass
+/// that read it. The returned guard keeps other host threads off the buffer until the pass has
+/// enqueued its last launch; the parts are only valid while it is held.
+struct Workspace {
+    guard: std::sync::MutexGuard<'static, Option<Tensor>>,
+    parts: Vec<u64>,
+}
+
+fn workspace(device: Device, sizes: &[usize]) -> Result<Workspace> {
+    static CACHE: OnceLock<Mutex<HashMap<usize, &'static Mutex<Option<Tensor>>>>> = OnceLock::new();
+    let Device::Cuda(ordinal) = device else { unreachable!("the CUDA path runs on CUDA devices") };
+    let (offs, total) = carve(sizes)?;
+    // One slot per device, leaked on purpose: it lives as long as the process (like the device).
+    let slot: &'static Mutex<Option<Tensor>> = *CACHE.get_or_init(Default::default).lock().unwrap().entry(ordinal).or_insert_with(|| Box::leak(Box::new(Mutex::new(None))));
+    let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+    let have = guard.as_ref().map_or(0, |t| t.numel() * 4);
+    if have < total.max(256) {
+        // Grow by at least an eighth, so that a sequence of growing sizes reallocates rarely.
+        let bytes = total.max(256).max(have + have / 8).next_multiple_of(1 << 16);
+        *guard = None; // stream-ordered free of the old buffer, after the kernels that used it
+        *guard = Some(Tensor::output(&[bytes / 4], DType::F32, device)?);
+    } else if ember_core::tensor::poison_outputs() {
+        // Tests: stale values of an earlier pass must not hide an element a kernel fails to write.
+        guard.as_mut().unwrap().poison()?;
+    }
+    let base = guard.as_ref().unwrap().cuda_ptr()?;
+    Ok(Workspace { guard, parts: offs.into_iter().map(|o| base + o as u64).collect() })
+}
+
+impl Workspace {
+    fn part(&self, i: usize) -> u64 {
+        debug_assert!(self.guard.is_some());
+        self.parts[i]
+    }
 }
 
 fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: u64, ws: u64) -> Result<()> {
@@ -641,8 +678,8 @@ pub(crate) fn forward_tuned(m: &Meshes, x: &Tensor, times: &Tensor, tune: &Tunin
     let out = Tensor::output(x.shape(), dtype, device)?;
     let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
-    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes()])?;
-    let (partials, s_op) = (parts[0], parts[1]);
+    let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes()])?;
+    let (partials, s_op) = (ws.part(0), ws.part(1));
     if let Some(grid) = fused_grid(&dev, &g, tune)? {
         let a = FusedArgs {
             y: x.cuda_ptr()?,
@@ -679,8 +716,8 @@ pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &
     let g = Geometry::new(&dev, m, c, tune)?;
     let d_x = Tensor::output(d_out.shape(), dtype, device)?;
     let d_times = Tensor::output(&[c], DType::F32, device)?;
-    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
-    let (partials, g_op, dt_part) = (parts[0], parts[1], parts[2]);
+    let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
+    let (partials, g_op, dt_part) = (ws.part(0), ws.part(1), ws.part(2));
     let basis = m.basis.cuda_ptr()?;
     let dsp = match d_spectral {
         Some(t) => t.cuda_ptr()?,
@@ -727,8 +764,8 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
     let d_x = Tensor::output(x.shape(), dtype, device)?;
     let d_times = Tensor::output(&[c], DType::F32, device)?;
-    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
-    let (partials, s_op, dt_part) = (parts[0], parts[1], parts[2]);
+    let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
+    let (partials, s_op, dt_part) = (ws.part(0), ws.part(1), ws.part(2));
     let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
     let (es, v, k) = (dtype.size() as f64, g.n_rows as f64, g.k as f64);
     let cf = c as f64;

@@ -535,6 +535,50 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
     row.note = note;
     progress(&row);
     rows.push(row);
+    // Small single meshes: is the time above the GPU's or the host's? (1) CPU time to enqueue one
+    // call (median, GPU running behind); (2) GPU time of one call captured into a CUDA graph and
+    // replayed back to back, which takes the host out of the loop. The rows above stay the
+    // reference (event-timed calls, as a training loop issues them).
+    if single && d.is_cuda() && v <= 131072 {
+        let dev = inputs[0].x.cuda_device()?.clone();
+        let host = |f: &mut dyn FnMut(usize) -> Result<()>| -> Result<f64> {
+            for i in 0..5 {
+                f(i)?;
+            }
+            dev.synchronize()?;
+            let mut t: Vec<f64> = Vec::with_capacity(200);
+            for i in 0..200 {
+                let t0 = std::time::Instant::now();
+                f(i)?;
+                t.push(t0.elapsed().as_secs_f64() * 1e3);
+                if i % 20 == 19 {
+                    dev.synchronize()?; // keep the launch queue short
+                }
+            }
+            dev.synchronize()?;
+            t.sort_by(|a, b| a.total_cmp(b));
+            Ok(t[t.len() / 2])
+        };
+        let mut fwd_only = |i: usize| fwd(i).map(drop);
+        let mut both = |i: usize| {
+            let f = fwd(i)?;
+            bwd(i, &f).map(drop)
+        };
+        let cases: [(&str, f64, &str); 4] = [
+            ("fwd host", 1.0, "CPU time per call (enqueue only, median)"),
+            ("fwd+bwd host", 2.0, "CPU time per call (enqueue only, median)"),
+            ("fwd graph", 1.0, "GPU time: one call as a CUDA graph, replayed back to back"),
+            ("fwd+bwd graph", 2.0, "GPU time: one call as a CUDA graph, replayed back to back"),
+        ];
+        for (j, (name, mult, what)) in cases.into_iter().enumerate() {
+            let f: &mut dyn FnMut(usize) -> Result<()> = if j % 2 == 0 { &mut fwd_only } else { &mut both };
+            let ms = if j < 2 { host(f)? } else { ember_core::cuda::timing::time_graph(&dev, 3, 200, |i| f(i % sets))? };
+            let mut row = ctx.row_with_rate("diffusion", name, dtype, p.clone(), ms, mult * fwd_bytes, mult * fwd_flops, rate);
+            row.note = what.into();
+            progress(&row);
+            rows.push(row);
+        }
+    }
     // Optional: each launch timed alone (EMBER_DIFFUSION_PHASES=1), to see where the time goes.
     if single && d.is_cuda() && std::env::var("EMBER_DIFFUSION_PHASES").is_ok_and(|v| v == "1") {
         let s = &inputs[0];
