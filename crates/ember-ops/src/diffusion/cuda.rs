@@ -102,6 +102,54 @@ pub struct Tuning {
     /// One cooperative launch per pass (`Some(true)`, where the tiles are 2 wide) or three
     /// (`Some(false)`); `None`: [`fused_mode`] decides.
     pub fused: Option<bool>,
+    /// The expand GEMM on Hopper warpgroup MMA (`diffusion_expand_wg*`, sm_90a, 16-bit) when
+    /// `Some(true)` (an error where it cannot run), mma.sync when `Some(false)`; `None`:
+    /// [`wgmma_mode`] decides.
+    pub expand_wg: Option<bool>,
+}
+
+/// When the expand GEMM runs on wgmma (where it can: sm_90a, f16/bf16, the tile fits in shared
+/// memory) instead of mma.sync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WgmmaMode {
+    Never,
+    /// Where every persistent CTA gets at least [`WG_MIN_TILES_PER_SM`] tiles to pipeline (measured
+    /// faster at V ≥ 131072 and the batch of 16 meshes; slower at V = 4096, where 32 CTAs of 128
+    /// channels leave most SMs idle).
+    Auto,
+    Always,
+}
+
+/// `EMBER_DIFFUSION_WGMMA=0|auto|1`; default [`DEFAULT_WGMMA`].
+pub fn wgmma_mode() -> WgmmaMode {
+    static M: OnceLock<WgmmaMode> = OnceLock::new();
+    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_WGMMA").as_deref() {
+        Ok("1") => WgmmaMode::Always,
+        Ok("0") => WgmmaMode::Never,
+        Ok("auto") => WgmmaMode::Auto,
+        _ => DEFAULT_WGMMA,
+    })
+}
+
+/// Measured on an H200 (v5): expand 201 → 156 µs at V = 524288, fwd 354 → 307 µs.
+pub const DEFAULT_WGMMA: WgmmaMode = WgmmaMode::Auto;
+pub const WG_MIN_TILES_PER_SM: usize = 4;
+
+/// Shared memory of `diffusion_expand_wg*`: S (KP × 128·NH), NST stages of 128 × KP, the epilogue.
+fn expand_wg_smem(kp: usize, nh: usize, nst: usize) -> usize {
+    2 * (kp * 128 * nh + nst * EBM * kp + 8 * 16 * 72)
+}
+
+/// (NH, NST, KP, shared memory) of the wgmma expand for K, C on a device with `optin` bytes of
+/// shared memory per block, or None where it does not apply.
+fn expand_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize) -> Option<(usize, usize, usize, usize)> {
+    if dtype == DType::F32 || dev.info().compute_capability != (9, 0) {
+        return None;
+    }
+    let optin = dev.info().shared_memory_per_block_optin as usize;
+    let nh = if c <= 128 { 1 } else { 2 };
+    let kp = k.next_multiple_of(16);
+    [4, 2].into_iter().map(|nst| (nh, nst, kp, expand_wg_smem(kp, nh, nst))).find(|&(_, _, _, smem)| smem <= optin)
 }
 
 /// When a pass runs as one cooperative launch (`diffusion_fused_{fwd,bwd}`) instead of three.
@@ -287,6 +335,8 @@ struct Geometry {
     n_tiles: usize,
     tile_table: u64,
     ewn: usize,
+    /// Some((NH, NST)): the expand runs on wgmma (`diffusion_expand_wg{NH}_s{NST}`).
+    ewg: Option<(usize, usize)>,
     kpe: usize,
     cpe: usize,
     expand_grid: (u32, u32),
@@ -348,14 +398,32 @@ impl Geometry {
                 shrink(wn, ec, &|wn| n_tiles * c.div_ceil(32 * wn), n_sm)
             }
         };
-        let (rbn, ebn) = (32 * rwn, 32 * ewn);
+        let wg = match tune.expand_wg {
+            Some(true) => Some(expand_wg_shape(dev, dtype, k, c).ok_or_else(|| {
+                Error::Unsupported(format!("the wgmma expand for {dtype}, K = {k}, C = {c} on {} (needs sm_90a, 16-bit activations, the tile in shared memory)", dev.info().arch))
+            })?),
+            Some(false) => None,
+            None => match wgmma_mode() {
+                WgmmaMode::Never => None,
+                WgmmaMode::Always => expand_wg_shape(dev, dtype, k, c),
+                WgmmaMode::Auto => expand_wg_shape(dev, dtype, k, c).filter(|&(nh, ..)| n_tiles * c.div_ceil(128 * nh) >= WG_MIN_TILES_PER_SM * n_sm),
+            },
+        };
+        let (kpe, ebn) = match wg {
+            Some((nh, _, kp, _)) => (kp, 128 * nh),
+            None => (kpe, 32 * ewn),
+        };
+        let rbn = 32 * rwn;
         let (kpr, cpr, cpe) = (n_mt * RBM, c.next_multiple_of(rbn), c.next_multiple_of(ebn));
         let (n_ntr, n_nte) = (cpr / rbn, cpe / ebn);
         to_i32(cpr.max(cpe), "C padded to the tile width")?;
         let es = dtype.size();
         let vec = (k * es).is_multiple_of(16) && (c * es).is_multiple_of(16);
         let reduce_grid = (to_u32_grid(n_chunks, i32::MAX as usize, "reduce chunks")?, to_u32_grid(n_mt * n_ntr, 65535, "reduce tiles per chunk")?);
-        let expand_smem = expand_smem(dtype, ewn, kpe, st);
+        let expand_smem = match wg {
+            Some((_, _, _, smem)) => smem,
+            None => expand_smem(dtype, ewn, kpe, st),
+        };
         let finalize_grid = (to_u32_grid(meshes * (cpe / 32), i32::MAX as usize, "meshes × channel blocks")?, (kpe / 8) as u32);
         let n_persist_goal = n_sm; // refined by occupancy at launch
         let expand_grid = (to_u32_grid(n_tiles.min(n_persist_goal).max(1), i32::MAX as usize, "expand tiles")?, to_u32_grid(n_nte, 65535, "expand channel tiles")?);
@@ -377,6 +445,7 @@ impl Geometry {
             n_tiles,
             tile_table,
             ewn,
+            ewg: wg.map(|(nh, nst, _, _)| (nh, nst)),
             kpe,
             cpe,
             expand_grid,
@@ -481,10 +550,14 @@ fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: 
 
 #[allow(clippy::too_many_arguments)]
 fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
-    let entry = match g.ewn {
-        8 => "diffusion_expand_w8",
-        4 => "diffusion_expand_w4",
-        _ => "diffusion_expand_w2",
+    let entry = match (g.ewg, g.ewn) {
+        (Some((1, 2)), _) => "diffusion_expand_wg1_s2",
+        (Some((1, _)), _) => "diffusion_expand_wg1_s4",
+        (Some((_, 2)), _) => "diffusion_expand_wg2_s2",
+        (Some(_), _) => "diffusion_expand_wg2_s4",
+        (None, 8) => "diffusion_expand_w8",
+        (None, 4) => "diffusion_expand_w4",
+        (None, _) => "diffusion_expand_w2",
     };
     let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, g.expand_smem)?;
     // Persistent: as many CTAs as fit at once (per channel tile), never more than there are tiles.
@@ -592,7 +665,7 @@ fn fused_grid(dev: &Arc<CudaDevice>, g: &Geometry, tune: &Tuning) -> Result<Opti
         Some(false) => FusedMode::Never,
         None => fused_mode(),
     };
-    if mode == FusedMode::Never || g.rwn != 2 || g.ewn != 2 {
+    if mode == FusedMode::Never || g.rwn != 2 || g.ewn != 2 || g.ewg.is_some() {
         return Ok(None);
     }
     // The same grid must fit both passes (their register counts may differ).
