@@ -493,11 +493,12 @@ struct Workspace {
 }
 
 fn workspace(device: Device, sizes: &[usize]) -> Result<Workspace> {
-    static CACHE: OnceLock<Mutex<HashMap<usize, &'static Mutex<Option<Tensor>>>>> = OnceLock::new();
-    let Device::Cuda(ordinal) = device else { unreachable!("the CUDA path runs on CUDA devices") };
+    type Slot = &'static Mutex<Option<Tensor>>;
+    static CACHE: OnceLock<Mutex<HashMap<usize, Slot>>> = OnceLock::new();
+    let Device::Cuda(ordinal) = device else { return Err(Error::Unsupported("the CUDA workspace on a CPU device".into())) };
     let (offs, total) = carve(sizes)?;
     // One slot per device, leaked on purpose: it lives as long as the process (like the device).
-    let slot: &'static Mutex<Option<Tensor>> = *CACHE.get_or_init(Default::default).lock().unwrap().entry(ordinal).or_insert_with(|| Box::leak(Box::new(Mutex::new(None))));
+    let slot: Slot = CACHE.get_or_init(Default::default).lock().unwrap().entry(ordinal).or_insert_with(|| Box::leak(Box::new(Mutex::new(None))));
     let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
     let have = guard.as_ref().map_or(0, |t| t.numel() * 4);
     if have < total.max(256) {
