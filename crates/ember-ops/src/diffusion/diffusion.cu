@@ -769,7 +769,11 @@ DIFF_EXPAND(2)
 #define EWG_HAS_WGMMA 0  // the host launches these kernels only on sm_90a
 #endif
 
-__device__ __forceinline__ void ewg_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void ewg_fence_async() {
+#if EWG_HAS_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
 __device__ __forceinline__ void ewg_arrive() {
 #if EWG_HAS_WGMMA
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
