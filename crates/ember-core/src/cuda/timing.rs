@@ -45,3 +45,39 @@ pub fn time_adaptive(dev: &CudaDevice, budget_ms: f64, mut f: impl FnMut(usize) 
     let reps = ((budget_ms / per) as usize).clamp(5, 2000);
     time_events(dev, 3, reps, &mut f)
 }
+
+/// GPU time of one call of `f` without host pacing: after `warmup` plain calls, one call is
+/// captured into a CUDA graph, and the graph is replayed `reps` times back to back between two
+/// events; returns the milliseconds per replay. `f` must enqueue only stream-ordered work on the
+/// device's stream (kernels, stream-ordered allocations and frees, each allocation freed within the
+/// call) and must not allocate anything it keeps (a buffer first allocated during the capture
+/// would belong to the graph).
+pub fn time_graph(dev: &CudaDevice, warmup: usize, reps: usize, mut f: impl FnMut(usize) -> Result<()>) -> Result<f64> {
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let reps = reps.max(1);
+    for i in 0..warmup {
+        f(i)?;
+    }
+    dev.synchronize()?;
+    let stream = dev.stream();
+    stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED).map_err(|e| Error::cuda("cuStreamBeginCapture", e))?;
+    let captured = f(warmup);
+    // End the capture whatever the call returned, so the stream leaves capture mode.
+    let graph = stream.end_capture(CUgraphInstantiate_flags(0)).map_err(|e| Error::cuda("cuStreamEndCapture", e));
+    captured?;
+    let graph = graph?.ok_or_else(|| Error::cuda("cuStreamEndCapture", "empty graph"))?;
+    graph.upload().map_err(|e| Error::cuda("cuGraphUpload", e))?;
+    graph.launch().map_err(|e| Error::cuda("cuGraphLaunch", e))?;
+    dev.synchronize()?;
+    let ctx = dev.context();
+    let ev = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| Error::cuda("cuEventCreate", e));
+    let (start, end) = (ev()?, ev()?);
+    start.record(stream).map_err(|e| Error::cuda("cuEventRecord", e))?;
+    for _ in 0..reps {
+        graph.launch().map_err(|e| Error::cuda("cuGraphLaunch", e))?;
+    }
+    end.record(stream).map_err(|e| Error::cuda("cuEventRecord", e))?;
+    dev.synchronize()?;
+    let ms = start.elapsed_ms(&end).map_err(|e| Error::cuda("cuEventElapsedTime", e))? as f64;
+    Ok(ms / reps as f64)
+}

@@ -6,7 +6,7 @@
 //!           block sums) → expand (d_x = mass ⊙ basis·(e⊙s_grad), and d_times)
 //!
 //! Every size is validated and every buffer sized on the host before the first launch; the
-//! workspace (partials, the GEMM operand, d_times block sums) is one stream-ordered allocation.
+//! workspace (partials, the GEMM operand, d_times block sums) is one per-device buffer kept between calls.
 
 use super::{Forward, Grads, Meshes};
 use ember_core::cuda::{CudaDevice, CudaFunction, KernelSource, LaunchConfig};
@@ -102,6 +102,54 @@ pub struct Tuning {
     /// One cooperative launch per pass (`Some(true)`, where the tiles are 2 wide) or three
     /// (`Some(false)`); `None`: [`fused_mode`] decides.
     pub fused: Option<bool>,
+    /// The expand GEMM on Hopper warpgroup MMA (`diffusion_expand_wg*`, sm_90a, 16-bit) when
+    /// `Some(true)` (an error where it cannot run), mma.sync when `Some(false)`; `None`:
+    /// [`wgmma_mode`] decides.
+    pub expand_wg: Option<bool>,
+}
+
+/// When the expand GEMM runs on wgmma (where it can: sm_90a, f16/bf16, the tile fits in shared
+/// memory) instead of mma.sync.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WgmmaMode {
+    Never,
+    /// Where every persistent CTA gets at least [`WG_MIN_TILES_PER_SM`] tiles to pipeline (measured
+    /// faster at V ≥ 131072 and the batch of 16 meshes; slower at V = 4096, where 32 CTAs of 128
+    /// channels leave most SMs idle).
+    Auto,
+    Always,
+}
+
+/// `EMBER_DIFFUSION_WGMMA=0|auto|1`; default [`DEFAULT_WGMMA`].
+pub fn wgmma_mode() -> WgmmaMode {
+    static M: OnceLock<WgmmaMode> = OnceLock::new();
+    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_WGMMA").as_deref() {
+        Ok("1") => WgmmaMode::Always,
+        Ok("0") => WgmmaMode::Never,
+        Ok("auto") => WgmmaMode::Auto,
+        _ => DEFAULT_WGMMA,
+    })
+}
+
+/// Measured on an H200 (v5): expand 201 → 156 µs at V = 524288, fwd 354 → 307 µs.
+pub const DEFAULT_WGMMA: WgmmaMode = WgmmaMode::Auto;
+pub const WG_MIN_TILES_PER_SM: usize = 4;
+
+/// Shared memory of `diffusion_expand_wg*`: S (KP × 128·NH), NST stages of 128 × KP, the epilogue.
+fn expand_wg_smem(kp: usize, nh: usize, nst: usize) -> usize {
+    2 * (kp * 128 * nh + nst * EBM * kp + 8 * 16 * 72)
+}
+
+/// (NH, NST, KP, shared memory) of the wgmma expand for K, C on a device with `optin` bytes of
+/// shared memory per block, or None where it does not apply.
+fn expand_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize) -> Option<(usize, usize, usize, usize)> {
+    if dtype == DType::F32 || dev.info().compute_capability != (9, 0) {
+        return None;
+    }
+    let optin = dev.info().shared_memory_per_block_optin as usize;
+    let nh = if c <= 128 { 1 } else { 2 };
+    let kp = k.next_multiple_of(16);
+    [4, 2].into_iter().map(|nst| (nh, nst, kp, expand_wg_smem(kp, nh, nst))).find(|&(_, _, _, smem)| smem <= optin)
 }
 
 /// When a pass runs as one cooperative launch (`diffusion_fused_{fwd,bwd}`) instead of three.
@@ -287,6 +335,8 @@ struct Geometry {
     n_tiles: usize,
     tile_table: u64,
     ewn: usize,
+    /// Some((NH, NST)): the expand runs on wgmma (`diffusion_expand_wg{NH}_s{NST}`).
+    ewg: Option<(usize, usize)>,
     kpe: usize,
     cpe: usize,
     expand_grid: (u32, u32),
@@ -348,14 +398,32 @@ impl Geometry {
                 shrink(wn, ec, &|wn| n_tiles * c.div_ceil(32 * wn), n_sm)
             }
         };
-        let (rbn, ebn) = (32 * rwn, 32 * ewn);
+        let wg = match tune.expand_wg {
+            Some(true) => Some(expand_wg_shape(dev, dtype, k, c).ok_or_else(|| {
+                Error::Unsupported(format!("the wgmma expand for {dtype}, K = {k}, C = {c} on {} (needs sm_90a, 16-bit activations, the tile in shared memory)", dev.info().arch))
+            })?),
+            Some(false) => None,
+            None => match wgmma_mode() {
+                WgmmaMode::Never => None,
+                WgmmaMode::Always => expand_wg_shape(dev, dtype, k, c),
+                WgmmaMode::Auto => expand_wg_shape(dev, dtype, k, c).filter(|&(nh, ..)| n_tiles * c.div_ceil(128 * nh) >= WG_MIN_TILES_PER_SM * n_sm),
+            },
+        };
+        let (kpe, ebn) = match wg {
+            Some((nh, _, kp, _)) => (kp, 128 * nh),
+            None => (kpe, 32 * ewn),
+        };
+        let rbn = 32 * rwn;
         let (kpr, cpr, cpe) = (n_mt * RBM, c.next_multiple_of(rbn), c.next_multiple_of(ebn));
         let (n_ntr, n_nte) = (cpr / rbn, cpe / ebn);
         to_i32(cpr.max(cpe), "C padded to the tile width")?;
         let es = dtype.size();
         let vec = (k * es).is_multiple_of(16) && (c * es).is_multiple_of(16);
         let reduce_grid = (to_u32_grid(n_chunks, i32::MAX as usize, "reduce chunks")?, to_u32_grid(n_mt * n_ntr, 65535, "reduce tiles per chunk")?);
-        let expand_smem = expand_smem(dtype, ewn, kpe, st);
+        let expand_smem = match wg {
+            Some((_, _, _, smem)) => smem,
+            None => expand_smem(dtype, ewn, kpe, st),
+        };
         let finalize_grid = (to_u32_grid(meshes * (cpe / 32), i32::MAX as usize, "meshes × channel blocks")?, (kpe / 8) as u32);
         let n_persist_goal = n_sm; // refined by occupancy at launch
         let expand_grid = (to_u32_grid(n_tiles.min(n_persist_goal).max(1), i32::MAX as usize, "expand tiles")?, to_u32_grid(n_nte, 65535, "expand channel tiles")?);
@@ -377,6 +445,7 @@ impl Geometry {
             n_tiles,
             tile_table,
             ewn,
+            ewg: wg.map(|(nh, nst, _, _)| (nh, nst)),
             kpe,
             cpe,
             expand_grid,
@@ -401,17 +470,55 @@ impl Geometry {
     }
 }
 
-/// One f32 allocation carved into 256-byte-aligned parts; returns it and the parts' addresses.
-fn workspace(device: Device, sizes: &[usize]) -> Result<(Tensor, Vec<u64>)> {
+/// Byte offsets of `sizes` carved out of one buffer in 256-byte-aligned parts, and the total.
+fn carve(sizes: &[usize]) -> Result<(Vec<usize>, usize)> {
     let mut offs = Vec::with_capacity(sizes.len());
     let mut total = 0usize;
     for &s in sizes {
         offs.push(total);
         total = total.checked_add(s.next_multiple_of(256)).ok_or_else(|| too_large("the workspace overflows usize".into()))?;
     }
-    let ws = Tensor::output(&[total / 4], DType::F32, device)?;
-    let base = ws.cuda_ptr()?;
-    Ok((ws, offs.into_iter().map(|o| base + o as u64).collect()))
+    Ok((offs, total))
+}
+
+/// The workspace of one pass (partials, GEMM operand, d_times rows): a per-device buffer kept
+/// between calls and grown when a pass needs more, instead of one stream-ordered allocation and
+/// free per pass (v5: two driver calls fewer per pass). Every launch of a pass goes to the device's
+/// one stream, so a pass that reuses the buffer is ordered after the kernels of the previous pass
+/// that read it. The returned guard keeps other host threads off the buffer until the pass has
+/// enqueued its last launch; the parts are only valid while it is held.
+struct Workspace {
+    guard: std::sync::MutexGuard<'static, Option<Tensor>>,
+    parts: Vec<u64>,
+}
+
+fn workspace(device: Device, sizes: &[usize]) -> Result<Workspace> {
+    type Slot = &'static Mutex<Option<Tensor>>;
+    static CACHE: OnceLock<Mutex<HashMap<usize, Slot>>> = OnceLock::new();
+    let Device::Cuda(ordinal) = device else { return Err(Error::Unsupported("the CUDA workspace on a CPU device".into())) };
+    let (offs, total) = carve(sizes)?;
+    // One slot per device, leaked on purpose: it lives as long as the process (like the device).
+    let slot: Slot = CACHE.get_or_init(Default::default).lock().unwrap().entry(ordinal).or_insert_with(|| Box::leak(Box::new(Mutex::new(None))));
+    let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+    let have = guard.as_ref().map_or(0, |t| t.numel() * 4);
+    if have < total.max(256) {
+        // Grow by at least an eighth, so that a sequence of growing sizes reallocates rarely.
+        let bytes = total.max(256).max(have + have / 8).next_multiple_of(1 << 16);
+        *guard = None; // stream-ordered free of the old buffer, after the kernels that used it
+        *guard = Some(Tensor::output(&[bytes / 4], DType::F32, device)?);
+    } else if ember_core::tensor::poison_outputs() {
+        // Tests: stale values of an earlier pass must not hide an element a kernel fails to write.
+        guard.as_mut().unwrap().poison()?;
+    }
+    let base = guard.as_ref().unwrap().cuda_ptr()?;
+    Ok(Workspace { guard, parts: offs.into_iter().map(|o| base + o as u64).collect() })
+}
+
+impl Workspace {
+    fn part(&self, i: usize) -> u64 {
+        debug_assert!(self.guard.is_some());
+        self.parts[i]
+    }
 }
 
 fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: u64, ws: u64) -> Result<()> {
@@ -444,10 +551,14 @@ fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: 
 
 #[allow(clippy::too_many_arguments)]
 fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
-    let entry = match g.ewn {
-        8 => "diffusion_expand_w8",
-        4 => "diffusion_expand_w4",
-        _ => "diffusion_expand_w2",
+    let entry = match (g.ewg, g.ewn) {
+        (Some((1, 2)), _) => "diffusion_expand_wg1_s2",
+        (Some((1, _)), _) => "diffusion_expand_wg1_s4",
+        (Some((_, 2)), _) => "diffusion_expand_wg2_s2",
+        (Some(_), _) => "diffusion_expand_wg2_s4",
+        (None, 8) => "diffusion_expand_w8",
+        (None, 4) => "diffusion_expand_w4",
+        (None, _) => "diffusion_expand_w2",
     };
     let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, g.expand_smem)?;
     // Persistent: as many CTAs as fit at once (per channel tile), never more than there are tiles.
@@ -555,7 +666,7 @@ fn fused_grid(dev: &Arc<CudaDevice>, g: &Geometry, tune: &Tuning) -> Result<Opti
         Some(false) => FusedMode::Never,
         None => fused_mode(),
     };
-    if mode == FusedMode::Never || g.rwn != 2 || g.ewn != 2 {
+    if mode == FusedMode::Never || g.rwn != 2 || g.ewn != 2 || g.ewg.is_some() {
         return Ok(None);
     }
     // The same grid must fit both passes (their register counts may differ).
@@ -641,8 +752,8 @@ pub(crate) fn forward_tuned(m: &Meshes, x: &Tensor, times: &Tensor, tune: &Tunin
     let out = Tensor::output(x.shape(), dtype, device)?;
     let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
-    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes()])?;
-    let (partials, s_op) = (parts[0], parts[1]);
+    let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes()])?;
+    let (partials, s_op) = (ws.part(0), ws.part(1));
     if let Some(grid) = fused_grid(&dev, &g, tune)? {
         let a = FusedArgs {
             y: x.cuda_ptr()?,
@@ -679,8 +790,8 @@ pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &
     let g = Geometry::new(&dev, m, c, tune)?;
     let d_x = Tensor::output(d_out.shape(), dtype, device)?;
     let d_times = Tensor::output(&[c], DType::F32, device)?;
-    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
-    let (partials, g_op, dt_part) = (parts[0], parts[1], parts[2]);
+    let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
+    let (partials, g_op, dt_part) = (ws.part(0), ws.part(1), ws.part(2));
     let basis = m.basis.cuda_ptr()?;
     let dsp = match d_spectral {
         Some(t) => t.cuda_ptr()?,
@@ -727,8 +838,8 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
     let d_x = Tensor::output(x.shape(), dtype, device)?;
     let d_times = Tensor::output(&[c], DType::F32, device)?;
-    let (_ws, parts) = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
-    let (partials, s_op, dt_part) = (parts[0], parts[1], parts[2]);
+    let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
+    let (partials, s_op, dt_part) = (ws.part(0), ws.part(1), ws.part(2));
     let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
     let (es, v, k) = (dtype.size() as f64, g.n_rows as f64, g.k as f64);
     let cf = c as f64;

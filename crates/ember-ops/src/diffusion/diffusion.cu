@@ -741,6 +741,252 @@ DIFF_REDUCE(2)
 DIFF_EXPAND(4)
 DIFF_EXPAND(2)
 
+// ---- expand on Hopper warpgroup MMA (wgmma, sm_90a; 16-bit activations) ---------------------------
+//
+// diffusion_expand_wg{1,2}_s{2,4}: the same product as diffusion_expand_w* (Y = diag(w)·basis·S,
+// persistent over 128-vertex tiles, S resident in shared memory, backward's block (0, 0) folds the
+// d_times rows), with the tensor work on wgmma: two warpgroups, each 64 vertices × BN = 128·NH
+// channels (NH m64n128k16 products per 16-deep step, NH·64 f32 accumulators per thread), the
+// whole depth KP (K rounded up to 16) of a tile in one shared-memory stage, NST stages in flight
+// filled by cp.async. Loads for tile it + NST − 1 are issued before tile it's products, so they
+// overlap its tensor work and its epilogue. Inline PTX follows the gradfeat family's staged.cu
+// (no-swizzle core-matrix tiles and descriptors; see there).
+//
+// Shared memory (bytes): [S: KP × BN, MN-major core matrices][NST stages: 128 × KP, K-major]
+// [epilogue: 8 warps × 16 rows × (64 + 8) elements].
+//   stage element (r, k) at (r/8)·(KP/8·128) + (k/8)·128 + (r%8)·16 + (k%8)·2   (K-major A:
+//     LBO 128 between the two 8-deep halves of a step, SBO KP·16 between 8-row groups)
+//   S element (k, n) at (k/8)·(BN/8·128) + (n/8)·128 + (k%8)·16 + (n%8)·2        (MN-major B:
+//     LBO BN·16 between 8-deep groups, SBO 128 between 8-column groups)
+// 16-byte chunk i of such a tile (NJ chunks per row) holds row (i/(8·NJ))·8 + i%8, columns
+// 8·((i/8) % NJ)..+7: consecutive threads fill consecutive shared-memory bytes.
+#if DIFF_HALF
+#define EWG_EPI_LD 72  // elements per staged epilogue row (64 + 8: rows start 16 bytes apart mod 128)
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define EWG_HAS_WGMMA 1
+#else
+#define EWG_HAS_WGMMA 0  // the host launches these kernels only on sm_90a
+#endif
+
+__device__ __forceinline__ void ewg_fence_async() {
+#if EWG_HAS_WGMMA
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ewg_arrive() {
+#if EWG_HAS_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ewg_commit() {
+#if EWG_HAS_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ewg_wait0() {
+#if EWG_HAS_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+// Keep the compiler from moving accumulator accesses across the asynchronous products.
+__device__ __forceinline__ void ewg_fence_regs(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// wgmma descriptor without swizzle: start address, leading and stride byte offsets.
+__device__ __forceinline__ u64 ewg_desc(u32 addr, u32 lbo, u32 sbo) {
+    return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
+}
+// d (64×128, f32) = (acc ? d : 0) + A·B over 16 of depth; A K-major, B MN-major (transposed).
+#if DIFF_DTYPE == 2
+#define EWG_TYPE "bf16"
+#else
+#define EWG_TYPE "f16"
+#endif
+__device__ __forceinline__ void ewg_mma(float (&d)[64], u64 da, u64 db, int acc) {
+#if EWG_HAS_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." EWG_TYPE "." EWG_TYPE " "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+                 "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
+                 "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+                 "%64, %65, p, 1, 1, 0, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+                   "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+                   "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+                   "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+                   "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(da), "l"(db), "r"(acc));
+#else
+    (void)d, (void)da, (void)db, (void)acc;
+#endif
+}
+
+// Byte offset of element (r, c) in a core-matrix tile with nj 16-byte chunks per row.
+__device__ __forceinline__ u32 ewg_off(int r, int c, int nj) { return (u32)((r >> 3) * (nj * 128) + (c >> 3) * 128 + (r & 7) * 16 + (c & 7) * 2); }
+
+// One basis tile: rows [rb, re) × KP columns (zeros past re and K) into a K-major stage.
+__device__ __forceinline__ void ewg_load_tile(unsigned char* st, const T* __restrict__ basis, i64 rb, i64 re, int K, int KP, bool vec) {
+    const int nj = KP / 8;
+    if (vec) {
+        for (int i = threadIdx.x; i < EBM * nj; i += NTHREADS) {
+            const int r = (i / (8 * nj)) * 8 + (i & 7), ch = (i >> 3) % nj;
+            const i64 v = rb + r;
+            const bool ok = v < re && ch * 8 < K;
+            cp_async16(st + 16 * i, ok ? (const void*)(basis + v * K + ch * 8) : (const void*)basis, ok ? 16 : 0);
+        }
+    } else {
+        for (int i = threadIdx.x; i < EBM * KP; i += NTHREADS) {
+            const int r = i / KP, k = i % KP;
+            const i64 v = rb + r;
+            *reinterpret_cast<T*>(st + ewg_off(r, k, nj)) = (v < re && k < K) ? basis[v * K + k] : zero_t();
+        }
+    }
+}
+
+template <int NH, int NST>
+__device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, const T* __restrict__ s_op, const T* __restrict__ mass,
+                                                 T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int K,
+                                                 int C, int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
+                                                 float* __restrict__ d_times) {
+    constexpr int BN = 128 * NH;
+    extern __shared__ __align__(128) unsigned char diff_smem[];
+    unsigned char* Ss = diff_smem;
+    unsigned char* stages = Ss + (size_t)KP * BN * 2;
+    const int stage_bytes = EBM * KP * 2;
+    T* epi = reinterpret_cast<T*>(stages + (size_t)NST * stage_bytes);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wq = warp & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int c0 = blockIdx.y * BN;
+    const i64 bx = blockIdx.x, gx = gridDim.x;
+
+    if (dt_part && bx == 0 && blockIdx.y == 0) {
+        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
+    }
+
+    const i64 per = n_tiles / gx, rem = n_tiles % gx;
+    const i64 t_lo = bx * per + min(bx, rem);
+    const i64 t_hi = t_lo + per + (bx < rem ? 1 : 0);
+    const u32 s_base = smem_addr(Ss), a_base = smem_addr(stages);
+
+    float acc[NH][64];
+    for (i64 t0 = t_lo; t0 < t_hi;) {
+        const Seg first = seg_at(tiles, t0, EBM, n_rows, n_tiles);
+        const i64 t1 = min(t_hi, first.run_end);
+        const i64 mesh_end = tiles ? seg_at(tiles, first.run_end - 1, EBM, n_rows, n_tiles).end : n_rows;
+        const i64 n_it = t1 - t0;
+        __syncthreads();  // the previous segment's S and stages are no longer read
+        {
+            // S rows k, columns c0..c0+BN of the zero-padded operand (always 16-byte rows).
+            const T* src = s_op + first.mesh * (i64)KP * CPs + c0;
+            constexpr int NJ = BN / 8;
+            for (int i = tid; i < KP * NJ; i += NTHREADS) {
+                const int k = (i / (8 * NJ)) * 8 + (i & 7), ch = (i >> 3) % NJ;
+                cp_async16(Ss + 16 * i, src + (i64)k * CPs + ch * 8, 16);
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < NST - 1; ++s) {
+            if (s < n_it) {
+                const i64 rb = first.begin + s * (i64)EBM;
+                ewg_load_tile(stages + s * stage_bytes, basis, rb, min(mesh_end, rb + EBM), K, KP, vec);
+            }
+            cp_async_commit();  // group 0 also carries S
+        }
+        for (i64 it = 0; it < n_it; ++it) {
+            cp_async_wait<NST - 2>();
+            ewg_fence_async();  // this thread's landed copies (and plain stores), visible to wgmma
+            __syncthreads();    // everyone's; and every product of tile it − 1 has completed
+            {
+                // Refill the slot of tile it − 1 with tile it + NST − 1.
+                const i64 nx = it + NST - 1;
+                if (nx < n_it) {
+                    const i64 rb = first.begin + nx * (i64)EBM;
+                    ewg_load_tile(stages + (int)(nx % NST) * stage_bytes, basis, rb, min(mesh_end, rb + EBM), K, KP, vec);
+                }
+                cp_async_commit();
+            }
+            const i64 rb = first.begin + it * (i64)EBM;
+            const i64 re = min(mesh_end, rb + EBM);
+            const u32 a_tile = a_base + (u32)((int)(it % NST) * stage_bytes) + (u32)(wg * 8 * KP * 16);
+#pragma unroll
+            for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+            ewg_arrive();
+            for (int ks = 0; ks < KP / 16; ++ks) {
+                const u64 da = ewg_desc(a_tile + ks * 256, 128, KP * 16);
+#pragma unroll
+                for (int h = 0; h < NH; ++h) {
+                    const u64 db = ewg_desc(s_base + ks * 2 * BN * 16 + h * 16 * 128, BN * 16, 128);
+                    ewg_mma(acc[h], da, db, ks);
+                }
+            }
+            ewg_commit();
+            ewg_wait0();
+#pragma unroll
+            for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+
+            // Epilogue: rows rb + wg·64 + wq·16 + {g, g + 8}; per 64-column slice, stage the warp's
+            // 16 × 64 values in shared memory, then write 16-byte vectors (8 per row).
+            const i64 row0 = rb + wg * 64 + wq * 16;
+            float w0 = 1.0f, w1 = 1.0f;
+            if (mass) {
+                w0 = row0 + g < re ? ember_to_f32(mass[row0 + g]) : 0.0f;
+                w1 = row0 + g + 8 < re ? ember_to_f32(mass[row0 + g + 8]) : 0.0f;
+            }
+            T* stg = epi + warp * 16 * EWG_EPI_LD;
+#pragma unroll
+            for (int sl = 0; sl < 2 * NH; ++sl) {
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj) {
+                    const int j = (sl & 1) * 8 + jj;
+                    const float* a = &acc[sl >> 1][4 * j];
+                    const int col = jj * 8 + 2 * t;
+                    *reinterpret_cast<u32*>(stg + g * EWG_EPI_LD + col) = ember_pack2<T>(a[0] * w0, a[1] * w0);
+                    *reinterpret_cast<u32*>(stg + (g + 8) * EWG_EPI_LD + col) = ember_pack2<T>(a[2] * w1, a[3] * w1);
+                }
+                __syncwarp();
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int idx = q * 32 + lane;
+                    const int r = idx >> 3, ch = idx & 7;
+                    const i64 v = row0 + r;
+                    const int c = c0 + sl * 64 + ch * 8;
+                    if (v < re) {
+                        const T* src = stg + r * EWG_EPI_LD + ch * 8;
+                        if (vec) {
+                            if (c < C) *reinterpret_cast<uint4*>(out + v * C + c) = *reinterpret_cast<const uint4*>(src);
+                        } else {
+                            for (int k = 0; k < 8; ++k)
+                                if (c + k < C) out[v * C + c + k] = src[k];
+                        }
+                    }
+                }
+                __syncwarp();
+            }
+        }
+        cp_async_wait<0>();
+        t0 = t1;
+    }
+}
+
+#define DIFF_EXPAND_WG(NH, NST)                                                                                                \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_expand_wg##NH##_s##NST(                               \
+        const T* basis, const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C, int KP, \
+        int CPs, int vec, const float* dt_part, int dt_rows, float* d_times) {                                                 \
+        expand_wg_kernel<NH, NST>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows,      \
+                                  d_times);                                                                                    \
+    }
+DIFF_EXPAND_WG(1, 2)
+DIFF_EXPAND_WG(1, 4)
+DIFF_EXPAND_WG(2, 2)
+DIFF_EXPAND_WG(2, 4)
+#endif  // DIFF_HALF
+
 // ---- small problems: one cooperative launch per pass ----------------------------------------------
 //
 // diffusion_fused_{fwd,bwd}: the three phases of a pass (reduce, finalize, expand) in one launch,

@@ -205,14 +205,28 @@ fn case(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
 }
 
 fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(reduce_wn), expand_wn: Some(expand_wn), chunk_rows: Some(chunk_rows), fused: Some(false) };
+    let t = Tuning { reduce_wn: Some(reduce_wn), expand_wn: Some(expand_wn), chunk_rows: Some(chunk_rows), fused: Some(false), expand_wg: Some(false) };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true) };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false) };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
+}
+
+/// The expand on wgmma (sm_90a), everything else chosen as by default; 16-bit dtypes.
+fn wg(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
+    let t = Tuning { expand_wg: Some(true), ..Tuning::default() };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
+}
+
+/// Whether `device` runs the sm_90a kernels (wgmma).
+fn has_wgmma(device: Device) -> bool {
+    match device {
+        Device::Cuda(i) => ember_core::cuda::CudaDevice::get(i).is_ok_and(|d| d.info().compute_capability == (9, 0)),
+        Device::Cpu => false,
+    }
 }
 
 fn cases(tier: Tier, device: Device) -> Vec<Case> {
@@ -270,6 +284,23 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 fused(&[5003, 19997, 1, 12000, 7777], 128, 256, true, 640),
             ],
         };
+        // The wgmma expand: 16-byte and element loaders, one and two 128-channel halves, 4 and 2
+        // stages (K = 136: KP = 144 leaves room for 2), batches, the backward's mass and d_times.
+        let wg_cases: Vec<Case> = match tier {
+            _ if !has_wgmma(device) => vec![],
+            Tier::Quick => vec![],
+            Tier::Small => vec![wg(&[77], 5, 33, true), wg(&[300], 64, 64, false), wg(&[37, 1, 130], 16, 24, true), wg(&[150], 136, 256, true), wg(&[200], 128, 136, false)],
+            Tier::Full => vec![
+                wg(&[7], 64, 1, true),
+                wg(&[4109], 128, 256, true),
+                wg(&[4109], 256, 100, false),
+                wg(&[4109], 136, 257, true),
+                wg(&[131077], 128, 256, false),
+                wg(&[1 << 20 | 7], 128, 64, true),
+                wg(&[5003, 19997, 1, 12000, 7777], 128, 256, true),
+            ],
+        };
+        v.extend(wg_cases);
         for mut c in extra {
             // f32 has no 8-wide tiles, and its reduce only the 2-wide one.
             if c.tune.as_ref().is_some_and(|(t, _)| t.reduce_wn != Some(2) || t.expand_wn == Some(8)) {
@@ -289,6 +320,9 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             s += &format!(" w{}/{} r{}", t.reduce_wn.unwrap_or(0), t.expand_wn.unwrap_or(0), rows.unwrap_or(0));
             if t.fused == Some(true) {
                 s += " fused";
+            }
+            if t.expand_wg == Some(true) {
+                s += " wgmma";
             }
         }
         s
@@ -366,7 +400,7 @@ fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, d
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused) };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false) };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
@@ -535,6 +569,50 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
     row.note = note;
     progress(&row);
     rows.push(row);
+    // Small single meshes: is the time above the GPU's or the host's? (1) CPU time to enqueue one
+    // call (median, GPU running behind); (2) GPU time of one call captured into a CUDA graph and
+    // replayed back to back, which takes the host out of the loop. The rows above stay the
+    // reference (event-timed calls, as a training loop issues them).
+    if single && d.is_cuda() && v <= 131072 {
+        let dev = inputs[0].x.cuda_device()?.clone();
+        let host = |f: &mut dyn FnMut(usize) -> Result<()>| -> Result<f64> {
+            for i in 0..5 {
+                f(i)?;
+            }
+            dev.synchronize()?;
+            let mut t: Vec<f64> = Vec::with_capacity(200);
+            for i in 0..200 {
+                let t0 = std::time::Instant::now();
+                f(i)?;
+                t.push(t0.elapsed().as_secs_f64() * 1e3);
+                if i % 20 == 19 {
+                    dev.synchronize()?; // keep the launch queue short
+                }
+            }
+            dev.synchronize()?;
+            t.sort_by(|a, b| a.total_cmp(b));
+            Ok(t[t.len() / 2])
+        };
+        let mut fwd_only = |i: usize| fwd(i).map(drop);
+        let mut both = |i: usize| {
+            let f = fwd(i)?;
+            bwd(i, &f).map(drop)
+        };
+        let cases: [(&str, f64, &str); 4] = [
+            ("fwd host", 1.0, "CPU time per call (enqueue only, median)"),
+            ("fwd+bwd host", 2.0, "CPU time per call (enqueue only, median)"),
+            ("fwd graph", 1.0, "GPU time: one call as a CUDA graph, replayed back to back"),
+            ("fwd+bwd graph", 2.0, "GPU time: one call as a CUDA graph, replayed back to back"),
+        ];
+        for (j, (name, mult, what)) in cases.into_iter().enumerate() {
+            let f: &mut dyn FnMut(usize) -> Result<()> = if j % 2 == 0 { &mut fwd_only } else { &mut both };
+            let ms = if j < 2 { host(f)? } else { ember_core::cuda::timing::time_graph(&dev, 3, 200, |i| f(i % sets))? };
+            let mut row = ctx.row_with_rate("diffusion", name, dtype, p.clone(), ms, mult * fwd_bytes, mult * fwd_flops, rate);
+            row.note = what.into();
+            progress(&row);
+            rows.push(row);
+        }
+    }
     // Optional: each launch timed alone (EMBER_DIFFUSION_PHASES=1), to see where the time goes.
     if single && d.is_cuda() && std::env::var("EMBER_DIFFUSION_PHASES").is_ok_and(|v| v == "1") {
         let s = &inputs[0];
