@@ -158,12 +158,22 @@ fn grid_u32(n: usize, what: &str) -> Result<u32> {
     u32::try_from(n.max(1)).ok().filter(|&g| g <= i32::MAX as u32).ok_or_else(|| too_large(format!("{what}: {n} blocks exceed one launch's grid")))
 }
 
+/// Shared memory of the tensor-core forward (fft_tc.cuh): data padded by 4 per 32, and the
+/// per-lane table of 40 words × 32 lanes.
+fn smem_bytes_tc(block: u32) -> usize {
+    let slots = PER_THREAD * block as usize;
+    (slots + slots / 8) * 8 + 40 * 32 * 4
+}
+
 fn launch(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str) -> Result<()> {
+    launch_smem(dev, block, entry, grid, p, name, smem_bytes(block))
+}
+
+fn launch_smem(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str, smem: usize) -> Result<()> {
     if grid.1 > 65535 {
         return Err(too_large(format!("{entry}: {} heads in one launch", grid.1)));
     }
     let f = dev.function(&SOURCE, &options(block), entry)?;
-    let smem = smem_bytes(block);
     if smem > 48 * 1024 {
         dev.set_max_dynamic_smem(&f, smem)?;
     }
@@ -352,8 +362,12 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
         match path {
             Path::OnChip { logm, block, tc } => {
                 let lanes = (PER_THREAD * block as usize) >> logm;
-                let entry = if tc { format!("fc_fwd_tc_{sfx}") } else { format!("fc_fwd_{sfx}") };
-                launch(&dev, block, &entry, (grid_u32(nrows.div_ceil(lanes), "forward")?, 1), &p, "fc_fwd")?;
+                let grid = (grid_u32(nrows.div_ceil(lanes), "forward")?, 1);
+                if tc {
+                    launch_smem(&dev, block, &format!("fc_fwd_tc_{sfx}"), grid, &p, "fc_fwd_tc", smem_bytes_tc(block))?;
+                } else {
+                    launch(&dev, block, &format!("fc_fwd_{sfx}"), grid, &p, "fc_fwd")?;
+                }
             }
             Path::FourStep { logm1, logm2, col_block, row_block } => {
                 let tiles = four_step_tiles(logm1, logm2, col_block);

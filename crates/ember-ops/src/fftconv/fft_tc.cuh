@@ -1,5 +1,5 @@
 // Tensor-core FFTs of M = P·256 complex points (P = 1..16) in shared memory, for the on-chip
-// forward (bf16 inputs). Same storage as fft.cuh: `FC_SLOTS` complex f32 values, padded by FC_P.
+// forward (bf16 inputs). `FC_SLOTS` complex f32 values as in fft.cuh, padded by TC_P (below).
 //
 // Decomposition (n = 256·n1 + n2, k = k1 + P·k2, n1, k1 < P; n2, k2 < 256):
 //   X[k1 + P·k2] = Σ_n2 W_256^(n2·k2) · [W_M^(n2·k1) · Σ_n1 x[256·n1 + n2]·W_P^(n1·k1)]
@@ -33,15 +33,60 @@ __device__ __forceinline__ void tc_mma(float (&d)[4], const unsigned (&a)[4], un
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// exp(DIR·2πi·e/16) from the flat table (entry e·2^11).
-template <int DIR> __device__ __forceinline__ float2 tc_w16(const float2* __restrict__ tw, int e) {
-    return tw_get<DIR>(tw, (e & 15) << (FC_TWN_LOG - 4));
+// exp(−2πi·e/16) from the flat table (entry e·2^11).
+__device__ __forceinline__ float2 tc_w16(const float2* __restrict__ tw, int e) { return tw[(e & 15) << (FC_TWN_LOG - 4)]; }
+
+// Storage of the tensor-core kernel: 4 float2 of padding per 32 (FC_P has 1), so that the warp
+// FFT's accesses (flat offsets 32t + g + const for lane 4g + t) hit 16 distinct 8-byte bank slots
+// per half-warp: g + 4t mod 16. Consecutive offsets stay conflict-free.
+#define TC_P(i) ((i) + (((i) >> 5) << 2))
+#define TC_SMEM_ELEMS (FC_SLOTS + FC_SLOTS / 8)
+// After the data, a per-lane table (word w of lane λ at w·32 + λ, conflict-free): the DFT-16
+// matrix fragments of the forward transform as f16x2 — A: Re 0–3, Im 4–7, −Im 8–11; B: Re 12–15,
+// Im 16–19, −Im 20–23 — and the lane's eight W_256 twiddles, Re 24–31, Im 32–39.
+#define TC_TAB_WORDS 40
+
+__device__ __forceinline__ void tc_table_fill(unsigned* __restrict__ tab, const float2* __restrict__ tw) {
+    if (threadIdx.x >= 32) return;
+    const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    const auto put = [&](int w, unsigned v) { tab[w * 32 + lane] = v; };
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const int row = g + 8 * (q & 1), col = 2 * t + 8 * (q >> 1);
+        const float2 w0 = tc_w16(tw, row * col), w1 = tc_w16(tw, row * (col + 1));
+        put(q, tc_pack(w0.x, w1.x));
+        put(4 + q, tc_pack(w0.y, w1.y));
+        put(8 + q, tc_pack(-w0.y, -w1.y));
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int k = 2 * t + 8 * h, n = 8 * j + g;
+            const float2 w0 = tc_w16(tw, k * n), w1 = tc_w16(tw, (k + 1) * n);
+            put(12 + 2 * j + h, tc_pack(w0.x, w1.x));
+            put(16 + 2 * j + h, tc_pack(w0.y, w1.y));
+            put(20 + 2 * j + h, tc_pack(-w0.y, -w1.y));
+        }
+    const float2* st = tw + FC_STAGE_TW(4, 4);  // entry r·16 + k = W_256^(r·k)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int row = g + 8 * (q >> 1), col = 8 * j + 2 * t + (q & 1);
+            const float2 w = st[row * 16 + col];
+            put(24 + 4 * j + q, __float_as_uint(w.x));
+            put(32 + 4 * j + q, __float_as_uint(w.y));
+        }
 }
 
 // One warp: the 256-point DFT of the segment at flat offset sb, in place, natural order in and out.
+// The inverse (DIR = +1) uses the conjugate matrix: the roles of Im and −Im swap.
 template <int DIR>
-__device__ __forceinline__ void tc_fft256(float2* __restrict__ x, int sb, const float2* __restrict__ tw) {
+__device__ __forceinline__ void tc_fft256(float2* __restrict__ x, int sb, const unsigned* __restrict__ tab) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const auto get = [&](int w) { return tab[w * 32 + lane]; };
+    constexpr int IM = DIR < 0 ? 0 : 4, NIM = DIR < 0 ? 4 : 0;  // offsets of Im and −Im (+4)
     // Input: B fragments of X[a][b] = x[16a + b]; tile j holds columns b = 8j + g, rows
     // a = 2t + 8h + e (register h, half e).
     float2 v[2][2][2];
@@ -50,7 +95,7 @@ __device__ __forceinline__ void tc_fft256(float2* __restrict__ x, int sb, const 
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) v[j][h][e] = x[FC_P(sb + 16 * (2 * t + 8 * h + e) + 8 * j + g)];
+            for (int e = 0; e < 2; ++e) v[j][h][e] = x[TC_P(sb + 16 * (2 * t + 8 * h + e) + 8 * j + g)];
     float m = 0.f;
 #pragma unroll
     for (int j = 0; j < 2; ++j)
@@ -64,15 +109,12 @@ __device__ __forceinline__ void tc_fft256(float2* __restrict__ x, int sb, const 
     int ex = ((__float_as_int(m) >> 23) & 255) - 126;
     ex = max(-126, min(126, ex));
     const float s = __int_as_float((127 - ex) << 23), inv = __int_as_float((127 + ex) << 23);
-    // DFT-16 matrix as A fragments (rows g, g+8; columns 2t, 2t+1, 2t+8, 2t+9): Re, Im, −Im.
     unsigned far[4], fai[4], fan[4];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-        const int row = g + 8 * (q & 1), col = 2 * t + 8 * (q >> 1);
-        const float2 w0 = tc_w16<DIR>(tw, row * col), w1 = tc_w16<DIR>(tw, row * (col + 1));
-        far[q] = tc_pack(w0.x, w1.x);
-        fai[q] = tc_pack(w0.y, w1.y);
-        fan[q] = tc_pack(-w0.y, -w1.y);
+        far[q] = get(q);
+        fai[q] = get(4 + IM + q);
+        fan[q] = get(4 + NIM + q);
     }
     // First product, per tile j: C = F·X.
     float cr[2][4], ci[2][4];
@@ -92,15 +134,14 @@ __device__ __forceinline__ void tc_fft256(float2* __restrict__ x, int sb, const 
         tc_mma(ci[j], far, xi[0], xi[1]);
     }
     // Twiddle W_256^(a'·b): C[j][q] sits at row a' = g + 8·(q >> 1), column b = 8j + 2t + (q & 1).
-    const float2* st = tw + FC_STAGE_TW(4, 4);
     unsigned ar[4], ai[4];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
         float2 c[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-            const int row = g + 8 * (q >> 1), col = 8 * j + 2 * t + (q & 1);
-            c[q] = c_mul(make_float2(cr[j][q], ci[j][q]), tw_get<DIR>(st, row * 16 + col));
+            const float wr = __uint_as_float(get(24 + 4 * j + q)), wi = __uint_as_float(get(32 + 4 * j + q));
+            c[q] = c_mul(make_float2(cr[j][q], ci[j][q]), make_float2(wr, DIR < 0 ? wi : -wi));
         }
         // A fragments of the second product: tile 0 gives registers 0, 1; tile 1 gives 2, 3.
         ar[2 * j] = tc_pack(c[0].x, c[1].x);
@@ -112,25 +153,19 @@ __device__ __forceinline__ void tc_fft256(float2* __restrict__ x, int sb, const 
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-        unsigned br[2], bi[2], bn[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int k = 2 * t + 8 * h, n = 8 * j + g;
-            const float2 w0 = tc_w16<DIR>(tw, k * n), w1 = tc_w16<DIR>(tw, (k + 1) * n);
-            br[h] = tc_pack(w0.x, w1.x);
-            bi[h] = tc_pack(w0.y, w1.y);
-            bn[h] = tc_pack(-w0.y, -w1.y);
-        }
+        const unsigned br0 = get(12 + 2 * j), br1 = get(13 + 2 * j);
+        const unsigned bi0 = get(16 + IM + 2 * j), bi1 = get(17 + IM + 2 * j);
+        const unsigned bn0 = get(16 + NIM + 2 * j), bn1 = get(17 + NIM + 2 * j);
         float dr[4] = {0.f, 0.f, 0.f, 0.f}, di[4] = {0.f, 0.f, 0.f, 0.f};
-        tc_mma(dr, ar, br[0], br[1]);
-        tc_mma(dr, ai, bn[0], bn[1]);
-        tc_mma(di, ar, bi[0], bi[1]);
-        tc_mma(di, ai, br[0], br[1]);
+        tc_mma(dr, ar, br0, br1);
+        tc_mma(dr, ai, bn0, bn1);
+        tc_mma(di, ar, bi0, bi1);
+        tc_mma(di, ai, br0, br1);
         // D[a'][b'] with a' = g + 8·(q >> 1), b' = 8j + 2t + (q & 1) → out[a' + 16·b'].
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int row = g + 8 * (q >> 1), col = 8 * j + 2 * t + (q & 1);
-            x[FC_P(sb + row + 16 * col)] = make_float2(dr[q] * inv, di[q] * inv);
+            x[TC_P(sb + row + 16 * col)] = make_float2(dr[q] * inv, di[q] * inv);
         }
     }
 }
@@ -147,7 +182,7 @@ __device__ __forceinline__ void tc_pass_a(float2* __restrict__ x, int logm, cons
         const int b = ((c >> 8) << logm) + n2;
         float2 a[P];
 #pragma unroll
-        for (int r = 0; r < P; ++r) a[r] = x[FC_P(b + (r << 8))];
+        for (int r = 0; r < P; ++r) a[r] = x[TC_P(b + (r << 8))];
         if (DIR < 0) {
             dft<P, DIR>(a);
 #pragma unroll
@@ -158,7 +193,7 @@ __device__ __forceinline__ void tc_pass_a(float2* __restrict__ x, int logm, cons
             dft<P, DIR>(a);
         }
 #pragma unroll
-        for (int r = 0; r < P; ++r) x[FC_P(b + (r << 8))] = a[r];
+        for (int r = 0; r < P; ++r) x[TC_P(b + (r << 8))] = a[r];
     }
 }
 
@@ -175,13 +210,13 @@ template <int DIR> __device__ __forceinline__ void tc_pass_a_any(float2* __restr
 // The whole transform of every row (8 ≤ logm ≤ 12): forward natural → TC order, inverse TC order →
 // natural. Unnormalised, as block_fft. Callers sync before; returns after a sync.
 template <int DIR>
-__device__ __noinline__ void tc_fft(float2* __restrict__ x, int logm, const float2* __restrict__ tw) {
+__device__ __noinline__ void tc_fft(float2* __restrict__ x, int logm, const float2* __restrict__ tw, const unsigned* __restrict__ tab) {
     if (DIR < 0 && logm > 8) {
         tc_pass_a_any<DIR>(x, logm, tw);
         __syncthreads();
     }
     constexpr int warps = FC_BLOCK / 32, segs = FC_SLOTS / 256;
-    for (int sgm = threadIdx.x / 32; sgm < segs; sgm += warps) tc_fft256<DIR>(x, sgm * 256, tw);
+    for (int sgm = threadIdx.x / 32; sgm < segs; sgm += warps) tc_fft256<DIR>(x, sgm * 256, tab);
     __syncthreads();
     if (DIR > 0 && logm > 8) {
         tc_pass_a_any<DIR>(x, logm, tw);

@@ -324,21 +324,21 @@ __device__ __forceinline__ void fc_pair_mul_tc(float2* __restrict__ x, const FcL
         const int k = k1 + (k2 << logp);
         if (k == 0) {
             float X0, XM;
-            real_post0(x[FC_P(l.base)], X0, XM);
+            real_post0(x[TC_P(l.base)], X0, XM);
             const float y0 = X0 * ld2(spec, srow).x, yM = XM * ld2(spec, srow + l.m).x;
-            x[FC_P(l.base)] = real_pre0(y0, yM);
+            x[TC_P(l.base)] = real_pre0(y0, yM);
             continue;
         }
         const int km = l.m - k;
         const int pm = fc_tc_pos(km, l.logm);
         const float2 wk = c_mul(tw[k1 << (FC_TWN_LOG - 1 - l.logm)], w512[k2]);
         float2 Xk, Xmk;
-        real_post(x[FC_P(l.base + pos)], x[FC_P(l.base + pm)], wk, Xk, Xmk);
+        real_post(x[TC_P(l.base + pos)], x[TC_P(l.base + pm)], wk, Xk, Xmk);
         const float2 Yk = c_mul(Xk, ld2(spec, srow + pos)), Ymk = c_mul(Xmk, ld2(spec, srow + pm));
         float2 Zk, Zmk;
         real_pre(Yk, Ymk, wk, Zk, Zmk);
-        x[FC_P(l.base + pos)] = Zk;
-        if (k != km) x[FC_P(l.base + pm)] = Zmk;
+        x[TC_P(l.base + pos)] = Zk;
+        if (k != km) x[TC_P(l.base + pm)] = Zmk;
     }
 }
 
@@ -349,17 +349,23 @@ __device__ void fc_fwd_onchip_tc(const FcParams& p) {
     const FcLane l = fc_lane(p.logm);
     const FcRow r = fc_row(p, (i64)blockIdx.x * l.lanes + l.lane);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    fc_pack(x, l, [&](i64 t) { return fc_w<T>(p, r, t); });
+    unsigned* tab = reinterpret_cast<unsigned*>(x + TC_SMEM_ELEMS);
+    tc_table_fill(tab, tw);
+#pragma unroll 4
+    for (int c = 0; c < FC_E; ++c) {
+        const int n = l.lt + l.tpr * c;
+        x[TC_P(l.base + n)] = make_float2(fc_w<T>(p, r, 2 * (i64)n), fc_w<T>(p, r, 2 * (i64)n + 1));
+    }
     __syncthreads();
-    tc_fft<-1>(x, p.logm, tw);
+    tc_fft<-1>(x, p.logm, tw, tab);
     fc_pair_mul_tc(x, l, p.spec, (i64)r.g * (l.m + 1), tw);
     __syncthreads();
-    tc_fft<1>(x, p.logm, tw);
+    tc_fft<1>(x, p.logm, tw, tab);
     if (!r.valid) return;
 #pragma unroll 4
     for (int c = 0; c < FC_E; ++c) {
         const int n = l.lt + l.tpr * c;
-        const float2 y = x[FC_P(l.base + n)];
+        const float2 y = x[TC_P(l.base + n)];
         const i64 t = 2 * (i64)n;
         if (t < p.L) fc_epi_fwd<T, TO>(p, r, t, y.x);
         if (t + 1 < p.L) fc_epi_fwd<T, TO>(p, r, t + 1, y.y);
