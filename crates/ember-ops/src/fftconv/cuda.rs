@@ -8,7 +8,7 @@ use ember_core::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fftconv.cu")));
+pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu")));
 
 /// Thread-block sizes the module is built for: 256/512/1024 for the on-chip sizes and the real
 /// four-step passes, 32 for the four-step passes at the small sizes the tests force.
@@ -82,6 +82,7 @@ struct FcParams {
     parts: i32,
     head0: i32,
     nheads: i32,
+    tc: i32,
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's parameter struct.
@@ -90,8 +91,9 @@ unsafe impl ember_core::cuda::DeviceRepr for FcParams {}
 /// How one call is computed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
-    /// Whole rows in shared memory: complex size M = 2^logm, `block` threads per CTA.
-    OnChip { logm: u32, block: u32 },
+    /// Whole rows in shared memory: complex size M = 2^logm, `block` threads per CTA; `tc`: the
+    /// forward's transforms on tensor cores (fft_tc.cuh; the filter spectrum then in TC order).
+    OnChip { logm: u32, block: u32, tc: bool },
     /// M = M1·M2 = 2^(logm1 + logm2); column passes with `col_block` threads, row passes with
     /// `row_block`.
     FourStep { logm1: u32, logm2: u32, col_block: u32, row_block: u32 },
@@ -113,7 +115,7 @@ pub fn plan(dims: &Dims, force_four_step: bool) -> Path {
     let logm = m.trailing_zeros();
     if !force_four_step && m <= ONCHIP_MAX_M {
         let block = (m / PER_THREAD).max(256) as u32;
-        return Path::OnChip { logm, block };
+        return Path::OnChip { logm, block, tc: false };
     }
     if force_four_step && m <= (1 << 17) {
         // Small transforms through the four-step kernels, for tests: 32-thread CTAs.
@@ -124,6 +126,17 @@ pub fn plan(dims: &Dims, force_four_step: bool) -> Path {
     let m2 = FOUR_STEP_M2.min(m / 4);
     let logm2 = m2.trailing_zeros();
     Path::FourStep { logm1: logm - logm2, logm2, col_block: 512, row_block: 1024 }
+}
+
+/// Complex sizes the tensor-core forward handles: M = 256·P, P ≤ 16 (one CTA of 256 threads).
+const TC_LOGM: std::ops::RangeInclusive<u32> = 8..=12;
+
+/// Whether the forward of a call runs its transforms on tensor cores: bf16 u only (f16 operands
+/// with f32 accumulation hold bf16's accuracy target, not f16's or f32's), on-chip sizes with
+/// 256 ≤ M ≤ 4096; asked for by `Options::tensor_cores` or `EMBER_FFTCONV_TC=1`.
+fn use_tc(u: DType, opts: &Options, path: Path) -> bool {
+    let asked = opts.tensor_cores || std::env::var("EMBER_FFTCONV_TC").is_ok_and(|v| v == "1");
+    asked && u == DType::BF16 && matches!(path, Path::OnChip { logm, .. } if TC_LOGM.contains(&logm))
 }
 
 /// The filter spectrum of one call (kept by the forward for the backward).
@@ -145,12 +158,22 @@ fn grid_u32(n: usize, what: &str) -> Result<u32> {
     u32::try_from(n.max(1)).ok().filter(|&g| g <= i32::MAX as u32).ok_or_else(|| too_large(format!("{what}: {n} blocks exceed one launch's grid")))
 }
 
+/// Shared memory of the tensor-core forward (fft_tc.cuh): data padded by 4 per 32, and the
+/// per-lane table of 40 words × 32 lanes.
+fn smem_bytes_tc(block: u32) -> usize {
+    let slots = PER_THREAD * block as usize;
+    (slots + slots / 8) * 8 + 40 * 32 * 4
+}
+
 fn launch(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str) -> Result<()> {
+    launch_smem(dev, block, entry, grid, p, name, smem_bytes(block))
+}
+
+fn launch_smem(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str, smem: usize) -> Result<()> {
     if grid.1 > 65535 {
         return Err(too_large(format!("{entry}: {} heads in one launch", grid.1)));
     }
     let f = dev.function(&SOURCE, &options(block), entry)?;
-    let smem = smem_bytes(block);
     if smem > 48 * 1024 {
         dev.set_max_dynamic_smem(&f, smem)?;
     }
@@ -255,9 +278,10 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, dims: Dims, path: Path) -> R
     let mut p = *base;
     p.spec = spec.cuda_ptr()?;
     match path {
-        Path::OnChip { logm, block } => {
+        Path::OnChip { logm, block, tc } => {
             let lanes = (PER_THREAD * block as usize) >> logm;
             p.nheads = heads as i32;
+            p.tc = tc as i32;
             launch(dev, block, "fc_spectrum", (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1), &p, "fc_spectrum")?;
         }
         Path::FourStep { logm1, logm2, col_block, row_block } => {
@@ -294,7 +318,11 @@ fn pairs_per_cta(logm2: u32, row_block: u32) -> usize {
 
 pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Spectrum)> {
     let dev = u.cuda_device()?.clone();
-    let path = plan(&dims, opts.force_four_step);
+    let mut path = plan(&dims, opts.force_four_step);
+    let want_tc = use_tc(u.dtype(), opts, path);
+    if let Path::OnChip { ref mut tc, .. } = path {
+        *tc = want_tc;
+    }
     let tw = twiddles(&dev)?;
     let mut p = base_params(u, k, d, opts, dims, path, tw)?;
     let spec = spectrum(&dev, &p, dims, path)?;
@@ -332,9 +360,14 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
         p.head0 = (c0 * unit / rph) as i32;
         p.nheads = nrows.div_ceil(rph) as i32;
         match path {
-            Path::OnChip { logm, block } => {
+            Path::OnChip { logm, block, tc } => {
                 let lanes = (PER_THREAD * block as usize) >> logm;
-                launch(&dev, block, &format!("fc_fwd_{sfx}"), (grid_u32(nrows.div_ceil(lanes), "forward")?, 1), &p, "fc_fwd")?;
+                let grid = (grid_u32(nrows.div_ceil(lanes), "forward")?, 1);
+                if tc {
+                    launch_smem(&dev, block, &format!("fc_fwd_tc_{sfx}"), grid, &p, "fc_fwd_tc", smem_bytes_tc(block))?;
+                } else {
+                    launch(&dev, block, &format!("fc_fwd_{sfx}"), grid, &p, "fc_fwd")?;
+                }
             }
             Path::FourStep { logm1, logm2, col_block, row_block } => {
                 let tiles = four_step_tiles(logm1, logm2, col_block);
@@ -391,7 +424,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
     let mix = dims.hd > 1;
 
     match path {
-        Path::OnChip { logm, block } => {
+        Path::OnChip { logm, block, .. } => {
             let lanes = (PER_THREAD * block as usize) >> logm;
             // CTAs per head: enough CTAs in all to fill the device a few times over, no more
             // than the head has rows for.

@@ -46,6 +46,7 @@ struct FcParams {
     int parts;  // filter-gradient partials per head (on-chip backward)
     int head0;  // first head of this launch
     int nheads; // heads of this launch
+    int tc;     // 1: the filter spectrum is stored in TC order (fft_tc.cuh), for fc_fwd_tc_*
 };
 
 template <typename T> __device__ __forceinline__ float ld(u64 p, i64 i) { return ember_to_f32(reinterpret_cast<const T*>(p)[i]); }
@@ -230,6 +231,8 @@ __device__ void fc_spectrum_onchip(const FcParams& p) {
     block_fft<-1>(x, fc_rows_layout(p.logm), tw);
     const float s = 1.f / (4.f * (float)n);  // Ks = 2X/(4N) = X/(2N)
     const i64 row = (i64)g * (l.m + 1);
+    // Bin k < M at k (natural order) or at fc_tc_pos(k) (TC order); the Nyquist bin at M.
+    const auto at = [&](int k) { return row + (p.tc ? fc_tc_pos(k, p.logm) : k); };
     for (int c = 0; c <= FC_E / 2; ++c) {
         const int k = l.lt + l.tpr * c;
         if (k > l.m / 2 || !valid) continue;
@@ -241,8 +244,8 @@ __device__ void fc_spectrum_onchip(const FcParams& p) {
         } else {
             float2 Xk, Xmk;
             real_post(x[FC_P(l.base + k)], x[FC_P(l.base + l.m - k)], fc_wk_table(tw, k, p.logm), Xk, Xmk);
-            st2(p.spec, row + k, c_scale(Xk, s));
-            st2(p.spec, row + l.m - k, c_scale(Xmk, s));
+            st2(p.spec, at(k), c_scale(Xk, s));
+            st2(p.spec, at(l.m - k), c_scale(Xmk, s));
         }
     }
 }
@@ -294,6 +297,75 @@ __device__ void fc_fwd_onchip(const FcParams& p) {
     for (int c = 0; c < FC_E; ++c) {
         const int n = l.lt + l.tpr * c;
         const float2 y = x[FC_P(l.base + n)];
+        const i64 t = 2 * (i64)n;
+        if (t < p.L) fc_epi_fwd<T, TO>(p, r, t, y.x);
+        if (t + 1 < p.L) fc_epi_fwd<T, TO>(p, r, t + 1, y.y);
+    }
+}
+
+// ---- forward on tensor cores (bf16 u, 256 ≤ M ≤ 4096) -----------------------------------------------
+// As fc_fwd_onchip with tc_fft (fft_tc.cuh) for the transforms. The spectrum step works in TC
+// order: position p = 256·k1 + k2 of a row holds bin k = k1 + P·k2; its partner M − k sits at
+// fc_tc_pos(M − k), and the filter spectrum Ks is stored in the same order (p.tc), so a warp's
+// loads of Ks are contiguous. exp(−2πi·k/N) = W_N^k1 · W_512^k2 (N/P = 512), both from tables read
+// contiguously or as broadcasts.
+
+__device__ __forceinline__ void fc_pair_mul_tc(float2* __restrict__ x, const FcLane& l, u64 spec, i64 srow, const float2* __restrict__ tw) {
+    const int logp = l.logm - 8;
+    const float2* w512 = tw + FC_STAGE_TW(8, 1) + 256;  // entry k2 = W_512^k2
+    // k = k1 + P·k2 < M/2 exactly when k2 < 128: the first half of each 256-point segment owns the
+    // pairs (k, M − k), k = 0 included (with the Nyquist bin); bin M/2 (k1 = 0, k2 = 128) pairs with
+    // itself and is done by thread 0 of the row.
+    for (int c = 0; c <= FC_E / 2; ++c) {
+        const int idx = l.lt + l.tpr * c;
+        if (c == FC_E / 2 && l.lt != 0) break;
+        const int k1 = c == FC_E / 2 ? 0 : idx >> 7, k2 = c == FC_E / 2 ? 128 : idx & 127;
+        const int pos = (k1 << 8) + k2;
+        const int k = k1 + (k2 << logp);
+        if (k == 0) {
+            float X0, XM;
+            real_post0(x[TC_P(l.base)], X0, XM);
+            const float y0 = X0 * ld2(spec, srow).x, yM = XM * ld2(spec, srow + l.m).x;
+            x[TC_P(l.base)] = real_pre0(y0, yM);
+            continue;
+        }
+        const int km = l.m - k;
+        const int pm = fc_tc_pos(km, l.logm);
+        const float2 wk = c_mul(tw[k1 << (FC_TWN_LOG - 1 - l.logm)], w512[k2]);
+        float2 Xk, Xmk;
+        real_post(x[TC_P(l.base + pos)], x[TC_P(l.base + pm)], wk, Xk, Xmk);
+        const float2 Yk = c_mul(Xk, ld2(spec, srow + pos)), Ymk = c_mul(Xmk, ld2(spec, srow + pm));
+        float2 Zk, Zmk;
+        real_pre(Yk, Ymk, wk, Zk, Zmk);
+        x[TC_P(l.base + pos)] = Zk;
+        if (k != km) x[TC_P(l.base + pm)] = Zmk;
+    }
+}
+
+template <typename T, typename TO>
+__device__ void fc_fwd_onchip_tc(const FcParams& p) {
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    const FcLane l = fc_lane(p.logm);
+    const FcRow r = fc_row(p, (i64)blockIdx.x * l.lanes + l.lane);
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    unsigned* tab = reinterpret_cast<unsigned*>(x + TC_SMEM_ELEMS);
+    tc_table_fill(tab, tw);
+#pragma unroll 4
+    for (int c = 0; c < FC_E; ++c) {
+        const int n = l.lt + l.tpr * c;
+        x[TC_P(l.base + n)] = make_float2(fc_w<T>(p, r, 2 * (i64)n), fc_w<T>(p, r, 2 * (i64)n + 1));
+    }
+    __syncthreads();
+    tc_fft<-1>(x, p.logm, tw, tab);
+    fc_pair_mul_tc(x, l, p.spec, (i64)r.g * (l.m + 1), tw);
+    __syncthreads();
+    tc_fft<1>(x, p.logm, tw, tab);
+    if (!r.valid) return;
+#pragma unroll 4
+    for (int c = 0; c < FC_E; ++c) {
+        const int n = l.lt + l.tpr * c;
+        const float2 y = x[TC_P(l.base + n)];
         const i64 t = 2 * (i64)n;
         if (t < p.L) fc_epi_fwd<T, TO>(p, r, t, y.x);
         if (t + 1 < p.L) fc_epi_fwd<T, TO>(p, r, t + 1, y.y);
@@ -961,3 +1033,5 @@ FC_TYPED(ember_f16, ember_f16, f16_f16)
 FC_TYPED(ember_f16, float, f16_f32)
 FC_TYPED(ember_bf16, ember_bf16, bf16_bf16)
 FC_TYPED(ember_bf16, float, bf16_f32)
+extern "C" __global__ void FC_LB fc_fwd_tc_bf16_bf16(FcParams p) { fc_fwd_onchip_tc<ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void FC_LB fc_fwd_tc_bf16_f32(FcParams p) { fc_fwd_onchip_tc<ember_bf16, float>(p); }

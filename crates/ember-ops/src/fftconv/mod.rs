@@ -72,6 +72,10 @@ pub struct Options<'a> {
     /// CUDA only: use the four-step (multi-pass) kernels even where the on-chip FFT fits, so tests
     /// and compute-sanitizer reach that path at small sizes.
     pub force_four_step: bool,
+    /// CUDA only, bf16 u: run the on-chip forward's FFTs as DFT-matrix products on tensor cores
+    /// where the size allows (complex size 256 ≤ M ≤ 4096); elsewhere ignored. Also switched on
+    /// for every call by `EMBER_FFTCONV_TC=1`.
+    pub tensor_cores: bool,
 }
 
 impl Default for Options<'_> {
@@ -85,6 +89,7 @@ impl Default for Options<'_> {
             out_f32: false,
             head_dim: 1,
             force_four_step: false,
+            tensor_cores: false,
         }
     }
 }
@@ -123,6 +128,10 @@ impl<'a> Options<'a> {
     }
     pub fn force_four_step(mut self, on: bool) -> Self {
         self.force_four_step = on;
+        self
+    }
+    pub fn tensor_cores(mut self, on: bool) -> Self {
+        self.tensor_cores = on;
         self
     }
 }

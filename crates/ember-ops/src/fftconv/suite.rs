@@ -26,12 +26,14 @@ pub struct Case {
     pub post: bool,
     pub out_f32: bool,
     pub four_step: bool,
+    /// Ask for the tensor-core forward (used where it applies: bf16 u, 256 ≤ M ≤ 4096).
+    pub tc: bool,
 }
 
 impl Case {
     /// No options, full-length filter.
     pub fn plain(b: usize, h: usize, l: usize) -> Self {
-        Case { b, h, l, lk: l, lkr: 0, hd: 1, d: false, gelu: false, mask: false, pre: false, post: false, out_f32: false, four_step: false }
+        Case { b, h, l, lk: l, lkr: 0, hd: 1, d: false, gelu: false, mask: false, pre: false, post: false, out_f32: false, four_step: false, tc: false }
     }
     /// Every option on (output in u's dtype), anticausal filter of half length.
     pub fn all(b: usize, h: usize, l: usize) -> Self {
@@ -46,6 +48,9 @@ impl Case {
     pub fn four_step(self) -> Self {
         Case { four_step: true, ..self }
     }
+    pub fn tc(self) -> Self {
+        Case { tc: true, ..self }
+    }
     fn name(&self) -> String {
         let mut s = format!("B={} H={} L={} Lk={}", self.b, self.h, self.l, self.lk);
         if self.lkr > 0 {
@@ -54,7 +59,7 @@ impl Case {
         if self.hd > 1 {
             s += &format!(" hd={}", self.hd);
         }
-        let flags = [(self.d, "D"), (self.gelu, "gelu"), (self.mask, "mask"), (self.pre, "pre"), (self.post, "post"), (self.out_f32, "outf32"), (self.four_step, "4step")];
+        let flags = [(self.d, "D"), (self.gelu, "gelu"), (self.mask, "mask"), (self.pre, "pre"), (self.post, "post"), (self.out_f32, "outf32"), (self.four_step, "4step"), (self.tc, "tc")];
         for (on, n) in flags {
             if on {
                 s += " ";
@@ -102,6 +107,11 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case::all(1, 2, 300).four_step(),
             Case::all(1, 8, 40).hd(8),
             Case::all(1, 8, 40).hd(8).four_step(),
+            // Tensor-core forward: M = 256 (no pass A), 512 (P = 2), 4096 (P = 16), hd = 8.
+            Case::all(2, 3, 200).tc(),
+            Case::all(1, 2, 300).tc(),
+            Case::all(1, 1, 3000).tc(),
+            Case::all(1, 8, 300).hd(8).tc(),
         ],
         // Every size the issue names, large ones included.
         Tier::Full => {
@@ -125,6 +135,15 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case::all(1, 8, 372).hd(8).four_step());
             v.push(Case::all(1, 7, 65539).lk(70));
             v.push(Case::all(1, 8, 16500).hd(8).lk(300));
+            // Tensor-core forward at every P (M = 256 … 4096), awkward lengths, Lk < L, hd = 8.
+            for l in [129, 256, 372, 784, 1134, 2000, 4096] {
+                v.push(Case::all(4, 7, l).tc());
+            }
+            v.push(Case::plain(3, 5, 1500).tc());
+            v.push(Case { gelu: true, d: true, ..Case::plain(4, 64, 4096) }.tc());
+            v.push(Case::all(1, 7, 256).lk(100).tc());
+            v.push(Case::all(2, 16, 1134).hd(8).tc());
+            v.push(Case { out_f32: true, ..Case::all(2, 5, 784) }.tc());
             v
         }
     }
@@ -201,6 +220,7 @@ impl CaseInputs {
             out_f32: c.out_f32,
             head_dim: c.hd,
             force_four_step: c.four_step,
+            tensor_cores: c.tc,
         }
     }
 }

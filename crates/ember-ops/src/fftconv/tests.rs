@@ -256,3 +256,127 @@ fn fft_size_never_wraps_into_the_output() {
     assert_eq!(d(1000, 10, 600), 2048);
     assert_eq!(d(1 << 22, 1 << 22, 0), 1 << 23);
 }
+
+// ---- host model of the tensor-core FFT (fft_tc.cuh) -----------------------------------------------
+
+type C64 = (f64, f64);
+
+fn cmul(a: C64, b: C64) -> C64 {
+    (a.0 * b.0 - a.1 * b.1, a.0 * b.1 + a.1 * b.0)
+}
+
+/// exp(dir·2πi·num/den)
+fn cis(dir: f64, num: usize, den: usize) -> C64 {
+    let a = dir * 2.0 * std::f64::consts::PI * num as f64 / den as f64;
+    (a.cos(), a.sin())
+}
+
+fn f16r(v: f64) -> f64 {
+    half::f16::from_f64(v).to_f64()
+}
+
+/// tc_fft256 as the kernel computes it: power-of-two scale, f16 operands (data and DFT-16 matrix),
+/// exact accumulation (f32 in the kernel), twiddle between the products.
+fn model_fft256(x: &mut [C64], dir: f64) {
+    let m = x.iter().fold(0.0f64, |m, v| m.max(v.0.abs()).max(v.1.abs()));
+    let ex = if m > 0.0 { m.log2().floor() as i32 + 1 } else { 0 };
+    let s = 2f64.powi(-ex);
+    let f = |e: usize| {
+        let w = cis(dir, e % 16, 16);
+        (f16r(w.0), f16r(w.1))
+    };
+    let xs: Vec<C64> = x.iter().map(|v| (f16r(v.0 * s), f16r(v.1 * s))).collect();
+    // C[a'][b] = Σ_a F[a'][a]·X[a][b], then × W_256^(a'·b), rounded to f16.
+    let mut c = [(0.0, 0.0); 256];
+    for ap in 0..16 {
+        for b in 0..16 {
+            let mut acc = (0.0, 0.0);
+            for a in 0..16 {
+                let p = cmul(f(ap * a), xs[16 * a + b]);
+                acc = (acc.0 + p.0, acc.1 + p.1);
+            }
+            let t = cmul(acc, cis(dir, ap * b, 256));
+            c[16 * ap + b] = (f16r(t.0), f16r(t.1));
+        }
+    }
+    // out[a' + 16·b'] = Σ_b C[a'][b]·F[b][b'].
+    for ap in 0..16 {
+        for bp in 0..16 {
+            let mut acc = (0.0, 0.0);
+            for b in 0..16 {
+                let p = cmul(c[16 * ap + b], f(b * bp));
+                acc = (acc.0 + p.0, acc.1 + p.1);
+            }
+            x[ap + 16 * bp] = (acc.0 / s, acc.1 / s);
+        }
+    }
+}
+
+/// tc_fft of one row of M = 256·P points: forward natural → TC order, inverse TC order → natural.
+fn model_tc_fft(x: &mut [C64], dir: f64) {
+    let mm = x.len();
+    let p = mm / 256;
+    let pass_a = |x: &mut [C64]| {
+        for n2 in 0..256 {
+            let col: Vec<C64> = (0..p).map(|r| x[256 * r + n2]).collect();
+            for k1 in 0..p {
+                let mut acc = (0.0, 0.0);
+                for (r, v) in col.iter().enumerate() {
+                    // Forward: DFT then twiddle; inverse: twiddle then DFT (as the kernel).
+                    let w = if dir < 0.0 { cis(dir, r * k1, p) } else { cmul(cis(dir, r * k1, p), cis(dir, r * n2, mm)) };
+                    let t = cmul(*v, w);
+                    acc = (acc.0 + t.0, acc.1 + t.1);
+                }
+                x[256 * k1 + n2] = if dir < 0.0 { cmul(acc, cis(dir, k1 * n2, mm)) } else { acc };
+            }
+        }
+    };
+    if dir < 0.0 && p > 1 {
+        pass_a(x);
+    }
+    for seg in x.chunks_mut(256) {
+        model_fft256(seg, dir);
+    }
+    if dir > 0.0 && p > 1 {
+        pass_a(x);
+    }
+}
+
+fn tc_pos(k: usize, logm: u32) -> usize {
+    let logp = logm - 8;
+    ((k & ((1 << logp) - 1)) << 8) | (k >> logp)
+}
+
+#[test]
+fn tensor_core_fft_model_matches_the_dft_within_f16_rounding() {
+    for logm in 8..=12u32 {
+        let mm = 1usize << logm;
+        let x: Vec<C64> = (0..mm).map(|i| (rng::normal(7 + logm as u64, 2 * i as u64), rng::normal(7 + logm as u64, 2 * i as u64 + 1))).collect();
+        let mut y = x.clone();
+        model_tc_fft(&mut y, -1.0);
+        // Bin k in TC order against the exact DFT.
+        let (mut num, mut den) = (0.0, 0.0);
+        for k in 0..mm {
+            let mut acc = (0.0, 0.0);
+            for (n, v) in x.iter().enumerate() {
+                let t = cmul(*v, cis(-1.0, (n * k) % mm, mm));
+                acc = (acc.0 + t.0, acc.1 + t.1);
+            }
+            let got = y[tc_pos(k, logm)];
+            num += (got.0 - acc.0).powi(2) + (got.1 - acc.1).powi(2);
+            den += acc.0 * acc.0 + acc.1 * acc.1;
+        }
+        let fwd_err = (num / den).sqrt();
+        assert!(fwd_err < 1e-3, "M = {mm}: forward error {fwd_err}");
+        // The inverse from TC order gives M·x in natural order.
+        model_tc_fft(&mut y, 1.0);
+        let (mut num, mut den) = (0.0, 0.0);
+        for (g, v) in y.iter().zip(&x) {
+            num += (g.0 / mm as f64 - v.0).powi(2) + (g.1 / mm as f64 - v.1).powi(2);
+            den += v.0 * v.0 + v.1 * v.1;
+        }
+        let rt_err = (num / den).sqrt();
+        assert!(rt_err < 1.5e-3, "M = {mm}: round-trip error {rt_err}");
+        eprintln!("M = {mm}: forward {fwd_err:.2e}, round trip {rt_err:.2e}");
+    }
+}
