@@ -217,7 +217,20 @@ fn check_linear(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usi
     r.cmp("clifford", &case, "linear d_bias", &gr.d_bias, &rdb, dtype.tolerance())?;
     if r.ctx.device.is_cuda() {
         let again = linear::backward(layer, &x.t, &w.t, &g.t)?;
-        r.prop("clifford", &case, "linear deterministic", dtype, bitwise(&gr.d_w, &again.d_w) && bitwise(&gr.d_bias, &again.d_bias));
+        r.prop("clifford", &case, "linear deterministic", dtype, bitwise(&gr.d_w, &again.d_w) && bitwise(&gr.d_bias, &again.d_bias) && bitwise(&gr.d_x, &again.d_x));
+        for var in cuda::LinearVariant::ALL {
+            let v = format!("({})", var.name());
+            let o = cuda::linear_forward_variant(layer, dims, nout, &x.t, &w.t, Some(&bias.t), var)?;
+            r.cmp("clifford", &case, &format!("linear out {v}"), &o, &reference::linear_forward(alg, dims, nout, &x.v, &w.v, Some(&bias.v)), t)?;
+            let o2 = cuda::linear_forward_variant(layer, dims, nout, &x.t, &w.t, Some(&bias.t), var)?;
+            let gv = cuda::linear_backward_variant(layer, dims, nout, &x.t, &w.t, &g.t, var)?;
+            r.cmp("clifford", &case, &format!("linear d_x {v}"), &gv.d_x, &rdx, t)?;
+            r.cmp("clifford", &case, &format!("linear d_w {v}"), &gv.d_w, &rdw, t)?;
+            r.cmp("clifford", &case, &format!("linear d_bias {v}"), &gv.d_bias, &rdb, dtype.tolerance())?;
+            let g2 = cuda::linear_backward_variant(layer, dims, nout, &x.t, &w.t, &g.t, var)?;
+            let same = bitwise(&o, &o2) && bitwise(&gv.d_x, &g2.d_x) && bitwise(&gv.d_w, &g2.d_w) && bitwise(&gv.d_bias, &g2.d_bias);
+            r.prop("clifford", &case, &format!("linear deterministic {v}"), dtype, same);
+        }
     }
     Ok(())
 }
@@ -462,7 +475,27 @@ fn bench_linear(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -
         linear::backward(&layer, x, w, g).map(drop)
     })?;
     let both = ctx.row_with_rate("clifford", "fwd+bwd", dtype, p, ms, 2.5 * bytes, 3.0 * flops, rate);
-    Ok(vec![fwd, both])
+    let mut rows = vec![fwd, both];
+    // The variant that is not the default, for comparison in the same run.
+    if ctx.device.is_cuda() {
+        let dims = Dims { m, b: nb, n };
+        let chosen = cuda::LinearVariant::selected(&sets[0].0);
+        for var in cuda::LinearVariant::ALL.into_iter().filter(|&v| v != chosen) {
+            let pv = params(&[("layer", json!("linear")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("variant", json!(var.name()))]);
+            let ms = ctx.time(300.0, |i| {
+                let (x, w, b, _) = &sets[i % k];
+                cuda::linear_forward_variant(&layer, dims, n, x, w, Some(b), var).map(drop)
+            })?;
+            rows.push(ctx.row_with_rate("clifford", "fwd", dtype, pv.clone(), ms, bytes, flops, rate));
+            let ms = ctx.time(300.0, |i| {
+                let (x, w, b, g) = &sets[i % k];
+                let _o = cuda::linear_forward_variant(&layer, dims, n, x, w, Some(b), var)?;
+                cuda::linear_backward_variant(&layer, dims, n, x, w, g, var).map(drop)
+            })?;
+            rows.push(ctx.row_with_rate("clifford", "fwd+bwd", dtype, pv, ms, 2.5 * bytes, 3.0 * flops, rate));
+        }
+    }
+    Ok(rows)
 }
 
 fn cpu_device(ctx: &BenchCtx) -> bool {
