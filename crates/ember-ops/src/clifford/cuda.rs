@@ -105,7 +105,17 @@ fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
 fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<String> {
     let mut o = vec![dtype_opt(dt), "-DCL_KIND=1".into(), format!("-DCL_V={v}"), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_K={}", u8::from(hold))];
     if staged {
-        o.push("-DCL_WS=1".into());
+        o.extend(staged_opts());
+    }
+    o
+}
+
+/// Options of the staged row kernels: `EMBER_CLIFFORD_WSTAGE=ldg` stages the weights with v2's
+/// __ldg loop (CL_WCP = 0) instead of cp.async, for comparison.
+fn staged_opts() -> Vec<String> {
+    let mut o = vec!["-DCL_WS=1".to_string()];
+    if std::env::var("EMBER_CLIFFORD_WSTAGE").as_deref() == Ok("ldg") {
+        o.push("-DCL_WCP=0".into());
     }
     o
 }
@@ -186,7 +196,7 @@ fn rows_opts(dt: DType, kind: &str, v: usize, staged: bool) -> Vec<String> {
         // Half types recompute o in f32 rather than read their rounded `out`.
         o.push(format!("-DCL_DOT_O={}", u8::from(dt != DType::F32)));
         if staged {
-            o.push("-DCL_WS=1".into());
+            o.extend(staged_opts());
         }
     }
     o
@@ -996,5 +1006,16 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             }
         }
     }
+    // The staged kernels with either weight staging (EMBER_CLIFFORD_WSTAGE).
+    let ws = "-DCL_WS=1".to_string();
+    let mut other: Vec<KernelBuild> = Vec::new();
+    for b in out.iter().filter(|b| b.options.contains(&ws)) {
+        let mut o: Vec<String> = b.options.iter().filter(|s| !s.starts_with("-DCL_WCP")).cloned().collect();
+        if o.len() == b.options.len() {
+            o.push("-DCL_WCP=0".into());
+        }
+        other.push(KernelBuild { source: b.source, options: o });
+    }
+    out.extend(other);
     Ok(out)
 }
