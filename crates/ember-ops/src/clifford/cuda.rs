@@ -105,7 +105,17 @@ fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
 fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<String> {
     let mut o = vec![dtype_opt(dt), "-DCL_KIND=1".into(), format!("-DCL_V={v}"), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_K={}", u8::from(hold))];
     if staged {
-        o.push("-DCL_WS=1".into());
+        o.extend(staged_opts());
+    }
+    o
+}
+
+/// Options of the staged row kernels: `EMBER_CLIFFORD_WSTAGE=ldg` stages the weights with v2's
+/// __ldg loop (CL_WCP = 0) instead of cp.async, for comparison.
+fn staged_opts() -> Vec<String> {
+    let mut o = vec!["-DCL_WS=1".to_string()];
+    if std::env::var("EMBER_CLIFFORD_WSTAGE").as_deref() == Ok("ldg") {
+        o.push("-DCL_WCP=0".into());
     }
     o
 }
@@ -186,7 +196,7 @@ fn rows_opts(dt: DType, kind: &str, v: usize, staged: bool) -> Vec<String> {
         // Half types recompute o in f32 rather than read their rounded `out`.
         o.push(format!("-DCL_DOT_O={}", u8::from(dt != DType::F32)));
         if staged {
-            o.push("-DCL_WS=1".into());
+            o.extend(staged_opts());
         }
     }
     o
@@ -790,6 +800,34 @@ fn plan_simt(plan: &mut Plan, layer: &Layer, kind: u8, dt: DType, f32_io: bool, 
 
 // ---- MVLinear ------------------------------------------------------------------------------------
 
+/// How MVLinear runs on a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinearVariant {
+    /// The tensor-core tile engine of `tile.cu` (f32 as 3×TF32).
+    Tiles,
+    /// One cuBLAS GEMM per grade and pass (`blas.rs`), f32 compute without TF32.
+    Blas,
+}
+
+impl LinearVariant {
+    pub const ALL: [LinearVariant; 2] = [LinearVariant::Tiles, LinearVariant::Blas];
+    /// `EMBER_CLIFFORD_LINEAR=tiles|blas`; otherwise cuBLAS where it loads, the tiles where not.
+    pub fn selected(x: &Tensor) -> LinearVariant {
+        match std::env::var("EMBER_CLIFFORD_LINEAR").as_deref() {
+            Ok("tiles") => LinearVariant::Tiles,
+            Ok("blas") => LinearVariant::Blas,
+            _ if super::blas::available(x) => LinearVariant::Blas,
+            _ => LinearVariant::Tiles,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            LinearVariant::Tiles => "tiles",
+            LinearVariant::Blas => "blas",
+        }
+    }
+}
+
 /// MVLinear forward: inputs [x, w] or [x, w, bias]; output [out].
 pub fn plan_linear_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bool) -> Result<Plan> {
     let mut plan = Plan::new(if bias { 3 } else { 2 });
@@ -816,7 +854,16 @@ pub fn plan_linear_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, b
 }
 
 pub fn linear_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    let plan = plan_linear_forward(layer, dims, n_out, x.dtype(), bias.is_some())?;
+    linear_forward_variant(layer, dims, n_out, x, w, bias, LinearVariant::selected(x))
+}
+
+/// [`linear_forward`] with an explicit variant (the GPU checks run every one).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, var: LinearVariant) -> Result<Tensor> {
+    let plan = match var {
+        LinearVariant::Blas => super::blas::plan_forward(layer, dims, n_out, x.dtype(), bias.is_some())?,
+        LinearVariant::Tiles => plan_linear_forward(layer, dims, n_out, x.dtype(), bias.is_some())?,
+    };
     let outs = match bias {
         Some(b) => run_cuda(plan, &[x, w, b])?,
         None => run_cuda(plan, &[x, w])?,
@@ -866,20 +913,36 @@ pub fn plan_linear_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType) 
         out_len: layer.grades() * dims.n * n_out,
     };
     plan_tile(&mut plan, layer, TileKind::LinBwdWeight, dt, TileIo { a_f32: false, b_f32: false, d_f32: true, bias: false }, weight)?;
-    // d_bias: column sums of the scalar blade's gradient (B × N_out), in row chunks, in order.
+    plan_bias_grad(&mut plan, dims, n_out, dt, 2, db)?;
+    Ok(plan)
+}
+
+/// d_bias (buffer `db`): column sums of the scalar blade's gradient (the first B × N_out of buffer
+/// `g`), in row chunks, in order.
+pub(super) fn plan_bias_grad(plan: &mut Plan, dims: Dims, n_out: usize, dt: DType, g: usize, db: usize) -> Result<()> {
     let chunks = dims.b.div_ceil(256).clamp(1, 64);
     let rpc = dims.b.div_ceil(chunks);
     let chunks = dims.b.div_ceil(rpc);
     let part = plan.alloc(&[chunks, n_out], DType::F32);
-    let args = vec![Arg::Buf(2), Arg::Buf(part), Arg::I64(dims.b as i64), Arg::I64(n_out as i64), Arg::I64(rpc as i64)];
+    let args = vec![Arg::Buf(g), Arg::Buf(part), Arg::I64(dims.b as i64), Arg::I64(n_out as i64), Arg::I64(rpc as i64)];
     let grid = (blocks("w", n_out, THREADS as usize)?, chunks as u32, 1);
     plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_col_sums_{}", dt.name()), grid, block: THREADS, smem: 0, args, name: "clifford_col_sums" });
-    sum_chunks(&mut plan, part, db, chunks, n_out);
-    Ok(plan)
+    sum_chunks(plan, part, db, chunks, n_out);
+    Ok(())
 }
 
 pub fn linear_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, d_out: &Tensor) -> Result<LinearGrads> {
-    let mut it = run_cuda(plan_linear_backward(layer, dims, n_out, x.dtype())?, &[x, w, d_out])?.into_iter();
+    linear_backward_variant(layer, dims, n_out, x, w, d_out, LinearVariant::selected(x))
+}
+
+/// [`linear_backward`] with an explicit variant (the GPU checks run every one).
+#[allow(clippy::too_many_arguments)]
+pub fn linear_backward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, d_out: &Tensor, var: LinearVariant) -> Result<LinearGrads> {
+    let plan = match var {
+        LinearVariant::Blas => super::blas::plan_backward(layer, dims, n_out, x.dtype())?,
+        LinearVariant::Tiles => plan_linear_backward(layer, dims, n_out, x.dtype())?,
+    };
+    let mut it = run_cuda(plan, &[x, w, d_out])?.into_iter();
     Ok(LinearGrads { d_x: it.next().expect("d_x"), d_w: it.next().expect("d_w"), d_bias: it.next().expect("d_bias") })
 }
 
@@ -943,5 +1006,16 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             }
         }
     }
+    // The staged kernels with either weight staging (EMBER_CLIFFORD_WSTAGE).
+    let ws = "-DCL_WS=1".to_string();
+    let mut other: Vec<KernelBuild> = Vec::new();
+    for b in out.iter().filter(|b| b.options.contains(&ws)) {
+        let mut o: Vec<String> = b.options.iter().filter(|s| !s.starts_with("-DCL_WCP")).cloned().collect();
+        if o.len() == b.options.len() {
+            o.push("-DCL_WCP=0".into());
+        }
+        other.push(KernelBuild { source: b.source, options: o });
+    }
+    out.extend(other);
     Ok(out)
 }

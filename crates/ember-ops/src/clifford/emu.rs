@@ -169,6 +169,9 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
         }
         assert!(out.status.success(), "emulated launch {} ({} {:?}) failed: {:?} {}", l.name, l.src.name, l.opts, out.status, String::from_utf8_lossy(&out.stderr));
     }
+    for g in &plan.gemms {
+        host_gemm(g, &files);
+    }
     let outs = plan
         .outputs
         .iter()
@@ -179,4 +182,51 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
         .collect();
     let _ = std::fs::remove_dir_all(&dir);
     outs
+}
+
+fn read_words(b: &[u8], dt: DType) -> Vec<f64> {
+    match dt {
+        DType::F32 => b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
+        DType::F16 => b.chunks(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
+        DType::BF16 => b.chunks(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
+        DType::F64 => panic!("f64 does not run on CUDA"),
+    }
+}
+
+fn write_word(v: f64, dt: DType) -> Vec<u8> {
+    match dt {
+        DType::F32 => (v as f32).to_le_bytes().to_vec(),
+        DType::F16 => f16::from_f64(v).to_bits().to_le_bytes().to_vec(),
+        DType::BF16 => bf16::from_f64(v).to_bits().to_le_bytes().to_vec(),
+        DType::F64 => panic!("f64 does not run on CUDA"),
+    }
+}
+
+/// A plan's cuBLAS GEMM on the host (f64 accumulation), with the same row-major operand layout
+/// and offsets as on the GPU; elements outside the three matrices are left as they are.
+fn host_gemm(g: &super::plan::Gemm, files: &[PathBuf]) {
+    let d = &g.desc;
+    let (m, n, k) = (d.m, d.n, d.k);
+    let a = read_words(&std::fs::read(&files[g.a.0]).unwrap(), d.ab);
+    let b = read_words(&std::fs::read(&files[g.b.0]).unwrap(), d.ab);
+    let mut cbytes = std::fs::read(&files[g.c.0]).unwrap();
+    let c = read_words(&cbytes, d.c);
+    let es = d.c.size();
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0.0;
+            for l in 0..k {
+                let av = if d.ta { a[g.a.1 + l * m + i] } else { a[g.a.1 + i * k + l] };
+                let bv = if d.tb { b[g.b.1 + j * k + l] } else { b[g.b.1 + l * n + j] };
+                s += av * bv;
+            }
+            let ci = g.c.1 + i * n + j;
+            // β = 0 ignores C (it may hold NaN), as cuBLAS does.
+            if d.beta != 0.0 {
+                s += d.beta as f64 * c[ci];
+            }
+            cbytes[ci * es..(ci + 1) * es].copy_from_slice(&write_word(s, d.c));
+        }
+    }
+    std::fs::write(&files[g.c.0], cbytes).unwrap();
 }

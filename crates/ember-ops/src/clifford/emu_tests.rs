@@ -9,7 +9,7 @@
 use super::emu::{cxx, run_host};
 use super::fused::Stages;
 use super::reference::{self, Dims};
-use super::{cuda, Layer};
+use super::{blas, cuda, Layer};
 use ember_core::{DType, Device, Tensor};
 
 fn input(shape: &[usize], dtype: DType, seed: u64, scale: f64) -> (Tensor, Vec<f64>) {
@@ -119,15 +119,26 @@ fn emu_linear(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) 
     let (g, gv) = input(&[dims.m, nb, nout], dtype, seed + 3, 1.0);
     let tol = dtype.tolerance();
     let tag = format!("{spec} linear B={nb} N={nin}->{nout} {dtype}");
-    let o = run_host(&cuda::plan_linear_forward(&layer, dims, nout, dtype, true).unwrap(), &[&x, &w, &bias]);
-    close(&format!("{tag} out"), &o[0], &reference::linear_forward(&alg, dims, nout, &xv, &wv, Some(&bv)), tol);
-    let o = run_host(&cuda::plan_linear_forward(&layer, dims, nout, dtype, false).unwrap(), &[&x, &w]);
-    close(&format!("{tag} out without bias"), &o[0], &reference::linear_forward(&alg, dims, nout, &xv, &wv, None), tol);
-    let gr = run_host(&cuda::plan_linear_backward(&layer, dims, nout, dtype).unwrap(), &[&x, &w, &g]);
-    let (dx, dw, db) = reference::linear_backward(&alg, dims, nout, &xv, &wv, &gv);
-    close(&format!("{tag} d_x"), &gr[0], &dx, tol);
-    close(&format!("{tag} d_w"), &gr[1], &dw, tol);
-    close(&format!("{tag} d_bias"), &gr[2], &db, tol);
+    for var in cuda::LinearVariant::ALL {
+        let tag = format!("{tag} ({})", var.name());
+        let fwd = |bias: bool| match var {
+            cuda::LinearVariant::Tiles => cuda::plan_linear_forward(&layer, dims, nout, dtype, bias).unwrap(),
+            cuda::LinearVariant::Blas => blas::plan_forward(&layer, dims, nout, dtype, bias).unwrap(),
+        };
+        let bwd = match var {
+            cuda::LinearVariant::Tiles => cuda::plan_linear_backward(&layer, dims, nout, dtype).unwrap(),
+            cuda::LinearVariant::Blas => blas::plan_backward(&layer, dims, nout, dtype).unwrap(),
+        };
+        let o = run_host(&fwd(true), &[&x, &w, &bias]);
+        close(&format!("{tag} out"), &o[0], &reference::linear_forward(&alg, dims, nout, &xv, &wv, Some(&bv)), tol);
+        let o = run_host(&fwd(false), &[&x, &w]);
+        close(&format!("{tag} out without bias"), &o[0], &reference::linear_forward(&alg, dims, nout, &xv, &wv, None), tol);
+        let gr = run_host(&bwd, &[&x, &w, &g]);
+        let (dx, dw, db) = reference::linear_backward(&alg, dims, nout, &xv, &wv, &gv);
+        close(&format!("{tag} d_x"), &gr[0], &dx, tol);
+        close(&format!("{tag} d_w"), &gr[1], &dw, tol);
+        close(&format!("{tag} d_bias"), &gr[2], &db, tol);
+    }
 }
 
 /// Run cases on two threads (the machine's cores; each emulated launch runs 256 threads itself).

@@ -28,6 +28,7 @@
 //! that [`Forward`] back: the fused layer reads r (and, for f32 activations, out) and recomputes
 //! everything else from x, y, w; the fully connected layer reads r and its f32 product o.
 
+pub mod blas;
 pub mod cpu;
 pub mod cuda;
 #[cfg(test)]

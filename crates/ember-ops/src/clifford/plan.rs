@@ -4,6 +4,7 @@
 //! host emulation of the kernels (`emu.rs`), so the launch logic and the kernels are exercised
 //! without a GPU too.
 
+use ember_core::cuda::blas::{Blas, GemmDesc};
 use ember_core::cuda::{KernelSource, LaunchConfig};
 use ember_core::{DType, Error, Result, Tensor};
 
@@ -30,6 +31,16 @@ pub struct Launch {
     pub name: &'static str,
 }
 
+/// One cuBLAS GEMM on buffers of the plan: (buffer, element offset) of A, B and C (A and B of
+/// `desc.ab`, C of `desc.c`). A plan's GEMMs run after all its launches, in order.
+#[derive(Clone, Copy, Debug)]
+pub struct Gemm {
+    pub desc: GemmDesc,
+    pub a: (usize, usize),
+    pub b: (usize, usize),
+    pub c: (usize, usize),
+}
+
 /// A buffer the plan allocates (outputs and workspaces), filled with NaN when poisoning is on.
 #[derive(Clone, Debug)]
 pub struct BufSpec {
@@ -43,13 +54,14 @@ pub struct Plan {
     pub inputs: usize,
     pub allocs: Vec<BufSpec>,
     pub launches: Vec<Launch>,
+    pub gemms: Vec<Gemm>,
     /// Buffers returned, in order.
     pub outputs: Vec<usize>,
 }
 
 impl Plan {
     pub fn new(inputs: usize) -> Plan {
-        Plan { inputs, allocs: Vec::new(), launches: Vec::new(), outputs: Vec::new() }
+        Plan { inputs, allocs: Vec::new(), launches: Vec::new(), gemms: Vec::new(), outputs: Vec::new() }
     }
     /// A new buffer; returns its id.
     pub fn alloc(&mut self, shape: &[usize], dtype: DType) -> usize {
@@ -64,6 +76,9 @@ impl Plan {
     }
     pub fn launch(&mut self, l: Launch) {
         self.launches.push(l);
+    }
+    pub fn gemm(&mut self, g: Gemm) {
+        self.gemms.push(g);
     }
 }
 
@@ -121,6 +136,13 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
             };
         }
         launch.named(l.name).run()?;
+    }
+    if !plan.gemms.is_empty() {
+        let blas = Blas::shared(&dev)?;
+        for g in &plan.gemms {
+            let at = |(id, off): (usize, usize), dt: DType| -> Result<u64> { Ok(ptr(id)? + (off * dt.size()) as u64) };
+            blas.gemm(&g.desc, at(g.a, g.desc.ab)?, at(g.b, g.desc.ab)?, at(g.c, g.desc.c)?)?;
+        }
     }
     let mut out = Vec::new();
     for &id in &plan.outputs {

@@ -154,11 +154,49 @@ __device__ __forceinline__ void cl_fwd_group(const act_t* __restrict__ x, const 
 // words, which spreads the transposing stores over the banks, was measured no faster on an H200
 // in a separate run; see NOTES.md.)
 #define CL_WSTRIDE(N) (N)
+#ifndef CL_WCP
+#define CL_WCP 1
+#endif
+template <int BYTES> __device__ __forceinline__ void cl_cp_async(void* dst, const void* src) {
+#ifdef EMBER_HOST_EMU
+    std::memcpy(dst, src, BYTES);
+#else
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    if constexpr (BYTES == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
+    }
+#endif
+}
+__device__ __forceinline__ void cl_cp_commit() {
+#ifndef EMBER_HOST_EMU
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int PENDING> __device__ __forceinline__ void cl_cp_wait() {
+#ifndef EMBER_HOST_EMU
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+// CL_WCP = 1 (default): every weight copied by a 4-byte cp.async, all of them in flight at once
+// (and with the first step's x and y, issued before), then one wait. CL_WCP = 0: __ldg and a
+// transposing store per element, each iteration waiting on the load (v2).
 __device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* sw, i64 N) {
-    for (i64 i = threadIdx.x; i < N * CL_P; i += blockDim.x) {
-        const i64 n = i / CL_P;
+    const int total = (int)N * CL_P;
+#if CL_WCP
+    for (int i = threadIdx.x; i < total; i += blockDim.x) {
+        const int n = i / CL_P;
+        cl_cp_async<4>(sw + (i - n * CL_P) * CL_WSTRIDE(N) + n, w + i);
+    }
+    cl_cp_commit();
+    cl_cp_wait<0>();
+#else
+    for (int i = threadIdx.x; i < total; i += blockDim.x) {
+        const int n = i / CL_P;
         sw[(i - n * CL_P) * CL_WSTRIDE(N) + n] = __ldg(w + i);
     }
+#endif
 }
 // cl_fwd_group with x and y already loaded and the weights from sw.
 __device__ __forceinline__ void cl_fwd_vals(const float (&xv)[CL_M][CL_V], const float (&yv)[CL_M][CL_V], const float* sw, i64 N, i64 n0,
@@ -207,28 +245,6 @@ __device__ __forceinline__ void cl_scale_store(act_t* __restrict__ out, i64 BN, 
 // the current step computes, reduces and stores, so every thread always has a step's loads in
 // flight. Each thread reads back only the slots it copied itself: no barrier is needed for them.
 // Dynamic shared memory: sw (CL_P·N f32), then stage[2 buffers][x, y][CL_M][CL_THREADS][CL_V].
-template <int BYTES> __device__ __forceinline__ void cl_cp_async(void* dst, const void* src) {
-#ifdef EMBER_HOST_EMU
-    std::memcpy(dst, src, BYTES);
-#else
-    const u32 d = (u32)__cvta_generic_to_shared(dst);
-    if constexpr (BYTES == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-    } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
-    }
-#endif
-}
-__device__ __forceinline__ void cl_cp_commit() {
-#ifndef EMBER_HOST_EMU
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int PENDING> __device__ __forceinline__ void cl_cp_wait() {
-#ifndef EMBER_HOST_EMU
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-#endif
-}
 #define CL_SLOT (CL_M * CL_THREADS * CL_V)
 // Copy x and y of CL_V channels at `base` into this thread's slots `st` of one buffer.
 __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_t* __restrict__ y, act_t* st, i64 BN, i64 base) {

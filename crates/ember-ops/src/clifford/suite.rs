@@ -217,7 +217,20 @@ fn check_linear(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usi
     r.cmp("clifford", &case, "linear d_bias", &gr.d_bias, &rdb, dtype.tolerance())?;
     if r.ctx.device.is_cuda() {
         let again = linear::backward(layer, &x.t, &w.t, &g.t)?;
-        r.prop("clifford", &case, "linear deterministic", dtype, bitwise(&gr.d_w, &again.d_w) && bitwise(&gr.d_bias, &again.d_bias));
+        r.prop("clifford", &case, "linear deterministic", dtype, bitwise(&gr.d_w, &again.d_w) && bitwise(&gr.d_bias, &again.d_bias) && bitwise(&gr.d_x, &again.d_x));
+        for var in cuda::LinearVariant::ALL {
+            let v = format!("({})", var.name());
+            let o = cuda::linear_forward_variant(layer, dims, nout, &x.t, &w.t, Some(&bias.t), var)?;
+            r.cmp("clifford", &case, &format!("linear out {v}"), &o, &reference::linear_forward(alg, dims, nout, &x.v, &w.v, Some(&bias.v)), t)?;
+            let o2 = cuda::linear_forward_variant(layer, dims, nout, &x.t, &w.t, Some(&bias.t), var)?;
+            let gv = cuda::linear_backward_variant(layer, dims, nout, &x.t, &w.t, &g.t, var)?;
+            r.cmp("clifford", &case, &format!("linear d_x {v}"), &gv.d_x, &rdx, t)?;
+            r.cmp("clifford", &case, &format!("linear d_w {v}"), &gv.d_w, &rdw, t)?;
+            r.cmp("clifford", &case, &format!("linear d_bias {v}"), &gv.d_bias, &rdb, dtype.tolerance())?;
+            let g2 = cuda::linear_backward_variant(layer, dims, nout, &x.t, &w.t, &g.t, var)?;
+            let same = bitwise(&o, &o2) && bitwise(&gv.d_x, &g2.d_x) && bitwise(&gv.d_w, &g2.d_w) && bitwise(&gv.d_bias, &g2.d_bias);
+            r.prop("clifford", &case, &format!("linear deterministic {v}"), dtype, same);
+        }
     }
     Ok(())
 }
@@ -295,7 +308,7 @@ impl crate::OpFamily for Family {
         let grid: Vec<(usize, usize)> = if cpu {
             vec![(256, 128)]
         } else if ctx.quick {
-            vec![(4096, 512), (65536, 1024)]
+            vec![(4096, 512), (16384, 128), (65536, 1024)]
         } else {
             [1024usize, 4096, 16384, 65536].iter().flat_map(|&b| [128usize, 256, 512, 1024].map(|n| (b, n))).collect()
         };
@@ -305,6 +318,13 @@ impl crate::OpFamily for Family {
             fused_cases.push((spec, b0, n0, DType::F32));
         }
         fused_cases.push(("3,0", b0, n0, DType::BF16));
+        // EMBER_CLIFFORD_BENCH=fused|fc|linear limits the bench to one layer (comparisons of
+        // variants selected by environment variables in one device session).
+        let only = std::env::var("EMBER_CLIFFORD_BENCH").ok();
+        let want = |layer: &str| only.as_deref().is_none_or(|o| o == layer);
+        if !want("fused") {
+            fused_cases.clear();
+        }
         for (spec, b, n, dtype) in fused_cases {
             for row in bench_fused(ctx, spec, b, n, dtype)? {
                 emit(row, &mut rows);
@@ -313,11 +333,15 @@ impl crate::OpFamily for Family {
         // The fully connected product and MVLinear: Cl(3,0), B = 4096, N = 512.
         let (b, n) = if cpu { (64, 64) } else { (4096, 512) };
         for dtype in [DType::F32, DType::BF16] {
-            for row in bench_fc(ctx, "3,0", b, n, dtype)? {
-                emit(row, &mut rows);
+            if want("fc") {
+                for row in bench_fc(ctx, "3,0", b, n, dtype)? {
+                    emit(row, &mut rows);
+                }
             }
-            for row in bench_linear(ctx, "3,0", b, n, dtype)? {
-                emit(row, &mut rows);
+            if want("linear") {
+                for row in bench_linear(ctx, "3,0", b, n, dtype)? {
+                    emit(row, &mut rows);
+                }
             }
         }
         Ok(rows)
@@ -368,6 +392,23 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
     })?;
     let both = ctx.row("clifford", "fwd+bwd", dtype, p, ms, 8.0 * words, per(fwd_ops) + per(bwd_ops));
     let mut rows = vec![fwd, both];
+    // EMBER_CLIFFORD_PROFILE=1: each launch of the default backward alone (pass "bwd:<kernel>",
+    // bytes of the whole backward), to see where its time goes.
+    if ctx.device.is_cuda() && std::env::var("EMBER_CLIFFORD_PROFILE").is_ok() {
+        let dims = Dims { m, b: nb, n };
+        let st = fused::Stages { gelu: true, norm: true };
+        let (x, y, w, g) = &sets[0];
+        let f = fused::forward(&layer, x, y, w, true)?;
+        let rms = f.rms.as_ref().expect("normed forward");
+        let plan = cuda::plan_fused_backward(&layer, dims, dtype, st, cuda::RowVariant::selected(&layer), cuda::Gpu::of(x)?)?;
+        for (li, l) in plan.launches.iter().enumerate() {
+            let mut one = plan.clone();
+            one.launches = vec![l.clone()];
+            let ms = ctx.time(200.0, |_| super::plan::run_cuda(one.clone(), &[x, y, w, g, &f.out, rms]).map(drop))?;
+            let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("launch", json!(li))]);
+            rows.push(ctx.row("clifford", &format!("bwd:{}", l.name), dtype, pv, ms, 5.0 * words, per(bwd_ops)));
+        }
+    }
     // The forward variants that are not the default, for comparison in the same run.
     if ctx.device.is_cuda() {
         let dims = Dims { m, b: nb, n };
@@ -462,7 +503,27 @@ fn bench_linear(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -
         linear::backward(&layer, x, w, g).map(drop)
     })?;
     let both = ctx.row_with_rate("clifford", "fwd+bwd", dtype, p, ms, 2.5 * bytes, 3.0 * flops, rate);
-    Ok(vec![fwd, both])
+    let mut rows = vec![fwd, both];
+    // The variant that is not the default, for comparison in the same run.
+    if ctx.device.is_cuda() {
+        let dims = Dims { m, b: nb, n };
+        let chosen = cuda::LinearVariant::selected(&sets[0].0);
+        for var in cuda::LinearVariant::ALL.into_iter().filter(|&v| v != chosen) {
+            let pv = params(&[("layer", json!("linear")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("variant", json!(var.name()))]);
+            let ms = ctx.time(300.0, |i| {
+                let (x, w, b, _) = &sets[i % k];
+                cuda::linear_forward_variant(&layer, dims, n, x, w, Some(b), var).map(drop)
+            })?;
+            rows.push(ctx.row_with_rate("clifford", "fwd", dtype, pv.clone(), ms, bytes, flops, rate));
+            let ms = ctx.time(300.0, |i| {
+                let (x, w, b, g) = &sets[i % k];
+                let _o = cuda::linear_forward_variant(&layer, dims, n, x, w, Some(b), var)?;
+                cuda::linear_backward_variant(&layer, dims, n, x, w, g, var).map(drop)
+            })?;
+            rows.push(ctx.row_with_rate("clifford", "fwd+bwd", dtype, pv, ms, 2.5 * bytes, 3.0 * flops, rate));
+        }
+    }
+    Ok(rows)
 }
 
 fn cpu_device(ctx: &BenchCtx) -> bool {
