@@ -7,6 +7,7 @@
 //! disk; its only entry point is `cl_kernel`. Each op is planned first ([`super::plan`]): buffers and
 //! launches, run by [`run_cuda`] here and by the host emulation in the unit tests.
 
+use super::fc2::{self, FcVariant};
 use super::fused::Stages;
 use super::gen::Tables;
 use super::layer::{Layer, Prog};
@@ -32,7 +33,7 @@ fn leak(s: String) -> &'static str {
 }
 
 /// The module `key` of `layer`'s algebra, generated on first use.
-fn source(layer: &Layer, key: &str, make: impl FnOnce() -> Result<String>) -> Result<KernelSource> {
+pub(super) fn source(layer: &Layer, key: &str, make: impl FnOnce() -> Result<String>) -> Result<KernelSource> {
     let mut map = layer.inner.sources.lock().unwrap();
     if let Some(s) = map.get(key) {
         return Ok(*s);
@@ -43,7 +44,7 @@ fn source(layer: &Layer, key: &str, make: impl FnOnce() -> Result<String>) -> Re
 }
 
 /// Sizes of the algebra and the device functions of `progs`.
-fn prefix(layer: &Layer, progs: &[Prog]) -> Result<String> {
+pub(super) fn prefix(layer: &Layer, progs: &[Prog]) -> Result<String> {
     let t = layer.tables();
     let mut s = format!("#define CL_M {}\n#define CL_P {}\n#define CL_NG {}\n#define CL_NT {}\n", t.m(), t.p(), t.ng(), t.nt());
     for &p in progs {
@@ -52,7 +53,7 @@ fn prefix(layer: &Layer, progs: &[Prog]) -> Result<String> {
     Ok(s)
 }
 
-fn dtype_opt(d: DType) -> String {
+pub(super) fn dtype_opt(d: DType) -> String {
     format!("-DEMBER_T={}", d.cuda_type())
 }
 
@@ -89,7 +90,7 @@ fn team(groups: usize) -> u32 {
     groups.next_power_of_two().clamp(32, THREADS as usize) as u32
 }
 
-fn blocks(arg: &str, items: usize, per_block: usize) -> Result<u32> {
+pub(super) fn blocks(arg: &str, items: usize, per_block: usize) -> Result<u32> {
     u32::try_from(items.div_ceil(per_block).max(1))
         .ok()
         .filter(|&g| g <= i32::MAX as u32)
@@ -216,7 +217,7 @@ fn row_launch(rows: usize, n: usize, v: usize) -> Result<(u32, u32)> {
     Ok((blocks("x", rows, (THREADS / t) as usize)?, t))
 }
 
-fn launch(src: KernelSource, opts: Vec<String>, grid: (u32, u32, u32), smem: usize, args: Vec<Arg>, name: &'static str) -> Launch {
+pub(super) fn launch(src: KernelSource, opts: Vec<String>, grid: (u32, u32, u32), smem: usize, args: Vec<Arg>, name: &'static str) -> Launch {
     Launch { src, opts, entry: "cl_kernel".into(), grid, block: THREADS, smem, args, name }
 }
 
@@ -633,6 +634,12 @@ fn plan_rows(plan: &mut Plan, layer: &Layer, kind: &str, dt: DType, rows: usize,
 
 /// Fully connected forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms, o].
 pub fn plan_fc_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: Stages) -> Result<Plan> {
+    plan_fc_forward_variant(layer, dims, n_out, dt, st, FcVariant::selected(), true)
+}
+
+/// [`plan_fc_forward`] with the forward kernel `var` (v2 where it applies to the algebra and dtype,
+/// else the tile engine); `aligned`: x and y start at 4-byte boundaries.
+pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: Stages, var: FcVariant, aligned: bool) -> Result<Plan> {
     let mut plan = Plan::new(3);
     let out_shape = [dims.m, dims.b, n_out];
     let out = plan.output(&out_shape, dt);
@@ -643,7 +650,9 @@ pub fn plan_fc_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: S
     } else {
         (None, out)
     };
-    if fc_tensor_cores(layer, dt) {
+    if var == FcVariant::Gemm && fc2::applies(layer, dt) {
+        fc2::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
+    } else if fc_tensor_cores(layer, dt) {
         let call = TileCall {
             a: Arg::Null,
             b: Arg::Buf(2),
@@ -673,7 +682,13 @@ pub fn plan_fc_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: S
 
 #[allow(clippy::too_many_arguments)]
 pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
-    let mut outs = run_cuda(plan_fc_forward(layer, dims, n_out, x.dtype(), st)?, &[x, y, w])?.into_iter();
+    fc_forward_variant(layer, dims, n_out, x, y, w, st, FcVariant::selected())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages, var: FcVariant) -> Result<Forward> {
+    let aligned = x.cuda_ptr()? % 4 == 0 && y.cuda_ptr()? % 4 == 0;
+    let mut outs = run_cuda(plan_fc_forward_variant(layer, dims, n_out, x.dtype(), st, var, aligned)?, &[x, y, w])?.into_iter();
     Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: outs.next() })
 }
 
@@ -1000,6 +1015,7 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
                 out.push(KernelBuild { source: tile_source(layer, kind, dt, io)?.0, options: tile_opts(dt) });
             }
         }
+        out.extend(fc2::kernels(layer, dt)?);
         if !fc_tc {
             for (kind, f) in [(1, false), (1, true), (2, false), (2, true), (3, false), (3, true)] {
                 out.push(KernelBuild { source: simt_source(layer)?, options: simt_opts(dt, kind, f) });

@@ -7,6 +7,7 @@
 //! algebras; `EMBER_EMU_FULL=1` adds every named algebra in every dtype.
 
 use super::emu::{cxx, run_host};
+use super::fc2::FcVariant;
 use super::fused::Stages;
 use super::reference::{self, Dims};
 use super::{blas, cuda, Layer};
@@ -91,9 +92,19 @@ fn emu_fc(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) {
     let tol = dtype.tolerance();
     for norm in [false, true] {
         let tag = format!("{spec} fc B={nb} N={nin}->{nout} {dtype} norm={norm}");
-        let f = run_host(&cuda::plan_fc_forward(&layer, dims, nout, dtype, Stages { gelu: true, norm }).unwrap(), &[&x, &y, &w]);
         let (ro, rr) = reference::fc_forward(&alg, dims, nout, &xv, &yv, &wv, norm);
-        close(&format!("{tag} out"), &f[0], &ro, tol);
+        // Both forward kernels (v2 applies to half types up to 3 blades per grade), x and y read as
+        // pairs of channels or one by one.
+        let mut f = Vec::new();
+        for var in FcVariant::ALL {
+            for aligned in [true, false] {
+                f = run_host(&cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, Stages { gelu: true, norm }, var, aligned).unwrap(), &[&x, &y, &w]);
+                close(&format!("{tag} {} aligned={aligned} out", var.name()), &f[0], &ro, tol);
+                if let Some(rr) = &rr {
+                    close(&format!("{tag} {} aligned={aligned} rms", var.name()), &f[1], rr, tol);
+                }
+            }
+        }
         let bwd = cuda::plan_fc_backward(&layer, dims, nout, dtype, norm).unwrap();
         let gr = if let Some(rr) = rr {
             close(&format!("{tag} rms"), &f[1], &rr, tol);
@@ -196,6 +207,9 @@ fn emulated_tensor_core_tiles_match_the_reference() {
     cases.push(Box::new(|| emu_fc("2,0", (130, 3, 5), DType::F32)));
     cases.push(Box::new(|| emu_linear("2,0", (300, 3, 5), DType::BF16)));
     cases.push(Box::new(|| emu_fc("3,0", (33, 17, 9), DType::F32)));
+    // FC v2: two groups of 128 rows (the second partial), even N (pairs), two column tiles.
+    cases.push(Box::new(|| emu_fc("3,0", (130, 18, 133), DType::BF16)));
+    cases.push(Box::new(|| emu_fc("3,0", (7, 33, 5), DType::F16)));
     // n = 5: the fully connected product's CUDA-core fallback.
     cases.push(Box::new(|| emu_fc("2,2,1", (3, 2, 3), DType::F32)));
     cases.push(Box::new(|| emu_linear("2,2,1", (3, 5, 4), DType::F16)));

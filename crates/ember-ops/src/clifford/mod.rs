@@ -36,6 +36,7 @@ mod emu;
 #[cfg(test)]
 mod emu_tests;
 pub mod fc;
+pub mod fc2;
 pub mod fused;
 pub mod gen;
 mod layer;

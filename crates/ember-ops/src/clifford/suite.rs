@@ -1,7 +1,7 @@
 //! The Clifford layers' `ember check` cases and `ember bench` rows.
 
 use super::reference::{self, Dims};
-use super::{cuda, fc, fused, linear, mvgelu, wgp, Layer};
+use super::{cuda, fc, fc2, fused, linear, mvgelu, wgp, Layer};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
 use crate::KernelBuild;
@@ -49,8 +49,8 @@ fn gemm_sizes(tier: Tier) -> Vec<(usize, usize, usize)> {
     match tier {
         Tier::Quick => vec![(1, 1, 1), (5, 7, 9)],
         // Tile edges, and a batch long enough for the weight gradient's split-K path.
-        Tier::Small => vec![(3, 5, 7), (17, 33, 9), (300, 8, 8)],
-        Tier::Full => vec![(1, 1, 1), (7, 7, 7), (127, 129, 65), (129, 33, 127), (4099, 17, 9), (300, 64, 96)],
+        Tier::Small => vec![(3, 5, 7), (17, 33, 9), (300, 8, 8), (130, 18, 133)],
+        Tier::Full => vec![(1, 1, 1), (7, 7, 7), (127, 129, 65), (129, 33, 127), (4099, 17, 9), (300, 64, 96), (260, 34, 131)],
     }
 }
 
@@ -183,6 +183,19 @@ fn check_fc(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usize),
         r.cmp("clifford", &case, "fc out", &f.out, &ro, t)?;
         if let (Some(got), Some(want)) = (&f.rms, &rr) {
             r.cmp("clifford", &case, "fc rms", got, want, t)?;
+        }
+        if r.ctx.device.is_cuda() {
+            // The forward kernel that is not the default, and the default's determinism.
+            let sel = fc2::FcVariant::selected();
+            for var in fc2::FcVariant::ALL.into_iter().filter(|&v| v != sel) {
+                let fv = cuda::fc_forward_variant(layer, dims, nout, &x.t, &y.t, &w.t, fused::Stages { gelu: true, norm }, var)?;
+                r.cmp("clifford", &case, &format!("fc out ({})", var.name()), &fv.out, &ro, t)?;
+                if let (Some(got), Some(want)) = (&fv.rms, &rr) {
+                    r.cmp("clifford", &case, &format!("fc rms ({})", var.name()), got, want, t)?;
+                }
+            }
+            let again = fc::forward(layer, &x.t, &y.t, &w.t, norm)?;
+            r.prop("clifford", &case, "fc forward deterministic", dtype, bitwise(&f.out, &again.out));
         }
         let gr = fc::backward(layer, &x.t, &y.t, &w.t, &f, &g.t)?;
         r.cmp("clifford", &case, "fc d_x", &gr.d_x, &rdx, t)?;
@@ -470,8 +483,25 @@ fn bench_fc(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -> Re
         fc::backward(&layer, x, y, w, &f, g).map(drop)
     })?;
     let mut both = ctx.row_with_rate("clifford", "fwd+bwd", dtype, p, ms, 2.5 * bytes, 3.0 * flops, rate);
-    both.note = note;
-    Ok(vec![fwd, both])
+    both.note = note.clone();
+    let mut rows = vec![fwd, both];
+    // The forward kernel that is not the default, for comparison in the same run.
+    if ctx.device.is_cuda() && fc2::applies(&layer, dtype) {
+        let dims = Dims { m, b: nb, n };
+        let st = fused::Stages { gelu: true, norm: true };
+        let sel = fc2::FcVariant::selected();
+        for var in fc2::FcVariant::ALL.into_iter().filter(|&v| v != sel) {
+            let pv = params(&[("layer", json!("fc")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true)), ("fwd", json!(var.name()))]);
+            let ms = ctx.time(300.0, |i| {
+                let (x, y, w, _) = &sets[i % k];
+                cuda::fc_forward_variant(&layer, dims, n, x, y, w, st, var).map(drop)
+            })?;
+            let mut row = ctx.row_with_rate("clifford", "fwd", dtype, pv, ms, bytes, flops, rate);
+            row.note = note.clone();
+            rows.push(row);
+        }
+    }
+    Ok(rows)
 }
 
 fn bench_linear(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -> Result<Vec<BenchRow>> {
