@@ -52,15 +52,25 @@ if has test; then
 fi
 
 if has sanitize; then
+  # racecheck leaves out cuBLAS's own GEMM kernels (names starting "nvjet", called by MVLinear's
+  # cuBLAS path): their shared-memory protocol is not ember's to fix and would mask our results.
+  # memcheck still covers them. Older sanitizers without the option check every kernel.
+  race_filter=()
+  if compute-sanitizer --help 2>&1 | grep -q -- --kernel-name-exclude; then
+    race_filter=(--kernel-name-exclude kns=nvjet)
+  fi
   for tool in memcheck racecheck; do
+    filter=()
+    [ "$tool" = racecheck ] && filter=("${race_filter[@]}")
+    [ ${#filter[@]} -gt 0 ] && note "sanitizer $tool: ${filter[*]}"
     if [ -n "$ops" ]; then
       : > "$work/sanitizer-$tool.txt"
       for op in $ops; do
-        compute-sanitizer --tool "$tool" --error-exitcode 9 "$here/bin/gpu-tests" --small --op "$op" >> "$work/sanitizer-$tool.txt" 2>&1
+        compute-sanitizer --tool "$tool" "${filter[@]}" --error-exitcode 9 "$here/bin/gpu-tests" --small --op "$op" >> "$work/sanitizer-$tool.txt" 2>&1
         echo "rc=$?" >> "$work/sanitizer-$tool.txt"
       done
     else
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$here/bin/gpu-tests" --small > "$work/sanitizer-$tool.txt" 2>&1
+      compute-sanitizer --tool "$tool" "${filter[@]}" --error-exitcode 9 "$here/bin/gpu-tests" --small > "$work/sanitizer-$tool.txt" 2>&1
       echo "rc=$?" >> "$work/sanitizer-$tool.txt"
     fi
     note "sanitizer $tool: $(grep -E 'ERROR SUMMARY' "$work/sanitizer-$tool.txt" | sort | uniq -c | tr '\n' ';') $(grep -E '^rc=' "$work/sanitizer-$tool.txt" | tr '\n' ' ')"

@@ -382,6 +382,33 @@ __device__ __forceinline__ void cl_dot_group(const act_t* __restrict__ g, const 
 }
 #endif
 
+#if CL_KIND == CL_KIND_DOT
+// Per-grade Σ g·o over the CL_V channels of one group: g as loaded ([blade][channel]), o as the
+// forward computes it ([channel][blade]); added to e.
+__device__ __forceinline__ void cl_dot_loaded(const float (&gv)[CL_M][CL_V], const float (&o)[CL_V][CL_M], float (&e)[CL_NG]) {
+#pragma unroll
+    for (int c = 0; c < CL_V; ++c) {
+        float gi[CL_M], s[CL_NG];
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) gi[j] = gv[j][c];
+        cl_dot(gi, o[c], s);
+#pragma unroll
+        for (int k = 0; k < CL_NG; ++k) e[k] += s[k];
+    }
+}
+
+// coef[b][k] = (a, a^p·e[k]/N) with a = 1/rms[b][k]; p = 2 when e sums g·o (o recomputed), 1 when
+// it sums g·out (out = a·o already).
+__device__ __forceinline__ void cl_store_coef(float* __restrict__ coef, const float* __restrict__ rms, i64 b, const float (&e)[CL_NG], i64 N, bool e_of_o) {
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) {
+        const float a = 1.0f / rms[b * CL_NG + k];
+        coef[(b * CL_NG + k) * 2] = a;
+        coef[(b * CL_NG + k) * 2 + 1] = (e_of_o ? a * a : a) * e[k] / (float)N;
+    }
+}
+#endif
+
 #if CL_KIND == CL_KIND_DOT && CL_WS
 // Staged variant of the kernel below (CL_DOT_O = 1 only): persistent CTAs (two per SM) walk steps
 // of CL_THREADS / team rows; the weights for the recomputed o are staged once per CTA.
@@ -407,25 +434,10 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 2) cl_kernel(const act_
             cl_load_mv(y, BN, base, yv);
             cl_load_mv(g, BN, base, gv);
             cl_fwd_vals(xv, yv, sw, N, q * CL_V, o, unused);
-#pragma unroll
-            for (int c = 0; c < CL_V; ++c) {
-                float gi[CL_M], sd[CL_NG];
-#pragma unroll
-                for (int j = 0; j < CL_M; ++j) gi[j] = gv[j][c];
-                cl_dot(gi, o[c], sd);
-#pragma unroll
-                for (int k = 0; k < CL_NG; ++k) e[k] += sd[k];
-            }
+            cl_dot_loaded(gv, o, e);
         }
         cl_team_sum<CL_NG>(e, red, team);
-        if (live && lt == 0) {
-#pragma unroll
-            for (int k = 0; k < CL_NG; ++k) {
-                const float a = 1.0f / rms[b * CL_NG + k];
-                coef[(b * CL_NG + k) * 2] = a;
-                coef[(b * CL_NG + k) * 2 + 1] = a * a * e[k] / (float)N;
-            }
-        }
+        if (live && lt == 0) cl_store_coef(coef, rms, b, e, N, true);
     }
 }
 #elif CL_KIND == CL_KIND_DOT
@@ -449,28 +461,13 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
         float o[CL_V][CL_M], unused[CL_NG], gv[CL_M][CL_V];
         cl_fwd_group(x, y, w, BN, b * N + q * CL_V, q * CL_V, o, unused);
         cl_load_mv(g, BN, b * N + q * CL_V, gv);
-#pragma unroll
-        for (int c = 0; c < CL_V; ++c) {
-            float gi[CL_M], s[CL_NG];
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) gi[j] = gv[j][c];
-            cl_dot(gi, o[c], s);
-#pragma unroll
-            for (int k = 0; k < CL_NG; ++k) e[k] += s[k];
-        }
+        cl_dot_loaded(gv, o, e);
 #else
         cl_dot_group(g, u, BN, b * N + q * CL_V, e);
 #endif
     }
     cl_team_sum<CL_NG>(e, red, team);
-    if (live && lt == 0) {
-#pragma unroll
-        for (int k = 0; k < CL_NG; ++k) {
-            const float a = 1.0f / rms[b * CL_NG + k];
-            coef[(b * CL_NG + k) * 2] = a;
-            coef[(b * CL_NG + k) * 2 + 1] = (CL_DOT_O ? a * a : a) * e[k] / (float)N;
-        }
-    }
+    if (live && lt == 0) cl_store_coef(coef, rms, b, e, N, CL_DOT_O);
 }
 #endif
 
