@@ -18,6 +18,11 @@ typedef EMBER_T act_t;
 #define CL_COLS_MIN_BLOCKS 1
 #endif
 
+#ifndef CL_PIPE
+#define CL_PIPE 0
+#endif
+
+#if !CL_PIPE
 extern "C" __global__ void __launch_bounds__(256, CL_COLS_MIN_BLOCKS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                             const act_t* __restrict__ g, const float* __restrict__ coef, act_t* __restrict__ dx,
                                                             act_t* __restrict__ dy, float* __restrict__ dw_part, i64 B, i64 N, i64 rows_per_chunk,
@@ -74,3 +79,164 @@ extern "C" __global__ void __launch_bounds__(256, CL_COLS_MIN_BLOCKS) cl_kernel(
         __syncthreads();
     }
 }
+#else
+// CL_PIPE = 1 (f32): the same CTA geometry, work items (column tile, row chunk) and d_w partials as
+// above, but persistent (a grid stride over the items, column tile fastest) and with each thread's
+// x, y, g words of a row copied by cp.async into its own slots of a CL_ST-stage ring in shared
+// memory, CL_ST - 1 rows ahead of the row it computes and across item boundaries: the loads of the
+// next rows are in flight while the gradient program runs (v1 issues them only after it). A thread
+// reads back only what it copied, so the ring needs no barrier.
+#define CL_ST 3
+#define CL_Q (3 * CL_M)
+#define CL_T 256
+__device__ __forceinline__ void cl_cp4(float* dst, const float* src) {
+#ifdef EMBER_HOST_EMU
+    *dst = *src;
+#else
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+#endif
+}
+__device__ __forceinline__ void cl_cp_commit() {
+#ifndef EMBER_HOST_EMU
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int PENDING> __device__ __forceinline__ void cl_cp_wait() {
+#ifndef EMBER_HOST_EMU
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+__device__ __forceinline__ float* cl_dynamic_smem() {
+#ifdef EMBER_HOST_EMU
+    return reinterpret_cast<float*>(ember_emu_dynamic_smem());
+#else
+    extern __shared__ __align__(16) float cl_dsmem[];
+    return cl_dsmem;
+#endif
+}
+
+// Where step k of this CTA's walk lands: item blockIdx.x + (k / spi)·gridDim.x, row step k % spi.
+struct cl_pos {
+    i64 tile, chunk, b, b_end;
+    int step;
+};
+__device__ __forceinline__ cl_pos cl_pos_of(i64 k, i64 spi, i64 col_tiles, i64 rows_per_chunk, i64 B, int r, int rt) {
+    cl_pos q;
+    const i64 item = (i64)blockIdx.x + (k / spi) * (i64)gridDim.x;
+    q.step = (int)(k % spi);
+    q.tile = item % col_tiles;
+    q.chunk = item / col_tiles;
+    const i64 b0 = q.chunk * rows_per_chunk;
+    q.b_end = min(B, b0 + rows_per_chunk);
+    q.b = b0 + (i64)q.step * rt + r;
+    return q;
+}
+
+// Dynamic shared memory: the ring, ring[(stage·CL_Q + word)·256 + thread] (f32), then the d_w
+// reduction buffer red[p·256 + thread].
+extern "C" __global__ void __launch_bounds__(CL_T, CL_COLS_MIN_BLOCKS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
+                                                              const act_t* __restrict__ g, const float* __restrict__ coef, act_t* __restrict__ dx,
+                                                              act_t* __restrict__ dy, float* __restrict__ dw_part, i64 B, i64 N, i64 rows_per_chunk,
+                                                              int ct, i64 col_tiles, i64 items) {
+    float* ring = cl_dynamic_smem();
+    float* red = ring + CL_ST * CL_Q * CL_T;
+    const int tid = threadIdx.x;
+    const int c = tid % ct, r = tid / ct, rt = CL_T / ct;
+    const i64 BN = B * N;
+    const i64 spi = (rows_per_chunk + rt - 1) / rt;
+    const i64 mine = items > (i64)blockIdx.x ? (items - 1 - (i64)blockIdx.x) / (i64)gridDim.x + 1 : 0;
+    const i64 K = mine * spi;
+    // Copies step k's words into ring stage s (nothing where the row or channel is out of range),
+    // as one commit group either way so that the group count stays in step with k.
+    auto issue = [&](i64 k) {
+        if (k < K) {
+            const cl_pos q = cl_pos_of(k, spi, col_tiles, rows_per_chunk, B, r, rt);
+            const i64 n = q.tile * ct + c;
+            if (n < N && q.b < q.b_end) {
+                const i64 base = q.b * N + n;
+                float* st = ring + (i64)(k % CL_ST) * CL_Q * CL_T + tid;
+#pragma unroll
+                for (int j = 0; j < CL_M; ++j) {
+                    cl_cp4(st + (j)*CL_T, x + (i64)j * BN + base);
+                    cl_cp4(st + (CL_M + j) * CL_T, y + (i64)j * BN + base);
+                    cl_cp4(st + (2 * CL_M + j) * CL_T, g + (i64)j * BN + base);
+                }
+            }
+        }
+        cl_cp_commit();
+    };
+#pragma unroll
+    for (int k = 0; k < CL_ST - 1; ++k) issue(k);
+    float acc[CL_P], wi[CL_P];
+    i64 wtile = -1;
+#pragma unroll
+    for (int p = 0; p < CL_P; ++p) acc[p] = 0.0f;
+    for (i64 k = 0; k < K; ++k) {
+        issue(k + CL_ST - 1);
+        const cl_pos q = cl_pos_of(k, spi, col_tiles, rows_per_chunk, B, r, rt);
+        const i64 n = q.tile * ct + c;
+        const bool live = n < N && q.b < q.b_end;
+        if (q.tile != wtile) {
+            wtile = q.tile;
+#pragma unroll
+            for (int p = 0; p < CL_P; ++p) wi[p] = n < N ? __ldg(w + n * CL_P + p) : 0.0f;
+        }
+#if CL_NORM
+        // Row coefficients before the wait: their latency overlaps it (one broadcast word pair per
+        // grade and row, L1-resident after the row's first warp).
+        float a[CL_NG], cc[CL_NG];
+#pragma unroll
+        for (int kk = 0; kk < CL_NG; ++kk) {
+            a[kk] = live ? __ldg(coef + (q.b * CL_NG + kk) * 2) : 0.0f;
+            cc[kk] = live ? __ldg(coef + (q.b * CL_NG + kk) * 2 + 1) : 0.0f;
+        }
+#endif
+        cl_cp_wait<CL_ST - 1>();
+        if (live) {
+            const i64 base = q.b * N + n;
+            const float* st = ring + (i64)(k % CL_ST) * CL_Q * CL_T + tid;
+            float xi[CL_M], yi[CL_M], gi[CL_M], dxi[CL_M], dyi[CL_M], dwi[CL_P];
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) {
+                xi[j] = st[j * CL_T];
+                yi[j] = st[(CL_M + j) * CL_T];
+                gi[j] = st[(2 * CL_M + j) * CL_T];
+            }
+#if CL_NORM
+            cl_bwd_norm(xi, yi, wi, gi, a, cc, dxi, dyi, dwi);
+#else
+            cl_bwd_plain(xi, yi, wi, gi, dxi, dyi, dwi);
+#endif
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) {
+                dx[(i64)j * BN + base] = ember_from_f32<act_t>(dxi[j]);
+                dy[(i64)j * BN + base] = ember_from_f32<act_t>(dyi[j]);
+            }
+#pragma unroll
+            for (int p = 0; p < CL_P; ++p) acc[p] += dwi[p];
+        }
+        if (q.step == spi - 1) {
+            // End of the item: the row lanes' d_w summed in lane order (v1's order), one partial
+            // per (chunk, channel, path); consecutive threads write consecutive words.
+#pragma unroll
+            for (int p = 0; p < CL_P; ++p) {
+                red[p * CL_T + tid] = acc[p];
+                acc[p] = 0.0f;
+            }
+            __syncthreads();
+            for (int i = tid; i < CL_P * ct; i += CL_T) {
+                const int cl = i / CL_P, p = i - cl * CL_P;
+                const i64 nn = q.tile * ct + cl;
+                if (nn < N) {
+                    float s = 0.0f;
+                    for (int l = 0; l < rt; ++l) s += red[p * CL_T + l * ct + cl];
+                    dw_part[(q.chunk * N + nn) * CL_P + p] = s;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    cl_cp_wait<0>();
+}
+#endif

@@ -286,9 +286,52 @@ fn column_plan(b: usize, n: usize) -> (usize, usize, usize) {
     (ct, b.div_ceil(rows), rows)
 }
 
+/// Variant of the fused layer's column backward and d_w chunk sums (`EMBER_CLIFFORD_BWD`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BwdVariant {
+    /// v1: one CTA per (column tile, row chunk), a thread's next row loaded after its gradient
+    /// program; chunks summed serially by one thread per value.
+    Cols,
+    /// v4: persistent column kernel with the next rows copied by cp.async into a shared-memory ring
+    /// (f32 up to 8 blades where the ring fits; otherwise v1's column kernel), chunks summed in a
+    /// fixed tree of groups of 16.
+    Pipe,
+}
+
+impl BwdVariant {
+    pub const ALL: [BwdVariant; 2] = [BwdVariant::Cols, BwdVariant::Pipe];
+    /// `EMBER_CLIFFORD_BWD=cols|pipe`; default v1 (cols).
+    pub fn selected() -> BwdVariant {
+        match std::env::var("EMBER_CLIFFORD_BWD").as_deref() {
+            Ok("pipe") => BwdVariant::Pipe,
+            _ => BwdVariant::Cols,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            BwdVariant::Cols => "cols",
+            BwdVariant::Pipe => "pipe",
+        }
+    }
+}
+
+/// Stages of the pipelined column kernel's ring (CL_ST in cols.cu).
+const PIPE_STAGES: usize = 3;
+
+/// Dynamic shared memory of the pipelined column kernel: the ring (stages × 3M words × 256 threads)
+/// and the d_w reduction buffer (P × 256), f32.
+fn pipe_smem(layer: &Layer) -> usize {
+    (PIPE_STAGES * 3 * layer.blades() + layer.paths()) * THREADS as usize * 4
+}
+
 /// Fused backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, out, rms];
 /// outputs [d_x, d_y, d_w].
 pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var: RowVariant, gpu: Gpu) -> Result<Plan> {
+    plan_fused_backward_with(layer, dims, dt, st, var, BwdVariant::selected(), gpu)
+}
+
+/// [`plan_fused_backward`] with an explicit column/sum variant.
+pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages, var: RowVariant, bwd: BwdVariant, gpu: Gpu) -> Result<Plan> {
     let mut plan = Plan::new(if st.norm { 6 } else { 4 });
     let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
@@ -317,12 +360,33 @@ pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), coef, Arg::Buf(dx), Arg::Buf(dy), Arg::Buf(part)];
     args.extend(sizes2(dims.b, dims.n));
     args.extend([Arg::I64(rows as i64), Arg::I32(ct as i32)]);
-    let grid = (blocks("x", dims.n, ct)?, chunks as u32, 1);
-    plan.launch(launch(bwd_source(layer, st.gelu, st.norm)?, bwd_opts(dt, st.norm), grid, 0, args, "clifford_bwd"));
+    let col_tiles = blocks("x", dims.n, ct)?;
+    let src = bwd_source(layer, st.gelu, st.norm)?;
+    let smem = pipe_smem(layer);
+    if bwd == BwdVariant::Pipe && dt == DType::F32 && layer.blades() <= 8 && smem + 1024 <= gpu.smem_optin {
+        // Persistent: two CTAs per SM where two rings fit, else one; the items (and so the d_w
+        // partials and their order) are v1's whatever the grid.
+        let items = col_tiles as usize * chunks;
+        let per_sm = if 2 * (smem + 1024) <= gpu.smem_optin + 1024 { 2 } else { 1 };
+        let grid = u32::try_from(items.min(per_sm * gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
+        args.extend([Arg::I64(col_tiles as i64), Arg::I64(items as i64)]);
+        plan.launch(launch(src, pipe_opts(st.norm), (grid, 1, 1), smem, args, "clifford_bwd_pipe"));
+    } else {
+        plan.launch(launch(src, bwd_opts(dt, st.norm), (col_tiles, chunks as u32, 1), 0, args, "clifford_bwd"));
+    }
     if chunks > 1 {
-        sum_chunks(&mut plan, part, dw, chunks, dims.n * layer.paths());
+        match bwd {
+            BwdVariant::Cols => sum_chunks(&mut plan, part, dw, chunks, dims.n * layer.paths()),
+            BwdVariant::Pipe => sum_tree(&mut plan, part, dw, chunks, dims.n * layer.paths())?,
+        }
     }
     Ok(plan)
+}
+
+fn pipe_opts(norm: bool) -> Vec<String> {
+    let mut o = bwd_opts(DType::F32, norm);
+    o.push("-DCL_PIPE=1".into());
+    o
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -333,7 +397,13 @@ pub fn fused_backward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Ten
 /// [`fused_backward`] with an explicit row-kernel variant (the GPU checks run every one).
 #[allow(clippy::too_many_arguments)]
 pub fn fused_backward_variant(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages, var: RowVariant) -> Result<Grads> {
-    let plan = plan_fused_backward(layer, dims, x.dtype(), st, var, Gpu::of(x)?)?;
+    fused_backward_with(layer, dims, x, y, w, normed, d_out, st, var, BwdVariant::selected())
+}
+
+/// [`fused_backward_variant`] with an explicit column/sum variant too.
+#[allow(clippy::too_many_arguments)]
+pub fn fused_backward_with(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages, var: RowVariant, bwd: BwdVariant) -> Result<Grads> {
+    let plan = plan_fused_backward_with(layer, dims, x.dtype(), st, var, bwd, Gpu::of(x)?)?;
     let outs = match normed {
         Some((out, rms)) => run_cuda(plan, &[x, y, w, d_out, out, rms])?,
         None => run_cuda(plan, &[x, y, w, d_out])?,
@@ -347,6 +417,24 @@ fn sum_chunks(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usiz
     let grid = len.div_ceil(THREADS as usize).clamp(1, 4096) as u32;
     let args = vec![Arg::Buf(part), Arg::Buf(out), Arg::I64(chunks as i64), Arg::I64(len as i64)];
     plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_chunks".into(), grid: (grid, 1, 1), block: THREADS, smem: 0, args, name: "clifford_sum_chunks" });
+}
+
+/// Chunks summed per group at each level of [`sum_tree`] (CL_SUM_G in sums.cu).
+const SUM_GROUP: usize = 16;
+
+/// out[i] = Σ_c part[c][i] in a fixed tree: groups of 16 consecutive chunks summed in order, then
+/// the groups' sums the same way, until one is left. The order depends only on `chunks`.
+fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize) -> Result<()> {
+    let (mut src, mut n) = (part, chunks);
+    while n > 1 {
+        let groups = n.div_ceil(SUM_GROUP);
+        let dst = if groups == 1 { out } else { plan.alloc(&[groups, len], DType::F32) };
+        let gy = u32::try_from(groups).ok().filter(|&g| g <= 65535).ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{groups} groups of d_w partials") })?;
+        let args = vec![Arg::Buf(src), Arg::Buf(dst), Arg::I64(n as i64), Arg::I64(len as i64)];
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_tree".into(), grid: (blocks("w", len, THREADS as usize)?, gy, 1), block: THREADS, smem: 0, args, name: "clifford_sum_tree" });
+        (src, n) = (dst, groups);
+    }
+    Ok(())
 }
 
 // ---- multivector GELU ----------------------------------------------------------------------------
@@ -996,6 +1084,9 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
         }
         for (gelu, norm) in [(false, false), (true, false), (true, true)] {
             out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: bwd_opts(dt, norm) });
+            if dt == DType::F32 && m <= 8 {
+                out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: pipe_opts(norm) });
+            }
         }
         for prog in [Prog::GeluFwd, Prog::GeluBwd] {
             out.push(KernelBuild { source: gelu_source(layer, prog, dt)?, options: vec![] });

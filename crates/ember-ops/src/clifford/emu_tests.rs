@@ -64,20 +64,74 @@ fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
         }
         let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
         for var in cuda::RowVariant::ALL {
-            let bwd = cuda::plan_fused_backward(&layer, dims, dtype, st, var, gpu).unwrap();
-            let staged = var == cuda::RowVariant::Staged && norm && dtype != DType::F32;
-            assert_eq!(bwd.launches[0].name.contains("staged"), staged, "{tag}: {} backward plan", var.name());
-            let gr = if norm { run_host(&bwd, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&bwd, &[&x, &y, &w, &g]) };
-            let tag = format!("{tag} {}", var.name());
-            close(&format!("{tag} d_x"), &gr[0], &dx, tol);
-            close(&format!("{tag} d_y"), &gr[1], &dy, tol);
-            close(&format!("{tag} d_w"), &gr[2], &dw, tol);
+            for bv in cuda::BwdVariant::ALL {
+                let bwd = cuda::plan_fused_backward_with(&layer, dims, dtype, st, var, bv, gpu).unwrap();
+                let staged = var == cuda::RowVariant::Staged && norm && dtype != DType::F32;
+                assert_eq!(bwd.launches[0].name.contains("staged"), staged, "{tag}: {} backward plan", var.name());
+                let pipe = bv == cuda::BwdVariant::Pipe && dtype == DType::F32 && dims.m <= 8;
+                assert_eq!(bwd.launches.iter().any(|l| l.name == "clifford_bwd_pipe"), pipe, "{tag}: {} backward plan", bv.name());
+                let gr = if norm { run_host(&bwd, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&bwd, &[&x, &y, &w, &g]) };
+                let tag = format!("{tag} {} {}", var.name(), bv.name());
+                close(&format!("{tag} d_x"), &gr[0], &dx, tol);
+                close(&format!("{tag} d_y"), &gr[1], &dy, tol);
+                close(&format!("{tag} d_w"), &gr[2], &dw, tol);
+            }
         }
     }
     let o = run_host(&cuda::plan_gelu(&layer, super::Prog::GeluFwd, dims, dtype).unwrap(), &[&x]);
     close(&format!("{spec} {dtype} mvgelu"), &o[0], &reference::mvgelu(dims, &xv), tol);
     let d = run_host(&cuda::plan_gelu(&layer, super::Prog::GeluBwd, dims, dtype).unwrap(), &[&x, &g]);
     close(&format!("{spec} {dtype} mvgelu d_x"), &d[0], &reference::mvgelu_bwd(dims, &xv, &gv), tol);
+}
+
+fn bits(t: &Tensor) -> Vec<u64> {
+    t.to_vec_f64().unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+/// The pipelined column backward and the tree chunk sums (`BwdVariant::Pipe`) against the f64
+/// reference and against v1: several row steps per item (the last item's rows partial), items past
+/// the persistent grid, a column tile past N, three levels of chunk sums. The column kernels run the
+/// same gradient program per element on the same words, so d_x and d_y must be bitwise v1's; d_w
+/// differs from v1 only by the order of the chunk sums.
+fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
+    let layer = Layer::new(spec).unwrap();
+    let alg = layer.algebra().clone();
+    let dims = Dims { m: layer.blades(), b: nb, n };
+    let shape = [dims.m, nb, n];
+    let seed = 4000 + (nb * 31 + n) as u64;
+    let dtype = DType::F32;
+    let (x, xv) = input(&shape, dtype, seed, 1.0);
+    let (y, yv) = input(&shape, dtype, seed + 1, 1.0);
+    let (w, wv) = input(&[n, layer.paths()], DType::F32, seed + 2, 0.5);
+    let (g, gv) = input(&shape, dtype, seed + 3, 1.0);
+    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
+    for (gelu, norm) in [(true, true), (false, false)] {
+        let st = Stages { gelu, norm };
+        let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm}");
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Staged, gpu).unwrap(), &[&x, &y, &w]);
+        let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
+        let mut got = Vec::new();
+        for bv in cuda::BwdVariant::ALL {
+            let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, bv, gpu).unwrap();
+            if bv == cuda::BwdVariant::Pipe {
+                let trees = plan.launches.iter().filter(|l| l.name == "clifford_sum_tree").count();
+                assert!(trees >= 2, "{tag}: {trees} tree levels");
+                let col = plan.launches.iter().find(|l| l.name == "clifford_bwd_pipe").expect("pipelined column launch");
+                assert_eq!(col.grid, (6, 1, 1), "{tag}: persistent grid");
+            }
+            let gr = if norm { run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&plan, &[&x, &y, &w, &g]) };
+            let tag = format!("{tag} {}", bv.name());
+            close(&format!("{tag} d_x"), &gr[0], &dx, 1e-5);
+            close(&format!("{tag} d_y"), &gr[1], &dy, 1e-5);
+            close(&format!("{tag} d_w"), &gr[2], &dw, 1e-5);
+            got.push(gr);
+        }
+        assert!(bits(&got[0][0]) == bits(&got[1][0]) && bits(&got[0][1]) == bits(&got[1][1]), "{tag}: pipe d_x/d_y not bitwise v1's");
+        // The tree order is fixed: a second run gives the same bits.
+        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Pipe, gpu).unwrap();
+        let again = if norm { run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&plan, &[&x, &y, &w, &g]) };
+        assert!(bits(&again[2]) == bits(&got[1][2]), "{tag}: tree d_w not repeatable");
+    }
 }
 
 fn emu_fc(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) {
@@ -184,6 +238,9 @@ fn emulated_fused_kernels_match_the_reference() {
     // threads of a team past the row's end (N = 200: 50 groups in a team of 64).
     cases.push(Box::new(|| emu_fused("3,0", (70, 64), DType::F32)));
     cases.push(Box::new(|| emu_fused("2,0", (29, 200), DType::BF16)));
+    // Pipelined column backward: N = 300 (three column tiles of 128, the last 44 wide), B = 1499
+    // (300 chunks of 5 rows, the last of 4: three row steps per item; chunk sums 300 → 19 → 2 → 1).
+    cases.push(Box::new(|| emu_bwd_pipe("3,0", (1499, 300))));
     if full() {
         for spec in ["3,0", "3,0,1", "1,3"] {
             for dtype in DType::ACTIVATIONS {

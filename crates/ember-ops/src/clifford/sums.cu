@@ -10,6 +10,28 @@ extern "C" __global__ void __launch_bounds__(256) cl_sum_chunks(const float* __r
     }
 }
 
+// First level of a fixed tree over the chunks: out[gi·len + i] = Σ part[c·len + i] over the group
+// c = gi·CL_SUM_G .. min(chunks, (gi + 1)·CL_SUM_G) - 1, in order; one CTA per (256 values, group),
+// blockIdx.y = group. The groups' sums are then summed in order by cl_sum_chunks, so the order
+// ((c0 + … + c15) + (c16 + … + c31) + …) depends only on the chunk count: the same bits on every
+// GPU and run. The group's loads are issued together (unrolled into registers) before the adds.
+#define CL_SUM_G 16
+extern "C" __global__ void __launch_bounds__(256) cl_sum_tree(const float* __restrict__ part, float* __restrict__ out, i64 chunks, i64 len) {
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= len) return;
+    const i64 c0 = (i64)blockIdx.y * CL_SUM_G;
+    const int cnt = (int)min((i64)CL_SUM_G, chunks - c0);
+    float v[CL_SUM_G];
+#pragma unroll
+    for (int q = 0; q < CL_SUM_G; ++q) v[q] = q < cnt ? __ldg(part + (c0 + q) * len + i) : 0.0f;
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < CL_SUM_G; ++q) {
+        if (q < cnt) s += v[q];
+    }
+    out[(i64)blockIdx.y * len + i] = s;
+}
+
 // Partial column sums of a (rows × cols) matrix over row chunks: part[chunk][col] = Σ over the
 // chunk's rows in order (the bias gradient of MVLinear is the column sum of the scalar blade's
 // upstream gradient). One thread per column; the chunks are summed by cl_sum_chunks.
