@@ -116,20 +116,19 @@ __device__ __forceinline__ float* cl_dynamic_smem() {
 #endif
 }
 
-// Where step k of this CTA's walk lands: item blockIdx.x + (k / spi)·gridDim.x, row step k % spi.
+// Where step k of this CTA's walk lands: item blockIdx.x + (k / spi)·gridDim.x, row step k % spi,
+// the item's column tile item % col_tiles and row chunk item / col_tiles. Counts are 32-bit (the
+// host runs this kernel only where items·spi and B fit), addresses 64-bit.
 struct cl_pos {
-    i64 tile, chunk, b, b_end;
-    int step;
+    int tile, chunk, step;
 };
-__device__ __forceinline__ cl_pos cl_pos_of(i64 k, i64 spi, i64 col_tiles, i64 rows_per_chunk, i64 B, int r, int rt) {
+__device__ __forceinline__ cl_pos cl_pos_of(int k, int spi, int col_tiles) {
     cl_pos q;
-    const i64 item = (i64)blockIdx.x + (k / spi) * (i64)gridDim.x;
-    q.step = (int)(k % spi);
-    q.tile = item % col_tiles;
+    const int it = k / spi;
+    const int item = (int)blockIdx.x + it * (int)gridDim.x;
+    q.step = k - it * spi;
     q.chunk = item / col_tiles;
-    const i64 b0 = q.chunk * rows_per_chunk;
-    q.b_end = min(B, b0 + rows_per_chunk);
-    q.b = b0 + (i64)q.step * rt + r;
+    q.tile = item - q.chunk * col_tiles;
     return q;
 }
 
@@ -143,22 +142,32 @@ extern "C" __global__ void __launch_bounds__(CL_T, CL_COLS_MIN_BLOCKS) cl_kernel
     float* red = ring + CL_ST * CL_Q * CL_T;
     const int tid = threadIdx.x;
     const int c = tid % ct, r = tid / ct, rt = CL_T / ct;
+    const int rpc = (int)rows_per_chunk, tiles = (int)col_tiles, nb = (int)B, nn_ = (int)N;
     const i64 BN = B * N;
-    const i64 spi = (rows_per_chunk + rt - 1) / rt;
-    const i64 mine = items > (i64)blockIdx.x ? (items - 1 - (i64)blockIdx.x) / (i64)gridDim.x + 1 : 0;
-    const i64 K = mine * spi;
-    // Copies step k's words into ring stage s (nothing where the row or channel is out of range),
-    // as one commit group either way so that the group count stays in step with k.
-    auto issue = [&](i64 k) {
+    const int spi = (rpc + rt - 1) / rt;
+    const int mine = (int)items > (int)blockIdx.x ? ((int)items - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    const int K = mine * spi;
+    // Row and channel of step k for this thread; b < 0 where out of range (nothing loaded or
+    // computed). Both only feed addresses.
+    auto where = [&](int k, int& n, int& b) {
+        const cl_pos q = cl_pos_of(k, spi, tiles);
+        n = q.tile * ct + c;
+        const int b0 = q.chunk * rpc;
+        b = b0 + q.step * rt + r;
+        if (n >= nn_ || b >= min(nb, b0 + rpc)) b = -1;
+    };
+    // Copies step k's words into ring stage k % CL_ST (nothing where out of range), as one commit
+    // group either way so that the group count stays in step with k.
+    auto issue = [&](int k) {
         if (k < K) {
-            const cl_pos q = cl_pos_of(k, spi, col_tiles, rows_per_chunk, B, r, rt);
-            const i64 n = q.tile * ct + c;
-            if (n < N && q.b < q.b_end) {
-                const i64 base = q.b * N + n;
-                float* st = ring + (i64)(k % CL_ST) * CL_Q * CL_T + tid;
+            int n, b;
+            where(k, n, b);
+            if (b >= 0) {
+                const i64 base = (i64)b * N + n;
+                float* st = ring + (k % CL_ST) * CL_Q * CL_T + tid;
 #pragma unroll
                 for (int j = 0; j < CL_M; ++j) {
-                    cl_cp4(st + (j)*CL_T, x + (i64)j * BN + base);
+                    cl_cp4(st + j * CL_T, x + (i64)j * BN + base);
                     cl_cp4(st + (CL_M + j) * CL_T, y + (i64)j * BN + base);
                     cl_cp4(st + (2 * CL_M + j) * CL_T, g + (i64)j * BN + base);
                 }
@@ -169,33 +178,34 @@ extern "C" __global__ void __launch_bounds__(CL_T, CL_COLS_MIN_BLOCKS) cl_kernel
 #pragma unroll
     for (int k = 0; k < CL_ST - 1; ++k) issue(k);
     float acc[CL_P], wi[CL_P];
-    i64 wtile = -1;
+    int wtile = -1;
 #pragma unroll
     for (int p = 0; p < CL_P; ++p) acc[p] = 0.0f;
-    for (i64 k = 0; k < K; ++k) {
+    for (int k = 0; k < K; ++k) {
         issue(k + CL_ST - 1);
-        const cl_pos q = cl_pos_of(k, spi, col_tiles, rows_per_chunk, B, r, rt);
-        const i64 n = q.tile * ct + c;
-        const bool live = n < N && q.b < q.b_end;
-        if (q.tile != wtile) {
-            wtile = q.tile;
+        const int tile = cl_pos_of(k, spi, tiles).tile;
+        if (tile != wtile) {
+            wtile = tile;
+            const int n = tile * ct + c;
 #pragma unroll
-            for (int p = 0; p < CL_P; ++p) wi[p] = n < N ? __ldg(w + n * CL_P + p) : 0.0f;
+            for (int p = 0; p < CL_P; ++p) wi[p] = n < nn_ ? __ldg(w + (i64)n * CL_P + p) : 0.0f;
         }
+        int n, b;
+        where(k, n, b);
 #if CL_NORM
         // Row coefficients before the wait: their latency overlaps it (one broadcast word pair per
         // grade and row, L1-resident after the row's first warp).
         float a[CL_NG], cc[CL_NG];
 #pragma unroll
         for (int kk = 0; kk < CL_NG; ++kk) {
-            a[kk] = live ? __ldg(coef + (q.b * CL_NG + kk) * 2) : 0.0f;
-            cc[kk] = live ? __ldg(coef + (q.b * CL_NG + kk) * 2 + 1) : 0.0f;
+            a[kk] = b >= 0 ? __ldg(coef + ((i64)b * CL_NG + kk) * 2) : 0.0f;
+            cc[kk] = b >= 0 ? __ldg(coef + ((i64)b * CL_NG + kk) * 2 + 1) : 0.0f;
         }
 #endif
         cl_cp_wait<CL_ST - 1>();
-        if (live) {
-            const i64 base = q.b * N + n;
-            const float* st = ring + (i64)(k % CL_ST) * CL_Q * CL_T + tid;
+        if (b >= 0) {
+            const i64 base = (i64)b * N + n;
+            const float* st = ring + (k % CL_ST) * CL_Q * CL_T + tid;
             float xi[CL_M], yi[CL_M], gi[CL_M], dxi[CL_M], dyi[CL_M], dwi[CL_P];
 #pragma unroll
             for (int j = 0; j < CL_M; ++j) {
@@ -216,6 +226,7 @@ extern "C" __global__ void __launch_bounds__(CL_T, CL_COLS_MIN_BLOCKS) cl_kernel
 #pragma unroll
             for (int p = 0; p < CL_P; ++p) acc[p] += dwi[p];
         }
+        const cl_pos q = cl_pos_of(k, spi, tiles);
         if (q.step == spi - 1) {
             // End of the item: the row lanes' d_w summed in lane order (v1's order), one partial
             // per (chunk, channel, path); consecutive threads write consecutive words.
@@ -227,11 +238,11 @@ extern "C" __global__ void __launch_bounds__(CL_T, CL_COLS_MIN_BLOCKS) cl_kernel
             __syncthreads();
             for (int i = tid; i < CL_P * ct; i += CL_T) {
                 const int cl = i / CL_P, p = i - cl * CL_P;
-                const i64 nn = q.tile * ct + cl;
-                if (nn < N) {
+                const int nq = q.tile * ct + cl;
+                if (nq < nn_) {
                     float s = 0.0f;
                     for (int l = 0; l < rt; ++l) s += red[p * CL_T + l * ct + cl];
-                    dw_part[(q.chunk * N + nn) * CL_P + p] = s;
+                    dw_part[((i64)q.chunk * N + nq) * CL_P + p] = s;
                 }
             }
             __syncthreads();

@@ -363,7 +363,9 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
     let col_tiles = blocks("x", dims.n, ct)?;
     let src = bwd_source(layer, st.gelu, st.norm)?;
     let smem = pipe_smem(layer);
-    if bwd == BwdVariant::Pipe && dt == DType::F32 && layer.blades() <= 8 && smem + 1024 <= gpu.smem_optin {
+    // The pipelined kernel counts items, rows and steps in 32 bits.
+    let fits32 = (col_tiles as usize * chunks).checked_mul(rows.div_ceil(THREADS as usize / ct)).is_some_and(|k| k <= i32::MAX as usize) && dims.b < 1 << 30 && dims.n < 1 << 30;
+    if bwd == BwdVariant::Pipe && dt == DType::F32 && layer.blades() <= 8 && smem + 1024 <= gpu.smem_optin && fits32 {
         // Persistent: two CTAs per SM where two rings fit, else one; the items (and so the d_w
         // partials and their order) are v1's whatever the grid.
         let items = col_tiles as usize * chunks;

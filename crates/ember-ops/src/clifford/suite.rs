@@ -136,10 +136,14 @@ fn check_fused(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize), dtype: DTyp
                 if let (Some(got), Some(want)) = (&v.rms, &rr) {
                     r.cmp("clifford", &case, &format!("fused rms ({})", var.name()), got, want, t)?;
                 }
-                let gv = cuda::fused_backward_variant(layer, dims, &x.t, &y.t, &w.t, v.rms.as_ref().map(|r| (&v.out, r)), &g.t, fused::Stages { gelu: true, norm }, var)?;
-                r.cmp("clifford", &case, &format!("fused d_x ({})", var.name()), &gv.d_x, &rdx, t)?;
-                r.cmp("clifford", &case, &format!("fused d_y ({})", var.name()), &gv.d_y, &rdy, t)?;
-                r.cmp("clifford", &case, &format!("fused d_w ({})", var.name()), &gv.d_w, &rdw, t)?;
+                // Both column/sum variants (EMBER_CLIFFORD_BWD); v1's rows keep their names.
+                for bv in cuda::BwdVariant::ALL {
+                    let gv = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, v.rms.as_ref().map(|r| (&v.out, r)), &g.t, fused::Stages { gelu: true, norm }, var, bv)?;
+                    let vn = if bv == cuda::BwdVariant::Cols { var.name().to_string() } else { format!("{} {}", var.name(), bv.name()) };
+                    r.cmp("clifford", &case, &format!("fused d_x ({vn})"), &gv.d_x, &rdx, t)?;
+                    r.cmp("clifford", &case, &format!("fused d_y ({vn})"), &gv.d_y, &rdy, t)?;
+                    r.cmp("clifford", &case, &format!("fused d_w ({vn})"), &gv.d_w, &rdw, t)?;
+                }
                 if !norm {
                     let o = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: false, norm }, var)?;
                     r.cmp("clifford", &case, &format!("wgp out ({})", var.name()), &o.out, &reference::wgp_layer(alg, dims, &x.v, &y.v, &w.v, false), t)?;
@@ -248,6 +252,42 @@ fn check_linear(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usi
     Ok(())
 }
 
+/// The pipelined column backward and tree chunk sums (`BwdVariant::Pipe`, f32 up to 8 blades) at
+/// sizes the tier's cases do not reach: many row chunks (two or three tree levels, the last group
+/// and the last chunk partial), several row steps per item, more items than the persistent grid,
+/// a last column tile past N. Both variants against the reference, and the pipe's bits repeated.
+fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Result<()> {
+    let alg = layer.algebra();
+    let dtype = DType::F32;
+    let dims = Dims { m: layer.blades(), b: nb, n };
+    let shape = [dims.m, nb, n];
+    let case = format!("{} B={nb} N={n} norm bwd", layer.name());
+    let seed = r.ctx.seed_for(&format!("fused pipe {case}"));
+    let x = input(r.ctx, &shape, dtype, seed, 1.0)?;
+    let y = input(r.ctx, &shape, dtype, seed + 1, 1.0)?;
+    let w = input(r.ctx, &[n, layer.paths()], DType::F32, seed + 2, 0.5)?;
+    let g = input(r.ctx, &shape, dtype, seed + 3, 1.0)?;
+    let (rdx, rdy, rdw) = reference::fused_backward(alg, dims, &x.v, &y.v, &w.v, &g.v, true, true);
+    let st = fused::Stages { gelu: true, norm: true };
+    let var = cuda::RowVariant::selected(layer);
+    let f = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, st, var)?;
+    let rms = f.rms.as_ref().expect("normed forward");
+    let mut last = None;
+    for bv in cuda::BwdVariant::ALL {
+        let gv = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, bv)?;
+        let vn = bv.name();
+        r.cmp("clifford", &case, &format!("fused d_x ({vn})"), &gv.d_x, &rdx, tol(dtype))?;
+        r.cmp("clifford", &case, &format!("fused d_y ({vn})"), &gv.d_y, &rdy, tol(dtype))?;
+        r.cmp("clifford", &case, &format!("fused d_w ({vn})"), &gv.d_w, &rdw, tol(dtype))?;
+        last = Some(gv);
+    }
+    let pipe = last.expect("the pipe variant ran");
+    let again = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Pipe)?;
+    let same = bitwise(&pipe.d_w, &again.d_w) && bitwise(&pipe.d_x, &again.d_x) && bitwise(&pipe.d_y, &again.d_y);
+    r.prop("clifford", &case, "fused deterministic (pipe)", dtype, same);
+    Ok(())
+}
+
 /// Every op of `layer` at these sizes in these dtypes.
 fn check_algebra(r: &mut Rows, layer: &Layer, sizes: &[(usize, usize)], gemm: &[(usize, usize, usize)], dtypes: &[DType]) -> Result<()> {
     for &dtype in dtypes {
@@ -304,6 +344,14 @@ impl crate::OpFamily for Family {
             let sz: Vec<(usize, usize)> = if big { sizes(ctx.tier).into_iter().take(2).collect() } else { sizes(ctx.tier) };
             let gz: Vec<(usize, usize, usize)> = if big { vec![(3, 5, 4)] } else { gemm_sizes(ctx.tier) };
             check_algebra(&mut r, &layer, &sz, &gz, &DType::ACTIVATIONS)?;
+        }
+        if ctx.device.is_cuda() && ctx.tier != Tier::Quick {
+            // (B, N): 300 chunks of 5 rows (the last 4) over 3 column tiles (the last 44 wide);
+            // 966 chunks of 17 rows (the last 6; five steps of 4 row lanes); 462 chunks of 9 rows
+            // (the last 8) over 2 tiles (the second 1 wide).
+            for (spec, s) in [("3,0", (1499, 300)), ("3,0", (16411, 33)), ("2,0", (4157, 129))] {
+                check_bwd_pipe(&mut r, &Layer::new(spec)?, s)?;
+            }
         }
         check_errors(&mut r)?;
         Ok(r.rows)
@@ -420,6 +468,37 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
             let ms = ctx.time(200.0, |_| super::plan::run_cuda(one.clone(), &[x, y, w, g, &f.out, rms]).map(drop))?;
             let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("launch", json!(li))]);
             rows.push(ctx.row("clifford", &format!("bwd:{}", l.name), dtype, pv, ms, 5.0 * words, per(bwd_ops)));
+        }
+    }
+    // The column/sum variants of the backward that are not the default (EMBER_CLIFFORD_BWD), behind
+    // the default forward: rows "fwd+bwd" with params bwd = <variant>, and with
+    // EMBER_CLIFFORD_PROFILE each of their launches alone ("bwd:<kernel>", params bwd too).
+    if ctx.device.is_cuda() {
+        let dims = Dims { m, b: nb, n };
+        let st = fused::Stages { gelu: true, norm: true };
+        let var = cuda::RowVariant::selected(&layer);
+        for bv in cuda::BwdVariant::ALL.into_iter().filter(|&v| v != cuda::BwdVariant::selected()) {
+            let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true)), ("bwd", json!(bv.name()))]);
+            let ms = ctx.time(300.0, |i| {
+                let (x, y, w, g) = &sets[i % k];
+                let f = fused::forward(&layer, x, y, w, true)?;
+                let rms = f.rms.as_ref().expect("normed forward");
+                cuda::fused_backward_with(&layer, dims, x, y, w, Some((&f.out, rms)), g, st, var, bv).map(drop)
+            })?;
+            rows.push(ctx.row("clifford", "fwd+bwd", dtype, pv, ms, 8.0 * words, per(fwd_ops) + per(bwd_ops)));
+            if std::env::var("EMBER_CLIFFORD_PROFILE").is_ok() {
+                let (x, y, w, g) = &sets[0];
+                let f = fused::forward(&layer, x, y, w, true)?;
+                let rms = f.rms.as_ref().expect("normed forward");
+                let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, var, bv, cuda::Gpu::of(x)?)?;
+                for (li, l) in plan.launches.iter().enumerate() {
+                    let mut one = plan.clone();
+                    one.launches = vec![l.clone()];
+                    let ms = ctx.time(200.0, |_| super::plan::run_cuda(one.clone(), &[x, y, w, g, &f.out, rms]).map(drop))?;
+                    let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("launch", json!(li)), ("bwd", json!(bv.name()))]);
+                    rows.push(ctx.row("clifford", &format!("bwd:{}", l.name), dtype, pv, ms, 5.0 * words, per(bwd_ops)));
+                }
+            }
         }
     }
     // The forward variants that are not the default, for comparison in the same run.
