@@ -289,21 +289,25 @@ fn column_plan(b: usize, n: usize) -> (usize, usize, usize) {
 /// Variant of the fused layer's column backward and d_w chunk sums (`EMBER_CLIFFORD_BWD`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
-    /// v1: one CTA per (column tile, row chunk), a thread's next row loaded after its gradient
-    /// program; chunks summed serially by one thread per value.
+    /// Default (v5): v1's column kernel (one CTA per (column tile, row chunk), a thread's next row
+    /// loaded after its gradient program), chunks summed in a fixed tree of groups of 16.
     Cols,
     /// v4: persistent column kernel with the next rows copied by cp.async into a shared-memory ring
-    /// (f32 up to 8 blades where the ring fits; otherwise v1's column kernel), chunks summed in a
-    /// fixed tree of groups of 16.
+    /// (f32 up to 8 blades where the ring fits; otherwise v1's column kernel), tree chunk sums.
+    /// Measured no faster than v1's column kernel on an H200 (121.9 vs 118.2 µs at 2^21).
     Pipe,
+    /// v1 as it was: v1's column kernel, chunks summed serially by one thread per value (kept to
+    /// time the tree against it in the same run).
+    Serial,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 2] = [BwdVariant::Cols, BwdVariant::Pipe];
-    /// `EMBER_CLIFFORD_BWD=cols|pipe`; default v1 (cols).
+    pub const ALL: [BwdVariant; 3] = [BwdVariant::Cols, BwdVariant::Pipe, BwdVariant::Serial];
+    /// `EMBER_CLIFFORD_BWD=cols|pipe|serial`; default cols (v1 column kernel, tree sums).
     pub fn selected() -> BwdVariant {
         match std::env::var("EMBER_CLIFFORD_BWD").as_deref() {
             Ok("pipe") => BwdVariant::Pipe,
+            Ok("serial") => BwdVariant::Serial,
             _ => BwdVariant::Cols,
         }
     }
@@ -311,6 +315,7 @@ impl BwdVariant {
         match self {
             BwdVariant::Cols => "cols",
             BwdVariant::Pipe => "pipe",
+            BwdVariant::Serial => "serial",
         }
     }
 }
@@ -378,8 +383,8 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
     }
     if chunks > 1 {
         match bwd {
-            BwdVariant::Cols => sum_chunks(&mut plan, part, dw, chunks, dims.n * layer.paths()),
-            BwdVariant::Pipe => sum_tree(&mut plan, part, dw, chunks, dims.n * layer.paths())?,
+            BwdVariant::Serial => sum_chunks(&mut plan, part, dw, chunks, dims.n * layer.paths()),
+            BwdVariant::Cols | BwdVariant::Pipe => sum_tree(&mut plan, part, dw, chunks, dims.n * layer.paths())?,
         }
     }
     Ok(plan)

@@ -88,8 +88,9 @@ fn bits(t: &Tensor) -> Vec<u64> {
     t.to_vec_f64().unwrap().iter().map(|v| v.to_bits()).collect()
 }
 
-/// The pipelined column backward and the tree chunk sums (`BwdVariant::Pipe`) against the f64
-/// reference and against v1: several row steps per item (the last item's rows partial), items past
+/// The fused backward's three column/sum variants (default: v1 column kernel + tree chunk sums;
+/// pipe: pipelined column kernel + tree; serial: v1 as it was) against the f64 reference and each
+/// other: several row steps per item (the last item's rows partial), items past
 /// the persistent grid, a column tile past N, three levels of chunk sums. The column kernels run the
 /// same gradient program per element on the same words, so d_x and d_y must be bitwise v1's; d_w
 /// differs from v1 only by the order of the chunk sums.
@@ -113,9 +114,14 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
         let mut got = Vec::new();
         for bv in cuda::BwdVariant::ALL {
             let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, bv, gpu).unwrap();
+            let trees = plan.launches.iter().filter(|l| l.name == "clifford_sum_tree").count();
+            let serial = plan.launches.iter().filter(|l| l.name == "clifford_sum_chunks").count();
+            if bv == cuda::BwdVariant::Serial {
+                assert_eq!((trees, serial), (0, 1), "{tag}: serial chunk sums");
+            } else {
+                assert!(trees >= 2 && serial == 0, "{tag}: {trees} tree levels");
+            }
             if bv == cuda::BwdVariant::Pipe {
-                let trees = plan.launches.iter().filter(|l| l.name == "clifford_sum_tree").count();
-                assert!(trees >= 2, "{tag}: {trees} tree levels");
                 let col = plan.launches.iter().find(|l| l.name == "clifford_bwd_pipe").expect("pipelined column launch");
                 assert_eq!(col.grid, (6, 1, 1), "{tag}: persistent grid");
             }
@@ -126,11 +132,19 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
             close(&format!("{tag} d_w"), &gr[2], &dw, 1e-5);
             got.push(gr);
         }
-        assert!(bits(&got[0][0]) == bits(&got[1][0]) && bits(&got[0][1]) == bits(&got[1][1]), "{tag}: pipe d_x/d_y not bitwise v1's");
+        // got: [cols (default), pipe, serial]. Every variant runs the same gradient program on the
+        // same words: d_x and d_y bitwise equal. The pipe's d_w partials are v1's, summed by the same
+        // tree: bitwise the default's d_w.
+        for (i, name) in [(1, "pipe"), (2, "serial")] {
+            assert!(bits(&got[0][0]) == bits(&got[i][0]) && bits(&got[0][1]) == bits(&got[i][1]), "{tag}: {name} d_x/d_y not bitwise the default's");
+        }
+        assert!(bits(&got[0][2]) == bits(&got[1][2]), "{tag}: pipe d_w not bitwise the default's");
         // The tree order is fixed: a second run gives the same bits.
-        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Pipe, gpu).unwrap();
-        let again = if norm { run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&plan, &[&x, &y, &w, &g]) };
-        assert!(bits(&again[2]) == bits(&got[1][2]), "{tag}: tree d_w not repeatable");
+        for (i, bv) in [(0, cuda::BwdVariant::Cols), (1, cuda::BwdVariant::Pipe)] {
+            let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, bv, gpu).unwrap();
+            let again = if norm { run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&plan, &[&x, &y, &w, &g]) };
+            assert!(bits(&again[2]) == bits(&got[i][2]), "{tag}: {} tree d_w not repeatable", bv.name());
+        }
     }
 }
 

@@ -252,10 +252,10 @@ fn check_linear(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usi
     Ok(())
 }
 
-/// The pipelined column backward and tree chunk sums (`BwdVariant::Pipe`, f32 up to 8 blades) at
-/// sizes the tier's cases do not reach: many row chunks (two or three tree levels, the last group
+/// The fused backward's column/sum variants (default v1 column kernel + tree chunk sums; pipe, f32
+/// up to 8 blades; serial) at sizes the tier's cases do not reach: many row chunks (two or three tree levels, the last group
 /// and the last chunk partial), several row steps per item, more items than the persistent grid,
-/// a last column tile past N. Both variants against the reference, and the pipe's bits repeated.
+/// a last column tile past N. Every variant against the reference, the tree variants' bits repeated.
 fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Result<()> {
     let alg = layer.algebra();
     let dtype = DType::F32;
@@ -272,19 +272,28 @@ fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Resul
     let var = cuda::RowVariant::selected(layer);
     let f = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, st, var)?;
     let rms = f.rms.as_ref().expect("normed forward");
-    let mut last = None;
+    let mut pipe = None;
     for bv in cuda::BwdVariant::ALL {
         let gv = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, bv)?;
         let vn = bv.name();
         r.cmp("clifford", &case, &format!("fused d_x ({vn})"), &gv.d_x, &rdx, tol(dtype))?;
         r.cmp("clifford", &case, &format!("fused d_y ({vn})"), &gv.d_y, &rdy, tol(dtype))?;
         r.cmp("clifford", &case, &format!("fused d_w ({vn})"), &gv.d_w, &rdw, tol(dtype))?;
-        last = Some(gv);
+        if bv == cuda::BwdVariant::Pipe {
+            pipe = Some(gv);
+        }
     }
-    let pipe = last.expect("the pipe variant ran");
+    let pipe = pipe.expect("the pipe variant ran");
     let again = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Pipe)?;
     let same = bitwise(&pipe.d_w, &again.d_w) && bitwise(&pipe.d_x, &again.d_x) && bitwise(&pipe.d_y, &again.d_y);
     r.prop("clifford", &case, "fused deterministic (pipe)", dtype, same);
+    // The default (v1 column kernel, tree sums) repeated: same bits, and the pipe's (same partials,
+    // same tree).
+    let a = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Cols)?;
+    let b = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Cols)?;
+    let same = bitwise(&a.d_w, &b.d_w) && bitwise(&a.d_x, &b.d_x) && bitwise(&a.d_y, &b.d_y);
+    r.prop("clifford", &case, "fused deterministic (cols)", dtype, same);
+    r.prop("clifford", &case, "fused pipe bits = cols bits", dtype, bitwise(&a.d_w, &pipe.d_w) && bitwise(&a.d_x, &pipe.d_x));
     Ok(())
 }
 
