@@ -8,6 +8,7 @@
 //! launches, run by [`run_cuda`] here and by the host emulation in the unit tests.
 
 use super::fc2::{self, FcVariant};
+use super::fcb::{self, FcBwdVariant};
 use super::fused::Stages;
 use super::gen::Tables;
 use super::layer::{Layer, Prog};
@@ -695,6 +696,12 @@ pub fn fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y
 /// Fully connected backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, o, rms];
 /// outputs [d_x, d_y, d_w].
 pub fn plan_fc_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm: bool) -> Result<Plan> {
+    plan_fc_backward_variant(layer, dims, n_out, dt, norm, FcBwdVariant::selected())
+}
+
+/// [`plan_fc_backward`] with the backward `var` (the GEMM variant where it applies to the algebra,
+/// else the tile engine).
+pub fn plan_fc_backward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm: bool, var: FcBwdVariant) -> Result<Plan> {
     let mut plan = Plan::new(if norm { 6 } else { 4 });
     let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
@@ -707,6 +714,10 @@ pub fn plan_fc_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm
     } else {
         3
     };
+    if var == FcBwdVariant::Gemm && fcb::applies(layer) {
+        fcb::plan_backward(&mut plan, layer, dims, n_out, dt, g, norm, (dx, dy, dw))?;
+        return Ok(plan);
+    }
     if fc_tensor_cores(layer, dt) {
         let data = TileCall {
             a: Arg::Buf(g),
@@ -753,7 +764,15 @@ pub fn plan_fc_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm
 
 #[allow(clippy::too_many_arguments)]
 pub fn fc_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor) -> Result<Grads> {
-    let plan = plan_fc_backward(layer, dims, n_out, x.dtype(), normed.is_some())?;
+    fc_backward_variant(layer, dims, n_out, x, y, w, normed, d_out, FcBwdVariant::selected())
+}
+
+/// [`fc_backward`] with an explicit backward (the GPU checks and the bench run both); the GEMM
+/// variant runs the tile engine where cuBLAS does not load.
+#[allow(clippy::too_many_arguments)]
+pub fn fc_backward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, var: FcBwdVariant) -> Result<Grads> {
+    let var = if var == FcBwdVariant::Gemm && !super::blas::available(x) { FcBwdVariant::Tile } else { var };
+    let plan = plan_fc_backward_variant(layer, dims, n_out, x.dtype(), normed.is_some(), var)?;
     let outs = match normed {
         Some((o, rms)) => run_cuda(plan, &[x, y, w, d_out, o, rms])?,
         None => run_cuda(plan, &[x, y, w, d_out])?,
@@ -1022,6 +1041,7 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             }
         }
     }
+    out.extend(fcb::kernels(layer)?);
     // The staged kernels with either weight staging (EMBER_CLIFFORD_WSTAGE).
     let ws = "-DCL_WS=1".to_string();
     let mut other: Vec<KernelBuild> = Vec::new();
