@@ -639,7 +639,8 @@ pub fn plan_fc_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: S
 }
 
 /// [`plan_fc_forward`] with the forward kernel `var` (v2 where it applies to the algebra and dtype,
-/// else the tile engine); `aligned`: x and y start at 4-byte boundaries.
+/// the cuBLAS forward up to 16 blades, else the tile engine); `aligned`: x and y start at 4-byte
+/// boundaries.
 pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: Stages, var: FcVariant, aligned: bool) -> Result<Plan> {
     let mut plan = Plan::new(3);
     let out_shape = [dims.m, dims.b, n_out];
@@ -651,7 +652,9 @@ pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTyp
     } else {
         (None, out)
     };
-    if var == FcVariant::Gemm && fc2::applies(layer, dt) {
+    if var == FcVariant::Blas && fcb::applies(layer) {
+        fcb::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm)?;
+    } else if var == FcVariant::Gemm && fc2::applies(layer, dt) {
         fc2::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
     } else if fc_tensor_cores(layer, dt) {
         let call = TileCall {
@@ -689,6 +692,7 @@ pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tenso
 #[allow(clippy::too_many_arguments)]
 pub fn fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages, var: FcVariant) -> Result<Forward> {
     let aligned = x.cuda_ptr()? % 4 == 0 && y.cuda_ptr()? % 4 == 0;
+    let var = if var == FcVariant::Blas && !super::blas::available(x) { FcVariant::Gemm } else { var };
     let mut outs = run_cuda(plan_fc_forward_variant(layer, dims, n_out, x.dtype(), st, var, aligned)?, &[x, y, w])?.into_iter();
     Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: outs.next() })
 }

@@ -91,6 +91,10 @@ pub fn layout(t: &Tables) -> Result<Layout> {
             return Err(Error::invalid("layer", format!("{}: blades are not grade-ordered", t.alg)));
         }
         let paths: Vec<usize> = (0..t.p()).filter(|&p| t.paths[p].go == g).collect();
+        // Every grade is reached (at least by scalar · grade g), so no GEMM is empty.
+        if paths.is_empty() {
+            return Err(Error::invalid("layer", format!("{}: no path reaches grade {g}", t.alg)));
+        }
         let m = GradeMat { j0: range.start, c: range.len(), q0: path_of.len(), s0, paths: paths.clone() };
         s0 += m.c * paths.len();
         path_of.extend(paths);
@@ -187,10 +191,6 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
     let dwg = plan.alloc(&[p, n, n_out], DType::F32);
     for m in &lay.grades {
         let (rows, cols) = (m.c * b, m.paths.len() * n);
-        if cols == 0 {
-            // A grade no path reaches: its blades carry no term (and no weight).
-            continue;
-        }
         let (t_off, g_off, w_off) = (m.s0 * b * n, m.j0 * b * n_out, m.q0 * nm);
         let data = GemmDesc { ab: dt, c: dt, ta: false, tb: true, m: rows, n: cols, k: n_out, beta: 0.0 };
         plan.gemm(Gemm { desc: data, a: (go, g_off), b: (wg, w_off), c: (dtt, t_off) });
@@ -201,6 +201,37 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
     args.extend(sizes);
     plan.launch(launch(fcb_source(layer, 4)?, opts(dt, 4), grid("x", b * n)?, 0, args, "clifford_fcb_vjp"));
     plan.launch(launch(fcb_source(layer, 2)?, opts(DType::F32, 2), grid("w", p * nm)?, 0, vec![Arg::Buf(dwg), Arg::Buf(dw), Arg::I64(nm as i64)], "clifford_fcb_dw"));
+    Ok(())
+}
+
+/// The forward product through the same materialized terms (`EMBER_CLIFFORD_FC=blas`, for
+/// comparison with fc2, which keeps them on chip): o = T_G · W_G per grade (K = P_G·N_in) into `dst`
+/// (M × B × N_out; f32 when `d_f32`, else the activation type) from x = 0, y = 1, w = 2.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool) -> Result<()> {
+    if !applies(layer) {
+        return Err(Error::Unsupported(format!("the cuBLAS forward of the fully connected product in {} (more than 16 blades)", layer.name())));
+    }
+    let t = layer.tables();
+    let lay = layout(t)?;
+    let (b, n, p) = (dims.b, dims.n, t.p());
+    let widest = lay.grades.iter().map(|m| (m.c * b).max(m.paths.len() * n)).max().unwrap_or(0).max(n_out);
+    if widest > i32::MAX as usize {
+        return Err(Error::TooLarge { arg: "x".into(), what: format!("a GEMM dimension of {widest} (blades·B or paths·N_in) exceeds cuBLAS's i32") });
+    }
+    let ws = elems(&[lay.slots, b, n], "the path-term workspace")?;
+    elems(&[p, n, n_out], "the weights")?;
+    let nm = n * n_out;
+    let wg = plan.alloc(&[p, n, n_out], dt);
+    plan.launch(launch(fcb_source(layer, 1)?, opts(dt, 1), grid("w", p * nm)?, 0, vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)], "clifford_fcb_weights"));
+    let tt = plan.alloc(&[ws], dt);
+    plan.launch(launch(fcb_source(layer, 3)?, opts(dt, 3), grid("x", b * n)?, 0, vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(tt), Arg::I64(b as i64), Arg::I64(n as i64)], "clifford_fcb_terms"));
+    let c = if d_f32 { DType::F32 } else { dt };
+    for m in &lay.grades {
+        let (rows, k) = (m.c * b, m.paths.len() * n);
+        let desc = GemmDesc { ab: dt, c, ta: false, tb: false, m: rows, n: n_out, k, beta: 0.0 };
+        plan.gemm(Gemm { desc, a: (tt, m.s0 * b * n), b: (wg, m.q0 * nm), c: (dst, m.j0 * b * n_out) });
+    }
     Ok(())
 }
 
