@@ -239,6 +239,15 @@ fn emu_fc_gemm_bwd(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DT
     let tol = dtype.tolerance();
     for norm in [false, true] {
         let tag = format!("{spec} fc gemm backward B={nb} N={nin}->{nout} {dtype} norm={norm}");
+        // The forward through the same terms and per-grade GEMMs (EMBER_CLIFFORD_FC=blas).
+        let fplan = cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, Stages { gelu: true, norm }, FcVariant::Blas, true).unwrap();
+        assert_eq!(fplan.gemms.len(), layer.grades(), "{tag}: the cuBLAS forward plan");
+        let f = run_host(&fplan, &[&x, &y, &w]);
+        let (ro, rr) = reference::fc_forward(&alg, dims, nout, &xv, &yv, &wv, norm);
+        close(&format!("{tag} blas forward out"), &f[0], &ro, tol);
+        if let Some(rr) = &rr {
+            close(&format!("{tag} blas forward rms"), &f[1], rr, tol);
+        }
         let plan = cuda::plan_fc_backward_variant(&layer, dims, nout, dtype, norm, super::fcb::FcBwdVariant::Gemm).unwrap();
         assert!(!plan.gemms.is_empty(), "{tag}: the GEMM plan");
         let gr = if norm {
