@@ -8,6 +8,7 @@
 //! launches, run by [`run_cuda`] here and by the host emulation in the unit tests.
 
 use super::fc2::{self, FcVariant};
+use super::fcb::{self, FcBwdVariant};
 use super::fused::Stages;
 use super::gen::Tables;
 use super::layer::{Layer, Prog};
@@ -733,7 +734,8 @@ pub fn plan_fc_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: S
 }
 
 /// [`plan_fc_forward`] with the forward kernel `var` (v2 where it applies to the algebra and dtype,
-/// else the tile engine); `aligned`: x and y start at 4-byte boundaries.
+/// the cuBLAS forward up to 16 blades, else the tile engine); `aligned`: x and y start at 4-byte
+/// boundaries.
 pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: Stages, var: FcVariant, aligned: bool) -> Result<Plan> {
     let mut plan = Plan::new(3);
     let out_shape = [dims.m, dims.b, n_out];
@@ -745,7 +747,9 @@ pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTyp
     } else {
         (None, out)
     };
-    if var == FcVariant::Gemm && fc2::applies(layer, dt) {
+    if var == FcVariant::Blas && fcb::applies(layer) {
+        fcb::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm)?;
+    } else if var == FcVariant::Gemm && fc2::applies(layer, dt) {
         fc2::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
     } else if fc_tensor_cores(layer, dt) {
         let call = TileCall {
@@ -783,6 +787,7 @@ pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tenso
 #[allow(clippy::too_many_arguments)]
 pub fn fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages, var: FcVariant) -> Result<Forward> {
     let aligned = x.cuda_ptr()? % 4 == 0 && y.cuda_ptr()? % 4 == 0;
+    let var = if var == FcVariant::Blas && !super::blas::available(x) { FcVariant::Gemm } else { var };
     let mut outs = run_cuda(plan_fc_forward_variant(layer, dims, n_out, x.dtype(), st, var, aligned)?, &[x, y, w])?.into_iter();
     Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: outs.next() })
 }
@@ -790,6 +795,12 @@ pub fn fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y
 /// Fully connected backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, o, rms];
 /// outputs [d_x, d_y, d_w].
 pub fn plan_fc_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm: bool) -> Result<Plan> {
+    plan_fc_backward_variant(layer, dims, n_out, dt, norm, FcBwdVariant::selected())
+}
+
+/// [`plan_fc_backward`] with the backward `var` (the GEMM variant where it applies to the algebra,
+/// else the tile engine).
+pub fn plan_fc_backward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm: bool, var: FcBwdVariant) -> Result<Plan> {
     let mut plan = Plan::new(if norm { 6 } else { 4 });
     let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
@@ -802,6 +813,10 @@ pub fn plan_fc_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm
     } else {
         3
     };
+    if var == FcBwdVariant::Gemm && fcb::applies(layer) {
+        fcb::plan_backward(&mut plan, layer, dims, n_out, dt, g, norm, (dx, dy, dw))?;
+        return Ok(plan);
+    }
     if fc_tensor_cores(layer, dt) {
         let data = TileCall {
             a: Arg::Buf(g),
@@ -848,7 +863,15 @@ pub fn plan_fc_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm
 
 #[allow(clippy::too_many_arguments)]
 pub fn fc_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor) -> Result<Grads> {
-    let plan = plan_fc_backward(layer, dims, n_out, x.dtype(), normed.is_some())?;
+    fc_backward_variant(layer, dims, n_out, x, y, w, normed, d_out, FcBwdVariant::selected())
+}
+
+/// [`fc_backward`] with an explicit backward (the GPU checks and the bench run both); the GEMM
+/// variant runs the tile engine where cuBLAS does not load.
+#[allow(clippy::too_many_arguments)]
+pub fn fc_backward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, var: FcBwdVariant) -> Result<Grads> {
+    let var = if var == FcBwdVariant::Gemm && !super::blas::available(x) { FcBwdVariant::Tile } else { var };
+    let plan = plan_fc_backward_variant(layer, dims, n_out, x.dtype(), normed.is_some(), var)?;
     let outs = match normed {
         Some((o, rms)) => run_cuda(plan, &[x, y, w, d_out, o, rms])?,
         None => run_cuda(plan, &[x, y, w, d_out])?,
@@ -1120,6 +1143,7 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             }
         }
     }
+    out.extend(fcb::kernels(layer)?);
     // The staged kernels with either weight staging (EMBER_CLIFFORD_WSTAGE).
     let ws = "-DCL_WS=1".to_string();
     let mut other: Vec<KernelBuild> = Vec::new();

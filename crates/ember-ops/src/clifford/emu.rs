@@ -146,6 +146,9 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
         files.push(p);
     }
     for (li, l) in plan.launches.iter().enumerate() {
+        for g in plan.gemms_before(li) {
+            host_gemm(g, &files);
+        }
         let exe = executable(l.src.body, l.src.name, &l.opts, &l.entry);
         let mut spec = format!("{}\n", files.len());
         for p in &files {
@@ -169,7 +172,7 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
         }
         assert!(out.status.success(), "emulated launch {} ({} {:?}) failed: {:?} {}", l.name, l.src.name, l.opts, out.status, String::from_utf8_lossy(&out.stderr));
     }
-    for g in &plan.gemms {
+    for g in plan.gemms_before(plan.launches.len()) {
         host_gemm(g, &files);
     }
     let outs = plan

@@ -26,15 +26,19 @@ pub enum FcVariant {
     Tile,
     /// `fc2.cu`: one GEMM per output grade, double-buffered term generation, cp.async weights.
     Gemm,
+    /// For comparison only: the path terms written to memory (`fcb.cu`), then one cuBLAS GEMM per
+    /// output grade (f32 without TF32); fc2 where cuBLAS does not load.
+    Blas,
 }
 
 impl FcVariant {
-    pub const ALL: [FcVariant; 2] = [FcVariant::Tile, FcVariant::Gemm];
-    /// `EMBER_CLIFFORD_FC=tile|gemm`; otherwise the default.
+    pub const ALL: [FcVariant; 3] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas];
+    /// `EMBER_CLIFFORD_FC=tile|gemm|blas`; otherwise the default.
     pub fn selected() -> FcVariant {
         match std::env::var("EMBER_CLIFFORD_FC").as_deref() {
             Ok("tile") => FcVariant::Tile,
             Ok("gemm") => FcVariant::Gemm,
+            Ok("blas") => FcVariant::Blas,
             _ => FcVariant::Gemm,
         }
     }
@@ -42,6 +46,7 @@ impl FcVariant {
         match self {
             FcVariant::Tile => "tile",
             FcVariant::Gemm => "gemm",
+            FcVariant::Blas => "blas",
         }
     }
 }

@@ -32,7 +32,7 @@ pub struct Launch {
 }
 
 /// One cuBLAS GEMM on buffers of the plan: (buffer, element offset) of A, B and C (A and B of
-/// `desc.ab`, C of `desc.c`). A plan's GEMMs run after all its launches, in order.
+/// `desc.ab`, C of `desc.c`). A plan's launches and GEMMs run in the order they were added.
 #[derive(Clone, Copy, Debug)]
 pub struct Gemm {
     pub desc: GemmDesc,
@@ -55,13 +55,15 @@ pub struct Plan {
     pub allocs: Vec<BufSpec>,
     pub launches: Vec<Launch>,
     pub gemms: Vec<Gemm>,
+    /// For each GEMM, how many launches run before it (`launches.len()` when it was added).
+    pub gemm_at: Vec<usize>,
     /// Buffers returned, in order.
     pub outputs: Vec<usize>,
 }
 
 impl Plan {
     pub fn new(inputs: usize) -> Plan {
-        Plan { inputs, allocs: Vec::new(), launches: Vec::new(), gemms: Vec::new(), outputs: Vec::new() }
+        Plan { inputs, allocs: Vec::new(), launches: Vec::new(), gemms: Vec::new(), gemm_at: Vec::new(), outputs: Vec::new() }
     }
     /// A new buffer; returns its id.
     pub fn alloc(&mut self, shape: &[usize], dtype: DType) -> usize {
@@ -79,6 +81,13 @@ impl Plan {
     }
     pub fn gemm(&mut self, g: Gemm) {
         self.gemms.push(g);
+        self.gemm_at.push(self.launches.len());
+    }
+    /// The GEMMs that run after launch `before - 1` and before launch `before` (all remaining ones
+    /// for `before == launches.len()`).
+    pub fn gemms_before(&self, before: usize) -> impl Iterator<Item = &Gemm> {
+        let last = before == self.launches.len();
+        self.gemms.iter().zip(&self.gemm_at).filter(move |(_, &at)| at == before || (last && at > before)).map(|(g, _)| g)
     }
 }
 
@@ -98,7 +107,16 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
             bufs[id - plan.inputs].as_ref().expect("buffer alive").cuda_ptr()
         }
     };
-    for l in &plan.launches {
+    let blas = if plan.gemms.is_empty() { None } else { Some(Blas::shared(&dev)?) };
+    let run_gemms = |before: usize| -> Result<()> {
+        for g in plan.gemms_before(before) {
+            let at = |(id, off): (usize, usize), dt: DType| -> Result<u64> { Ok(ptr(id)? + (off * dt.size()) as u64) };
+            blas.as_ref().expect("handle created when the plan has GEMMs").gemm(&g.desc, at(g.a, g.desc.ab)?, at(g.b, g.desc.ab)?, at(g.c, g.desc.c)?)?;
+        }
+        Ok(())
+    };
+    for (li, l) in plan.launches.iter().enumerate() {
+        run_gemms(li)?;
         let f = dev.function(&l.src, &l.opts, &l.entry)?;
         if l.smem > 48 * 1024 {
             dev.set_max_dynamic_smem(&f, l.smem)?;
@@ -137,13 +155,7 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         }
         launch.named(l.name).run()?;
     }
-    if !plan.gemms.is_empty() {
-        let blas = Blas::shared(&dev)?;
-        for g in &plan.gemms {
-            let at = |(id, off): (usize, usize), dt: DType| -> Result<u64> { Ok(ptr(id)? + (off * dt.size()) as u64) };
-            blas.gemm(&g.desc, at(g.a, g.desc.ab)?, at(g.b, g.desc.ab)?, at(g.c, g.desc.c)?)?;
-        }
-    }
+    run_gemms(plan.launches.len())?;
     let mut out = Vec::new();
     for &id in &plan.outputs {
         out.push(bufs[id - plan.inputs].take().expect("each output returned once"));
