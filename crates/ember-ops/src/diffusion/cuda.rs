@@ -159,12 +159,12 @@ pub const DEFAULT_WGMMA_REDUCE: WgmmaMode = WgmmaMode::Never;
 /// pipeline of 3 stages in flight (V ≳ 66k on 132 SMs with the default chunking).
 pub const RWG_MIN_CHUNK_ROWS: usize = 512;
 /// Vertices per stage and stages of `diffusion_reduce_wg*` (RGV, RGNST in diffusion.cu).
-const RWG_ROWS: usize = 64;
-const RWG_STAGES: usize = 4;
+pub(crate) const RWG_ROWS: usize = 64;
+pub(crate) const RWG_STAGES: usize = 4;
 
 /// Shared memory of `diffusion_reduce_wg{NH}`: RGNST stages of basis (64 × 128), y (64 × 128·NH)
 /// and mass (64), 16-bit.
-fn reduce_wg_smem(nh: usize) -> usize {
+pub(crate) fn reduce_wg_smem(nh: usize) -> usize {
     RWG_STAGES * 2 * (RWG_ROWS * RBM + RWG_ROWS * 128 * nh + RWG_ROWS)
 }
 

@@ -13,6 +13,8 @@
 //   diffusion_expand_w{8,4,2}  Y = diag(w)·basis·S (out = basis·spectral; d_x = mass⊙basis·(e⊙s_grad)),
 //                              persistent over 128-vertex tiles with S resident in shared memory;
 //                              backward's first block also folds the d_times block sums in fixed order.
+//   diffusion_{reduce_wg,expand_wg}*  The two GEMMs on Hopper wgmma (sm_90a, 16-bit; host-selected
+//                              variants, same results contract): see their sections below.
 //
 // Tensor cores: 16-bit inputs use mma.sync m16n8k16 with f32 accumulation, fragments from ldmatrix
 // (.trans where the reduction runs down smem rows). f32 inputs use m16n8k8 TF32 in three passes

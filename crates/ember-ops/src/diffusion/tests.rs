@@ -198,3 +198,27 @@ fn bad_input_is_a_clear_error() {
     assert!(backward_batch(&batch, &p.times, &f, &p.d_out, p.d_spectral.as_ref()).is_ok());
     assert!(matches!(MeshBatch::new(&p.basis, &p.mass, &p.evals, &[1, 10]), Err(Error::Invalid { .. })));
 }
+
+/// The wgmma reduce's stage shape is compiled into diffusion.cu and sized on the host: both sides
+/// must agree, and both entries must fit the shared memory of an sm_90 block (227 KB opt-in).
+#[test]
+fn wgmma_reduce_host_and_kernel_agree() {
+    let src = cuda::SOURCE.body;
+    let define = |name: &str| -> usize {
+        let line = src.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("#define {name} in diffusion.cu"));
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert_eq!(define("RGV"), cuda::RWG_ROWS);
+    assert_eq!(define("RGNST"), cuda::RWG_STAGES);
+    assert_eq!(define("RBM"), 128);
+    // Stage = basis 64 × 128 + y 64 × 128·NH + mass 64, 16-bit; a multiple of 128 bytes (the
+    // descriptors' core matrices start 16-byte aligned in every stage).
+    for nh in [1, 2] {
+        let stage = 2 * (64 * 128 + 64 * 128 * nh + 64);
+        assert_eq!(cuda::reduce_wg_smem(nh), 4 * stage);
+        assert_eq!(stage % 128, 0);
+        assert!(cuda::reduce_wg_smem(nh) <= 232_448, "NH = {nh}: {} bytes", cuda::reduce_wg_smem(nh));
+    }
+    // Both entries exist in the 16-bit modules.
+    assert!(src.contains("DIFF_REDUCE_WG(1)") && src.contains("DIFF_REDUCE_WG(2)"));
+}
