@@ -162,10 +162,11 @@ pub const RWG_MIN_CHUNK_ROWS: usize = 512;
 pub(crate) const RWG_ROWS: usize = 64;
 pub(crate) const RWG_STAGES: usize = 4;
 
-/// Shared memory of `diffusion_reduce_wg{NH}`: RGNST stages of basis (64 × 128), y (64 × 128·NH)
-/// and mass (64), 16-bit.
+/// Shared memory of `diffusion_reduce_wg{NH}`: RGNST stages of basis (64 × 128) and y (64 × 128·NH),
+/// 16-bit, each stage with 1 KB for the mass (64 elements) so that every stage starts on the
+/// 128-byte swizzle's 1024-byte period, plus 1 KB the kernel may skip to align its base.
 pub(crate) fn reduce_wg_smem(nh: usize) -> usize {
-    RWG_STAGES * 2 * (RWG_ROWS * RBM + RWG_ROWS * 128 * nh + RWG_ROWS)
+    RWG_STAGES * (2 * (RWG_ROWS * RBM + RWG_ROWS * 128 * nh) + 1024) + 1024
 }
 
 /// (NH, shared memory) of the wgmma reduce for C channels, or None where it does not apply

@@ -1000,13 +1000,24 @@ DIFF_EXPAND_WG(2, 4)
 // both operands are vertex-major in memory, so both are MN-major in shared memory (transpose bits
 // set for A and B). RGNST stages of RGV vertices are filled by cp.async, RGNST − 1 in flight.
 //
-// Stage (bytes): [basis: RGV × 128][y: RGV × BN][mass: RGV elements], both tiles in 8 × 8 core
-// matrices without swizzle:
-//   basis (v, e) at (v/8)·2048 + (e/8)·128 + (v%8)·16 + (e%8)·2   (A: LBO 2048 between 8-vertex
-//     groups, SBO 128 between 8-eigenvector groups)
-//   y (v, c) at (v/8)·(BN·16) + (c/8)·128 + (v%8)·16 + (c%8)·2      (B: as the expand's S)
-// 16-byte chunk i holds row (i/(8·NJ))·8 + i%8, columns 8·((i/8) % NJ): consecutive threads fill
-// consecutive shared-memory bytes.
+// v7 layout: MN-major with the 128-byte swizzle. A swizzle atom is 8 vertices × 64 columns
+// (eigenvectors or channels), one 128-byte row per vertex, 1024 bytes; the 16-byte chunk j of
+// vertex v's row sits at chunk position j ^ (v % 8). Atoms of one 64-column block follow each other
+// along the vertices (SBO = 1024 between 8-vertex groups), blocks are RGV·128 bytes apart (LBO,
+// the next 64 columns):
+//   (v, col) at (col/64)·RGV·128 + v·128 + (((col/8) % 8) ^ (v % 8))·16 + (col % 8)·2
+// Why (v6 used 8 × 8 core matrices without swizzle, where the 16 bytes of one vertex row that go to
+// consecutive core matrices are 128 bytes apart): there the conflict-free fill had each warp load
+// 64 bytes from each of 8 vertex rows, so every 128-byte line of x and of the basis was requested
+// twice, in halves, by two different warp loads (twice the L1 line requests of the mma.sync
+// reduce, whose warps load 512 contiguous bytes). Here consecutive lanes copy consecutive 16-byte
+// chunks of a vertex row (a warp load = whole 128-byte lines, as in the mma.sync reduce), and the
+// XOR spreads the 8 chunks of a 128-byte line over all 32 banks: each warp's 512 bytes of stores
+// are 4 wavefronts, the minimum.
+// Stage (bytes): [basis: 2 blocks × RGV × 128][y: 2·NH blocks × RGV × 128][mass: RGV elements,
+// padded to 1024]: every stage and block starts on a 1024-byte boundary (the swizzle's period;
+// the descriptors' base offset stays 0). The kernel rounds the dynamic shared memory base up to
+// 1024 bytes (the host adds 1 KB).
 // Mass (forward) scales the basis stage in shared memory once it has landed, with the bf16x2/f16x2
 // FMA the mma.sync path applies to the y fragments (one rounding of each product); the basis tile
 // is the smaller of the two at C ≥ 128.
@@ -1017,11 +1028,21 @@ DIFF_EXPAND_WG(2, 4)
 template <int NH>
 struct RGLay {
     static constexpr int BN = 128 * NH;
-    static constexpr int A_BYTES = RGV * RBM * 2;
-    static constexpr int B_BYTES = RGV * BN * 2;
+    static constexpr int BLOCK = RGV * 128;  // one 64-column block of a stage
+    static constexpr int A_BYTES = 2 * BLOCK;
+    static constexpr int B_BYTES = 2 * NH * BLOCK;
     static constexpr int M_OFF = A_BYTES + B_BYTES;
-    static constexpr int STAGE = M_OFF + RGV * 2;  // a multiple of 128 bytes
+    static constexpr int STAGE = M_OFF + 1024;  // a multiple of 1024 bytes
 };
+
+// Byte offset of (v, col) in one swizzled operand of a stage (see above).
+__device__ __forceinline__ u32 rwg_off(int v, int col) {
+    return (u32)((col >> 6) * (RGV * 128) + v * 128 + ((((col >> 3) & 7) ^ (v & 7)) << 4) + (col & 7) * 2);
+}
+
+// Descriptor of a 128-byte-swizzled MN-major operand: LBO = the next 64-column block, SBO = the
+// next 8 vertices (layout type 1 in bits 62–63).
+__device__ __forceinline__ u64 rwg_desc(u32 addr) { return ewg_desc(addr, RGV * 128, 1024) | (1ull << 62); }
 
 template <int NH>
 __device__ __forceinline__ void rwg_load(unsigned char* st, const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
@@ -1033,30 +1054,32 @@ __device__ __forceinline__ void rwg_load(unsigned char* st, const T* __restrict_
     const int tid = threadIdx.x;
     constexpr int NJA = RBM / 8, NJB = L::BN / 8;
     if (vec) {
+        // Chunk i: vertex i / NJ, 16-byte chunk i % NJ of its row (consecutive lanes, consecutive
+        // global bytes).
         for (int i = tid; i < RGV * NJA; i += NTHREADS) {
-            const int r = (i / (8 * NJA)) * 8 + (i & 7), ch = (i >> 3) % NJA;
+            const int r = i / NJA, ch = i % NJA;
             const i64 v = row0 + r;
             const int e = e0 + ch * 8;
             const bool ok = v >= vb && v < ve && e < K;
-            cp_async16(As + 16 * i, ok ? (const void*)(basis + v * K + e) : (const void*)basis, ok ? 16 : 0);
+            cp_async16(As + rwg_off(r, ch * 8), ok ? (const void*)(basis + v * K + e) : (const void*)basis, ok ? 16 : 0);
         }
         for (int i = tid; i < RGV * NJB; i += NTHREADS) {
-            const int r = (i / (8 * NJB)) * 8 + (i & 7), ch = (i >> 3) % NJB;
+            const int r = i / NJB, ch = i % NJB;
             const i64 v = row0 + r;
             const int c = c0 + ch * 8;
             const bool ok = v >= vb && v < ve && c < C;
-            cp_async16(Bs + 16 * i, ok ? (const void*)(y + v * C + c) : (const void*)y, ok ? 16 : 0);
+            cp_async16(Bs + rwg_off(r, ch * 8), ok ? (const void*)(y + v * C + c) : (const void*)y, ok ? 16 : 0);
         }
     } else {
         for (int i = tid; i < RGV * RBM; i += NTHREADS) {
             const int r = i / RBM, e = i % RBM;
             const i64 v = row0 + r;
-            *reinterpret_cast<T*>(As + ewg_off(r, e, NJA)) = (v >= vb && v < ve && e0 + e < K) ? basis[v * K + e0 + e] : zero_t();
+            *reinterpret_cast<T*>(As + rwg_off(r, e)) = (v >= vb && v < ve && e0 + e < K) ? basis[v * K + e0 + e] : zero_t();
         }
         for (int i = tid; i < RGV * L::BN; i += NTHREADS) {
             const int r = i / L::BN, c = i % L::BN;
             const i64 v = row0 + r;
-            *reinterpret_cast<T*>(Bs + ewg_off(r, c, NJB)) = (v >= vb && v < ve && c0 + c < C) ? y[v * C + c0 + c] : zero_t();
+            *reinterpret_cast<T*>(Bs + rwg_off(r, c)) = (v >= vb && v < ve && c0 + c < C) ? y[v * C + c0 + c] : zero_t();
         }
     }
     if (mass) {
@@ -1089,7 +1112,11 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
     const i64 base = s.begin & ~(i64)7;
     const int n_steps = (int)((s.end - base + RGV - 1) / RGV);
     const bool weighted = mass != nullptr;
-    const u32 sm0 = smem_addr(diff_smem);
+    // Stages start on a 1024-byte boundary (the host allocates 1 KB more than the stages need).
+    const u32 raw = smem_addr(diff_smem);
+    const u32 pad = (1024u - (raw & 1023u)) & 1023u;
+    unsigned char* sm = diff_smem + pad;
+    const u32 sm0 = raw + pad;
 
     // Zeroed once, then every product accumulates (a chunk always has at least one stage).
     float acc[NH][64];
@@ -1100,7 +1127,7 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
 
 #pragma unroll
     for (int st = 0; st < RGNST - 1; ++st) {
-        if (st < n_steps) rwg_load<NH>(diff_smem + st * L::STAGE, basis, y, mass, base + (i64)st * RGV, s.begin, s.end, e0, K, c0, C, vec);
+        if (st < n_steps) rwg_load<NH>(sm + st * L::STAGE, basis, y, mass, base + (i64)st * RGV, s.begin, s.end, e0, K, c0, C, vec);
         cp_async_commit();
     }
     for (int it = 0; it < n_steps; ++it) {
@@ -1115,15 +1142,16 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
         {
             const int nx = it + RGNST - 1;
             if (nx < n_steps)
-                rwg_load<NH>(diff_smem + (nx % RGNST) * L::STAGE, basis, y, mass, base + (i64)nx * RGV, s.begin, s.end, e0, K, c0, C, vec);
+                rwg_load<NH>(sm + (nx % RGNST) * L::STAGE, basis, y, mass, base + (i64)nx * RGV, s.begin, s.end, e0, K, c0, C, vec);
             cp_async_commit();
         }
-        unsigned char* st = diff_smem + (it % RGNST) * L::STAGE;
+        unsigned char* st = sm + (it % RGNST) * L::STAGE;
         if (weighted) {
+            // Basis chunk i (16 bytes at 16·i) belongs to vertex (i / 8) % RGV in either block; the
+            // swizzle only permutes chunks within a vertex's row.
             const unsigned short* m16 = reinterpret_cast<const unsigned short*>(st + L::M_OFF);
-            constexpr int NJA = RBM / 8;
-            for (int i = tid; i < RGV * NJA; i += NTHREADS) {
-                const int r = (i / (8 * NJA)) * 8 + (i & 7);
+            for (int i = tid; i < L::A_BYTES / 16; i += NTHREADS) {
+                const int r = (i >> 3) & (RGV - 1);
                 const u32 m = m16[r];
                 const u32 w = m | (m << 16);
                 uint4* p = reinterpret_cast<uint4*>(st + 16 * i);
@@ -1137,17 +1165,18 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
             ewg_fence_async();  // the scaled basis (generic stores), visible to wgmma
             __syncthreads();
         }
-        const u32 a_st = sm0 + (u32)((it % RGNST) * L::STAGE) + (u32)(wg * 8 * 128);
+        const u32 a_st = sm0 + (u32)((it % RGNST) * L::STAGE) + (u32)(wg * L::BLOCK);
         const u32 b_st = sm0 + (u32)((it % RGNST) * L::STAGE + L::A_BYTES);
 #pragma unroll
         for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
         ewg_arrive();
 #pragma unroll
         for (int ks = 0; ks < RGV / 16; ++ks) {
-            const u64 da = ewg_desc(a_st + ks * 2 * RBM * 16, RBM * 16, 128);
+            // 16 vertices = two 1024-byte atoms down each 64-column block.
+            const u64 da = rwg_desc(a_st + ks * 2048);
 #pragma unroll
             for (int h = 0; h < NH; ++h) {
-                const u64 db = ewg_desc(b_st + ks * 2 * L::BN * 16 + h * 16 * 128, L::BN * 16, 128);
+                const u64 db = rwg_desc(b_st + h * 2 * L::BLOCK + ks * 2048);
                 ewg_mma<1>(acc[h], da, db, 1);
             }
         }

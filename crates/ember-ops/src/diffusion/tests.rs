@@ -211,12 +211,14 @@ fn wgmma_reduce_host_and_kernel_agree() {
     assert_eq!(define("RGV"), cuda::RWG_ROWS);
     assert_eq!(define("RGNST"), cuda::RWG_STAGES);
     assert_eq!(define("RBM"), 128);
-    // Stage = basis 64 × 128 + y 64 × 128·NH + mass 64, 16-bit; a multiple of 128 bytes (the
-    // descriptors' core matrices start 16-byte aligned in every stage).
+    // Stage = basis 64 × 128 + y 64 × 128·NH (16-bit) + 1 KB holding the mass; a multiple of
+    // 1024 bytes (the 128-byte swizzle's period: the descriptors assume atoms on that boundary),
+    // and 1 KB more for the kernel to align its base.
+    assert!(src.contains("static constexpr int STAGE = M_OFF + 1024;"));
     for nh in [1, 2] {
-        let stage = 2 * (64 * 128 + 64 * 128 * nh + 64);
-        assert_eq!(cuda::reduce_wg_smem(nh), 4 * stage);
-        assert_eq!(stage % 128, 0);
+        let stage = 2 * (64 * 128 + 64 * 128 * nh) + 1024;
+        assert_eq!(cuda::reduce_wg_smem(nh), 4 * stage + 1024);
+        assert_eq!(stage % 1024, 0);
         assert!(cuda::reduce_wg_smem(nh) <= 232_448, "NH = {nh}: {} bytes", cuda::reduce_wg_smem(nh));
     }
     // Both entries exist in the 16-bit modules.
