@@ -106,6 +106,10 @@ pub struct Tuning {
     /// `Some(true)` (an error where it cannot run), mma.sync when `Some(false)`; `None`:
     /// [`wgmma_mode`] decides.
     pub expand_wg: Option<bool>,
+    /// The reduce GEMM on wgmma (`diffusion_reduce_wg*`): `Some(Always)` forces it (an error where
+    /// it cannot run), `Some(Never)` keeps mma.sync, `Some(Auto)` applies [`WgmmaMode::Auto`]'s rule
+    /// for the reduce whatever the environment says; `None`: [`wgmma_reduce_mode`] decides.
+    pub reduce_wg: Option<WgmmaMode>,
 }
 
 /// When the expand GEMM runs on wgmma (where it can: sm_90a, f16/bf16, the tile fits in shared
@@ -134,6 +138,53 @@ pub fn wgmma_mode() -> WgmmaMode {
 /// Measured on an H200 (v5): expand 201 → 156 µs at V = 524288, fwd 354 → 307 µs.
 pub const DEFAULT_WGMMA: WgmmaMode = WgmmaMode::Auto;
 pub const WG_MIN_TILES_PER_SM: usize = 4;
+
+/// `EMBER_DIFFUSION_WGMMA_REDUCE=0|auto|1`: the reduce GEMM on wgmma never / where the chunks
+/// (their nominal size) have at least [`RWG_MIN_CHUNK_ROWS`] rows / wherever it can run (sm_90a, f16/bf16); default
+/// [`DEFAULT_WGMMA_REDUCE`]. Separate from `EMBER_DIFFUSION_WGMMA` (the expand), so each GEMM's
+/// variant can be measured with the other held fixed.
+pub fn wgmma_reduce_mode() -> WgmmaMode {
+    static M: OnceLock<WgmmaMode> = OnceLock::new();
+    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_WGMMA_REDUCE").as_deref() {
+        Ok("1") => WgmmaMode::Always,
+        Ok("0") => WgmmaMode::Never,
+        Ok("auto") => WgmmaMode::Auto,
+        _ => DEFAULT_WGMMA_REDUCE,
+    })
+}
+
+/// mma.sync by default: v6 of the wgmma reduce measured slower (H200, V = 524288: 207.6 against
+/// 151.1 µs per pass); v7 (swizzled stages, whole-line loads) is not yet measured on a GPU.
+pub const DEFAULT_WGMMA_REDUCE: WgmmaMode = WgmmaMode::Never;
+/// Auto rule of the wgmma reduce: chunks of at least 8 stages of 64 vertices, enough to fill its
+/// pipeline of 3 stages in flight (V ≳ 66k on 132 SMs with the default chunking).
+pub const RWG_MIN_CHUNK_ROWS: usize = 512;
+/// Vertices per stage and stages of `diffusion_reduce_wg*` (RGV, RGNST in diffusion.cu).
+pub(crate) const RWG_ROWS: usize = 64;
+pub(crate) const RWG_STAGES: usize = 4;
+
+/// Shared memory of `diffusion_reduce_wg{NH}`: RGNST stages of basis (64 × 128) and y (64 × 128·NH),
+/// 16-bit, each stage with 1 KB for the mass (64 elements) so that every stage starts on the
+/// 128-byte swizzle's 1024-byte period, plus 1 KB the kernel may skip to align its base.
+pub(crate) fn reduce_wg_smem(nh: usize) -> usize {
+    RWG_STAGES * (2 * (RWG_ROWS * RBM + RWG_ROWS * 128 * nh) + 1024) + 1024
+}
+
+/// (NH, shared memory) of the wgmma reduce for C channels, or None where it does not apply
+/// (f32, not sm_90a, or the stages do not fit in shared memory).
+fn reduce_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, c: usize) -> Option<(usize, usize)> {
+    if dtype == DType::F32 || dev.info().compute_capability != (9, 0) {
+        return None;
+    }
+    let optin = dev.info().shared_memory_per_block_optin as usize;
+    let nh = if c <= 128 { 1 } else { 2 };
+    [nh, 1].into_iter().map(|nh| (nh, reduce_wg_smem(nh))).find(|&(_, smem)| smem <= optin)
+}
+
+/// Whether the wgmma reduce can run for `dtype` and C channels on `dev` (the bench's variant rows).
+pub fn reduce_wg_available(dev: &Arc<CudaDevice>, dtype: DType, c: usize) -> bool {
+    reduce_wg_shape(dev, dtype, c).is_some()
+}
 
 /// Shared memory of `diffusion_expand_wg*`: S (KP × 128·NH), NST stages of 128 × KP, the epilogue.
 fn expand_wg_smem(kp: usize, nh: usize, nst: usize) -> usize {
@@ -327,6 +378,8 @@ struct Geometry {
     chunk_table: u64,
     chunk_prefix: u64,
     rwn: usize,
+    /// Some(NH): the reduce runs on wgmma (`diffusion_reduce_wg{NH}`, 128·NH channels per tile).
+    rwg: Option<usize>,
     kpr: usize,
     cpr: usize,
     reduce_grid: (u32, u32),
@@ -413,7 +466,18 @@ impl Geometry {
             Some((nh, _, kp, _)) => (kp, 128 * nh),
             None => (kpe, 32 * ewn),
         };
-        let rbn = 32 * rwn;
+        let rmode = tune.reduce_wg.unwrap_or_else(wgmma_reduce_mode);
+        let rwg = match rmode {
+            WgmmaMode::Never => None,
+            WgmmaMode::Always => Some(reduce_wg_shape(dev, dtype, c).ok_or_else(|| {
+                Error::Unsupported(format!("the wgmma reduce for {dtype}, C = {c} on {} (needs sm_90a and 16-bit activations)", dev.info().arch))
+            })?),
+            WgmmaMode::Auto => reduce_wg_shape(dev, dtype, c).filter(|_| chunk_rows >= RWG_MIN_CHUNK_ROWS),
+        };
+        let rbn = match rwg {
+            Some((nh, _)) => 128 * nh,
+            None => 32 * rwn,
+        };
         let (kpr, cpr, cpe) = (n_mt * RBM, c.next_multiple_of(rbn), c.next_multiple_of(ebn));
         let (n_ntr, n_nte) = (cpr / rbn, cpe / ebn);
         to_i32(cpr.max(cpe), "C padded to the tile width")?;
@@ -441,7 +505,11 @@ impl Geometry {
             kpr,
             cpr,
             reduce_grid,
-            reduce_smem: reduce_smem(dtype, rwn, st),
+            reduce_smem: match rwg {
+                Some((_, smem)) => smem,
+                None => reduce_smem(dtype, rwn, st),
+            },
+            rwg: rwg.map(|(nh, _)| nh),
             n_tiles,
             tile_table,
             ewn,
@@ -522,10 +590,12 @@ impl Workspace {
 }
 
 fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: u64, ws: u64) -> Result<()> {
-    let entry = match g.rwn {
-        8 => "diffusion_reduce_w8",
-        4 => "diffusion_reduce_w4",
-        _ => "diffusion_reduce_w2",
+    let entry = match (g.rwg, g.rwn) {
+        (Some(1), _) => "diffusion_reduce_wg1",
+        (Some(_), _) => "diffusion_reduce_wg2",
+        (None, 8) => "diffusion_reduce_w8",
+        (None, 4) => "diffusion_reduce_w4",
+        (None, _) => "diffusion_reduce_w2",
     };
     let (f, _) = kernel(dev, &SOURCE, g.dtype, entry, g.reduce_smem)?;
     let cfg = LaunchConfig { grid_dim: (g.reduce_grid.0, g.reduce_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.reduce_smem as u32 };
@@ -666,7 +736,7 @@ fn fused_grid(dev: &Arc<CudaDevice>, g: &Geometry, tune: &Tuning) -> Result<Opti
         Some(false) => FusedMode::Never,
         None => fused_mode(),
     };
-    if mode == FusedMode::Never || g.rwn != 2 || g.ewn != 2 || g.ewg.is_some() {
+    if mode == FusedMode::Never || g.rwn != 2 || g.ewn != 2 || g.ewg.is_some() || g.rwg.is_some() {
         return Ok(None);
     }
     // The same grid must fit both passes (their register counts may differ).
@@ -833,12 +903,26 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
     let dev = x.cuda_device()?.clone();
     let (c, dtype, device) = (x.dim(1), m.dtype(), m.device());
     let g = Geometry::new(&dev, m, c, &Tuning::default())?;
+    // v6: both reduce variants timed in the same run where the wgmma one can run.
+    let variants: Vec<(&'static str, &'static str, Geometry)> = if reduce_wg_available(&dev, dtype, c) {
+        let mut v = Vec::new();
+        for (mode, f, b) in [(WgmmaMode::Never, "fwd:reduce mma.sync", "bwd:reduce mma.sync"), (WgmmaMode::Always, "fwd:reduce wgmma", "bwd:reduce wgmma")] {
+            v.push((f, b, Geometry::new(&dev, m, c, &Tuning { reduce_wg: Some(mode), ..Tuning::default() })?));
+        }
+        v
+    } else {
+        Vec::new()
+    };
     let out = Tensor::output(x.shape(), dtype, device)?;
     let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
     let d_x = Tensor::output(x.shape(), dtype, device)?;
     let d_times = Tensor::output(&[c], DType::F32, device)?;
-    let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
+    let mut partial_bytes = g.partial_bytes()?;
+    for (_, _, gv) in &variants {
+        partial_bytes = partial_bytes.max(gv.partial_bytes()?);
+    }
+    let ws = workspace(device, &[partial_bytes, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
     let (partials, s_op, dt_part) = (ws.part(0), ws.part(1), ws.part(2));
     let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
     let (es, v, k) = (dtype.size() as f64, g.n_rows as f64, g.k as f64);
@@ -856,6 +940,10 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
         es * v * (k + cf + 1.0),
         gemm,
     ));
+    for (f, b, gv) in &variants {
+        rows.push((f, time(&mut || launch_reduce(&dev, gv, basis, x.cuda_ptr()?, mass, partials))?, es * v * (cf + k + 1.0), gemm));
+        rows.push((b, time(&mut || launch_reduce(&dev, gv, basis, d_out.cuda_ptr()?, 0, partials))?, es * v * (cf + k), gemm));
+    }
     Ok(rows)
 }
 

@@ -13,6 +13,8 @@
 //   diffusion_expand_w{8,4,2}  Y = diag(w)·basis·S (out = basis·spectral; d_x = mass⊙basis·(e⊙s_grad)),
 //                              persistent over 128-vertex tiles with S resident in shared memory;
 //                              backward's first block also folds the d_times block sums in fixed order.
+//   diffusion_{reduce_wg,expand_wg}*  The two GEMMs on Hopper wgmma (sm_90a, 16-bit; host-selected
+//                              variants, same results contract): see their sections below.
 //
 // Tensor cores: 16-bit inputs use mma.sync m16n8k16 with f32 accumulation, fragments from ldmatrix
 // (.trans where the reduction runs down smem rows). f32 inputs use m16n8k8 TF32 in three passes
@@ -798,12 +800,14 @@ __device__ __forceinline__ void ewg_fence_regs(float (&d)[64]) {
 __device__ __forceinline__ u64 ewg_desc(u32 addr, u32 lbo, u32 sbo) {
     return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
 }
-// d (64×128, f32) = (acc ? d : 0) + A·B over 16 of depth; A K-major, B MN-major (transposed).
+// d (64×128, f32) = (acc ? d : 0) + A·B over 16 of depth; A K-major (TA = 0, the expand) or
+// MN-major (TA = 1, the reduce: basis rows are vertex-major), B MN-major (transposed).
 #if DIFF_DTYPE == 2
 #define EWG_TYPE "bf16"
 #else
 #define EWG_TYPE "f16"
 #endif
+template <int TA>
 __device__ __forceinline__ void ewg_mma(float (&d)[64], u64 da, u64 db, int acc) {
 #if EWG_HAS_WGMMA
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -811,7 +815,7 @@ __device__ __forceinline__ void ewg_mma(float (&d)[64], u64 da, u64 db, int acc)
                  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
                  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
                  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "%64, %65, p, 1, 1, 0, 1;\n}\n"
+                 "%64, %65, p, 1, 1, %67, 1;\n}\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
                    "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
                    "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
@@ -820,7 +824,7 @@ __device__ __forceinline__ void ewg_mma(float (&d)[64], u64 da, u64 db, int acc)
                    "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
                    "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
                    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(acc));
+                 : "l"(da), "l"(db), "r"(acc), "n"(TA));
 #else
     (void)d, (void)da, (void)db, (void)acc;
 #endif
@@ -922,7 +926,7 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
 #pragma unroll
                 for (int h = 0; h < NH; ++h) {
                     const u64 db = ewg_desc(s_base + ks * 2 * BN * 16 + h * 16 * 128, BN * 16, 128);
-                    ewg_mma(acc[h], da, db, ks);
+                    ewg_mma<0>(acc[h], da, db, ks);
                 }
             }
             ewg_commit();
@@ -985,6 +989,226 @@ DIFF_EXPAND_WG(1, 2)
 DIFF_EXPAND_WG(1, 4)
 DIFF_EXPAND_WG(2, 2)
 DIFF_EXPAND_WG(2, 4)
+#endif  // DIFF_HALF
+
+// ---- reduce on Hopper warpgroup MMA (wgmma, sm_90a; 16-bit activations) ---------------------------
+//
+// diffusion_reduce_wg{1,2}: the same partials as diffusion_reduce_w* (grid (chunks, m-tiles ×
+// n-tiles), P[chunk] = basisᵀ·diag(mass)·y over the chunk's vertices, an f32 KP × CP tile per chunk,
+// every element written), with the tensor work on wgmma: two warpgroups, each 64 eigenvectors ×
+// BN = 128·NH channels (NH m64n128k16 per 16-vertex step). The reduction runs over vertices, and
+// both operands are vertex-major in memory, so both are MN-major in shared memory (transpose bits
+// set for A and B). RGNST stages of RGV vertices are filled by cp.async, RGNST − 1 in flight.
+//
+// v7 layout: MN-major with the 128-byte swizzle. A swizzle atom is 8 vertices × 64 columns
+// (eigenvectors or channels), one 128-byte row per vertex, 1024 bytes; the 16-byte chunk j of
+// vertex v's row sits at chunk position j ^ (v % 8). Atoms of one 64-column block follow each other
+// along the vertices (SBO = 1024 between 8-vertex groups), blocks are RGV·128 bytes apart (LBO,
+// the next 64 columns):
+//   (v, col) at (col/64)·RGV·128 + v·128 + (((col/8) % 8) ^ (v % 8))·16 + (col % 8)·2
+// Why (v6 used 8 × 8 core matrices without swizzle, where the 16 bytes of one vertex row that go to
+// consecutive core matrices are 128 bytes apart): there the conflict-free fill had each warp load
+// 64 bytes from each of 8 vertex rows, so every 128-byte line of x and of the basis was requested
+// twice, in halves, by two different warp loads (twice the L1 line requests of the mma.sync
+// reduce, whose warps load 512 contiguous bytes). Here consecutive lanes copy consecutive 16-byte
+// chunks of a vertex row (a warp load = whole 128-byte lines, as in the mma.sync reduce), and the
+// XOR spreads the 8 chunks of a 128-byte line over all 32 banks: each warp's 512 bytes of stores
+// are 4 wavefronts, the minimum.
+// Stage (bytes): [basis: 2 blocks × RGV × 128][y: 2·NH blocks × RGV × 128][mass: RGV elements,
+// padded to 1024]: every stage and block starts on a 1024-byte boundary (the swizzle's period;
+// the descriptors' base offset stays 0). The kernel rounds the dynamic shared memory base up to
+// 1024 bytes (the host adds 1 KB).
+// Mass (forward) scales the basis stage in shared memory once it has landed, with the bf16x2/f16x2
+// FMA the mma.sync path applies to the y fragments (one rounding of each product); the basis tile
+// is the smaller of the two at C ≥ 128.
+#if DIFF_HALF
+#define RGV 64
+#define RGNST 4
+
+template <int NH>
+struct RGLay {
+    static constexpr int BN = 128 * NH;
+    static constexpr int BLOCK = RGV * 128;  // one 64-column block of a stage
+    static constexpr int A_BYTES = 2 * BLOCK;
+    static constexpr int B_BYTES = 2 * NH * BLOCK;
+    static constexpr int M_OFF = A_BYTES + B_BYTES;
+    static constexpr int STAGE = M_OFF + 1024;  // a multiple of 1024 bytes
+};
+
+// Byte offset of (v, col) in one swizzled operand of a stage (see above).
+__device__ __forceinline__ u32 rwg_off(int v, int col) {
+    return (u32)((col >> 6) * (RGV * 128) + v * 128 + ((((col >> 3) & 7) ^ (v & 7)) << 4) + (col & 7) * 2);
+}
+
+// Descriptor of a 128-byte-swizzled MN-major operand: LBO = the next 64-column block, SBO = the
+// next 8 vertices (layout type 1 in bits 62–63).
+__device__ __forceinline__ u64 rwg_desc(u32 addr) { return ewg_desc(addr, RGV * 128, 1024) | (1ull << 62); }
+
+template <int NH>
+__device__ __forceinline__ void rwg_load(unsigned char* st, const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
+                                         i64 row0, i64 vb, i64 ve, int e0, int K, int c0, int C, bool vec) {
+    typedef RGLay<NH> L;
+    unsigned char* As = st;
+    unsigned char* Bs = st + L::A_BYTES;
+    T* Ms = reinterpret_cast<T*>(st + L::M_OFF);
+    const int tid = threadIdx.x;
+    constexpr int NJA = RBM / 8, NJB = L::BN / 8;
+    if (vec) {
+        // Chunk i: vertex i / NJ, 16-byte chunk i % NJ of its row (consecutive lanes, consecutive
+        // global bytes).
+        for (int i = tid; i < RGV * NJA; i += NTHREADS) {
+            const int r = i / NJA, ch = i % NJA;
+            const i64 v = row0 + r;
+            const int e = e0 + ch * 8;
+            const bool ok = v >= vb && v < ve && e < K;
+            cp_async16(As + rwg_off(r, ch * 8), ok ? (const void*)(basis + v * K + e) : (const void*)basis, ok ? 16 : 0);
+        }
+        for (int i = tid; i < RGV * NJB; i += NTHREADS) {
+            const int r = i / NJB, ch = i % NJB;
+            const i64 v = row0 + r;
+            const int c = c0 + ch * 8;
+            const bool ok = v >= vb && v < ve && c < C;
+            cp_async16(Bs + rwg_off(r, ch * 8), ok ? (const void*)(y + v * C + c) : (const void*)y, ok ? 16 : 0);
+        }
+    } else {
+        for (int i = tid; i < RGV * RBM; i += NTHREADS) {
+            const int r = i / RBM, e = i % RBM;
+            const i64 v = row0 + r;
+            *reinterpret_cast<T*>(As + rwg_off(r, e)) = (v >= vb && v < ve && e0 + e < K) ? basis[v * K + e0 + e] : zero_t();
+        }
+        for (int i = tid; i < RGV * L::BN; i += NTHREADS) {
+            const int r = i / L::BN, c = i % L::BN;
+            const i64 v = row0 + r;
+            *reinterpret_cast<T*>(Bs + rwg_off(r, c)) = (v >= vb && v < ve && c0 + c < C) ? y[v * C + c0 + c] : zero_t();
+        }
+    }
+    if (mass) {
+        // As in reduce_load: row0 is a multiple of 8, so whole vectors of mass are 16-byte aligned.
+        for (int i = tid; i < RGV / 8; i += NTHREADS) {
+            const i64 v = row0 + i * 8;
+            if (v >= vb && v + 8 <= ve) {
+                cp_async16(Ms + i * 8, mass + v, 16);
+            } else {
+                for (int j = 0; j < 8; ++j) Ms[i * 8 + j] = (v + j >= vb && v + j < ve) ? mass[v + j] : zero_t();
+            }
+        }
+    }
+}
+
+template <int NH>
+__device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
+                                                 float* __restrict__ ws, const Seg* __restrict__ chunks, i64 rows_per_chunk, i64 n_rows,
+                                                 i64 n_chunks, int K, int C, int KP, int CP, int vec) {
+    typedef RGLay<NH> L;
+    extern __shared__ __align__(128) unsigned char diff_smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wg = warp >> 2, wq = warp & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int n_nt = CP / L::BN;
+    const int tile = blockIdx.y;
+    const int e0 = (tile / n_nt) * RBM, c0 = (tile % n_nt) * L::BN;
+    const i64 chunk = blockIdx.x;
+    const Seg s = seg_at(chunks, chunk, rows_per_chunk, n_rows, n_chunks);
+    const i64 base = s.begin & ~(i64)7;
+    const int n_steps = (int)((s.end - base + RGV - 1) / RGV);
+    const bool weighted = mass != nullptr;
+    // Stages start on a 1024-byte boundary (the host allocates 1 KB more than the stages need).
+    const u32 raw = smem_addr(diff_smem);
+    const u32 pad = (1024u - (raw & 1023u)) & 1023u;
+    unsigned char* sm = diff_smem + pad;
+    const u32 sm0 = raw + pad;
+
+    // Zeroed once, then every product accumulates (a chunk always has at least one stage).
+    float acc[NH][64];
+#pragma unroll
+    for (int h = 0; h < NH; ++h)
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
+
+#pragma unroll
+    for (int st = 0; st < RGNST - 1; ++st) {
+        if (st < n_steps) rwg_load<NH>(sm + st * L::STAGE, basis, y, mass, base + (i64)st * RGV, s.begin, s.end, e0, K, c0, C, vec);
+        cp_async_commit();
+    }
+    for (int it = 0; it < n_steps; ++it) {
+        cp_async_wait<RGNST - 2>();
+        // The previous stage's products (still running while this thread waited on its copies)
+        // must be done before the barrier: after it, their slot is refilled.
+        ewg_wait0();
+#pragma unroll
+        for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+        ewg_fence_async();  // this thread's landed copies, visible to wgmma
+        __syncthreads();
+        {
+            const int nx = it + RGNST - 1;
+            if (nx < n_steps)
+                rwg_load<NH>(sm + (nx % RGNST) * L::STAGE, basis, y, mass, base + (i64)nx * RGV, s.begin, s.end, e0, K, c0, C, vec);
+            cp_async_commit();
+        }
+        unsigned char* st = sm + (it % RGNST) * L::STAGE;
+        if (weighted) {
+            // Basis chunk i (16 bytes at 16·i) belongs to vertex (i / 8) % RGV in either block; the
+            // swizzle only permutes chunks within a vertex's row.
+            const unsigned short* m16 = reinterpret_cast<const unsigned short*>(st + L::M_OFF);
+            for (int i = tid; i < L::A_BYTES / 16; i += NTHREADS) {
+                const int r = (i >> 3) & (RGV - 1);
+                const u32 m = m16[r];
+                const u32 w = m | (m << 16);
+                uint4* p = reinterpret_cast<uint4*>(st + 16 * i);
+                uint4 a = *p;
+                a.x = mul_pair(a.x, w);
+                a.y = mul_pair(a.y, w);
+                a.z = mul_pair(a.z, w);
+                a.w = mul_pair(a.w, w);
+                *p = a;
+            }
+            ewg_fence_async();  // the scaled basis (generic stores), visible to wgmma
+            __syncthreads();
+        }
+        const u32 a_st = sm0 + (u32)((it % RGNST) * L::STAGE) + (u32)(wg * L::BLOCK);
+        const u32 b_st = sm0 + (u32)((it % RGNST) * L::STAGE + L::A_BYTES);
+#pragma unroll
+        for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+        ewg_arrive();
+#pragma unroll
+        for (int ks = 0; ks < RGV / 16; ++ks) {
+            // 16 vertices = two 1024-byte atoms down each 64-column block.
+            const u64 da = rwg_desc(a_st + ks * 2048);
+#pragma unroll
+            for (int h = 0; h < NH; ++h) {
+                const u64 db = rwg_desc(b_st + h * 2 * L::BLOCK + ks * 2048);
+                ewg_mma<1>(acc[h], da, db, 1);
+            }
+        }
+        ewg_commit();
+    }
+    ewg_wait0();
+#pragma unroll
+    for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+    cp_async_wait<0>();
+
+    // Thread (g, t) of warp wq holds rows wq·16 + {g, g + 8} × columns 8j + {2t, 2t + 1} of each
+    // 64 × 128 product: 8-byte stores, each warp store fills whole 32-byte sectors.
+    float* out = ws + chunk * (i64)KP * CP;
+    const i64 e = e0 + wg * 64 + wq * 16 + g;
+#pragma unroll
+    for (int h = 0; h < NH; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int c = c0 + h * 128 + j * 8 + 2 * t;
+            *reinterpret_cast<float2*>(out + e * CP + c) = make_float2(acc[h][4 * j], acc[h][4 * j + 1]);
+            *reinterpret_cast<float2*>(out + (e + 8) * CP + c) = make_float2(acc[h][4 * j + 2], acc[h][4 * j + 3]);
+        }
+}
+
+#define DIFF_REDUCE_WG(NH)                                                                                                     \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_wg##NH(                                        \
+        const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
+        int K, int C, int KP, int CP, int vec) {                                                                               \
+        reduce_wg_kernel<NH>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec);                \
+    }
+DIFF_REDUCE_WG(1)
+DIFF_REDUCE_WG(2)
 #endif  // DIFF_HALF
 
 // ---- small problems: one cooperative launch per pass ----------------------------------------------

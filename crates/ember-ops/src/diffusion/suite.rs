@@ -1,6 +1,6 @@
 //! Spectral diffusion's `ember check` cases and `ember bench` rows.
 
-use super::cuda::{self, Tuning};
+use super::cuda::{self, Tuning, WgmmaMode};
 use super::{backward_batch, forward_batch, param_dtype, reference, Forward, Grads, MeshBatch, Meshes};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
@@ -205,13 +205,13 @@ fn case(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
 }
 
 fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(reduce_wn), expand_wn: Some(expand_wn), chunk_rows: Some(chunk_rows), fused: Some(false), expand_wg: Some(false) };
+    let t = Tuning { reduce_wn: Some(reduce_wn), expand_wn: Some(expand_wn), chunk_rows: Some(chunk_rows), fused: Some(false), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never) };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false) };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never) };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
@@ -219,6 +219,14 @@ fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usiz
 fn wg(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
     let t = Tuning { expand_wg: Some(true), ..Tuning::default() };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
+}
+
+/// The reduce on wgmma (sm_90a) in `mode` (`Always`: forced; `Auto`: its size rule, whatever the
+/// environment says), `chunk_rows` vertices per chunk or the default; the expand by default (or
+/// forced onto wgmma with `expand_wg`); 16-bit dtypes.
+fn rwg(sizes: &[usize], k: usize, c: usize, d_spectral: bool, mode: WgmmaMode, chunk_rows: Option<usize>, expand_wg: bool) -> Case {
+    let t = Tuning { reduce_wg: Some(mode), chunk_rows, expand_wg: expand_wg.then_some(true), ..Tuning::default() };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, chunk_rows)), dtypes: &[DType::F16, DType::BF16] }
 }
 
 /// Whether `device` runs the sm_90a kernels (wgmma).
@@ -301,6 +309,42 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
             ],
         };
         v.extend(wg_cases);
+        // The wgmma reduce (v6): 16-byte and element loaders, one and two 128-channel halves, K
+        // above one 128-eigenvector tile, chunks whose first row is not 8-aligned (partial first
+        // stage), single chunks shorter than a stage, batches, forward with mass and backward
+        // without; the auto rule on both sides of its threshold; with the wgmma expand forced.
+        use WgmmaMode::{Always, Auto};
+        let rwg_cases: Vec<Case> = match tier {
+            _ if !has_wgmma(device) => vec![],
+            Tier::Quick => vec![],
+            Tier::Small => vec![
+                rwg(&[1], 1, 1, false, Always, None, false),
+                rwg(&[77], 5, 33, true, Always, None, false),
+                rwg(&[300], 64, 64, false, Always, Some(44), false),
+                rwg(&[50], 136, 16, true, Always, None, false),
+                rwg(&[37, 1, 130], 16, 24, true, Always, Some(20), false),
+                rwg(&[200], 128, 136, false, Always, Some(100), false),
+                rwg(&[150], 136, 256, true, Always, None, true),
+            ],
+            Tier::Full => vec![
+                rwg(&[1], 1, 1, true, Always, None, false),
+                rwg(&[7], 64, 257, false, Always, None, false),
+                rwg(&[7], 1, 33, true, Always, None, false),
+                rwg(&[4109], 128, 256, true, Always, None, false),
+                rwg(&[4109], 256, 64, false, Always, Some(300), false),
+                rwg(&[4109], 1, 257, true, Always, None, false),
+                rwg(&[4109], 136, 33, true, Always, Some(1000), true),
+                rwg(&[4109], 128, 256, false, Auto, None, false),
+                rwg(&[131077], 128, 256, false, Always, None, false),
+                rwg(&[131077], 64, 1, true, Always, None, false),
+                rwg(&[131077], 256, 257, true, Always, None, false),
+                rwg(&[131077], 128, 256, true, Auto, None, true),
+                rwg(&[1 << 20 | 7], 128, 64, true, Always, None, false),
+                rwg(&[5003, 19997, 1, 12000, 7777], 128, 256, true, Always, None, false),
+                rwg(&[5003, 19997, 1, 12000, 7777], 128, 256, false, Auto, Some(640), true),
+            ],
+        };
+        v.extend(rwg_cases);
         for mut c in extra {
             // f32 has no 8-wide tiles, and its reduce only the 2-wide one.
             if c.tune.as_ref().is_some_and(|(t, _)| t.reduce_wn != Some(2) || t.expand_wn == Some(8)) {
@@ -323,6 +367,11 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             }
             if t.expand_wg == Some(true) {
                 s += " wgmma";
+            }
+            match t.reduce_wg {
+                Some(WgmmaMode::Always) => s += " reduce=wgmma",
+                Some(WgmmaMode::Auto) => s += " reduce=auto",
+                _ => {}
             }
         }
         s
@@ -370,8 +419,8 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     Ok(rows)
 }
 
-/// Two runs of the default path give bit-identical results.
-fn determinism(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType) -> Result<CheckRow> {
+/// Two runs give bit-identical results: the default path (`tune` None) or forced launch choices.
+fn determinism(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, tune: Option<(&Tuning, &str)>) -> Result<CheckRow> {
     let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("determinism"))?;
     let dev = p.on(ctx.device)?;
     let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
@@ -381,9 +430,10 @@ fn determinism(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType
         }
         Ok(v)
     };
-    let a = bits(dev.run(&p.offsets, None)?)?;
-    let b = bits(dev.run(&p.offsets, None)?)?;
-    let label = format!("V={sizes:?} K={k} C={c} two runs");
+    let t = tune.map(|(t, _)| (t, None));
+    let a = bits(dev.run(&p.offsets, t)?)?;
+    let b = bits(dev.run(&p.offsets, t)?)?;
+    let label = format!("V={sizes:?} K={k} C={c} two runs{}", tune.map_or("", |(_, name)| name));
     Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b))
 }
 
@@ -400,7 +450,7 @@ fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, d
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false) };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never) };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
@@ -452,7 +502,13 @@ impl crate::OpFamily for Family {
             _ => (&[300, 41], 16, 24),
         };
         for dtype in DType::ACTIVATIONS {
-            rows.push(determinism(ctx, sizes, k, c, dtype)?);
+            rows.push(determinism(ctx, sizes, k, c, dtype, None)?);
+        }
+        if has_wgmma(ctx.device) {
+            let t = Tuning { reduce_wg: Some(WgmmaMode::Always), ..Tuning::default() };
+            for dtype in [DType::F16, DType::BF16] {
+                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " reduce=wgmma")))?);
+            }
         }
         if ctx.device.is_cuda() {
             rows.extend(cuda_properties(ctx.device)?);
@@ -569,6 +625,33 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
     row.note = note;
     progress(&row);
     rows.push(row);
+    // v6: both reduce variants (the expand as by default) timed in this run, where the wgmma reduce
+    // can run, for single meshes of V ≥ 131072: rows "fwd reduce=mma.sync", "fwd reduce=wgmma" and
+    // the same for "fwd+bwd".
+    if single && d.is_cuda() && v >= 131072 && cuda::reduce_wg_available(inputs[0].x.cuda_device()?, dtype, c) {
+        let offsets = [0, v];
+        for (mode, name) in [(WgmmaMode::Never, "mma.sync"), (WgmmaMode::Always, "wgmma")] {
+            let t = Tuning { reduce_wg: Some(mode), ..Tuning::default() };
+            let mesh = |i: usize| {
+                let s = &inputs[i % sets];
+                Meshes { basis: &s.basis, mass: &s.mass, evals: &evals1[i % sets], offsets: &offsets, plan: None, batched: false }
+            };
+            let fwd_v = |i: usize| cuda::forward_tuned(&mesh(i), &inputs[i % sets].x, &times, &t);
+            let ms = ctx.time(300.0, |i| fwd_v(i).map(drop))?;
+            let mut row = ctx.row_with_rate("diffusion", &format!("fwd reduce={name}"), dtype, p.clone(), ms, fwd_bytes, fwd_flops, rate);
+            row.note = "reduce variant forced, expand as by default".into();
+            progress(&row);
+            rows.push(row);
+            let ms = ctx.time(300.0, |i| {
+                let f = fwd_v(i)?;
+                cuda::backward_tuned(&mesh(i), &times, &f, &inputs[i % sets].d_out, None, &t).map(drop)
+            })?;
+            let mut row = ctx.row_with_rate("diffusion", &format!("fwd+bwd reduce={name}"), dtype, p.clone(), ms, 2.0 * fwd_bytes, 2.0 * fwd_flops, rate);
+            row.note = "reduce variant forced, expand as by default".into();
+            progress(&row);
+            rows.push(row);
+        }
+    }
     // Small single meshes: is the time above the GPU's or the host's? (1) CPU time to enqueue one
     // call (median, GPU running behind); (2) GPU time of one call captured into a CUDA graph and
     // replayed back to back, which takes the host out of the loop. The rows above stay the

@@ -198,3 +198,72 @@ fn bad_input_is_a_clear_error() {
     assert!(backward_batch(&batch, &p.times, &f, &p.d_out, p.d_spectral.as_ref()).is_ok());
     assert!(matches!(MeshBatch::new(&p.basis, &p.mass, &p.evals, &[1, 10]), Err(Error::Invalid { .. })));
 }
+
+/// The wgmma reduce's stage shape is compiled into diffusion.cu and sized on the host: both sides
+/// must agree, and both entries must fit the shared memory of an sm_90 block (227 KB opt-in).
+#[test]
+fn wgmma_reduce_host_and_kernel_agree() {
+    let src = cuda::SOURCE.body;
+    let define = |name: &str| -> usize {
+        let line = src.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("#define {name} in diffusion.cu"));
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert_eq!(define("RGV"), cuda::RWG_ROWS);
+    assert_eq!(define("RGNST"), cuda::RWG_STAGES);
+    assert_eq!(define("RBM"), 128);
+    // Stage = basis 64 × 128 + y 64 × 128·NH (16-bit) + 1 KB holding the mass; a multiple of
+    // 1024 bytes (the 128-byte swizzle's period: the descriptors assume atoms on that boundary),
+    // and 1 KB more for the kernel to align its base.
+    assert!(src.contains("static constexpr int STAGE = M_OFF + 1024;"));
+    for nh in [1, 2] {
+        let stage = 2 * (64 * 128 + 64 * 128 * nh) + 1024;
+        assert_eq!(cuda::reduce_wg_smem(nh), 4 * stage + 1024);
+        assert_eq!(stage % 1024, 0);
+        assert!(cuda::reduce_wg_smem(nh) <= 232_448, "NH = {nh}: {} bytes", cuda::reduce_wg_smem(nh));
+    }
+    // Both entries exist in the 16-bit modules.
+    assert!(src.contains("DIFF_REDUCE_WG(1)") && src.contains("DIFF_REDUCE_WG(2)"));
+}
+
+/// v7's swizzled stage layout (`rwg_off` in diffusion.cu, mirrored here): (1) it is the layout a
+/// wgmma descriptor with the 128-byte swizzle reads (element (m, k) of an MN-major operand at
+/// (m/64)·LBO + (k/8)·SBO + the 128B swizzle of (k%8)·128 + (m%64)·2, LBO = 64·128, SBO = 1024);
+/// (2) a bijection onto the operand's bytes; (3) every warp store of the cp.async fill (lane =
+/// consecutive 16-byte chunk of a vertex row) covers whole 128-byte bank rows: 4 wavefronts.
+#[test]
+fn wgmma_reduce_swizzled_layout() {
+    const RGV: usize = 64;
+    // The mirror below must stay the kernel's formula.
+    assert!(cuda::SOURCE.body.contains("return (u32)((col >> 6) * (RGV * 128) + v * 128 + ((((col >> 3) & 7) ^ (v & 7)) << 4) + (col & 7) * 2);"));
+    assert!(cuda::SOURCE.body.contains("return ewg_desc(addr, RGV * 128, 1024) | (1ull << 62);"));
+    let rwg_off = |v: usize, col: usize| (col >> 6) * (RGV * 128) + v * 128 + ((((col >> 3) & 7) ^ (v & 7)) << 4) + (col & 7) * 2;
+    let sw128 = |a: usize| a ^ (((a >> 7) & 7) << 4);
+    for cols in [128usize, 256] {
+        let mut seen = vec![false; RGV * cols]; // per 2-byte element
+        for v in 0..RGV {
+            for col in 0..cols {
+                let o = rwg_off(v, col);
+                let desc = (col / 64) * (RGV * 128) + (v / 8) * 1024 + sw128((v % 8) * 128 + (col % 64) * 2);
+                assert_eq!(o, desc, "v = {v}, col = {col}");
+                assert!(!seen[o / 2], "v = {v}, col = {col}: offset {o} twice");
+                seen[o / 2] = true;
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
+        let nj = cols / 8;
+        for w in 0..RGV * nj / 32 {
+            // 16-byte chunk i = 32w + lane: vertex i / nj, chunk i % nj; a wavefront serves 128
+            // bytes with each 4-byte bank once, so the count is the most chunks on one bank group.
+            let mut per_group = [0usize; 8];
+            let mut rows = std::collections::BTreeSet::new();
+            for lane in 0..32 {
+                let i = 32 * w + lane;
+                let o = rwg_off(i / nj, (i % nj) * 8);
+                per_group[(o >> 4) & 7] += 1;
+                rows.insert(o >> 7);
+            }
+            assert_eq!(*per_group.iter().max().unwrap(), 4, "warp {w}, {cols} columns");
+            assert_eq!(rows.len(), 4, "warp {w}, {cols} columns");
+        }
+    }
+}
