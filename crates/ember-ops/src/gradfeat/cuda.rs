@@ -94,17 +94,21 @@ fn family16() -> Family16 {
 /// - "staged": the staged map kernel and the reductions of `staged.cu` on wgmma;
 /// - "packed" (the default; measured fastest at every issue size, NOTES.md v5): as "staged-mma", with
 ///   the map kernel's packed build (k-tile images of xᵀ and the weights, descriptors advanced by
-///   constants).
+///   constants);
+/// - "packed-img": as "packed", the map kernel writing g, P, Q as tile images and d_A on the wgmma
+///   image reductions (NOTES.md v6; only where the packed `_sv` map kernel runs: the spectral form,
+///   K and C multiples of 8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,
     Staged,
     StagedMma,
     Packed,
+    PackedImg,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 4] = [BwdVariant::Fused, BwdVariant::Staged, BwdVariant::StagedMma, BwdVariant::Packed];
+    pub const ALL: [BwdVariant; 5] = [BwdVariant::Fused, BwdVariant::Staged, BwdVariant::StagedMma, BwdVariant::Packed, BwdVariant::PackedImg];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -112,6 +116,7 @@ impl BwdVariant {
             BwdVariant::Staged => "staged",
             BwdVariant::StagedMma => "staged-mma",
             BwdVariant::Packed => "packed",
+            BwdVariant::PackedImg => "packed-img",
         }
     }
 
@@ -179,7 +184,11 @@ fn fused_sv_applies(p: &Problem) -> bool {
 pub fn bwd_variants(p: &Problem) -> Result<Vec<BwdVariant>> {
     let Device::Cuda(i) = p.device else { return Ok(vec![BwdVariant::Fused]) };
     let dev = CudaDevice::get(i)?;
-    Ok(if super::staged::applies(&dev, p) { BwdVariant::ALL.to_vec() } else { vec![BwdVariant::Fused] })
+    if !super::staged::applies(&dev, p) {
+        return Ok(vec![BwdVariant::Fused]);
+    }
+    let img = super::staged::img_applies(&dev, p);
+    Ok(BwdVariant::ALL.into_iter().filter(|b| *b != BwdVariant::PackedImg || img).collect())
 }
 
 /// Tile shapes of a fused kernel, preferred first (the launch takes the first that fits in shared
@@ -539,7 +548,8 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, v
     let dev = d_out.cuda_device()?.clone();
     if variant != BwdVariant::Fused && super::staged::applies(&dev, p) {
         let reductions = if variant == BwdVariant::Staged { super::staged::Reductions::Wgmma } else { super::staged::Reductions::MmaSync };
-        return super::staged::backward(&dev, p, input, weights, d_out, reductions, variant == BwdVariant::Packed);
+        let packed = matches!(variant, BwdVariant::Packed | BwdVariant::PackedImg);
+        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, variant == BwdVariant::PackedImg);
     }
     pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);

@@ -355,6 +355,9 @@ fn cases(tier: Tier) -> Vec<Case> {
             // a batch with an empty mesh.
             v.push(Case::batch(&[0, 50, 50, 140], 24, 200, false));
             v.push(Case::new(70, 0, 131, false, true));
+            // bwd=packed-img's tile images: an empty first mesh, partial row tiles per mesh, C a
+            // multiple of 8 but not of 128 (zero channels in every image).
+            v.push(Case::batch(&[0, 0, 77, 213], 16, 136, true));
         }
         // Every size the issue names: V ∈ {1, 7, 4109, 131077}, C ∈ {1, 64, 256, 257},
         // K ∈ {1, 64, 128}, both forms, with and without rotations, and batches.
@@ -381,6 +384,10 @@ fn cases(tier: Tier) -> Vec<Case> {
             // a multiple of 8.
             v.push(Case::new(4109, 12, 200, true, true));
             v.push(Case::new(4109, 0, 131, false, false));
+            // bwd=packed-img (tile images): empty first mesh, partial tiles per mesh, C = 136 (one of
+            // 8, not of 128) and C = 72 (one chunk, 128-row tiles).
+            v.push(Case::batch(&[0, 0, 77, 4109], 24, 136, true));
+            v.push(Case::batch(&[0, 130, 4109], 40, 72, false));
         }
     }
     v
