@@ -92,12 +92,13 @@ fn family16() -> Family16 {
 ///   backward); the default of v4;
 /// - "fused": one fused mma.sync kernel (g, b, ds, P, Q, d_g) and split-K reductions on mma.sync;
 /// - "staged": the staged map kernel and the reductions of `staged.cu` on wgmma;
-/// - "packed" (the default; measured fastest at every issue size, NOTES.md v5): as "staged-mma", with
-///   the map kernel's packed build (k-tile images of xᵀ and the weights, descriptors advanced by
-///   constants);
-/// - "packed-img": as "packed", the map kernel writing g, P, Q as tile images and d_A on the wgmma
-///   image reductions (NOTES.md v6; only where the packed `_sv` map kernel runs: the spectral form,
-///   K and C multiples of 8).
+/// - "packed": as "staged-mma", with the map kernel's packed build (k-tile images of xᵀ and the
+///   weights, descriptors advanced by constants); the default of v5, and of v6 where "packed-img"
+///   does not apply;
+/// - "packed-img" (the default since v6; measured 1.16–1.21x faster than "packed" at the issue's
+///   sizes, NOTES.md v6): as "packed", the map kernel writing g, P, Q as tile images and d_A on the
+///   wgmma image reductions (only where the packed `_sv` map kernel runs: the spectral form, K and C
+///   multiples of 8; elsewhere it runs as "packed").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,
@@ -120,10 +121,24 @@ impl BwdVariant {
         }
     }
 
-    /// `EMBER_GRADFEAT_BWD`, "packed" when unset or unknown.
+    /// `EMBER_GRADFEAT_BWD`, "packed-img" when unset or unknown (it runs as "packed" where the
+    /// image build does not apply).
     pub fn from_env() -> BwdVariant {
         let v = std::env::var("EMBER_GRADFEAT_BWD").unwrap_or_default();
-        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::Packed)
+        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::PackedImg)
+    }
+
+    /// The variant that runs when `self` is asked for among `offered` (those that run a problem as
+    /// themselves): itself if offered, else "packed-img" falls back to "packed" (what the launch
+    /// code runs then), and anything else to "fused".
+    pub fn effective(self, offered: &[BwdVariant]) -> BwdVariant {
+        if offered.contains(&self) {
+            self
+        } else if self == BwdVariant::PackedImg && offered.contains(&BwdVariant::Packed) {
+            BwdVariant::Packed
+        } else {
+            BwdVariant::Fused
+        }
     }
 }
 

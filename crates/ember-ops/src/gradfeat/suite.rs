@@ -459,9 +459,10 @@ impl crate::OpFamily for Family {
             let (fwds, bwds) = (fwd_variants(&input0, &weights0)?, bwd_variants(&input0, &weights0)?);
             let labelled = ctx.device != Device::Cpu;
             let (fwd_default, bwd_default) = (FwdVariant::from_env(), BwdVariant::from_env());
-            // A default that does not apply to this problem runs (and is labelled) as the fused one.
+            // A default that does not apply to this problem runs (and is labelled) as what the launch
+            // code runs instead (the fused forward; the packed or the fused backward).
             let fwd_default = if fwds.iter().any(|(f, _)| *f == fwd_default) { fwd_default } else { FwdVariant::Fused };
-            let bwd_default = if bwds.iter().any(|(b, _)| *b == bwd_default) { bwd_default } else { BwdVariant::Fused };
+            let bwd_default = bwd_default.effective(&bwds.iter().map(|(b, _)| *b).collect::<Vec<_>>());
             // (forward, backward): a "fwd" row without a backward, else a "fwd+bwd" row.
             let mut passes: Vec<(FwdVariant, Option<BwdVariant>)> = Vec::new();
             for (f, _) in &fwds {

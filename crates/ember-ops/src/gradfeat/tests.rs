@@ -153,6 +153,21 @@ fn reference_outputs_list_follows_the_op() {
     assert_eq!(names, ["out", "d_g_re", "d_g_im", "d_a_re", "d_a_im"]);
 }
 
+/// The default backward asked for where it does not apply runs (and is labelled) as what the launch
+/// code runs instead: "packed-img" as "packed" off the `_sv` entries, anything as "fused" where only
+/// the fused backward runs.
+#[test]
+fn bwd_default_falls_back_to_what_runs() {
+    use cuda::BwdVariant as B;
+    let all = B::ALL.to_vec();
+    let no_img: Vec<B> = B::ALL.into_iter().filter(|b| *b != B::PackedImg).collect();
+    assert_eq!(B::PackedImg.effective(&all), B::PackedImg);
+    assert_eq!(B::PackedImg.effective(&no_img), B::Packed);
+    assert_eq!(B::PackedImg.effective(&[B::Fused]), B::Fused);
+    assert_eq!(B::Packed.effective(&no_img), B::Packed);
+    assert_eq!(B::Staged.effective(&[B::Fused]), B::Fused);
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     let z = |shape: &[usize]| Tensor::zeros(shape, DType::F32, Device::Cpu).unwrap();
