@@ -219,6 +219,15 @@ namespace map_kernels_img {
 #include "staged.cu"
 #undef GS_KIND
 }  // namespace map_kernels_img
+// The deferred-store build (GS_PACK, GS_IMG and GS_DEFER): its `_sv` entries write a row tile's out
+// or d_g while the next row tile's first products run (fwd=packed-defer, bwd=packed-img-defer).
+#undef GS_DEFER
+#define GS_DEFER 1
+namespace map_kernels_defer {
+#define GS_KIND 0
+#include "staged.cu"
+#undef GS_KIND
+}  // namespace map_kernels_defer
 
 // Run `grid` CTAs of `threads` threads one after another, each thread calling body(); shared memory
 // starts as NaN so that a read of anything not written first shows in the results.
@@ -481,6 +490,28 @@ int main(int argc, char** argv) {
             return 1;
         }
         reduce_img(rot, p3, q3, g3_re, g3_im, img_rows, ldi, (int)C, (int)C, img_nsplits, img_per, d_a_img0, d_a_img1);
+
+        // The deferred-store build: the same arithmetic in the same order, so out, d_g and the images
+        // are the same bits as the builds above (every element: a store skipped or done from a G
+        // already overwritten shows).
+        u16 *out4 = tensor(V * C), *dg4_re = tensor(V * C), *dg4_im = tensor(V * C);
+        u16 *p4 = tensor(img_rows * ldi), *q4 = tensor(img_rows * ldi), *g4_re = tensor(img_rows * ldi), *g4_im = tensor(img_rows * ldi);
+        launch((u32)grid_fwd, 256, smem, [&] {
+            auto f = rot ? map_kernels_defer::gs_fwd_rot_sv : map_kernels_defer::gs_fwd_plain_sv;
+            f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, nullptr, nullptr, nullptr,
+              nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out4, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+        });
+        launch((u32)grid_bwd, 256, smem, [&] {
+            auto f = rot ? map_kernels_defer::gs_map_rot_sv : map_kernels_defer::gs_map_plain_sv;
+            f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
+              (T*)g4_re, (T*)g4_im, (T*)p4, (T*)q4, (T*)dg4_re, (T*)dg4_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+        });
+        const bool ok4 = same(out4, out_fwd, V * C) && same(dg4_re, dg_re, V * C) && same(dg4_im, dg_im, V * C) && same(p4, p3, img_rows * ldi) &&
+                         same(q4, q3, img_rows * ldi) && same(g4_re, g3_re, img_rows * ldi) && same(g4_im, g3_im, img_rows * ldi);
+        if (!ok4) {
+            std::fprintf(stderr, "the deferred-store map kernel differs from the image one\n");
+            return 1;
+        }
     }
     const u16* g_re = spectral ? gws_re : g_in_re;
     const u16* g_im = spectral ? gws_im : g_in_im;

@@ -62,6 +62,11 @@ typedef ember_bf16 T;
 #ifndef GS_IMG
 #define GS_IMG 0
 #endif
+// GS_DEFER 1 (with GS_PACK): the `_sv` map kernels write a row tile's result (out, or d_g) from G
+// while the next row tile's first stage-1 products run, instead of before them (NOTES.md, v7).
+#ifndef GS_DEFER
+#define GS_DEFER 0
+#endif
 
 // ---------------------------------------------------------------------------------------------------
 // Primitives: the only inline PTX of this file. A host model (tests.rs) supplies its own versions to
@@ -416,6 +421,12 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // is zero at rows past the mesh (grads and d_out zero-filled) and channels past C (xᵀ's image
     // zero-padded), so the image reductions sum whole images without bounds.
     constexpr bool IMG = GS_IMG && GS_PACK && SV && !FWD;
+    // DEFER: row tile j's last store (out, or d_g) reads G after tile j + 1's first stage-1 products
+    // are issued: stage 1 reads only the ring, and G is next written by stage 1's epilogue, which
+    // every thread reaches only after a barrier that follows its deferred reads (gs_ring_next's of
+    // the second k-tile, or the one below when stage 1 has a single k-tile). The CTA's last tile is
+    // written after the loop. SV implies the spectral form (the vertex form loads G through the ring).
+    constexpr bool DEFER = GS_DEFER && GS_PACK && SV;
     const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
     constexpr u32 GSBO = GS_NJ * 128;  // SBO of the on-chip tiles
     float re[64], im[64];
@@ -501,6 +512,20 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         gs_wg_commit();
     };
 
+    // The last store of a row tile (rows [row0, row_end)) from G: the forward's out, the backward's d_g.
+    auto store_result = [&](i64 row0, i64 row_end) {
+        if (FWD) {
+            gs_store_tile<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, vc);
+        } else {
+            gs_store_tile<GS_BM, GS_NJ>(pG, a.dg_re, C, row0, row_end, C, vc);
+            gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.dg_im, C, row0, row_end, C, vc);
+        }
+    };
+    auto store_tile_result = [&](int j) {
+        const Rows r = rows_of(blockIdx.x + (i64)j * gridDim.x);
+        store_result(r.row0, r.row_end);
+    };
+
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
 #pragma unroll 1
     for (int j = 0; j < mine; ++j) {
@@ -534,11 +559,15 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                     gs_mma<1, 0>(im, ai, bx);
                 }
                 gs_wg_commit();
+                // While the first products run: the previous row tile's result, from G.
+                if (DEFER && j > 0 && it == base) store_tile_result(j - 1);
                 gs_wg_wait<GS_LAG>();
             }
             gs_wg_wait<0>();
             gs_fence_regs(re);
             gs_fence_regs(im);
+            // With one k-tile no gs_ring_next barrier followed the deferred reads of G.
+            if (DEFER && j > 0 && nk1 == 1) __syncthreads();
             // Nothing reads G during stage 1; the next barrier orders these stores before stage 2.
 #pragma unroll
             for (int i = 0; i < 16; ++i)
@@ -587,8 +616,9 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                     gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
                     gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
                 }
+            if (DEFER) continue;  // the next gs_ring_next's barrier (or the one after the loop) orders it
             __syncthreads();
-            gs_store_tile<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, vc);
+            store_result(row0, row_end);
             continue;
         }
         // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
@@ -642,10 +672,14 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 gs_sts_pair(pG + off, re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
                 gs_sts_pair(pG + GS_PLANE + off, im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
             }
+        if (DEFER) continue;  // as in the forward
         __syncthreads();
-        gs_store_tile<GS_BM, GS_NJ>(pG, a.dg_re, C, row0, row_end, C, vc);
-        gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.dg_im, C, row0, row_end, C, vc);
+        store_result(row0, row_end);
     }  // row tiles
+    if (DEFER && mine > 0) {
+        __syncthreads();  // the last epilogue's writes of G
+        store_tile_result(mine - 1);
+    }
     gs_wait<0>();  // the ring's last (empty) groups
 #endif
 }

@@ -53,7 +53,9 @@ fn dtype_code(dtype: DType) -> u32 {
 }
 
 /// `img` (only with `packed`): the build whose `_sv` map kernels write g, P, Q as tile images.
-fn map_options(dtype: DType, nch: usize, packed: bool, img: bool) -> Vec<String> {
+/// `defer` (only with `packed`): the build whose `_sv` map kernels write a row tile's out or d_g
+/// while the next row tile's first products run (NOTES.md, v7).
+fn map_options(dtype: DType, nch: usize, packed: bool, img: bool, defer: bool) -> Vec<String> {
     let mut v = vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=0".into(), format!("-DGS_NCH={nch}")];
     if packed {
         v.push("-DGS_PACK=1".into());
@@ -61,8 +63,15 @@ fn map_options(dtype: DType, nch: usize, packed: bool, img: bool) -> Vec<String>
     if img {
         v.push("-DGS_IMG=1".into());
     }
+    if defer {
+        v.push("-DGS_DEFER=1".into());
+    }
     v
 }
+
+/// (packed, img, defer) of every map kernel build the launch code requests: the defer builds are
+/// the forward's packed one and the backward's image one.
+const MAP_BUILDS: [(bool, bool, bool); 5] = [(false, false, false), (true, false, false), (true, true, false), (true, false, true), (true, true, true)];
 
 fn reduce_options(dtype: DType) -> Vec<String> {
     vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=1".into()]
@@ -73,8 +82,8 @@ pub fn all_builds() -> Vec<KernelBuild> {
     let mut v = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
         for nch in [1, 2] {
-            for (packed, img) in [(false, false), (true, false), (true, true)] {
-                v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch, packed, img) });
+            for (packed, img, defer) in MAP_BUILDS {
+                v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch, packed, img, defer) });
             }
         }
         v.push(KernelBuild { source: SOURCE, options: reduce_options(dtype) });
@@ -298,7 +307,8 @@ pub(super) fn map_entry(forward: bool, rot: bool, spectral_vec: bool) -> &'stati
     }
 }
 
-fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool, img: bool) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool, img: bool, defer: bool) -> Result<()> {
     let nch = chunks(p.c);
     let smem = map_smem_bytes(nch);
     let (w_re0, w_im0, rot) = match *weights {
@@ -330,8 +340,10 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     let spectral_vec = spectral_vec(p);
     // The image build only where its `_sv` entries run (the only ones that write images).
     let img = img && packed && spectral_vec && !forward;
+    // The defer build likewise only where its `_sv` entries run (elsewhere it is the packed one).
+    let defer = defer && packed && spectral_vec;
     let entry = map_entry(forward, rot, spectral_vec);
-    let f = dev.function(&SOURCE, &map_options(p.dtype, nch, packed, img), entry)?;
+    let f = dev.function(&SOURCE, &map_options(p.dtype, nch, packed, img, defer), entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
     let (grads_re, grads_im) = (ptr(grads.map(|g| g.0))?, ptr(grads.map(|g| g.1))?);
     let (g_re, g_im) = (ptr(g_in.map(|g| g.0))?, ptr(g_in.map(|g| g.1))?);
@@ -380,17 +392,18 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
 }
 
 /// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im) by stages 1 and 2 of the map kernel.
-/// `packed`: the map kernel's GS_PACK build on packed k-tile images of xᵀ and the weights.
-pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool) -> Result<Tensor> {
+/// `packed`: the map kernel's GS_PACK build on packed k-tile images of xᵀ and the weights; `defer`
+/// (with `packed`, where [`spectral_vec`]): its GS_DEFER build (NOTES.md, v7).
+pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool, defer: bool) -> Result<Tensor> {
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
-    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, packed, false)?;
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, packed, false, defer)?;
     Ok(out)
 }
 
 /// `img` (with `packed`, where [`img_applies`]): g, P and Q as tile images and d_A by the image
-/// reductions (NOTES.md, v6).
+/// reductions (NOTES.md, v6); `defer` (with `img`): the map kernel's image build with GS_DEFER (v7).
 #[allow(clippy::too_many_arguments)]
-pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool) -> Result<Grads> {
+pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool, defer: bool) -> Result<Grads> {
     let (v, c, k) = (p.v, p.c, p.k);
     let img = img && packed && img_applies(dev, p);
     // Stage 3's weights go in transposed, A_im negated: d_g's products then take the signs of b's
@@ -424,7 +437,7 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     let (pw, qw, dg_re, dg_im) = (ws()?, ws()?, vc()?, vc()?);
     let gws = if p.spectral { Some((ws()?, ws()?)) } else { None };
     let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)) };
-    launch_map(dev, p, input, weights, &outs, packed, img)?;
+    launch_map(dev, p, input, weights, &outs, packed, img, img && defer)?;
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
     let (gr, gi) = match (g_in, &gws) {
@@ -481,13 +494,13 @@ mod tests {
         let builds = all_builds();
         for dtype in [DType::F16, DType::BF16] {
             for c in [1, 128, 129, 256] {
-                for (packed, img) in [(false, false), (true, false), (true, true)] {
-                    assert!(builds.iter().any(|b| b.options == map_options(dtype, chunks(c), packed, img)), "{dtype} C={c} packed={packed} img={img}");
+                for (packed, img, defer) in MAP_BUILDS {
+                    assert!(builds.iter().any(|b| b.options == map_options(dtype, chunks(c), packed, img, defer)), "{dtype} C={c} packed={packed} img={img} defer={defer}");
                 }
             }
             assert!(builds.iter().any(|b| b.options == reduce_options(dtype)));
         }
-        assert_eq!(builds.len(), 14);
+        assert_eq!(builds.len(), 22);
     }
 
     #[test]

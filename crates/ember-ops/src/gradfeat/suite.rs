@@ -388,6 +388,10 @@ fn cases(tier: Tier) -> Vec<Case> {
             // 8, not of 128) and C = 72 (one chunk, 128-row tiles).
             v.push(Case::batch(&[0, 0, 77, 4109], 24, 136, true));
             v.push(Case::batch(&[0, 130, 4109], 40, 72, false));
+            // fwd=packed-defer / bwd=packed-img-defer with several row tiles per CTA (more tiles
+            // than multiprocessors) and a single stage-1 k-tile (K ≤ 32: the deferred store's own
+            // barrier), per-mesh partial tiles, C = 136; the K = 128 path runs at V = 131077 above.
+            v.push(Case::batch(&[0, 77, 77, 20011], 24, 136, true));
         }
     }
     v
@@ -480,6 +484,11 @@ impl crate::OpFamily for Family {
             }
             if issue_size && fwds.len() > 1 && bwds.len() > 1 && !passes.contains(&(FwdVariant::Packed, Some(BwdVariant::Packed))) {
                 passes.push((FwdVariant::Packed, Some(BwdVariant::Packed)));
+            }
+            // Both deferred-store builds together (NOTES.md v7), beside the default pair.
+            let defer_pair = (FwdVariant::PackedDefer, Some(BwdVariant::PackedImgDefer));
+            if issue_size && fwds.iter().any(|(f, _)| *f == FwdVariant::PackedDefer) && bwds.iter().any(|(b, _)| *b == BwdVariant::PackedImgDefer) && !passes.contains(&defer_pair) {
+                passes.push(defer_pair);
             }
             let note = |row: &mut BenchRow| row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
             for (fv, bv) in passes {
