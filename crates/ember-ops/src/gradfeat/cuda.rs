@@ -92,19 +92,27 @@ fn family16() -> Family16 {
 ///   backward); the default of v4;
 /// - "fused": one fused mma.sync kernel (g, b, ds, P, Q, d_g) and split-K reductions on mma.sync;
 /// - "staged": the staged map kernel and the reductions of `staged.cu` on wgmma;
-/// - "packed" (the default; measured fastest at every issue size, NOTES.md v5): as "staged-mma", with
-///   the map kernel's packed build (k-tile images of xᵀ and the weights, descriptors advanced by
-///   constants).
+/// - "packed": as "staged-mma", with the map kernel's packed build (k-tile images of xᵀ and the
+///   weights, descriptors advanced by constants); the default of v5, and of v6 where "packed-img"
+///   does not apply;
+/// - "packed-img" (the default since v6; measured 1.16–1.21x faster than "packed" at the issue's
+///   sizes, NOTES.md v6): as "packed", the map kernel writing g, P, Q as tile images and d_A on the
+///   wgmma image reductions (only where the packed `_sv` map kernel runs: the spectral form, K and C
+///   multiples of 8; elsewhere it runs as "packed");
+/// - "packed-img-defer": as "packed-img", the map kernel writing each row tile's d_g while the next
+///   row tile's first products run (NOTES.md v7; where "packed-img" applies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,
     Staged,
     StagedMma,
     Packed,
+    PackedImg,
+    PackedImgDefer,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 4] = [BwdVariant::Fused, BwdVariant::Staged, BwdVariant::StagedMma, BwdVariant::Packed];
+    pub const ALL: [BwdVariant; 6] = [BwdVariant::Fused, BwdVariant::Staged, BwdVariant::StagedMma, BwdVariant::Packed, BwdVariant::PackedImg, BwdVariant::PackedImgDefer];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -112,13 +120,29 @@ impl BwdVariant {
             BwdVariant::Staged => "staged",
             BwdVariant::StagedMma => "staged-mma",
             BwdVariant::Packed => "packed",
+            BwdVariant::PackedImg => "packed-img",
+            BwdVariant::PackedImgDefer => "packed-img-defer",
         }
     }
 
-    /// `EMBER_GRADFEAT_BWD`, "packed" when unset or unknown.
+    /// `EMBER_GRADFEAT_BWD`, "packed-img" when unset or unknown (it runs as "packed" where the
+    /// image build does not apply).
     pub fn from_env() -> BwdVariant {
         let v = std::env::var("EMBER_GRADFEAT_BWD").unwrap_or_default();
-        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::Packed)
+        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::PackedImg)
+    }
+
+    /// The variant that runs when `self` is asked for among `offered` (those that run a problem as
+    /// themselves): itself if offered, else the image variants fall back to "packed" (what the
+    /// launch code runs then), and anything else to "fused".
+    pub fn effective(self, offered: &[BwdVariant]) -> BwdVariant {
+        if offered.contains(&self) {
+            self
+        } else if matches!(self, BwdVariant::PackedImg | BwdVariant::PackedImgDefer) && offered.contains(&BwdVariant::Packed) {
+            BwdVariant::Packed
+        } else {
+            BwdVariant::Fused
+        }
     }
 }
 
@@ -130,17 +154,21 @@ impl BwdVariant {
 /// - "packed" (the default; measured fastest at every issue size, NOTES.md v5): as "staged", with the
 ///   map kernel's packed build (elsewhere the fused forward);
 /// - "fused-sv": the fused forward's `_sv` entries on wgmma (the spectral form with K and C
-///   multiples of 8 as compile-time facts; NOTES.md v5), elsewhere as "fused".
+///   multiples of 8 as compile-time facts; NOTES.md v5), elsewhere as "fused";
+/// - "packed-defer": as "packed", the map kernel writing each row tile's out while the next row
+///   tile's first products run (NOTES.md v7; the spectral form with K and C multiples of 8, where
+///   the packed `_sv` entries run; elsewhere as "packed").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FwdVariant {
     Fused,
     Staged,
     Packed,
     FusedSv,
+    PackedDefer,
 }
 
 impl FwdVariant {
-    pub const ALL: [FwdVariant; 4] = [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv];
+    pub const ALL: [FwdVariant; 5] = [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv, FwdVariant::PackedDefer];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -148,6 +176,7 @@ impl FwdVariant {
             FwdVariant::Staged => "staged",
             FwdVariant::Packed => "packed",
             FwdVariant::FusedSv => "fused-sv",
+            FwdVariant::PackedDefer => "packed-defer",
         }
     }
 
@@ -165,7 +194,15 @@ pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
     if !super::staged::applies(&dev, p) {
         return Ok(vec![FwdVariant::Fused]);
     }
-    Ok(FwdVariant::ALL.into_iter().filter(|f| *f != FwdVariant::FusedSv || fused_sv_applies(p)).collect())
+    let sv = super::staged::spectral_vec(p);
+    Ok(FwdVariant::ALL
+        .into_iter()
+        .filter(|f| match f {
+            FwdVariant::FusedSv => fused_sv_applies(p),
+            FwdVariant::PackedDefer => sv,
+            _ => true,
+        })
+        .collect())
 }
 
 /// Whether the fused forward's `_sv` entries take `p`: the spectral form, K and C multiples of 8 (on
@@ -179,7 +216,11 @@ fn fused_sv_applies(p: &Problem) -> bool {
 pub fn bwd_variants(p: &Problem) -> Result<Vec<BwdVariant>> {
     let Device::Cuda(i) = p.device else { return Ok(vec![BwdVariant::Fused]) };
     let dev = CudaDevice::get(i)?;
-    Ok(if super::staged::applies(&dev, p) { BwdVariant::ALL.to_vec() } else { vec![BwdVariant::Fused] })
+    if !super::staged::applies(&dev, p) {
+        return Ok(vec![BwdVariant::Fused]);
+    }
+    let img = super::staged::img_applies(&dev, p);
+    Ok(BwdVariant::ALL.into_iter().filter(|b| !matches!(b, BwdVariant::PackedImg | BwdVariant::PackedImgDefer) || img).collect())
 }
 
 /// Tile shapes of a fused kernel, preferred first (the launch takes the first that fits in shared
@@ -410,8 +451,9 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
 
 pub fn forward(p: &Problem, input: &Input, weights: &Weights, variant: FwdVariant) -> Result<Tensor> {
     let dev = super::first_tensor(input).1.cuda_device()?.clone();
-    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed) && super::staged::applies(&dev, p) {
-        return super::staged::forward(&dev, p, input, weights, variant == FwdVariant::Packed);
+    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed | FwdVariant::PackedDefer) && super::staged::applies(&dev, p) {
+        let defer = variant == FwdVariant::PackedDefer;
+        return super::staged::forward(&dev, p, input, weights, variant == FwdVariant::Packed || defer, defer);
     }
     // Check the tile fits before allocating anything.
     pick_tile(&dev, p, Kind::Fwd)?;
@@ -539,7 +581,9 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, v
     let dev = d_out.cuda_device()?.clone();
     if variant != BwdVariant::Fused && super::staged::applies(&dev, p) {
         let reductions = if variant == BwdVariant::Staged { super::staged::Reductions::Wgmma } else { super::staged::Reductions::MmaSync };
-        return super::staged::backward(&dev, p, input, weights, d_out, reductions, variant == BwdVariant::Packed);
+        let (img, defer) = (matches!(variant, BwdVariant::PackedImg | BwdVariant::PackedImgDefer), variant == BwdVariant::PackedImgDefer);
+        let packed = variant == BwdVariant::Packed || img;
+        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer);
     }
     pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);

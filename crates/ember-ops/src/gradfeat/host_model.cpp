@@ -211,6 +211,23 @@ namespace map_kernels_pk {
 #include "staged.cu"
 #undef GS_KIND
 }  // namespace map_kernels_pk
+// The image build (GS_PACK and GS_IMG): its `_sv` map kernels write g, P, Q as tile images.
+#undef GS_IMG
+#define GS_IMG 1
+namespace map_kernels_img {
+#define GS_KIND 0
+#include "staged.cu"
+#undef GS_KIND
+}  // namespace map_kernels_img
+// The deferred-store build (GS_PACK, GS_IMG and GS_DEFER): its `_sv` entries write a row tile's out
+// or d_g while the next row tile's first products run (fwd=packed-defer, bwd=packed-img-defer).
+#undef GS_DEFER
+#define GS_DEFER 1
+namespace map_kernels_defer {
+#define GS_KIND 0
+#include "staged.cu"
+#undef GS_KIND
+}  // namespace map_kernels_defer
 
 // Run `grid` CTAs of `threads` threads one after another, each thread calling body(); shared memory
 // starts as NaN so that a read of anything not written first shows in the results.
@@ -306,6 +323,44 @@ static void reduce(bool rot, const u16* a_re, const u16* a_im, const u16* b_re, 
             }
 }
 
+// staged.rs's reduce_img: d_A from tile images (R image rows of ldi channels), uniform splits, then
+// the split-order sum.
+static void reduce_img(bool rot, const u16* a_re, const u16* a_im, const u16* b_re, const u16* b_im, i64 R, int ldi, int M, int N, i64 nsplits, i64 per,
+                       u16* out0, u16* out1) {
+    const int planes = rot ? 2 : 1;
+    const int tiles = ((M + 127) / 128) * ((N + 127) / 128);
+    std::vector<float> ws((size_t)(nsplits * planes * M * N), NAN);
+    launch((u32)(nsplits * tiles), 256, 6 * 4 * 32 * 128 * 2, [&] {
+        auto f = rot ? reduce_kernels::gs_reduce_rot_img : reduce_kernels::gs_reduce_sum_img;
+        f((const T*)a_re, (const T*)a_im, (const T*)b_re, (const T*)b_im, ws.data(), R, M, N, per, ldi);
+    });
+    const i64 elems = (i64)M * N;
+    for (int p = 0; p < planes; ++p)
+        for (i64 i = 0; i < elems; ++i) {
+            float s = 0.0f;
+            for (i64 sp = 0; sp < nsplits; ++sp) s += ws[(size_t)((sp * planes + p) * elems + i)];
+            (p == 0 ? out0 : out1)[i] = GS_DTYPE == 2 ? bf16_bits(s) : f16_bits(s);
+        }
+}
+
+// Whether `img` (ntiles tile images of bm rows × ldi channels) holds the row-major V × C matrix `rm`
+// tile by tile (row tile t: rows row0.. of its mesh, to row_end), and zeros (either sign) elsewhere.
+static bool image_matches(const u16* img, const u16* rm, const std::vector<i64>& map_tiles, i64 ntiles, i64 V, i64 C, int bm, int ldi) {
+    for (i64 t = 0; t < ntiles; ++t) {
+        const i64 row0 = map_tiles.empty() ? t * bm : map_tiles[3 * t], row_end = map_tiles.empty() ? V : map_tiles[3 * t + 1];
+        for (int r = 0; r < bm; ++r)
+            for (int c = 0; c < ldi; ++c) {
+                const u16 got = img[t * bm * ldi + (r / 8) * 8 * ldi + (c / 8) * 64 + (r % 8) * 8 + c % 8];
+                const bool inside = row0 + r < row_end && c < C;
+                if (inside ? got != rm[(row0 + r) * C + c] : (got & 0x7fffu) != 0) {
+                    std::fprintf(stderr, "image of tile %lld differs at row %d channel %d\n", t, r, c);
+                    return false;
+                }
+            }
+    }
+    return true;
+}
+
 static u16* transpose(const u16* src, i64 batches, int rows, int cols, bool negate) {
     u16* dst = tensor((size_t)(batches * rows * cols));
     gridDim.x = 1;
@@ -349,6 +404,7 @@ int main(int argc, char** argv) {
     const i64 ntiles = rd(), grid_fwd = rd(), grid_bwd = rd();
     const Plan plan_a = rd_plan();
     const Plan plan_x = spectral ? rd_plan() : Plan{};
+    const i64 img_nsplits = rd(), img_per = rd();  // staged.rs's img_plan
     const u16* grads_re = rd_tensor(spectral ? V * K : 0);
     const u16* grads_im = rd_tensor(spectral ? V * K : 0);
     const u16* x = rd_tensor(spectral ? M * K * C : 0);
@@ -409,6 +465,54 @@ int main(int argc, char** argv) {
             return 1;
         }
     }
+    // The image build (bwd=packed-img), where its `_sv` entries run: d_g the same bits as above, the
+    // images of g, P, Q exactly the row-major matrices above tile by tile (zeros elsewhere); d_A from
+    // the images by the image reductions, written after the other outputs.
+    const int ldi = 128 * GS_NCH;
+    const i64 img_rows = ntiles * bm;
+    u16 *d_a_img0 = tensor(C * C), *d_a_img1 = tensor(C * C);
+    if (sv) {
+        const u16* w_img = rot ? pack({{a_re, false}, {a_im, false}}, 1, (int)C, (int)C, ldi, false) : pack({{a_re, false}}, 1, (int)C, (int)C, ldi, false);
+        const u16* t_img = rot ? pack({{a_re, false}, {a_im, true}}, 1, (int)C, (int)C, ldi, true) : pack({{a_re, false}}, 1, (int)C, (int)C, ldi, true);
+        const u16* xt_img = pack({{x, false}}, M, (int)C, (int)K, ldi, true);
+        u16 *p3 = tensor(img_rows * ldi), *q3 = tensor(img_rows * ldi), *g3_re = tensor(img_rows * ldi), *g3_im = tensor(img_rows * ldi);
+        u16 *dg3_re = tensor(V * C), *dg3_im = tensor(V * C);
+        launch((u32)grid_bwd, 256, smem, [&] {
+            auto f = rot ? map_kernels_img::gs_map_rot_sv : map_kernels_img::gs_map_plain_sv;
+            f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
+              (T*)g3_re, (T*)g3_im, (T*)p3, (T*)q3, (T*)dg3_re, (T*)dg3_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+        });
+        const bool ok = same(dg3_re, dg_re, V * C) && same(dg3_im, dg_im, V * C) && image_matches(p3, p, map_tiles, ntiles, V, C, bm, ldi) &&
+                        image_matches(q3, q, map_tiles, ntiles, V, C, bm, ldi) && image_matches(g3_re, gws_re, map_tiles, ntiles, V, C, bm, ldi) &&
+                        image_matches(g3_im, gws_im, map_tiles, ntiles, V, C, bm, ldi);
+        if (!ok) {
+            std::fprintf(stderr, "the image map kernel differs from the packed one\n");
+            return 1;
+        }
+        reduce_img(rot, p3, q3, g3_re, g3_im, img_rows, ldi, (int)C, (int)C, img_nsplits, img_per, d_a_img0, d_a_img1);
+
+        // The deferred-store build: the same arithmetic in the same order, so out, d_g and the images
+        // are the same bits as the builds above (every element: a store skipped or done from a G
+        // already overwritten shows).
+        u16 *out4 = tensor(V * C), *dg4_re = tensor(V * C), *dg4_im = tensor(V * C);
+        u16 *p4 = tensor(img_rows * ldi), *q4 = tensor(img_rows * ldi), *g4_re = tensor(img_rows * ldi), *g4_im = tensor(img_rows * ldi);
+        launch((u32)grid_fwd, 256, smem, [&] {
+            auto f = rot ? map_kernels_defer::gs_fwd_rot_sv : map_kernels_defer::gs_fwd_plain_sv;
+            f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, nullptr, nullptr, nullptr,
+              nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out4, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+        });
+        launch((u32)grid_bwd, 256, smem, [&] {
+            auto f = rot ? map_kernels_defer::gs_map_rot_sv : map_kernels_defer::gs_map_plain_sv;
+            f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
+              (T*)g4_re, (T*)g4_im, (T*)p4, (T*)q4, (T*)dg4_re, (T*)dg4_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+        });
+        const bool ok4 = same(out4, out_fwd, V * C) && same(dg4_re, dg_re, V * C) && same(dg4_im, dg_im, V * C) && same(p4, p3, img_rows * ldi) &&
+                         same(q4, q3, img_rows * ldi) && same(g4_re, g3_re, img_rows * ldi) && same(g4_im, g3_im, img_rows * ldi);
+        if (!ok4) {
+            std::fprintf(stderr, "the deferred-store map kernel differs from the image one\n");
+            return 1;
+        }
+    }
     const u16* g_re = spectral ? gws_re : g_in_re;
     const u16* g_im = spectral ? gws_im : g_in_im;
     u16 *d_a0 = tensor(C * C), *d_a1 = tensor(C * C);
@@ -427,6 +531,10 @@ int main(int argc, char** argv) {
     }
     std::fwrite(d_a0, 2, (size_t)(C * C), out);
     if (rot) std::fwrite(d_a1, 2, (size_t)(C * C), out);
+    if (sv) {
+        std::fwrite(d_a_img0, 2, (size_t)(C * C), out);
+        if (rot) std::fwrite(d_a_img1, 2, (size_t)(C * C), out);
+    }
     std::fclose(out);
     return 0;
 }

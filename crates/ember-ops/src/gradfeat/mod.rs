@@ -33,9 +33,12 @@
 //! epilogue: nothing but `out` goes to device memory); on Hopper (sm_90a) its channel map runs on
 //! wgmma, elsewhere on mma.sync. The backward of 16-bit inputs with C ≤ 256 on Hopper runs the staged
 //! map kernel of `staged.cu` (g, b, ds, P, Q and d_g on wgmma in one kernel) followed by deterministic
-//! split-K reductions over vertices (mma.sync) for d_A and d_x; elsewhere one fused kernel (g, b, ds,
-//! P, Q, d_g) takes the map kernel's place. `EMBER_GRADFEAT_BWD=fused` forces the fused backward,
-//! `staged` runs the reductions on wgmma too; `EMBER_GRADFEAT_TILES=wide` or `narrow` selects other
+//! reductions over vertices for d_A and d_x; by default (`packed-img`, NOTES.md v6) the map kernel
+//! writes the d_A operands as tile images reduced on wgmma without bounds where its `_sv` entries
+//! apply (spectral form, K and C multiples of 8), else d_A and d_x on mma.sync split-K (`packed`);
+//! elsewhere one fused kernel (g, b, ds, P, Q, d_g) takes the map kernel's place.
+//! `EMBER_GRADFEAT_BWD=fused` forces the fused backward, `packed` the mma.sync d_A, `staged` runs
+//! the reductions on wgmma with bounds checks; `EMBER_GRADFEAT_TILES=wide` or `narrow` selects other
 //! mma.sync tile families (all measured in NOTES.md); `EMBER_GRADFEAT_FWD=staged` runs the forward as
 //! the map kernel's first two stages. The on-chip
 //! tiles bound C on CUDA (about 640 for 16-bit inputs and the f32 forward, 384 for the f32 backward on

@@ -9,6 +9,8 @@
 //   gs_reduce_rot / _sum        split-K reductions over vertices: d_A from P, Q, g; d_x from grads
 //                               and d_g; f32 slices per split, summed in split order by gf_reduce
 //                               (gradfeat.cu), so the result is the same bits on every run.
+//   gs_reduce_rot_img / _sum_img  d_A as above, from the tile images of g, P, Q that the map
+//                               kernel's GS_IMG build writes (NOTES.md, v6): copies without bounds.
 //   gs_transpose                xᵀ per mesh, A_reᵀ and −A_imᵀ, so that every operand of the map kernel
 //                               is K-major.
 //
@@ -54,6 +56,16 @@ typedef ember_bf16 T;
 // checks or 64-bit index arithmetic; its wgmma descriptors are built once and advanced by constants.
 #ifndef GS_PACK
 #define GS_PACK 0
+#endif
+// GS_IMG 1 (with GS_PACK): the `_sv` map kernels write g and P, Q (the d_A operands) as tile images,
+// row tile t's on-chip plane copied verbatim to image t, for the image reductions (gs_reduce_*_img).
+#ifndef GS_IMG
+#define GS_IMG 0
+#endif
+// GS_DEFER 1 (with GS_PACK): the `_sv` map kernels write a row tile's result (out, or d_g) from G
+// while the next row tile's first stage-1 products run, instead of before them (NOTES.md, v7).
+#ifndef GS_DEFER
+#define GS_DEFER 0
 #endif
 
 // ---------------------------------------------------------------------------------------------------
@@ -265,6 +277,18 @@ __device__ __forceinline__ void gs_copy_image(u32 dst, const T* __restrict__ src
     for (int i0 = 0; i0 < N; i0 += GS_THREADS) gs_cp16(d + 16 * (u32)i0, s + 8 * i0, 16);
 }
 
+// Write N 16-byte chunks of shared memory at sp to dst, in the same order: a tile image (see gs_map)
+// goes out verbatim, each chunk one load and one store at a constant offset from this thread's first.
+template <int N>
+__device__ __forceinline__ void gs_store_image(const unsigned char* sp, T* __restrict__ dst) {
+    static_assert(N % GS_THREADS == 0, "a multiple of the CTA's chunks");
+    const int tid = gs_tid();
+    const unsigned char* s = sp + 16 * tid;
+    T* d = dst + 8 * tid;
+#pragma unroll
+    for (int i0 = 0; i0 < N; i0 += GS_THREADS) *reinterpret_cast<uint4*>(d + 8 * i0) = *reinterpret_cast<const uint4*>(s + 16 * i0);
+}
+
 // A STAGES-slot ring of k-tiles numbered 0..n−1 (possibly spanning several stages of a kernel):
 // load(slot, it) issues the copies of tile it. gs_ring_start loads the first STAGES − 1 − LAG tiles;
 // gs_ring_next, at the top of iteration it, waits for tile it, then loads tile it + STAGES − 1 − LAG
@@ -392,6 +416,17 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     const int nk1 = spectral ? (K + GS_BK - 1) / GS_BK : 0;
     const int nk2 = (C + GS_BK - 1) / GS_BK;
     const int per = nk1 + (FWD ? 1 : 2) * nk2;  // ring tiles per row tile
+    // IMG: g, P and Q go out as tile images (GS_IMG; the spectral form only): row tile t's plane of G,
+    // GS_BM × GS_CPAD in G's own byte order, verbatim at element t·GS_BM·GS_CPAD of its workspace. G
+    // is zero at rows past the mesh (grads and d_out zero-filled) and channels past C (xᵀ's image
+    // zero-padded), so the image reductions sum whole images without bounds.
+    constexpr bool IMG = GS_IMG && GS_PACK && SV && !FWD;
+    // DEFER: row tile j's last store (out, or d_g) reads G after tile j + 1's first stage-1 products
+    // are issued: stage 1 reads only the ring, and G is next written by stage 1's epilogue, which
+    // every thread reaches only after a barrier that follows its deferred reads (gs_ring_next's of
+    // the second k-tile, or the one below when stage 1 has a single k-tile). The CTA's last tile is
+    // written after the loop. SV implies the spectral form (the vertex form loads G through the ring).
+    constexpr bool DEFER = GS_DEFER && GS_PACK && SV;
     const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
     constexpr u32 GSBO = GS_NJ * 128;  // SBO of the on-chip tiles
     float re[64], im[64];
@@ -477,12 +512,27 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         gs_wg_commit();
     };
 
+    // The last store of a row tile (rows [row0, row_end)) from G: the forward's out, the backward's d_g.
+    auto store_result = [&](i64 row0, i64 row_end) {
+        if (FWD) {
+            gs_store_tile<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, vc);
+        } else {
+            gs_store_tile<GS_BM, GS_NJ>(pG, a.dg_re, C, row0, row_end, C, vc);
+            gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.dg_im, C, row0, row_end, C, vc);
+        }
+    };
+    auto store_tile_result = [&](int j) {
+        const Rows r = rows_of(blockIdx.x + (i64)j * gridDim.x);
+        store_result(r.row0, r.row_end);
+    };
+
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
 #pragma unroll 1
     for (int j = 0; j < mine; ++j) {
         const Rows rows = rows_of(blockIdx.x + (i64)j * gridDim.x);
         const i64 row0 = rows.row0, row_end = rows.row_end;
         const int base = j * per;
+        const i64 img = (blockIdx.x + (i64)j * gridDim.x) * (GS_BM * GS_CPAD);  // IMG: this row tile's image
 
         // ---- stage 1: g = grads·x into G ----
         if (spectral) {
@@ -509,11 +559,15 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                     gs_mma<1, 0>(im, ai, bx);
                 }
                 gs_wg_commit();
+                // While the first products run: the previous row tile's result, from G.
+                if (DEFER && j > 0 && it == base) store_tile_result(j - 1);
                 gs_wg_wait<GS_LAG>();
             }
             gs_wg_wait<0>();
             gs_fence_regs(re);
             gs_fence_regs(im);
+            // With one k-tile no gs_ring_next barrier followed the deferred reads of G.
+            if (DEFER && j > 0 && nk1 == 1) __syncthreads();
             // Nothing reads G during stage 1; the next barrier orders these stores before stage 2.
 #pragma unroll
             for (int i = 0; i < 16; ++i)
@@ -533,8 +587,13 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1);
             if (!FWD && it == base + nk1 && spectral) {
                 // While the first products run: g to device memory, for d_A.
-                gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
-                gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
+                if (IMG) {
+                    gs_store_image<GS_BM * GS_NJ>(pG, a.gws_re + img);
+                    gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.gws_im + img);
+                } else {
+                    gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
+                    gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
+                }
             }
             gs_wg_wait<GS_LAG>();
         }
@@ -557,8 +616,9 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                     gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
                     gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
                 }
+            if (DEFER) continue;  // the next gs_ring_next's barrier (or the one after the loop) orders it
             __syncthreads();
-            gs_store_tile<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, vc);
+            store_result(row0, row_end);
             continue;
         }
         // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
@@ -589,8 +649,13 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1 - nk2);
             if (it == base + nk1 + nk2) {
                 // While the first products run: P, Q to device memory, for d_A.
-                gs_store_tile<GS_BM, GS_NJ>(pG, a.p, C, row0, row_end, C, vc);
-                gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.q, C, row0, row_end, C, vc);
+                if (IMG) {
+                    gs_store_image<GS_BM * GS_NJ>(pG, a.p + img);
+                    gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.q + img);
+                } else {
+                    gs_store_tile<GS_BM, GS_NJ>(pG, a.p, C, row0, row_end, C, vc);
+                    gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.q, C, row0, row_end, C, vc);
+                }
             }
             gs_wg_wait<GS_LAG>();
         }
@@ -607,10 +672,14 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 gs_sts_pair(pG + off, re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
                 gs_sts_pair(pG + GS_PLANE + off, im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
             }
+        if (DEFER) continue;  // as in the forward
         __syncthreads();
-        gs_store_tile<GS_BM, GS_NJ>(pG, a.dg_re, C, row0, row_end, C, vc);
-        gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.dg_im, C, row0, row_end, C, vc);
+        store_result(row0, row_end);
     }  // row tiles
+    if (DEFER && mine > 0) {
+        __syncthreads();  // the last epilogue's writes of G
+        store_tile_result(mine - 1);
+    }
     gs_wait<0>();  // the ring's last (empty) groups
 #endif
 }
@@ -652,9 +721,16 @@ GS_MAP_ENTRY(gs_fwd_plain_sv, false, true, true)
 #define GR_STAGE (4 * GR_PLANE)          // 32 KB
 #define GR_SMEM (GR_STAGES * GR_STAGE)  // 192 KB. Mirrors staged.rs.
 
-template <bool ROT>
+//
+// IMG (gs_reduce_*_img): the four operands are tile images of the map kernel's GS_IMG build (row
+// group q of 8 rows holds its ldi channels as ldi/8 chunks of 8 rows × 16 bytes: element (r, c) at
+// (r/8)·8·ldi + (c/8)·64 + (r%8)·8 + c%8), R whole image rows, zero wherever the problem is not, and
+// M, N ≤ ldi (a multiple of 128). Then a k-tile's 128 columns of one row group are 2 KB, contiguous
+// and already in the ring slot's byte order: each operand of a k-tile is 4 such blocks, 2 chunks per
+// thread, copied without bounds (the splits are whole k-tiles: rows_per_split a multiple of GR_BK).
+template <bool ROT, bool IMG>
 __device__ __forceinline__ void gs_reduce(const T* a_re, const T* a_im, const T* b_re, const T* b_im, float* ws, const i64* splits, i64 R, int M, int N,
-                                          i64 rows_per_split, int vec_m, int vec_n) {
+                                          i64 rows_per_split, int vec_m, int vec_n, int ldi) {
 #if !GS_HAS_WGMMA
     __trap();
 #else
@@ -677,12 +753,30 @@ __device__ __forceinline__ void gs_reduce(const T* a_re, const T* a_im, const T*
     }
     const int nk = r_end > r_begin ? (int)((r_end - r_begin + GR_BK - 1) / GR_BK) : 0;
     const bool vm = vec_m != 0, vn = vec_n != 0;
+    if (IMG && threadIdx.x == 0 && (rows_per_split % GR_BK != 0 || R % GR_BK != 0 || ldi % 128 != 0 || M > ldi || N > ldi)) __trap();  // launch code and kernel disagree
+    // IMG: this thread's two chunks of a k-tile operand are chunk tid and tid + 256 of its 4 blocks,
+    // i.e. block tid/128 (+2), chunk tid%128 of the block; in the image, element offset
+    // (tid/128)·8·ldi + 8·(tid%128) from the k-tile's first row group (+ 2 row groups).
+    const int tid = IMG ? gs_tid() : 0;
+    const i64 rg = 8 * (i64)ldi;  // elements of one row group of an image
+    const i64 thr = (tid >> 7) * rg + 8 * (tid & 127);
     float re[64], im[64];
     gs_zero(re);
     gs_zero(im);
     auto load = [&](int slot, int kt) {
         const u32 s = sbase + slot * GR_STAGE;
         const i64 r = r_begin + (i64)kt * GR_BK;
+        if (IMG) {
+            const u32 d = s + 16 * (u32)tid;
+            const i64 q = (r >> 3) * rg + thr;  // the k-tile's first row group, this thread's chunk
+            const T* src[4] = {a_re + q + 8 * m0, a_im + q + 8 * m0, b_re + q + 8 * n0, b_im + q + 8 * n0};
+#pragma unroll
+            for (int o = 0; o < 4; ++o) {
+                gs_cp16(d + o * GR_PLANE, src[o], 16);
+                gs_cp16(d + o * GR_PLANE + 16 * GS_THREADS, src[o] + 2 * rg, 16);
+            }
+            return;
+        }
         gs_load_tile<GR_BK, 16>(s, a_re, M, r, r_end, m0, M, vm);
         gs_load_tile<GR_BK, 16>(s + GR_PLANE, a_im, M, r, r_end, m0, M, vm);
         gs_load_tile<GR_BK, 16>(s + 2 * GR_PLANE, b_re, N, r, r_end, n0, N, vn);
@@ -743,10 +837,18 @@ __device__ __forceinline__ void gs_reduce(const T* a_re, const T* a_im, const T*
     GS_ENTRY(GS_THREADS)                                                                                                          \
     NAME(const T* a_re, const T* a_im, const T* b_re, const T* b_im, float* ws, const i64* splits, i64 R, int M, int N,          \
          i64 rows_per_split, int vec_m, int vec_n) {                                                                             \
-        gs_reduce<ROT>(a_re, a_im, b_re, b_im, ws, splits, R, M, N, rows_per_split, vec_m, vec_n);                               \
+        gs_reduce<ROT, false>(a_re, a_im, b_re, b_im, ws, splits, R, M, N, rows_per_split, vec_m, vec_n, 0);                     \
     }
 GS_REDUCE_ENTRY(gs_reduce_rot, true)
 GS_REDUCE_ENTRY(gs_reduce_sum, false)
+// Over tile images (R image rows, ldi padded channels; uniform splits of rows_per_split rows).
+#define GS_REDUCE_IMG_ENTRY(NAME, ROT)                                                                                            \
+    GS_ENTRY(GS_THREADS)                                                                                                          \
+    NAME(const T* a_re, const T* a_im, const T* b_re, const T* b_im, float* ws, i64 R, int M, int N, i64 rows_per_split, int ldi) { \
+        gs_reduce<ROT, true>(a_re, a_im, b_re, b_im, ws, nullptr, R, M, N, rows_per_split, 1, 1, ldi);                           \
+    }
+GS_REDUCE_IMG_ENTRY(gs_reduce_rot_img, true)
+GS_REDUCE_IMG_ENTRY(gs_reduce_sum_img, false)
 
 // dst[b] = ±src[b]ᵀ for `batches` row-major rows × cols blocks (xᵀ per mesh, A_reᵀ, −A_imᵀ): small,
 // read once. `negate` flips sign bits (exact).

@@ -52,13 +52,26 @@ fn dtype_code(dtype: DType) -> u32 {
     }
 }
 
-fn map_options(dtype: DType, nch: usize, packed: bool) -> Vec<String> {
+/// `img` (only with `packed`): the build whose `_sv` map kernels write g, P, Q as tile images.
+/// `defer` (only with `packed`): the build whose `_sv` map kernels write a row tile's out or d_g
+/// while the next row tile's first products run (NOTES.md, v7).
+fn map_options(dtype: DType, nch: usize, packed: bool, img: bool, defer: bool) -> Vec<String> {
     let mut v = vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=0".into(), format!("-DGS_NCH={nch}")];
     if packed {
         v.push("-DGS_PACK=1".into());
     }
+    if img {
+        v.push("-DGS_IMG=1".into());
+    }
+    if defer {
+        v.push("-DGS_DEFER=1".into());
+    }
     v
 }
+
+/// (packed, img, defer) of every map kernel build the launch code requests: the defer builds are
+/// the forward's packed one and the backward's image one.
+const MAP_BUILDS: [(bool, bool, bool); 5] = [(false, false, false), (true, false, false), (true, true, false), (true, false, true), (true, true, true)];
 
 fn reduce_options(dtype: DType) -> Vec<String> {
     vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=1".into()]
@@ -69,8 +82,8 @@ pub fn all_builds() -> Vec<KernelBuild> {
     let mut v = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
         for nch in [1, 2] {
-            for packed in [false, true] {
-                v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch, packed) });
+            for (packed, img, defer) in MAP_BUILDS {
+                v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch, packed, img, defer) });
             }
         }
         v.push(KernelBuild { source: SOURCE, options: reduce_options(dtype) });
@@ -95,6 +108,18 @@ pub(super) fn map_grid(p: &Problem, ntiles: usize, forward: bool, multiprocessor
 pub fn applies(dev: &CudaDevice, p: &Problem) -> bool {
     let limit = dev.info().shared_memory_per_block_optin.max(0) as usize;
     dev.info().arch == "sm_90a" && p.dtype.size() == 2 && p.c <= MAX_C && map_smem_bytes(chunks(p.c)) <= limit && REDUCE_SMEM <= limit
+}
+
+/// Whether the `_sv` map kernels take `p` (the spectral form, K and C multiples of 8), unless
+/// `EMBER_GRADFEAT_MAP=general` forces the general ones.
+pub(super) fn spectral_vec(p: &Problem) -> bool {
+    p.spectral && p.k.is_multiple_of(8) && p.c.is_multiple_of(8) && !general_map_forced()
+}
+
+/// Whether `bwd=packed-img` runs `p` as itself: where the packed `_sv` map kernel does (it writes the
+/// tile images).
+pub fn img_applies(dev: &CudaDevice, p: &Problem) -> bool {
+    applies(dev, p) && spectral_vec(p)
 }
 
 /// Which kernels reduce over the vertices.
@@ -215,6 +240,44 @@ fn reduce(dev: &Arc<CudaDevice>, p: &Problem, how: Reductions, rot: bool, a: (&T
     }
 }
 
+/// The splits of an image reduction over `rows` image rows for about `ctas` CTAs of `tiles` output
+/// tiles: uniform, each a whole number of 32-row k-tiles (gs_reduce's IMG loads have no row bounds).
+pub(super) fn img_plan(rows: usize, tiles: usize, ctas: usize) -> SplitPlan {
+    let per = cuda::uniform_plan(rows, tiles, ctas).rows_per_split.next_multiple_of(32);
+    SplitPlan { splits: vec![], groups: vec![], nsplits: rows.div_ceil(per).max(1), rows_per_split: per }
+}
+
+/// d_A (m = n = C) from the map kernel's tile images of P, Q, g (`rows` image rows of `ldi` padded
+/// channels each) by gs_reduce_*_img, f32 slices per split summed in split order.
+#[allow(clippy::too_many_arguments)]
+fn reduce_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), rows: usize, ldi: usize, out: (&Tensor, Option<&Tensor>)) -> Result<()> {
+    let (m, n) = (p.c, p.c);
+    let planes = if rot { 2 } else { 1 };
+    let tiles = m.div_ceil(128) * n.div_ceil(128);
+    let plan = img_plan(rows, tiles, reduce_ctas(dev));
+    let ws = Tensor::output(&[plan.nsplits * planes * m * n], DType::F32, p.device)?;
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), if rot { "gs_reduce_rot_img" } else { "gs_reduce_sum_img" })?;
+    dev.set_max_dynamic_smem(&f, REDUCE_SMEM)?;
+    let blocks = plan.nsplits.checked_mul(tiles).ok_or_else(|| Error::TooLarge { arg: "grads_re".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("grads_re", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: REDUCE_SMEM as u32 };
+    let (a_re, a_im, b_re, b_im, wsp) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?);
+    let (r, mi, ni, per, ld) = (rows as i64, m as i32, n as i32, plan.rows_per_split as i64, ldi as i32);
+    dev.launch(&f, cfg)
+        .arg(&a_re)
+        .arg(&a_im)
+        .arg(&b_re)
+        .arg(&b_im)
+        .arg(&wsp)
+        .arg(&r)
+        .arg(&mi)
+        .arg(&ni)
+        .arg(&per)
+        .arg(&ld)
+        .named("gradfeat wgmma image reduction")
+        .run()?;
+    cuda::sum_splits(dev, p, &ws, planes, m * n, plan.nsplits, None, out, 1)
+}
+
 /// What the map kernel writes: the forward's output, or the backward's P, Q, d_g (and g in the
 /// spectral form), with the backward's extra inputs.
 enum MapOut<'a> {
@@ -244,7 +307,8 @@ pub(super) fn map_entry(forward: bool, rot: bool, spectral_vec: bool) -> &'stati
     }
 }
 
-fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool) -> Result<()> {
+#[allow(clippy::too_many_arguments)]
+fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool, img: bool, defer: bool) -> Result<()> {
     let nch = chunks(p.c);
     let smem = map_smem_bytes(nch);
     let (w_re0, w_im0, rot) = match *weights {
@@ -273,9 +337,13 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     let (table, ntiles) = row_tiles(p, 128 / nch)?;
     let forward = matches!(outs, MapOut::Forward { .. });
     let grid = grid_u32("grads_re", map_grid(p, ntiles as usize, forward, dev.info().multiprocessors.max(1) as usize))?;
-    let spectral_vec = p.spectral && p.k.is_multiple_of(8) && p.c.is_multiple_of(8) && !general_map_forced();
+    let spectral_vec = spectral_vec(p);
+    // The image build only where its `_sv` entries run (the only ones that write images).
+    let img = img && packed && spectral_vec && !forward;
+    // The defer build likewise only where its `_sv` entries run (elsewhere it is the packed one).
+    let defer = defer && packed && spectral_vec;
     let entry = map_entry(forward, rot, spectral_vec);
-    let f = dev.function(&SOURCE, &map_options(p.dtype, nch, packed), entry)?;
+    let f = dev.function(&SOURCE, &map_options(p.dtype, nch, packed, img, defer), entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
     let (grads_re, grads_im) = (ptr(grads.map(|g| g.0))?, ptr(grads.map(|g| g.1))?);
     let (g_re, g_im) = (ptr(g_in.map(|g| g.0))?, ptr(g_in.map(|g| g.1))?);
@@ -324,15 +392,20 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
 }
 
 /// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im) by stages 1 and 2 of the map kernel.
-/// `packed`: the map kernel's GS_PACK build on packed k-tile images of xᵀ and the weights.
-pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool) -> Result<Tensor> {
+/// `packed`: the map kernel's GS_PACK build on packed k-tile images of xᵀ and the weights; `defer`
+/// (with `packed`, where [`spectral_vec`]): its GS_DEFER build (NOTES.md, v7).
+pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool, defer: bool) -> Result<Tensor> {
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
-    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, packed)?;
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, packed, false, defer)?;
     Ok(out)
 }
 
-pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool) -> Result<Grads> {
+/// `img` (with `packed`, where [`img_applies`]): g, P and Q as tile images and d_A by the image
+/// reductions (NOTES.md, v6); `defer` (with `img`): the map kernel's image build with GS_DEFER (v7).
+#[allow(clippy::too_many_arguments)]
+pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool, defer: bool) -> Result<Grads> {
     let (v, c, k) = (p.v, p.c, p.k);
+    let img = img && packed && img_applies(dev, p);
     // Stage 3's weights go in transposed, A_im negated: d_g's products then take the signs of b's
     // (see gs_map).
     let (w_re, w_im, rot) = match *weights {
@@ -355,10 +428,16 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
         Input::Spectral { .. } => None,
     };
     let vc = || Tensor::output(&[v, c], p.dtype, p.device);
-    let (pw, qw, dg_re, dg_im) = (vc()?, vc()?, vc()?, vc()?);
-    let gws = if p.spectral { Some((vc()?, vc()?)) } else { None };
+    // Images: one GS_BM × Cpad block per row tile of the map kernel (rows past a mesh, channels past
+    // C written as zeros by the kernel).
+    let nch = chunks(c);
+    let ntiles = cuda::row_tile_entries(p, 128 / nch).map_or(v.div_ceil(128 / nch), |t| t.len() / 3);
+    let (img_rows, ldi) = (ntiles * (128 / nch), 128 * nch);
+    let ws = || if img { Tensor::output(&[img_rows * ldi], p.dtype, p.device) } else { vc() };
+    let (pw, qw, dg_re, dg_im) = (ws()?, ws()?, vc()?, vc()?);
+    let gws = if p.spectral { Some((ws()?, ws()?)) } else { None };
     let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)) };
-    launch_map(dev, p, input, weights, &outs, packed)?;
+    launch_map(dev, p, input, weights, &outs, packed, img, img && defer)?;
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
     let (gr, gi) = match (g_in, &gws) {
@@ -369,11 +448,19 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     let cc = || Tensor::output(&[c, c], p.dtype, p.device);
     let weight_grads = if rot {
         let (d_a_re, d_a_im) = (cc()?, cc()?);
-        reduce(dev, p, how, true, (&pw, &qw), (gr, gi), c, c, false, (&d_a_re, Some(&d_a_im)))?;
+        if img {
+            reduce_img(dev, p, true, (&pw, &qw), (gr, gi), img_rows, ldi, (&d_a_re, Some(&d_a_im)))?;
+        } else {
+            reduce(dev, p, how, true, (&pw, &qw), (gr, gi), c, c, false, (&d_a_re, Some(&d_a_im)))?;
+        }
         WeightGrads::Rotation { d_a_re, d_a_im }
     } else {
         let d_a = cc()?;
-        reduce(dev, p, how, false, (&pw, &qw), (gr, gi), c, c, false, (&d_a, None))?;
+        if img {
+            reduce_img(dev, p, false, (&pw, &qw), (gr, gi), img_rows, ldi, (&d_a, None))?;
+        } else {
+            reduce(dev, p, how, false, (&pw, &qw), (gr, gi), c, c, false, (&d_a, None))?;
+        }
         WeightGrads::Plain { d_a }
     };
     let input_grads = match grads {
@@ -407,12 +494,24 @@ mod tests {
         let builds = all_builds();
         for dtype in [DType::F16, DType::BF16] {
             for c in [1, 128, 129, 256] {
-                for packed in [false, true] {
-                    assert!(builds.iter().any(|b| b.options == map_options(dtype, chunks(c), packed)), "{dtype} C={c} packed={packed}");
+                for (packed, img, defer) in MAP_BUILDS {
+                    assert!(builds.iter().any(|b| b.options == map_options(dtype, chunks(c), packed, img, defer)), "{dtype} C={c} packed={packed} img={img} defer={defer}");
                 }
             }
             assert!(builds.iter().any(|b| b.options == reduce_options(dtype)));
         }
-        assert_eq!(builds.len(), 10);
+        assert_eq!(builds.len(), 22);
+    }
+
+    #[test]
+    fn image_splits_are_whole_k_tiles() {
+        for rows in [64, 128, 192, 4096, 131_136, 524_288, 2_097_152] {
+            for tiles in [1, 4] {
+                let plan = img_plan(rows, tiles, 4 * 132);
+                assert_eq!(plan.rows_per_split % 32, 0, "rows {rows} tiles {tiles}");
+                assert!(plan.nsplits * plan.rows_per_split >= rows && (plan.nsplits - 1) * plan.rows_per_split < rows, "rows {rows} tiles {tiles}: {} × {}", plan.nsplits, plan.rows_per_split);
+                assert!(plan.splits.is_empty() && plan.groups.is_empty());
+            }
+        }
     }
 }

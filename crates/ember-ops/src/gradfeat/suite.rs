@@ -355,6 +355,9 @@ fn cases(tier: Tier) -> Vec<Case> {
             // a batch with an empty mesh.
             v.push(Case::batch(&[0, 50, 50, 140], 24, 200, false));
             v.push(Case::new(70, 0, 131, false, true));
+            // bwd=packed-img's tile images: an empty first mesh, partial row tiles per mesh, C a
+            // multiple of 8 but not of 128 (zero channels in every image).
+            v.push(Case::batch(&[0, 0, 77, 213], 16, 136, true));
         }
         // Every size the issue names: V ∈ {1, 7, 4109, 131077}, C ∈ {1, 64, 256, 257},
         // K ∈ {1, 64, 128}, both forms, with and without rotations, and batches.
@@ -381,6 +384,14 @@ fn cases(tier: Tier) -> Vec<Case> {
             // a multiple of 8.
             v.push(Case::new(4109, 12, 200, true, true));
             v.push(Case::new(4109, 0, 131, false, false));
+            // bwd=packed-img (tile images): empty first mesh, partial tiles per mesh, C = 136 (one of
+            // 8, not of 128) and C = 72 (one chunk, 128-row tiles).
+            v.push(Case::batch(&[0, 0, 77, 4109], 24, 136, true));
+            v.push(Case::batch(&[0, 130, 4109], 40, 72, false));
+            // fwd=packed-defer / bwd=packed-img-defer with several row tiles per CTA (more tiles
+            // than multiprocessors) and a single stage-1 k-tile (K ≤ 32: the deferred store's own
+            // barrier), per-mesh partial tiles, C = 136; the K = 128 path runs at V = 131077 above.
+            v.push(Case::batch(&[0, 77, 77, 20011], 24, 136, true));
         }
     }
     v
@@ -452,9 +463,10 @@ impl crate::OpFamily for Family {
             let (fwds, bwds) = (fwd_variants(&input0, &weights0)?, bwd_variants(&input0, &weights0)?);
             let labelled = ctx.device != Device::Cpu;
             let (fwd_default, bwd_default) = (FwdVariant::from_env(), BwdVariant::from_env());
-            // A default that does not apply to this problem runs (and is labelled) as the fused one.
+            // A default that does not apply to this problem runs (and is labelled) as what the launch
+            // code runs instead (the fused forward; the packed or the fused backward).
             let fwd_default = if fwds.iter().any(|(f, _)| *f == fwd_default) { fwd_default } else { FwdVariant::Fused };
-            let bwd_default = if bwds.iter().any(|(b, _)| *b == bwd_default) { bwd_default } else { BwdVariant::Fused };
+            let bwd_default = bwd_default.effective(&bwds.iter().map(|(b, _)| *b).collect::<Vec<_>>());
             // (forward, backward): a "fwd" row without a backward, else a "fwd+bwd" row.
             let mut passes: Vec<(FwdVariant, Option<BwdVariant>)> = Vec::new();
             for (f, _) in &fwds {
@@ -472,6 +484,11 @@ impl crate::OpFamily for Family {
             }
             if issue_size && fwds.len() > 1 && bwds.len() > 1 && !passes.contains(&(FwdVariant::Packed, Some(BwdVariant::Packed))) {
                 passes.push((FwdVariant::Packed, Some(BwdVariant::Packed)));
+            }
+            // Both deferred-store builds together (NOTES.md v7), beside the default pair.
+            let defer_pair = (FwdVariant::PackedDefer, Some(BwdVariant::PackedImgDefer));
+            if issue_size && fwds.iter().any(|(f, _)| *f == FwdVariant::PackedDefer) && bwds.iter().any(|(b, _)| *b == BwdVariant::PackedImgDefer) && !passes.contains(&defer_pair) {
+                passes.push(defer_pair);
             }
             let note = |row: &mut BenchRow| row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
             for (fv, bv) in passes {

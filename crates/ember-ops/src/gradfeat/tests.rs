@@ -153,6 +153,21 @@ fn reference_outputs_list_follows_the_op() {
     assert_eq!(names, ["out", "d_g_re", "d_g_im", "d_a_re", "d_a_im"]);
 }
 
+/// The default backward asked for where it does not apply runs (and is labelled) as what the launch
+/// code runs instead: "packed-img" as "packed" off the `_sv` entries, anything as "fused" where only
+/// the fused backward runs.
+#[test]
+fn bwd_default_falls_back_to_what_runs() {
+    use cuda::BwdVariant as B;
+    let all = B::ALL.to_vec();
+    let no_img: Vec<B> = B::ALL.into_iter().filter(|b| *b != B::PackedImg).collect();
+    assert_eq!(B::PackedImg.effective(&all), B::PackedImg);
+    assert_eq!(B::PackedImg.effective(&no_img), B::Packed);
+    assert_eq!(B::PackedImg.effective(&[B::Fused]), B::Fused);
+    assert_eq!(B::Packed.effective(&no_img), B::Packed);
+    assert_eq!(B::Staged.effective(&[B::Fused]), B::Fused);
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     let z = |shape: &[usize]| Tensor::zeros(shape, DType::F32, Device::Cpu).unwrap();
@@ -284,6 +299,9 @@ mod host_model {
             table(&mut w, &plan.splits);
             table(&mut w, &plan.groups);
         }
+        // The image reductions' plan (bwd=packed-img) over the map kernel's tile images.
+        let img = staged::img_plan(ntiles * (128 / nch), p.c.div_ceil(128).pow(2), ctas);
+        w.extend([img.nsplits as i64, img.rows_per_split as i64]);
         let mut bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
         let mut tensors = vec![];
         if p.spectral {
@@ -300,7 +318,14 @@ mod host_model {
             bytes.extend(bits(t).iter().flat_map(|v| v.to_le_bytes()));
         }
         std::fs::write(path, bytes).unwrap();
-        reference_outputs(case, data).unwrap()
+        let mut expected = reference_outputs(case, data).unwrap();
+        // Where the `_sv` map kernel runs, the model appends d_A from the image path (bwd=packed-img).
+        if p.spectral && p.k.is_multiple_of(8) && p.c.is_multiple_of(8) {
+            let planes = if p.rotation { 2 } else { 1 };
+            let d_a: Vec<_> = expected[expected.len() - planes..].iter().map(|(n, v)| (if *n == "d_a_im" { "d_a_im (images)" } else if *n == "d_a_re" { "d_a_re (images)" } else { "d_a (images)" }, v.clone())).collect();
+            expected.extend(d_a);
+        }
+        expected
     }
 
     #[test]
@@ -317,6 +342,10 @@ mod host_model {
             (Case::batch(&[0, 50, 50, 140], 12, 72, false), DType::BF16),
             // A batch whose CTAs (persistent, two of them) run row tiles of different meshes in turn.
             (Case::batch(&[0, 70, 70, 200], 20, 136, true), DType::BF16),
+            // The same on the `_sv` entries (K a multiple of 8): tile images of partial, per-mesh row
+            // tiles for the image reductions; and f16 with plain weights.
+            (Case::batch(&[0, 70, 70, 200], 24, 136, true), DType::BF16),
+            (Case::batch(&[0, 100, 100, 230], 16, 64, false), DType::F16),
             // The vertex form, C not a multiple of 8 (scalar loads and stores), both chunk counts.
             (Case::new(70, 0, 131, false, true), DType::BF16),
             (Case::new(33, 0, 5, false, false), DType::BF16),
