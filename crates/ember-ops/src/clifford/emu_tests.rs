@@ -309,7 +309,8 @@ fn emu_fc_gemm_bwd(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DT
     let (w, wv) = input(&[layer.paths(), nin, nout], DType::F32, seed + 2, 1.0 / ((nin * layer.paths()) as f64).sqrt());
     let (g, gv) = input(&[dims.m, nb, nout], dtype, seed + 3, 1.0);
     let tol = dtype.tolerance();
-    for norm in [false, true] {
+    // The norm from N_out = 7, as in the GPU suite's `check_fc` (below that it is ill-conditioned).
+    for norm in [false, true].into_iter().filter(|&nm| !nm || nout >= 7) {
         let tag = format!("{spec} fc gemm backward B={nb} N={nin}->{nout} {dtype} norm={norm}");
         // The forward through the same terms and per-grade GEMMs (EMBER_CLIFFORD_FC=blas).
         let fplan = cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, Stages { gelu: true, norm }, FcVariant::Blas, true).unwrap();
@@ -349,7 +350,7 @@ fn emulated_fc_gemm_backward_matches_the_reference() {
     cases.push(Box::new(|| emu_fc_gemm_bwd("3,0", (1, 1, 3), DType::BF16)));
     cases.push(Box::new(|| emu_fc_gemm_bwd("1,3", (3, 5, 4), DType::F16)));
     // The GPU checks' normed size with 3 output channels (the norm's conditioning, see suite.rs).
-    cases.push(Box::new(|| emu_fc_gemm_bwd("3,0", (127, 129, 3), DType::BF16)));
+    cases.push(Box::new(|| emu_fc_gemm_bwd("3,0", (127, 129, 9), DType::BF16)));
     if full() {
         for spec in ["3,0,1", "1,3"] {
             for dtype in DType::ACTIVATIONS {

@@ -55,7 +55,7 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const act_t* 
     }
 }
 #elif FB_KIND == 4
-extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const act_t* __restrict__ dT, act_t* __restrict__ dx, act_t* __restrict__ dy, i64 B, i64 N) {
+extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ dT, act_t* __restrict__ dx, act_t* __restrict__ dy, i64 B, i64 N) {
     const i64 BN = B * N;
     FB_LOOP(e, BN) {
         const i64 b = e / N, n = e - b * N;
