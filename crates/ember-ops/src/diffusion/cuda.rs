@@ -153,12 +153,15 @@ pub fn wgmma_reduce_mode() -> WgmmaMode {
     })
 }
 
-/// mma.sync by default: v6 of the wgmma reduce measured slower (H200, V = 524288: 207.6 against
-/// 151.1 µs per pass); v7 (swizzled stages, whole-line loads) is not yet measured on a GPU.
-pub const DEFAULT_WGMMA_REDUCE: WgmmaMode = WgmmaMode::Never;
-/// Auto rule of the wgmma reduce: chunks of at least 8 stages of 64 vertices, enough to fill its
-/// pipeline of 3 stages in flight (V ≳ 66k on 132 SMs with the default chunking).
-pub const RWG_MIN_CHUNK_ROWS: usize = 512;
+/// Auto: v6 of the wgmma reduce measured slower (H200, V = 524288: 207.6 against 151.1 µs per
+/// pass); v7 (swizzled stages, whole-line loads), same H200 run of 33a7f39 against mma.sync, bf16
+/// K = 128 C = 256: fwd / fwd+bwd V = 131072 0.105 / 0.208 vs 0.102 / 0.205 ms (slower),
+/// V = 524288 0.307 / 0.623 vs 0.335 / 0.636 ms, V = 2M 1.128 / 2.265 vs 1.219 / 2.440 ms (faster).
+pub const DEFAULT_WGMMA_REDUCE: WgmmaMode = WgmmaMode::Auto;
+/// Auto rule of the wgmma reduce: chunks of at least 2048 rows (V ≳ 270k on 132 SMs with the
+/// default chunking): measured faster at V = 524288 (~3970-row chunks) and 2M, slower at V = 131072
+/// (~990-row chunks).
+pub const RWG_MIN_CHUNK_ROWS: usize = 2048;
 /// Vertices per stage and stages of `diffusion_reduce_wg*` (RGV, RGNST in diffusion.cu).
 pub(crate) const RWG_ROWS: usize = 64;
 pub(crate) const RWG_STAGES: usize = 4;
