@@ -158,23 +158,31 @@ fn elems(dims: &[usize], what: &str) -> Result<usize> {
     dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).filter(|&v| v.checked_mul(4).is_some()).ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{what} of {dims:?} elements") })
 }
 
-/// The GEMM backward into plan buffers d_x, d_y (activation type), d_w (f32) from x = 0, y = 1,
-/// w = 2 and the product's gradient `g` (buffer; f32 when `g_f32`, else the activation type).
-#[allow(clippy::too_many_arguments)]
-pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, g: usize, g_f32: bool, (dx, dy, dw): (usize, usize, usize)) -> Result<()> {
+/// The workspace layout of `layer` and the workspace's element count, after the checks both plans
+/// need: at most 16 blades, and every GEMM dimension within cuBLAS's i32 (rows C·B, columns P_G·N,
+/// K = N_out).
+fn checked_layout(layer: &Layer, dims: Dims, n_out: usize, what: &str) -> Result<(Layout, usize)> {
     if !applies(layer) {
-        return Err(Error::Unsupported(format!("the GEMM backward of the fully connected product in {} (more than 16 blades)", layer.name())));
+        return Err(Error::Unsupported(format!("{what} of the fully connected product in {} (more than 16 blades)", layer.name())));
     }
     let t = layer.tables();
     let lay = layout(t)?;
-    let (b, n, p) = (dims.b, dims.n, t.p());
-    // cuBLAS takes i32 dimensions: rows C·B, columns P_G·N, K = N_out.
+    let (b, n) = (dims.b, dims.n);
     let widest = lay.grades.iter().map(|m| (m.c * b).max(m.paths.len() * n)).max().unwrap_or(0).max(n_out);
     if widest > i32::MAX as usize {
         return Err(Error::TooLarge { arg: "x".into(), what: format!("a GEMM dimension of {widest} (blades·B or paths·N_in) exceeds cuBLAS's i32") });
     }
     let ws = elems(&[lay.slots, b, n], "the path-term workspace")?;
-    elems(&[p, n, n_out], "the weights")?;
+    elems(&[t.p(), n, n_out], "the weights")?;
+    Ok((lay, ws))
+}
+
+/// The GEMM backward into plan buffers d_x, d_y (activation type), d_w (f32) from x = 0, y = 1,
+/// w = 2 and the product's gradient `g` (buffer; f32 when `g_f32`, else the activation type).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, g: usize, g_f32: bool, (dx, dy, dw): (usize, usize, usize)) -> Result<()> {
+    let (lay, ws) = checked_layout(layer, dims, n_out, "the GEMM backward")?;
+    let (b, n, p) = (dims.b, dims.n, layer.tables().p());
     // The product's gradient in the GEMMs' operand type.
     let go = if g_f32 && dt != DType::F32 {
         let len = dims.m * b * n_out;
@@ -218,18 +226,8 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
 /// (M × B × N_out; f32 when `d_f32`, else the activation type) from x = 0, y = 1, w = 2.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool) -> Result<()> {
-    if !applies(layer) {
-        return Err(Error::Unsupported(format!("the cuBLAS forward of the fully connected product in {} (more than 16 blades)", layer.name())));
-    }
-    let t = layer.tables();
-    let lay = layout(t)?;
-    let (b, n, p) = (dims.b, dims.n, t.p());
-    let widest = lay.grades.iter().map(|m| (m.c * b).max(m.paths.len() * n)).max().unwrap_or(0).max(n_out);
-    if widest > i32::MAX as usize {
-        return Err(Error::TooLarge { arg: "x".into(), what: format!("a GEMM dimension of {widest} (blades·B or paths·N_in) exceeds cuBLAS's i32") });
-    }
-    let ws = elems(&[lay.slots, b, n], "the path-term workspace")?;
-    elems(&[p, n, n_out], "the weights")?;
+    let (lay, ws) = checked_layout(layer, dims, n_out, "the cuBLAS forward")?;
+    let (b, n, p) = (dims.b, dims.n, layer.tables().p());
     let nm = n * n_out;
     let wg = plan.alloc(&[p, n, n_out], dt);
     plan.launch(launch(fcb_source(layer, 1)?, opts(dt, 1), grid("w", p * nm)?, 0, vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)], "clifford_fcb_weights"));
