@@ -8,7 +8,7 @@ use ember_core::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu")));
+pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh")));
 
 /// Thread-block sizes the module is built for: 256/512/1024 for the on-chip sizes and the real
 /// four-step passes, 32 for the four-step passes at the small sizes the tests force.
@@ -92,8 +92,10 @@ unsafe impl ember_core::cuda::DeviceRepr for FcParams {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Path {
     /// Whole rows in shared memory: complex size M = 2^logm, `block` threads per CTA; `tc`: the
-    /// forward's transforms on tensor cores (fft_tc.cuh; the filter spectrum then in TC order).
-    OnChip { logm: u32, block: u32, tc: bool },
+    /// forward's transforms on tensor cores (fft_tc.cuh; the filter spectrum then in TC order);
+    /// `pair`: the v4 forward (pair_tc.cuh: two rows as one complex signal, tensor-core segments;
+    /// the filter spectrum then all N bins in fragment order).
+    OnChip { logm: u32, block: u32, tc: bool, pair: bool },
     /// M = M1·M2 = 2^(logm1 + logm2); column passes with `col_block` threads, row passes with
     /// `row_block`.
     FourStep { logm1: u32, logm2: u32, col_block: u32, row_block: u32 },
@@ -115,7 +117,7 @@ pub fn plan(dims: &Dims, force_four_step: bool) -> Path {
     let logm = m.trailing_zeros();
     if !force_four_step && m <= ONCHIP_MAX_M {
         let block = (m / PER_THREAD).max(256) as u32;
-        return Path::OnChip { logm, block, tc: false };
+        return Path::OnChip { logm, block, tc: false, pair: false };
     }
     if force_four_step && m <= (1 << 17) {
         // Small transforms through the four-step kernels, for tests: 32-thread CTAs.
@@ -137,6 +139,22 @@ const TC_LOGM: std::ops::RangeInclusive<u32> = 8..=12;
 fn use_tc(u: DType, opts: &Options, path: Path) -> bool {
     let asked = opts.tensor_cores || std::env::var("EMBER_FFTCONV_TC").is_ok_and(|v| v == "1");
     asked && u == DType::BF16 && matches!(path, Path::OnChip { logm, .. } if TC_LOGM.contains(&logm))
+}
+
+/// Complex sizes of the pair forward: M = N/2 with N = 256·P, P = 2 … 32 (L + Lk − 1 ≤ 8192).
+const PAIR_LOGM: std::ops::RangeInclusive<u32> = 8..=12;
+
+/// Whether the forward runs the v4 pair kernels (pair_tc.cuh): bf16 u on the on-chip sizes they
+/// cover, unless the v3 tensor-core forward is asked for or `EMBER_FFTCONV_PAIR=0`.
+fn use_pair(u: DType, opts: &Options, path: Path) -> bool {
+    let off = std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
+    !off && u == DType::BF16 && matches!(path, Path::OnChip { logm, tc: false, .. } if PAIR_LOGM.contains(&logm)) && !opts.tensor_cores
+}
+
+/// Shared memory of the pair forward: 32 segments of 256 float2, the per-lane table (40 words ×
+/// 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int per pair.
+fn smem_bytes_pair(logp: u32) -> usize {
+    32 * 256 * 8 + 40 * 32 * 4 + (32 >> logp) * (2 * 48 + 4)
 }
 
 /// The filter spectrum of one call (kept by the forward for the backward).
@@ -189,11 +207,12 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
     if let Some(t) = tables.get(&ord) {
         return t.cuda_ptr();
     }
-    // 2^16 complex values: the flat table and the per-pass tables.
-    let t = Tensor::zeros(&[2 << 16], DType::F32, Device::Cuda(ord))?;
+    // FC_TW_TOTAL complex values: the flat table, the per-pass tables, the pair forward's N = 8192.
+    const TOTAL: usize = (2 << 15) + 8192;
+    let t = Tensor::zeros(&[2 * TOTAL], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;
-    dev.launch(&f, ember_core::cuda::cfg_1d(256, 256, 0)).arg(&ptr).named("fc_twiddles").run()?;
+    dev.launch(&f, ember_core::cuda::cfg_1d((TOTAL / 256) as u32, 256, 0)).arg(&ptr).named("fc_twiddles").run()?;
     tables.insert(ord, t);
     Ok(ptr)
 }
@@ -274,14 +293,18 @@ fn l2_chunk_bytes(dev: &CudaDevice) -> usize {
 fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, dims: Dims, path: Path) -> Result<Spectrum> {
     let m = 1usize << path.logm();
     let heads = dims.heads();
-    let spec = Tensor::zeros(&[heads, 2 * (m + 1)], DType::F32, Device::Cuda(dev.info().ordinal))?;
+    // Per head: bins 0..=M (natural or TC order), or all 2M bins then one scale per head (pair
+    // forward).
+    let pair = matches!(path, Path::OnChip { pair: true, .. });
+    let floats = if pair { heads * (4 * m + 1) } else { heads * 2 * (m + 1) };
+    let spec = Tensor::zeros(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))?;
     let mut p = *base;
     p.spec = spec.cuda_ptr()?;
     match path {
-        Path::OnChip { logm, block, tc } => {
+        Path::OnChip { logm, block, tc, pair } => {
             let lanes = (PER_THREAD * block as usize) >> logm;
             p.nheads = heads as i32;
-            p.tc = tc as i32;
+            p.tc = if pair { 2 } else { tc as i32 };
             launch(dev, block, "fc_spectrum", (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1), &p, "fc_spectrum")?;
         }
         Path::FourStep { logm1, logm2, col_block, row_block } => {
@@ -320,8 +343,10 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let dev = u.cuda_device()?.clone();
     let mut path = plan(&dims, opts.force_four_step);
     let want_tc = use_tc(u.dtype(), opts, path);
-    if let Path::OnChip { ref mut tc, .. } = path {
+    let want_pair = !want_tc && use_pair(u.dtype(), opts, path);
+    if let Path::OnChip { ref mut tc, ref mut pair, .. } = path {
         *tc = want_tc;
+        *pair = want_pair;
     }
     let tw = twiddles(&dev)?;
     let mut p = base_params(u, k, d, opts, dims, path, tw)?;
@@ -360,7 +385,14 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
         p.head0 = (c0 * unit / rph) as i32;
         p.nheads = nrows.div_ceil(rph) as i32;
         match path {
-            Path::OnChip { logm, block, tc } => {
+            Path::OnChip { logm, pair: true, .. } => {
+                // Row pairs per head ⌈rph/2⌉ (nrows is whole heads here), 32/P pairs per CTA.
+                let logp = logm - 7;
+                let pairs = (nrows / rph) * rph.div_ceil(2);
+                let grid = (grid_u32(pairs.div_ceil(32 >> logp), "forward")?, 1);
+                launch_smem(&dev, 256, &format!("fc_fwd_pair{logp}_{sfx}"), grid, &p, "fc_fwd_pair", smem_bytes_pair(logp))?;
+            }
+            Path::OnChip { logm, block, tc, .. } => {
                 let lanes = (PER_THREAD * block as usize) >> logm;
                 let grid = (grid_u32(nrows.div_ceil(lanes), "forward")?, 1);
                 if tc {

@@ -46,7 +46,8 @@ struct FcParams {
     int parts;  // filter-gradient partials per head (on-chip backward)
     int head0;  // first head of this launch
     int nheads; // heads of this launch
-    int tc;     // 1: the filter spectrum is stored in TC order (fft_tc.cuh), for fc_fwd_tc_*
+    int tc;     // 1: the filter spectrum is stored in TC order (fft_tc.cuh), for fc_fwd_tc_*;
+                // 2: all N bins in fragment order (pair_tc.cuh), for fc_fwd_pair*
 };
 
 template <typename T> __device__ __forceinline__ float ld(u64 p, i64 i) { return ember_to_f32(reinterpret_cast<const T*>(p)[i]); }
@@ -102,6 +103,7 @@ __device__ __forceinline__ float fc_keff(const FcParams& p, int g, i64 t, i64 n)
 }
 
 // Forward epilogue for element t of a valid row: z (D included) → output or, for hd > 1, g_ij.
+__device__ __forceinline__ int fp_kpos(int k, int logp);  // pair_tc.cuh
 template <typename T, typename TO>
 __device__ __forceinline__ void fc_epi_fwd(const FcParams& p, const FcRow& r, i64 t, float z) {
     const float gz = p.gelu ? ember_gelu(z) : z;
@@ -225,10 +227,62 @@ __device__ void fc_spectrum_onchip(const FcParams& p) {
     const int g = blockIdx.x * l.lanes + l.lane;
     const bool valid = g < p.heads;
     const i64 n = 2 * (i64)l.m;
+    __shared__ int fp_kmax[16];  // pair spectrum: per-lane largest component (lanes ≤ 16 there)
+    if (threadIdx.x < 16) fp_kmax[threadIdx.x] = 0;
     fc_pack(x, l, [&](i64 t) { return valid ? fc_keff(p, g, t, n) : 0.f; });
     __syncthreads();
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     block_fft<-1>(x, fc_rows_layout(p.logm), tw);
+    if (p.tc == 2) {
+        // The pair forward (pair_tc.cuh): all N bins of K = X/N in its fragment order (real_post
+        // gives 2X; bins above N/2 are the conjugates of bins below), divided by a power of two
+        // 2^e so that the largest component is in [1/2, 1) — the kernel's f16 operands then need no
+        // scaling of their own after × K; 2^e goes to kscale[g], after all heads' bins.
+        const float sp = 1.f / (2.f * (float)n);
+        const int logp = p.logm - 7;
+        // Pass 1: the lane's largest component (non-negative floats order as their bit patterns).
+        float mx = 0.f;
+        for (int c = 0; c <= FC_E / 2; ++c) {
+            const int k = l.lt + l.tpr * c;
+            if (k > l.m / 2 || !valid) continue;
+            if (k == 0) {
+                float X0, XM;
+                real_post0(x[FC_P(l.base)], X0, XM);
+                mx = fmaxf(mx, fmaxf(fabsf(X0), fabsf(XM)));
+            } else {
+                float2 Xk, Xmk;
+                real_post(x[FC_P(l.base + k)], x[FC_P(l.base + l.m - k)], fc_wk_table(tw, k, p.logm), Xk, Xmk);
+                mx = fmaxf(mx, fmaxf(fmaxf(fabsf(Xk.x), fabsf(Xk.y)), fmaxf(fabsf(Xmk.x), fabsf(Xmk.y))));
+            }
+        }
+        atomicMax(&fp_kmax[l.lane], __float_as_int(mx * sp));
+        __syncthreads();
+        int ex = ((fp_kmax[l.lane] >> 23) & 255) - 126;
+        ex = max(-126, min(126, ex));
+        const float down = sp * __int_as_float((127 - ex) << 23);
+        float2* kp = reinterpret_cast<float2*>(p.spec) + (i64)g * n;
+        const auto put = [&](int k, float2 v) {
+            kp[fp_kpos(k, logp)] = c_scale(v, down);
+            if (k != 0 && k != l.m) kp[fp_kpos((int)n - k, logp)] = c_scale(c_conj(v), down);
+        };
+        for (int c = 0; c <= FC_E / 2; ++c) {
+            const int k = l.lt + l.tpr * c;
+            if (k > l.m / 2 || !valid) continue;
+            if (k == 0) {
+                float X0, XM;
+                real_post0(x[FC_P(l.base)], X0, XM);
+                put(0, make_float2(X0, 0.f));
+                put(l.m, make_float2(XM, 0.f));
+            } else {
+                float2 Xk, Xmk;
+                real_post(x[FC_P(l.base + k)], x[FC_P(l.base + l.m - k)], fc_wk_table(tw, k, p.logm), Xk, Xmk);
+                put(k, Xk);
+                put(l.m - k, Xmk);
+            }
+        }
+        if (valid && l.lt == 0) reinterpret_cast<float*>(p.spec)[2 * (i64)p.heads * n + g] = __int_as_float((127 + ex) << 23);
+        return;
+    }
     const float s = 1.f / (4.f * (float)n);  // Ks = 2X/(4N) = X/(2N)
     const i64 row = (i64)g * (l.m + 1);
     // Bin k < M at k (natural order) or at fc_tc_pos(k) (TC order); the Nyquist bin at M.
@@ -976,7 +1030,10 @@ extern "C" __global__ void fc_twiddles(float2* tw) {
     if (e >= FC_TW_TOTAL) return;
     // The flat table, or entry r·ns + k of a pass table: the angle −2π·num/den.
     double num = e, den = 1 << FC_TWN_LOG;
-    if (e >= (1 << FC_TWN_LOG)) {
+    if (e >= FC_TW_PAIR32) {
+        num = (double)((e - FC_TW_PAIR32) >> 8) * ((e - FC_TW_PAIR32) & 255);
+        den = 8192;
+    } else if (e >= (1 << FC_TWN_LOG)) {
         num = 0.0;  // the 2 unused slots at the end
         for (int a = 0; a <= 3; ++a)
             for (int lr = 1; lr <= 4; ++lr) {

@@ -112,6 +112,11 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case::all(1, 2, 300).tc(),
             Case::all(1, 1, 3000).tc(),
             Case::all(1, 8, 300).hd(8).tc(),
+            // Pair forward (bf16 default, N = 512 … 8192): an odd row count per head (a row paired
+            // with zeros), L > N/2 (full DFT in stage 1), P = 32.
+            Case::all(3, 2, 300),
+            Case::all(1, 3, 700).lk(50),
+            Case::all(2, 2, 3000),
         ],
         // Every size the issue names, large ones included.
         Tier::Full => {
@@ -144,6 +149,14 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case::all(1, 7, 256).lk(100).tc());
             v.push(Case::all(2, 16, 1134).hd(8).tc());
             v.push(Case { out_f32: true, ..Case::all(2, 5, 784) }.tc());
+            // Pair forward (bf16 default): odd rows per head, L > N/2, every P, hd = 8, out_f32.
+            for (b, l) in [(3, 129), (5, 256), (1, 1000), (3, 2047), (5, 4096)] {
+                v.push(Case::all(b, 3, l));
+            }
+            v.push(Case::all(2, 3, 700).lk(50));
+            v.push(Case::all(1, 4, 3000).lk(2000));
+            v.push(Case::all(3, 16, 1000).hd(8));
+            v.push(Case { out_f32: true, ..Case::all(3, 5, 1500) });
             v
         }
     }
@@ -327,7 +340,7 @@ struct BenchShape {
 
 fn bench_shapes(ctx: &BenchCtx) -> Vec<BenchShape> {
     let s = |b, h, l| BenchShape { b, h, l };
-    match (ctx.device, ctx.quick) {
+    let shapes = match (ctx.device, ctx.quick) {
         (Device::Cpu, _) => vec![s(2, 16, 1024), s(2, 16, 4096)],
         (_, true) => vec![s(16, 768, 1024), s(16, 768, 4096), s(1, 64, 1 << 20)],
         (_, false) => {
@@ -337,6 +350,14 @@ fn bench_shapes(ctx: &BenchCtx) -> Vec<BenchShape> {
             v.push(s(1, 64, 1 << 22));
             v
         }
+    };
+    // For profiling one shape: EMBER_FFTCONV_BENCH_L=4096,1024 keeps only those lengths.
+    match std::env::var("EMBER_FFTCONV_BENCH_L") {
+        Ok(ls) => {
+            let keep: Vec<usize> = ls.split(',').filter_map(|v| v.trim().parse().ok()).collect();
+            shapes.into_iter().filter(|s| keep.contains(&s.l)).collect()
+        }
+        Err(_) => shapes,
     }
 }
 
