@@ -207,12 +207,15 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
     if let Some(t) = tables.get(&ord) {
         return t.cuda_ptr();
     }
-    // FC_TW_TOTAL complex values: the flat table, the per-pass tables, the pair forward's N = 8192.
+    // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair forward's N = 8192),
+    // then the tensor-core kernels' per-lane table (40 words × 32 lanes).
     const TOTAL: usize = (2 << 15) + 8192;
-    let t = Tensor::zeros(&[2 * TOTAL], DType::F32, Device::Cuda(ord))?;
+    let t = Tensor::zeros(&[2 * TOTAL + 40 * 32], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;
     dev.launch(&f, ember_core::cuda::cfg_1d((TOTAL / 256) as u32, 256, 0)).arg(&ptr).named("fc_twiddles").run()?;
+    let f = dev.function(&SOURCE, &options(256), "fc_tc_table")?;
+    dev.launch(&f, ember_core::cuda::cfg_1d(1, 32, 0)).arg(&ptr).named("fc_tc_table").run()?;
     tables.insert(ord, t);
     Ok(ptr)
 }

@@ -1050,6 +1050,10 @@ extern "C" __global__ void fc_twiddles(float2* tw) {
     tw[e] = make_float2((float)c, (float)s);
 }
 
+// The per-lane DFT-16 / W_256 table of the tensor-core kernels (tc_table_fill), once per device, after
+// the twiddles in the same buffer (one warp).
+extern "C" __global__ void fc_tc_table(float2* tw) { tc_table_fill(reinterpret_cast<unsigned*>(tw + FC_TW_TOTAL), tw); }
+
 // ---- entry points ----------------------------------------------------------------------------------
 
 // Registers: 256-thread CTAs capped at 85 (3 CTAs per SM, 24 warps; uncapped the forward took 98

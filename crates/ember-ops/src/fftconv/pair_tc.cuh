@@ -328,7 +328,9 @@ __device__ void fc_fwd_pair(const FcParams& p) {
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [2r] = row a, [2r + 1] = row b
     int* pmax = reinterpret_cast<int*>(rows + 2 * R);                 // per pair: largest |component|
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    tc_table_fill(tab, tw);
+    // The per-lane table, computed once per device after the twiddles (fc_tc_table).
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
     const int n2 = threadIdx.x;
     const int pos = fp_idx(n2 >> 4, n2 & 15);
     const bool half = p.L <= (P << 7);  // w[n] = 0 for n ≥ N/2
@@ -449,9 +451,12 @@ __device__ void fc_fwd_pair(const FcParams& p) {
     }
 }
 
+// CTAs per SM: 3 (80 registers; P ≤ 16 spill at most 44 bytes) except P = 32, whose 32 complex
+// values per thread need 128 registers (2 CTAs).
+#define FP_MINB(LOGP) ((LOGP) == 5 ? 2 : 3)
 #define FC_PAIR_ENTRIES(LOGP)                                                                                                   \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair##LOGP##_bf16_f32(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, float>(p); }
+    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_f32(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, float>(p); }
 FC_PAIR_ENTRIES(1)
 FC_PAIR_ENTRIES(2)
 FC_PAIR_ENTRIES(3)
