@@ -304,7 +304,7 @@ pub enum BwdVariant {
     /// v6: row-oriented backward, one persistent kernel for the row statistics and the gradient
     /// program (`rowwise.cu`: x, y, g and the forward's out read once, no dot pass), per-chunk d_w
     /// partials summed by the tree. f32 up to 16 blades where whole rows fit (see
-    /// [`rowwise_geom`]); elsewhere the default (`Cols`).
+    /// `rowwise_geom`); elsewhere the default (`Cols`).
     Rowwise,
 }
 

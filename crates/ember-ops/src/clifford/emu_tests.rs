@@ -336,19 +336,20 @@ fn emulated_fused_kernels_match_the_reference() {
 
 #[test]
 fn emulated_rowwise_backward_matches_the_reference() {
-    let mut cases: Vec<Box<dyn Fn() + Send + Sync>> = Vec::new();
-    // One row per step of 320 threads (300 channels, 4-wide statistics, two teams of 128), 250
-    // chunks of 6 rows (the last 1) on 3 CTAs, chunk sums 250 → 16 → 1.
-    cases.push(Box::new(|| emu_bwd_rowwise("3,0", (1499, 300), (1, 320, 250))));
-    // Small N: 7 rows of 33 side by side (scalar statistics, teams of 64, two rounds), the last
-    // step of the last chunk partial; N = 1: 256 rows per step, 32 rounds of 8 teams; B = 1.
-    cases.push(Box::new(|| emu_bwd_rowwise("3,0", (1006, 33), (7, 256, 144))));
-    cases.push(Box::new(|| emu_bwd_rowwise("3,0", (1000, 1), (256, 256, 4))));
-    cases.push(Box::new(|| emu_bwd_rowwise("3,0", (1, 100), (2, 224, 1))));
-    // 512 threads (one row of 512 per step); Cl(2,0): one row of 129 per step, 256 threads (the
-    // scalar statistics' team of 256 is wider than the row).
-    cases.push(Box::new(|| emu_bwd_rowwise("3,0", (37, 512), (1, 512, 37))));
-    cases.push(Box::new(|| emu_bwd_rowwise("2,0", (521, 129), (1, 256, 174))));
+    let cases: Vec<Box<dyn Fn() + Send + Sync>> = vec![
+        // One row per step of 320 threads (300 channels, 4-wide statistics, two teams of 128), 250
+        // chunks of 6 rows (the last 1) on 3 CTAs, chunk sums 250 → 16 → 1.
+        Box::new(|| emu_bwd_rowwise("3,0", (1499, 300), (1, 320, 250))),
+        // Small N: 7 rows of 33 side by side (scalar statistics, teams of 64, two rounds), the last
+        // step of the last chunk partial; N = 1: 256 rows per step, 32 rounds of 8 teams; B = 1.
+        Box::new(|| emu_bwd_rowwise("3,0", (1006, 33), (7, 256, 144))),
+        Box::new(|| emu_bwd_rowwise("3,0", (1000, 1), (256, 256, 4))),
+        Box::new(|| emu_bwd_rowwise("3,0", (1, 100), (2, 224, 1))),
+        // 512 threads (one row of 512 per step); Cl(2,0): one row of 129 per step, 256 threads (the
+        // scalar statistics' team of 256 is wider than the row).
+        Box::new(|| emu_bwd_rowwise("3,0", (37, 512), (1, 512, 37))),
+        Box::new(|| emu_bwd_rowwise("2,0", (521, 129), (1, 256, 174))),
+    ];
     run_cases(cases);
 }
 
