@@ -23,6 +23,7 @@ use ember_ga::cuda::{device_function, kernel, KernelSpec};
 
 const ROWS_CU: &str = include_str!("rows.cu");
 const COLS_CU: &str = include_str!("cols.cu");
+const ROWWISE_CU: &str = include_str!("rowwise.cu");
 const TILE_CU: &str = include_str!("tile.cu");
 const SIMT_CU: &str = include_str!("fc_simt.cu");
 /// Algebra-independent reductions.
@@ -300,15 +301,21 @@ pub enum BwdVariant {
     /// v1 as it was: v1's column kernel, chunks summed serially by one thread per value (kept to
     /// time the tree against it in the same run).
     Serial,
+    /// v6: row-oriented backward, one persistent kernel for the row statistics and the gradient
+    /// program (`rowwise.cu`: x, y, g and the forward's out read once, no dot pass), per-chunk d_w
+    /// partials summed by the tree. f32 up to 16 blades where whole rows fit (see
+    /// `rowwise_geom`); elsewhere the default (`Cols`).
+    Rowwise,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 3] = [BwdVariant::Cols, BwdVariant::Pipe, BwdVariant::Serial];
-    /// `EMBER_CLIFFORD_BWD=cols|pipe|serial`; default cols (v1 column kernel, tree sums).
+    pub const ALL: [BwdVariant; 4] = [BwdVariant::Cols, BwdVariant::Pipe, BwdVariant::Serial, BwdVariant::Rowwise];
+    /// `EMBER_CLIFFORD_BWD=cols|pipe|serial|rowwise`; default cols (v1 column kernel, tree sums).
     pub fn selected() -> BwdVariant {
         match std::env::var("EMBER_CLIFFORD_BWD").as_deref() {
             Ok("pipe") => BwdVariant::Pipe,
             Ok("serial") => BwdVariant::Serial,
+            Ok("rowwise") => BwdVariant::Rowwise,
             _ => BwdVariant::Cols,
         }
     }
@@ -317,8 +324,107 @@ impl BwdVariant {
             BwdVariant::Cols => "cols",
             BwdVariant::Pipe => "pipe",
             BwdVariant::Serial => "serial",
+            BwdVariant::Rowwise => "rowwise",
         }
     }
+}
+
+// ---- row-oriented backward (rowwise.cu) -----------------------------------------------------------
+
+/// Row chunks the row-oriented backward aims at (one d_w partial each): about one wave of CTAs on
+/// a 132-SM GPU, chosen from (B, N) only so that d_w's summation order is device-independent.
+const ROWWISE_CHUNKS: usize = 256;
+
+/// Geometry of the row-oriented backward for one problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct RowwiseGeom {
+    /// Rows side by side per step (S·N ≤ threads).
+    pub rows: usize,
+    /// Threads per CTA: S·N rounded up to a warp, at least one statistics team.
+    pub threads: usize,
+    /// Team and vector width of the row statistics (those of the row kernel CL_KIND_DOT).
+    pub team: usize,
+    pub v: usize,
+    /// Words per cp.async (4 where N is a multiple of 4).
+    pub vec: usize,
+    /// Stride of one (array, blade) plane of a ring stage, in words.
+    pub lp: usize,
+    pub rows_per_chunk: usize,
+    pub chunks: usize,
+    /// Dynamic shared memory in bytes.
+    pub smem: usize,
+}
+
+/// Where the row-oriented backward runs: f32, up to 16 blades, N ≤ 512 (≤ 8 blades; 256 with 16
+/// blades: one channel per thread, a whole row per CTA step), and the ring of two steps plus the
+/// reduction buffers in the shared memory one CTA may opt in to. `None`: the default runs instead.
+pub(super) fn rowwise_geom(layer: &Layer, dims: Dims, norm: bool, dt: DType, gpu: Gpu) -> Option<RowwiseGeom> {
+    let (m, n, b) = (layer.blades(), dims.n, dims.b);
+    let tmax = match m {
+        0..=8 => 512,
+        9..=16 => 256,
+        _ => return None,
+    };
+    if dt != DType::F32 || n == 0 || b == 0 || n > tmax || b >= 1 << 40 {
+        return None;
+    }
+    let rows = if n <= THREADS as usize { THREADS as usize / n } else { 1 };
+    let v = vec_width(m, n);
+    let team = team(n / v) as usize;
+    // At least one team of the row statistics (N = 129 in scalars: a team of 256).
+    let threads = (rows * n).next_multiple_of(32).max(team);
+    let vec = if n.is_multiple_of(4) { 4 } else { 1 };
+    let lp = (rows * n).next_multiple_of(4);
+    let rows_per_chunk = b.div_ceil(ROWWISE_CHUNKS).next_multiple_of(rows);
+    let chunks = b.div_ceil(rows_per_chunk);
+    let arrays = if norm { 4 } else { 3 };
+    let stats = if norm { rows * layer.grades() * (2 + team / 32) } else { 0 };
+    let wred = if rows > 1 { layer.paths() * threads } else { 0 };
+    let smem = (2 * arrays * m * lp + stats + wred) * 4;
+    (smem + 1024 <= gpu.smem_optin).then_some(RowwiseGeom { rows, threads, team, v, vec, lp, rows_per_chunk, chunks, smem })
+}
+
+fn rowwise_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
+    source(layer, &format!("rw{}{}", u8::from(gelu), u8::from(norm)), || {
+        let bwd = Prog::Bwd { gelu, norm };
+        let progs: Vec<Prog> = if norm { vec![Prog::Dot, bwd] } else { vec![bwd] };
+        Ok(prefix(layer, &progs)? + ROWWISE_CU)
+    })
+}
+
+/// Options of the row-oriented backward; the statistics' vector width only matters with the norm.
+fn rowwise_opts(norm: bool, v: usize, vec: usize) -> Vec<String> {
+    let v = if norm { v } else { 1 };
+    vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_RW_V={v}"), format!("-DCL_RW_VEC={vec}")]
+}
+
+/// The row-oriented backward's launch and the tree of its chunk sums into `dw`.
+fn plan_rowwise(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, geo: RowwiseGeom, gpu: Gpu, [dx, dy, dw]: [usize; 3]) -> Result<()> {
+    let part = if geo.chunks > 1 { plan.alloc(&[geo.chunks, dims.n, layer.paths()], DType::F32) } else { dw };
+    let (out, rms) = if st.norm { (Arg::Buf(4), Arg::Buf(5)) } else { (Arg::Null, Arg::Null) };
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), out, rms, Arg::Buf(dx), Arg::Buf(dy), Arg::Buf(part)];
+    args.extend(sizes2(dims.b, dims.n));
+    args.extend([Arg::I64(geo.rows_per_chunk as i64), Arg::I32(geo.rows as i32), Arg::I32(geo.team as i32), Arg::I64(geo.chunks as i64), Arg::I32(geo.lp as i32)]);
+    // Persistent: as many CTAs as fit at once (128 registers per thread up to 8 blades; one CTA
+    // per SM with 16); the chunks, and so the partials, are the same whatever the grid.
+    let by_regs = if layer.blades() <= 8 { (65536 / (128 * geo.threads)).max(1) } else { 1 };
+    let by_smem = ((gpu.smem_optin + 1024) / (geo.smem + 1024)).max(1);
+    let grid = u32::try_from(geo.chunks.min(by_regs.min(by_smem) * gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
+    let src = rowwise_source(layer, st.gelu, st.norm)?;
+    plan.launch(Launch {
+        src,
+        opts: rowwise_opts(st.norm, geo.v, geo.vec),
+        entry: "cl_kernel".into(),
+        grid: (grid, 1, 1),
+        block: geo.threads as u32,
+        smem: geo.smem,
+        args,
+        name: "clifford_bwd_rowwise",
+    });
+    if geo.chunks > 1 {
+        sum_tree(plan, part, dw, geo.chunks, dims.n * layer.paths())?;
+    }
+    Ok(())
 }
 
 /// Stages of the pipelined column kernel's ring (CL_ST in cols.cu).
@@ -342,6 +448,12 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
     let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dw = plan.output(&[dims.n, layer.paths()], DType::F32);
+    if bwd == BwdVariant::Rowwise {
+        if let Some(geo) = rowwise_geom(layer, dims, st.norm, dt, gpu) {
+            plan_rowwise(&mut plan, layer, dims, st, geo, gpu, [dx, dy, dw])?;
+            return Ok(plan);
+        }
+    }
     let coef = if st.norm {
         let v = vec_width(dims.m, dims.n);
         let coef = plan.alloc(&[dims.b, layer.grades(), 2], DType::F32);
@@ -385,7 +497,7 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
     if chunks > 1 {
         match bwd {
             BwdVariant::Serial => sum_chunks(&mut plan, part, dw, chunks, dims.n * layer.paths()),
-            BwdVariant::Cols | BwdVariant::Pipe => sum_tree(&mut plan, part, dw, chunks, dims.n * layer.paths())?,
+            BwdVariant::Cols | BwdVariant::Pipe | BwdVariant::Rowwise => sum_tree(&mut plan, part, dw, chunks, dims.n * layer.paths())?,
         }
     }
     Ok(plan)
@@ -1116,6 +1228,14 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: bwd_opts(dt, norm) });
             if dt == DType::F32 && m <= 8 {
                 out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: pipe_opts(norm) });
+            }
+            if dt == DType::F32 && m <= 16 {
+                let v_opts: &[usize] = if norm { &vs } else { &[1] };
+                for &v in v_opts {
+                    for vec in [4, 1] {
+                        out.push(KernelBuild { source: rowwise_source(layer, gelu, norm)?, options: rowwise_opts(norm, v, vec) });
+                    }
+                }
             }
         }
         for prog in [Prog::GeluFwd, Prog::GeluBwd] {

@@ -112,7 +112,7 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
         let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Staged, gpu).unwrap(), &[&x, &y, &w]);
         let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
         let mut got = Vec::new();
-        for bv in cuda::BwdVariant::ALL {
+        for bv in [cuda::BwdVariant::Cols, cuda::BwdVariant::Pipe, cuda::BwdVariant::Serial] {
             let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, bv, gpu).unwrap();
             let trees = plan.launches.iter().filter(|l| l.name == "clifford_sum_tree").count();
             let serial = plan.launches.iter().filter(|l| l.name == "clifford_sum_chunks").count();
@@ -145,6 +145,73 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
             let again = if norm { run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&plan, &[&x, &y, &w, &g]) };
             assert!(bits(&again[2]) == bits(&got[i][2]), "{tag}: {} tree d_w not repeatable", bv.name());
         }
+    }
+}
+
+/// The row-oriented backward (`BwdVariant::Rowwise`, rowwise.cu) against the f64 reference (1e-5),
+/// with gelu+norm and plain: its d_x and d_y bitwise the default's (same row statistics in the same
+/// order, same gradient program on the same words), its d_w repeatable bit for bit. `geo`: the
+/// expected (rows per step, threads, chunks). Three multiprocessors: the persistent CTAs walk several
+/// chunks, the ring runs across chunk boundaries.
+fn emu_bwd_rowwise(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usize)) {
+    let layer = Layer::new(spec).unwrap();
+    let alg = layer.algebra().clone();
+    let dims = Dims { m: layer.blades(), b: nb, n };
+    let shape = [dims.m, nb, n];
+    let seed = 5000 + (nb * 31 + n) as u64;
+    let dtype = DType::F32;
+    let (x, xv) = input(&shape, dtype, seed, 1.0);
+    let (y, yv) = input(&shape, dtype, seed + 1, 1.0);
+    let (w, wv) = input(&[n, layer.paths()], DType::F32, seed + 2, 0.5);
+    let (g, gv) = input(&shape, dtype, seed + 3, 1.0);
+    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
+    for (gelu, norm) in [(true, true), (false, false)] {
+        let st = Stages { gelu, norm };
+        let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} rowwise");
+        let g0 = cuda::rowwise_geom(&layer, dims, norm, dtype, gpu).expect("rowwise applies");
+        assert_eq!((g0.rows, g0.threads, g0.chunks), geo, "{tag}: geometry");
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Staged, gpu).unwrap(), &[&x, &y, &w]);
+        let inputs: Vec<&Tensor> = if norm { vec![&x, &y, &w, &g, &f[0], &f[1]] } else { vec![&x, &y, &w, &g] };
+        let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
+        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Rowwise, gpu).unwrap();
+        let names: Vec<&str> = plan.launches.iter().map(|l| l.name).collect();
+        assert_eq!(names[0], "clifford_bwd_rowwise", "{tag}: plan {names:?}");
+        assert!(names[1..].iter().all(|&l| l == "clifford_sum_tree") && (g0.chunks == 1) == (names.len() == 1), "{tag}: plan {names:?}");
+        let rw = run_host(&plan, &inputs);
+        close(&format!("{tag} d_x"), &rw[0], &dx, 1e-5);
+        close(&format!("{tag} d_y"), &rw[1], &dy, 1e-5);
+        close(&format!("{tag} d_w"), &rw[2], &dw, 1e-5);
+        let again = run_host(&plan, &inputs);
+        assert!(bits(&again[0]) == bits(&rw[0]) && bits(&again[1]) == bits(&rw[1]) && bits(&again[2]) == bits(&rw[2]), "{tag}: not repeatable");
+        let cols = run_host(&cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Cols, gpu).unwrap(), &inputs);
+        assert!(bits(&cols[0]) == bits(&rw[0]) && bits(&cols[1]) == bits(&rw[1]), "{tag}: d_x/d_y not bitwise the default's");
+        eprintln!("{tag}: ok (d_w vs cols max |diff| {:e})", rw[2].to_vec_f64().unwrap().iter().zip(cols[2].to_vec_f64().unwrap()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max));
+    }
+}
+
+/// Where the row-oriented backward does not apply, the plan is the default's.
+#[test]
+fn rowwise_falls_back_to_the_default() {
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024 };
+    for (spec, n, dtype) in [("3,0", 513, DType::F32), ("3,0", 1024, DType::F32), ("3,0", 512, DType::BF16), ("3,0", 128, DType::F16), ("1,3", 257, DType::F32), ("2,2,1", 8, DType::F32)] {
+        let layer = Layer::new(spec).unwrap();
+        let dims = Dims { m: layer.blades(), b: 64, n };
+        for norm in [false, true] {
+            let st = Stages { gelu: true, norm };
+            assert!(cuda::rowwise_geom(&layer, dims, norm, dtype, gpu).is_none(), "{spec} N={n} {dtype}");
+            let a = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Rowwise, gpu).unwrap();
+            let b = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Cols, gpu).unwrap();
+            let names = |p: &super::plan::Plan| p.launches.iter().map(|l| (l.name, l.grid, l.opts.clone())).collect::<Vec<_>>();
+            assert_eq!(names(&a), names(&b), "{spec} N={n} {dtype} norm={norm}");
+        }
+    }
+    // The sizes the bench reads: 2^21 as one row per step of 512 threads, 16384 × 128 as two rows of
+    // 128 per step, both 256 chunks.
+    let layer = Layer::new("3,0").unwrap();
+    for ((b, n), want) in [((4096, 512), (1, 512, 256)), ((16384, 128), (2, 256, 256)), ((65536, 1024), (0, 0, 0))] {
+        let dims = Dims { m: 8, b, n };
+        let g = cuda::rowwise_geom(&layer, dims, true, DType::F32, gpu).map(|g| (g.rows, g.threads, g.chunks)).unwrap_or((0, 0, 0));
+        assert_eq!(g, want, "B={b} N={n}");
     }
 }
 
@@ -264,6 +331,25 @@ fn emulated_fused_kernels_match_the_reference() {
             }
         }
     }
+    run_cases(cases);
+}
+
+#[test]
+fn emulated_rowwise_backward_matches_the_reference() {
+    let cases: Vec<Box<dyn Fn() + Send + Sync>> = vec![
+        // One row per step of 320 threads (300 channels, 4-wide statistics, two teams of 128), 250
+        // chunks of 6 rows (the last 1) on 3 CTAs, chunk sums 250 → 16 → 1.
+        Box::new(|| emu_bwd_rowwise("3,0", (1499, 300), (1, 320, 250))),
+        // Small N: 7 rows of 33 side by side (scalar statistics, teams of 64, two rounds), the last
+        // step of the last chunk partial; N = 1: 256 rows per step, 32 rounds of 8 teams; B = 1.
+        Box::new(|| emu_bwd_rowwise("3,0", (1006, 33), (7, 256, 144))),
+        Box::new(|| emu_bwd_rowwise("3,0", (1000, 1), (256, 256, 4))),
+        Box::new(|| emu_bwd_rowwise("3,0", (1, 100), (2, 224, 1))),
+        // 512 threads (one row of 512 per step); Cl(2,0): one row of 129 per step, 256 threads (the
+        // scalar statistics' team of 256 is wider than the row).
+        Box::new(|| emu_bwd_rowwise("3,0", (37, 512), (1, 512, 37))),
+        Box::new(|| emu_bwd_rowwise("2,0", (521, 129), (1, 256, 174))),
+    ];
     run_cases(cases);
 }
 

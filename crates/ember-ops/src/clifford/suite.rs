@@ -278,7 +278,7 @@ fn check_linear(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usi
 }
 
 /// The fused backward's column/sum variants (default v1 column kernel + tree chunk sums; pipe, f32
-/// up to 8 blades; serial) at sizes the tier's cases do not reach: many row chunks (two or three tree levels, the last group
+/// up to 8 blades; serial; rowwise, f32 rows of up to 512 channels) at sizes the tier's cases do not reach: many row chunks (two or three tree levels, the last group
 /// and the last chunk partial), several row steps per item, more items than the persistent grid,
 /// a last column tile past N. Every variant against the reference, the tree variants' bits repeated.
 fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Result<()> {
@@ -319,6 +319,17 @@ fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Resul
     let same = bitwise(&a.d_w, &b.d_w) && bitwise(&a.d_x, &b.d_x) && bitwise(&a.d_y, &b.d_y);
     r.prop("clifford", &case, "fused deterministic (cols)", dtype, same);
     r.prop("clifford", &case, "fused pipe bits = cols bits", dtype, bitwise(&a.d_w, &pipe.d_w) && bitwise(&a.d_x, &pipe.d_x));
+    // The row-oriented backward (where it applies; the default elsewhere): repeated, same bits; its
+    // row statistics are the row kernel's (same mapping and order) and its gradient program the
+    // column kernel's, so d_x and d_y are the default's bit for bit (d_w: other chunks, other order).
+    if let Some(geo) = cuda::rowwise_geom(layer, dims, true, dtype, cuda::Gpu::of(&x.t)?) {
+        let c = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Rowwise)?;
+        let d = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Rowwise)?;
+        let same = bitwise(&c.d_w, &d.d_w) && bitwise(&c.d_x, &d.d_x) && bitwise(&c.d_y, &d.d_y);
+        let case = format!("{case} ({} rows × {} threads, {} chunks)", geo.rows, geo.threads, geo.chunks);
+        r.prop("clifford", &case, "fused deterministic (rowwise)", dtype, same);
+        r.prop("clifford", &case, "fused rowwise d_x/d_y bits = cols bits", dtype, bitwise(&a.d_x, &c.d_x) && bitwise(&a.d_y, &c.d_y));
+    }
     Ok(())
 }
 
@@ -516,7 +527,10 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
         let dims = Dims { m, b: nb, n };
         let st = fused::Stages { gelu: true, norm: true };
         let var = cuda::RowVariant::selected(&layer);
-        for bv in cuda::BwdVariant::ALL.into_iter().filter(|&v| v != cuda::BwdVariant::selected()) {
+        let gpu = cuda::Gpu::of(&sets[0].0)?;
+        // rowwise only where it applies (elsewhere its plan is the default's).
+        let applies = |v: cuda::BwdVariant| v != cuda::BwdVariant::Rowwise || cuda::rowwise_geom(&layer, dims, true, dtype, gpu).is_some();
+        for bv in cuda::BwdVariant::ALL.into_iter().filter(|&v| v != cuda::BwdVariant::selected() && applies(v)) {
             let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true)), ("bwd", json!(bv.name()))]);
             let ms = ctx.time(300.0, |i| {
                 let (x, y, w, g) = &sets[i % k];
