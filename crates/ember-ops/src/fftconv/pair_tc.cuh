@@ -218,7 +218,9 @@ __device__ __forceinline__ void fp_segment(float2* __restrict__ x, const float4*
             ei[j][rh] = fp_trans(tc_pack(c[2 * rh].y, c[2 * rh + 1].y));
         }
     }
-    // x[16a + b] = Σ_a' conj(F)[a][a']·E'[a'][b]: A = conj(F) (Im and −Im swap roles).
+    // x[16a + b] = Σ_a' conj(F)[a][a']·E'[a'][b]: A = conj(F) (Im and −Im swap roles). Every lane's
+    // reads of x are done; the stores below overwrite what other lanes read.
+    __syncwarp();
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
         float dr[4] = {0.f, 0.f, 0.f, 0.f}, di[4] = {0.f, 0.f, 0.f, 0.f};
