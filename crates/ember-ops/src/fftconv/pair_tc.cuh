@@ -17,7 +17,7 @@
 //   fragment order, so a lane reads 64 contiguous bytes), inverse DFT-256 (two more products; the
 //   one transpose the chain needs is `movmatrix`), one store back. Inverse stage 1 in registers
 //   (only n1 < P/2 is needed when L ≤ N/2), then the epilogue straight from registers: GELU (a
-//   short erf, 1.5e-7 absolute), gates, mask, one store per output.
+//   short erf, fc_gelu), gates, mask, one store per output.
 // - Three barriers per CTA (after the row setup, after stage 1, after stage 2); shared memory
 //   64 KB of data (no padding: an XOR swizzle of 16-byte chunks keeps every access pattern
 //   conflict-free, see fp_idx) + the 5 KB per-lane table of tc_fft256 + the rows; 2 CTAs per SM.
@@ -28,23 +28,6 @@
 // [1/2, 1) (fc_spectrum); then no f16 operand exceeds 2^13 (see fp_segment) and both factors are
 // undone exactly in the inverse stage 1. Bins far below the row's largest lose relative precision
 // (f16's normal range ends at 2^-14), but the error stays small against the output's norm.
-
-// GELU with erf from Abramowitz & Stegun 7.1.26 (|error| ≤ 1.5e-7, below f32 rounding of the
-// result's scale for every output dtype this path serves): two MUFU ops instead of erff's branches.
-__device__ __forceinline__ float fp_gelu(float z) {
-    const float x = fabsf(z) * 0.70710678118654752f;
-    float t, e;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(t) : "f"(fmaf(0.3275911f, x, 1.f)));
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(-1.4426950408889634f * x * x));
-    float poly = fmaf(1.061405429f, t, -1.453152027f);
-    poly = fmaf(poly, t, 1.421413741f);
-    poly = fmaf(poly, t, -0.284496736f);
-    poly = fmaf(poly, t, 0.254829592f);
-    poly *= t;
-    const float erf_abs = fmaf(-poly, e, 1.f);
-    const float erf = copysignf(erf_abs, z);
-    return 0.5f * z * (1.f + erf);
-}
 
 // Fragment-order position (in float2) of spectrum bin k (0 ≤ k < N = 256·P) in a head's K array.
 // After the forward DFT-256 of segment k1, lane 4g + t holds in slot 4j + q the bin k2 = a' + 16·b'
@@ -291,7 +274,7 @@ __device__ __forceinline__ void fp_load(float2 (&a)[P], int n, const FpRow<T, TO
 }
 
 // The first `n` outputs of both rows: z = a·s1·ks (D included) → GELU → postgate, mask → store
-// (as fc_epi_fwd with fp_gelu). HD1: the output row (hd = 1); else the g_ij workspace row.
+// (as fc_epi_fwd). HD1: the output row (hd = 1); else the g_ij workspace row.
 template <int P, bool GELU, bool POST, bool HD1, typename T, typename TO>
 __device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float inv1, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
 #pragma unroll
@@ -300,8 +283,8 @@ __device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float i
         const int o = n1 << 8;
         float za = a[n1].x * inv1 * ks, zb = a[n1].y * inv1 * ks;
         if (GELU) {
-            za = fp_gelu(za);
-            zb = fp_gelu(zb);
+            za = fc_gelu(za);
+            zb = fc_gelu(zb);
         }
         if (HD1) {
             za *= fa.mask;
