@@ -141,20 +141,23 @@ fn use_tc(u: DType, opts: &Options, path: Path) -> bool {
     asked && u == DType::BF16 && matches!(path, Path::OnChip { logm, .. } if TC_LOGM.contains(&logm))
 }
 
-/// Complex sizes of the pair forward: M = N/2 with N = 256·P, P = 2 … 32 (L + Lk − 1 ≤ 8192).
-const PAIR_LOGM: std::ops::RangeInclusive<u32> = 8..=12;
+/// Complex sizes of the pair forward: M = N/2 with N = 256·P, P = 2 … 64 (L + Lk − 1 ≤ 16384); at
+/// P = 64 only for L ≤ N/2 (fc_fwd_pair64).
+const PAIR_LOGM: std::ops::RangeInclusive<u32> = 8..=13;
 
 /// Whether the forward runs the v4 pair kernels (pair_tc.cuh): bf16 u on the on-chip sizes they
 /// cover, unless the v3 tensor-core forward is asked for or `EMBER_FFTCONV_PAIR=0`.
-fn use_pair(u: DType, opts: &Options, path: Path) -> bool {
+fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     let off = std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
-    !off && u == DType::BF16 && matches!(path, Path::OnChip { logm, tc: false, .. } if PAIR_LOGM.contains(&logm)) && !opts.tensor_cores
+    let fits = matches!(path, Path::OnChip { logm, tc: false, .. } if PAIR_LOGM.contains(&logm) && (logm < 13 || dims.l <= 1 << logm));
+    !off && u == DType::BF16 && fits && !opts.tensor_cores
 }
 
 /// Shared memory of the pair forward: 32 segments of 256 float2, the per-lane table (40 words ×
 /// 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int per pair.
 fn smem_bytes_pair(logp: u32) -> usize {
-    32 * 256 * 8 + 40 * 32 * 4 + (32 >> logp) * (2 * 48 + 4)
+    let (segments, pairs) = if logp == 6 { (64, 1) } else { (32, 32 >> logp) };
+    segments * 256 * 8 + 40 * 32 * 4 + pairs * (2 * 48 + 4)
 }
 
 /// The filter spectrum of one call (kept by the forward for the backward).
@@ -188,6 +191,12 @@ fn launch(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &
 }
 
 fn launch_smem(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str, smem: usize) -> Result<()> {
+    launch_smem_threads(dev, block, block, entry, grid, p, name, smem)
+}
+
+/// As `launch_smem` with a CTA of `threads` threads for a kernel of the module built for `block`.
+#[allow(clippy::too_many_arguments)]
+fn launch_smem_threads(dev: &Arc<CudaDevice>, block: u32, threads: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str, smem: usize) -> Result<()> {
     if grid.1 > 65535 {
         return Err(too_large(format!("{entry}: {} heads in one launch", grid.1)));
     }
@@ -195,7 +204,7 @@ fn launch_smem(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32),
     if smem > 48 * 1024 {
         dev.set_max_dynamic_smem(&f, smem)?;
     }
-    let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem as u32 };
+    let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem as u32 };
     dev.launch(&f, cfg).arg(p).named(name).run()
 }
 
@@ -207,9 +216,9 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
     if let Some(t) = tables.get(&ord) {
         return t.cuda_ptr();
     }
-    // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair forward's N = 8192),
-    // then the tensor-core kernels' per-lane table (40 words × 32 lanes).
-    const TOTAL: usize = (2 << 15) + 8192;
+    // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair forward's N = 8192
+    // and 16384), then the tensor-core kernels' per-lane table (40 words × 32 lanes).
+    const TOTAL: usize = (2 << 15) + 8192 + 16384;
     let t = Tensor::zeros(&[2 * TOTAL + 40 * 32], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;
@@ -346,7 +355,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let dev = u.cuda_device()?.clone();
     let mut path = plan(&dims, opts.force_four_step);
     let want_tc = use_tc(u.dtype(), opts, path);
-    let want_pair = !want_tc && use_pair(u.dtype(), opts, path);
+    let want_pair = !want_tc && use_pair(u.dtype(), opts, path, &dims);
     if let Path::OnChip { ref mut tc, ref mut pair, .. } = path {
         *tc = want_tc;
         *pair = want_pair;
@@ -392,8 +401,10 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 // Row pairs per head ⌈rph/2⌉ (nrows is whole heads here), 32/P pairs per CTA.
                 let logp = logm - 7;
                 let pairs = (nrows / rph) * rph.div_ceil(2);
-                let grid = (grid_u32(pairs.div_ceil(32 >> logp), "forward")?, 1);
-                launch_smem(&dev, 256, &format!("fc_fwd_pair{logp}_{sfx}"), grid, &p, "fc_fwd_pair", smem_bytes_pair(logp))?;
+                // P ≤ 32: 32/P pairs per CTA of 256 threads; P = 64: one pair per CTA of 512.
+                let (per_cta, threads) = if logp == 6 { (1, 512) } else { (32 >> logp, 256) };
+                let grid = (grid_u32(pairs.div_ceil(per_cta), "forward")?, 1);
+                launch_smem_threads(&dev, 256, threads, &format!("fc_fwd_pair{logp}_{sfx}"), grid, &p, "fc_fwd_pair", smem_bytes_pair(logp))?;
             }
             Path::OnChip { logm, block, tc, .. } => {
                 let lanes = (PER_THREAD * block as usize) >> logm;

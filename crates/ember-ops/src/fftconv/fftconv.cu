@@ -1059,7 +1059,10 @@ extern "C" __global__ void fc_twiddles(float2* tw) {
     if (e >= FC_TW_TOTAL) return;
     // The flat table, or entry r·ns + k of a pass table: the angle −2π·num/den.
     double num = e, den = 1 << FC_TWN_LOG;
-    if (e >= FC_TW_PAIR32) {
+    if (e >= FC_TW_PAIR64) {
+        num = (double)((e - FC_TW_PAIR64) >> 8) * ((e - FC_TW_PAIR64) & 255);
+        den = 16384;
+    } else if (e >= FC_TW_PAIR32) {
         num = (double)((e - FC_TW_PAIR32) >> 8) * ((e - FC_TW_PAIR32) & 255);
         den = 8192;
     } else if (e >= (1 << FC_TWN_LOG)) {

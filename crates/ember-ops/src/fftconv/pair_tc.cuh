@@ -275,12 +275,13 @@ __device__ __forceinline__ void fp_load(float2 (&a)[P], int n, const FpRow<T, TO
 
 // The first `n` outputs of both rows: z = a·s1·ks (D included) → GELU → postgate, mask → store
 // (as fc_epi_fwd). HD1: the output row (hd = 1); else the g_ij workspace row.
-template <int P, bool GELU, bool POST, bool HD1, typename T, typename TO>
+// Element n1 sits at offset n1·2^SH from the row pointers (SH = 8: every n1 of the column).
+template <int P, bool GELU, bool POST, bool HD1, int SH = 8, typename T, typename TO>
 __device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float inv1, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
 #pragma unroll
     for (int n1 = 0; n1 < P; ++n1) {
         if (n1 >= n) break;
-        const int o = n1 << 8;
+        const int o = n1 << SH;
         float za = a[n1].x * inv1 * ks, zb = a[n1].y * inv1 * ks;
         if (GELU) {
             za = fc_gelu(za);
@@ -447,5 +448,158 @@ FC_PAIR_ENTRIES(2)
 FC_PAIR_ENTRIES(3)
 FC_PAIR_ENTRIES(4)
 FC_PAIR_ENTRIES(5)
+
+// N = 16384 (P = 64), L ≤ N/2 only: one row pair per CTA of 512 threads, two threads per column
+// (thread 2·n2 + h, h = 0/1 in neighbouring lanes). Stage 1 by a radix-2 split across the two:
+// thread h transforms the subsequence x[2m + h] (32 points, only m < 16 nonzero: two 16-point
+// DFTs), then X[k] = Y0[k] + W64^k·Y1[k] (thread 0, k < 32) and X[k + 32] = Y0[k] − W64^k·Y1[k]
+// (thread 1) with the partner's values by shuffle. The inverse mirrors it: x[2m] = IDFT32(B[k] +
+// B[k + 32]) (thread 0), x[2m + 1] = IDFT32(W64^−k·(B[k] − B[k + 32])) (thread 1), first 16 outputs
+// each. Segments (64 per pair, 4 per warp) and the epilogue as fc_fwd_pair; 128 KB of data, one
+// CTA (16 warps) per SM.
+template <typename T, typename TO>
+__device__ void fc_fwd_pair64(const FcParams& p) {
+    constexpr int LOGP = 6, LOGN = 14;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2);
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const bool pre = p.has_pre;
+    const i64 rph = p.B * (i64)p.hd * p.hd;
+    const i64 pph = (rph + 1) / 2;
+    if (threadIdx.x < 2) {
+        const i64 Q = blockIdx.x;
+        const i64 gl = Q / pph, qq = Q - gl * pph;
+        FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
+        const bool first_valid = gl * rph + 2 * qq < p.nrows;
+        row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
+        rows[threadIdx.x] = row;
+        if (threadIdx.x == 0) pmax[0] = 0;
+    }
+    __syncthreads();
+    const FcRow ra = rows[0], rb = rows[1];
+    if (!ra.valid) return;  // uniform over the CTA
+    const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+    const float2* wtab = tw + FC_TW_PAIR64 + n2;  // W_N^(n2·k1) at k1·256
+    // ---- stage 1. y[m] = x[2m + h] (offset (2m + h)·256), m < 16.
+    float2 a[32];
+    {
+        const FpRow<T, TO> ga = fa, gb = fb;
+        float2 y[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+            const int o = (2 * m + h) << 8;
+            float va = o < ga.len ? ember_to_f32(ga.u[o]) : 0.f;
+            float vb = o < gb.len ? ember_to_f32(gb.u[o]) : 0.f;
+            if (pre) {
+                va *= o < ga.len ? ember_to_f32(ga.pre[o]) : 0.f;
+                vb *= o < gb.len ? ember_to_f32(gb.pre[o]) : 0.f;
+            }
+            y[m] = make_float2(va, vb);
+        }
+        // Y[2j + e] = DFT16(y[m]·W32^(m·e))[j]
+        float2 ev[16], od[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+            ev[m] = y[m];
+            od[m] = m == 0 ? y[m] : c_mul(y[m], w32<-1>(m));
+        }
+        dft16<-1>(ev);
+        dft16<-1>(od);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            a[2 * j] = ev[j];
+            a[2 * j + 1] = od[j];
+        }
+    }
+    // Radix-2 across the pair of threads: thread h keeps X[k + 32h] = Y0[k] ± W64^k·Y1[k].
+    float mx = 0.f;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
+        const float2 y0 = h == 0 ? a[k] : other, y1 = h == 0 ? other : a[k];
+        const float2 w = tw[k << (FC_TWN_LOG - 6)];  // W64^k from the flat table
+        const float2 t = c_mul(y1, w);
+        const float2 v0 = h == 0 ? c_add(y0, t) : c_sub(y0, t);
+        const int k1 = k + 32 * h;
+        const float2 v = k1 == 0 ? v0 : c_mul(v0, wtab[k1 << 8]);
+        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+        x[k1 * 256 + pos] = v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(&pmax[0], __float_as_int(mx));
+    __syncthreads();
+    // ---- stage 2: 64 segments, 4 per warp.
+    int ex = ((pmax[0] >> 23) & 255) - 126;
+    ex = max(-126, min(126, ex));
+    const float s1 = __int_as_float((127 - ex) << 23), inv1 = __int_as_float((127 + ex) << 23);
+    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
+        const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)ra.g << (LOGN - 1)) + (sg << 7);
+        fp_segment(x + sg * 256, kf, tab, s1);
+    }
+    __syncthreads();
+    // ---- inverse stage 1: thread h holds B[k + 32h]·conj(W_N^(n2·k1)).
+    const float ks = reinterpret_cast<const float*>(p.spec)[((i64)p.heads << (LOGN + 1)) + ra.g];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const int k1 = k + 32 * h;
+        const float2 v = x[k1 * 256 + pos];
+        a[k] = k1 == 0 ? v : c_mulc(v, wtab[k1 << 8]);
+    }
+    // Thread 0: c[k] = B[k] + B[k + 32] → even outputs; thread 1: (B[k] − B[k + 32])·W64^−k → odd.
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
+        if (h == 0) {
+            a[k] = c_add(a[k], other);
+        } else {
+            const float2 d = c_sub(other, a[k]);
+            a[k] = k == 0 ? d : c_mulc(d, tw[k << (FC_TWN_LOG - 6)]);
+        }
+    }
+    // First 16 outputs of the 32-point inverse DFT: x[m] = E[m] + W32^−m·O[m], m < 16.
+    {
+        float2 ev[16], od[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            ev[j] = a[2 * j];
+            od[j] = a[2 * j + 1];
+        }
+        dft16<1>(ev);
+        dft16<1>(od);
+#pragma unroll
+        for (int m = 0; m < 16; ++m) a[m] = c_add(ev[m], m == 0 ? od[m] : c_mul(od[m], w32<1>(m)));
+    }
+    // Outputs n1 = 2m + h, m < 16: offset h·256 + m·512 — the epilogue over 16 elements at stride 512.
+    FpRow<T, TO> ea = fa, eb = fb;
+    const int off = h << 8;
+    ea.u += off; eb.u += off; ea.pre += off; eb.pre += off; ea.post += off; eb.post += off;
+    ea.out += off; eb.out += off; ea.ws += off; eb.ws += off;
+    ea.len -= off; eb.len -= off;
+    float2 o16[16];
+#pragma unroll
+    for (int m = 0; m < 16; ++m) o16[m] = a[m];
+    const int sel = (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
+    switch (sel) {
+        case 0: fp_epilogue<16, false, false, false, 9>(o16, 16, inv1, ks, ea, eb); break;
+        case 1: fp_epilogue<16, false, false, true, 9>(o16, 16, inv1, ks, ea, eb); break;
+        case 2: fp_epilogue<16, false, true, false, 9>(o16, 16, inv1, ks, ea, eb); break;
+        case 3: fp_epilogue<16, false, true, true, 9>(o16, 16, inv1, ks, ea, eb); break;
+        case 4: fp_epilogue<16, true, false, false, 9>(o16, 16, inv1, ks, ea, eb); break;
+        case 5: fp_epilogue<16, true, false, true, 9>(o16, 16, inv1, ks, ea, eb); break;
+        case 6: fp_epilogue<16, true, true, false, 9>(o16, 16, inv1, ks, ea, eb); break;
+        default: fp_epilogue<16, true, true, true, 9>(o16, 16, inv1, ks, ea, eb); break;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { fc_fwd_pair64<ember_bf16, float>(p); }
 
 #endif  // FC_BLOCK == 256

@@ -117,6 +117,7 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case::all(3, 2, 300),
             Case::all(1, 3, 700).lk(50),
             Case::all(2, 2, 3000),
+            Case::all(3, 1, 5000),
         ],
         // Every size the issue names, large ones included.
         Tier::Full => {
@@ -150,7 +151,7 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case::all(2, 16, 1134).hd(8).tc());
             v.push(Case { out_f32: true, ..Case::all(2, 5, 784) }.tc());
             // Pair forward (bf16 default): odd rows per head, L > N/2, every P, hd = 8, out_f32.
-            for (b, l) in [(3, 129), (5, 256), (1, 1000), (3, 2047), (5, 4096)] {
+            for (b, l) in [(3, 129), (5, 256), (1, 1000), (3, 2047), (5, 4096), (3, 5000), (2, 8192)] {
                 v.push(Case::all(b, 3, l));
             }
             v.push(Case::all(2, 3, 700).lk(50));
