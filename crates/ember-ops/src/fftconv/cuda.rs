@@ -290,13 +290,19 @@ fn heads_per_chunk(heads: usize, bytes_per_head: usize) -> usize {
     (WORKSPACE_BUDGET / bytes_per_head.max(1)).clamp(1, heads).min(65535)
 }
 
-/// Bytes of four-step intermediates one round of launches may keep live: half the L2, so that what
-/// pass 1 writes is still in L2 when pass 2 and pass 3 read it (`EMBER_FFTCONV_CHUNK_MB` overrides,
-/// for measurements).
-fn l2_chunk_bytes(dev: &CudaDevice) -> usize {
+/// Bytes of four-step intermediates one round of launches may keep live: 512 MiB
+/// (`EMBER_FFTCONV_CHUNK_MB` overrides, for measurements). Rounds used to be sized to half the L2
+/// so that pass 2 and 3 would read pass 1's output from L2, but such rounds hold a few rows only
+/// (L = 2^20: 3 rows, a row pass of 192 one-per-SM CTAs, 1.45 waves) and the backward's rounds a few
+/// heads, so every launch ran part-empty: on an H200, L = 65536 (B = 4, H = 256) fwd+bwd took
+/// 15.6 ms with L2-sized rounds and 8.8 ms with 480 MB ones (2000 MB: 8.5 ms); L = 2^20 fwd+bwd
+/// 17.3 → 10.9 ms. The passes are bound by their arithmetic and latency, not by the intermediates'
+/// HBM traffic, so a full GPU beats an L2-resident round. 512 MiB bounds a call's four-step
+/// workspaces to about that much (see NOTES.md, "Four-step rounds").
+fn round_bytes() -> usize {
     match std::env::var("EMBER_FFTCONV_CHUNK_MB").ok().and_then(|v| v.parse::<usize>().ok()) {
         Some(mb) => mb << 20,
-        None => (dev.info().l2_bytes.max(1 << 20) as usize) / 2,
+        None => 512 << 20,
     }
 }
 
@@ -320,7 +326,7 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, dims: Dims, path: Path) -> R
             launch(dev, block, "fc_spectrum", (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1), &p, "fc_spectrum")?;
         }
         Path::FourStep { logm1, logm2, col_block, row_block } => {
-            let chunk = heads_per_chunk(heads, m * 8).min((l2_chunk_bytes(dev) / (m * 8)).max(1));
+            let chunk = heads_per_chunk(heads, m * 8).min((round_bytes() / (m * 8)).max(1));
             let tbuf = workspace(Device::Cuda(dev.info().ordinal), 2 * chunk * m)?;
             p.tbuf = tbuf.cuda_ptr()?;
             for h0 in (0..heads).step_by(chunk) {
@@ -374,12 +380,12 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let devc = u.device();
     let four = matches!(path, Path::FourStep { .. });
     // Rounds of launches: with hd = 1 any range of rows; with hd > 1 whole heads (the mixing
-    // kernel sums a head's rows). Four-step rounds keep their intermediates within the L2.
+    // kernel sums a head's rows). Four-step rounds are bounded by `round_bytes`.
     let (unit, per_unit) = if dims.hd == 1 { (1, 1) } else { (rph, rph) };
     let units = heads * rph / unit;
     let mut chunk = heads_per_chunk(units, per_unit * (if dims.hd > 1 { dims.l * 4 } else { 0 } + if four { m * 8 } else { 0 }));
     if four {
-        chunk = chunk.min((l2_chunk_bytes(&dev) / (per_unit * m * 8)).max(1));
+        chunk = chunk.min((round_bytes() / (per_unit * m * 8)).max(1));
     }
     if dims.hd == 1 && !four {
         chunk = units;  // one launch, no workspace
@@ -507,7 +513,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
         Path::FourStep { logm1, logm2, col_block, row_block } => {
             // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
             let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
-            let chunk = heads_per_chunk(heads, per_head).min((l2_chunk_bytes(&dev) / (rph * m * 16)).max(1));
+            let chunk = heads_per_chunk(heads, per_head).min((round_bytes() / (rph * m * 16)).max(1));
             let tbuf = workspace(devc, 2 * chunk * rph * m)?;
             let vbuf = workspace(devc, 2 * chunk * rph * (m + 1))?;
             let sbuf = workspace(devc, 2 * chunk * (m + 1))?;
