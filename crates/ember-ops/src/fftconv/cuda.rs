@@ -298,11 +298,17 @@ fn heads_per_chunk(heads: usize, bytes_per_head: usize) -> usize {
 /// 15.6 ms with L2-sized rounds and 8.8 ms with 480 MB ones (2000 MB: 8.5 ms); L = 2^20 fwd+bwd
 /// 17.3 → 10.9 ms. The passes are bound by their arithmetic and latency, not by the intermediates'
 /// HBM traffic, so a full GPU beats an L2-resident round. 512 MiB bounds a call's four-step
-/// workspaces to about that much (see NOTES.md, "Four-step rounds").
-fn round_bytes() -> usize {
+/// workspaces to about that much; on devices with less than 16 GiB the bound is 1/32 of the memory
+/// (never under half the L2), so a call never takes a large share of a small GPU (see NOTES.md,
+/// "Four-step rounds").
+fn round_bytes(dev: &CudaDevice) -> usize {
     match std::env::var("EMBER_FFTCONV_CHUNK_MB").ok().and_then(|v| v.parse::<usize>().ok()) {
         Some(mb) => mb << 20,
-        None => 512 << 20,
+        None => {
+            let info = dev.info();
+            let half_l2 = (info.l2_bytes.max(1 << 20) as usize) / 2;
+            (info.total_memory / 32).min(512 << 20).max(half_l2)
+        }
     }
 }
 
@@ -326,7 +332,7 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, dims: Dims, path: Path) -> R
             launch(dev, block, "fc_spectrum", (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1), &p, "fc_spectrum")?;
         }
         Path::FourStep { logm1, logm2, col_block, row_block } => {
-            let chunk = heads_per_chunk(heads, m * 8).min((round_bytes() / (m * 8)).max(1));
+            let chunk = heads_per_chunk(heads, m * 8).min((round_bytes(dev) / (m * 8)).max(1));
             let tbuf = workspace(Device::Cuda(dev.info().ordinal), 2 * chunk * m)?;
             p.tbuf = tbuf.cuda_ptr()?;
             for h0 in (0..heads).step_by(chunk) {
@@ -385,7 +391,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let units = heads * rph / unit;
     let mut chunk = heads_per_chunk(units, per_unit * (if dims.hd > 1 { dims.l * 4 } else { 0 } + if four { m * 8 } else { 0 }));
     if four {
-        chunk = chunk.min((round_bytes() / (per_unit * m * 8)).max(1));
+        chunk = chunk.min((round_bytes(&dev) / (per_unit * m * 8)).max(1));
     }
     if dims.hd == 1 && !four {
         chunk = units;  // one launch, no workspace
@@ -513,7 +519,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
         Path::FourStep { logm1, logm2, col_block, row_block } => {
             // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
             let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
-            let chunk = heads_per_chunk(heads, per_head).min((round_bytes() / (rph * m * 16)).max(1));
+            let chunk = heads_per_chunk(heads, per_head).min((round_bytes(&dev) / (rph * m * 16)).max(1));
             let tbuf = workspace(devc, 2 * chunk * rph * m)?;
             let vbuf = workspace(devc, 2 * chunk * rph * (m + 1))?;
             let sbuf = workspace(devc, 2 * chunk * (m + 1))?;
