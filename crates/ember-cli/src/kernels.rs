@@ -35,7 +35,7 @@ pub fn fill_cache(arch: &str, op: Option<&str>) -> Result<ExitCode> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-pub fn run(arch: &str, op: Option<&str>, save: Option<&str>) -> Result<ExitCode> {
+pub fn run(arch: &str, op: Option<&str>, only: Option<&str>, save: Option<&str>) -> Result<ExitCode> {
     let (maj, min) = nvrtc::version()?;
     println!("NVRTC {maj}.{min}, target {arch}");
     let families = match op {
@@ -44,7 +44,7 @@ pub fn run(arch: &str, op: Option<&str>, save: Option<&str>) -> Result<ExitCode>
     };
     let mut failed = 0;
     for fam in families {
-        for build in fam.kernels() {
+        for build in fam.kernels().into_iter().filter(|b| only.is_none_or(|o| b.source.name.contains(o))) {
             let mut opts = nvrtc::base_options(arch);
             opts.extend(build.options.iter().cloned());
             opts.push("--ptxas-options=-v".into());
@@ -52,7 +52,7 @@ pub fn run(arch: &str, op: Option<&str>, save: Option<&str>) -> Result<ExitCode>
             match nvrtc::compile_uncached(build.source.name, &build.source.full_code(), &opts, arch) {
                 Ok(c) => {
                     println!("== {label}");
-                    for line in c.log.lines().filter(|l| l.contains("Compiling entry") || l.contains("Used") || l.contains("spill") || l.contains("stack frame")) {
+                    for line in c.log.lines().filter(|l| l.contains("Compiling entry") || l.contains("Used") || l.contains("spill") || l.contains("stack frame") || l.contains("arning")) {
                         println!("   {}", line.trim().trim_start_matches("ptxas info    : "));
                     }
                     if let Some(dir) = save {

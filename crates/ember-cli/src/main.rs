@@ -62,6 +62,9 @@ enum Command {
         /// Only this op family.
         #[arg(long)]
         op: Option<String>,
+        /// Only kernels whose source name contains this (e.g. "fc3").
+        #[arg(long)]
+        only: Option<String>,
         /// Also write each CUBIN into this folder (for cuobjdump -sass).
         #[arg(long)]
         save: Option<String>,
@@ -104,11 +107,11 @@ fn main() -> ExitCode {
         Command::Check { op, tier, json } => check::run(device, op.as_deref(), &tier, json.as_deref()),
         Command::Bench { op, quick, json } => bench::run(device, op.as_deref(), quick, json.as_deref()),
         Command::Ga { command: GaCommand::Emit { algebra, expr, grad, lang } } => ga::emit_cmd(&algebra, &expr, grad, &lang),
-        Command::Kernels { arch, op, save, fill_cache } => {
+        Command::Kernels { arch, op, only, save, fill_cache } => {
             if fill_cache {
                 kernels::fill_cache(&arch, op.as_deref())
             } else {
-                kernels::run(&arch, op.as_deref(), save.as_deref())
+                kernels::run(&arch, op.as_deref(), only.as_deref(), save.as_deref())
             }
         }
     };

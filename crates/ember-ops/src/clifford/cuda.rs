@@ -8,6 +8,7 @@
 //! launches, run by [`run_cuda`] here and by the host emulation in the unit tests.
 
 use super::fc2::{self, FcVariant};
+use super::fc3;
 use super::fcb::{self, FcBwdVariant};
 use super::fused::Stages;
 use super::gen::Tables;
@@ -861,7 +862,9 @@ pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTyp
     };
     if var == FcVariant::Blas && fcb::applies(layer) {
         fcb::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm)?;
-    } else if var == FcVariant::Gemm && fc2::applies(layer, dt) {
+    } else if var == FcVariant::Wgmma && fc3::applies(layer, dt) {
+        fc3::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
+    } else if matches!(var, FcVariant::Gemm | FcVariant::Wgmma) && fc2::applies(layer, dt) {
         fc2::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
     } else if fc_tensor_cores(layer, dt) {
         let call = TileCall {
@@ -899,7 +902,11 @@ pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tenso
 #[allow(clippy::too_many_arguments)]
 pub fn fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages, var: FcVariant) -> Result<Forward> {
     let aligned = x.cuda_ptr()? % 4 == 0 && y.cuda_ptr()? % 4 == 0;
-    let var = if var == FcVariant::Blas && !super::blas::available(x) { FcVariant::Gemm } else { var };
+    let var = match var {
+        FcVariant::Blas if !super::blas::available(x) => FcVariant::Gemm,
+        FcVariant::Wgmma if !fc3::arch_has_wgmma(&x.cuda_device()?.info().arch) => FcVariant::Gemm,
+        v => v,
+    };
     let mut outs = run_cuda(plan_fc_forward_variant(layer, dims, n_out, x.dtype(), st, var, aligned)?, &[x, y, w])?.into_iter();
     Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: outs.next() })
 }
@@ -1257,6 +1264,7 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             }
         }
         out.extend(fc2::kernels(layer, dt)?);
+        out.extend(fc3::kernels(layer, dt)?);
         if !fc_tc {
             for (kind, f) in [(1, false), (1, true), (2, false), (2, true), (3, false), (3, true)] {
                 out.push(KernelBuild { source: simt_source(layer)?, options: simt_opts(dt, kind, f) });

@@ -91,3 +91,21 @@ void ember_emu_mma_kind(int kind, float* d, const u32* a, const u32* b);
 inline void __syncthreads() { ember_emu_syncthreads(); }
 inline float __shfl_xor_sync(unsigned, float v, int off) { return ember_emu_shfl_xor(v, off); }
 template <int KIND> inline void ember_emu_mma(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) { ember_emu_mma_kind(KIND, d, a, b); }
+
+// wgmma.m64nNk16 with A (64 × 16) and B (N × 16) K-major in shared memory as 8×8 core matrices
+// without swizzle (element (r, k) at (r/8)·128 + (k/8)·64 + (r%8)·8 + k%8 halves): this thread's
+// N/2 accumulators of the warpgroup's block (fragment layout of the PTX ISA), computed at issue.
+// KIND 1: bf16, 2: f16.
+template <int KIND, int N> inline void ember_emu_wgmma(float* d, const u16* a, const u16* b) {
+    const int t = (int)(threadIdx.x % 128), w = t / 32, lane = t % 32;
+    auto at = [](const u16* p, int r, int k) {
+        const u32 bits = p[(r >> 3) * 128 + (k >> 3) * 64 + (r & 7) * 8 + (k & 7)];
+        return KIND == 1 ? ember_bf16_bits_to_f32(bits) : ember_f16_bits_to_f32(bits);
+    };
+    for (int i = 0; i < N / 2; ++i) {
+        const int row = 16 * w + lane / 4 + 8 * ((i >> 1) & 1), col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+        float s = 0.0f;
+        for (int k = 0; k < 16; ++k) s += at(a, row, k) * at(b, col, k);
+        d[i] += s;
+    }
+}

@@ -215,7 +215,13 @@ fn rowwise_falls_back_to_the_default() {
     }
 }
 
-fn emu_fc(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) {
+fn emu_fc(spec: &str, dims: (usize, usize, usize), dtype: DType) {
+    emu_fc_variants(spec, dims, dtype, &FcVariant::ALL);
+}
+
+/// The fully connected forward through each of `variants` (and the tile backward) against the f64
+/// reference, with and without the norm.
+fn emu_fc_variants(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType, variants: &[FcVariant]) {
     let layer = Layer::new(spec).unwrap();
     let alg = layer.algebra().clone();
     let dims = Dims { m: layer.blades(), b: nb, n: nin };
@@ -231,7 +237,7 @@ fn emu_fc(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) {
         // Both forward kernels (v2 applies to half types up to 3 blades per grade), x and y read as
         // pairs of channels or one by one.
         let mut f = Vec::new();
-        for var in FcVariant::ALL {
+        for &var in variants {
             for aligned in [true, false] {
                 f = run_host(&cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, Stages { gelu: true, norm }, var, aligned).unwrap(), &[&x, &y, &w]);
                 close(&format!("{tag} {} aligned={aligned} out", var.name()), &f[0], &ro, tol);
@@ -379,6 +385,23 @@ fn emulated_tensor_core_tiles_match_the_reference() {
             }
         }
     }
+    run_cases(cases);
+}
+
+/// FC forward v3 (warpgroup MMA, `fc3.cu`; the emulation computes each wgmma at issue from shared
+/// memory): three row blocks of 64 with a partial last one (B = 130), the 3-stage ring wrapping
+/// (N = 37: three chunks, the last partial; N = 50: four), one chunk only (N = 2: the prologue's
+/// second stage empty), two column tiles of 192 with a partial second (N_out = 200), odd N (channels
+/// one by one) and even N (pairs), Cl(2,0)'s types of two row blocks.
+#[test]
+fn emulated_fc_v3_matches_the_reference() {
+    let v3 = [FcVariant::Wgmma];
+    let cases: Vec<Box<dyn Fn() + Send + Sync>> = vec![
+        Box::new(move || emu_fc_variants("3,0", (130, 37, 200), DType::BF16, &v3)),
+        Box::new(move || emu_fc_variants("3,0", (65, 50, 7), DType::F16, &v3)),
+        Box::new(move || emu_fc_variants("3,0", (3, 2, 5), DType::BF16, &v3)),
+        Box::new(move || emu_fc_variants("2,0", (70, 33, 193), DType::F16, &v3)),
+    ];
     run_cases(cases);
 }
 

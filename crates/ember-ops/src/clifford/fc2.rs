@@ -29,16 +29,20 @@ pub enum FcVariant {
     /// For comparison only: the path terms written to memory (`fcb.cu`), then one cuBLAS GEMM per
     /// output grade (f32 without TF32); fc2 where cuBLAS does not load.
     Blas,
+    /// `fc3.cu`: v2's GEMMs on warpgroup MMA (sm_90a; elsewhere fc2), term generation overlapped
+    /// with the products of the previous chunk through a 3-stage ring.
+    Wgmma,
 }
 
 impl FcVariant {
-    pub const ALL: [FcVariant; 3] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas];
-    /// `EMBER_CLIFFORD_FC=tile|gemm|blas`; otherwise the default.
+    pub const ALL: [FcVariant; 4] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas, FcVariant::Wgmma];
+    /// `EMBER_CLIFFORD_FC=tile|gemm|blas|wgmma`; otherwise the default.
     pub fn selected() -> FcVariant {
         match std::env::var("EMBER_CLIFFORD_FC").as_deref() {
             Ok("tile") => FcVariant::Tile,
             Ok("gemm") => FcVariant::Gemm,
             Ok("blas") => FcVariant::Blas,
+            Ok("wgmma") => FcVariant::Wgmma,
             _ => FcVariant::Gemm,
         }
     }
@@ -47,6 +51,7 @@ impl FcVariant {
             FcVariant::Tile => "tile",
             FcVariant::Gemm => "gemm",
             FcVariant::Blas => "blas",
+            FcVariant::Wgmma => "wgmma",
         }
     }
 }
@@ -118,7 +123,7 @@ pub fn applies(layer: &Layer, dt: DType) -> bool {
     dt != DType::F32 && config(layer.tables()).is_some()
 }
 
-fn chain(vals: &[usize], var: &str) -> String {
+pub(super) fn chain(vals: &[usize], var: &str) -> String {
     let mut s = String::new();
     for (i, v) in vals.iter().enumerate() {
         if i + 1 < vals.len() {

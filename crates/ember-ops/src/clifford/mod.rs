@@ -37,6 +37,7 @@ mod emu;
 mod emu_tests;
 pub mod fc;
 pub mod fc2;
+pub mod fc3;
 pub mod fcb;
 pub mod fused;
 pub mod gen;

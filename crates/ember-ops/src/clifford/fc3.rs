@@ -1,0 +1,220 @@
+//! Fully connected product v3 (`fc3.cu`): the forward of half types on Hopper's warpgroup MMA
+//! (sm_90a). Rows (blade, batch row), K = (path into the blade's grade, input channel), columns the
+//! output channels, as in v2; a CTA of three warpgroups owns 64 batch rows × 192 output channels of
+//! up to three blades whose grades have the same number of paths, generates their path terms per
+//! chunk of 16 channels into a 3-stage ring and runs m64n192k16 products on them while the next
+//! chunk is generated. See NOTES.md, "FC product v3".
+
+use super::cuda::{blocks, dtype_opt, prefix, source};
+use super::fc2::chain;
+use super::gen::Tables;
+use super::layer::{Layer, Prog};
+use super::plan::{Arg, Launch, Plan};
+use super::reference::Dims;
+use crate::KernelBuild;
+use ember_core::cuda::KernelSource;
+use ember_core::{DType, Error, Result};
+use std::collections::BTreeMap;
+
+const FC3_CU: &str = include_str!("fc3.cu");
+/// Output channels per CTA (the wgmma N), batch rows per CTA (the wgmma M), threads per CTA.
+const COLS: usize = 192;
+const ROWS: usize = 64;
+const THREADS: u32 = 384;
+const STAGES: usize = 3;
+/// Bytes of one A tile (64 × 16) and one B tile (192 × 16) of 16-bit values.
+const A_TILE: usize = ROWS * 32;
+const B_TILE: usize = COLS * 32;
+/// Dynamic shared memory a CTA may use on sm_90 (227 KB).
+const SMEM_MAX: usize = 232_448;
+
+/// One warpgroup's rows: a blade, the term of each of its grade's paths (`None`: the pair has no
+/// term) and the B tile of the type holding that path's weights.
+#[derive(Clone, Debug)]
+pub struct RowBlock {
+    pub blade: usize,
+    pub terms: Vec<Option<usize>>,
+    pub btiles: Vec<usize>,
+}
+
+/// A CTA type: up to three row blocks with `pr` paths each, and the distinct paths of their grades.
+#[derive(Clone, Debug)]
+pub struct TypeCfg {
+    pub rbs: Vec<RowBlock>,
+    pub pr: usize,
+    pub bpaths: Vec<usize>,
+}
+
+impl TypeCfg {
+    fn stage_bytes(&self) -> usize {
+        self.rbs.len() * self.pr * A_TILE + self.bpaths.len() * B_TILE
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Fc3Cfg {
+    pub types: Vec<TypeCfg>,
+    pub smem: usize,
+}
+
+/// The v3 configuration of an algebra: blades grouped by the number of paths into their grade (in
+/// grade order, three per type), so one CTA generates the terms of a whole grade where it can
+/// (Cl(3,0): {e1, e2, e3}, {e12, e13, e23}, {1, e123}). `None` where a grade has no path into it or
+/// a type's three stages exceed the shared memory.
+pub fn config(t: &Tables) -> Option<Fc3Cfg> {
+    let mut by_paths: BTreeMap<usize, Vec<(usize, Vec<usize>)>> = BTreeMap::new();
+    for g in 0..t.ng() {
+        let paths: Vec<usize> = (0..t.p()).filter(|&p| t.paths[p].go == g).collect();
+        if paths.is_empty() {
+            return None;
+        }
+        for j in t.alg.grade_range(g) {
+            by_paths.entry(paths.len()).or_default().push((j, paths.clone()));
+        }
+    }
+    let mut types = Vec::new();
+    for (&pr, blades) in by_paths.iter().rev() {
+        for group in blades.chunks(3) {
+            let mut bpaths: Vec<usize> = Vec::new();
+            for (_, paths) in group {
+                for &p in paths {
+                    if !bpaths.contains(&p) {
+                        bpaths.push(p);
+                    }
+                }
+            }
+            let rbs = group
+                .iter()
+                .map(|(j, paths)| RowBlock {
+                    blade: *j,
+                    terms: paths.iter().map(|&p| t.pairs.iter().position(|pr| pr.blade == *j && pr.path == p)).collect(),
+                    btiles: paths.iter().map(|p| bpaths.iter().position(|q| q == p).expect("path of the type")).collect(),
+                })
+                .collect();
+            types.push(TypeCfg { rbs, pr, bpaths });
+        }
+    }
+    let smem = STAGES * types.iter().map(TypeCfg::stage_bytes).max()?;
+    (smem <= SMEM_MAX).then_some(Fc3Cfg { types, smem })
+}
+
+/// Whether v3 can run the forward of `layer` in `dt` (the caller also needs an sm_90a device).
+pub fn applies(layer: &Layer, dt: DType) -> bool {
+    dt != DType::F32 && config(layer.tables()).is_some()
+}
+
+/// Whether `arch` (NVRTC target) has warpgroup MMA.
+pub fn arch_has_wgmma(arch: &str) -> bool {
+    arch == "sm_90a"
+}
+
+fn fc3_source(layer: &Layer) -> Result<KernelSource> {
+    let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
+    source(layer, "fc3", || {
+        let mut s = prefix(layer, &[Prog::Terms])?;
+        s.push_str(&format!("#define F3_TYPES {}\ntemplate <int T> struct f3t;\n", cfg.types.len()));
+        let mut sw = String::from("#define F3_SWITCH(t, CALL) switch (t) {");
+        for (i, ty) in cfg.types.iter().enumerate() {
+            let ns = ty.rbs.len() * ty.pr;
+            s.push_str(&format!(
+                "template <> struct f3t<{i}> {{\n    static constexpr int RB = {}, PR = {}, NB = {}, NS = {ns};\n",
+                ty.rbs.len(),
+                ty.pr,
+                ty.bpaths.len()
+            ));
+            let blades: Vec<usize> = ty.rbs.iter().map(|r| r.blade).collect();
+            let btiles: Vec<usize> = ty.rbs.iter().flat_map(|r| r.btiles.iter().copied()).collect();
+            s.push_str(&format!("    __device__ static __forceinline__ int blade(int rb) {{ return {}; }}\n", chain(&blades, "rb")));
+            s.push_str(&format!("    __device__ static __forceinline__ int bpath(int i) {{ return {}; }}\n", chain(&ty.bpaths, "i")));
+            s.push_str(&format!("    __device__ static __forceinline__ int btile(int s) {{ return {}; }}\n", chain(&btiles, "s")));
+            s.push_str(&format!("    __device__ static __forceinline__ void pick(const float (&t)[CL_NT], float (&a)[{ns}]) {{\n"));
+            for (k, q) in ty.rbs.iter().flat_map(|r| r.terms.iter()).enumerate() {
+                match q {
+                    Some(q) => s.push_str(&format!("        a[{k}] = t[{q}];\n")),
+                    None => s.push_str(&format!("        a[{k}] = 0.0f;\n")),
+                }
+            }
+            s.push_str("    }\n};\n");
+            sw.push_str(&format!(" case {i}: CALL({i}); break;"));
+        }
+        sw.push_str(" default: break; }\n");
+        s.push_str(&sw);
+        Ok(s + FC3_CU)
+    })
+}
+
+fn opts(dt: DType, prep: bool, vec: bool, d_f32: bool) -> Vec<String> {
+    vec![
+        dtype_opt(dt),
+        format!("-DF3_BF16={}", u8::from(dt == DType::BF16)),
+        format!("-DF3_PREP={}", u8::from(prep)),
+        format!("-DF3_VEC={}", u8::from(vec)),
+        format!("-DF3_D_F32={}", u8::from(d_f32)),
+    ]
+}
+
+/// The forward product into `dst` (M × B × N_out, f32 when `d_f32`, else `dt`) from plan buffers
+/// x = 0, y = 1, w = 2. `vec`: x and y may be read as pairs of channels (N even, 4-byte aligned).
+#[allow(clippy::too_many_arguments)]
+pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, vec: bool) -> Result<()> {
+    let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
+    let src = fc3_source(layer)?;
+    let (nch, nct) = (dims.n.div_ceil(16), n_out.div_ceil(COLS));
+    let p = layer.paths();
+    let wt = plan.alloc(&[p, nct, nch, COLS * 16], dt);
+    let prep_grid = blocks("w", p * nct * nch * COLS * 16, 256)?.min(8192);
+    let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
+    args.extend([p, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
+    plan.launch(Launch { src, opts: opts(dt, true, false, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
+    let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
+        .ok()
+        .filter(|&v| v <= 65535)
+        .ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{} batch rows", dims.b) })?;
+    let gx = u32::try_from(nct).ok().filter(|&v| v <= i32::MAX as u32).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{n_out} output channels") })?;
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(wt), Arg::Buf(dst)];
+    args.extend([dims.b, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
+    plan.launch(Launch { src, opts: opts(dt, false, vec, d_f32), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem: cfg.smem, args, name: "clifford_fc3" });
+    Ok(())
+}
+
+/// Every specialization of v3 for `layer` in `dt` (none where it does not apply).
+pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
+    if !applies(layer, dt) {
+        return Ok(Vec::new());
+    }
+    let src = fc3_source(layer)?;
+    let mut out = vec![KernelBuild { source: src, options: opts(dt, true, false, false) }];
+    for vec in [false, true] {
+        for d_f32 in [false, true] {
+            out.push(KernelBuild { source: src, options: opts(dt, false, vec, d_f32) });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Cl(3,0) groups its blades by grade; every blade is in exactly one row block and the stages fit.
+    #[test]
+    fn cl30_types_cover_every_blade_once() {
+        let layer = Layer::new("3,0").unwrap();
+        let cfg = config(layer.tables()).expect("Cl(3,0) fits");
+        let mut blades: Vec<usize> = cfg.types.iter().flat_map(|t| t.rbs.iter().map(|r| r.blade)).collect();
+        blades.sort_unstable();
+        assert_eq!(blades, (0..8).collect::<Vec<_>>());
+        assert_eq!(cfg.types.len(), 3);
+        assert!(cfg.types.iter().all(|t| t.rbs.iter().all(|r| r.terms.len() == t.pr && r.btiles.len() == t.pr)));
+        assert!(cfg.smem <= SMEM_MAX, "{} bytes", cfg.smem);
+        // Each row block's slots name terms of its own blade only.
+        let t = layer.tables();
+        for ty in &cfg.types {
+            for rb in &ty.rbs {
+                for q in rb.terms.iter().flatten() {
+                    assert_eq!(t.pairs[*q].blade, rb.blade);
+                }
+            }
+        }
+    }
+}
