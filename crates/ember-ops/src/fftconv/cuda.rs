@@ -301,7 +301,11 @@ fn heads_per_chunk(heads: usize, bytes_per_head: usize) -> usize {
 /// workspaces to about that much; on devices with less than 16 GiB the bound is 1/32 of the memory
 /// (never under half the L2), so a call never takes a large share of a small GPU (see NOTES.md,
 /// "Four-step rounds").
-fn round_bytes(dev: &CudaDevice) -> usize {
+/// `Options::four_step_round_bytes` overrides both.
+fn round_bytes(dev: &CudaDevice, opts: &Options) -> usize {
+    if let Some(bytes) = opts.four_step_round_bytes {
+        return bytes.max(1);
+    }
     match std::env::var("EMBER_FFTCONV_CHUNK_MB").ok().and_then(|v| v.parse::<usize>().ok()) {
         Some(mb) => mb << 20,
         None => {
@@ -314,7 +318,7 @@ fn round_bytes(dev: &CudaDevice) -> usize {
 
 // ---- filter spectrum -----------------------------------------------------------------------------
 
-fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, dims: Dims, path: Path) -> Result<Spectrum> {
+fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, path: Path) -> Result<Spectrum> {
     let m = 1usize << path.logm();
     let heads = dims.heads();
     // Per head: bins 0..=M (natural or TC order), or all 2M bins then one scale per head (pair
@@ -332,7 +336,7 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, dims: Dims, path: Path) -> R
             launch(dev, block, "fc_spectrum", (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1), &p, "fc_spectrum")?;
         }
         Path::FourStep { logm1, logm2, col_block, row_block } => {
-            let chunk = heads_per_chunk(heads, m * 8).min((round_bytes(dev) / (m * 8)).max(1));
+            let chunk = heads_per_chunk(heads, m * 8).min((round_bytes(dev, opts) / (m * 8)).max(1));
             let tbuf = workspace(Device::Cuda(dev.info().ordinal), 2 * chunk * m)?;
             p.tbuf = tbuf.cuda_ptr()?;
             for h0 in (0..heads).step_by(chunk) {
@@ -374,7 +378,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     }
     let tw = twiddles(&dev)?;
     let mut p = base_params(u, k, d, opts, dims, path, tw)?;
-    let spec = spectrum(&dev, &p, dims, path)?;
+    let spec = spectrum(&dev, &p, opts, dims, path)?;
     p.spec = spec.spec.cuda_ptr()?;
     let out_dt = super::out_dtype(u.dtype(), opts);
     let out = Tensor::output(u.shape(), out_dt, u.device())?;
@@ -391,7 +395,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let units = heads * rph / unit;
     let mut chunk = heads_per_chunk(units, per_unit * (if dims.hd > 1 { dims.l * 4 } else { 0 } + if four { m * 8 } else { 0 }));
     if four {
-        chunk = chunk.min((round_bytes(&dev) / (per_unit * m * 8)).max(1));
+        chunk = chunk.min((round_bytes(&dev, opts) / (per_unit * m * 8)).max(1));
     }
     if dims.hd == 1 && !four {
         chunk = units;  // one launch, no workspace
@@ -455,7 +459,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
     let spec = match saved {
         Some(s) if s.path == path => s,
         _ => {
-            fresh = spectrum(&dev, &p, dims, path)?;
+            fresh = spectrum(&dev, &p, opts, dims, path)?;
             &fresh
         }
     };
@@ -519,7 +523,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
         Path::FourStep { logm1, logm2, col_block, row_block } => {
             // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
             let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
-            let chunk = heads_per_chunk(heads, per_head).min((round_bytes(&dev) / (rph * m * 16)).max(1));
+            let chunk = heads_per_chunk(heads, per_head).min((round_bytes(&dev, opts) / (rph * m * 16)).max(1));
             let tbuf = workspace(devc, 2 * chunk * rph * m)?;
             let vbuf = workspace(devc, 2 * chunk * rph * (m + 1))?;
             let sbuf = workspace(devc, 2 * chunk * (m + 1))?;

@@ -72,6 +72,10 @@ pub struct Options<'a> {
     /// CUDA only: use the four-step (multi-pass) kernels even where the on-chip FFT fits, so tests
     /// and compute-sanitizer reach that path at small sizes.
     pub force_four_step: bool,
+    /// CUDA only: bytes of four-step intermediates per round of launches (`None`: 512 MiB, less on
+    /// GPUs under 16 GiB; see `cuda::round_bytes`). Tests set it tiny so that a small call runs in
+    /// many rounds (one row, or one head, per round).
+    pub four_step_round_bytes: Option<usize>,
     /// CUDA only, bf16 u: run the on-chip forward's FFTs as DFT-matrix products on tensor cores
     /// where the size allows (complex size 256 ≤ M ≤ 4096); elsewhere ignored. Also switched on
     /// for every call by `EMBER_FFTCONV_TC=1`.
@@ -89,6 +93,7 @@ impl Default for Options<'_> {
             out_f32: false,
             head_dim: 1,
             force_four_step: false,
+            four_step_round_bytes: None,
             tensor_cores: false,
         }
     }
@@ -124,6 +129,10 @@ impl<'a> Options<'a> {
     }
     pub fn head_dim(mut self, hd: usize) -> Self {
         self.head_dim = hd;
+        self
+    }
+    pub fn four_step_round_bytes(mut self, bytes: usize) -> Self {
+        self.four_step_round_bytes = Some(bytes);
         self
     }
     pub fn force_four_step(mut self, on: bool) -> Self {

@@ -26,6 +26,8 @@ pub struct Case {
     pub post: bool,
     pub out_f32: bool,
     pub four_step: bool,
+    /// Four-step rounds of one byte: one row (one head with hd = 8) per round of launches.
+    pub rounds1: bool,
     /// Ask for the tensor-core forward (used where it applies: bf16 u, 256 ≤ M ≤ 4096).
     pub tc: bool,
 }
@@ -33,7 +35,7 @@ pub struct Case {
 impl Case {
     /// No options, full-length filter.
     pub fn plain(b: usize, h: usize, l: usize) -> Self {
-        Case { b, h, l, lk: l, lkr: 0, hd: 1, d: false, gelu: false, mask: false, pre: false, post: false, out_f32: false, four_step: false, tc: false }
+        Case { b, h, l, lk: l, lkr: 0, hd: 1, d: false, gelu: false, mask: false, pre: false, post: false, out_f32: false, four_step: false, rounds1: false, tc: false }
     }
     /// Every option on (output in u's dtype), anticausal filter of half length.
     pub fn all(b: usize, h: usize, l: usize) -> Self {
@@ -48,6 +50,9 @@ impl Case {
     pub fn four_step(self) -> Self {
         Case { four_step: true, ..self }
     }
+    pub fn rounds1(self) -> Self {
+        Case { rounds1: true, ..self }
+    }
     pub fn tc(self) -> Self {
         Case { tc: true, ..self }
     }
@@ -59,7 +64,7 @@ impl Case {
         if self.hd > 1 {
             s += &format!(" hd={}", self.hd);
         }
-        let flags = [(self.d, "D"), (self.gelu, "gelu"), (self.mask, "mask"), (self.pre, "pre"), (self.post, "post"), (self.out_f32, "outf32"), (self.four_step, "4step"), (self.tc, "tc")];
+        let flags = [(self.d, "D"), (self.gelu, "gelu"), (self.mask, "mask"), (self.pre, "pre"), (self.post, "post"), (self.out_f32, "outf32"), (self.four_step, "4step"), (self.rounds1, "rounds1"), (self.tc, "tc")];
         for (on, n) in flags {
             if on {
                 s += " ";
@@ -107,6 +112,9 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case::all(1, 2, 300).four_step(),
             Case::all(1, 8, 40).hd(8),
             Case::all(1, 8, 40).hd(8).four_step(),
+            // Many four-step rounds: one row (one head at hd = 8) per round.
+            Case::all(2, 3, 17).four_step().rounds1(),
+            Case::all(1, 16, 40).hd(8).four_step().rounds1(),
             // Tensor-core forward: M = 256 (no pass A), 512 (P = 2), 4096 (P = 16), hd = 8.
             Case::all(2, 3, 200).tc(),
             Case::all(1, 2, 300).tc(),
@@ -139,6 +147,8 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case::all(4, 7, 1134).four_step());
             v.push(Case::all(1, 7, 8191).four_step());
             v.push(Case::all(1, 8, 372).hd(8).four_step());
+            v.push(Case::all(4, 7, 1134).four_step().rounds1());
+            v.push(Case::all(2, 7, 65539).lk(70).rounds1());
             v.push(Case::all(1, 7, 65539).lk(70));
             v.push(Case::all(1, 8, 16500).hd(8).lk(300));
             // Tensor-core forward at every P (M = 256 … 4096), awkward lengths, Lk < L, hd = 8.
@@ -234,6 +244,7 @@ impl CaseInputs {
             out_f32: c.out_f32,
             head_dim: c.hd,
             force_four_step: c.four_step,
+            four_step_round_bytes: c.rounds1.then_some(1),
             tensor_cores: c.tc,
         }
     }
