@@ -94,9 +94,8 @@ template <int KIND> inline void ember_emu_mma(float (&d)[4], const u32 (&a)[4], 
 
 // wgmma.m64nNk16 with A (64 × 16) and B (N × 16) K-major in shared memory as 8×8 core matrices
 // without swizzle (element (r, k) at (r/8)·128 + (k/8)·64 + (r%8)·8 + k%8 halves): this thread's
-// N/2 accumulators of the warpgroup's block (fragment layout of the PTX ISA), computed at issue.
-// KIND 1: bf16, 2: f16.
-template <int KIND, int N> inline void ember_emu_wgmma(float* d, const u16* a, const u16* b) {
+// N/2 accumulators of the warpgroup's block (fragment layout of the PTX ISA). KIND 1: bf16, 2: f16.
+template <int KIND, int N> inline void ember_emu_wgmma_now(float* d, const u16* a, const u16* b) {
     const int t = (int)(threadIdx.x % 128), w = t / 32, lane = t % 32;
     auto at = [](const u16* p, int r, int k) {
         const u32 bits = p[(r >> 3) * 128 + (k >> 3) * 64 + (r & 7) * 8 + (k & 7)];
@@ -107,5 +106,42 @@ template <int KIND, int N> inline void ember_emu_wgmma(float* d, const u16* a, c
         float s = 0.0f;
         for (int k = 0; k < 16; ++k) s += at(a, row, k) * at(b, col, k);
         d[i] += s;
+    }
+}
+// Asynchronous as on the GPU: a product is recorded at issue and computed when
+// wgmma.wait_group retires its group, reading shared memory then — so a stage overwritten before
+// the wait that covers its products gives wrong results here too.
+struct ember_emu_wgmma_op {
+    void (*run)(float*, const u16*, const u16*);
+    float* d;
+    const u16* a;
+    const u16* b;
+};
+struct ember_emu_wgmma_queue {
+    ember_emu_wgmma_op ops[64][16];
+    int count[64];
+    int head = 0, tail = 0;  // groups [head, tail) committed; group `tail` is open
+};
+inline ember_emu_wgmma_queue& ember_emu_wgmma_q() {
+    thread_local ember_emu_wgmma_queue q;
+    return q;
+}
+template <int KIND, int N> inline void ember_emu_wgmma(float* d, const u16* a, const u16* b) {
+    ember_emu_wgmma_queue& q = ember_emu_wgmma_q();
+    int& c = q.count[q.tail % 64];
+    q.ops[q.tail % 64][c++] = {&ember_emu_wgmma_now<KIND, N>, d, a, b};
+}
+inline void ember_emu_wgmma_commit() {
+    ember_emu_wgmma_queue& q = ember_emu_wgmma_q();
+    ++q.tail;
+    q.count[q.tail % 64] = 0;
+}
+// Retires committed groups until at most `pending` remain.
+inline void ember_emu_wgmma_wait(int pending) {
+    ember_emu_wgmma_queue& q = ember_emu_wgmma_q();
+    while (q.tail - q.head > pending) {
+        const int g = q.head % 64;
+        for (int i = 0; i < q.count[g]; ++i) q.ops[g][i].run(q.ops[g][i].d, q.ops[g][i].a, q.ops[g][i].b);
+        ++q.head;
     }
 }

@@ -99,12 +99,16 @@ __device__ __forceinline__ void f3_wg_fence() {
 #endif
 }
 __device__ __forceinline__ void f3_wg_commit() {
-#if !defined(EMBER_HOST_EMU) && F3_HAS_WGMMA
+#ifdef EMBER_HOST_EMU
+    ember_emu_wgmma_commit();
+#elif F3_HAS_WGMMA
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 #endif
 }
 template <int N> __device__ __forceinline__ void f3_wg_wait() {
-#if !defined(EMBER_HOST_EMU) && F3_HAS_WGMMA
+#ifdef EMBER_HOST_EMU
+    ember_emu_wgmma_wait(N);
+#elif F3_HAS_WGMMA
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 #endif
 }
