@@ -52,7 +52,7 @@ pub fn run(arch: &str, op: Option<&str>, only: Option<&str>, save: Option<&str>)
             match nvrtc::compile_uncached(build.source.name, &build.source.full_code(), &opts, arch) {
                 Ok(c) => {
                     println!("== {label}");
-                    for line in c.log.lines().filter(|l| l.contains("Compiling entry") || l.contains("Used") || l.contains("spill") || l.contains("stack frame") || l.contains("arning")) {
+                    for line in c.log.lines().filter(|l| l.contains("Compiling entry") || l.contains("Used") || l.contains("spill") || l.contains("stack frame") || l.contains("arning") || l.contains("Potential")) {
                         println!("   {}", line.trim().trim_start_matches("ptxas info    : "));
                     }
                     if let Some(dir) = save {
