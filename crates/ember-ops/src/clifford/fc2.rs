@@ -29,8 +29,8 @@ pub enum FcVariant {
     /// For comparison only: the path terms written to memory (`fcb.cu`), then one cuBLAS GEMM per
     /// output grade (f32 without TF32); fc2 where cuBLAS does not load.
     Blas,
-    /// `fc3.cu`: v2's GEMMs on warpgroup MMA (sm_90a; elsewhere fc2), term generation overlapped
-    /// with the products of the previous chunk through a 3-stage ring.
+    /// `fc3.cu`, the default: v2's GEMMs on warpgroup MMA (sm_90a; elsewhere, and for f32, fc2),
+    /// term generation overlapped with the products of the previous chunk through a 3-stage ring.
     Wgmma,
 }
 
@@ -43,7 +43,7 @@ impl FcVariant {
             Ok("gemm") => FcVariant::Gemm,
             Ok("blas") => FcVariant::Blas,
             Ok("wgmma") => FcVariant::Wgmma,
-            _ => FcVariant::Gemm,
+            _ => FcVariant::Wgmma,
         }
     }
     pub fn name(self) -> &'static str {

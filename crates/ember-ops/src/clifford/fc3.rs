@@ -111,7 +111,7 @@ pub fn arch_has_wgmma(arch: &str) -> bool {
 fn fc3_source(layer: &Layer) -> Result<KernelSource> {
     let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     source(layer, "fc3", || {
-        let mut s = prefix(layer, &[Prog::Terms])?;
+        let mut s = prefix(layer, &[Prog::TermsRaw, Prog::FcGate])?;
         s.push_str(&format!("#define F3_TYPES {}\ntemplate <int T> struct f3t;\n", cfg.types.len()));
         let mut sw = String::from("#define F3_SWITCH(t, CALL) switch (t) {");
         for (i, ty) in cfg.types.iter().enumerate() {
@@ -143,11 +143,19 @@ fn fc3_source(layer: &Layer) -> Result<KernelSource> {
     })
 }
 
-fn opts(dt: DType, prep: bool, vec: bool, d_f32: bool) -> Vec<String> {
+/// Which kernel of fc3.cu a build is: the product, the weights pass or the gate pass.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Product = 0,
+    Weights = 1,
+    Gates = 2,
+}
+
+fn opts(dt: DType, pass: Pass, vec: bool, d_f32: bool) -> Vec<String> {
     vec![
         dtype_opt(dt),
         format!("-DF3_BF16={}", u8::from(dt == DType::BF16)),
-        format!("-DF3_PREP={}", u8::from(prep)),
+        format!("-DF3_PREP={}", pass as u8),
         format!("-DF3_VEC={}", u8::from(vec)),
         format!("-DF3_D_F32={}", u8::from(d_f32)),
     ]
@@ -165,15 +173,20 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let prep_grid = blocks("w", p * nct * nch * COLS * 16, 256)?.min(8192);
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
     args.extend([p, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
-    plan.launch(Launch { src, opts: opts(dt, true, false, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, false, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
+    // The GELU gates Φ(x₀)·Φ(y₀) of every element (B × N f32).
+    let gates = plan.alloc(&[dims.b, dims.n], DType::F32);
+    let gate_grid = blocks("x", dims.b * dims.n, 256)?.min(8192);
+    let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64)];
+    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, false, false), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
     let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
         .ok()
         .filter(|&v| v <= 65535)
         .ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{} batch rows", dims.b) })?;
     let gx = u32::try_from(nct).ok().filter(|&v| v <= i32::MAX as u32).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{n_out} output channels") })?;
-    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(wt), Arg::Buf(dst)];
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(wt), Arg::Buf(gates), Arg::Buf(dst)];
     args.extend([dims.b, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
-    plan.launch(Launch { src, opts: opts(dt, false, vec, d_f32), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem: cfg.smem, args, name: "clifford_fc3" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Product, vec, d_f32), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem: cfg.smem, args, name: "clifford_fc3" });
     Ok(())
 }
 
@@ -183,10 +196,13 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
         return Ok(Vec::new());
     }
     let src = fc3_source(layer)?;
-    let mut out = vec![KernelBuild { source: src, options: opts(dt, true, false, false) }];
+    let mut out = vec![
+        KernelBuild { source: src, options: opts(dt, Pass::Weights, false, false) },
+        KernelBuild { source: src, options: opts(dt, Pass::Gates, false, false) },
+    ];
     for vec in [false, true] {
         for d_f32 in [false, true] {
-            out.push(KernelBuild { source: src, options: opts(dt, false, vec, d_f32) });
+            out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, vec, d_f32) });
         }
     }
     Ok(out)

@@ -17,6 +17,10 @@
 //! - `cl_gelu(x) -> out`, `cl_gelu_bwd(x, g) -> dx`: the multivector GELU and its VJP
 //! - `cl_terms(x, y) -> t[NT]`: the path terms ⟨⟨act x⟩_gx ⟨act y⟩_gy⟩ of each (blade, path) pair
 //! - `cl_terms_vjp(x, y, gt[NT]) -> dx, dy`: their VJP (through the GELU)
+//! - `cl_terms_raw(x, y) -> t[NT]`: the path terms ⟨⟨x⟩_gx ⟨y⟩_gy⟩ without the GELU
+//! - `cl_fc_gate(x[1], y[1]) -> g[1]`: Φ(x₀)·Φ(y₀), both GELU gates in one factor: the terms are
+//!   bilinear, so cl_terms(x, y) = cl_terms_raw(g·x, y) (the FC v3 forward computes g once per element
+//!   in its own pass and scales x by it while generating terms)
 //!
 //! `act` is the multivector GELU x ↦ x·Φ(x₀) when the program is built with `gelu`, else identity.
 
@@ -298,6 +302,27 @@ pub fn terms(t: &Tables) -> Result<Ir> {
     let vals = terms_program(t, false)?.lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy)])).map_err(ga)?;
     b.output_group("t", labels("t", t.nt()), vals["t"].clone()).map_err(ga)?;
     finish(b, "cl_terms")
+}
+
+/// `cl_terms_raw`: the path term of every (blade, path) pair of x and y as given (no GELU).
+pub fn terms_raw(t: &Tables) -> Result<Ir> {
+    let mut b = Builder::new();
+    let x = b.input_group("x", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let y = b.input_group("y", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let vals = terms_program(t, false)?.lower_into(&mut b, &bind(&[("x", &x), ("y", &y)])).map_err(ga)?;
+    b.output_group("t", labels("t", t.nt()), vals["t"].clone()).map_err(ga)?;
+    finish(b, "cl_terms_raw")
+}
+
+/// `cl_fc_gate`: Φ(x₀)·Φ(y₀), the two MVGELU gates of one element as one factor.
+pub fn fc_gate() -> Result<Ir> {
+    let mut b = Builder::new();
+    let x = b.input_group("x", vec!["x0".to_string()]).map_err(ga)?;
+    let y = b.input_group("y", vec!["y0".to_string()]).map_err(ga)?;
+    let (gx, gy) = (gate(&mut b, x[0]), gate(&mut b, y[0]));
+    let g = b.mul(gx, gy);
+    b.output_group("g", vec!["g".to_string()], vec![g]).map_err(ga)?;
+    finish(b, "cl_fc_gate")
 }
 
 /// `cl_terms_vjp`: gradients of x and y (through the GELU) given the gradient `gt` of every term.

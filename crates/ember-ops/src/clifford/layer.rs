@@ -19,6 +19,8 @@ pub enum Prog {
     GeluBwd,
     Terms,
     TermsVjp,
+    TermsRaw,
+    FcGate,
 }
 
 impl Prog {
@@ -34,6 +36,8 @@ impl Prog {
             Prog::GeluBwd => "gelubwd".into(),
             Prog::Terms => "terms".into(),
             Prog::TermsVjp => "termsvjp".into(),
+            Prog::TermsRaw => "termsraw".into(),
+            Prog::FcGate => "fcgate".into(),
         }
     }
 }
@@ -128,6 +132,8 @@ impl Layer {
             Prog::GeluBwd => gen::gelu_bwd(t)?,
             Prog::Terms => gen::terms(t)?,
             Prog::TermsVjp => gen::terms_vjp(t)?,
+            Prog::TermsRaw => gen::terms_raw(t)?,
+            Prog::FcGate => gen::fc_gate()?,
         });
         self.inner.irs.lock().unwrap().insert(prog, ir.clone());
         Ok(ir)

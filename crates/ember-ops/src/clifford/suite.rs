@@ -334,14 +334,24 @@ fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Resul
 }
 
 /// Every op of `layer` at these sizes in these dtypes.
+/// `EMBER_CLIFFORD_CHECK=fused|fc|linear` limits the checks to one layer (re-checking one kernel in a
+/// short device session; a full run leaves it unset).
+fn checks_layer(layer: &str) -> bool {
+    std::env::var("EMBER_CLIFFORD_CHECK").map_or(true, |only| only == layer)
+}
+
 fn check_algebra(r: &mut Rows, layer: &Layer, sizes: &[(usize, usize)], gemm: &[(usize, usize, usize)], dtypes: &[DType]) -> Result<()> {
     for &dtype in dtypes {
-        for &s in sizes {
+        for &s in sizes.iter().filter(|_| checks_layer("fused")) {
             check_fused(r, layer, s, dtype)?;
         }
         for &s in gemm {
-            check_fc(r, layer, s, dtype)?;
-            check_linear(r, layer, s, dtype)?;
+            if checks_layer("fc") {
+                check_fc(r, layer, s, dtype)?;
+            }
+            if checks_layer("linear") {
+                check_linear(r, layer, s, dtype)?;
+            }
         }
     }
     Ok(())
@@ -390,7 +400,7 @@ impl crate::OpFamily for Family {
             let gz: Vec<(usize, usize, usize)> = if big { vec![(3, 5, 4)] } else { gemm_sizes(ctx.tier) };
             check_algebra(&mut r, &layer, &sz, &gz, &DType::ACTIVATIONS)?;
         }
-        if ctx.device.is_cuda() && ctx.tier != Tier::Quick {
+        if ctx.device.is_cuda() && ctx.tier != Tier::Quick && checks_layer("fused") {
             // (B, N): 300 chunks of 5 rows (the last 4) over 3 column tiles (the last 44 wide);
             // 966 chunks of 17 rows (the last 6; five steps of 4 row lanes); 462 chunks of 9 rows
             // (the last 8) over 2 tiles (the second 1 wide).
