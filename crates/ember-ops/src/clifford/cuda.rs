@@ -863,7 +863,7 @@ pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTyp
     if var == FcVariant::Blas && fcb::applies(layer) {
         fcb::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm)?;
     } else if var == FcVariant::Wgmma && fc3::applies(layer, dt) {
-        fc3::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
+        fc3::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(4))?;
     } else if matches!(var, FcVariant::Gemm | FcVariant::Wgmma) && fc2::applies(layer, dt) {
         fc2::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
     } else if fc_tensor_cores(layer, dt) {

@@ -27,8 +27,8 @@
 // Prefix (generated, fc3.rs): CL_M, CL_NT, cl_terms_raw, cl_fc_gate, per type f3t<T> (RB, PR, NB, NS = RB·PR;
 // blade(rb), bpath(i), btile(s) for slot s = rb·PR + pp, pick(t, a): a[s] = T of that slot), F3_TYPES
 // and F3_SWITCH(t, CALL).
-// Options: -DEMBER_T=..., -DF3_BF16=<0|1>, -DF3_PREP=<0|1|2> (product, weights pass, gate pass), -DF3_VEC=<0|1> (N even: x, y read as
-// pairs), -DF3_D_F32=<0|1> (output f32 or the activation type).
+// Options: -DEMBER_T=..., -DF3_BF16=<0|1>, -DF3_PREP=<0|1|2> (product, weights pass, gate pass), -DF3_VEC=<0|1> (N a multiple of 4: x, y
+// read as quads of channels), -DF3_D_F32=<0|1> (output f32 or the activation type).
 
 typedef EMBER_T act_t;
 #define F3_THREADS 384
@@ -193,64 +193,89 @@ template <int T> __device__ __forceinline__ void f3_load_w(const f3_args& A, uns
     }
 }
 
-// Path terms of chunk c into the A part of a stage: element pair e = (row e / 8, channels
-// 2·(e % 8), +1 of the chunk); slot s's tile at As + s·F3_ATILE. Per pair: 2·CL_M words of x and y,
-// the two gates, 2·CL_M unpacks, CL_M gate products per element, the type's products, NS
-// conversions of two values (cvt.rn.*x2) and NS 4-byte stores.
-template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsigned char* As, i64 c) {
+// The path terms of one element pair (channels 2q, 2q + 1 of row r in the chunk) into the A tiles:
+// wx, wy the pairs' words of x and y per blade (lo channel in the low half), g0, g1 their gates. Per
+// pair: 2·CL_M unpacks, CL_M gate products per element, the type's products, NS conversions of two
+// values (cvt.rn.*x2) and NS 4-byte stores.
+template <int T>
+__device__ __forceinline__ void f3_pair(const u32 (&wx)[CL_M], const u32 (&wy)[CL_M], float g0, float g1, unsigned char* As, int r, int q) {
     using t = f3t<T>;
+    float xs[CL_M], ys[CL_M], tt[CL_NT], vlo[t::NS], vhi[t::NS];
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        xs[j] = f3_f32(wx[j] & 0xffffu) * g0;
+        ys[j] = f3_f32(wy[j] & 0xffffu);
+    }
+    cl_terms_raw(xs, ys, tt);
+    t::pick(tt, vlo);
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        xs[j] = f3_f32(wx[j] >> 16) * g1;
+        ys[j] = f3_f32(wy[j] >> 16);
+    }
+    cl_terms_raw(xs, ys, tt);
+    t::pick(tt, vhi);
+    const u32 off = (u32)((r >> 3) * 256 + (q >> 2) * 128 + (r & 7) * 16 + (q & 3) * 4);
+#pragma unroll
+    for (int s = 0; s < t::NS; ++s) *reinterpret_cast<u32*>(As + s * F3_ATILE + off) = ember_pack2<act_t>(vlo[s], vhi[s]);
+}
+
+// Path terms of chunk c into the A part of a stage (slot s's tile at As + s·F3_ATILE).
+template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsigned char* As, i64 c) {
     const i64 BN = A.B * A.N;
+#if F3_VEC
+    // N a multiple of 4: quads of channels, item i = (row i / 4, channels 4·(i % 4) .. + 3), 256
+    // items on the last 256 threads, each issuing all its loads (8-byte words of every blade plane,
+    // one 16-byte gate load) before any use: one load latency per chunk and thread. (Pairs on all
+    // 384 threads left a third of them two pairs, two latencies in a row, and twice the loads.)
+    const int i = (int)threadIdx.x - (F3_THREADS - F3_ROWS * 4);
+    if (i < 0) return;
+    const int r = i >> 2, qq = i & 3;
+    const i64 b = A.b0 + r, n = c * 16 + 4 * qq;
+    const bool ok = b < A.B && n < A.N;  // a quad is whole or absent
+    const i64 at = b * A.N + n;
+    // Blade planes by walking byte pointers (two adds per load, not a 64-bit multiply each).
+    const unsigned char* px = reinterpret_cast<const unsigned char*>(A.x + at);
+    const unsigned char* py = reinterpret_cast<const unsigned char*>(A.y + at);
+    const i64 plane = BN * (i64)sizeof(act_t);
+    uint2 qx[CL_M], qy[CL_M];
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        qx[j] = ok ? __ldg(reinterpret_cast<const uint2*>(px)) : make_uint2(0u, 0u);
+        qy[j] = ok ? __ldg(reinterpret_cast<const uint2*>(py)) : make_uint2(0u, 0u);
+        px += plane;
+        py += plane;
+    }
+    const float4 gq = ok ? __ldg(reinterpret_cast<const float4*>(A.g + at)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    u32 wx[CL_M], wy[CL_M];
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        wx[j] = qx[j].x;
+        wy[j] = qy[j].x;
+    }
+    f3_pair<T>(wx, wy, gq.x, gq.y, As, r, 2 * qq);
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        wx[j] = qx[j].y;
+        wy[j] = qy[j].y;
+    }
+    f3_pair<T>(wx, wy, gq.z, gq.w, As, r, 2 * qq + 1);
+#else
+    // Any N: element pairs e = (row e / 8, channels 2·(e % 8), +1), channels loaded one by one.
     for (int e = threadIdx.x; e < F3_ROWS * 8; e += F3_THREADS) {
         const int r = e >> 3, q = e & 7;
         const i64 b = A.b0 + r, n = c * 16 + 2 * q;
         const i64 at = b * A.N + n;
-        const bool lo = b < A.B && n < A.N;
-        u32 rx[CL_M], ry[CL_M];
-        float g0, g1;
-#if F3_VEC
-        // Blade planes by walking byte pointers (two adds per load, not a 64-bit multiply each).
-        const unsigned char* px = reinterpret_cast<const unsigned char*>(A.x + at);
-        const unsigned char* py = reinterpret_cast<const unsigned char*>(A.y + at);
-        const i64 plane = BN * (i64)sizeof(act_t);
+        const bool lo = b < A.B && n < A.N, hi = b < A.B && n + 1 < A.N;
+        u32 wx[CL_M], wy[CL_M];
 #pragma unroll
         for (int j = 0; j < CL_M; ++j) {
-            rx[j] = lo ? __ldg(reinterpret_cast<const u32*>(px)) : 0u;
-            ry[j] = lo ? __ldg(reinterpret_cast<const u32*>(py)) : 0u;
-            px += plane;
-            py += plane;
+            wx[j] = (lo ? (u32)__ldg(A.x + j * BN + at) : 0u) | ((hi ? (u32)__ldg(A.x + j * BN + at + 1) : 0u) << 16);
+            wy[j] = (lo ? (u32)__ldg(A.y + j * BN + at) : 0u) | ((hi ? (u32)__ldg(A.y + j * BN + at + 1) : 0u) << 16);
         }
-        const float2 gg = lo ? __ldg(reinterpret_cast<const float2*>(A.g + at)) : make_float2(0.0f, 0.0f);
-        g0 = gg.x;
-        g1 = gg.y;
-#else
-        const bool hi = b < A.B && n + 1 < A.N;
-#pragma unroll
-        for (int j = 0; j < CL_M; ++j) {
-            rx[j] = (lo ? (u32)__ldg(A.x + j * BN + at) : 0u) | ((hi ? (u32)__ldg(A.x + j * BN + at + 1) : 0u) << 16);
-            ry[j] = (lo ? (u32)__ldg(A.y + j * BN + at) : 0u) | ((hi ? (u32)__ldg(A.y + j * BN + at + 1) : 0u) << 16);
-        }
-        g0 = lo ? __ldg(A.g + at) : 0.0f;
-        g1 = hi ? __ldg(A.g + at + 1) : 0.0f;
-#endif
-        float xs[CL_M], ys[CL_M], tt[CL_NT], vlo[t::NS], vhi[t::NS];
-#pragma unroll
-        for (int j = 0; j < CL_M; ++j) {
-            xs[j] = f3_f32(rx[j] & 0xffffu) * g0;
-            ys[j] = f3_f32(ry[j] & 0xffffu);
-        }
-        cl_terms_raw(xs, ys, tt);
-        t::pick(tt, vlo);
-#pragma unroll
-        for (int j = 0; j < CL_M; ++j) {
-            xs[j] = f3_f32(rx[j] >> 16) * g1;
-            ys[j] = f3_f32(ry[j] >> 16);
-        }
-        cl_terms_raw(xs, ys, tt);
-        t::pick(tt, vhi);
-        const u32 off = (u32)((r >> 3) * 256 + (q >> 2) * 128 + (r & 7) * 16 + (q & 3) * 4);
-#pragma unroll
-        for (int s = 0; s < t::NS; ++s) *reinterpret_cast<u32*>(As + s * F3_ATILE + off) = ember_pack2<act_t>(vlo[s], vhi[s]);
+        f3_pair<T>(wx, wy, lo ? __ldg(A.g + at) : 0.0f, hi ? __ldg(A.g + at + 1) : 0.0f, As, r, q);
     }
+#endif
 }
 
 template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsigned char* smem) {

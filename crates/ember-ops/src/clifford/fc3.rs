@@ -162,7 +162,8 @@ fn opts(dt: DType, pass: Pass, vec: bool, d_f32: bool) -> Vec<String> {
 }
 
 /// The forward product into `dst` (M × B × N_out, f32 when `d_f32`, else `dt`) from plan buffers
-/// x = 0, y = 1, w = 2. `vec`: x and y may be read as pairs of channels (N even, 4-byte aligned).
+/// x = 0, y = 1, w = 2. `vec`: x and y may be read as quads of channels (N a multiple of 4, 8-byte
+/// aligned).
 #[allow(clippy::too_many_arguments)]
 pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, vec: bool) -> Result<()> {
     let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
