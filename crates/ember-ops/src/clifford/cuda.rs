@@ -847,8 +847,8 @@ pub fn plan_fc_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: S
 }
 
 /// [`plan_fc_forward`] with the forward kernel `var` (v2 where it applies to the algebra and dtype,
-/// the cuBLAS forward up to 16 blades, else the tile engine); `aligned`: x and y start at 4-byte
-/// boundaries.
+/// the cuBLAS forward up to 16 blades, else the tile engine); `aligned`: x and y start at 16-byte
+/// boundaries (wider loads where N allows).
 pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: Stages, var: FcVariant, aligned: bool) -> Result<Plan> {
     let mut plan = Plan::new(3);
     let out_shape = [dims.m, dims.b, n_out];
@@ -863,7 +863,7 @@ pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTyp
     if var == FcVariant::Blas && fcb::applies(layer) {
         fcb::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm)?;
     } else if var == FcVariant::Wgmma && fc3::applies(layer, dt) {
-        fc3::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(4))?;
+        fc3::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned)?;
     } else if matches!(var, FcVariant::Gemm | FcVariant::Wgmma) && fc2::applies(layer, dt) {
         fc2::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
     } else if fc_tensor_cores(layer, dt) {
@@ -901,7 +901,7 @@ pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tenso
 
 #[allow(clippy::too_many_arguments)]
 pub fn fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages, var: FcVariant) -> Result<Forward> {
-    let aligned = x.cuda_ptr()? % 4 == 0 && y.cuda_ptr()? % 4 == 0;
+    let aligned = x.cuda_ptr()? % 16 == 0 && y.cuda_ptr()? % 16 == 0;
     let var = match var {
         FcVariant::Blas if !super::blas::available(x) => FcVariant::Gemm,
         FcVariant::Wgmma if !fc3::arch_has_wgmma(&x.cuda_device()?.info().arch) => FcVariant::Gemm,

@@ -392,7 +392,8 @@ fn emulated_tensor_core_tiles_match_the_reference() {
 /// memory): three row blocks of 64 with a partial last one (B = 130), the 3-stage ring wrapping
 /// (N = 37: three chunks, the last partial; N = 50: four), one chunk only (N = 2: the prologue's
 /// second stage empty), two column tiles of 192 with a partial second (N_out = 200), N not a
-/// multiple of 4 (channels one by one) and multiples of 4 (quads), Cl(2,0)'s types of two row blocks.
+/// multiple of 4 (channels one by one), multiples of 4 (quads) and of 8 (the staged raw ring), Cl(2,0)'s
+/// types of two row blocks.
 #[test]
 fn emulated_fc_v3_matches_the_reference() {
     let v3 = [FcVariant::Wgmma];
@@ -401,10 +402,16 @@ fn emulated_fc_v3_matches_the_reference() {
         Box::new(move || emu_fc_variants("3,0", (65, 50, 7), DType::F16, &v3)),
         Box::new(move || emu_fc_variants("3,0", (3, 2, 5), DType::BF16, &v3)),
         Box::new(move || emu_fc_variants("2,0", (70, 33, 193), DType::F16, &v3)),
-        // N a multiple of 4: quads of channels, the last chunk a single quad (N = 36), and N = 4.
+        // N a multiple of 4 (not 8): quads of channels from global memory, the last chunk a single
+        // quad (N = 36), and N = 4.
         Box::new(move || emu_fc_variants("3,0", (130, 36, 200), DType::BF16, &v3)),
         Box::new(move || emu_fc_variants("3,0", (9, 4, 3), DType::F16, &v3)),
         Box::new(move || emu_fc_variants("2,0", (70, 20, 193), DType::F16, &v3)),
+        // N a multiple of 8: the staged path (raw ring); one chunk (N = 8, zero-filled upper half),
+        // two (N = 24: the raw ring's prologue only), five with a partial last (N = 72, B = 130).
+        Box::new(move || emu_fc_variants("3,0", (130, 72, 200), DType::BF16, &v3)),
+        Box::new(move || emu_fc_variants("3,0", (5, 8, 9), DType::F16, &v3)),
+        Box::new(move || emu_fc_variants("2,0", (70, 24, 193), DType::BF16, &v3)),
     ];
     run_cases(cases);
 }

@@ -27,8 +27,9 @@
 // Prefix (generated, fc3.rs): CL_M, CL_NT, cl_terms_raw, cl_fc_gate, per type f3t<T> (RB, PR, NB, NS = RB·PR;
 // blade(rb), bpath(i), btile(s) for slot s = rb·PR + pp, pick(t, a): a[s] = T of that slot), F3_TYPES
 // and F3_SWITCH(t, CALL).
-// Options: -DEMBER_T=..., -DF3_BF16=<0|1>, -DF3_PREP=<0|1|2> (product, weights pass, gate pass), -DF3_VEC=<0|1> (N a multiple of 4: x, y
-// read as quads of channels), -DF3_D_F32=<0|1> (output f32 or the activation type).
+// Options: -DEMBER_T=..., -DF3_BF16=<0|1>, -DF3_PREP=<0|1|2> (product, weights pass, gate pass), -DF3_LOAD=<0|1|2> (how x, y and the
+// gates reach the generation: 0 channel by channel, any N; 1 quads of channels straight from global
+// memory, N a multiple of 4; 2 staged: cp.async into a raw ring one chunk ahead, N a multiple of 8), -DF3_D_F32=<0|1> (output f32 or the activation type).
 
 typedef EMBER_T act_t;
 #define F3_THREADS 384
@@ -223,7 +224,7 @@ __device__ __forceinline__ void f3_pair(const u32 (&wx)[CL_M], const u32 (&wy)[C
 // Path terms of chunk c into the A part of a stage (slot s's tile at As + s·F3_ATILE).
 template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsigned char* As, i64 c) {
     const i64 BN = A.B * A.N;
-#if F3_VEC
+#if F3_LOAD == 1
     // N a multiple of 4: quads of channels, item i = (row i / 4, channels 4·(i % 4) .. + 3), 256
     // items on the last 256 threads, each issuing all its loads (8-byte words of every blade plane,
     // one 16-byte gate load) before any use: one load latency per chunk and thread. (Pairs on all
@@ -278,6 +279,69 @@ template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsign
 #endif
 }
 
+#if F3_LOAD == 2
+// The raw stage of a chunk: x then y as [blade][row][16 channels] (32 bytes a row), then the gates as
+// [row][16] f32; rows past B and channels past N zero-filled.
+#define F3_RAW_BYTES (2 * CL_M * F3_ROWS * 32 + F3_ROWS * 64)
+
+// 16 bytes global → shared by cp.async, or 16 zero bytes where `valid` is false (src-size 0: nothing
+// is read; `src` is then any valid address).
+__device__ __forceinline__ void f3_cp16z(unsigned char* dst, const void* src, bool valid) {
+#ifdef EMBER_HOST_EMU
+    if (valid) {
+        std::memcpy(dst, src, 16);
+    } else {
+        std::memset(dst, 0, 16);
+    }
+#else
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#endif
+}
+
+// x, y and the gates of chunk c into the raw stage R (N a multiple of 8: every 16-byte unit is whole
+// or absent, and 16-byte aligned).
+__device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, i64 c) {
+    const i64 BN = A.B * A.N;
+    // Unit u = ((array · CL_M + blade) · 64 + row) · 2 + half: bytes R + 16u.
+    for (int u = threadIdx.x; u < 2 * CL_M * F3_ROWS * 2; u += F3_THREADS) {
+        const int h = u & 1, r = (u >> 1) & (F3_ROWS - 1), jj = u >> 7;
+        const int j = jj % CL_M;
+        const u16* base = jj < CL_M ? A.x : A.y;
+        const i64 b = A.b0 + r, n = c * 16 + 8 * h;
+        const bool ok = b < A.B && n < A.N;
+        f3_cp16z(R + u * 16, ok ? base + j * BN + b * A.N + n : base, ok);
+    }
+    unsigned char* Rg = R + 2 * CL_M * F3_ROWS * 32;
+    for (int v = threadIdx.x; v < F3_ROWS * 4; v += F3_THREADS) {
+        const int r = v >> 2, k = v & 3;
+        const i64 b = A.b0 + r, n = c * 16 + 4 * k;
+        const bool ok = b < A.B && n < A.N;
+        f3_cp16z(Rg + v * 16, ok ? A.g + b * A.N + n : A.g, ok);
+    }
+}
+
+// Path terms of a chunk from its raw stage into the A part of a stage: quads on the last 256
+// threads as in F3_LOAD 1, each quad's two pairs read from shared memory one after the other (all
+// of a quad's words at once spilled at the 168-register cap).
+template <int T> __device__ __forceinline__ void f3_gen_staged(const unsigned char* R, unsigned char* As) {
+    const int i = (int)threadIdx.x - (F3_THREADS - F3_ROWS * 4);
+    if (i < 0) return;
+    const int r = i >> 2, qq = i & 3;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        u32 wx[CL_M], wy[CL_M];
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) {
+            wx[j] = *reinterpret_cast<const u32*>(R + (j * F3_ROWS + r) * 32 + qq * 8 + half * 4);
+            wy[j] = *reinterpret_cast<const u32*>(R + ((CL_M + j) * F3_ROWS + r) * 32 + qq * 8 + half * 4);
+        }
+        const float2 g = *reinterpret_cast<const float2*>(R + 2 * CL_M * F3_ROWS * 32 + r * 64 + qq * 16 + half * 8);
+        f3_pair<T>(wx, wy, g.x, g.y, As, r, 2 * qq + half);
+    }
+}
+#endif
+
 template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsigned char* smem) {
     using t = f3t<T>;
     constexpr int A_BYTES = t::NS * F3_ATILE;
@@ -290,6 +354,51 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
     for (int i = 0; i < 96; ++i) acc[i] = 0.0f;
 
     const i64 chunks = A.NCH;
+#if F3_LOAD == 2
+    // Two stages of A and B tiles and two raw stages: per chunk c, the products of c run while the
+    // terms of c + 1 are generated from shared memory and x, y of c + 2 are in flight.
+    unsigned char* const raw = smem + 2 * STAGE;
+    // Prologue: weights and raw data of chunk 0 (one group), raw data of chunk 1 (one group); chunk
+    // 0's terms.
+    f3_load_w<T>(A, smem + A_BYTES, 0);
+    f3_load_raw(A, raw, 0);
+    f3_cp_commit();
+    if (chunks > 1) f3_load_raw(A, raw + F3_RAW_BYTES, 1);
+    f3_cp_commit();
+    f3_cp_wait<1>();
+    __syncthreads();
+    f3_gen_staged<T>(raw, smem);
+    f3_fence_async();
+    __syncthreads();
+    for (i64 c = 0; c < chunks; ++c) {
+        const int cur = (int)(c & 1), nxt = cur ^ 1;
+        const unsigned char* st = smem + cur * STAGE;
+        if (active) {
+            f3_fence_regs(acc);
+            f3_wg_fence();
+#pragma unroll
+            for (int pp = 0; pp < t::PR; ++pp) {
+                const int s = wg * t::PR + pp;
+                f3_mma(acc, st + s * F3_ATILE, st + A_BYTES + t::btile(s) * F3_BTILE);
+            }
+            f3_wg_commit();
+            f3_wg_wait<1>();  // the products of chunk c − 1 are done
+            f3_fence_regs(acc);
+        }
+        f3_cp_wait<0>();  // this thread's copies of chunk c + 1's raw data have landed
+        // Everyone's too; every warpgroup is done with stage nxt (chunk c − 1), and raw stage cur
+        // (chunk c, read by the previous iteration's generation) is free.
+        __syncthreads();
+        if (c + 1 < chunks) f3_load_w<T>(A, smem + nxt * STAGE + A_BYTES, c + 1);
+        f3_cp_commit();
+        if (c + 2 < chunks) f3_load_raw(A, raw + cur * F3_RAW_BYTES, c + 2);
+        f3_cp_commit();
+        if (c + 1 < chunks) f3_gen_staged<T>(raw + nxt * F3_RAW_BYTES, smem + nxt * STAGE);
+        f3_cp_wait<1>();  // chunk c + 1's weights have landed (chunk c + 2's raw data may be in flight)
+        f3_fence_async();
+        __syncthreads();
+    }
+#else
     // Prologue: chunks 0 and 1 into stages 0 and 1 (one cp.async group each, empty when absent).
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
@@ -331,6 +440,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         f3_fence_async();
         __syncthreads();
     }
+#endif
     if (active) {
         f3_wg_wait<0>();
         f3_fence_regs(acc);

@@ -54,7 +54,27 @@ impl TypeCfg {
 #[derive(Clone, Debug)]
 pub struct Fc3Cfg {
     pub types: Vec<TypeCfg>,
+    /// Shared memory of the direct-load kernels (three stages of A and B tiles).
     pub smem: usize,
+    /// Shared memory of the staged kernel (two stages of tiles, two raw stages of x, y and the
+    /// gates), `None` where it does not fit.
+    pub smem_staged: Option<usize>,
+}
+
+/// Bytes of one raw stage (`F3_RAW_BYTES`): x and y of 64 rows × 16 channels per blade, the gates.
+fn raw_bytes(m: usize) -> usize {
+    2 * m * ROWS * 32 + ROWS * 64
+}
+
+/// How x, y and the gates reach the term generation (`F3_LOAD`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Load {
+    /// Channel by channel, any N.
+    Scalar = 0,
+    /// Quads of channels straight from global memory (N a multiple of 4).
+    Quads = 1,
+    /// cp.async into a raw ring one chunk ahead (N a multiple of 8).
+    Staged = 2,
 }
 
 /// The v3 configuration of an algebra: blades grouped by the number of paths into their grade (in
@@ -94,8 +114,10 @@ pub fn config(t: &Tables) -> Option<Fc3Cfg> {
             types.push(TypeCfg { rbs, pr, bpaths });
         }
     }
-    let smem = STAGES * types.iter().map(TypeCfg::stage_bytes).max()?;
-    (smem <= SMEM_MAX).then_some(Fc3Cfg { types, smem })
+    let stage = types.iter().map(TypeCfg::stage_bytes).max()?;
+    let smem = STAGES * stage;
+    let staged = 2 * stage + 2 * raw_bytes(t.m());
+    (smem <= SMEM_MAX).then_some(Fc3Cfg { types, smem, smem_staged: (staged <= SMEM_MAX).then_some(staged) })
 }
 
 /// Whether v3 can run the forward of `layer` in `dt` (the caller also needs an sm_90a device).
@@ -151,21 +173,21 @@ enum Pass {
     Gates = 2,
 }
 
-fn opts(dt: DType, pass: Pass, vec: bool, d_f32: bool) -> Vec<String> {
+fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool) -> Vec<String> {
     vec![
         dtype_opt(dt),
         format!("-DF3_BF16={}", u8::from(dt == DType::BF16)),
         format!("-DF3_PREP={}", pass as u8),
-        format!("-DF3_VEC={}", u8::from(vec)),
+        format!("-DF3_LOAD={}", load as u8),
         format!("-DF3_D_F32={}", u8::from(d_f32)),
     ]
 }
 
 /// The forward product into `dst` (M × B × N_out, f32 when `d_f32`, else `dt`) from plan buffers
-/// x = 0, y = 1, w = 2. `vec`: x and y may be read as quads of channels (N a multiple of 4, 8-byte
-/// aligned).
+/// x = 0, y = 1, w = 2. `aligned`: x and y start 16-byte aligned (ember's own allocations), so N
+/// a multiple of 8 can stage them by cp.async and a multiple of 4 read them as quads.
 #[allow(clippy::too_many_arguments)]
-pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, vec: bool) -> Result<()> {
+pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, aligned: bool) -> Result<()> {
     let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     let src = fc3_source(layer)?;
     let (nch, nct) = (dims.n.div_ceil(16), n_out.div_ceil(COLS));
@@ -174,12 +196,12 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let prep_grid = blocks("w", p * nct * nch * COLS * 16, 256)?.min(8192);
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
     args.extend([p, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
-    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, false, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, Load::Scalar, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
     // The GELU gates Φ(x₀)·Φ(y₀) of every element (B × N f32).
     let gates = plan.alloc(&[dims.b, dims.n], DType::F32);
     let gate_grid = blocks("x", dims.b * dims.n, 256)?.min(8192);
     let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64)];
-    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, false, false), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, Load::Scalar, false), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
     let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
         .ok()
         .filter(|&v| v <= 65535)
@@ -187,7 +209,12 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let gx = u32::try_from(nct).ok().filter(|&v| v <= i32::MAX as u32).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{n_out} output channels") })?;
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(wt), Arg::Buf(gates), Arg::Buf(dst)];
     args.extend([dims.b, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
-    plan.launch(Launch { src, opts: opts(dt, Pass::Product, vec, d_f32), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem: cfg.smem, args, name: "clifford_fc3" });
+    let (load, smem) = match cfg.smem_staged {
+        Some(sm) if aligned && dims.n.is_multiple_of(8) => (Load::Staged, sm),
+        _ if aligned && dims.n.is_multiple_of(4) => (Load::Quads, cfg.smem),
+        _ => (Load::Scalar, cfg.smem),
+    };
+    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name: "clifford_fc3" });
     Ok(())
 }
 
@@ -198,12 +225,13 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
     }
     let src = fc3_source(layer)?;
     let mut out = vec![
-        KernelBuild { source: src, options: opts(dt, Pass::Weights, false, false) },
-        KernelBuild { source: src, options: opts(dt, Pass::Gates, false, false) },
+        KernelBuild { source: src, options: opts(dt, Pass::Weights, Load::Scalar, false) },
+        KernelBuild { source: src, options: opts(dt, Pass::Gates, Load::Scalar, false) },
     ];
-    for vec in [false, true] {
+    let staged = config(layer.tables()).is_some_and(|c| c.smem_staged.is_some());
+    for load in [Load::Scalar, Load::Quads, Load::Staged].into_iter().filter(|&l| l != Load::Staged || staged) {
         for d_f32 in [false, true] {
-            out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, vec, d_f32) });
+            out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32) });
         }
     }
     Ok(out)
