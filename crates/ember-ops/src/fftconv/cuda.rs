@@ -153,6 +153,22 @@ fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     !off && u == DType::BF16 && fits && !opts.tensor_cores
 }
 
+/// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_tc.cuh): where the pair forward
+/// runs with P ≤ 32 (N ≤ 8192) and hd = 1, unless `EMBER_FFTCONV_PAIR_BWD=0` (the v2 backward, to
+/// compare).
+fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
+    let off = std::env::var("EMBER_FFTCONV_PAIR_BWD").is_ok_and(|v| v == "0");
+    !off && dims.hd == 1 && use_pair(u, opts, path, dims) && matches!(path, Path::OnChip { logm, .. } if logm <= 12)
+}
+
+/// Shared memory of the pair backward: the forward's 32 segments, every segment's saved spectrum
+/// as f16 pairs (32 × 1 KB), the per-lane table, and per pair slot two row descriptors and two
+/// scales.
+fn smem_bytes_pair_bwd(logp: u32) -> usize {
+    let pairs = 32usize >> logp;
+    32 * 256 * 8 + 32 * 1024 + 40 * 32 * 4 + pairs * (2 * 48 + 8)
+}
+
 /// Shared memory of the pair forward: 32 segments of 256 float2, the per-lane table (40 words ×
 /// 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int per pair.
 fn smem_bytes_pair(logp: u32) -> usize {
@@ -452,7 +468,12 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
 
 pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, saved: Option<&Spectrum>, d_out: &Tensor) -> Result<Grads> {
     let dev = u.cuda_device()?.clone();
-    let path = plan(&dims, opts.force_four_step);
+    let mut path = plan(&dims, opts.force_four_step);
+    if use_pair_bwd(u.dtype(), opts, path, &dims) {
+        if let Path::OnChip { ref mut pair, .. } = path {
+            *pair = true;
+        }
+    }
     let tw = twiddles(&dev)?;
     let mut p = base_params(u, k, d, opts, dims, path, tw)?;
     let fresh;
@@ -486,6 +507,38 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
     let mix = dims.hd > 1;
 
     match path {
+        Path::OnChip { logm, block, pair: true, .. } => {
+            // Pair slots (32/P per CTA of 256 threads), each a chunk of one head's row pairs:
+            // about two waves of two CTAs per SM in all, every chunk nonempty.
+            let logp = logm - 7;
+            let n = 2 * m;
+            let slots_per_cta = 32usize >> logp;
+            let pph = rph.div_ceil(2);
+            let sms = dev.info().multiprocessors.max(1) as usize;
+            let want = (2 * 2 * sms * slots_per_cta).div_ceil(heads).clamp(1, pph);
+            let ppc = pph.div_ceil(want);
+            let parts = pph.div_ceil(ppc);
+            let chunk = heads_per_chunk(heads, parts * n * 8 + (m + 1) * 8);
+            let tbuf = workspace(devc, 2 * chunk * parts * n)?;
+            let sbuf = workspace(devc, 2 * chunk * (m + 1))?;
+            p.tbuf = tbuf.cuda_ptr()?;
+            p.sbuf = sbuf.cuda_ptr()?;
+            let lanes = (PER_THREAD * block as usize) >> logm;
+            for h0 in (0..heads).step_by(chunk) {
+                let nh = chunk.min(heads - h0);
+                p.head0 = h0 as i32;
+                p.nheads = nh as i32;
+                p.row0 = (h0 * rph) as i64;
+                p.nrows = (nh * rph) as i64;
+                p.parts = parts as i32;
+                let grid = grid_u32((nh * parts).div_ceil(slots_per_cta), "backward")?;
+                launch_smem(&dev, 256, &format!("fc_bwd_pair{logp}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
+                launch_smem(&dev, 256, "fc_dk_pair", (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1), &p, "fc_dk_pair", 0)?;
+                // fc_dk reads the folded spectrum as a single partial per head.
+                p.parts = 1;
+                launch(&dev, block, "fc_dk", (grid_u32(nh.div_ceil(lanes), "backward")?, 1), &p, "fc_dk")?;
+            }
+        }
         Path::OnChip { logm, block, .. } => {
             let lanes = (PER_THREAD * block as usize) >> logm;
             // CTAs per head: enough CTAs in all to fill the device a few times over, no more

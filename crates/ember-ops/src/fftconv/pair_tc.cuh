@@ -103,33 +103,40 @@ __device__ __forceinline__ unsigned fp_trans(unsigned v) {
     return r;
 }
 
-// Scale so that the warp's largest |component| lands in [1/2, 1): s = 2^−ex, inv = 2^ex (both normal).
-__device__ __forceinline__ void fp_scale(float m, float& s, float& inv) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    int ex = ((__float_as_int(m) >> 23) & 255) - 126;
+// Power-of-two scale s = 2^−ex of a pair whose largest component has the bit pattern `bits`
+// (so that it lands in [1/2, 1)), and its inverse.
+__device__ __forceinline__ void fp_pair_scale(int bits, float& s, float& inv) {
+    int ex = ((bits >> 23) & 255) - 126;
     ex = max(-126, min(126, ex));
     s = __int_as_float((127 - ex) << 23);
     inv = __int_as_float((127 + ex) << 23);
 }
 
-// One warp: segment x (256 points, fp_idx order) → DFT-256 → × K̂ (8 float2 per lane, fragment
-// order, at kf) → inverse DFT-256 → back into x. The input is multiplied by s1 (a power of two
-// that puts the row pair's largest component in [1/2, 1)) before rounding to f16; K̂'s components
-// are below 1 (fc_spectrum), so every f16 operand stays below 2^13 with no further scaling: |D| ≤
-// 256·√2, |Y| ≤ 512, |E| ≤ 16·512. The result is s1·(K̂-scaled) — the caller undoes both. The table
-// `tab` is tc_table_fill's (forward DFT-16 fragments, W_256 twiddles; the inverse conjugates them).
-__device__ __forceinline__ void fp_segment(float2* __restrict__ x, const float4* __restrict__ kf, const unsigned* __restrict__ tab, float s1) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const auto get = [&](int w) { return tab[w * 32 + lane]; };
+// The DFT-16 matrix fragments of tc_table_fill's per-lane table, used by the first product of
+// the forward DFT-256 and the last product of the inverse.
+struct FpFrag {
     unsigned far[4], fai[4], fan[4];
+};
+__device__ __forceinline__ FpFrag fp_frag(const unsigned* __restrict__ tab) {
+    const int lane = threadIdx.x & 31;
+    FpFrag f;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-        far[q] = get(q);
-        fai[q] = get(4 + q);
-        fan[q] = get(8 + q);
+        f.far[q] = tab[q * 32 + lane];
+        f.fai[q] = tab[(4 + q) * 32 + lane];
+        f.fan[q] = tab[(8 + q) * 32 + lane];
     }
-    // ---- forward. X[a][b] = x[16a + b] as B fragments (tile j: columns b = 8j + g, rows 2t + 8h + e);
+    return f;
+}
+
+// One warp: the forward DFT-256 of segment x (256 points, fp_idx order) times s1 (a power of two
+// that puts the row pair's largest component in [1/2, 1) before rounding to f16). Bin
+// a' + 16·b' (a' = g + 8·(q >> 1), b' = 8j + 2t + (q & 1)) lands in (dr[j][q], di[j][q]): the
+// lane's fragment slot 4j + q, the order of fp_kpos. |D| ≤ 256·√2.
+__device__ __forceinline__ void fp_dft256(const float2* __restrict__ x, const unsigned* __restrict__ tab, const FpFrag& F, float s1, float (&dr)[2][4], float (&di)[2][4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const auto get = [&](int w) { return tab[w * 32 + lane]; };
+    // X[a][b] = x[16a + b] as B fragments (tile j: columns b = 8j + g, rows 2t + 8h + e);
     // C = F·X, twiddle W_256^(a'·b) → the A fragments of D = C·F.
     unsigned ar[4], ai[4];
 #pragma unroll
@@ -142,10 +149,10 @@ __device__ __forceinline__ void fp_segment(float2* __restrict__ x, const float4*
             xi[h] = tc_pack(v0.y * s1, v1.y * s1);
         }
         float cr[4] = {0.f, 0.f, 0.f, 0.f}, ci[4] = {0.f, 0.f, 0.f, 0.f};
-        tc_mma(cr, far, xr[0], xr[1]);
-        tc_mma(cr, fan, xi[0], xi[1]);
-        tc_mma(ci, fai, xr[0], xr[1]);
-        tc_mma(ci, far, xi[0], xi[1]);
+        tc_mma(cr, F.far, xr[0], xr[1]);
+        tc_mma(cr, F.fan, xi[0], xi[1]);
+        tc_mma(ci, F.fai, xr[0], xr[1]);
+        tc_mma(ci, F.far, xi[0], xi[1]);
         float2 c[4];
 #pragma unroll
         for (int q = 0; q < 4; ++q)
@@ -155,31 +162,40 @@ __device__ __forceinline__ void fp_segment(float2* __restrict__ x, const float4*
         ar[2 * j + 1] = tc_pack(c[2].x, c[3].x);
         ai[2 * j + 1] = tc_pack(c[2].y, c[3].y);
     }
-    // D = C·F (bin a' + 16·b' at row a' = g + 8·(q >> 1), column b' = 8j + 2t + (q & 1)), Y = D·K̂,
-    // packed at once as the A fragments of the inverse's E = Y·conj(F).
-    unsigned yr[4], yi[4];
+    // D = C·F.
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
         const unsigned br0 = get(12 + 2 * j), br1 = get(13 + 2 * j);
         const unsigned bi0 = get(16 + 2 * j), bi1 = get(17 + 2 * j);
         const unsigned bn0 = get(20 + 2 * j), bn1 = get(21 + 2 * j);
-        float dr[4] = {0.f, 0.f, 0.f, 0.f}, di[4] = {0.f, 0.f, 0.f, 0.f};
-        tc_mma(dr, ar, br0, br1);
-        tc_mma(dr, ai, bn0, bn1);
-        tc_mma(di, ar, bi0, bi1);
-        tc_mma(di, ai, br0, br1);
-        const float4 k01 = kf[(2 * j) * 32 + lane], k23 = kf[(2 * j + 1) * 32 + lane];
-        const float2 y0 = c_mul(make_float2(dr[0], di[0]), make_float2(k01.x, k01.y));
-        const float2 y1 = c_mul(make_float2(dr[1], di[1]), make_float2(k01.z, k01.w));
-        const float2 y2 = c_mul(make_float2(dr[2], di[2]), make_float2(k23.x, k23.y));
-        const float2 y3 = c_mul(make_float2(dr[3], di[3]), make_float2(k23.z, k23.w));
-        yr[2 * j] = tc_pack(y0.x, y1.x);
-        yi[2 * j] = tc_pack(y0.y, y1.y);
-        yr[2 * j + 1] = tc_pack(y2.x, y3.x);
-        yi[2 * j + 1] = tc_pack(y2.y, y3.y);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) dr[j][q] = di[j][q] = 0.f;
+        tc_mma(dr[j], ar, br0, br1);
+        tc_mma(dr[j], ai, bn0, bn1);
+        tc_mma(di[j], ar, bi0, bi1);
+        tc_mma(di[j], ai, br0, br1);
     }
-    // ---- inverse. E[a'][b] = Σ_b' Y[a'][b']·conj(W16^(b'·b)), twiddle conj(W_256^(a'·b)), then each
-    // 8×8 block transposed so that E' becomes the B operand (rows a') of the last product.
+}
+
+// Packs a spectrum in fragment order (slot 4j + q = (y[j][q])) as the A fragments of the inverse.
+__device__ __forceinline__ void fp_pack_y(const float2 (&y)[2][4], unsigned (&yr)[4], unsigned (&yi)[4]) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        yr[2 * j] = tc_pack(y[j][0].x, y[j][1].x);
+        yi[2 * j] = tc_pack(y[j][0].y, y[j][1].y);
+        yr[2 * j + 1] = tc_pack(y[j][2].x, y[j][3].x);
+        yi[2 * j + 1] = tc_pack(y[j][2].y, y[j][3].y);
+    }
+}
+
+// One warp: the inverse DFT-256 (unnormalised) of the fragment-order spectrum (yr, yi) into
+// segment x. The caller's reads of x must be done (every lane's: the stores overwrite what other
+// lanes read).
+__device__ __forceinline__ void fp_idft256(float2* __restrict__ x, const unsigned* __restrict__ tab, const FpFrag& F, const unsigned (&yr)[4], const unsigned (&yi)[4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const auto get = [&](int w) { return tab[w * 32 + lane]; };
+    // E[a'][b] = Σ_b' Y[a'][b']·conj(W16^(b'·b)), twiddle conj(W_256^(a'·b)), then each 8×8 block
+    // transposed so that E' becomes the B operand (rows a') of the last product.
     unsigned er[2][2], ei[2][2];  // [column tile j][row half]
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -201,21 +217,54 @@ __device__ __forceinline__ void fp_segment(float2* __restrict__ x, const float4*
             ei[j][rh] = fp_trans(tc_pack(c[2 * rh].y, c[2 * rh + 1].y));
         }
     }
-    // x[16a + b] = Σ_a' conj(F)[a][a']·E'[a'][b]: A = conj(F) (Im and −Im swap roles). Every lane's
-    // reads of x are done; the stores below overwrite what other lanes read.
+    // x[16a + b] = Σ_a' conj(F)[a][a']·E'[a'][b]: A = conj(F) (Im and −Im swap roles).
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
         float dr[4] = {0.f, 0.f, 0.f, 0.f}, di[4] = {0.f, 0.f, 0.f, 0.f};
-        tc_mma(dr, far, er[j][0], er[j][1]);
-        tc_mma(dr, fai, ei[j][0], ei[j][1]);  // −Im(conj F) = Im F
-        tc_mma(di, fan, er[j][0], er[j][1]);  // Im(conj F) = −Im F
-        tc_mma(di, far, ei[j][0], ei[j][1]);
+        tc_mma(dr, F.far, er[j][0], er[j][1]);
+        tc_mma(dr, F.fai, ei[j][0], ei[j][1]);  // −Im(conj F) = Im F
+        tc_mma(di, F.fan, er[j][0], er[j][1]);  // Im(conj F) = −Im F
+        tc_mma(di, F.far, ei[j][0], ei[j][1]);
         // Rows a = g + 8·(q >> 1), columns b = 8j + 2t + (q & 1): two neighbours per 16-byte store.
 #pragma unroll
         for (int rh = 0; rh < 2; ++rh)
             *reinterpret_cast<float4*>(&x[fp_idx(g + 8 * rh, 8 * j + 2 * t)]) = make_float4(dr[2 * rh], di[2 * rh], dr[2 * rh + 1], di[2 * rh + 1]);
     }
+}
+
+// A head's spectrum in fragment order, segment k1: slots 4j + q of a lane at float4
+// (2j + (q >> 1))·32 + lane, component q & 1 (fp_kpos).
+__device__ __forceinline__ void fp_load_frag(const float4* __restrict__ kf, float2 (&k)[2][4]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const float4 k01 = kf[(2 * j) * 32 + lane], k23 = kf[(2 * j + 1) * 32 + lane];
+        k[j][0] = make_float2(k01.x, k01.y);
+        k[j][1] = make_float2(k01.z, k01.w);
+        k[j][2] = make_float2(k23.x, k23.y);
+        k[j][3] = make_float2(k23.z, k23.w);
+    }
+}
+
+// One warp: segment x → DFT-256 → × K̂ (fragment order, at kf) → inverse DFT-256 → back into x.
+// The input is multiplied by s1 before rounding to f16; K̂'s components are below 1
+// (fc_spectrum), so every f16 operand stays below 2^13 with no further scaling: |D| ≤ 256·√2,
+// |Y| ≤ 512, |E| ≤ 16·512. The result is s1·(K̂-scaled) — the caller undoes both. The table
+// `tab` is tc_table_fill's (forward DFT-16 fragments, W_256 twiddles; the inverse conjugates them).
+__device__ __forceinline__ void fp_segment(float2* __restrict__ x, const float4* __restrict__ kf, const unsigned* __restrict__ tab, float s1) {
+    const FpFrag F = fp_frag(tab);
+    float dr[2][4], di[2][4];
+    fp_dft256(x, tab, F, s1, dr, di);
+    float2 k[2][4], y[2][4];
+    fp_load_frag(kf, k);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) y[j][q] = c_mul(make_float2(dr[j][q], di[j][q]), k[j][q]);
+    unsigned yr[4], yi[4];
+    fp_pack_y(y, yr, yi);
+    fp_idft256(x, tab, F, yr, yi);
 }
 
 // One row of a pair, resolved once into registers: pointers already offset by this thread's
@@ -303,6 +352,66 @@ __device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float i
     }
 }
 
+// Stage 1 of one row pair, thread n2 = column n2 (at `pos`): the P-point DFT over n1 of a[] (two
+// P/2-point DFTs when `half`, i.e. only n1 < P/2 is nonzero), the twiddle W_N^(n2·k1) from the
+// pass table (`wtab` offset by n2), stores into the pair's segments `xr`; the pair's largest
+// component goes into *pmax (non-negative floats order as their bit patterns).
+template <int P>
+__device__ __forceinline__ void fp_stage1(float2 (&a)[P], bool half, float2* __restrict__ xr, int pos, const float2* __restrict__ wtab, int* pmax) {
+    if (half) {
+        float2 ev[P / 2], od[P / 2];
+#pragma unroll
+        for (int n1 = 0; n1 < P / 2; ++n1) {
+            ev[n1] = a[n1];
+            od[n1] = n1 == 0 ? ev[n1] : c_mul(ev[n1], w32<-1>(n1 * (32 / P)));
+        }
+        fp_dft<P / 2, -1>(ev);
+        fp_dft<P / 2, -1>(od);
+#pragma unroll
+        for (int mm = 0; mm < P / 2; ++mm) {
+            a[2 * mm] = ev[mm];
+            a[2 * mm + 1] = od[mm];
+        }
+    } else {
+        fp_dft<P, -1>(a);
+    }
+    float mx = fmaxf(fabsf(a[0].x), fabsf(a[0].y));
+    xr[pos] = a[0];
+#pragma unroll
+    for (int k1 = 1; k1 < P; ++k1) {
+        const float2 v = c_mul(a[k1], wtab[k1 << 8]);
+        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+        xr[k1 * 256 + pos] = v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(pmax, __float_as_int(mx));
+}
+
+// The inverse of stage 1: conjugate twiddles, the inverse P-point DFT over k1 → a[n1] for the
+// outputs n1 < the returned count (P/2 when `half`: the rest is not needed).
+template <int P>
+__device__ __forceinline__ int fp_stage1_inv(float2 (&a)[P], bool half, const float2* __restrict__ xr, int pos, const float2* __restrict__ wtab) {
+    a[0] = xr[pos];
+#pragma unroll
+    for (int k1 = 1; k1 < P; ++k1) a[k1] = c_mulc(xr[k1 * 256 + pos], wtab[k1 << 8]);
+    if (half) {
+        float2 ev[P / 2], od[P / 2];
+#pragma unroll
+        for (int mm = 0; mm < P / 2; ++mm) {
+            ev[mm] = a[2 * mm];
+            od[mm] = a[2 * mm + 1];
+        }
+        fp_dft<P / 2, 1>(ev);
+        fp_dft<P / 2, 1>(od);
+#pragma unroll
+        for (int n1 = 0; n1 < P / 2; ++n1) a[n1] = c_add(ev[n1], n1 == 0 ? od[n1] : c_mul(od[n1], w32<1>(n1 * (32 / P))));
+        return P / 2;
+    }
+    fp_dft<P, 1>(a);
+    return P;
+}
+
 // The forward. CTA: 256 threads, R = 32/P row pairs; pair Q of a launch is rows 2q, 2q + 1 of head
 // Q / ⌈rph/2⌉ (q = Q mod ⌈rph/2⌉; an odd last row is paired with zeros).
 template <int LOGP, typename T, typename TO>
@@ -350,45 +459,18 @@ __device__ void fc_fwd_pair(const FcParams& p) {
         // All loads first (independent), then the arithmetic.
         if (pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
         else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
-        if (half) {
-            float2 ev[P / 2], od[P / 2];
-#pragma unroll
-            for (int n1 = 0; n1 < P / 2; ++n1) {
-                ev[n1] = a[n1];
-                od[n1] = n1 == 0 ? ev[n1] : c_mul(ev[n1], w32<-1>(n1 * (32 / P)));
-            }
-            fp_dft<P / 2, -1>(ev);
-            fp_dft<P / 2, -1>(od);
-#pragma unroll
-            for (int mm = 0; mm < P / 2; ++mm) {
-                a[2 * mm] = ev[mm];
-                a[2 * mm + 1] = od[mm];
-            }
-        } else {
-            fp_dft<P, -1>(a);
-        }
-        float mx = fmaxf(fabsf(a[0].x), fabsf(a[0].y));
-        x[(r * P) * 256 + pos] = a[0];
-#pragma unroll
-        for (int k1 = 1; k1 < P; ++k1) {
-            const float2 v = c_mul(a[k1], wtab[k1 << 8]);
-            mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
-            x[(r * P + k1) * 256 + pos] = v;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        if ((threadIdx.x & 31) == 0) atomicMax(&pmax[r], __float_as_int(mx));
+        fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
     __syncthreads();
     // ---- stage 2: each warp's segments.
     for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
         const int r = sg >> LOGP, k1 = sg & (P - 1);
         if (!rows[2 * r].valid) continue;
-        int ex = ((pmax[r] >> 23) & 255) - 126;
-        ex = max(-126, min(126, ex));
+        float s1, inv1;
+        fp_pair_scale(pmax[r], s1, inv1);
         // K̂ of the head: N float2 = N/2 float4; segment k1 at 128·k1 float4.
         const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)rows[2 * r].g << (LOGN - 1)) + (k1 << 7);
-        fp_segment(x + sg * 256, kf, tab, __int_as_float((127 - ex) << 23));
+        fp_segment(x + sg * 256, kf, tab, s1);
     }
     __syncthreads();
     // ---- inverse stage 1 and the epilogue. The values carry s1 and 1/kscale: undone per output
@@ -399,29 +481,11 @@ __device__ void fc_fwd_pair(const FcParams& p) {
         const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
         if (!ra.valid) continue;
         const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
-        int ex = ((pmax[r] >> 23) & 255) - 126;
-        ex = max(-126, min(126, ex));
-        const float inv1 = __int_as_float((127 + ex) << 23), ks = kscale[ra.g];
+        float s1, inv1;
+        fp_pair_scale(pmax[r], s1, inv1);
+        const float ks = kscale[ra.g];
         float2 a[P];
-        a[0] = x[(r * P) * 256 + pos];
-#pragma unroll
-        for (int k1 = 1; k1 < P; ++k1) a[k1] = c_mulc(x[(r * P + k1) * 256 + pos], wtab[k1 << 8]);
-        int nout = P;
-        if (half) {
-            float2 ev[P / 2], od[P / 2];
-#pragma unroll
-            for (int mm = 0; mm < P / 2; ++mm) {
-                ev[mm] = a[2 * mm];
-                od[mm] = a[2 * mm + 1];
-            }
-            fp_dft<P / 2, 1>(ev);
-            fp_dft<P / 2, 1>(od);
-#pragma unroll
-            for (int n1 = 0; n1 < P / 2; ++n1) a[n1] = c_add(ev[n1], n1 == 0 ? od[n1] : c_mul(od[n1], w32<1>(n1 * (32 / P))));
-            nout = P / 2;
-        } else {
-            fp_dft<P, 1>(a);
-        }
+        const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
         // One specialization per (GELU, postgate, hd = 1) so that no flag is tested per element.
         const int sel = (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
         switch (sel) {
@@ -459,7 +523,7 @@ FC_PAIR_ENTRIES(5)
 // CTA (16 warps) per SM.
 template <typename T, typename TO>
 __device__ void fc_fwd_pair64(const FcParams& p) {
-    constexpr int LOGP = 6, LOGN = 14;
+    constexpr int LOGN = 14;  // P = 64
     FC_SMEM_DECL
     float2* x = fc_smem;
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
@@ -537,9 +601,8 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
     if ((threadIdx.x & 31) == 0) atomicMax(&pmax[0], __float_as_int(mx));
     __syncthreads();
     // ---- stage 2: 64 segments, 4 per warp.
-    int ex = ((pmax[0] >> 23) & 255) - 126;
-    ex = max(-126, min(126, ex));
-    const float s1 = __int_as_float((127 - ex) << 23), inv1 = __int_as_float((127 + ex) << 23);
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
     for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
         const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)ra.g << (LOGN - 1)) + (sg << 7);
         fp_segment(x + sg * 256, kf, tab, s1);
@@ -601,5 +664,350 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
 
 extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
 extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { fc_fwd_pair64<ember_bf16, float>(p); }
+
+// =================================================================================================
+// v6 backward (bf16 u, hd = 1, N = 512 … 8192): the backward in pair form, on the forward's engine.
+//
+// For a row pair (a, b) of one head, w = w_a + i·w_b, and the filter spectrum K:
+//   phase 1: W = FFT(w), kept on chip as f16 pairs in fragment order; when GELU or a postgate
+//            needs z, z = IFFT(W·K) (as the forward) and d_z from d_out, z, postgate, mask (the
+//            postgate's gradient is stored here);
+//   phase 2: G = FFT(d_z_a + i·d_z_b); T += G·conj(W); d_w = IFFT(G·conj(K)) (the correlation,
+//            the adjoint of the forward's convolution);
+//   phase 3: d_u = d_w·pregate, d_pregate = d_w·u.
+// The filter is real, so every transform acts on the two rows independently, as in the forward.
+// The filter gradient needs Σ_rows G_r·conj(W_r) of each row's own (real-signal) spectra: with
+// G = G_a + i·G_b and W = W_a + i·W_b, G_a·conj(W_a) + G_b·conj(W_b) = (T[k] + conj T[N − k])/2,
+// T = G·conj(W). Each pair slot accumulates T over its pairs in f32 (an L2-resident partial, each
+// entry owned by one lane, so no synchronisation), and fc_dk_pair folds the partner bins once per
+// head into the half-spectrum fc_dk transforms (no atomics: bitwise deterministic).
+//
+// Work split: R = 32/P pair slots per CTA; slot s = blockIdx.x·R + r is chunk c = s mod parts of
+// head h = s / parts and takes the head's pairs c·ppc … c·ppc + ppc − 1, ppc = ⌈pph/parts⌉ (the
+// host picks parts so that no chunk is empty; the partial of slot s is tbuf's entry s). Per pair
+// four barriers. Shared memory: 32 segments of data (64 KB), every segment's W as f16 pairs
+// (32 KB), the per-lane table, the row descriptors: 2 CTAs per SM.
+//
+// Precision: W is stored as s1·W in f16 (|s1·W| ≤ 256·√2), an extra rounding of 2^−11 relative on
+// the filter gradient only; everything else is the forward's (f16 operands, f32 accumulation).
+
+// A row of a pair for the backward, resolved once (pointers offset by the thread's column n2).
+template <typename T, typename TO>
+struct FbRow {
+    const T* u;
+    const T* pre;
+    const T* post;
+    const TO* dout;
+    T* du;
+    T* dpre;
+    T* dpost;
+    float mask;
+    int len;  // element n1 exists when n1·256 < len
+};
+
+template <typename T, typename TO>
+__device__ __forceinline__ FbRow<T, TO> fb_row(const FcParams& p, const FcRow& r, int n2) {
+    FbRow<T, TO> f;
+    f.len = r.valid ? (int)p.L - n2 : 0;
+    f.u = reinterpret_cast<const T*>(p.u) + r.urow + n2;
+    f.pre = reinterpret_cast<const T*>(p.pre) + r.prow + n2;
+    f.post = reinterpret_cast<const T*>(p.post) + r.urow + n2;
+    f.dout = reinterpret_cast<const TO*>(p.dout) + r.prow + n2;
+    f.du = reinterpret_cast<T*>(p.du) + r.urow + n2;
+    f.dpre = reinterpret_cast<T*>(p.dpre) + r.prow + n2;
+    f.dpost = reinterpret_cast<T*>(p.dpost) + r.urow + n2;
+    f.mask = p.has_mask && r.valid ? reinterpret_cast<const float*>(p.mask)[(i64)r.b * p.H + r.g] : 1.f;
+    return f;
+}
+
+// f16 pair (low half = real part) → float2.
+__device__ __forceinline__ float2 fb_unpack(unsigned v) {
+    float lo, hi;
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;\n\t}" : "=f"(lo), "=f"(hi) : "r"(v));
+    return make_float2(lo, hi);
+}
+
+// Elements per batch of the backward's epilogues: loads of a batch are issued before its arithmetic.
+// At P = 32 the column's 32 values already take 64 registers of the 128 of two CTAs per SM.
+template <int P> constexpr int fb_batch() { return P < 8 ? P : P == 32 ? 4 : 8; }
+
+// d_z of both rows for n1 < n into a[] (zero past L and for n1 ≥ n). With GELU or POST, a[] holds
+// the recomputed z (times inv1·ks, as the forward's epilogue).
+template <int P, bool GELU, bool POST, typename T, typename TO>
+__device__ __forceinline__ void fb_dz(float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+    constexpr int CH = fb_batch<P>();
+#pragma unroll
+    for (int c0 = 0; c0 < P; c0 += CH) {
+        float ga[CH], gb[CH], pa[CH], pb[CH];
+#pragma unroll
+        for (int i = 0; i < CH; ++i) {
+            const int n1 = c0 + i, o = n1 << 8;
+            const bool va = n1 < n && o < fa.len, vb = n1 < n && o < fb.len;
+            ga[i] = va ? ember_to_f32(fa.dout[o]) : 0.f;
+            gb[i] = vb ? ember_to_f32(fb.dout[o]) : 0.f;
+            if (POST) {
+                pa[i] = va ? ember_to_f32(fa.post[o]) : 0.f;
+                pb[i] = vb ? ember_to_f32(fb.post[o]) : 0.f;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < CH; ++i) {
+            const int n1 = c0 + i, o = n1 << 8;
+            const bool va = n1 < n && o < fa.len, vb = n1 < n && o < fb.len;
+            const float dga = ga[i] * fa.mask, dgb = gb[i] * fb.mask;
+            float dza = dga, dzb = dgb;
+            if (GELU || POST) {
+                const float za = a[n1].x * inv1 * ks, zb = a[n1].y * inv1 * ks;
+                float gza = za, gpa = 1.f, gzb = zb, gpb = 1.f;
+                if (GELU) {
+                    fc_gelu_grad(za, gza, gpa);
+                    fc_gelu_grad(zb, gzb, gpb);
+                }
+                dza = dga * gpa;
+                dzb = dgb * gpb;
+                if (POST) {
+                    dza *= pa[i];
+                    dzb *= pb[i];
+                    if (va) fp_st(fa.dpost + o, dga * gza);
+                    if (vb) fp_st(fb.dpost + o, dgb * gzb);
+                }
+            }
+            // Explicit zeros: z past the outputs (n1 ≥ n) was never computed.
+            a[n1] = make_float2(va ? dza : 0.f, vb ? dzb : 0.f);
+        }
+    }
+}
+
+// d_u (and d_pregate) of both rows from d_w = a·inv2·ks, n1 < n.
+template <int P, bool PRE, typename T, typename TO>
+__device__ __forceinline__ void fb_dw(const float2 (&a)[P], int n, float inv2, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+    constexpr int CH = fb_batch<P>();
+#pragma unroll
+    for (int c0 = 0; c0 < P; c0 += CH) {
+        float ua[CH], ub[CH], qa[CH], qb[CH];
+        if (PRE) {
+#pragma unroll
+            for (int i = 0; i < CH; ++i) {
+                const int n1 = c0 + i, o = n1 << 8;
+                const bool va = n1 < n && o < fa.len, vb = n1 < n && o < fb.len;
+                ua[i] = va ? ember_to_f32(fa.u[o]) : 0.f;
+                ub[i] = vb ? ember_to_f32(fb.u[o]) : 0.f;
+                qa[i] = va ? ember_to_f32(fa.pre[o]) : 0.f;
+                qb[i] = vb ? ember_to_f32(fb.pre[o]) : 0.f;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < CH; ++i) {
+            const int n1 = c0 + i, o = n1 << 8;
+            if (n1 >= n) break;
+            const float dwa = a[n1].x * inv2 * ks, dwb = a[n1].y * inv2 * ks;
+            if (o < fa.len) {
+                fp_st(fa.du + o, PRE ? dwa * qa[i] : dwa);
+                if (PRE) fp_st(fa.dpre + o, dwa * ua[i]);
+            }
+            if (o < fb.len) {
+                fp_st(fb.du + o, PRE ? dwb * qb[i] : dwb);
+                if (PRE) fp_st(fb.dpre + o, dwb * ub[i]);
+            }
+        }
+    }
+}
+
+// Phase 1 of one segment: D = s1·W (fragment order) saved as f16 pairs at ws (lane's slots
+// 4j … 4j + 3 in ws[j·32 + lane]); with need_z also × K̂, inverse DFT-256 back into x (as fp_segment).
+__device__ __forceinline__ void fb_segment_w(float2* __restrict__ x, const float4* __restrict__ kf, const unsigned* __restrict__ tab, float s1, uint4* __restrict__ ws, bool need_z) {
+    const int lane = threadIdx.x & 31;
+    const FpFrag F = fp_frag(tab);
+    float dr[2][4], di[2][4];
+    fp_dft256(x, tab, F, s1, dr, di);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+        ws[j * 32 + lane] = make_uint4(tc_pack(dr[j][0], di[j][0]), tc_pack(dr[j][1], di[j][1]), tc_pack(dr[j][2], di[j][2]), tc_pack(dr[j][3], di[j][3]));
+    if (!need_z) return;
+    float2 k[2][4], y[2][4];
+    fp_load_frag(kf, k);
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) y[j][q] = c_mul(make_float2(dr[j][q], di[j][q]), k[j][q]);
+    unsigned yr[4], yi[4];
+    fp_pack_y(y, yr, yi);
+    fp_idft256(x, tab, F, yr, yi);
+}
+
+// Phase 2 of one segment: G = s2·DFT(d_z); the partial at tp (fragment order, as K̂) gets
+// G·conj(W)·inv1·inv2 (written when `first`, added otherwise); then × conj(K̂), inverse DFT-256
+// back into x.
+__device__ __forceinline__ void fb_segment_g(float2* __restrict__ x, const float4* __restrict__ kf, const unsigned* __restrict__ tab, float s2, const uint4* __restrict__ ws, float4* __restrict__ tp, float inv1, float inv2, bool first) {
+    const int lane = threadIdx.x & 31;
+    const FpFrag F = fp_frag(tab);
+    float dr[2][4], di[2][4];
+    fp_dft256(x, tab, F, s2, dr, di);
+    float2 k[2][4], y[2][4];
+    fp_load_frag(kf, k);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const uint4 wv = ws[j * 32 + lane];
+        const unsigned wq[4] = {wv.x, wv.y, wv.z, wv.w};
+        float2 tc[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float2 gq = make_float2(dr[j][q], di[j][q]);
+            // Two factors, so that neither product overflows where the result does not.
+            tc[q] = c_scale(c_scale(c_mulc(gq, fb_unpack(wq[q])), inv1), inv2);
+            y[j][q] = c_mulc(gq, k[j][q]);
+        }
+        float4* t01 = tp + (2 * j) * 32 + lane;
+        float4* t23 = tp + (2 * j + 1) * 32 + lane;
+        float4 v01 = make_float4(tc[0].x, tc[0].y, tc[1].x, tc[1].y), v23 = make_float4(tc[2].x, tc[2].y, tc[3].x, tc[3].y);
+        if (!first) {
+            const float4 o01 = *t01, o23 = *t23;
+            v01 = make_float4(o01.x + v01.x, o01.y + v01.y, o01.z + v01.z, o01.w + v01.w);
+            v23 = make_float4(o23.x + v23.x, o23.y + v23.y, o23.z + v23.z, o23.w + v23.w);
+        }
+        *t01 = v01;
+        *t23 = v23;
+    }
+    unsigned yr[4], yi[4];
+    fp_pack_y(y, yr, yi);
+    fp_idft256(x, tab, F, yr, yi);
+}
+
+template <int LOGP, typename T, typename TO>
+__device__ void fc_bwd_pair(const FcParams& p) {
+    constexpr int P = 1 << LOGP, R = 32 >> LOGP, LOGN = LOGP + 8;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    uint4* wsave = reinterpret_cast<uint4*>(x + 32 * 256);  // [segment][j][lane]
+    unsigned* tab = reinterpret_cast<unsigned*>(wsave + 32 * 64);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [2r] = row a, [2r + 1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2 * R);                 // [r]: w of pair r, [R + r]: its d_z
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
+    const int n2 = threadIdx.x;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const bool half = p.L <= (P << 7);  // w[n] = d_z[n] = 0 for n ≥ N/2
+    const bool pre = p.has_pre, need_z = p.need_z;
+    const i64 rph = p.B;  // rows per head (hd = 1)
+    const i64 pph = (rph + 1) / 2;
+    const i64 ppc = (pph + p.parts - 1) / p.parts;
+    const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
+    const float4* spec = reinterpret_cast<const float4*>(p.spec);
+    const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
+    const int sel_dz = (p.gelu ? 2 : 0) | (p.has_post ? 1 : 0);
+#pragma unroll 1
+    for (i64 it = 0; it < ppc; ++it) {
+        if (threadIdx.x < 2 * R) {
+            const int r = threadIdx.x >> 1, second = threadIdx.x & 1;
+            const i64 s = (i64)blockIdx.x * R + r;
+            const i64 h = s / p.parts, q = (s - h * p.parts) * ppc + it;
+            const bool ok = h < p.nheads && q < pph && (second == 0 || 2 * q + 1 < rph);
+            FcRow row = fc_row(p, h * rph + 2 * q + second);
+            row.valid = row.valid && ok;
+            rows[threadIdx.x] = row;
+            if (second == 0) pmax[r] = pmax[R + r] = 0;
+        }
+        __syncthreads();
+        // ---- phase 1, stage 1: w.
+#pragma unroll 1
+        for (int r = 0; r < R; ++r) {
+            const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
+            if (!ra.valid) continue;
+            const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+            float2 a[P];
+            if (pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
+            else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
+            fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
+        }
+        __syncthreads();
+        // ---- phase 1, segments: W saved; z's spectrum when needed.
+        for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
+            const int r = sg >> LOGP, k1 = sg & (P - 1);
+            if (!rows[2 * r].valid) continue;
+            float s1, inv1;
+            fp_pair_scale(pmax[r], s1, inv1);
+            fb_segment_w(x + sg * 256, spec + ((i64)rows[2 * r].g << (LOGN - 1)) + (k1 << 7), tab, s1, wsave + sg * 64, need_z);
+        }
+        __syncthreads();
+        // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers: thread n2 owns
+        // column n2 in both.
+#pragma unroll 1
+        for (int r = 0; r < R; ++r) {
+            const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
+            if (!ra.valid) continue;
+            const FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+            float s1, inv1;
+            fp_pair_scale(pmax[r], s1, inv1);
+            const float ks = kscale[ra.g];
+            float2 a[P];
+            int n = half ? P / 2 : P;
+            if (need_z) n = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
+            switch (sel_dz) {
+                case 0: fb_dz<P, false, false>(a, n, inv1, ks, fa, fb); break;
+                case 1: fb_dz<P, false, true>(a, n, inv1, ks, fa, fb); break;
+                case 2: fb_dz<P, true, false>(a, n, inv1, ks, fa, fb); break;
+                default: fb_dz<P, true, true>(a, n, inv1, ks, fa, fb); break;
+            }
+            fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[R + r]);
+        }
+        __syncthreads();
+        // ---- phase 2, segments: T, × conj(K̂), inverse.
+        for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
+            const int r = sg >> LOGP, k1 = sg & (P - 1);
+            if (!rows[2 * r].valid) continue;
+            float s1, inv1, s2, inv2;
+            fp_pair_scale(pmax[r], s1, inv1);
+            fp_pair_scale(pmax[R + r], s2, inv2);
+            float4* tp = reinterpret_cast<float4*>(p.tbuf) + ((((i64)blockIdx.x * R + r) << (LOGN - 1)) + (k1 << 7));
+            fb_segment_g(x + sg * 256, spec + ((i64)rows[2 * r].g << (LOGN - 1)) + (k1 << 7), tab, s2, wsave + sg * 64, tp, inv1, inv2, it == 0);
+        }
+        __syncthreads();
+        // ---- phase 3: inverse stage 1 (d_w) and its epilogue.
+#pragma unroll 1
+        for (int r = 0; r < R; ++r) {
+            const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
+            if (!ra.valid) continue;
+            const FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+            float s2, inv2;
+            fp_pair_scale(pmax[R + r], s2, inv2);
+            const float ks = kscale[ra.g];
+            float2 a[P];
+            const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
+            if (pre) fb_dw<P, true>(a, nout, inv2, ks, fa, fb);
+            else fb_dw<P, false>(a, nout, inv2, ks, fa, fb);
+        }
+        __syncthreads();
+    }
+}
+
+#define FC_BWD_PAIR_ENTRIES(LOGP)                                                                                              \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pair##LOGP##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, float>(p); }
+FC_BWD_PAIR_ENTRIES(1)
+FC_BWD_PAIR_ENTRIES(2)
+FC_BWD_PAIR_ENTRIES(3)
+FC_BWD_PAIR_ENTRIES(4)
+FC_BWD_PAIR_ENTRIES(5)
+
+// The filter-gradient spectrum of the pair backward, one thread per (head of the launch, bin
+// k ≤ M = N/2): S[k] = 2·(T[k] + conj T[(N − k) mod N]) summed over the head's `parts` partials in
+// order, i.e. 4·Σ_rows G_r·conj(W_r), written where fc_dk (parts = 1) reads it.
+extern "C" __global__ void fc_dk_pair(FcParams p) {
+    const i64 m = (i64)1 << p.logm, n = 2 * m;
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (i64)p.nheads * (m + 1)) return;
+    const i64 h = i / (m + 1);
+    const int k = (int)(i - h * (m + 1)), logp = p.logm - 7;
+    const float2* t = reinterpret_cast<const float2*>(p.tbuf);
+    const int pk = fp_kpos(k, logp), pm = fp_kpos((int)((n - k) & (n - 1)), logp);
+    float2 tk = make_float2(0.f, 0.f), tm = make_float2(0.f, 0.f);
+    for (int c = 0; c < p.parts; ++c) {
+        const float2* tp = t + (h * p.parts + c) * n;
+        tk = c_add(tk, tp[pk]);
+        tm = c_add(tm, tp[pm]);
+    }
+    st2(p.sbuf, h * (m + 1) + k, c_scale(c_add(tk, c_conj(tm)), 2.f));
+}
 
 #endif  // FC_BLOCK == 256

@@ -168,6 +168,11 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case::all(1, 4, 3000).lk(2000));
             v.push(Case::all(3, 16, 1000).hd(8));
             v.push(Case { out_f32: true, ..Case::all(3, 5, 1500) });
+            // Pair backward with several pairs per slot (the filter-gradient partial accumulated
+            // over pairs): enough row pairs in all that a slot takes 2-3 of a head's pairs on a
+            // 132-SM GPU, an odd row count (the last pair half empty), a partial last chunk.
+            v.push(Case::all(33, 300, 1000));
+            v.push(Case { gelu: true, d: true, ..Case::plain(40, 64, 2000) });
             v
         }
     }
