@@ -28,6 +28,9 @@ fn options(block: u32) -> Vec<String> {
     if let Some(v) = std::env::var("EMBER_FFTCONV_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_MINB={v}"));
     }
+    if let Some(v) = std::env::var("EMBER_FFTCONV_PAIR_BWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
+        o.push(format!("-DFC_PAIR_BWD_MINB={v}"));
+    }
     o
 }
 
@@ -295,6 +298,16 @@ fn base_params(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     })
 }
 
+impl FcParams {
+    /// A round of launches over heads h0 .. h0 + nh (rows per head `rph`).
+    fn set_head_round(&mut self, h0: usize, nh: usize, rph: usize) {
+        self.head0 = h0 as i32;
+        self.nheads = nh as i32;
+        self.row0 = (h0 * rph) as i64;
+        self.nrows = (nh * rph) as i64;
+    }
+}
+
 /// An f32 workspace of `elems` values. Its contents are unspecified (NaN when output poisoning is
 /// on, so a kernel that reads a value no kernel wrote fails the tests).
 fn workspace(dev: Device, elems: usize) -> Result<Tensor> {
@@ -526,10 +539,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             let lanes = (PER_THREAD * block as usize) >> logm;
             for h0 in (0..heads).step_by(chunk) {
                 let nh = chunk.min(heads - h0);
-                p.head0 = h0 as i32;
-                p.nheads = nh as i32;
-                p.row0 = (h0 * rph) as i64;
-                p.nrows = (nh * rph) as i64;
+                p.set_head_round(h0, nh, rph);
                 p.parts = parts as i32;
                 let grid = grid_u32((nh * parts).div_ceil(slots_per_cta), "backward")?;
                 launch_smem(&dev, 256, &format!("fc_bwd_pair{logp}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
@@ -561,10 +571,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             p.parts = parts as i32;
             for h0 in (0..heads).step_by(chunk) {
                 let nh = chunk.min(heads - h0);
-                p.head0 = h0 as i32;
-                p.nheads = nh as i32;
-                p.row0 = (h0 * rph) as i64;
-                p.nrows = (nh * rph) as i64;
+                p.set_head_round(h0, nh, rph);
                 launch(&dev, block, &format!("fc_bwd_{sfx}"), (grid_u32(gx, "backward")?, nh as u32), &p, "fc_bwd")?;
                 launch(&dev, block, "fc_dk", (grid_u32(nh.div_ceil(lanes), "backward")?, 1), &p, "fc_dk")?;
                 if mix {
@@ -592,10 +599,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             for h0 in (0..heads).step_by(chunk) {
                 let nh = chunk.min(heads - h0);
                 let nrows = nh * rph;
-                p.head0 = h0 as i32;
-                p.nheads = nh as i32;
-                p.row0 = (h0 * rph) as i64;
-                p.nrows = nrows as i64;
+                p.set_head_round(h0, nh, rph);
                 let cols = grid_u32(nrows * tiles, "backward")?;
                 let jobs_row = 1usize << (logm1 - 1);
                 launch(&dev, col_block, &format!("fc_col_data_{sfx}"), (cols, 1), &p, "fc_col_data")?;

@@ -247,15 +247,9 @@ __device__ __forceinline__ void fp_load_frag(const float4* __restrict__ kf, floa
     }
 }
 
-// One warp: segment x → DFT-256 → × K̂ (fragment order, at kf) → inverse DFT-256 → back into x.
-// The input is multiplied by s1 before rounding to f16; K̂'s components are below 1
-// (fc_spectrum), so every f16 operand stays below 2^13 with no further scaling: |D| ≤ 256·√2,
-// |Y| ≤ 512, |E| ≤ 16·512. The result is s1·(K̂-scaled) — the caller undoes both. The table
-// `tab` is tc_table_fill's (forward DFT-16 fragments, W_256 twiddles; the inverse conjugates them).
-__device__ __forceinline__ void fp_segment(float2* __restrict__ x, const float4* __restrict__ kf, const unsigned* __restrict__ tab, float s1) {
-    const FpFrag F = fp_frag(tab);
-    float dr[2][4], di[2][4];
-    fp_dft256(x, tab, F, s1, dr, di);
+// One warp: the spectrum (dr, di) of a segment (fragment order) × K̂ (at kf) → inverse DFT-256
+// into segment x.
+__device__ __forceinline__ void fp_filter_idft(float2* __restrict__ x, const float4* __restrict__ kf, const unsigned* __restrict__ tab, const FpFrag& F, const float (&dr)[2][4], const float (&di)[2][4]) {
     float2 k[2][4], y[2][4];
     fp_load_frag(kf, k);
 #pragma unroll
@@ -265,6 +259,18 @@ __device__ __forceinline__ void fp_segment(float2* __restrict__ x, const float4*
     unsigned yr[4], yi[4];
     fp_pack_y(y, yr, yi);
     fp_idft256(x, tab, F, yr, yi);
+}
+
+// One warp: segment x → DFT-256 → × K̂ (fragment order, at kf) → inverse DFT-256 → back into x.
+// The input is multiplied by s1 before rounding to f16; K̂'s components are below 1
+// (fc_spectrum), so every f16 operand stays below 2^13 with no further scaling: |D| ≤ 256·√2,
+// |Y| ≤ 512, |E| ≤ 16·512. The result is s1·(K̂-scaled) — the caller undoes both. The table
+// `tab` is tc_table_fill's (forward DFT-16 fragments, W_256 twiddles; the inverse conjugates them).
+__device__ __forceinline__ void fp_segment(float2* __restrict__ x, const float4* __restrict__ kf, const unsigned* __restrict__ tab, float s1) {
+    const FpFrag F = fp_frag(tab);
+    float dr[2][4], di[2][4];
+    fp_dft256(x, tab, F, s1, dr, di);
+    fp_filter_idft(x, kf, tab, F, dr, di);
 }
 
 // One row of a pair, resolved once into registers: pointers already offset by this thread's
@@ -412,6 +418,23 @@ __device__ __forceinline__ int fp_stage1_inv(float2 (&a)[P], bool half, const fl
     return P;
 }
 
+// Stage 1 of every valid pair of a CTA (R = 32/P pairs, rows[2r], rows[2r + 1]): thread n2 loads
+// its column of w = u (or u·pregate), all loads first (independent), then fp_stage1 into the
+// pair's segments at x + r·P·256; the pair's largest component into pmax[r].
+template <int P, typename T, typename TO>
+__device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax) {
+#pragma unroll 1
+    for (int r = 0; r < 32 / P; ++r) {
+        const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
+        if (!ra.valid) continue;
+        const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+        float2 a[P];
+        if (p.has_pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
+        else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
+        fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
+    }
+}
+
 // The forward. CTA: 256 threads, R = 32/P row pairs; pair Q of a launch is rows 2q, 2q + 1 of head
 // Q / ⌈rph/2⌉ (q = Q mod ⌈rph/2⌉; an odd last row is paired with zeros).
 template <int LOGP, typename T, typename TO>
@@ -429,7 +452,6 @@ __device__ void fc_fwd_pair(const FcParams& p) {
     const int n2 = threadIdx.x;
     const int pos = fp_idx(n2 >> 4, n2 & 15);
     const bool half = p.L <= (P << 7);  // w[n] = 0 for n ≥ N/2
-    const bool pre = p.has_pre;
     const i64 rph = p.B * (i64)p.hd * p.hd;  // rows per head
     const i64 pph = (rph + 1) / 2;           // pairs per head
     // The CTA's rows, computed once (64-bit divisions) and shared.
@@ -450,17 +472,7 @@ __device__ void fc_fwd_pair(const FcParams& p) {
     // warp's loads are contiguous, and the table (N float2) stays in L1 across the CTA's rounds.
     const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
     // ---- stage 1: DFT over n1, twiddle, store; the pair's largest component into pmax.
-#pragma unroll 1
-    for (int r = 0; r < R; ++r) {
-        const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
-        if (!ra.valid) continue;
-        const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
-        float2 a[P];
-        // All loads first (independent), then the arithmetic.
-        if (pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
-        else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
-        fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
-    }
+    fp_stage1_pairs<P, T, TO>(p, rows, x, n2, pos, half, wtab, pmax);
     __syncthreads();
     // ---- stage 2: each warp's segments.
     for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
@@ -691,32 +703,24 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcPar
 // Precision: W is stored as s1·W in f16 (|s1·W| ≤ 256·√2), an extra rounding of 2^−11 relative on
 // the filter gradient only; everything else is the forward's (f16 operands, f32 accumulation).
 
-// A row of a pair for the backward, resolved once (pointers offset by the thread's column n2).
+// A row of a pair for the backward, resolved once: the forward's descriptor (u, gates, mask,
+// length; its `out` and `ws` are unused here) and the gradients' pointers, offset by column n2.
 template <typename T, typename TO>
-struct FbRow {
-    const T* u;
-    const T* pre;
-    const T* post;
+struct FbRow : FpRow<T, TO> {
     const TO* dout;
     T* du;
     T* dpre;
     T* dpost;
-    float mask;
-    int len;  // element n1 exists when n1·256 < len
 };
 
 template <typename T, typename TO>
 __device__ __forceinline__ FbRow<T, TO> fb_row(const FcParams& p, const FcRow& r, int n2) {
     FbRow<T, TO> f;
-    f.len = r.valid ? (int)p.L - n2 : 0;
-    f.u = reinterpret_cast<const T*>(p.u) + r.urow + n2;
-    f.pre = reinterpret_cast<const T*>(p.pre) + r.prow + n2;
-    f.post = reinterpret_cast<const T*>(p.post) + r.urow + n2;
+    static_cast<FpRow<T, TO>&>(f) = fp_row<T, TO>(p, r, n2);
     f.dout = reinterpret_cast<const TO*>(p.dout) + r.prow + n2;
     f.du = reinterpret_cast<T*>(p.du) + r.urow + n2;
     f.dpre = reinterpret_cast<T*>(p.dpre) + r.prow + n2;
     f.dpost = reinterpret_cast<T*>(p.dpost) + r.urow + n2;
-    f.mask = p.has_mask && r.valid ? reinterpret_cast<const float*>(p.mask)[(i64)r.b * p.H + r.g] : 1.f;
     return f;
 }
 
@@ -823,16 +827,7 @@ __device__ __forceinline__ void fb_segment_w(float2* __restrict__ x, const float
 #pragma unroll
     for (int j = 0; j < 2; ++j)
         ws[j * 32 + lane] = make_uint4(tc_pack(dr[j][0], di[j][0]), tc_pack(dr[j][1], di[j][1]), tc_pack(dr[j][2], di[j][2]), tc_pack(dr[j][3], di[j][3]));
-    if (!need_z) return;
-    float2 k[2][4], y[2][4];
-    fp_load_frag(kf, k);
-#pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) y[j][q] = c_mul(make_float2(dr[j][q], di[j][q]), k[j][q]);
-    unsigned yr[4], yi[4];
-    fp_pack_y(y, yr, yi);
-    fp_idft256(x, tab, F, yr, yi);
+    if (need_z) fp_filter_idft(x, kf, tab, F, dr, di);
 }
 
 // Phase 2 of one segment: G = s2·DFT(d_z); the partial at tp (fragment order, as K̂) gets
@@ -910,16 +905,7 @@ __device__ void fc_bwd_pair(const FcParams& p) {
         }
         __syncthreads();
         // ---- phase 1, stage 1: w.
-#pragma unroll 1
-        for (int r = 0; r < R; ++r) {
-            const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
-            if (!ra.valid) continue;
-            const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
-            float2 a[P];
-            if (pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
-            else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
-            fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
-        }
+        fp_stage1_pairs<P, T, TO>(p, rows, x, n2, pos, half, wtab, pmax);
         __syncthreads();
         // ---- phase 1, segments: W saved; z's spectrum when needed.
         for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
@@ -981,9 +967,14 @@ __device__ void fc_bwd_pair(const FcParams& p) {
     }
 }
 
+// CTAs per SM the register cap aims at (2: 128 registers; EMBER_FFTCONV_PAIR_BWD_MINB, for
+// measurements).
+#ifndef FC_PAIR_BWD_MINB
+#define FC_PAIR_BWD_MINB 2
+#endif
 #define FC_BWD_PAIR_ENTRIES(LOGP)                                                                                              \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pair##LOGP##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, float>(p); }
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, float>(p); }
 FC_BWD_PAIR_ENTRIES(1)
 FC_BWD_PAIR_ENTRIES(2)
 FC_BWD_PAIR_ENTRIES(3)
