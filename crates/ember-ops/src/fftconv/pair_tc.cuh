@@ -703,24 +703,31 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcPar
 // Precision: W is stored as s1·W in f16 (|s1·W| ≤ 256·√2), an extra rounding of 2^−11 relative on
 // the filter gradient only; everything else is the forward's (f16 operands, f32 accumulation).
 
-// A row of a pair for the backward, resolved once: the forward's descriptor (u, gates, mask,
-// length; its `out` and `ws` are unused here) and the gradients' pointers, offset by column n2.
+// A row of a pair for the backward, resolved once: one offset (hd = 1: a row's offset is the
+// same in every (B, H, L) tensor) plus this thread's column n2, the mask, the length. The
+// tensors' pointers are formed from the kernel parameters at each use rather than held: seven
+// 64-bit pointers per row would take 28 registers of a pair, and the P = 32 kernel sits at the
+// 128-register cap of two CTAs per SM.
 template <typename T, typename TO>
-struct FbRow : FpRow<T, TO> {
-    const TO* dout;
-    T* du;
-    T* dpre;
-    T* dpost;
+struct FbRow {
+    i64 off;
+    float mask;
+    int len;  // element n1 exists when n1·256 < len
+    __device__ __forceinline__ const T* u(const FcParams& p) const { return reinterpret_cast<const T*>(p.u) + off; }
+    __device__ __forceinline__ const T* pre(const FcParams& p) const { return reinterpret_cast<const T*>(p.pre) + off; }
+    __device__ __forceinline__ const T* post(const FcParams& p) const { return reinterpret_cast<const T*>(p.post) + off; }
+    __device__ __forceinline__ const TO* dout(const FcParams& p) const { return reinterpret_cast<const TO*>(p.dout) + off; }
+    __device__ __forceinline__ T* du(const FcParams& p) const { return reinterpret_cast<T*>(p.du) + off; }
+    __device__ __forceinline__ T* dpre(const FcParams& p) const { return reinterpret_cast<T*>(p.dpre) + off; }
+    __device__ __forceinline__ T* dpost(const FcParams& p) const { return reinterpret_cast<T*>(p.dpost) + off; }
 };
 
 template <typename T, typename TO>
 __device__ __forceinline__ FbRow<T, TO> fb_row(const FcParams& p, const FcRow& r, int n2) {
     FbRow<T, TO> f;
-    static_cast<FpRow<T, TO>&>(f) = fp_row<T, TO>(p, r, n2);
-    f.dout = reinterpret_cast<const TO*>(p.dout) + r.prow + n2;
-    f.du = reinterpret_cast<T*>(p.du) + r.urow + n2;
-    f.dpre = reinterpret_cast<T*>(p.dpre) + r.prow + n2;
-    f.dpost = reinterpret_cast<T*>(p.dpost) + r.urow + n2;
+    f.off = r.urow + n2;
+    f.len = r.valid ? (int)p.L - n2 : 0;
+    f.mask = p.has_mask && r.valid ? reinterpret_cast<const float*>(p.mask)[(i64)r.b * p.H + r.g] : 1.f;
     return f;
 }
 
@@ -738,7 +745,7 @@ template <int P> constexpr int fb_batch() { return P < 8 ? P : P == 32 ? 4 : 8; 
 // d_z of both rows for n1 < n into a[] (zero past L and for n1 ≥ n). With GELU or POST, a[] holds
 // the recomputed z (times inv1·ks, as the forward's epilogue).
 template <int P, bool GELU, bool POST, typename T, typename TO>
-__device__ __forceinline__ void fb_dz(float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+__device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
     constexpr int CH = fb_batch<P>();
 #pragma unroll
     for (int c0 = 0; c0 < P; c0 += CH) {
@@ -747,11 +754,11 @@ __device__ __forceinline__ void fb_dz(float2 (&a)[P], int n, float inv1, float k
         for (int i = 0; i < CH; ++i) {
             const int n1 = c0 + i, o = n1 << 8;
             const bool va = n1 < n && o < fa.len, vb = n1 < n && o < fb.len;
-            ga[i] = va ? ember_to_f32(fa.dout[o]) : 0.f;
-            gb[i] = vb ? ember_to_f32(fb.dout[o]) : 0.f;
+            ga[i] = va ? ember_to_f32(fa.dout(p)[o]) : 0.f;
+            gb[i] = vb ? ember_to_f32(fb.dout(p)[o]) : 0.f;
             if (POST) {
-                pa[i] = va ? ember_to_f32(fa.post[o]) : 0.f;
-                pb[i] = vb ? ember_to_f32(fb.post[o]) : 0.f;
+                pa[i] = va ? ember_to_f32(fa.post(p)[o]) : 0.f;
+                pb[i] = vb ? ember_to_f32(fb.post(p)[o]) : 0.f;
             }
         }
 #pragma unroll
@@ -772,8 +779,8 @@ __device__ __forceinline__ void fb_dz(float2 (&a)[P], int n, float inv1, float k
                 if (POST) {
                     dza *= pa[i];
                     dzb *= pb[i];
-                    if (va) fp_st(fa.dpost + o, dga * gza);
-                    if (vb) fp_st(fb.dpost + o, dgb * gzb);
+                    if (va) fp_st(fa.dpost(p) + o, dga * gza);
+                    if (vb) fp_st(fb.dpost(p) + o, dgb * gzb);
                 }
             }
             // Explicit zeros: z past the outputs (n1 ≥ n) was never computed.
@@ -784,7 +791,7 @@ __device__ __forceinline__ void fb_dz(float2 (&a)[P], int n, float inv1, float k
 
 // d_u (and d_pregate) of both rows from d_w = a·inv2·ks, n1 < n.
 template <int P, bool PRE, typename T, typename TO>
-__device__ __forceinline__ void fb_dw(const float2 (&a)[P], int n, float inv2, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+__device__ __forceinline__ void fb_dw(const FcParams& p, const float2 (&a)[P], int n, float inv2, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
     constexpr int CH = fb_batch<P>();
 #pragma unroll
     for (int c0 = 0; c0 < P; c0 += CH) {
@@ -794,10 +801,10 @@ __device__ __forceinline__ void fb_dw(const float2 (&a)[P], int n, float inv2, f
             for (int i = 0; i < CH; ++i) {
                 const int n1 = c0 + i, o = n1 << 8;
                 const bool va = n1 < n && o < fa.len, vb = n1 < n && o < fb.len;
-                ua[i] = va ? ember_to_f32(fa.u[o]) : 0.f;
-                ub[i] = vb ? ember_to_f32(fb.u[o]) : 0.f;
-                qa[i] = va ? ember_to_f32(fa.pre[o]) : 0.f;
-                qb[i] = vb ? ember_to_f32(fb.pre[o]) : 0.f;
+                ua[i] = va ? ember_to_f32(fa.u(p)[o]) : 0.f;
+                ub[i] = vb ? ember_to_f32(fb.u(p)[o]) : 0.f;
+                qa[i] = va ? ember_to_f32(fa.pre(p)[o]) : 0.f;
+                qb[i] = vb ? ember_to_f32(fb.pre(p)[o]) : 0.f;
             }
         }
 #pragma unroll
@@ -806,12 +813,12 @@ __device__ __forceinline__ void fb_dw(const float2 (&a)[P], int n, float inv2, f
             if (n1 >= n) break;
             const float dwa = a[n1].x * inv2 * ks, dwb = a[n1].y * inv2 * ks;
             if (o < fa.len) {
-                fp_st(fa.du + o, PRE ? dwa * qa[i] : dwa);
-                if (PRE) fp_st(fa.dpre + o, dwa * ua[i]);
+                fp_st(fa.du(p) + o, PRE ? dwa * qa[i] : dwa);
+                if (PRE) fp_st(fa.dpre(p) + o, dwa * ua[i]);
             }
             if (o < fb.len) {
-                fp_st(fb.du + o, PRE ? dwb * qb[i] : dwb);
-                if (PRE) fp_st(fb.dpre + o, dwb * ub[i]);
+                fp_st(fb.du(p) + o, PRE ? dwb * qb[i] : dwb);
+                if (PRE) fp_st(fb.dpre(p) + o, dwb * ub[i]);
             }
         }
     }
@@ -930,10 +937,10 @@ __device__ void fc_bwd_pair(const FcParams& p) {
             int n = half ? P / 2 : P;
             if (need_z) n = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
             switch (sel_dz) {
-                case 0: fb_dz<P, false, false>(a, n, inv1, ks, fa, fb); break;
-                case 1: fb_dz<P, false, true>(a, n, inv1, ks, fa, fb); break;
-                case 2: fb_dz<P, true, false>(a, n, inv1, ks, fa, fb); break;
-                default: fb_dz<P, true, true>(a, n, inv1, ks, fa, fb); break;
+                case 0: fb_dz<P, false, false>(p, a, n, inv1, ks, fa, fb); break;
+                case 1: fb_dz<P, false, true>(p, a, n, inv1, ks, fa, fb); break;
+                case 2: fb_dz<P, true, false>(p, a, n, inv1, ks, fa, fb); break;
+                default: fb_dz<P, true, true>(p, a, n, inv1, ks, fa, fb); break;
             }
             fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[R + r]);
         }
@@ -960,8 +967,8 @@ __device__ void fc_bwd_pair(const FcParams& p) {
             const float ks = kscale[ra.g];
             float2 a[P];
             const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-            if (pre) fb_dw<P, true>(a, nout, inv2, ks, fa, fb);
-            else fb_dw<P, false>(a, nout, inv2, ks, fa, fb);
+            if (pre) fb_dw<P, true>(p, a, nout, inv2, ks, fa, fb);
+            else fb_dw<P, false>(p, a, nout, inv2, ks, fa, fb);
         }
         __syncthreads();
     }
