@@ -164,6 +164,19 @@ fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     !off && dims.hd == 1 && use_pair(u, opts, path, dims) && matches!(path, Path::OnChip { logm, .. } if logm <= 12)
 }
 
+/// Row pairs per slot of the pair backward (1 ≤ c ≤ pph, the head's pair count): the c that
+/// minimises waves(c)·c, the time in units of one pair's work, where a CTA runs ⌈pph/c⌉-way split
+/// heads' chunks of c pairs in lockstep, CTAs = ⌈heads·⌈pph/c⌉ / slots⌉ and a wave is two CTAs
+/// per SM (the backward's 128 registers and ~103 KB of shared memory per CTA). Ties go to the
+/// larger c: fewer filter-gradient partials to write and fold. A fixed "about two waves" rule
+/// gave B = 16, H = 768, L = 1024 chunks of 3 pairs in 576 CTAs, 2.2 waves run as 3 (9 pair
+/// times where 6 suffice).
+pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, sms: usize) -> usize {
+    let wave = 2 * sms.max(1);
+    let cost = |c: usize| (heads * pph.div_ceil(c)).div_ceil(slots_per_cta).div_ceil(wave) * c;
+    (1..=pph.max(1)).rev().min_by_key(|&c| cost(c)).unwrap_or(1)
+}
+
 /// Shared memory of the pair backward: the forward's 32 segments, every segment's saved spectrum
 /// as f16 pairs (32 × 1 KB), the per-lane table, and per pair slot two row descriptors and two
 /// scales.
@@ -521,15 +534,17 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
 
     match path {
         Path::OnChip { logm, block, pair: true, .. } => {
-            // Pair slots (32/P per CTA of 256 threads), each a chunk of one head's row pairs:
-            // about two waves of two CTAs per SM in all, every chunk nonempty.
+            // Pair slots (32/P per CTA of 256 threads), each a chunk of ppc of one head's row
+            // pairs (every chunk nonempty).
             let logp = logm - 7;
             let n = 2 * m;
             let slots_per_cta = 32usize >> logp;
             let pph = rph.div_ceil(2);
             let sms = dev.info().multiprocessors.max(1) as usize;
-            let want = (2 * 2 * sms * slots_per_cta).div_ceil(heads).clamp(1, pph);
-            let ppc = pph.div_ceil(want);
+            let ppc = match std::env::var("EMBER_FFTCONV_PAIR_BWD_PPC").ok().and_then(|v| v.parse::<usize>().ok()) {
+                Some(c) => c.clamp(1, pph),
+                None => pair_bwd_chunk(heads, pph, slots_per_cta, sms),
+            };
             let parts = pph.div_ceil(ppc);
             let chunk = heads_per_chunk(heads, parts * n * 8 + (m + 1) * 8);
             let tbuf = workspace(devc, 2 * chunk * parts * n)?;

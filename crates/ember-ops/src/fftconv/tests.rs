@@ -380,3 +380,18 @@ fn tensor_core_fft_model_matches_the_dft_within_f16_rounding() {
         eprintln!("M = {mm}: forward {fwd_err:.2e}, round trip {rt_err:.2e}");
     }
 }
+
+#[test]
+fn pair_backward_chunks_fill_whole_waves() {
+    use super::cuda::pair_bwd_chunk;
+    // B = 16, H = 768, L = 1024 on 132 SMs (4 slots per CTA, 8 pairs per head): chunks of 2 pairs
+    // are 768 CTAs, 3 full waves of 264 = 6 pair times (chunks of 3: 576 CTAs in 3 waves, 9).
+    assert_eq!(pair_bwd_chunk(768, 8, 4, 132), 2);
+    // L = 4096 (one slot per CTA): whole heads per slot, 768 CTAs in 3 waves (24 pair times, as
+    // good as any split, and the fewest partials).
+    assert_eq!(pair_bwd_chunk(768, 8, 1, 132), 8);
+    // One pair per head, and a single head with many pairs: split until every SM has work.
+    assert_eq!(pair_bwd_chunk(7, 1, 8, 132), 1);
+    let c = pair_bwd_chunk(1, 5000, 1, 132);
+    assert!(5000usize.div_ceil(c) >= 2 * 132 && 5000usize.div_ceil(c) <= 4 * 132, "chunk {c}");
+}
