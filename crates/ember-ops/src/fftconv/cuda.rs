@@ -164,17 +164,30 @@ fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     !off && dims.hd == 1 && use_pair(u, opts, path, dims) && matches!(path, Path::OnChip { logm, .. } if logm <= 12)
 }
 
-/// Row pairs per slot of the pair backward (1 ≤ c ≤ pph, the head's pair count): the c that
-/// minimises waves(c)·c, the time in units of one pair's work, where a CTA runs ⌈pph/c⌉-way split
-/// heads' chunks of c pairs in lockstep, CTAs = ⌈heads·⌈pph/c⌉ / slots⌉ and a wave is two CTAs
-/// per SM (the backward's 128 registers and ~103 KB of shared memory per CTA). Ties go to the
-/// larger c: fewer filter-gradient partials to write and fold. A fixed "about two waves" rule
-/// gave B = 16, H = 768, L = 1024 chunks of 3 pairs in 576 CTAs, 2.2 waves run as 3 (9 pair
-/// times where 6 suffice).
-pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, sms: usize) -> usize {
-    let wave = 2 * sms.max(1);
-    let cost = |c: usize| (heads * pph.div_ceil(c)).div_ceil(slots_per_cta).div_ceil(wave) * c;
-    (1..=pph.max(1)).rev().min_by_key(|&c| cost(c)).unwrap_or(1)
+/// Row pairs per slot of the pair backward (1 ≤ c ≤ pph, the head's pair count), by a model of
+/// its time in units of one CTA iteration at two CTAs per SM (the backward's 128 registers and
+/// ~103 KB of shared memory per CTA): a CTA runs ⌈pph/c⌉-way split heads' chunks of c pairs in
+/// lockstep, CTAs = ⌈heads·⌈pph/c⌉ / slots⌉; full waves (2 CTAs per SM) cost c each, a last
+/// partial wave c if some SM holds two of its CTAs, else 0.75·c (one CTA per SM runs an
+/// iteration in ~35 µs against ~47 µs for two); each filter-gradient partial costs 5e-8 per bin
+/// and head (fc_dk_pair's reads). Fitted to an H200 sweep of B = 16, H = 768 (NOTES.md, v6): it
+/// picks the measured best at L = 256 (c = 1) and L = 1024 (c = 2; the former "about two waves"
+/// rule took 3: 0.430 → 0.391 ms fwd+bwd) and c = 8 at L = 4096 (1.68 ms; best measured c = 4,
+/// 1.65 ms).
+pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, sms: usize, n: usize) -> usize {
+    let sms = sms.max(1);
+    let cost = |c: usize| {
+        let parts = pph.div_ceil(c);
+        let ctas = (heads * parts).div_ceil(slots_per_cta);
+        let (full, last) = (ctas / (2 * sms), ctas % (2 * sms));
+        let partial = if last == 0 { 0.0 } else if last > sms { 1.0 } else { 0.75 };
+        c as f64 * (full as f64 + partial) + 5e-8 * (parts * heads * n) as f64
+    };
+    // Ties go to the larger c (fewer partials).
+    (1..=pph.max(1)).rev().fold((1, f64::INFINITY), |(bc, bv), c| {
+        let v = cost(c);
+        if v < bv { (c, v) } else { (bc, bv) }
+    }).0
 }
 
 /// Shared memory of the pair backward: the forward's 32 segments, every segment's saved spectrum
@@ -543,7 +556,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             let sms = dev.info().multiprocessors.max(1) as usize;
             let ppc = match std::env::var("EMBER_FFTCONV_PAIR_BWD_PPC").ok().and_then(|v| v.parse::<usize>().ok()) {
                 Some(c) => c.clamp(1, pph),
-                None => pair_bwd_chunk(heads, pph, slots_per_cta, sms),
+                None => pair_bwd_chunk(heads, pph, slots_per_cta, sms, n),
             };
             let parts = pph.div_ceil(ppc);
             let chunk = heads_per_chunk(heads, parts * n * 8 + (m + 1) * 8);

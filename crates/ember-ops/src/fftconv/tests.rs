@@ -382,16 +382,18 @@ fn tensor_core_fft_model_matches_the_dft_within_f16_rounding() {
 }
 
 #[test]
-fn pair_backward_chunks_fill_whole_waves() {
+fn pair_backward_chunks_follow_the_wave_model() {
     use super::cuda::pair_bwd_chunk;
-    // B = 16, H = 768, L = 1024 on 132 SMs (4 slots per CTA, 8 pairs per head): chunks of 2 pairs
-    // are 768 CTAs, 3 full waves of 264 = 6 pair times (chunks of 3: 576 CTAs in 3 waves, 9).
-    assert_eq!(pair_bwd_chunk(768, 8, 4, 132), 2);
-    // L = 4096 (one slot per CTA): whole heads per slot, 768 CTAs in 3 waves (24 pair times, as
-    // good as any split, and the fewest partials).
-    assert_eq!(pair_bwd_chunk(768, 8, 1, 132), 8);
-    // One pair per head, and a single head with many pairs: split until every SM has work.
-    assert_eq!(pair_bwd_chunk(7, 1, 8, 132), 1);
-    let c = pair_bwd_chunk(1, 5000, 1, 132);
-    assert!(5000usize.div_ceil(c) >= 2 * 132 && 5000usize.div_ceil(c) <= 4 * 132, "chunk {c}");
+    // B = 16, H = 768 on 132 SMs (8 pairs per head), the measured best at L = 256 and 1024:
+    // L = 256 (16 slots per CTA): single pairs, 384 CTAs (one full wave and one of one CTA per SM).
+    assert_eq!(pair_bwd_chunk(768, 8, 16, 132, 512), 1);
+    // L = 1024 (4 slots per CTA): chunks of 2 pairs, 768 CTAs in 3 waves (chunks of 3: 576 CTAs,
+    // 2 waves and a sliver, 8.25 iterations against 6).
+    assert_eq!(pair_bwd_chunk(768, 8, 4, 132, 2048), 2);
+    // L = 4096 (1 slot per CTA): whole heads (the fewest partials at equal waves).
+    assert_eq!(pair_bwd_chunk(768, 8, 1, 132, 8192), 8);
+    // One pair per head; a single head with many pairs is split until the SMs have work.
+    assert_eq!(pair_bwd_chunk(7, 1, 8, 132, 2048), 1);
+    let c = pair_bwd_chunk(1, 5000, 1, 132, 8192);
+    assert!(5000usize.div_ceil(c) >= 132 && 5000usize.div_ceil(c) <= 4 * 132, "chunk {c}");
 }
