@@ -170,7 +170,7 @@ fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
 /// lockstep, CTAs = ⌈heads·⌈pph/c⌉ / slots⌉; full waves (2 CTAs per SM) cost c each, a last
 /// partial wave c if some SM holds two of its CTAs, else 0.75·c (one CTA per SM runs an
 /// iteration in ~35 µs against ~47 µs for two); each filter-gradient partial costs 5e-8 per bin
-/// and head (fc_dk's reads of the partials). Fitted to an H200 sweep of B = 16, H = 768 (NOTES.md, v6): it
+/// and head (fc_dk_pair's reads). Fitted to an H200 sweep of B = 16, H = 768 (NOTES.md, v6): it
 /// picks the measured best at L = 256 (c = 1) and L = 1024 (c = 2; the former "about two waves"
 /// rule took 3: 0.430 → 0.391 ms fwd+bwd) and c = 8 at L = 4096 (1.68 ms; best measured c = 4,
 /// 1.65 ms).
@@ -559,20 +559,22 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 None => pair_bwd_chunk(heads, pph, slots_per_cta, sms, n),
             };
             let parts = pph.div_ceil(ppc);
-            let chunk = heads_per_chunk(heads, parts * n * 8);
+            let chunk = heads_per_chunk(heads, parts * n * 8 + (m + 1) * 8);
             let tbuf = workspace(devc, 2 * chunk * parts * n)?;
+            let sbuf = workspace(devc, 2 * chunk * (m + 1))?;
             p.tbuf = tbuf.cuda_ptr()?;
-            p.parts = parts as i32;
+            p.sbuf = sbuf.cuda_ptr()?;
             let lanes = (PER_THREAD * block as usize) >> logm;
             for h0 in (0..heads).step_by(chunk) {
                 let nh = chunk.min(heads - h0);
                 p.set_head_round(h0, nh, rph);
+                p.parts = parts as i32;
                 let grid = grid_u32((nh * parts).div_ceil(slots_per_cta), "backward")?;
                 launch_smem(&dev, 256, &format!("fc_bwd_pair{logp}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
-                // fc_dk folds the partials T in pair order (fc_dk_bin).
-                let mut pk = p;
-                pk.tc = 2;
-                launch(&dev, block, "fc_dk", (grid_u32(nh.div_ceil(lanes), "backward")?, 1), &pk, "fc_dk")?;
+                launch_smem(&dev, 256, "fc_dk_pair", (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1), &p, "fc_dk_pair", 0)?;
+                // fc_dk reads the folded spectrum as a single partial per head.
+                p.parts = 1;
+                launch(&dev, block, "fc_dk", (grid_u32(nh.div_ceil(lanes), "backward")?, 1), &p, "fc_dk")?;
             }
         }
         Path::OnChip { logm, block, .. } => {

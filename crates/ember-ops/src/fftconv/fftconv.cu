@@ -47,8 +47,7 @@ struct FcParams {
     int head0;  // first head of this launch
     int nheads; // heads of this launch
     int tc;     // 1: the filter spectrum is stored in TC order (fft_tc.cuh), for fc_fwd_tc_*;
-                // 2: all N bins in fragment order (pair_tc.cuh), for fc_fwd_pair*; for fc_dk, the
-                // pair backward's partials (fc_dk_bin)
+                // 2: all N bins in fragment order (pair_tc.cuh), for fc_fwd_pair*
 };
 
 template <typename T> __device__ __forceinline__ float ld(u64 p, i64 i) { return ember_to_f32(reinterpret_cast<const T*>(p)[i]); }
@@ -572,28 +571,6 @@ __device__ void fc_bwd_onchip(const FcParams& p) {
 
 // ---- filter gradients: lanes = heads of this launch; sums the partials in order ------------------
 
-// The filter-gradient spectrum S (4·Σ_rows G·conj(W)) of head h (of this launch) at bin k ≤ M,
-// summed over the head's partials in a fixed order. v2: `parts` partials of bins 0..M in sbuf.
-// The pair backward (p.tc == 2): `parts` partials T = Σ G·conj(W) of packed row pairs, all N bins
-// in fragment order, in tbuf; a row pair's own spectra separate as (T[k] + conj T[N − k])/2, so
-// S[k] = 2·(ΣT[k] + conj ΣT[N − k]).
-__device__ __forceinline__ float2 fc_dk_bin(const FcParams& p, int h, int k, int m) {
-    float2 S = make_float2(0.f, 0.f);
-    if (p.tc == 2) {
-        const int n = 2 * m, logp = p.logm - 7;
-        const int pk = fp_kpos(k, logp), pm = fp_kpos((n - k) & (n - 1), logp);
-        const float2* t = reinterpret_cast<const float2*>(p.tbuf) + (i64)h * p.parts * n;
-        float2 tm = make_float2(0.f, 0.f);
-        for (int q = 0; q < p.parts; ++q) {
-            S = c_add(S, t[(i64)q * n + pk]);
-            tm = c_add(tm, t[(i64)q * n + pm]);
-        }
-        return c_scale(c_add(S, c_conj(tm)), 2.f);
-    }
-    for (int q = 0; q < p.parts; ++q) S = c_add(S, ld2(p.sbuf, ((i64)h * p.parts + q) * (m + 1) + k));
-    return S;
-}
-
 __device__ void fc_dk_onchip(const FcParams& p) {
     FC_SMEM_DECL
     float2* x = fc_smem;
@@ -606,8 +583,14 @@ __device__ void fc_dk_onchip(const FcParams& p) {
     for (int c = 0; c <= FC_E / 2; ++c) {
         const int k = l.lt + l.tpr * c;
         if (k > l.m / 2) continue;
-        const float2 Sk = valid ? fc_dk_bin(p, h, k, l.m) : make_float2(0.f, 0.f);
-        const float2 Smk = valid ? fc_dk_bin(p, h, k == 0 ? l.m : l.m - k, l.m) : make_float2(0.f, 0.f);
+        float2 Sk = make_float2(0.f, 0.f), Smk = make_float2(0.f, 0.f);
+        if (valid) {
+            for (int q = 0; q < p.parts; ++q) {
+                const i64 part = ((i64)h * p.parts + q) * (l.m + 1);
+                Sk = c_add(Sk, ld2(p.sbuf, part + k));
+                Smk = c_add(Smk, ld2(p.sbuf, part + (k == 0 ? l.m : l.m - k)));
+            }
+        }
         if (k == 0) {
             x[FC_P(l.base)] = real_pre0(Sk.x * s, Smk.x * s);
         } else {

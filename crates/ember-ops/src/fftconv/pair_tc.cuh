@@ -691,8 +691,8 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcPar
 // The filter gradient needs Σ_rows G_r·conj(W_r) of each row's own (real-signal) spectra: with
 // G = G_a + i·G_b and W = W_a + i·W_b, G_a·conj(W_a) + G_b·conj(W_b) = (T[k] + conj T[N − k])/2,
 // T = G·conj(W). Each pair slot accumulates T over its pairs in f32 (an L2-resident partial, each
-// entry owned by one lane, so no synchronisation), and fc_dk folds the partner bins of a head's
-// partials in a fixed order (fc_dk_bin) before its transform (no atomics: bitwise deterministic).
+// entry owned by one lane, so no synchronisation), and fc_dk_pair folds the partner bins once per
+// head into the half-spectrum fc_dk transforms (no atomics: bitwise deterministic).
 //
 // Work split: R = 32/P pair slots per CTA; slot s = blockIdx.x·R + r is chunk c = s mod parts of
 // head h = s / parts and takes the head's pairs c·ppc … c·ppc + ppc − 1, ppc = ⌈pph/parts⌉ (the
@@ -987,5 +987,25 @@ FC_BWD_PAIR_ENTRIES(2)
 FC_BWD_PAIR_ENTRIES(3)
 FC_BWD_PAIR_ENTRIES(4)
 FC_BWD_PAIR_ENTRIES(5)
+
+// The filter-gradient spectrum of the pair backward, one thread per (head of the launch, bin
+// k ≤ M = N/2): S[k] = 2·(T[k] + conj T[(N − k) mod N]) summed over the head's `parts` partials in
+// order, i.e. 4·Σ_rows G_r·conj(W_r), written where fc_dk (parts = 1) reads it.
+extern "C" __global__ void fc_dk_pair(FcParams p) {
+    const i64 m = (i64)1 << p.logm, n = 2 * m;
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (i64)p.nheads * (m + 1)) return;
+    const i64 h = i / (m + 1);
+    const int k = (int)(i - h * (m + 1)), logp = p.logm - 7;
+    const float2* t = reinterpret_cast<const float2*>(p.tbuf);
+    const int pk = fp_kpos(k, logp), pm = fp_kpos((int)((n - k) & (n - 1)), logp);
+    float2 tk = make_float2(0.f, 0.f), tm = make_float2(0.f, 0.f);
+    for (int c = 0; c < p.parts; ++c) {
+        const float2* tp = t + (h * p.parts + c) * n;
+        tk = c_add(tk, tp[pk]);
+        tm = c_add(tm, tp[pm]);
+    }
+    st2(p.sbuf, h * (m + 1) + k, c_scale(c_add(tk, c_conj(tm)), 2.f));
+}
 
 #endif  // FC_BLOCK == 256
