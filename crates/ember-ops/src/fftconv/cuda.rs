@@ -170,10 +170,13 @@ fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
 /// lockstep, CTAs = ⌈heads·⌈pph/c⌉ / slots⌉; full waves (2 CTAs per SM) cost c each, a last
 /// partial wave c if some SM holds two of its CTAs, else 0.75·c (one CTA per SM runs an
 /// iteration in ~35 µs against ~47 µs for two); each filter-gradient partial costs 5e-8 per bin
-/// and head (fc_dk_pair's reads). Fitted to an H200 sweep of B = 16, H = 768 (NOTES.md, v6): it
-/// picks the measured best at L = 256 (c = 1) and L = 1024 (c = 2; the former "about two waves"
-/// rule took 3: 0.430 → 0.391 ms fwd+bwd) and c = 8 at L = 4096 (1.68 ms; best measured c = 4,
-/// 1.65 ms).
+/// and head (fc_dk_pair's reads) plus 1e-3 for its serial sum over a head's partials (~50 ns of
+/// L2 latency each: it matters only for few heads with many pairs); and 0.1·c for the uneven
+/// finish of long CTAs (SMs do not run in step, so the last CTAs lag by a share of their
+/// length). Fitted to an H200 sweep
+/// of B = 16, H = 768 (NOTES.md, v6), whose order of c it reproduces at L = 256, 1024 and 4096:
+/// c = 1, 2 and 4 there (the former "about two waves" rule took 1, 3 and 8: L = 1024 0.430 →
+/// 0.391 ms fwd+bwd, L = 4096 1.68 → 1.65 ms).
 pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, sms: usize, n: usize) -> usize {
     let sms = sms.max(1);
     let cost = |c: usize| {
@@ -181,7 +184,7 @@ pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, sms
         let ctas = (heads * parts).div_ceil(slots_per_cta);
         let (full, last) = (ctas / (2 * sms), ctas % (2 * sms));
         let partial = if last == 0 { 0.0 } else if last > sms { 1.0 } else { 0.75 };
-        c as f64 * (full as f64 + partial) + 5e-8 * (parts * heads * n) as f64
+        c as f64 * (full as f64 + partial + 0.1) + 5e-8 * (parts * heads * n) as f64 + 1e-3 * parts as f64
     };
     // Ties go to the larger c (fewer partials).
     (1..=pph.max(1)).rev().fold((1, f64::INFINITY), |(bc, bv), c| {
