@@ -178,19 +178,32 @@ fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
 /// c = 1, 2 and 4 there (the former "about two waves" rule took 1, 3 and 8: L = 1024 0.430 →
 /// 0.391 ms fwd+bwd, L = 4096 1.68 → 1.65 ms).
 pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, sms: usize, n: usize) -> usize {
+    let cost = |c: usize| pair_bwd_cost(c, heads, pph, slots_per_cta, sms, n);
+    // Only the smallest c of each partial count ⌈pph/c⌉ can win (at equal parts and CTAs the cost
+    // grows with c), so visit those: O(√pph) candidates per call instead of pph on this per-call
+    // path. Descending c with a strict comparison: ties go to the larger c (fewer partials).
+    let pph = pph.max(1);
+    let (mut best, mut best_cost) = (pph, f64::INFINITY);
+    let mut c = pph;
+    while c >= 1 {
+        let smallest = pph.div_ceil(pph.div_ceil(c));
+        let v = cost(smallest);
+        if v < best_cost {
+            (best, best_cost) = (smallest, v);
+        }
+        c = smallest - 1;
+    }
+    best
+}
+
+/// The model's time of chunks of c pairs (see `pair_bwd_chunk`).
+pub(super) fn pair_bwd_cost(c: usize, heads: usize, pph: usize, slots_per_cta: usize, sms: usize, n: usize) -> f64 {
     let sms = sms.max(1);
-    let cost = |c: usize| {
-        let parts = pph.div_ceil(c);
-        let ctas = (heads * parts).div_ceil(slots_per_cta);
-        let (full, last) = (ctas / (2 * sms), ctas % (2 * sms));
-        let partial = if last == 0 { 0.0 } else if last > sms { 1.0 } else { 0.75 };
-        c as f64 * (full as f64 + partial + 0.1) + 5e-8 * (parts * heads * n) as f64 + 1e-3 * parts as f64
-    };
-    // Ties go to the larger c (fewer partials).
-    (1..=pph.max(1)).rev().fold((1, f64::INFINITY), |(bc, bv), c| {
-        let v = cost(c);
-        if v < bv { (c, v) } else { (bc, bv) }
-    }).0
+    let parts = pph.div_ceil(c);
+    let ctas = (heads * parts).div_ceil(slots_per_cta);
+    let (full, last) = (ctas / (2 * sms), ctas % (2 * sms));
+    let partial = if last == 0 { 0.0 } else if last > sms { 1.0 } else { 0.75 };
+    c as f64 * (full as f64 + partial + 0.1) + 5e-8 * (parts * heads * n) as f64 + 1e-3 * parts as f64
 }
 
 /// Shared memory of the pair backward: the forward's 32 segments, every segment's saved spectrum

@@ -398,3 +398,20 @@ fn pair_backward_chunks_follow_the_wave_model() {
     let c = pair_bwd_chunk(1, 5000, 1, 132, 8192);
     assert!(5000usize.div_ceil(c) >= 132 && 5000usize.div_ceil(c) <= 4 * 132, "chunk {c}");
 }
+
+#[test]
+fn pair_backward_chunk_search_equals_the_exhaustive_one() {
+    use super::cuda::{pair_bwd_chunk, pair_bwd_cost};
+    // The model minimised over every c (ties to the larger c).
+    let brute = |heads: usize, pph: usize, slots: usize, sms: usize, n: usize| {
+        let cost = |c: usize| pair_bwd_cost(c, heads, pph, slots, sms, n);
+        (1..=pph).rev().fold((1, f64::INFINITY), |(bc, bv), c| if cost(c) < bv { (c, cost(c)) } else { (bc, bv) }).0
+    };
+    for heads in [1, 3, 7, 64, 300, 768] {
+        for pph in [1, 2, 5, 8, 17, 64, 500, 5000] {
+            for (slots, n) in [(16, 512), (4, 2048), (1, 8192)] {
+                assert_eq!(pair_bwd_chunk(heads, pph, slots, 132, n), brute(heads, pph, slots, 132, n), "heads {heads} pph {pph} slots {slots}");
+            }
+        }
+    }
+}
