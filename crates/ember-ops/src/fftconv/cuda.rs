@@ -156,12 +156,12 @@ fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     !off && u == DType::BF16 && fits && !opts.tensor_cores
 }
 
-/// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_tc.cuh): where the pair forward
-/// runs with P ≤ 32 (N ≤ 8192) and hd = 1, unless `EMBER_FFTCONV_PAIR_BWD=0` (the v2 backward, to
-/// compare).
+/// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_tc.cuh): wherever the pair
+/// forward runs with hd = 1 (N ≤ 16384, at N = 16384 only L ≤ N/2), unless
+/// `EMBER_FFTCONV_PAIR_BWD=0` (the v2 backward, to compare).
 fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     let off = std::env::var("EMBER_FFTCONV_PAIR_BWD").is_ok_and(|v| v == "0");
-    !off && dims.hd == 1 && use_pair(u, opts, path, dims) && matches!(path, Path::OnChip { logm, .. } if logm <= 12)
+    !off && dims.hd == 1 && use_pair(u, opts, path, dims)
 }
 
 /// Row pairs per slot of the pair backward (1 ≤ c ≤ pph, the head's pair count), by a model of
@@ -177,8 +177,8 @@ fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
 /// of B = 16, H = 768 (NOTES.md, v6), whose order of c it reproduces at L = 256, 1024 and 4096:
 /// c = 1, 2 and 4 there (the former "about two waves" rule took 1, 3 and 8: L = 1024 0.430 →
 /// 0.391 ms fwd+bwd, L = 4096 1.68 → 1.65 ms).
-pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, sms: usize, n: usize) -> usize {
-    let cost = |c: usize| pair_bwd_cost(c, heads, pph, slots_per_cta, sms, n);
+pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, ctas_per_sm: usize, sms: usize, n: usize) -> usize {
+    let cost = |c: usize| pair_bwd_cost(c, heads, pph, slots_per_cta, ctas_per_sm, sms, n);
     // Only the smallest c of each partial count ⌈pph/c⌉ can win (at equal parts and CTAs the cost
     // grows with c), so visit those: O(√pph) candidates per call instead of pph on this per-call
     // path. Descending c with a strict comparison: ties go to the larger c (fewer partials).
@@ -196,22 +196,23 @@ pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, sms
     best
 }
 
-/// The model's time of chunks of c pairs (see `pair_bwd_chunk`).
-pub(super) fn pair_bwd_cost(c: usize, heads: usize, pph: usize, slots_per_cta: usize, sms: usize, n: usize) -> f64 {
-    let sms = sms.max(1);
+/// The model's time of chunks of c pairs (see `pair_bwd_chunk`). `ctas_per_sm`: 2 for P ≤ 32;
+/// 1 for P = 64 (one CTA of 512 threads per SM), where a partial last wave costs a full one.
+pub(super) fn pair_bwd_cost(c: usize, heads: usize, pph: usize, slots_per_cta: usize, ctas_per_sm: usize, sms: usize, n: usize) -> f64 {
+    let (sms, per_sm) = (sms.max(1), ctas_per_sm.max(1));
     let parts = pph.div_ceil(c);
     let ctas = (heads * parts).div_ceil(slots_per_cta);
-    let (full, last) = (ctas / (2 * sms), ctas % (2 * sms));
-    let partial = if last == 0 { 0.0 } else if last > sms { 1.0 } else { 0.75 };
+    let (full, last) = (ctas / (per_sm * sms), ctas % (per_sm * sms));
+    let partial = if last == 0 { 0.0 } else if last > (per_sm - 1) * sms { 1.0 } else { 0.75 };
     c as f64 * (full as f64 + partial + 0.1) + 5e-8 * (parts * heads * n) as f64 + 1e-3 * parts as f64
 }
 
-/// Shared memory of the pair backward: the forward's 32 segments, every segment's saved spectrum
-/// as f16 pairs (32 × 1 KB), the per-lane table, and per pair slot two row descriptors and two
-/// scales.
+/// Shared memory of the pair backward: the forward's segments (32; 64 at P = 64), every segment's
+/// saved spectrum as f16 pairs (1 KB each), the per-lane table, and per pair slot two row
+/// descriptors and two scales.
 fn smem_bytes_pair_bwd(logp: u32) -> usize {
-    let pairs = 32usize >> logp;
-    32 * 256 * 8 + 32 * 1024 + 40 * 32 * 4 + pairs * (2 * 48 + 8)
+    let (segments, pairs) = if logp == 6 { (64, 1) } else { (32, 32 >> logp) };
+    segments * (256 * 8 + 1024) + 40 * 32 * 4 + pairs * (2 * 48 + 8)
 }
 
 /// Shared memory of the pair forward: 32 segments of 256 float2, the per-lane table (40 words ×
@@ -563,16 +564,16 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
 
     match path {
         Path::OnChip { logm, block, pair: true, .. } => {
-            // Pair slots (32/P per CTA of 256 threads), each a chunk of ppc of one head's row
-            // pairs (every chunk nonempty).
+            // Pair slots (32/P per CTA of 256 threads; at P = 64 one per CTA of 512), each a
+            // chunk of ppc of one head's row pairs (every chunk nonempty).
             let logp = logm - 7;
             let n = 2 * m;
-            let slots_per_cta = 32usize >> logp;
+            let (slots_per_cta, ctas_per_sm, threads) = if logp == 6 { (1, 1, 512) } else { (32usize >> logp, 2, 256) };
             let pph = rph.div_ceil(2);
             let sms = dev.info().multiprocessors.max(1) as usize;
             let ppc = match std::env::var("EMBER_FFTCONV_PAIR_BWD_PPC").ok().and_then(|v| v.parse::<usize>().ok()) {
                 Some(c) => c.clamp(1, pph),
-                None => pair_bwd_chunk(heads, pph, slots_per_cta, sms, n),
+                None => pair_bwd_chunk(heads, pph, slots_per_cta, ctas_per_sm, sms, n),
             };
             let parts = pph.div_ceil(ppc);
             let chunk = heads_per_chunk(heads, parts * n * 8 + (m + 1) * 8);
@@ -586,7 +587,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 p.set_head_round(h0, nh, rph);
                 p.parts = parts as i32;
                 let grid = grid_u32((nh * parts).div_ceil(slots_per_cta), "backward")?;
-                launch_smem(&dev, 256, &format!("fc_bwd_pair{logp}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
+                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{logp}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
                 launch_smem(&dev, 256, "fc_dk_pair", (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1), &p, "fc_dk_pair", 0)?;
                 // fc_dk reads the folded spectrum as a single partial per head.
                 p.parts = 1;

@@ -525,14 +525,84 @@ FC_PAIR_ENTRIES(3)
 FC_PAIR_ENTRIES(4)
 FC_PAIR_ENTRIES(5)
 
+// Stage 1 at P = 64 for thread h of column n2 (at `pos`): y[m] = the pair's input at n1 = 2m + h
+// (m < 16; L ≤ N/2). Y = DFT32 of y (two 16-point DFTs: only m < 16 is nonzero), then the radix-2
+// step across the two threads: thread h keeps X[k + 32h] = Y0[k] ± W64^k·Y1[k] (the partner's Y by
+// shuffle), times W_N^(n2·k1), stored at x[k1·256 + pos]; the pair's largest component into *pmax.
+__device__ __forceinline__ void fp64_stage1(const float2 (&y)[16], int h, float2* __restrict__ x, int pos, const float2* __restrict__ tw, const float2* __restrict__ wtab, int* pmax) {
+    float2 a[32];
+    {
+        // Y[2j + e] = DFT16(y[m]·W32^(m·e))[j]
+        float2 ev[16], od[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+            ev[m] = y[m];
+            od[m] = m == 0 ? y[m] : c_mul(y[m], w32<-1>(m));
+        }
+        dft16<-1>(ev);
+        dft16<-1>(od);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            a[2 * j] = ev[j];
+            a[2 * j + 1] = od[j];
+        }
+    }
+    float mx = 0.f;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
+        const float2 y0 = h == 0 ? a[k] : other, y1 = h == 0 ? other : a[k];
+        const float2 w = tw[k << (FC_TWN_LOG - 6)];  // W64^k from the flat table
+        const float2 t = c_mul(y1, w);
+        const float2 v0 = h == 0 ? c_add(y0, t) : c_sub(y0, t);
+        const int k1 = k + 32 * h;
+        const float2 v = k1 == 0 ? v0 : c_mul(v0, wtab[k1 << 8]);
+        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+        x[k1 * 256 + pos] = v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(pmax, __float_as_int(mx));
+}
+
+// Inverse stage 1 at P = 64: thread h takes B[k + 32h]·conj(W_N^(n2·k1)); thread 0 forms
+// B[k] + B[k + 32] (the even outputs), thread 1 (B[k] − B[k + 32])·W64^−k (the odd ones); then
+// the first 16 outputs of each 32-point inverse DFT: o[m] = output n1 = 2m + h, m < 16.
+__device__ __forceinline__ void fp64_stage1_inv(float2 (&o)[16], int h, const float2* __restrict__ x, int pos, const float2* __restrict__ tw, const float2* __restrict__ wtab) {
+    float2 a[32];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const int k1 = k + 32 * h;
+        const float2 v = x[k1 * 256 + pos];
+        a[k] = k1 == 0 ? v : c_mulc(v, wtab[k1 << 8]);
+    }
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
+        if (h == 0) {
+            a[k] = c_add(a[k], other);
+        } else {
+            const float2 d = c_sub(other, a[k]);
+            a[k] = k == 0 ? d : c_mulc(d, tw[k << (FC_TWN_LOG - 6)]);
+        }
+    }
+    // o[m] = E[m] + W32^−m·O[m], m < 16.
+    float2 ev[16], od[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        ev[j] = a[2 * j];
+        od[j] = a[2 * j + 1];
+    }
+    dft16<1>(ev);
+    dft16<1>(od);
+#pragma unroll
+    for (int m = 0; m < 16; ++m) o[m] = c_add(ev[m], m == 0 ? od[m] : c_mul(od[m], w32<1>(m)));
+}
+
 // N = 16384 (P = 64), L ≤ N/2 only: one row pair per CTA of 512 threads, two threads per column
-// (thread 2·n2 + h, h = 0/1 in neighbouring lanes). Stage 1 by a radix-2 split across the two:
-// thread h transforms the subsequence x[2m + h] (32 points, only m < 16 nonzero: two 16-point
-// DFTs), then X[k] = Y0[k] + W64^k·Y1[k] (thread 0, k < 32) and X[k + 32] = Y0[k] − W64^k·Y1[k]
-// (thread 1) with the partner's values by shuffle. The inverse mirrors it: x[2m] = IDFT32(B[k] +
-// B[k + 32]) (thread 0), x[2m + 1] = IDFT32(W64^−k·(B[k] − B[k + 32])) (thread 1), first 16 outputs
-// each. Segments (64 per pair, 4 per warp) and the epilogue as fc_fwd_pair; 128 KB of data, one
-// CTA (16 warps) per SM.
+// (thread 2·n2 + h, h = 0/1 in neighbouring lanes). Stage 1 and its inverse by a radix-2 split
+// across the two (fp64_stage1, fp64_stage1_inv). Segments (64 per pair, 4 per warp) and the
+// epilogue as fc_fwd_pair; 128 KB of data, one CTA (16 warps) per SM.
 template <typename T, typename TO>
 __device__ void fc_fwd_pair64(const FcParams& p) {
     constexpr int LOGN = 14;  // P = 64
@@ -564,53 +634,21 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
     const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
     const float2* wtab = tw + FC_TW_PAIR64 + n2;  // W_N^(n2·k1) at k1·256
     // ---- stage 1. y[m] = x[2m + h] (offset (2m + h)·256), m < 16.
-    float2 a[32];
     {
-        const FpRow<T, TO> ga = fa, gb = fb;
         float2 y[16];
 #pragma unroll
         for (int m = 0; m < 16; ++m) {
             const int o = (2 * m + h) << 8;
-            float va = o < ga.len ? ember_to_f32(ga.u[o]) : 0.f;
-            float vb = o < gb.len ? ember_to_f32(gb.u[o]) : 0.f;
+            float va = o < fa.len ? ember_to_f32(fa.u[o]) : 0.f;
+            float vb = o < fb.len ? ember_to_f32(fb.u[o]) : 0.f;
             if (pre) {
-                va *= o < ga.len ? ember_to_f32(ga.pre[o]) : 0.f;
-                vb *= o < gb.len ? ember_to_f32(gb.pre[o]) : 0.f;
+                va *= o < fa.len ? ember_to_f32(fa.pre[o]) : 0.f;
+                vb *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
             }
             y[m] = make_float2(va, vb);
         }
-        // Y[2j + e] = DFT16(y[m]·W32^(m·e))[j]
-        float2 ev[16], od[16];
-#pragma unroll
-        for (int m = 0; m < 16; ++m) {
-            ev[m] = y[m];
-            od[m] = m == 0 ? y[m] : c_mul(y[m], w32<-1>(m));
-        }
-        dft16<-1>(ev);
-        dft16<-1>(od);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            a[2 * j] = ev[j];
-            a[2 * j + 1] = od[j];
-        }
+        fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
     }
-    // Radix-2 across the pair of threads: thread h keeps X[k + 32h] = Y0[k] ± W64^k·Y1[k].
-    float mx = 0.f;
-#pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
-        const float2 y0 = h == 0 ? a[k] : other, y1 = h == 0 ? other : a[k];
-        const float2 w = tw[k << (FC_TWN_LOG - 6)];  // W64^k from the flat table
-        const float2 t = c_mul(y1, w);
-        const float2 v0 = h == 0 ? c_add(y0, t) : c_sub(y0, t);
-        const int k1 = k + 32 * h;
-        const float2 v = k1 == 0 ? v0 : c_mul(v0, wtab[k1 << 8]);
-        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
-        x[k1 * 256 + pos] = v;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if ((threadIdx.x & 31) == 0) atomicMax(&pmax[0], __float_as_int(mx));
     __syncthreads();
     // ---- stage 2: 64 segments, 4 per warp.
     float s1, inv1;
@@ -620,47 +658,16 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
         fp_segment(x + sg * 256, kf, tab, s1);
     }
     __syncthreads();
-    // ---- inverse stage 1: thread h holds B[k + 32h]·conj(W_N^(n2·k1)).
+    // ---- inverse stage 1.
     const float ks = reinterpret_cast<const float*>(p.spec)[((i64)p.heads << (LOGN + 1)) + ra.g];
-#pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        const int k1 = k + 32 * h;
-        const float2 v = x[k1 * 256 + pos];
-        a[k] = k1 == 0 ? v : c_mulc(v, wtab[k1 << 8]);
-    }
-    // Thread 0: c[k] = B[k] + B[k + 32] → even outputs; thread 1: (B[k] − B[k + 32])·W64^−k → odd.
-#pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
-        if (h == 0) {
-            a[k] = c_add(a[k], other);
-        } else {
-            const float2 d = c_sub(other, a[k]);
-            a[k] = k == 0 ? d : c_mulc(d, tw[k << (FC_TWN_LOG - 6)]);
-        }
-    }
-    // First 16 outputs of the 32-point inverse DFT: x[m] = E[m] + W32^−m·O[m], m < 16.
-    {
-        float2 ev[16], od[16];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            ev[j] = a[2 * j];
-            od[j] = a[2 * j + 1];
-        }
-        dft16<1>(ev);
-        dft16<1>(od);
-#pragma unroll
-        for (int m = 0; m < 16; ++m) a[m] = c_add(ev[m], m == 0 ? od[m] : c_mul(od[m], w32<1>(m)));
-    }
+    float2 o16[16];
+    fp64_stage1_inv(o16, h, x, pos, tw, wtab);
     // Outputs n1 = 2m + h, m < 16: offset h·256 + m·512 — the epilogue over 16 elements at stride 512.
     FpRow<T, TO> ea = fa, eb = fb;
     const int off = h << 8;
     ea.u += off; eb.u += off; ea.pre += off; eb.pre += off; ea.post += off; eb.post += off;
     ea.out += off; eb.out += off; ea.ws += off; eb.ws += off;
     ea.len -= off; eb.len -= off;
-    float2 o16[16];
-#pragma unroll
-    for (int m = 0; m < 16; ++m) o16[m] = a[m];
     const int sel = (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
     switch (sel) {
         case 0: fp_epilogue<16, false, false, false, 9>(o16, 16, inv1, ks, ea, eb); break;
@@ -743,8 +750,8 @@ __device__ __forceinline__ float2 fb_unpack(unsigned v) {
 template <int P> constexpr int fb_batch() { return P < 8 ? P : P == 32 ? 4 : 8; }
 
 // d_z of both rows for n1 < n into a[] (zero past L and for n1 ≥ n). With GELU or POST, a[] holds
-// the recomputed z (times inv1·ks, as the forward's epilogue).
-template <int P, bool GELU, bool POST, typename T, typename TO>
+// the recomputed z (times inv1·ks, as the forward's epilogue). Element n1 sits at offset n1·2^SH.
+template <int P, bool GELU, bool POST, int SH = 8, typename T, typename TO>
 __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
     constexpr int CH = fb_batch<P>();
 #pragma unroll
@@ -752,7 +759,7 @@ __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, 
         float ga[CH], gb[CH], pa[CH], pb[CH];
 #pragma unroll
         for (int i = 0; i < CH; ++i) {
-            const int n1 = c0 + i, o = n1 << 8;
+            const int n1 = c0 + i, o = n1 << SH;
             const bool va = n1 < n && o < fa.len, vb = n1 < n && o < fb.len;
             ga[i] = va ? ember_to_f32(fa.dout(p)[o]) : 0.f;
             gb[i] = vb ? ember_to_f32(fb.dout(p)[o]) : 0.f;
@@ -763,7 +770,7 @@ __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, 
         }
 #pragma unroll
         for (int i = 0; i < CH; ++i) {
-            const int n1 = c0 + i, o = n1 << 8;
+            const int n1 = c0 + i, o = n1 << SH;
             const bool va = n1 < n && o < fa.len, vb = n1 < n && o < fb.len;
             const float dga = ga[i] * fa.mask, dgb = gb[i] * fb.mask;
             float dza = dga, dzb = dgb;
@@ -789,8 +796,8 @@ __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, 
     }
 }
 
-// d_u (and d_pregate) of both rows from d_w = a·inv2·ks, n1 < n.
-template <int P, bool PRE, typename T, typename TO>
+// d_u (and d_pregate) of both rows from d_w = a·inv2·ks, n1 < n (element n1 at offset n1·2^SH).
+template <int P, bool PRE, int SH = 8, typename T, typename TO>
 __device__ __forceinline__ void fb_dw(const FcParams& p, const float2 (&a)[P], int n, float inv2, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
     constexpr int CH = fb_batch<P>();
 #pragma unroll
@@ -799,7 +806,7 @@ __device__ __forceinline__ void fb_dw(const FcParams& p, const float2 (&a)[P], i
         if (PRE) {
 #pragma unroll
             for (int i = 0; i < CH; ++i) {
-                const int n1 = c0 + i, o = n1 << 8;
+                const int n1 = c0 + i, o = n1 << SH;
                 const bool va = n1 < n && o < fa.len, vb = n1 < n && o < fb.len;
                 ua[i] = va ? ember_to_f32(fa.u(p)[o]) : 0.f;
                 ub[i] = vb ? ember_to_f32(fb.u(p)[o]) : 0.f;
@@ -809,7 +816,7 @@ __device__ __forceinline__ void fb_dw(const FcParams& p, const float2 (&a)[P], i
         }
 #pragma unroll
         for (int i = 0; i < CH; ++i) {
-            const int n1 = c0 + i, o = n1 << 8;
+            const int n1 = c0 + i, o = n1 << SH;
             if (n1 >= n) break;
             const float dwa = a[n1].x * inv2 * ks, dwb = a[n1].y * inv2 * ks;
             if (o < fa.len) {
@@ -987,6 +994,108 @@ FC_BWD_PAIR_ENTRIES(2)
 FC_BWD_PAIR_ENTRIES(3)
 FC_BWD_PAIR_ENTRIES(4)
 FC_BWD_PAIR_ENTRIES(5)
+
+// The backward at N = 16384 (P = 64, L ≤ N/2): fc_bwd_pair's phases for one row pair per CTA of
+// 512 threads, two threads per column as fc_fwd_pair64 (stage 1 and its inverse by fp64_stage1 /
+// fp64_stage1_inv; thread h's 16 elements n1 = 2m + h sit at offset h·256 + m·512, so the
+// epilogues run over 16 elements at stride 2^9 on rows offset by h·256). Slot = CTA: the CTA takes
+// the chunk blockIdx.x mod parts of head blockIdx.x / parts. Shared memory: 64 segments of data
+// (128 KB), their W as f16 pairs (64 KB), the per-lane table, two rows: one CTA (16 warps) per SM.
+template <typename T, typename TO>
+__device__ void fc_bwd_pair64(const FcParams& p) {
+    constexpr int LOGN = 14;  // P = 64
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    uint4* wsave = reinterpret_cast<uint4*>(x + 64 * 256);  // [segment][j][lane]
+    unsigned* tab = reinterpret_cast<unsigned*>(wsave + 64 * 64);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
+    const int pos = fp_idx(n2 >> 4, n2 & 15), off = h << 8;
+    const bool pre = p.has_pre, need_z = p.need_z;
+    const i64 rph = p.B;  // rows per head (hd = 1)
+    const i64 pph = (rph + 1) / 2;
+    const i64 ppc = (pph + p.parts - 1) / p.parts;
+    const float2* wtab = tw + FC_TW_PAIR64 + n2;
+    const float4* spec = reinterpret_cast<const float4*>(p.spec);
+    const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
+    float4* tslot = reinterpret_cast<float4*>(p.tbuf) + ((i64)blockIdx.x << (LOGN - 1));
+    const int sel_dz = (p.gelu ? 2 : 0) | (p.has_post ? 1 : 0);
+#pragma unroll 1
+    for (i64 it = 0; it < ppc; ++it) {
+        if (threadIdx.x < 2) {
+            const i64 hh = blockIdx.x / p.parts, q = (blockIdx.x - hh * p.parts) * ppc + it;
+            const bool ok = hh < p.nheads && q < pph && (threadIdx.x == 0 || 2 * q + 1 < rph);
+            FcRow row = fc_row(p, hh * rph + 2 * q + threadIdx.x);
+            row.valid = row.valid && ok;
+            rows[threadIdx.x] = row;
+            if (threadIdx.x == 0) pmax[0] = pmax[1] = 0;
+        }
+        __syncthreads();
+        const FcRow ra = rows[0], rb = rows[1];
+        // Uniform over the CTA; chunks are consecutive pairs, so no later pair is valid either.
+        if (!ra.valid) break;
+        FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+        fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
+        const i64 kseg = (i64)ra.g << (LOGN - 1);
+        // ---- phase 1, stage 1: w.
+        {
+            float2 y[16];
+#pragma unroll
+            for (int m = 0; m < 16; ++m) {
+                const int o = m << 9;
+                float va = o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f;
+                float vb = o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f;
+                if (pre) {
+                    va *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
+                    vb *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
+                }
+                y[m] = make_float2(va, vb);
+            }
+            fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
+        }
+        __syncthreads();
+        // ---- phase 1, segments: W saved; z's spectrum when needed.
+        float s1, inv1;
+        fp_pair_scale(pmax[0], s1, inv1);
+        for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) fb_segment_w(x + sg * 256, spec + kseg + (sg << 7), tab, s1, wsave + sg * 64, need_z);
+        __syncthreads();
+        // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers.
+        const float ks = kscale[ra.g];
+        {
+            float2 a[16];
+            if (need_z) fp64_stage1_inv(a, h, x, pos, tw, wtab);
+            switch (sel_dz) {
+                case 0: fb_dz<16, false, false, 9>(p, a, 16, inv1, ks, fa, fb); break;
+                case 1: fb_dz<16, false, true, 9>(p, a, 16, inv1, ks, fa, fb); break;
+                case 2: fb_dz<16, true, false, 9>(p, a, 16, inv1, ks, fa, fb); break;
+                default: fb_dz<16, true, true, 9>(p, a, 16, inv1, ks, fa, fb); break;
+            }
+            fp64_stage1(a, h, x, pos, tw, wtab, &pmax[1]);
+        }
+        __syncthreads();
+        // ---- phase 2, segments: T, × conj(K̂), inverse.
+        float s2, inv2;
+        fp_pair_scale(pmax[1], s2, inv2);
+        for (int sg = threadIdx.x >> 5; sg < 64; sg += 16)
+            fb_segment_g(x + sg * 256, spec + kseg + (sg << 7), tab, s2, wsave + sg * 64, tslot + (sg << 7), inv1, inv2, it == 0);
+        __syncthreads();
+        // ---- phase 3: inverse stage 1 (d_w) and its epilogue.
+        {
+            float2 a[16];
+            fp64_stage1_inv(a, h, x, pos, tw, wtab);
+            if (pre) fb_dw<16, true, 9>(p, a, 16, inv2, ks, fa, fb);
+            else fb_dw<16, false, 9>(p, a, 16, inv2, ks, fa, fb);
+        }
+        __syncthreads();
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_bf16(FcParams p) { fc_bwd_pair64<ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_f32(FcParams p) { fc_bwd_pair64<ember_bf16, float>(p); }
 
 // The filter-gradient spectrum of the pair backward, one thread per (head of the launch, bin
 // k ≤ M = N/2): S[k] = 2·(T[k] + conj T[(N − k) mod N]) summed over the head's `parts` partials in

@@ -173,6 +173,11 @@ fn cases(tier: Tier) -> Vec<Case> {
             // 132-SM GPU, an odd row count (the last pair half empty), a partial last chunk.
             v.push(Case::all(33, 300, 1000));
             v.push(Case { gelu: true, d: true, ..Case::plain(40, 64, 2000) });
+            // Pair backward at P = 64 (N = 16384, one pair per CTA of 512 threads): each option
+            // alone (z recomputed only for GELU or the postgate), and 15 × 150 rows so that a
+            // slot takes 2 of a head's 8 pairs on a 132-SM GPU, the last pair half empty.
+            v.extend(each_option_alone(3, 5, 6000));
+            v.push(Case { gelu: true, d: true, ..Case::plain(15, 150, 5000) });
             v
         }
     }

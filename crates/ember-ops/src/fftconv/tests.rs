@@ -386,31 +386,35 @@ fn pair_backward_chunks_follow_the_wave_model() {
     use super::cuda::pair_bwd_chunk;
     // B = 16, H = 768 on 132 SMs (8 pairs per head), the measured best at L = 256 and 1024:
     // L = 256 (16 slots per CTA): single pairs, 384 CTAs (one full wave and one of one CTA per SM).
-    assert_eq!(pair_bwd_chunk(768, 8, 16, 132, 512), 1);
+    assert_eq!(pair_bwd_chunk(768, 8, 16, 2, 132, 512), 1);
     // L = 1024 (4 slots per CTA): chunks of 2 pairs, 768 CTAs in 3 waves (chunks of 3: 576 CTAs,
     // 2 waves and a sliver, 8.25 iterations against 6).
-    assert_eq!(pair_bwd_chunk(768, 8, 4, 132, 2048), 2);
+    assert_eq!(pair_bwd_chunk(768, 8, 4, 2, 132, 2048), 2);
     // L = 4096 (1 slot per CTA): equal waves for c = 2, 3, 4, 8; c = 4 balances the fold of its
     // two partials against the uneven finish of whole-head CTAs (measured 1.65 ms vs 1.68 for 8).
-    assert_eq!(pair_bwd_chunk(768, 8, 1, 132, 8192), 4);
+    assert_eq!(pair_bwd_chunk(768, 8, 1, 2, 132, 8192), 4);
     // One pair per head; a single head with many pairs is split until the SMs have work.
-    assert_eq!(pair_bwd_chunk(7, 1, 8, 132, 2048), 1);
-    let c = pair_bwd_chunk(1, 5000, 1, 132, 8192);
+    assert_eq!(pair_bwd_chunk(7, 1, 8, 2, 132, 2048), 1);
+    let c = pair_bwd_chunk(1, 5000, 1, 2, 132, 8192);
     assert!(5000usize.div_ceil(c) >= 132 && 5000usize.div_ceil(c) <= 4 * 132, "chunk {c}");
+    // P = 64 (one slot per CTA, one CTA per SM), L = 5000 or 8192 at B = 16, H = 768: whole heads
+    // of 8 pairs (768 CTAs, 5.8 waves) beat single pairs (47 waves and 8 partials of 128 KB per
+    // head to fold); measured at L = 5000: 4.19 ms fwd+bwd against 4.69 for single pairs.
+    assert_eq!(pair_bwd_chunk(768, 8, 1, 1, 132, 16384), 8);
 }
 
 #[test]
 fn pair_backward_chunk_search_equals_the_exhaustive_one() {
     use super::cuda::{pair_bwd_chunk, pair_bwd_cost};
     // The model minimised over every c (ties to the larger c).
-    let brute = |heads: usize, pph: usize, slots: usize, sms: usize, n: usize| {
-        let cost = |c: usize| pair_bwd_cost(c, heads, pph, slots, sms, n);
+    let brute = |heads: usize, pph: usize, slots: usize, per_sm: usize, sms: usize, n: usize| {
+        let cost = |c: usize| pair_bwd_cost(c, heads, pph, slots, per_sm, sms, n);
         (1..=pph).rev().fold((1, f64::INFINITY), |(bc, bv), c| if cost(c) < bv { (c, cost(c)) } else { (bc, bv) }).0
     };
     for heads in [1, 3, 7, 64, 300, 768] {
         for pph in [1, 2, 5, 8, 17, 64, 500, 5000] {
-            for (slots, n) in [(16, 512), (4, 2048), (1, 8192)] {
-                assert_eq!(pair_bwd_chunk(heads, pph, slots, 132, n), brute(heads, pph, slots, 132, n), "heads {heads} pph {pph} slots {slots}");
+            for (slots, per_sm, n) in [(16, 2, 512), (4, 2, 2048), (1, 2, 8192), (1, 1, 16384)] {
+                assert_eq!(pair_bwd_chunk(heads, pph, slots, per_sm, 132, n), brute(heads, pph, slots, per_sm, 132, n), "heads {heads} pph {pph} slots {slots}");
             }
         }
     }
