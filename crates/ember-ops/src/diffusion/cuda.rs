@@ -110,7 +110,36 @@ pub struct Tuning {
     /// it cannot run), `Some(Never)` keeps mma.sync, `Some(Auto)` applies [`WgmmaMode::Auto`]'s rule
     /// for the reduce whatever the environment says; `None`: [`wgmma_reduce_mode`] decides.
     pub reduce_wg: Option<WgmmaMode>,
+    /// How the wgmma expand writes its tiles: `Some(ExpandStore::Bulk)` forces the wgmma expand
+    /// with bulk stores (an error where it cannot run, or together with `expand_wg: Some(false)`),
+    /// `Some(ExpandStore::Direct)` keeps the direct epilogue wherever the wgmma expand runs; `None`:
+    /// [`expand_store_mode`] decides.
+    pub expand_store: Option<ExpandStore>,
 }
+
+/// How the wgmma expand writes its output tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpandStore {
+    /// v5: each warp's 16 × 64 slices through shared memory into 16-byte stores, after the products.
+    Direct,
+    /// v8 (`diffusion_expand_wgb*`): the tile into a shared-memory staging buffer, then one bulk
+    /// copy (cp.async.bulk) per row, drained while the warps run the next tile's products.
+    Bulk,
+}
+
+/// `EMBER_DIFFUSION_EXPAND_STORE=direct|bulk`: the wgmma expand's store path wherever it runs
+/// (bulk where its shared memory fits, else direct); default [`DEFAULT_EXPAND_STORE`].
+pub fn expand_store_mode() -> ExpandStore {
+    static M: OnceLock<ExpandStore> = OnceLock::new();
+    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_EXPAND_STORE").as_deref() {
+        Ok("bulk") => ExpandStore::Bulk,
+        Ok("direct") => ExpandStore::Direct,
+        _ => DEFAULT_EXPAND_STORE,
+    })
+}
+
+/// v8's bulk stores are not yet measured on a GPU: the default stays the direct epilogue.
+pub const DEFAULT_EXPAND_STORE: ExpandStore = ExpandStore::Direct;
 
 /// When the expand GEMM runs on wgmma (where it can: sm_90a, f16/bf16, the tile fits in shared
 /// memory) instead of mma.sync.
@@ -194,16 +223,45 @@ fn expand_wg_smem(kp: usize, nh: usize, nst: usize) -> usize {
     2 * (kp * 128 * nh + nst * EBM * kp + 8 * 16 * 72)
 }
 
-/// (NH, NST, KP, shared memory) of the wgmma expand for K, C on a device with `optin` bytes of
-/// shared memory per block, or None where it does not apply.
-fn expand_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize) -> Option<(usize, usize, usize, usize)> {
+/// Bytes after each staged row of the bulk-store expand (EWG_STG_PAD in diffusion.cu).
+pub(crate) const EWG_STG_PAD: usize = 16;
+
+/// Shared memory of `diffusion_expand_wgb*` (v8): S and NST stages as `diffusion_expand_wg*`, then a
+/// 128-row staging buffer of 2·128·NH + [`EWG_STG_PAD`] bytes per row in place of the epilogue slices.
+pub(crate) fn expand_wgb_smem(kp: usize, nh: usize, nst: usize) -> usize {
+    2 * (kp * 128 * nh + nst * EBM * kp) + EBM * (256 * nh + EWG_STG_PAD)
+}
+
+/// Stage counts compiled for the bulk-store expand, most first: at K = 128 a 128-channel tile keeps
+/// 4 stages (194 KB), a 256-channel one 3 (226 KB of the 227 KB an sm_90 block may opt into).
+pub(crate) fn expand_wgb_stages(nh: usize) -> &'static [usize] {
+    if nh == 1 {
+        &[4, 2]
+    } else {
+        &[3, 2]
+    }
+}
+
+/// (NH, NST, KP, shared memory, bulk) of the wgmma expand for K, C, with bulk stores or not, or
+/// None where it does not apply (f32, not sm_90a, or no stage count fits in shared memory).
+fn expand_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize, bulk: bool) -> Option<(usize, usize, usize, usize, bool)> {
     if dtype == DType::F32 || dev.info().compute_capability != (9, 0) {
         return None;
     }
     let optin = dev.info().shared_memory_per_block_optin as usize;
     let nh = if c <= 128 { 1 } else { 2 };
     let kp = k.next_multiple_of(16);
-    [4, 2].into_iter().map(|nst| (nh, nst, kp, expand_wg_smem(kp, nh, nst))).find(|&(_, _, _, smem)| smem <= optin)
+    if bulk {
+        expand_wgb_stages(nh).iter().map(|&nst| (nh, nst, kp, expand_wgb_smem(kp, nh, nst), true)).find(|s| s.3 <= optin)
+    } else {
+        [4, 2].into_iter().map(|nst| (nh, nst, kp, expand_wg_smem(kp, nh, nst), false)).find(|s| s.3 <= optin)
+    }
+}
+
+/// Whether the wgmma expand (with bulk stores or not) can run for `dtype`, K and C on `dev` (the
+/// bench's variant rows).
+pub fn expand_wg_available(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize, bulk: bool) -> bool {
+    expand_wg_shape(dev, dtype, k, c, bulk).is_some()
 }
 
 /// When a pass runs as one cooperative launch (`diffusion_fused_{fwd,bwd}`) instead of three.
@@ -391,8 +449,9 @@ struct Geometry {
     n_tiles: usize,
     tile_table: u64,
     ewn: usize,
-    /// Some((NH, NST)): the expand runs on wgmma (`diffusion_expand_wg{NH}_s{NST}`).
-    ewg: Option<(usize, usize)>,
+    /// Some((NH, NST, bulk)): the expand runs on wgmma (`diffusion_expand_wg{NH}_s{NST}`, or
+    /// `diffusion_expand_wgb{NH}_s{NST}` with bulk stores).
+    ewg: Option<(usize, usize, bool)>,
     kpe: usize,
     cpe: usize,
     expand_grid: (u32, u32),
@@ -454,19 +513,32 @@ impl Geometry {
                 shrink(wn, ec, &|wn| n_tiles * c.div_ceil(32 * wn), n_sm)
             }
         };
-        let wg = match tune.expand_wg {
-            Some(true) => Some(expand_wg_shape(dev, dtype, k, c).ok_or_else(|| {
+        // The store path where the wgmma expand runs: bulk where asked for and its shared memory
+        // fits, else direct; forced bulk (a test or bench variant) is an error where it cannot run.
+        let wg_shape = || match tune.expand_store.unwrap_or_else(expand_store_mode) {
+            ExpandStore::Bulk => expand_wg_shape(dev, dtype, k, c, true).or_else(|| expand_wg_shape(dev, dtype, k, c, false)),
+            ExpandStore::Direct => expand_wg_shape(dev, dtype, k, c, false),
+        };
+        let wg = match (tune.expand_store, tune.expand_wg) {
+            (Some(ExpandStore::Bulk), Some(false)) => return Err(Error::invalid("expand_store", "bulk stores are a variant of the wgmma expand, which expand_wg = Some(false) excludes")),
+            (Some(ExpandStore::Bulk), _) => Some(expand_wg_shape(dev, dtype, k, c, true).ok_or_else(|| {
+                Error::Unsupported(format!(
+                    "the wgmma expand with bulk stores for {dtype}, K = {k}, C = {c} on {} (needs sm_90a, 16-bit activations, and S, two stages and the 128-row staging buffer in shared memory)",
+                    dev.info().arch
+                ))
+            })?),
+            (_, Some(true)) => Some(wg_shape().ok_or_else(|| {
                 Error::Unsupported(format!("the wgmma expand for {dtype}, K = {k}, C = {c} on {} (needs sm_90a, 16-bit activations, the tile in shared memory)", dev.info().arch))
             })?),
-            Some(false) => None,
-            None => match wgmma_mode() {
+            (_, Some(false)) => None,
+            (_, None) => match wgmma_mode() {
                 WgmmaMode::Never => None,
-                WgmmaMode::Always => expand_wg_shape(dev, dtype, k, c),
-                WgmmaMode::Auto => expand_wg_shape(dev, dtype, k, c).filter(|&(nh, ..)| n_tiles * c.div_ceil(128 * nh) >= WG_MIN_TILES_PER_SM * n_sm),
+                WgmmaMode::Always => wg_shape(),
+                WgmmaMode::Auto => wg_shape().filter(|&(nh, ..)| n_tiles * c.div_ceil(128 * nh) >= WG_MIN_TILES_PER_SM * n_sm),
             },
         };
         let (kpe, ebn) = match wg {
-            Some((nh, _, kp, _)) => (kp, 128 * nh),
+            Some((nh, _, kp, ..)) => (kp, 128 * nh),
             None => (kpe, 32 * ewn),
         };
         let rmode = tune.reduce_wg.unwrap_or_else(wgmma_reduce_mode);
@@ -488,7 +560,7 @@ impl Geometry {
         let vec = (k * es).is_multiple_of(16) && (c * es).is_multiple_of(16);
         let reduce_grid = (to_u32_grid(n_chunks, i32::MAX as usize, "reduce chunks")?, to_u32_grid(n_mt * n_ntr, 65535, "reduce tiles per chunk")?);
         let expand_smem = match wg {
-            Some((_, _, _, smem)) => smem,
+            Some((_, _, _, smem, _)) => smem,
             None => expand_smem(dtype, ewn, kpe, st),
         };
         let finalize_grid = (to_u32_grid(meshes * (cpe / 32), i32::MAX as usize, "meshes × channel blocks")?, (kpe / 8) as u32);
@@ -516,7 +588,7 @@ impl Geometry {
             n_tiles,
             tile_table,
             ewn,
-            ewg: wg.map(|(nh, nst, _, _)| (nh, nst)),
+            ewg: wg.map(|(nh, nst, _, _, bulk)| (nh, nst, bulk)),
             kpe,
             cpe,
             expand_grid,
@@ -625,10 +697,14 @@ fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: 
 #[allow(clippy::too_many_arguments)]
 fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
     let entry = match (g.ewg, g.ewn) {
-        (Some((1, 2)), _) => "diffusion_expand_wg1_s2",
-        (Some((1, _)), _) => "diffusion_expand_wg1_s4",
-        (Some((_, 2)), _) => "diffusion_expand_wg2_s2",
-        (Some(_), _) => "diffusion_expand_wg2_s4",
+        (Some((1, 2, false)), _) => "diffusion_expand_wg1_s2",
+        (Some((1, _, false)), _) => "diffusion_expand_wg1_s4",
+        (Some((_, 2, false)), _) => "diffusion_expand_wg2_s2",
+        (Some((_, _, false)), _) => "diffusion_expand_wg2_s4",
+        (Some((1, 2, true)), _) => "diffusion_expand_wgb1_s2",
+        (Some((1, _, true)), _) => "diffusion_expand_wgb1_s4",
+        (Some((_, 2, true)), _) => "diffusion_expand_wgb2_s2",
+        (Some((_, _, true)), _) => "diffusion_expand_wgb2_s3",
         (None, 8) => "diffusion_expand_w8",
         (None, 4) => "diffusion_expand_w4",
         (None, _) => "diffusion_expand_w2",
@@ -916,6 +992,17 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
     } else {
         Vec::new()
     };
+    // v8: the wgmma expand with each store path, timed in the same run where both can run.
+    let k = g.k;
+    let expand_variants: Vec<(&'static str, &'static str, Geometry)> = if expand_wg_available(&dev, dtype, k, c, false) && expand_wg_available(&dev, dtype, k, c, true) {
+        let mut v = Vec::new();
+        for (store, f, b) in [(ExpandStore::Direct, "fwd:expand store=direct", "bwd:expand store=direct"), (ExpandStore::Bulk, "fwd:expand store=bulk", "bwd:expand store=bulk")] {
+            v.push((f, b, Geometry::new(&dev, m, c, &Tuning { expand_wg: Some(true), expand_store: Some(store), ..Tuning::default() })?));
+        }
+        v
+    } else {
+        Vec::new()
+    };
     let out = Tensor::output(x.shape(), dtype, device)?;
     let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
@@ -925,7 +1012,14 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
     for (_, _, gv) in &variants {
         partial_bytes = partial_bytes.max(gv.partial_bytes()?);
     }
-    let ws = workspace(device, &[partial_bytes, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
+    // The expand variants read the operand and d_times rows of their own finalize (below): sized
+    // for the largest padding.
+    let (mut op_bytes, mut dt_bytes) = (g.operand_bytes(), g.dt_rows() * g.cpe * 4);
+    for (_, _, gv) in &expand_variants {
+        op_bytes = op_bytes.max(gv.operand_bytes());
+        dt_bytes = dt_bytes.max(gv.dt_rows() * gv.cpe * 4);
+    }
+    let ws = workspace(device, &[partial_bytes, op_bytes, dt_bytes])?;
     let (partials, s_op, dt_part) = (ws.part(0), ws.part(1), ws.part(2));
     let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
     let (es, v, k) = (dtype.size() as f64, g.n_rows as f64, g.k as f64);
@@ -946,6 +1040,13 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
     for (f, b, gv) in &variants {
         rows.push((f, time(&mut || launch_reduce(&dev, gv, basis, x.cuda_ptr()?, mass, partials))?, es * v * (cf + k + 1.0), gemm));
         rows.push((b, time(&mut || launch_reduce(&dev, gv, basis, d_out.cuda_ptr()?, 0, partials))?, es * v * (cf + k), gemm));
+    }
+    for (f, b, gv) in &expand_variants {
+        // The variant's own reduce and finalize first, so the operand it reads has its padding.
+        launch_reduce(&dev, gv, basis, x.cuda_ptr()?, mass, partials)?;
+        launch_finalize_fwd(&dev, gv, partials, evals, tp, spectral.cuda_ptr()?, saved.cuda_ptr()?, s_op)?;
+        rows.push((f, time(&mut || launch_expand(&dev, gv, basis, s_op, 0, out.cuda_ptr()?, 0, 0))?, es * v * (k + cf), gemm));
+        rows.push((b, time(&mut || launch_expand(&dev, gv, basis, s_op, mass, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?))?, es * v * (k + cf + 1.0), gemm));
     }
     Ok(rows)
 }

@@ -755,7 +755,8 @@ DIFF_EXPAND(2)
 // (no-swizzle core-matrix tiles and descriptors; see there).
 //
 // Shared memory (bytes): [S: KP × BN, MN-major core matrices][NST stages: 128 × KP, K-major]
-// [epilogue: 8 warps × 16 rows × (64 + 8) elements].
+// [epilogue: 8 warps × 16 rows × (64 + 8) elements; the bulk-store variant diffusion_expand_wgb*
+// (v8, below): 128 rows × (2·BN + 16) bytes of staging].
 //   stage element (r, k) at (r/8)·(KP/8·128) + (k/8)·128 + (r%8)·16 + (k%8)·2   (K-major A:
 //     LBO 128 between the two 8-deep halves of a step, SBO KP·16 between 8-row groups)
 //   S element (k, n) at (k/8)·(BN/8·128) + (n/8)·128 + (k%8)·16 + (n%8)·2        (MN-major B:
@@ -852,20 +853,126 @@ __device__ __forceinline__ void ewg_load_tile(unsigned char* st, const T* __rest
     }
 }
 
-template <int NH, int NST>
+// ---- v8: bulk stores of the output tile (cp.async.bulk, sm_90) ------------------------------------
+// The direct epilogue (v5) issues a tile's 64 KB of st.global from the same warps that run the
+// products, one after the other: with one CTA per SM nothing else overlaps either. The bulk variant
+// (diffusion_expand_wgb*) writes the tile into a shared-memory staging buffer and hands each row to
+// the bulk-copy unit, which drains it to global memory while the warps go on to the next tile's
+// products. Each warp owns 16 whole rows of the tile (the wgmma accumulator layout), so staging,
+// proxy fence, issue and the wait before the next write need only the warp, never a CTA barrier.
+// The helpers are empty on sm_80, where the host never launches these entries.
+#define EWG_STG_PAD 16  // bytes after each staged row of 2·BN bytes: (4g + t + 4j) mod 32 banks per b32 store
+
+__device__ __forceinline__ void ewg_bulk_store(T* gdst, u32 ssrc, u32 bytes) {
+#if EWG_HAS_WGMMA
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
+#else
+    (void)gdst, (void)ssrc, (void)bytes;
+#endif
+}
+__device__ __forceinline__ void ewg_bulk_commit() {
+#if EWG_HAS_WGMMA
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+// This thread's bulk copies have read their shared-memory source: the rows may be written again.
+__device__ __forceinline__ void ewg_bulk_wait_read() {
+#if EWG_HAS_WGMMA
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+}
+// This thread's bulk copies are complete (before the CTA and its shared memory go away).
+__device__ __forceinline__ void ewg_bulk_wait_all() {
+#if EWG_HAS_WGMMA
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+}
+
+// Direct epilogue (v5): rows row0 + {g, g + 8} of the warp's 16; per 64-column slice, stage the
+// warp's 16 × 64 values in its slice `stg` (16 × EWG_EPI_LD), then write 16-byte vectors (8 per
+// row), or elements where rows are not 16-byte multiples.
+template <int NH>
+__device__ __forceinline__ void ewg_epilogue_direct(const float (&acc)[NH][64], T* stg, float w0, float w1, T* __restrict__ out,
+                                                    i64 row0, i64 re, int c0, int C, bool vec) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int sl = 0; sl < 2 * NH; ++sl) {
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+            const int j = (sl & 1) * 8 + jj;
+            const float* a = &acc[sl >> 1][4 * j];
+            const int col = jj * 8 + 2 * t;
+            *reinterpret_cast<u32*>(stg + g * EWG_EPI_LD + col) = ember_pack2<T>(a[0] * w0, a[1] * w0);
+            *reinterpret_cast<u32*>(stg + (g + 8) * EWG_EPI_LD + col) = ember_pack2<T>(a[2] * w1, a[3] * w1);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int idx = q * 32 + lane;
+            const int r = idx >> 3, ch = idx & 7;
+            const i64 v = row0 + r;
+            const int c = c0 + sl * 64 + ch * 8;
+            if (v < re) {
+                const T* src = stg + r * EWG_EPI_LD + ch * 8;
+                if (vec) {
+                    if (c < C) *reinterpret_cast<uint4*>(out + v * C + c) = *reinterpret_cast<const uint4*>(src);
+                } else {
+                    for (int k = 0; k < 8; ++k)
+                        if (c + k < C) out[v * C + c + k] = src[k];
+                }
+            }
+        }
+        __syncwarp();
+    }
+}
+
+// Bulk epilogue (v8): the warp's 16 rows × BN columns (the same products, weights and roundings as
+// the direct epilogue) into its rows of the staging buffer, then lane r < 16 copies row r to
+// global memory if it is in range: min(BN, C − c0) elements, a multiple of 16 bytes where the host
+// takes this path (C·2 a multiple of 16; c0 is a multiple of 128), as is the row's global address.
+template <int NH>
+__device__ __forceinline__ void ewg_epilogue_bulk(const float (&acc)[NH][64], unsigned char* stg, float w0, float w1, T* __restrict__ out,
+                                                  i64 row0, i64 re, int c0, int C) {
+    constexpr int P = 256 * NH + EWG_STG_PAD;  // bytes per staged row
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    ewg_bulk_wait_read();  // the copies this lane issued one tile ago have read the rows
+    __syncwarp();          // ... and every lane knows it before writing
+#pragma unroll
+    for (int h = 0; h < NH; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const float* a = &acc[h][4 * j];
+            const int cb = (h * 128 + j * 8 + 2 * t) * 2;
+            *reinterpret_cast<u32*>(stg + g * P + cb) = ember_pack2<T>(a[0] * w0, a[1] * w0);
+            *reinterpret_cast<u32*>(stg + (g + 8) * P + cb) = ember_pack2<T>(a[2] * w1, a[3] * w1);
+        }
+    ewg_fence_async();  // this lane's generic-proxy stores, visible to the bulk copies (async proxy)
+    __syncwarp();       // every lane's
+    if (lane < 16 && row0 + lane < re)
+        ewg_bulk_store(out + (row0 + lane) * C + c0, smem_addr(stg + lane * P), (u32)(min(128 * NH, C - c0) * 2));
+    ewg_bulk_commit();
+}
+
+// BULK = false: diffusion_expand_wg{NH}_s{NST} (direct epilogue, v5). BULK = true:
+// diffusion_expand_wgb{NH}_s{NST}, whose epilogue region is a 128-row staging buffer (pitch
+// 2·BN + EWG_STG_PAD bytes) written out by bulk copies; where rows are not 16-byte multiples (!vec)
+// it runs the direct epilogue in the same region (8 slices of 16 × EWG_EPI_LD fit in it).
+template <int NH, int NST, bool BULK>
 __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, const T* __restrict__ s_op, const T* __restrict__ mass,
                                                  T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int K,
                                                  int C, int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
                                                  float* __restrict__ d_times) {
     constexpr int BN = 128 * NH;
+    constexpr int STG_P = 2 * BN + EWG_STG_PAD;
+    static_assert(!BULK || 8 * 16 * EWG_EPI_LD * 2 <= EBM * STG_P, "the direct slices fit in the staging buffer");
     extern __shared__ __align__(128) unsigned char diff_smem[];
     unsigned char* Ss = diff_smem;
     unsigned char* stages = Ss + (size_t)KP * BN * 2;
     const int stage_bytes = EBM * KP * 2;
-    T* epi = reinterpret_cast<T*>(stages + (size_t)NST * stage_bytes);
+    unsigned char* epi = stages + (size_t)NST * stage_bytes;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3;
-    const int g = lane >> 2, t = lane & 3;
+    const int g = lane >> 2;
     const int c0 = blockIdx.y * BN;
     const i64 bx = blockIdx.x, gx = gridDim.x;
 
@@ -934,61 +1041,42 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
 #pragma unroll
             for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
 
-            // Epilogue: rows rb + wg·64 + wq·16 + {g, g + 8}; per 64-column slice, stage the warp's
-            // 16 × 64 values in shared memory, then write 16-byte vectors (8 per row).
+            // Epilogue: rows rb + wg·64 + wq·16 + {g, g + 8} of the tile (the warp's 16).
             const i64 row0 = rb + wg * 64 + wq * 16;
             float w0 = 1.0f, w1 = 1.0f;
             if (mass) {
                 w0 = row0 + g < re ? ember_to_f32(mass[row0 + g]) : 0.0f;
                 w1 = row0 + g + 8 < re ? ember_to_f32(mass[row0 + g + 8]) : 0.0f;
             }
-            T* stg = epi + warp * 16 * EWG_EPI_LD;
-#pragma unroll
-            for (int sl = 0; sl < 2 * NH; ++sl) {
-#pragma unroll
-                for (int jj = 0; jj < 8; ++jj) {
-                    const int j = (sl & 1) * 8 + jj;
-                    const float* a = &acc[sl >> 1][4 * j];
-                    const int col = jj * 8 + 2 * t;
-                    *reinterpret_cast<u32*>(stg + g * EWG_EPI_LD + col) = ember_pack2<T>(a[0] * w0, a[1] * w0);
-                    *reinterpret_cast<u32*>(stg + (g + 8) * EWG_EPI_LD + col) = ember_pack2<T>(a[2] * w1, a[3] * w1);
-                }
-                __syncwarp();
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const int idx = q * 32 + lane;
-                    const int r = idx >> 3, ch = idx & 7;
-                    const i64 v = row0 + r;
-                    const int c = c0 + sl * 64 + ch * 8;
-                    if (v < re) {
-                        const T* src = stg + r * EWG_EPI_LD + ch * 8;
-                        if (vec) {
-                            if (c < C) *reinterpret_cast<uint4*>(out + v * C + c) = *reinterpret_cast<const uint4*>(src);
-                        } else {
-                            for (int k = 0; k < 8; ++k)
-                                if (c + k < C) out[v * C + c + k] = src[k];
-                        }
-                    }
-                }
-                __syncwarp();
-            }
+            if (BULK && vec)
+                ewg_epilogue_bulk<NH>(acc, epi + warp * 16 * STG_P, w0, w1, out, row0, re, c0, C);
+            else
+                ewg_epilogue_direct<NH>(acc, reinterpret_cast<T*>(epi) + warp * 16 * EWG_EPI_LD, w0, w1, out, row0, re, c0, C, vec);
         }
         cp_async_wait<0>();
         t0 = t1;
     }
+    if (BULK) ewg_bulk_wait_all();
 }
 
-#define DIFF_EXPAND_WG(NH, NST)                                                                                                \
-    extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_expand_wg##NH##_s##NST(                               \
-        const T* basis, const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C, int KP, \
-        int CPs, int vec, const float* dt_part, int dt_rows, float* d_times) {                                                 \
-        expand_wg_kernel<NH, NST>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows,      \
-                                  d_times);                                                                                    \
+#define DIFF_EXPAND_WG(NAME, NH, NST, BULK)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1) NAME(const T* basis, const T* s_op, const T* mass, T* out,         \
+                                                                   const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C,     \
+                                                                   int KP, int CPs, int vec, const float* dt_part, int dt_rows, \
+                                                                   float* d_times) {                                            \
+        expand_wg_kernel<NH, NST, BULK>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, \
+                                        d_times);                                                                              \
     }
-DIFF_EXPAND_WG(1, 2)
-DIFF_EXPAND_WG(1, 4)
-DIFF_EXPAND_WG(2, 2)
-DIFF_EXPAND_WG(2, 4)
+DIFF_EXPAND_WG(diffusion_expand_wg1_s2, 1, 2, false)
+DIFF_EXPAND_WG(diffusion_expand_wg1_s4, 1, 4, false)
+DIFF_EXPAND_WG(diffusion_expand_wg2_s2, 2, 2, false)
+DIFF_EXPAND_WG(diffusion_expand_wg2_s4, 2, 4, false)
+// Bulk stores: the staging buffer costs a load stage where C > 128 (S + 3 stages + 66 KB of staging
+// = 226 KB at K = 128); 2 stages where K > 128 leaves no room for more.
+DIFF_EXPAND_WG(diffusion_expand_wgb1_s2, 1, 2, true)
+DIFF_EXPAND_WG(diffusion_expand_wgb1_s4, 1, 4, true)
+DIFF_EXPAND_WG(diffusion_expand_wgb2_s2, 2, 2, true)
+DIFF_EXPAND_WG(diffusion_expand_wgb2_s3, 2, 3, true)
 #endif  // DIFF_HALF
 
 // ---- reduce on Hopper warpgroup MMA (wgmma, sm_90a; 16-bit activations) ---------------------------

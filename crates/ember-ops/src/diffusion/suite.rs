@@ -1,6 +1,6 @@
 //! Spectral diffusion's `ember check` cases and `ember bench` rows.
 
-use super::cuda::{self, Tuning, WgmmaMode};
+use super::cuda::{self, ExpandStore, Tuning, WgmmaMode};
 use super::{backward_batch, forward_batch, param_dtype, reference, Forward, Grads, MeshBatch, Meshes};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
@@ -205,19 +205,34 @@ fn case(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
 }
 
 fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(reduce_wn), expand_wn: Some(expand_wn), chunk_rows: Some(chunk_rows), fused: Some(false), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never) };
+    let t = Tuning {
+        reduce_wn: Some(reduce_wn),
+        expand_wn: Some(expand_wn),
+        chunk_rows: Some(chunk_rows),
+        fused: Some(false),
+        expand_wg: Some(false),
+        reduce_wg: Some(WgmmaMode::Never),
+        expand_store: None,
+    };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never) };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// The expand on wgmma (sm_90a), everything else chosen as by default; 16-bit dtypes.
 fn wg(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
     let t = Tuning { expand_wg: Some(true), ..Tuning::default() };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
+}
+
+/// The wgmma expand with bulk stores (v8, sm_90a) forced, everything else chosen as by default;
+/// 16-bit dtypes. `check_case` also runs it with the direct epilogue and asserts the same bits.
+fn wgb(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
+    let t = Tuning { expand_wg: Some(true), expand_store: Some(ExpandStore::Bulk), ..Tuning::default() };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
 }
 
@@ -309,6 +324,39 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
             ],
         };
         v.extend(wg_cases);
+        // v8, the wgmma expand with bulk stores: both shapes of each width (NH = 1: 4 stages, and 2
+        // at K = 256; NH = 2: 3 stages, and 2 at K = 136), tiles partial in rows (V = 7, 4109,
+        // 131077, every mesh of a batch) and in channels (C = 64 of 128, 136 and 264 of 256: a
+        // second channel tile of 8), the direct fallback where rows are not 16-byte multiples
+        // (K = 1, 5; C = 1, 33, 257), forward and backward (mass, d_times), with and without dS.
+        let wgb_cases: Vec<Case> = match tier {
+            _ if !has_wgmma(device) => vec![],
+            Tier::Quick => vec![],
+            Tier::Small => vec![
+                wgb(&[77], 5, 33, true),
+                wgb(&[300], 64, 64, false),
+                wgb(&[37, 1, 130], 16, 24, true),
+                wgb(&[150], 136, 256, true),
+                wgb(&[200], 128, 136, false),
+                wgb(&[129], 256, 128, true),
+            ],
+            Tier::Full => vec![
+                wgb(&[1], 1, 1, true),
+                wgb(&[7], 64, 256, false),
+                wgb(&[7], 64, 33, true),
+                wgb(&[4109], 128, 256, true),
+                wgb(&[4109], 256, 64, false),
+                wgb(&[4109], 136, 256, true),
+                wgb(&[4109], 136, 257, false),
+                wgb(&[131077], 128, 256, false),
+                wgb(&[131077], 64, 264, true),
+                wgb(&[131077], 64, 1, true),
+                wgb(&[131077], 256, 128, true),
+                wgb(&[1 << 20 | 7], 128, 64, true),
+                wgb(&[5003, 19997, 1, 12000, 7777], 128, 256, true),
+            ],
+        };
+        v.extend(wgb_cases);
         // The wgmma reduce (v6): 16-byte and element loaders, one and two 128-channel halves, K
         // above one 128-eigenvector tile, chunks whose first row is not 8-aligned (partial first
         // stage), single chunks shorter than a stage, batches, forward with mass and backward
@@ -368,6 +416,9 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             if t.expand_wg == Some(true) {
                 s += " wgmma";
             }
+            if t.expand_store == Some(ExpandStore::Bulk) {
+                s += " store=bulk";
+            }
             match t.reduce_wg {
                 Some(WgmmaMode::Always) => s += " reduce=wgmma",
                 Some(WgmmaMode::Auto) => s += " reduce=auto",
@@ -390,13 +441,32 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
         Ok(())
     };
     let tune = c.tune.as_ref().map(|(t, r)| (t, *r));
+    // v8: the bulk-store expand must give the bits of the direct wgmma expand (same products, same
+    // order, same roundings; only the store path differs).
+    let direct = tune.filter(|(t, _)| t.expand_store == Some(ExpandStore::Bulk)).map(|(t, r)| (Tuning { expand_store: Some(ExpandStore::Direct), ..*t }, r));
+    let bits_eq = |a: (&Forward, &Grads), b: &(Forward, Grads)| -> Result<bool> {
+        let mut eq = true;
+        for (x, y) in [(&a.0.out, &b.0.out), (&a.0.spectral, &b.0.spectral), (&a.1.d_x, &b.1.d_x), (&a.1.d_times, &b.1.d_times)] {
+            let (x, y) = (x.to_vec_f64()?, y.to_vec_f64()?);
+            eq &= !x.is_empty() && x.len() == y.len() && x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits());
+        }
+        Ok(eq)
+    };
     if c.sizes.len() == 1 {
         let (fwd, g) = dev.run_single(tune.map(|(t, _)| t))?;
         push(&mut rows, "", &fwd, &g)?;
+        if let Some((t, _)) = &direct {
+            let same = bits_eq((&fwd, &g), &dev.run_single(Some(t))?)?;
+            rows.push(property("diffusion", &format!("{label} =store=direct"), "bitwise", dtype, ctx.device, same));
+        }
         return Ok(rows);
     }
     let (fwd, g) = dev.run(&p.offsets, tune)?;
     push(&mut rows, " batch", &fwd, &g)?;
+    if let Some((t, r)) = &direct {
+        let same = bits_eq((&fwd, &g), &dev.run(&p.offsets, Some((t, *r)))?)?;
+        rows.push(property("diffusion", &format!("{label} batch =store=direct"), "bitwise", dtype, ctx.device, same));
+    }
     // Batched == per mesh: each mesh alone through the single-mesh front end.
     let mut per_out = Vec::new();
     let mut per_dx = Vec::new();
@@ -450,7 +520,7 @@ fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, d
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never) };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
@@ -479,6 +549,20 @@ fn cuda_properties(device: Device) -> Result<Vec<CheckRow>> {
     let f = layer.forward(&dev.x, &dev.basis, &dev.mass, &evals)?;
     let clamped = layer.times.to_vec_f64()?.iter().all(|&t| t == super::MIN_TIME as f32 as f64);
     rows.push(prop("layer clamps times to 1e-8 on cuda", clamped && f.out.to_vec_f64()?.iter().all(|x| x.is_finite())));
+    // v8: bulk stores forced where they cannot run are a clear error, not a silent fallback: off
+    // sm_90a (any shape), and on sm_90a where S (K = 256 × 256 channels), two stages and the staging
+    // buffer exceed an SM's shared memory; together with the mma.sync expand, an invalid choice.
+    let (big, offs) = (Problem::new(&[50], 256, 256, DType::BF16, false, 9)?.on(device)?, [0usize, 50]);
+    let big_evals = big.evals.try_clone()?.reshape(&[256])?;
+    let mb = Meshes { basis: &big.basis, mass: &big.mass, evals: &big_evals, offsets: &offs, plan: None, batched: false };
+    let bulk = Tuning { expand_wg: Some(true), expand_store: Some(ExpandStore::Bulk), ..Tuning::default() };
+    let e = cuda::forward_tuned(&mb, &big.x, &big.times, &bulk);
+    rows.push(prop("bulk stores forced at K = 256, C = 256: Err(Unsupported)", matches!(e, Err(ember_core::Error::Unsupported(_)))));
+    let m1 = Meshes { basis: &dev.basis, mass: &dev.mass, evals: &evals, offsets: &[0, 50], plan: None, batched: false };
+    let e = cuda::forward_tuned(&m1, &dev.x, &dev.times, &Tuning { expand_wg: Some(false), ..bulk });
+    rows.push(prop("bulk stores with expand_wg = false: Err(Invalid)", matches!(e, Err(ember_core::Error::Invalid { .. }))));
+    let e = cuda::forward_tuned(&m1, &dev.x, &dev.times, &bulk);
+    rows.push(prop("bulk stores forced at K = 8, C = 16: runs on sm_90a, Err(Unsupported) elsewhere", if has_wgmma(device) { e.is_ok() } else { matches!(e, Err(ember_core::Error::Unsupported(_))) }));
     Ok(rows)
 }
 
@@ -509,6 +593,10 @@ impl crate::OpFamily for Family {
             for dtype in [DType::F16, DType::BF16] {
                 rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " reduce=wgmma")))?);
             }
+            let t = Tuning { expand_wg: Some(true), expand_store: Some(ExpandStore::Bulk), ..Tuning::default() };
+            for dtype in [DType::F16, DType::BF16] {
+                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " store=bulk")))?);
+            }
         }
         if ctx.device.is_cuda() {
             rows.extend(cuda_properties(ctx.device)?);
@@ -524,7 +612,8 @@ impl crate::OpFamily for Family {
         // (vertices of each mesh, dtypes)
         let single: Vec<usize> = match (ctx.device, ctx.quick) {
             (Device::Cpu, _) => vec![4096],
-            (_, true) => vec![4096, 131072, 524288],
+            // 2M in quick runs too: v8's store-path rows are read at V = 2M.
+            (_, true) => vec![4096, 131072, 524288, 2097152],
             (_, false) => vec![4096, 32768, 131072, 524288, 2097152],
         };
         let mut problems: Vec<(Vec<usize>, DType)> = Vec::new();
@@ -625,29 +714,42 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
     row.note = note;
     progress(&row);
     rows.push(row);
-    // v6: both reduce variants (the expand as by default) timed in this run, where the wgmma reduce
-    // can run, for single meshes of V ≥ 131072: rows "fwd reduce=mma.sync", "fwd reduce=wgmma" and
-    // the same for "fwd+bwd".
-    if single && d.is_cuda() && v >= 131072 && cuda::reduce_wg_available(inputs[0].x.cuda_device()?, dtype, c) {
+    // Variant rows for single meshes of V ≥ 131072, each variant forced, the rest as by default:
+    // v6, both reduce variants where the wgmma reduce can run ("fwd reduce=mma.sync",
+    // "fwd reduce=wgmma", the same for "fwd+bwd"); v8, the wgmma expand with each store path where
+    // both can run ("fwd store=direct", "fwd store=bulk", the same for "fwd+bwd").
+    if single && d.is_cuda() && v >= 131072 {
+        let cdev = inputs[0].x.cuda_device()?.clone();
+        let mut variants: Vec<(String, Tuning, &str)> = Vec::new();
+        if cuda::reduce_wg_available(&cdev, dtype, c) {
+            for (mode, name) in [(WgmmaMode::Never, "mma.sync"), (WgmmaMode::Always, "wgmma")] {
+                variants.push((format!("reduce={name}"), Tuning { reduce_wg: Some(mode), ..Tuning::default() }, "reduce variant forced, expand as by default"));
+            }
+        }
+        if cuda::expand_wg_available(&cdev, dtype, k, c, false) && cuda::expand_wg_available(&cdev, dtype, k, c, true) {
+            for (store, name) in [(ExpandStore::Direct, "direct"), (ExpandStore::Bulk, "bulk")] {
+                let t = Tuning { expand_wg: Some(true), expand_store: Some(store), ..Tuning::default() };
+                variants.push((format!("store={name}"), t, "wgmma expand forced with this store path, reduce as by default"));
+            }
+        }
         let offsets = [0, v];
-        for (mode, name) in [(WgmmaMode::Never, "mma.sync"), (WgmmaMode::Always, "wgmma")] {
-            let t = Tuning { reduce_wg: Some(mode), ..Tuning::default() };
+        for (name, t, what) in &variants {
             let mesh = |i: usize| {
                 let s = &inputs[i % sets];
                 Meshes { basis: &s.basis, mass: &s.mass, evals: &evals1[i % sets], offsets: &offsets, plan: None, batched: false }
             };
-            let fwd_v = |i: usize| cuda::forward_tuned(&mesh(i), &inputs[i % sets].x, &times, &t);
+            let fwd_v = |i: usize| cuda::forward_tuned(&mesh(i), &inputs[i % sets].x, &times, t);
             let ms = ctx.time(300.0, |i| fwd_v(i).map(drop))?;
-            let mut row = ctx.row_with_rate("diffusion", &format!("fwd reduce={name}"), dtype, p.clone(), ms, fwd_bytes, fwd_flops, rate);
-            row.note = "reduce variant forced, expand as by default".into();
+            let mut row = ctx.row_with_rate("diffusion", &format!("fwd {name}"), dtype, p.clone(), ms, fwd_bytes, fwd_flops, rate);
+            row.note = (*what).into();
             progress(&row);
             rows.push(row);
             let ms = ctx.time(300.0, |i| {
                 let f = fwd_v(i)?;
-                cuda::backward_tuned(&mesh(i), &times, &f, &inputs[i % sets].d_out, None, &t).map(drop)
+                cuda::backward_tuned(&mesh(i), &times, &f, &inputs[i % sets].d_out, None, t).map(drop)
             })?;
-            let mut row = ctx.row_with_rate("diffusion", &format!("fwd+bwd reduce={name}"), dtype, p.clone(), ms, 2.0 * fwd_bytes, 2.0 * fwd_flops, rate);
-            row.note = "reduce variant forced, expand as by default".into();
+            let mut row = ctx.row_with_rate("diffusion", &format!("fwd+bwd {name}"), dtype, p.clone(), ms, 2.0 * fwd_bytes, 2.0 * fwd_flops, rate);
+            row.note = (*what).into();
             progress(&row);
             rows.push(row);
         }

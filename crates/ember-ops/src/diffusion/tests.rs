@@ -267,3 +267,49 @@ fn wgmma_reduce_swizzled_layout() {
         }
     }
 }
+
+/// v8's bulk-store expand: (1) the staging pitch and entries compiled into diffusion.cu are the ones
+/// the host sizes; (2) every compiled shape the host can pick fits the 227 KB an sm_90 block may opt
+/// into, and the shapes the NOTES count on are the ones picked (K = 128: 4 stages at C ≤ 128, 3 at
+/// C = 256; K = 256, C ≤ 128 and K = 136, C = 256: 2); (3) the accumulator-layout b32 stores into
+/// the staging rows are conflict-free (lane (g, t) of a warp: row g, bytes 4t + 16j + 256h).
+#[test]
+fn bulk_store_expand_host_and_kernel_agree() {
+    let src = cuda::SOURCE.body;
+    let line = src.lines().find(|l| l.starts_with("#define EWG_STG_PAD ")).expect("#define EWG_STG_PAD in diffusion.cu");
+    assert_eq!(line.split_whitespace().nth(2).unwrap().parse::<usize>().unwrap(), cuda::EWG_STG_PAD);
+    assert!(src.contains("constexpr int P = 256 * NH + EWG_STG_PAD;"));
+    const OPTIN: usize = 232_448;
+    let pick = |kp: usize, nh: usize| cuda::expand_wgb_stages(nh).iter().copied().find(|&n| cuda::expand_wgb_smem(kp, nh, n) <= OPTIN);
+    for nh in [1, 2] {
+        for &nst in cuda::expand_wgb_stages(nh) {
+            let name = format!("DIFF_EXPAND_WG(diffusion_expand_wgb{nh}_s{nst}, {nh}, {nst}, true)");
+            assert!(src.contains(&name), "{name}");
+        }
+    }
+    assert_eq!(pick(128, 1), Some(4));
+    assert_eq!(pick(128, 2), Some(3));
+    assert_eq!(cuda::expand_wgb_smem(128, 2, 3), 231_424);
+    assert_eq!(pick(256, 1), Some(2));
+    assert_eq!(pick(144, 2), Some(2));
+    assert_eq!(pick(176, 2), None); // K > 160 with C > 128: no room (an Unsupported error when forced)
+    // The direct epilogue's slices (the fallback where rows are not 16-byte multiples) fit in the
+    // staging buffer of either width.
+    const { assert!(8 * 16 * 72 * 2 <= 128 * (256 + cuda::EWG_STG_PAD)) };
+    for nh in [1usize, 2] {
+        let pitch = 256 * nh + cuda::EWG_STG_PAD;
+        assert_eq!(pitch % 16, 0, "bulk copies need 16-byte aligned rows");
+        for h in 0..nh {
+            for j in 0..16 {
+                for half in 0..2 {
+                    let mut banks = std::collections::HashSet::new();
+                    for lane in 0..32 {
+                        let (g, t) = (lane / 4, lane % 4);
+                        banks.insert(((g + 8 * half) * pitch + (h * 128 + j * 8 + 2 * t) * 2) / 4 % 32);
+                    }
+                    assert_eq!(banks.len(), 32, "NH = {nh}, h = {h}, j = {j}");
+                }
+            }
+        }
+    }
+}
