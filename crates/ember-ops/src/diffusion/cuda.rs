@@ -125,21 +125,29 @@ pub enum ExpandStore {
     /// v8 (`diffusion_expand_wgb*`): the tile into a shared-memory staging buffer, then one bulk
     /// copy (cp.async.bulk) per row, drained while the warps run the next tile's products.
     Bulk,
+    /// Bulk where every persistent CTA gets at least [`BULK_MIN_TILES_PER_SM`] tiles, else direct.
+    Auto,
 }
 
-/// `EMBER_DIFFUSION_EXPAND_STORE=direct|bulk`: the wgmma expand's store path wherever it runs
+/// Tiles per SM from which `ExpandStore::Auto` takes the bulk stores. Measured (H100, bf16,
+/// K = 128, C = 256, two runs): bulk ahead at V = 524288 (31 tiles per SM: fwd −1.2 %) and 2M
+/// (124: fwd −2.3 %, fwd+bwd −0.6 %), behind at V = 131072 (7.8: +1.3 %).
+pub const BULK_MIN_TILES_PER_SM: usize = 16;
+
+/// `EMBER_DIFFUSION_EXPAND_STORE=direct|bulk|auto`: the wgmma expand's store path wherever it runs
 /// (bulk where its shared memory fits, else direct); default [`DEFAULT_EXPAND_STORE`].
 pub fn expand_store_mode() -> ExpandStore {
     static M: OnceLock<ExpandStore> = OnceLock::new();
     *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_EXPAND_STORE").as_deref() {
         Ok("bulk") => ExpandStore::Bulk,
         Ok("direct") => ExpandStore::Direct,
+        Ok("auto") => ExpandStore::Auto,
         _ => DEFAULT_EXPAND_STORE,
     })
 }
 
-/// v8's bulk stores are not yet measured on a GPU: the default stays the direct epilogue.
-pub const DEFAULT_EXPAND_STORE: ExpandStore = ExpandStore::Direct;
+/// Bulk stores for large problems (v8, measured: see [`BULK_MIN_TILES_PER_SM`]).
+pub const DEFAULT_EXPAND_STORE: ExpandStore = ExpandStore::Auto;
 
 /// When the expand GEMM runs on wgmma (where it can: sm_90a, f16/bf16, the tile fits in shared
 /// memory) instead of mma.sync.
@@ -515,9 +523,14 @@ impl Geometry {
         };
         // The store path where the wgmma expand runs: bulk where asked for and its shared memory
         // fits, else direct; forced bulk (a test or bench variant) is an error where it cannot run.
-        let wg_shape = || match tune.expand_store.unwrap_or_else(expand_store_mode) {
-            ExpandStore::Bulk => expand_wg_shape(dev, dtype, k, c, true).or_else(|| expand_wg_shape(dev, dtype, k, c, false)),
-            ExpandStore::Direct => expand_wg_shape(dev, dtype, k, c, false),
+        let bulk = match tune.expand_store.unwrap_or_else(expand_store_mode) {
+            ExpandStore::Bulk => true,
+            ExpandStore::Direct => false,
+            ExpandStore::Auto => n_tiles >= BULK_MIN_TILES_PER_SM * n_sm,
+        };
+        let wg_shape = || match bulk {
+            true => expand_wg_shape(dev, dtype, k, c, true).or_else(|| expand_wg_shape(dev, dtype, k, c, false)),
+            false => expand_wg_shape(dev, dtype, k, c, false),
         };
         let wg = match (tune.expand_store, tune.expand_wg) {
             (Some(ExpandStore::Bulk), Some(false)) => return Err(Error::invalid("expand_store", "bulk stores are a variant of the wgmma expand, which expand_wg = Some(false) excludes")),
