@@ -86,6 +86,7 @@ struct FcParams {
     head0: i32,
     nheads: i32,
     tc: i32,
+    prefetch: i32,
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's parameter struct.
@@ -216,10 +217,23 @@ fn smem_bytes_pair_bwd(logp: u32) -> usize {
 }
 
 /// Shared memory of the pair forward: 32 segments of 256 float2, the per-lane table (40 words ×
-/// 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int per pair.
-fn smem_bytes_pair(logp: u32) -> usize {
-    let (segments, pairs) = if logp == 6 { (64, 1) } else { (32, 32 >> logp) };
-    segments * 256 * 8 + 40 * 32 * 4 + pairs * (2 * 48 + 4)
+/// 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int per pair — both
+/// double-buffered at P ≤ 32 — and, with `staged_elems`, the staged u (bf16) 16-byte aligned.
+fn smem_bytes_pair(logp: u32, staged_elems: usize) -> usize {
+    if logp == 6 {
+        return 64 * 256 * 8 + 40 * 32 * 4 + 2 * 48 + 4;
+    }
+    let pairs = 32usize >> logp;
+    let head = 32 * 256 * 8 + 40 * 32 * 4 + 2 * pairs * (2 * 48 + 4);
+    if staged_elems == 0 { head } else { head.next_multiple_of(16) + 2 * staged_elems }
+}
+
+/// Whether the pair forward (P ≤ 32) stages the next group's u by cp.async in a persistent grid:
+/// bf16 u without a pregate (the staged copy holds u alone), rows of 16-byte multiples (L % 8 = 0)
+/// from a 16-byte-aligned u, unless `EMBER_FFTCONV_PAIR_PREFETCH=0`.
+fn use_pair_prefetch(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
+    let off = std::env::var("EMBER_FFTCONV_PAIR_PREFETCH").is_ok_and(|v| v == "0");
+    Ok(!off && logp <= 5 && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
 }
 
 /// The filter spectrum of one call (kept by the forward for the backward).
@@ -491,8 +505,26 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 let pairs = (nrows / rph) * rph.div_ceil(2);
                 // P ≤ 32: 32/P pairs per CTA of 256 threads; P = 64: one pair per CTA of 512.
                 let (per_cta, threads) = if logp == 6 { (1, 512) } else { (32 >> logp, 256) };
-                let grid = (grid_u32(pairs.div_ceil(per_cta), "forward")?, 1);
-                launch_smem_threads(&dev, 256, threads, &format!("fc_fwd_pair{logp}_{sfx}"), grid, &p, "fc_fwd_pair", smem_bytes_pair(logp))?;
+                let groups = pairs.div_ceil(per_cta);
+                let entry = format!("fc_fwd_pair{logp}_{sfx}");
+                let prefetch = use_pair_prefetch(logp, u, opts, &dims)?;
+                p.prefetch = prefetch as i32;
+                // Staged u: 2 rows per pair, the first P/2·256 elements of each (P·256 where
+                // L > N/2), 32/P pairs: 8192 or 16384 bf16.
+                let p_len = 1usize << logp;
+                let nin = if dims.l <= p_len << 7 { p_len / 2 } else { p_len };
+                let smem = smem_bytes_pair(logp, if prefetch { 2 * per_cta * nin * 256 } else { 0 });
+                // Persistent with the prefetch: as many CTAs as fit at once, never more than groups.
+                let grid_x = if prefetch {
+                    let f = dev.function(&SOURCE, &options(256), &entry)?;
+                    dev.set_max_dynamic_smem(&f, smem)?;
+                    let occ = f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None).map_err(|e| Error::cuda("occupancy query", e))?;
+                    let sms = dev.info().multiprocessors.max(1) as usize;
+                    groups.min(sms * (occ as usize).max(1))
+                } else {
+                    groups
+                };
+                launch_smem_threads(&dev, 256, threads, &entry, (grid_u32(grid_x, "forward")?, 1), &p, "fc_fwd_pair", smem)?;
             }
             Path::OnChip { logm, block, tc, .. } => {
                 let lanes = (PER_THREAD * block as usize) >> logm;

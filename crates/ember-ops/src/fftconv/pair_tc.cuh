@@ -418,46 +418,68 @@ __device__ __forceinline__ int fp_stage1_inv(float2 (&a)[P], bool half, const fl
     return P;
 }
 
+// ---- u staged ahead (the persistent forward, p.prefetch): while a CTA transforms one group of
+// pairs, cp.async copies the next group's u into shared memory, so stage 1 reads it from there
+// instead of waiting on global loads (ncu at L = 4096: stage 1's load latency was 44 % of the
+// forward's stall samples).
+__device__ __forceinline__ void fp_cp_async16(void* smem, const void* gmem) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void fp_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void fp_cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// Copies elements [0, nin·256) of the valid rows of a group (rows[2r + s]) into
+// stg[(2r + s)·nin·256 + t], 16 bytes at a time; chunks at or past L are skipped (stage 1 reads
+// only elements below L). The host takes this path only where L % 8 == 0 and u is 16-byte aligned,
+// so every chunk lies wholly inside or outside the row.
+template <int R, typename T>
+__device__ __forceinline__ void fp_prefetch(const FcParams& p, const FcRow* rows, T* stg, int nin) {
+    const int per_row = nin * 32;
+    const T* u = reinterpret_cast<const T*>(p.u);
+    for (int i = threadIdx.x; i < 2 * R * per_row; i += 256) {
+        const int rr = i / per_row;
+        const i64 t = (i64)(i - rr * per_row) * 8;
+        const FcRow row = rows[rr];
+        if (row.valid && t < p.L) fp_cp_async16(stg + (i64)rr * nin * 256 + t, u + row.urow + t);
+    }
+    fp_cp_async_commit();
+}
+
 // Stage 1 of every valid pair of a CTA (R = 32/P pairs, rows[2r], rows[2r + 1]): thread n2 loads
-// its column of w = u (or u·pregate), all loads first (independent), then fp_stage1 into the
-// pair's segments at x + r·P·256; the pair's largest component into pmax[r].
+// its column of w = u (or u·pregate) — from global memory, or from the staged copy `stg` (no
+// pregate there) — all loads first (independent), then fp_stage1 into the pair's segments at
+// x + r·P·256; the pair's largest component into pmax[r].
 template <int P, typename T, typename TO>
-__device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax) {
+__device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, const T* stg = nullptr) {
+    const int nin = half ? P / 2 : P;
 #pragma unroll 1
     for (int r = 0; r < 32 / P; ++r) {
         const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
         if (!ra.valid) continue;
         const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
         float2 a[P];
-        if (p.has_pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
-        else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
+        if (stg) {
+            FpRow<T, TO> sa = fa, sb = fb;
+            sa.u = stg + (2 * r) * nin * 256 + n2;
+            sb.u = stg + (2 * r + 1) * nin * 256 + n2;
+            fp_load<P, false>(a, nin, sa, sb);
+        } else if (p.has_pre) {
+            fp_load<P, true>(a, nin, fa, fb);
+        } else {
+            fp_load<P, false>(a, nin, fa, fb);
+        }
         fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
 }
 
-// The forward. CTA: 256 threads, R = 32/P row pairs; pair Q of a launch is rows 2q, 2q + 1 of head
-// Q / ⌈rph/2⌉ (q = Q mod ⌈rph/2⌉; an odd last row is paired with zeros).
-template <int LOGP, typename T, typename TO>
-__device__ void fc_fwd_pair(const FcParams& p) {
-    constexpr int P = 1 << LOGP, R = 32 >> LOGP, LOGN = LOGP + 8;
-    FC_SMEM_DECL
-    float2* x = fc_smem;
-    unsigned* tab = reinterpret_cast<unsigned*>(x + 32 * 256);
-    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [2r] = row a, [2r + 1] = row b
-    int* pmax = reinterpret_cast<int*>(rows + 2 * R);                 // per pair: largest |component|
-    const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    // The per-lane table, computed once per device after the twiddles (fc_tc_table).
-    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
-    const int n2 = threadIdx.x;
-    const int pos = fp_idx(n2 >> 4, n2 & 15);
-    const bool half = p.L <= (P << 7);  // w[n] = 0 for n ≥ N/2
-    const i64 rph = p.B * (i64)p.hd * p.hd;  // rows per head
-    const i64 pph = (rph + 1) / 2;           // pairs per head
-    // The CTA's rows, computed once (64-bit divisions) and shared.
+// The rows of group G of a launch (pairs G·R … G·R + R − 1; pair Q is rows 2q, 2q + 1 of head
+// Q / ⌈rph/2⌉, q = Q mod ⌈rph/2⌉; an odd last row is paired with zeros), by threads < 2R.
+template <int R>
+__device__ __forceinline__ void fp_group_rows(const FcParams& p, FcRow* rows, int* pmax, i64 G, i64 rph, i64 pph) {
     if (threadIdx.x < 2 * R) {
         const int r = threadIdx.x >> 1, second = threadIdx.x & 1;
-        const i64 Q = (i64)blockIdx.x * R + r;
+        const i64 Q = G * R + r;
         const i64 gl = Q / pph, qq = Q - gl * pph;
         FcRow row = fc_row(p, gl * rph + 2 * qq + second);
         // A pair beyond the launch, or the missing partner of an odd last row, is invalid.
@@ -466,50 +488,96 @@ __device__ void fc_fwd_pair(const FcParams& p) {
         rows[threadIdx.x] = row;
         if (second == 0) pmax[r] = 0;
     }
-    __syncthreads();
+}
+
+// The forward. CTA: 256 threads, groups of R = 32/P row pairs (fp_group_rows). Without
+// p.prefetch the grid has one CTA per group. With it the grid is persistent (CTA i takes groups
+// i, i + gridDim.x, …) and the next group's u is staged by cp.async while the current one is
+// transformed; rows and pair scales are double-buffered so the next group's can be set up early.
+template <int LOGP, typename T, typename TO>
+__device__ void fc_fwd_pair(const FcParams& p) {
+    constexpr int P = 1 << LOGP, R = 32 >> LOGP, LOGN = LOGP + 8;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + 32 * 256);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [buf][2r] = row a, [buf][2r + 1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 4 * R);                 // [buf][r]: the pair's largest |component|
+    // The staged u (p.prefetch): 16-byte aligned after the pair scales (smem_bytes_pair in cuda.rs).
+    T* stg = reinterpret_cast<T*>((reinterpret_cast<unsigned long long>(pmax + 2 * R) + 15) & ~15ull);
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    // The per-lane table, computed once per device after the twiddles (fc_tc_table).
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
+    const int n2 = threadIdx.x;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const bool half = p.L <= (P << 7);  // w[n] = 0 for n ≥ N/2
+    const int nin = half ? P / 2 : P;
+    const bool pf = p.prefetch;
+    const i64 rph = p.B * (i64)p.hd * p.hd;  // rows per head
+    const i64 pph = (rph + 1) / 2;           // pairs per head
+    const i64 ngroups = ((p.nrows / rph) * pph + R - 1) / R;  // nrows is whole heads here
     // W_N^(n2·k1) = entry k1·256 + n2 of the pass table of shape (ns = 256, R = P) (fft.cuh; for
     // P = 32 its own table FC_TW_PAIR32): a
     // warp's loads are contiguous, and the table (N float2) stays in L1 across the CTA's rounds.
     const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
-    // ---- stage 1: DFT over n1, twiddle, store; the pair's largest component into pmax.
-    fp_stage1_pairs<P, T, TO>(p, rows, x, n2, pos, half, wtab, pmax);
-    __syncthreads();
-    // ---- stage 2: each warp's segments.
-    for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
-        const int r = sg >> LOGP, k1 = sg & (P - 1);
-        if (!rows[2 * r].valid) continue;
-        float s1, inv1;
-        fp_pair_scale(pmax[r], s1, inv1);
-        // K̂ of the head: N float2 = N/2 float4; segment k1 at 128·k1 float4.
-        const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)rows[2 * r].g << (LOGN - 1)) + (k1 << 7);
-        fp_segment(x + sg * 256, kf, tab, s1);
-    }
-    __syncthreads();
-    // ---- inverse stage 1 and the epilogue. The values carry s1 and 1/kscale: undone per output
-    // (two factors, so that neither product can overflow where the result does not).
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
+    // One specialization per (GELU, postgate, hd = 1) so that no flag is tested per element.
+    const int sel = (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
+    i64 G = blockIdx.x;
+    int cur = 0;
+    fp_group_rows<R>(p, rows, pmax, G, rph, pph);
+    __syncthreads();
+    if (pf) fp_prefetch<R>(p, rows, stg, nin);
 #pragma unroll 1
-    for (int r = 0; r < R; ++r) {
-        const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
-        if (!ra.valid) continue;
-        const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
-        float s1, inv1;
-        fp_pair_scale(pmax[r], s1, inv1);
-        const float ks = kscale[ra.g];
-        float2 a[P];
-        const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-        // One specialization per (GELU, postgate, hd = 1) so that no flag is tested per element.
-        const int sel = (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
-        switch (sel) {
-            case 0: fp_epilogue<P, false, false, false>(a, nout, inv1, ks, fa, fb); break;
-            case 1: fp_epilogue<P, false, false, true>(a, nout, inv1, ks, fa, fb); break;
-            case 2: fp_epilogue<P, false, true, false>(a, nout, inv1, ks, fa, fb); break;
-            case 3: fp_epilogue<P, false, true, true>(a, nout, inv1, ks, fa, fb); break;
-            case 4: fp_epilogue<P, true, false, false>(a, nout, inv1, ks, fa, fb); break;
-            case 5: fp_epilogue<P, true, false, true>(a, nout, inv1, ks, fa, fb); break;
-            case 6: fp_epilogue<P, true, true, false>(a, nout, inv1, ks, fa, fb); break;
-            default: fp_epilogue<P, true, true, true>(a, nout, inv1, ks, fa, fb); break;
+    for (;;) {
+        const FcRow* rc = rows + cur * 2 * R;
+        int* pc = pmax + cur * R;
+        if (pf) fp_cp_async_wait_all();
+        __syncthreads();
+        // ---- stage 1: DFT over n1, twiddle, store; the pair's largest component into pmax.
+        fp_stage1_pairs<P, T, TO>(p, rc, x, n2, pos, half, wtab, pc, pf ? stg : nullptr);
+        const i64 Gn = G + gridDim.x;
+        fp_group_rows<R>(p, rows + (cur ^ 1) * 2 * R, pmax + (cur ^ 1) * R, Gn, rph, pph);
+        __syncthreads();
+        // The staged copy has been read: fetch the next group's while this one is transformed.
+        if (pf && Gn < ngroups) fp_prefetch<R>(p, rows + (cur ^ 1) * 2 * R, stg, nin);
+        // ---- stage 2: each warp's segments.
+        for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
+            const int r = sg >> LOGP, k1 = sg & (P - 1);
+            if (!rc[2 * r].valid) continue;
+            float s1, inv1;
+            fp_pair_scale(pc[r], s1, inv1);
+            // K̂ of the head: N float2 = N/2 float4; segment k1 at 128·k1 float4.
+            const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)rc[2 * r].g << (LOGN - 1)) + (k1 << 7);
+            fp_segment(x + sg * 256, kf, tab, s1);
         }
+        __syncthreads();
+        // ---- inverse stage 1 and the epilogue. The values carry s1 and 1/kscale: undone per
+        // output (two factors, so that neither product can overflow where the result does not).
+#pragma unroll 1
+        for (int r = 0; r < R; ++r) {
+            const FcRow ra = rc[2 * r], rb = rc[2 * r + 1];
+            if (!ra.valid) continue;
+            const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+            float s1, inv1;
+            fp_pair_scale(pc[r], s1, inv1);
+            const float ks = kscale[ra.g];
+            float2 a[P];
+            const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
+            switch (sel) {
+                case 0: fp_epilogue<P, false, false, false>(a, nout, inv1, ks, fa, fb); break;
+                case 1: fp_epilogue<P, false, false, true>(a, nout, inv1, ks, fa, fb); break;
+                case 2: fp_epilogue<P, false, true, false>(a, nout, inv1, ks, fa, fb); break;
+                case 3: fp_epilogue<P, false, true, true>(a, nout, inv1, ks, fa, fb); break;
+                case 4: fp_epilogue<P, true, false, false>(a, nout, inv1, ks, fa, fb); break;
+                case 5: fp_epilogue<P, true, false, true>(a, nout, inv1, ks, fa, fb); break;
+                case 6: fp_epilogue<P, true, true, false>(a, nout, inv1, ks, fa, fb); break;
+                default: fp_epilogue<P, true, true, true>(a, nout, inv1, ks, fa, fb); break;
+            }
+        }
+        G = Gn;
+        cur ^= 1;
+        if (G >= ngroups) break;  // uniform over the CTA
     }
 }
 
