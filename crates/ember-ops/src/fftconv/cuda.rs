@@ -86,7 +86,6 @@ struct FcParams {
     head0: i32,
     nheads: i32,
     tc: i32,
-    prefetch: i32,
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's parameter struct.
@@ -216,24 +215,24 @@ fn smem_bytes_pair_bwd(logp: u32) -> usize {
     segments * (256 * 8 + 1024) + 40 * 32 * 4 + pairs * (2 * 48 + 8)
 }
 
-/// Shared memory of the pair forward: 32 segments of 256 float2, the per-lane table (40 words ×
-/// 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int per pair — both
-/// double-buffered at P ≤ 32 — and, with `staged_elems`, the staged u (bf16) 16-byte aligned.
+/// Shared memory of the pair forward: 32 segments of 256 float2 (64 at P = 64), the per-lane
+/// table (40 words × 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int
+/// per pair; with `staged_elems` (fc_fwd_pair_staged, P = 32) the rows and ints twice, then the
+/// staged u (bf16) at a 16-byte boundary (FP_STG_OFF in pair_tc.cuh).
 fn smem_bytes_pair(logp: u32, staged_elems: usize) -> usize {
-    if logp == 6 {
-        return 64 * 256 * 8 + 40 * 32 * 4 + 2 * 48 + 4;
-    }
-    let pairs = 32usize >> logp;
-    let head = 32 * 256 * 8 + 40 * 32 * 4 + 2 * pairs * (2 * 48 + 4);
-    if staged_elems == 0 { head } else { head.next_multiple_of(16) + 2 * staged_elems }
+    let (segments, pairs) = if logp == 6 { (64, 1) } else { (32, 32 >> logp) };
+    let head = segments * 256 * 8 + 40 * 32 * 4;
+    if staged_elems == 0 { head + pairs * (2 * 48 + 4) } else { (head + 2 * pairs * (2 * 48 + 4)).next_multiple_of(16) + 2 * staged_elems }
 }
 
-/// Whether the pair forward (P ≤ 32) stages the next group's u by cp.async in a persistent grid:
-/// bf16 u without a pregate (the staged copy holds u alone), rows of 16-byte multiples (L % 8 = 0)
-/// from a 16-byte-aligned u, unless `EMBER_FFTCONV_PAIR_PREFETCH=0`.
+/// Whether the pair forward runs staged (fc_fwd_pair_staged: a persistent grid that copies the
+/// next group's u by cp.async while the current one is transformed): P = 32, where it keeps the
+/// plain kernel's 2 CTAs per SM (at P ≤ 16 its 16 KB of staging would cost the third), bf16 u
+/// without a pregate (the staged copy holds u alone), rows of 16-byte multiples (L % 8 = 0) from
+/// a 16-byte-aligned u; unless `EMBER_FFTCONV_PAIR_PREFETCH=0`.
 fn use_pair_prefetch(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
     let off = std::env::var("EMBER_FFTCONV_PAIR_PREFETCH").is_ok_and(|v| v == "0");
-    Ok(!off && logp <= 5 && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
+    Ok(!off && logp == 5 && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
 }
 
 /// The filter spectrum of one call (kept by the forward for the backward).
@@ -506,9 +505,8 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 // P ≤ 32: 32/P pairs per CTA of 256 threads; P = 64: one pair per CTA of 512.
                 let (per_cta, threads) = if logp == 6 { (1, 512) } else { (32 >> logp, 256) };
                 let groups = pairs.div_ceil(per_cta);
-                let entry = format!("fc_fwd_pair{logp}_{sfx}");
                 let prefetch = use_pair_prefetch(logp, u, opts, &dims)?;
-                p.prefetch = prefetch as i32;
+                let entry = if prefetch { format!("fc_fwd_pair_staged{logp}_{sfx}") } else { format!("fc_fwd_pair{logp}_{sfx}") };
                 // Staged u: 2 rows per pair, the first P/2·256 elements of each (P·256 where
                 // L > N/2), 32/P pairs: 8192 or 16384 bf16.
                 let p_len = 1usize << logp;

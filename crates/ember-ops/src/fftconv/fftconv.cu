@@ -48,7 +48,6 @@ struct FcParams {
     int nheads; // heads of this launch
     int tc;     // 1: the filter spectrum is stored in TC order (fft_tc.cuh), for fc_fwd_tc_*;
                 // 2: all N bins in fragment order (pair_tc.cuh), for fc_fwd_pair*
-    int prefetch;  // fc_fwd_pair (P ≤ 32): persistent grid, the next group's u staged by cp.async
 };
 
 template <typename T> __device__ __forceinline__ float ld(u64 p, i64 i) { return ember_to_f32(reinterpret_cast<const T*>(p)[i]); }

@@ -447,27 +447,39 @@ __device__ __forceinline__ void fp_prefetch(const FcParams& p, const FcRow* rows
 }
 
 // Stage 1 of every valid pair of a CTA (R = 32/P pairs, rows[2r], rows[2r + 1]): thread n2 loads
-// its column of w = u (or u·pregate) — from global memory, or from the staged copy `stg` (no
-// pregate there) — all loads first (independent), then fp_stage1 into the pair's segments at
-// x + r·P·256; the pair's largest component into pmax[r].
+// its column of w = u (or u·pregate), all loads first (independent), then fp_stage1 into the
+// pair's segments at x + r·P·256; the pair's largest component into pmax[r].
 template <int P, typename T, typename TO>
-__device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, const T* stg = nullptr) {
-    const int nin = half ? P / 2 : P;
+__device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax) {
 #pragma unroll 1
     for (int r = 0; r < 32 / P; ++r) {
         const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
         if (!ra.valid) continue;
         const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
         float2 a[P];
-        if (stg) {
-            FpRow<T, TO> sa = fa, sb = fb;
-            sa.u = stg + (2 * r) * nin * 256 + n2;
-            sb.u = stg + (2 * r + 1) * nin * 256 + n2;
-            fp_load<P, false>(a, nin, sa, sb);
-        } else if (p.has_pre) {
-            fp_load<P, true>(a, nin, fa, fb);
-        } else {
-            fp_load<P, false>(a, nin, fa, fb);
+        if (p.has_pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
+        else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
+        fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
+    }
+}
+
+// fp_stage1_pairs from the staged copy of u (no pregate): element n1 of row 2r + s at
+// stg[(2r + s)·nin·256 + n1·256 + n2], read where n1·256 + n2 < L.
+template <int P>
+__device__ __forceinline__ void fp_stage1_staged(const FcParams& p, const FcRow* rows, const ember_bf16* stg, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax) {
+    const int nin = half ? P / 2 : P;
+#pragma unroll 1
+    for (int r = 0; r < 32 / P; ++r) {
+        if (!rows[2 * r].valid) continue;
+        const int la = (int)p.L - n2, lb = rows[2 * r + 1].valid ? la : 0;
+        const ember_bf16* sa = stg + (2 * r) * nin * 256 + n2;
+        const ember_bf16* sb = sa + nin * 256;
+        float2 a[P];
+#pragma unroll
+        for (int n1 = 0; n1 < P; ++n1) {
+            const int o = n1 << 8;
+            const bool in = n1 < nin;
+            a[n1] = make_float2(in && o < la ? ember_to_f32(sa[o]) : 0.f, in && o < lb ? ember_to_f32(sb[o]) : 0.f);
         }
         fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
@@ -490,20 +502,71 @@ __device__ __forceinline__ void fp_group_rows(const FcParams& p, FcRow* rows, in
     }
 }
 
-// The forward. CTA: 256 threads, groups of R = 32/P row pairs (fp_group_rows). Without
-// p.prefetch the grid has one CTA per group. With it the grid is persistent (CTA i takes groups
-// i, i + gridDim.x, …) and the next group's u is staged by cp.async while the current one is
-// transformed; rows and pair scales are double-buffered so the next group's can be set up early.
+// Stage 2 of a group: each warp's DFT-256 segments of the valid pairs.
+template <int LOGP>
+__device__ __forceinline__ void fp_segments(const FcParams& p, const FcRow* rows, const int* pmax, float2* __restrict__ x, const unsigned* __restrict__ tab) {
+    constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
+    for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
+        const int r = sg >> LOGP, k1 = sg & (P - 1);
+        if (!rows[2 * r].valid) continue;
+        float s1, inv1;
+        fp_pair_scale(pmax[r], s1, inv1);
+        // K̂ of the head: N float2 = N/2 float4; segment k1 at 128·k1 float4.
+        const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)rows[2 * r].g << (LOGN - 1)) + (k1 << 7);
+        fp_segment(x + sg * 256, kf, tab, s1);
+    }
+}
+
+// Inverse stage 1 and the epilogue of every valid pair of a group. The values carry s1 and
+// 1/kscale: undone per output (two factors, so that neither product can overflow where the result
+// does not).
+template <int LOGP, typename T, typename TO>
+__device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow* rows, const int* pmax, const float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab) {
+    constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
+    const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
+    // One specialization per (GELU, postgate, hd = 1) so that no flag is tested per element.
+    const int sel = (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
+#pragma unroll 1
+    for (int r = 0; r < 32 / P; ++r) {
+        const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
+        if (!ra.valid) continue;
+        const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+        float s1, inv1;
+        fp_pair_scale(pmax[r], s1, inv1);
+        const float ks = kscale[ra.g];
+        float2 a[P];
+        const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
+        switch (sel) {
+            case 0: fp_epilogue<P, false, false, false>(a, nout, inv1, ks, fa, fb); break;
+            case 1: fp_epilogue<P, false, false, true>(a, nout, inv1, ks, fa, fb); break;
+            case 2: fp_epilogue<P, false, true, false>(a, nout, inv1, ks, fa, fb); break;
+            case 3: fp_epilogue<P, false, true, true>(a, nout, inv1, ks, fa, fb); break;
+            case 4: fp_epilogue<P, true, false, false>(a, nout, inv1, ks, fa, fb); break;
+            case 5: fp_epilogue<P, true, false, true>(a, nout, inv1, ks, fa, fb); break;
+            case 6: fp_epilogue<P, true, true, false>(a, nout, inv1, ks, fa, fb); break;
+            default: fp_epilogue<P, true, true, true>(a, nout, inv1, ks, fa, fb); break;
+        }
+    }
+}
+
+// Shared memory of the pair forward (P ≤ 32), in bytes from fc_smem: 32 segments of data, the
+// per-lane table, then the rows (2 per pair) and pair scales (1 per pair) — NBUF sets of each —
+// then, for the staged forward, u's staged copy at a 16-byte boundary (smem_bytes_pair in cuda.rs).
+#define FP_TAB_OFF (32 * 256 * 8)
+#define FP_ROWS_OFF (FP_TAB_OFF + TC_TAB_WORDS * 32 * 4)
+#define FP_STG_OFF(R, NBUF) ((FP_ROWS_OFF + (NBUF) * (R) * (2 * 48 + 4) + 15) & ~15)
+
+// The forward. CTA: 256 threads, one group of R = 32/P row pairs (fp_group_rows), group
+// blockIdx.x.
 template <int LOGP, typename T, typename TO>
 __device__ void fc_fwd_pair(const FcParams& p) {
-    constexpr int P = 1 << LOGP, R = 32 >> LOGP, LOGN = LOGP + 8;
+    constexpr int P = 1 << LOGP, R = 32 >> LOGP;
     FC_SMEM_DECL
+    unsigned char* smem = reinterpret_cast<unsigned char*>(fc_smem);
     float2* x = fc_smem;
-    unsigned* tab = reinterpret_cast<unsigned*>(x + 32 * 256);
-    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [buf][2r] = row a, [buf][2r + 1] = row b
-    int* pmax = reinterpret_cast<int*>(rows + 4 * R);                 // [buf][r]: the pair's largest |component|
-    // The staged u (p.prefetch): 16-byte aligned after the pair scales (smem_bytes_pair in cuda.rs).
-    T* stg = reinterpret_cast<T*>((reinterpret_cast<unsigned long long>(pmax + 2 * R) + 15) & ~15ull);
+    unsigned* tab = reinterpret_cast<unsigned*>(smem + FP_TAB_OFF);
+    FcRow* rows = reinterpret_cast<FcRow*>(smem + FP_ROWS_OFF);  // [2r] = row a, [2r + 1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2 * R);            // per pair: largest |component|
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     // The per-lane table, computed once per device after the twiddles (fc_tc_table).
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
@@ -511,70 +574,72 @@ __device__ void fc_fwd_pair(const FcParams& p) {
     const int n2 = threadIdx.x;
     const int pos = fp_idx(n2 >> 4, n2 & 15);
     const bool half = p.L <= (P << 7);  // w[n] = 0 for n ≥ N/2
-    const int nin = half ? P / 2 : P;
-    const bool pf = p.prefetch;
     const i64 rph = p.B * (i64)p.hd * p.hd;  // rows per head
     const i64 pph = (rph + 1) / 2;           // pairs per head
-    const i64 ngroups = ((p.nrows / rph) * pph + R - 1) / R;  // nrows is whole heads here
+    // The CTA's rows, computed once (64-bit divisions) and shared.
+    fp_group_rows<R>(p, rows, pmax, blockIdx.x, rph, pph);
+    __syncthreads();
     // W_N^(n2·k1) = entry k1·256 + n2 of the pass table of shape (ns = 256, R = P) (fft.cuh; for
     // P = 32 its own table FC_TW_PAIR32): a
     // warp's loads are contiguous, and the table (N float2) stays in L1 across the CTA's rounds.
     const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
-    const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
-    // One specialization per (GELU, postgate, hd = 1) so that no flag is tested per element.
-    const int sel = (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
+    // ---- stage 1: DFT over n1, twiddle, store; the pair's largest component into pmax.
+    fp_stage1_pairs<P, T, TO>(p, rows, x, n2, pos, half, wtab, pmax);
+    __syncthreads();
+    // ---- stage 2: each warp's segments.
+    fp_segments<LOGP>(p, rows, pmax, x, tab);
+    __syncthreads();
+    // ---- inverse stage 1 and the epilogue.
+    fp_inverse_pairs<LOGP, T, TO>(p, rows, pmax, x, n2, pos, half, wtab);
+}
+
+// The staged forward (bf16 u without pregate, L % 8 = 0, 16-byte aligned u): a persistent grid
+// (CTA i takes groups i, i + gridDim.x, …) in which the next group's u is copied by cp.async into
+// shared memory while the current group is transformed, so stage 1 reads it there instead of
+// waiting on global loads (ncu at L = 4096: stage 1's load latency was 44 % of the forward's stall
+// samples). Rows and pair scales are double-buffered so the next group's are set up early. Same
+// arithmetic as fc_fwd_pair: bitwise the same outputs.
+template <int LOGP, typename T, typename TO>
+__device__ void fc_fwd_pair_staged(const FcParams& p) {
+    constexpr int P = 1 << LOGP, R = 32 >> LOGP;
+    FC_SMEM_DECL
+    unsigned char* smem = reinterpret_cast<unsigned char*>(fc_smem);
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(smem + FP_TAB_OFF);
+    FcRow* rows = reinterpret_cast<FcRow*>(smem + FP_ROWS_OFF);  // [buf][2r + s]
+    int* pmax = reinterpret_cast<int*>(rows + 4 * R);            // [buf][r]
+    ember_bf16* stg = reinterpret_cast<ember_bf16*>(smem + FP_STG_OFF(R, 2));
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
+    const int n2 = threadIdx.x;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const bool half = p.L <= (P << 7);
+    const int nin = half ? P / 2 : P;
+    const i64 rph = p.B * (i64)p.hd * p.hd;
+    const i64 pph = (rph + 1) / 2;
+    const i64 ngroups = ((p.nrows / rph) * pph + R - 1) / R;  // nrows is whole heads here
+    const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
     i64 G = blockIdx.x;
     int cur = 0;
     fp_group_rows<R>(p, rows, pmax, G, rph, pph);
     __syncthreads();
-    if (pf) fp_prefetch<R>(p, rows, stg, nin);
+    fp_prefetch<R>(p, rows, stg, nin);
 #pragma unroll 1
     for (;;) {
         const FcRow* rc = rows + cur * 2 * R;
         int* pc = pmax + cur * R;
-        if (pf) fp_cp_async_wait_all();
+        fp_cp_async_wait_all();
         __syncthreads();
-        // ---- stage 1: DFT over n1, twiddle, store; the pair's largest component into pmax.
-        fp_stage1_pairs<P, T, TO>(p, rc, x, n2, pos, half, wtab, pc, pf ? stg : nullptr);
+        fp_stage1_staged<P>(p, rc, stg, x, n2, pos, half, wtab, pc);
         const i64 Gn = G + gridDim.x;
         fp_group_rows<R>(p, rows + (cur ^ 1) * 2 * R, pmax + (cur ^ 1) * R, Gn, rph, pph);
         __syncthreads();
         // The staged copy has been read: fetch the next group's while this one is transformed.
-        if (pf && Gn < ngroups) fp_prefetch<R>(p, rows + (cur ^ 1) * 2 * R, stg, nin);
-        // ---- stage 2: each warp's segments.
-        for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
-            const int r = sg >> LOGP, k1 = sg & (P - 1);
-            if (!rc[2 * r].valid) continue;
-            float s1, inv1;
-            fp_pair_scale(pc[r], s1, inv1);
-            // K̂ of the head: N float2 = N/2 float4; segment k1 at 128·k1 float4.
-            const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)rc[2 * r].g << (LOGN - 1)) + (k1 << 7);
-            fp_segment(x + sg * 256, kf, tab, s1);
-        }
+        if (Gn < ngroups) fp_prefetch<R>(p, rows + (cur ^ 1) * 2 * R, stg, nin);
+        fp_segments<LOGP>(p, rc, pc, x, tab);
         __syncthreads();
-        // ---- inverse stage 1 and the epilogue. The values carry s1 and 1/kscale: undone per
-        // output (two factors, so that neither product can overflow where the result does not).
-#pragma unroll 1
-        for (int r = 0; r < R; ++r) {
-            const FcRow ra = rc[2 * r], rb = rc[2 * r + 1];
-            if (!ra.valid) continue;
-            const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
-            float s1, inv1;
-            fp_pair_scale(pc[r], s1, inv1);
-            const float ks = kscale[ra.g];
-            float2 a[P];
-            const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-            switch (sel) {
-                case 0: fp_epilogue<P, false, false, false>(a, nout, inv1, ks, fa, fb); break;
-                case 1: fp_epilogue<P, false, false, true>(a, nout, inv1, ks, fa, fb); break;
-                case 2: fp_epilogue<P, false, true, false>(a, nout, inv1, ks, fa, fb); break;
-                case 3: fp_epilogue<P, false, true, true>(a, nout, inv1, ks, fa, fb); break;
-                case 4: fp_epilogue<P, true, false, false>(a, nout, inv1, ks, fa, fb); break;
-                case 5: fp_epilogue<P, true, false, true>(a, nout, inv1, ks, fa, fb); break;
-                case 6: fp_epilogue<P, true, true, false>(a, nout, inv1, ks, fa, fb); break;
-                default: fp_epilogue<P, true, true, true>(a, nout, inv1, ks, fa, fb); break;
-            }
-        }
+        fp_inverse_pairs<LOGP, T, TO>(p, rc, pc, x, n2, pos, half, wtab);
         G = Gn;
         cur ^= 1;
         if (G >= ngroups) break;  // uniform over the CTA
@@ -592,6 +657,9 @@ FC_PAIR_ENTRIES(2)
 FC_PAIR_ENTRIES(3)
 FC_PAIR_ENTRIES(4)
 FC_PAIR_ENTRIES(5)
+// The staged forward where it keeps the plain kernel's occupancy (2 CTAs per SM): P = 32.
+extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_bf16(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_f32(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, float>(p); }
 
 // Stage 1 at P = 64 for thread h of column n2 (at `pos`): y[m] = the pair's input at n1 = 2m + h
 // (m < 16; L ≤ N/2). Y = DFT32 of y (two 16-point DFTs: only m < 16 is nonzero), then the radix-2

@@ -126,6 +126,9 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case::all(1, 3, 700).lk(50),
             Case::all(2, 2, 3000),
             Case::all(3, 1, 5000),
+            // Staged pair forward (P = 32, no pregate, L % 8 = 0): 280 groups, more than the
+            // persistent grid of 2 CTAs per SM on a 132-SM GPU, so CTAs take several groups.
+            Case { gelu: true, d: true, post: true, ..Case::plain(4, 140, 3000) },
         ],
         // Every size the issue names, large ones included.
         Tier::Full => {
@@ -178,6 +181,11 @@ fn cases(tier: Tier) -> Vec<Case> {
             // slot takes 2 of a head's 8 pairs on a 132-SM GPU, the last pair half empty.
             v.extend(each_option_alone(3, 5, 6000));
             v.push(Case { gelu: true, d: true, ..Case::plain(15, 150, 5000) });
+            // Staged pair forward (P = 32, no pregate, L % 8 = 0), persistent CTAs taking several
+            // groups (320 > 2 per SM): L ≤ N/2 and, with Lk = 2000, L = 6000 > N/2 (the full
+            // stage 1), an odd row count, mask and postgate.
+            v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(16, 40, 3000) });
+            v.push(Case { gelu: true, d: true, post: true, ..Case::plain(15, 40, 6000).lk(2000) });
             v
         }
     }
