@@ -1172,15 +1172,24 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
     };
     // v8: the wgmma expand with each store path, timed in the same run where both can run.
     let k = g.k;
-    let expand_variants: Vec<(&'static str, &'static str, Geometry)> = if expand_wg_available(&dev, dtype, k, c, false) && expand_wg_available(&dev, dtype, k, c, true) {
-        let mut v = Vec::new();
+    // v9: the same two store paths with TMA loads where they can run ("load=tma" rows beside the
+    // cp.async ones above).
+    let mut expand_variants: Vec<(&'static str, &'static str, Geometry)> = Vec::new();
+    if expand_wg_available(&dev, dtype, k, c, false) && expand_wg_available(&dev, dtype, k, c, true) {
         for (store, f, b) in [(ExpandStore::Direct, "fwd:expand store=direct", "bwd:expand store=direct"), (ExpandStore::Bulk, "fwd:expand store=bulk", "bwd:expand store=bulk")] {
-            v.push((f, b, Geometry::new(&dev, m, c, &Tuning { expand_wg: Some(true), expand_store: Some(store), ..Tuning::default() })?));
+            let t = Tuning { expand_wg: Some(true), expand_store: Some(store), expand_load: Some(ExpandLoad::CpAsync), ..Tuning::default() };
+            expand_variants.push((f, b, Geometry::new(&dev, m, c, &t)?));
         }
-        v
-    } else {
-        Vec::new()
-    };
+    }
+    if expand_tma_available(&dev, dtype, k, c, false) && expand_tma_available(&dev, dtype, k, c, true) {
+        for (store, f, b) in [
+            (ExpandStore::Direct, "fwd:expand load=tma store=direct", "bwd:expand load=tma store=direct"),
+            (ExpandStore::Bulk, "fwd:expand load=tma store=bulk", "bwd:expand load=tma store=bulk"),
+        ] {
+            let t = Tuning { expand_wg: Some(true), expand_store: Some(store), expand_load: Some(ExpandLoad::Tma), ..Tuning::default() };
+            expand_variants.push((f, b, Geometry::new(&dev, m, c, &t)?));
+        }
+    }
     let out = Tensor::output(x.shape(), dtype, device)?;
     let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
