@@ -1161,15 +1161,18 @@ __device__ __forceinline__ void etm_arrive_tx(u32 bar, u32 bytes) {
 #endif
 }
 // Until the phase of parity `parity` has completed (try_wait suspends the thread for a while
-// between checks, so the loop does not hammer shared memory).
+// between checks, so the loop does not hammer shared memory). A phase that never completes (a
+// tensor copy that faulted or never came) traps after 2^28 tries — seconds, against microseconds
+// for a real wait — so a broken pipeline is a launch error, not a hung device.
 __device__ __forceinline__ void etm_wait(u32 bar, u32 parity) {
 #if EWG_HAS_WGMMA
-    u32 done = 0;
+    u32 done = 0, tries = 0;
     do {
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
                      : "=r"(done)
                      : "r"(bar), "r"(parity)
                      : "memory");
+        if (++tries == (1u << 28)) __trap();
     } while (!done);
 #else
     (void)bar, (void)parity;
