@@ -256,6 +256,65 @@ impl<'a> Launch<'a> {
     }
 }
 
+/// A TMA descriptor (the driver's 128-byte `CUtensorMap`), passed by value to a kernel parameter
+/// declared `const __grid_constant__` with a 64-byte-aligned 128-byte struct type: the kernel hands
+/// the parameter's address to `cp.async.bulk.tensor`, so the map needs no global-memory copy.
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub struct TensorMap(sys::CUtensorMap);
+
+// SAFETY: plain bytes, `#[repr(C)]` inside; the driver copies the kernel's 128 parameter bytes.
+unsafe impl DeviceRepr for TensorMap {}
+
+/// The tiled tensor map of a row-major `rows × cols` matrix of 16-bit elements (`dtype` F16 or
+/// BF16) at device address `ptr`, rows `row_bytes` apart, read in boxes of `box_rows × box_cols`
+/// with the 128-byte shared-memory swizzle; elements outside the matrix read as zeros. The
+/// driver's rules, checked here so that a violation is an error naming the rule rather than an
+/// opaque launch failure: `ptr` 16-byte aligned, `row_bytes` a multiple of 16 below 2^40,
+/// `box_cols · 2` ≤ 128 (the swizzle span) and a multiple of 16, boxes of 1 to 256 per dimension.
+pub fn tensor_map_2d_sw128(dtype: crate::DType, ptr: u64, rows: u64, cols: u64, row_bytes: u64, box_rows: u32, box_cols: u32) -> Result<TensorMap> {
+    use sys::{CUtensorMapDataType as Ty, CUtensorMapFloatOOBfill as Fill, CUtensorMapInterleave as Il, CUtensorMapL2promotion as L2, CUtensorMapSwizzle as Sw};
+    let ty = match dtype {
+        crate::DType::F16 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        crate::DType::BF16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        other => return Err(Error::Unsupported(format!("a 16-bit tensor map of {other} elements"))),
+    };
+    let rule = |ok: bool, what: String| if ok { Ok(()) } else { Err(Error::Unsupported(format!("TMA tensor map: {what}"))) };
+    rule(ptr.is_multiple_of(16), format!("global address {ptr:#x} is not 16-byte aligned"))?;
+    rule(row_bytes.is_multiple_of(16) && row_bytes < 1 << 40, format!("row stride of {row_bytes} bytes (must be a multiple of 16 below 2^40)"))?;
+    rule((1..=1u64 << 32).contains(&rows) && (1..=1u64 << 32).contains(&cols), format!("extent {rows} × {cols} (each 1 to 2^32)"))?;
+    rule((1..=256).contains(&box_rows) && box_cols * 2 <= 128 && (box_cols * 2).is_multiple_of(16) && box_cols > 0, format!("box {box_rows} × {box_cols}"))?;
+    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    let dims = [cols, rows];
+    let strides = [row_bytes]; // rank − 1 strides: dimension 0 is contiguous
+    let boxes = [box_cols, box_rows];
+    let elem_strides = [1u32, 1];
+    let res = guard("cuTensorMapEncodeTiled", || {
+        // SAFETY: every array has the rank's length (2, and 1 stride); the map is written in place.
+        Ok(unsafe {
+            sys::cuTensorMapEncodeTiled(
+                map.as_mut_ptr(),
+                ty,
+                2,
+                ptr as *mut std::ffi::c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                elem_strides.as_ptr(),
+                Il::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                Sw::CU_TENSOR_MAP_SWIZZLE_128B,
+                L2::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                Fill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        })
+    })?;
+    if res != sys::CUresult::CUDA_SUCCESS {
+        return Err(Error::cuda("cuTensorMapEncodeTiled", format!("{res:?}")));
+    }
+    // SAFETY: the driver filled the map (success above); zeroed bytes were valid before that too.
+    Ok(TensorMap(unsafe { map.assume_init() }))
+}
+
 /// A 1-D launch configuration.
 pub fn cfg_1d(grid: u32, block: u32, smem: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem }

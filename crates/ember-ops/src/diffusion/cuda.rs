@@ -115,7 +115,37 @@ pub struct Tuning {
     /// `Some(ExpandStore::Direct)` keeps the direct epilogue wherever the wgmma expand runs; `None`:
     /// [`expand_store_mode`] decides.
     pub expand_store: Option<ExpandStore>,
+    /// How the wgmma expand loads its basis tiles: `Some(ExpandLoad::Tma)` forces the wgmma expand
+    /// fed by TMA (an error where it cannot run, or together with `expand_wg: Some(false)`),
+    /// `Some(ExpandLoad::CpAsync)` keeps cp.async wherever the wgmma expand runs; `None`:
+    /// [`expand_load_mode`] decides.
+    pub expand_load: Option<ExpandLoad>,
 }
+
+/// How the wgmma expand fills its basis tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpandLoad {
+    /// v5: every thread issues 16-byte cp.async copies of each tile, a CTA barrier per tile.
+    CpAsync,
+    /// v9 (`diffusion_expand_wgt*`): one thread issues TMA box copies into a ring of 16 KB slots
+    /// signalled by mbarriers; no CTA barrier per tile.
+    Tma,
+}
+
+/// `EMBER_DIFFUSION_EXPAND_LOAD=cp.async|tma`: the wgmma expand's load path wherever it runs (TMA
+/// where it can run with the chosen store path, else cp.async, silently); default
+/// [`DEFAULT_EXPAND_LOAD`].
+pub fn expand_load_mode() -> ExpandLoad {
+    static M: OnceLock<ExpandLoad> = OnceLock::new();
+    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_EXPAND_LOAD").as_deref() {
+        Ok("tma") => ExpandLoad::Tma,
+        Ok("cp.async") => ExpandLoad::CpAsync,
+        _ => DEFAULT_EXPAND_LOAD,
+    })
+}
+
+/// cp.async until a GPU run has measured the TMA-fed expand (v9, not yet measured).
+pub const DEFAULT_EXPAND_LOAD: ExpandLoad = ExpandLoad::CpAsync;
 
 /// How the wgmma expand writes its output tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,6 +294,70 @@ fn expand_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize, bulk
     } else {
         [4, 2].into_iter().map(|nst| (nh, nst, kp, expand_wg_smem(kp, nh, nst), false)).find(|s| s.3 <= optin)
     }
+}
+
+/// Eigenvectors per TMA box of the TMA-fed expand (ETM_BOX_K: 128 bytes per row, the swizzle span),
+/// bytes per box (one ring slot), and the most slots the kernel has barriers for (ETM_MAX_SLOTS).
+pub(crate) const ETM_BOX_K: usize = 64;
+pub(crate) const ETM_BOX_BYTES: usize = EBM * ETM_BOX_K * 2;
+pub(crate) const ETM_MAX_SLOTS: usize = 16;
+
+/// Shared memory of `diffusion_expand_wgt{NH}` (`bulk`: `wgtb`) with `slots` ring slots: up to 1 KB
+/// to align the slots on the swizzle's 1024-byte period, the slots, S (KP × 128·NH), the epilogue
+/// slices (direct) or the 128-row staging buffer (bulk), then full and empty barriers.
+pub(crate) fn expand_tma_smem(kp: usize, nh: usize, slots: usize, bulk: bool) -> usize {
+    let epi = if bulk { EBM * (256 * nh + EWG_STG_PAD) } else { 2 * 8 * 16 * 72 };
+    1024 + slots * ETM_BOX_BYTES + 2 * kp * 128 * nh + epi + 2 * 8 * ETM_MAX_SLOTS
+}
+
+/// The most ring slots (up to [`ETM_MAX_SLOTS`]) that fit in `optin` bytes, if at least one tile's
+/// boxes (⌈KP/64⌉, which the ring must hold at once) do.
+pub(crate) fn expand_tma_slots(optin: usize, kp: usize, nh: usize, bulk: bool) -> Option<usize> {
+    let nb = kp.div_ceil(ETM_BOX_K);
+    (nb..=ETM_MAX_SLOTS).rev().find(|&n| expand_tma_smem(kp, nh, n, bulk) <= optin)
+}
+
+/// (NH, slots, KP, shared memory, bulk) of the TMA-fed expand with bulk stores (where `bulk` and
+/// they fit; `force_bulk`: only with them) or the direct epilogue, or why it cannot run.
+#[allow(clippy::too_many_arguments)]
+fn expand_tma_shape(dev: &Arc<CudaDevice>, dtype: DType, v: usize, k: usize, c: usize, basis: u64, bulk: bool, force_bulk: bool) -> std::result::Result<(usize, usize, usize, usize, bool), String> {
+    if dtype == DType::F32 {
+        return Err("needs 16-bit activations".into());
+    }
+    if dev.info().compute_capability != (9, 0) {
+        return Err(format!("needs sm_90a (TMA and wgmma), not {}", dev.info().arch));
+    }
+    if !(k * dtype.size()).is_multiple_of(16) {
+        return Err(format!("basis rows of K·2 = {} bytes: TMA needs a row stride that is a multiple of 16 bytes (K a multiple of 8)", k * dtype.size()));
+    }
+    if !basis.is_multiple_of(16) {
+        return Err(format!("the basis at {basis:#x}: TMA needs a 16-byte aligned global address"));
+    }
+    if v > i32::MAX as usize {
+        return Err(format!("V = {v}: TMA row coordinates are 32-bit"));
+    }
+    let optin = dev.info().shared_memory_per_block_optin as usize;
+    let nh = if c <= 128 { 1 } else { 2 };
+    let kp = k.next_multiple_of(16);
+    let pick = |b: bool| expand_tma_slots(optin, kp, nh, b).map(|n| (nh, n, kp, expand_tma_smem(kp, nh, n, b), b));
+    let shape = match (bulk && (c * dtype.size()).is_multiple_of(16), force_bulk) {
+        (_, true) => pick(true),
+        (true, false) => pick(true).or_else(|| pick(false)),
+        (false, false) => pick(false),
+    };
+    shape.ok_or_else(|| {
+        format!(
+            "S ({} KB), the {} and {} TMA boxes of 16 KB (one tile) exceed the {optin} bytes of shared memory a block may use",
+            2 * kp * 128 * nh / 1024,
+            if force_bulk { "staging buffer" } else { "epilogue" },
+            kp.div_ceil(ETM_BOX_K)
+        )
+    })
+}
+
+/// Whether the TMA-fed wgmma expand can run for `dtype`, K and C on `dev` (the bench's variant rows).
+pub fn expand_tma_available(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize, bulk: bool) -> bool {
+    expand_tma_shape(dev, dtype, 1, k, c, 0, bulk, bulk).is_ok()
 }
 
 /// Whether the wgmma expand (with bulk stores or not) can run for `dtype`, K and C on `dev` (the
@@ -460,6 +554,9 @@ struct Geometry {
     /// Some((NH, NST, bulk)): the expand runs on wgmma (`diffusion_expand_wg{NH}_s{NST}`, or
     /// `diffusion_expand_wgb{NH}_s{NST}` with bulk stores).
     ewg: Option<(usize, usize, bool)>,
+    /// Some(slots): the wgmma expand is fed by TMA (`diffusion_expand_wgt{NH}` / `wgtb{NH}`) with
+    /// this many 16 KB ring slots; `ewg`'s NST is then unused.
+    etma: Option<usize>,
     kpe: usize,
     cpe: usize,
     expand_grid: (u32, u32),
@@ -532,7 +629,21 @@ impl Geometry {
             true => expand_wg_shape(dev, dtype, k, c, true).or_else(|| expand_wg_shape(dev, dtype, k, c, false)),
             false => expand_wg_shape(dev, dtype, k, c, false),
         };
+        // v9: forced TMA loads imply the wgmma expand and take their own shape (a ring of 16 KB
+        // slots instead of whole-tile stages, so it fits where the cp.async stages may not); from
+        // the environment they replace cp.async wherever the wgmma expand runs and they fit with
+        // its store path.
+        let basis_ptr = m.basis.cuda_ptr()?;
+        let forced_bulk = tune.expand_store == Some(ExpandStore::Bulk);
+        let tma_forced = match (tune.expand_load, tune.expand_wg) {
+            (Some(ExpandLoad::Tma), Some(false)) => return Err(Error::invalid("expand_load", "TMA loads are a variant of the wgmma expand, which expand_wg = Some(false) excludes")),
+            (Some(ExpandLoad::Tma), _) => Some(expand_tma_shape(dev, dtype, v, k, c, basis_ptr, bulk, forced_bulk).map_err(|why| {
+                Error::Unsupported(format!("the TMA-fed wgmma expand for {dtype}, K = {k}, C = {c}{}: {why}", if forced_bulk { " with bulk stores" } else { "" }))
+            })?),
+            _ => None,
+        };
         let wg = match (tune.expand_store, tune.expand_wg) {
+            _ if tma_forced.is_some() => tma_forced,
             (Some(ExpandStore::Bulk), Some(false)) => return Err(Error::invalid("expand_store", "bulk stores are a variant of the wgmma expand, which expand_wg = Some(false) excludes")),
             (Some(ExpandStore::Bulk), _) => Some(expand_wg_shape(dev, dtype, k, c, true).ok_or_else(|| {
                 Error::Unsupported(format!(
@@ -549,6 +660,14 @@ impl Geometry {
                 WgmmaMode::Always => wg_shape(),
                 WgmmaMode::Auto => wg_shape().filter(|&(nh, ..)| n_tiles * c.div_ceil(128 * nh) >= WG_MIN_TILES_PER_SM * n_sm),
             },
+        };
+        // (slots, shared memory) of the TMA-fed expand, with the store path `wg` has.
+        let etma = match (tma_forced, wg) {
+            (Some((_, slots, _, smem, _)), _) => Some((slots, smem)),
+            (None, Some((_, _, _, _, b))) if tune.expand_load.unwrap_or_else(expand_load_mode) == ExpandLoad::Tma => {
+                expand_tma_shape(dev, dtype, v, k, c, basis_ptr, b, b).ok().map(|(_, slots, _, smem, _)| (slots, smem))
+            }
+            _ => None,
         };
         let (kpe, ebn) = match wg {
             Some((nh, _, kp, ..)) => (kp, 128 * nh),
@@ -572,9 +691,10 @@ impl Geometry {
         let es = dtype.size();
         let vec = (k * es).is_multiple_of(16) && (c * es).is_multiple_of(16);
         let reduce_grid = (to_u32_grid(n_chunks, i32::MAX as usize, "reduce chunks")?, to_u32_grid(n_mt * n_ntr, 65535, "reduce tiles per chunk")?);
-        let expand_smem = match wg {
-            Some((_, _, _, smem, _)) => smem,
-            None => expand_smem(dtype, ewn, kpe, st),
+        let expand_smem = match (etma, wg) {
+            (Some((_, smem)), _) => smem,
+            (None, Some((_, _, _, smem, _))) => smem,
+            (None, None) => expand_smem(dtype, ewn, kpe, st),
         };
         let finalize_grid = (to_u32_grid(meshes * (cpe / 32), i32::MAX as usize, "meshes × channel blocks")?, (kpe / 8) as u32);
         let n_persist_goal = n_sm; // refined by occupancy at launch
@@ -602,6 +722,7 @@ impl Geometry {
             tile_table,
             ewn,
             ewg: wg.map(|(nh, nst, _, _, bulk)| (nh, nst, bulk)),
+            etma: etma.map(|(slots, _)| slots),
             kpe,
             cpe,
             expand_grid,
@@ -709,6 +830,9 @@ fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: 
 
 #[allow(clippy::too_many_arguments)]
 fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
+    if let (Some((nh, _, bulk)), Some(slots)) = (g.ewg, g.etma) {
+        return launch_expand_tma(dev, g, (nh, bulk, slots), basis, s_op, mass, out, dt_part, d_times);
+    }
     let entry = match (g.ewg, g.ewn) {
         (Some((1, 2, false)), _) => "diffusion_expand_wg1_s2",
         (Some((1, _, false)), _) => "diffusion_expand_wg1_s4",
@@ -723,11 +847,7 @@ fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mas
         (None, _) => "diffusion_expand_w2",
     };
     let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, g.expand_smem)?;
-    // Persistent: as many CTAs as fit at once (per channel tile), never more than there are tiles.
-    let n_sm = dev.info().multiprocessors.max(1) as usize;
-    let per_nt = (n_sm * occ as usize / g.expand_grid.1 as usize).max(1);
-    let grid_x = g.n_tiles.min(per_nt).max(1) as u32;
-    let cfg = LaunchConfig { grid_dim: (grid_x, g.expand_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.expand_smem as u32 };
+    let cfg = expand_cfg(dev, g, occ);
     let (n_rows, n_tiles) = (g.n_rows, g.n_tiles as i64);
     let (k, c, kp, cp, vec, dt_rows) = (g.k as i32, g.c as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec), to_i32(g.dt_rows(), "meshes × eigenvector blocks")?);
     dev.launch(&f, cfg)
@@ -746,6 +866,51 @@ fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mas
         .arg(&dt_part)
         .arg(&dt_rows)
         .arg(&d_times)
+        .named("diffusion_expand")
+        .run()
+}
+
+/// Persistent grid of the expand: as many CTAs as fit at once (per channel tile), never more than
+/// there are tiles.
+fn expand_cfg(dev: &Arc<CudaDevice>, g: &Geometry, occ: u32) -> LaunchConfig {
+    let n_sm = dev.info().multiprocessors.max(1) as usize;
+    let per_nt = (n_sm * occ as usize / g.expand_grid.1 as usize).max(1);
+    let grid_x = g.n_tiles.min(per_nt).max(1) as u32;
+    LaunchConfig { grid_dim: (grid_x, g.expand_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.expand_smem as u32 }
+}
+
+/// v9: the TMA-fed wgmma expand (`diffusion_expand_wgt{NH}`, `wgtb{NH}` with bulk stores). The tensor
+/// map (basis as V × K, boxes of 128 rows × 64 eigenvectors, 128-byte swizzle, zeros outside) is
+/// encoded per launch on the host (no device call) and passed by value.
+#[allow(clippy::too_many_arguments)]
+fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots): (usize, bool, usize), basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
+    let entry = match (nh, bulk) {
+        (1, false) => "diffusion_expand_wgt1",
+        (_, false) => "diffusion_expand_wgt2",
+        (1, true) => "diffusion_expand_wgtb1",
+        (_, true) => "diffusion_expand_wgtb2",
+    };
+    let es = g.dtype.size() as u64;
+    let map = ember_core::cuda::tensor_map_2d_sw128(g.dtype, basis, g.n_rows as u64, g.k as u64, g.k as u64 * es, EBM as u32, ETM_BOX_K as u32)?;
+    let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, g.expand_smem)?;
+    let (n_rows, n_tiles, slots) = (g.n_rows, g.n_tiles as i64, slots as i32);
+    let (c, kp, cp, vec, dt_rows) = (g.c as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec), to_i32(g.dt_rows(), "meshes × eigenvector blocks")?);
+    dev.launch(&f, expand_cfg(dev, g, occ))
+        .arg(&s_op)
+        .arg(&mass)
+        .arg(&out)
+        .arg(&g.tile_table)
+        .arg(&n_rows)
+        .arg(&n_tiles)
+        .arg(&c)
+        .arg(&kp)
+        .arg(&cp)
+        .arg(&vec)
+        .arg(&dt_part)
+        .arg(&dt_rows)
+        .arg(&d_times)
+        .arg(&slots)
+        .arg(&map)
         .named("diffusion_expand")
         .run()
 }
@@ -1007,15 +1172,24 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
     };
     // v8: the wgmma expand with each store path, timed in the same run where both can run.
     let k = g.k;
-    let expand_variants: Vec<(&'static str, &'static str, Geometry)> = if expand_wg_available(&dev, dtype, k, c, false) && expand_wg_available(&dev, dtype, k, c, true) {
-        let mut v = Vec::new();
+    // v9: the same two store paths with TMA loads where they can run ("load=tma" rows beside the
+    // cp.async ones above).
+    let mut expand_variants: Vec<(&'static str, &'static str, Geometry)> = Vec::new();
+    if expand_wg_available(&dev, dtype, k, c, false) && expand_wg_available(&dev, dtype, k, c, true) {
         for (store, f, b) in [(ExpandStore::Direct, "fwd:expand store=direct", "bwd:expand store=direct"), (ExpandStore::Bulk, "fwd:expand store=bulk", "bwd:expand store=bulk")] {
-            v.push((f, b, Geometry::new(&dev, m, c, &Tuning { expand_wg: Some(true), expand_store: Some(store), ..Tuning::default() })?));
+            let t = Tuning { expand_wg: Some(true), expand_store: Some(store), expand_load: Some(ExpandLoad::CpAsync), ..Tuning::default() };
+            expand_variants.push((f, b, Geometry::new(&dev, m, c, &t)?));
         }
-        v
-    } else {
-        Vec::new()
-    };
+    }
+    if expand_tma_available(&dev, dtype, k, c, false) && expand_tma_available(&dev, dtype, k, c, true) {
+        for (store, f, b) in [
+            (ExpandStore::Direct, "fwd:expand load=tma store=direct", "bwd:expand load=tma store=direct"),
+            (ExpandStore::Bulk, "fwd:expand load=tma store=bulk", "bwd:expand load=tma store=bulk"),
+        ] {
+            let t = Tuning { expand_wg: Some(true), expand_store: Some(store), expand_load: Some(ExpandLoad::Tma), ..Tuning::default() };
+            expand_variants.push((f, b, Geometry::new(&dev, m, c, &t)?));
+        }
+    }
     let out = Tensor::output(x.shape(), dtype, device)?;
     let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;

@@ -953,6 +953,49 @@ __device__ __forceinline__ void ewg_epilogue_bulk(const float (&acc)[NH][64], un
     ewg_bulk_commit();
 }
 
+// S rows k, columns c0..c0+BN of mesh `mesh`'s zero-padded operand (always 16-byte rows) into its
+// MN-major core-matrix tile, by cp.async (the caller commits and waits).
+template <int NH>
+__device__ __forceinline__ void ewg_load_s(unsigned char* Ss, const T* __restrict__ s_op, i64 mesh, int KP, int CPs, int c0) {
+    constexpr int NJ = 128 * NH / 8;
+    const T* src = s_op + mesh * (i64)KP * CPs + c0;
+    for (int i = threadIdx.x; i < KP * NJ; i += NTHREADS) {
+        const int k = (i / (8 * NJ)) * 8 + (i & 7), ch = (i >> 3) % NJ;
+        cp_async16(Ss + 16 * i, src + (i64)k * CPs + ch * 8, 16);
+    }
+}
+
+// One 16-deep step ks of the warpgroup's 64 × BN product: A from descriptor da, B the resident S.
+template <int NH>
+__device__ __forceinline__ void ewg_step(float (&acc)[NH][64], u64 da, u32 s_base, int ks) {
+    constexpr int BN = 128 * NH;
+#pragma unroll
+    for (int h = 0; h < NH; ++h) {
+        const u64 db = ewg_desc(s_base + ks * 2 * BN * 16 + h * 16 * 128, BN * 16, 128);
+        ewg_mma<0>(acc[h], da, db, ks);
+    }
+}
+
+// The warp's 16 rows of tile [rb, re) out of the accumulators: mass weights (backward) in f32, then
+// the bulk epilogue (BULK and 16-byte rows) or the direct one, in the warp's part of `epi`.
+template <int NH, bool BULK>
+__device__ __forceinline__ void ewg_tile_out(const float (&acc)[NH][64], unsigned char* epi, const T* __restrict__ mass, T* __restrict__ out,
+                                             i64 rb, i64 re, int c0, int C, int vec) {
+    constexpr int STG_P = 256 * NH + EWG_STG_PAD;
+    const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+    // Rows rb + wg·64 + wq·16 + {g, g + 8} of the tile (the warp's 16).
+    const i64 row0 = rb + (warp >> 2) * 64 + (warp & 3) * 16;
+    float w0 = 1.0f, w1 = 1.0f;
+    if (mass) {
+        w0 = row0 + g < re ? ember_to_f32(mass[row0 + g]) : 0.0f;
+        w1 = row0 + g + 8 < re ? ember_to_f32(mass[row0 + g + 8]) : 0.0f;
+    }
+    if (BULK && vec)
+        ewg_epilogue_bulk<NH>(acc, epi + warp * 16 * STG_P, w0, w1, out, row0, re, c0, C);
+    else
+        ewg_epilogue_direct<NH>(acc, reinterpret_cast<T*>(epi) + warp * 16 * EWG_EPI_LD, w0, w1, out, row0, re, c0, C, vec);
+}
+
 // BULK = false: diffusion_expand_wg{NH}_s{NST} (direct epilogue, v5). BULK = true:
 // diffusion_expand_wgb{NH}_s{NST}, whose epilogue region is a 128-row staging buffer (pitch
 // 2·BN + EWG_STG_PAD bytes) written out by bulk copies; where rows are not 16-byte multiples (!vec)
@@ -970,9 +1013,7 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
     unsigned char* stages = Ss + (size_t)KP * BN * 2;
     const int stage_bytes = EBM * KP * 2;
     unsigned char* epi = stages + (size_t)NST * stage_bytes;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wg = warp >> 2, wq = warp & 3;
-    const int g = lane >> 2;
+    const int tid = threadIdx.x, wg = tid >> 7;
     const int c0 = blockIdx.y * BN;
     const i64 bx = blockIdx.x, gx = gridDim.x;
 
@@ -992,15 +1033,7 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
         const i64 mesh_end = tiles ? seg_at(tiles, first.run_end - 1, EBM, n_rows, n_tiles).end : n_rows;
         const i64 n_it = t1 - t0;
         __syncthreads();  // the previous segment's S and stages are no longer read
-        {
-            // S rows k, columns c0..c0+BN of the zero-padded operand (always 16-byte rows).
-            const T* src = s_op + first.mesh * (i64)KP * CPs + c0;
-            constexpr int NJ = BN / 8;
-            for (int i = tid; i < KP * NJ; i += NTHREADS) {
-                const int k = (i / (8 * NJ)) * 8 + (i & 7), ch = (i >> 3) % NJ;
-                cp_async16(Ss + 16 * i, src + (i64)k * CPs + ch * 8, 16);
-            }
-        }
+        ewg_load_s<NH>(Ss, s_op, first.mesh, KP, CPs, c0);
 #pragma unroll
         for (int s = 0; s < NST - 1; ++s) {
             if (s < n_it) {
@@ -1028,30 +1061,13 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
 #pragma unroll
             for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
             ewg_arrive();
-            for (int ks = 0; ks < KP / 16; ++ks) {
-                const u64 da = ewg_desc(a_tile + ks * 256, 128, KP * 16);
-#pragma unroll
-                for (int h = 0; h < NH; ++h) {
-                    const u64 db = ewg_desc(s_base + ks * 2 * BN * 16 + h * 16 * 128, BN * 16, 128);
-                    ewg_mma<0>(acc[h], da, db, ks);
-                }
-            }
+            for (int ks = 0; ks < KP / 16; ++ks) ewg_step<NH>(acc, ewg_desc(a_tile + ks * 256, 128, KP * 16), s_base, ks);
             ewg_commit();
             ewg_wait0();
 #pragma unroll
             for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
 
-            // Epilogue: rows rb + wg·64 + wq·16 + {g, g + 8} of the tile (the warp's 16).
-            const i64 row0 = rb + wg * 64 + wq * 16;
-            float w0 = 1.0f, w1 = 1.0f;
-            if (mass) {
-                w0 = row0 + g < re ? ember_to_f32(mass[row0 + g]) : 0.0f;
-                w1 = row0 + g + 8 < re ? ember_to_f32(mass[row0 + g + 8]) : 0.0f;
-            }
-            if (BULK && vec)
-                ewg_epilogue_bulk<NH>(acc, epi + warp * 16 * STG_P, w0, w1, out, row0, re, c0, C);
-            else
-                ewg_epilogue_direct<NH>(acc, reinterpret_cast<T*>(epi) + warp * 16 * EWG_EPI_LD, w0, w1, out, row0, re, c0, C, vec);
+            ewg_tile_out<NH, BULK>(acc, epi, mass, out, rb, re, c0, C, vec);
         }
         cp_async_wait<0>();
         t0 = t1;
@@ -1077,6 +1093,232 @@ DIFF_EXPAND_WG(diffusion_expand_wgb1_s2, 1, 2, true)
 DIFF_EXPAND_WG(diffusion_expand_wgb1_s4, 1, 4, true)
 DIFF_EXPAND_WG(diffusion_expand_wgb2_s2, 2, 2, true)
 DIFF_EXPAND_WG(diffusion_expand_wgb2_s3, 2, 3, true)
+
+// ---- v9: the wgmma expand fed by TMA (cp.async.bulk.tensor + mbarriers, sm_90) ------------------
+// diffusion_expand_wgt{NH} (direct epilogue) and diffusion_expand_wgtb{NH} (bulk stores): the same
+// tiles, products (same descriptors' values, same order, same scale-d), epilogue and d_times fold
+// as diffusion_expand_wg*/wgb*, so the results are bit-identical; only the basis load path differs.
+// Why: v8 showed the stores were not the bound; with cp.async every thread issues its share of
+// each tile's copies and the CTA meets at a barrier per tile, so the load pipeline advances only
+// as fast as the slowest warp reaches that barrier. Here one thread issues two 16 KB tensor copies
+// per tile (K ≤ 128), NS slots ahead, and each warpgroup waits only on an mbarrier for its data.
+//
+// Ring: NS slots of one TMA box each: 128 vertices × 64 eigenvectors (128 bytes per row, the
+// 128-byte swizzle span), 16 KB, written by the TMA unit in the canonical K-major 128B-swizzle
+// layout: row r at r·128, its 16-byte chunk j at chunk position j ^ (r % 8); 8-row atoms of 1024
+// bytes, so every slot starts on a 1024-byte boundary. A tile is NB = ⌈KP/64⌉ boxes (box b: columns
+// 64b..64b+63; columns ≥ K and rows ≥ V read as zeros). Box q of the CTA's sequence (tile q / NB of
+// its range, across mesh segments) goes to slot q % NS; full[s] (1 arrival + 16 KB of transactions)
+// says it landed, empty[s] (8 arrivals, one per warp after its products completed) that it may be
+// overwritten.
+// Producer: thread 0, with no warp of its own (all 8 warps hold 64·NH accumulators; a ninth warp
+// does not fit the register file at 255 registers per thread). It issues every box whose slot's
+// previous box has been released, at two points: all NS at the start, and after it has issued its
+// warpgroup's products of tile j (asynchronous, so it waits while they run) boxes up to
+// j·NB + NS, whose slots held tiles ≤ j − 1. It waits there for the other warpgroup's release of
+// tile j − 1, which lets warpgroup 0 lead by at most one tile; warpgroup 1 can lead by NS/NB.
+// No CTA barrier in the tile loop; two per mesh segment (S is rewritten, as in the cp.async path).
+// Rows past the tile's end inside V (the next mesh of a batch) are loaded but only affect output
+// rows the epilogue does not write (row r of the product depends on row r of A only).
+// Shared memory (bytes): [≤ 1 KB to the next 1024-byte boundary][NS × 16 KB slots][S][epilogue or
+// staging][full[16], empty[16]].
+#define ETM_BOX_K 64
+#define ETM_BOX_BYTES (EBM * ETM_BOX_K * 2)
+#define ETM_MAX_SLOTS 16
+
+// The driver's CUtensorMap (128 opaque bytes, 64-byte aligned), received as a __grid_constant__
+// parameter: its address is a valid tensor-map operand.
+struct __align__(64) EtmMap {
+    unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ void etm_bar_init(u32 bar, u32 count) {
+#if EWG_HAS_WGMMA
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+#else
+    (void)bar, (void)count;
+#endif
+}
+// The initialised barriers, visible to the async proxy (the TMA unit's complete-tx).
+__device__ __forceinline__ void etm_fence_init() {
+#if EWG_HAS_WGMMA
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void etm_arrive(u32 bar) {
+#if EWG_HAS_WGMMA
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
+#else
+    (void)bar;
+#endif
+}
+// Arrive and add `bytes` to the transactions the current phase waits for.
+__device__ __forceinline__ void etm_arrive_tx(u32 bar, u32 bytes) {
+#if EWG_HAS_WGMMA
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(bar), "r"(bytes) : "memory");
+#else
+    (void)bar, (void)bytes;
+#endif
+}
+// Until the phase of parity `parity` has completed (try_wait suspends the thread for a while
+// between checks, so the loop does not hammer shared memory). A phase that never completes (a
+// tensor copy that faulted or never came) traps after 2^28 tries — seconds, against microseconds
+// for a real wait — so a broken pipeline is a launch error, not a hung device.
+__device__ __forceinline__ void etm_wait(u32 bar, u32 parity) {
+#if EWG_HAS_WGMMA
+    u32 done = 0, tries = 0;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+        if (++tries == (1u << 28)) __trap();
+    } while (!done);
+#else
+    (void)bar, (void)parity;
+#endif
+}
+// Box (col, row) of the tensor map into shared memory at `dst`; completes `bar`'s transactions.
+__device__ __forceinline__ void etm_load_box(u32 dst, const EtmMap* map, int col, int row, u32 bar) {
+#if EWG_HAS_WGMMA
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+                 "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(bar)
+                 : "memory");
+#else
+    (void)dst, (void)map, (void)col, (void)row, (void)bar;
+#endif
+}
+__device__ __forceinline__ void etm_prefetch_map(const EtmMap* map) {
+#if EWG_HAS_WGMMA
+    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+#else
+    (void)map;
+#endif
+}
+// Descriptor of a K-major operand in the 128-byte swizzle: SBO = 1024 between 8-row atoms, LBO
+// unused (encoded 1, as the K extent of one step, 32 bytes, stays inside the 128-byte span),
+// layout type 1 in bits 62–63. A step's start moves 32 bytes along the row inside the atom; the
+// hardware applies the XOR to the computed address, so the atom must start 1024-aligned (base
+// offset 0).
+__device__ __forceinline__ u64 etm_desc(u32 addr) { return ewg_desc(addr, 16, 1024) | (1ull << 62); }
+
+template <int NH, bool BULK>
+__device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __restrict__ s_op, const T* __restrict__ mass,
+                                                  T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int C,
+                                                  int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
+                                                  float* __restrict__ d_times, int n_slots) {
+    constexpr int BN = 128 * NH;
+    constexpr int EPI_BYTES = BULK ? EBM * (2 * BN + EWG_STG_PAD) : 8 * 16 * EWG_EPI_LD * 2;
+    extern __shared__ __align__(128) unsigned char diff_smem[];
+    const u32 raw = smem_addr(diff_smem);
+    const u32 pad = (1024u - (raw & 1023u)) & 1023u;
+    const u32 slot0 = raw + pad;
+    unsigned char* Ss = diff_smem + pad + (size_t)n_slots * ETM_BOX_BYTES;
+    unsigned char* epi = Ss + (size_t)KP * BN * 2;
+    const u32 full0 = smem_addr(epi + EPI_BYTES), empty0 = full0 + 8 * ETM_MAX_SLOTS;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int c0 = blockIdx.y * BN;
+    const i64 bx = blockIdx.x, gx = gridDim.x;
+
+    if (dt_part && bx == 0 && blockIdx.y == 0) {
+        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
+    }
+
+    const i64 per = n_tiles / gx, rem = n_tiles % gx;
+    const i64 t_lo = bx * per + min(bx, rem);
+    const i64 t_hi = t_lo + per + (bx < rem ? 1 : 0);
+    const u32 s_base = smem_addr(Ss);
+    const int nb = (KP + ETM_BOX_K - 1) / ETM_BOX_K, n_ks = KP / 16;
+    const i64 n_box = (t_hi - t_lo) * nb;
+
+    // Producer state (thread 0): the next box of the sequence to issue.
+    i64 q_next = 0;
+    // Issue boxes [q_next, min(q_end, n_box)); a slot's second and later uses wait for the release
+    // of its previous box (phase use − 1 of empty).
+    auto produce = [&](i64 q_end) {
+        for (; q_next < min(q_end, n_box); ++q_next) {
+            const int s = (int)(q_next % n_slots);
+            const i64 use = q_next / n_slots;
+            if (use > 0) etm_wait(empty0 + 8 * s, (u32)((use - 1) & 1));
+            const i64 t = t_lo + q_next / nb;
+            const int b = (int)(q_next % nb);
+            const Seg ts = seg_at(tiles, t, EBM, n_rows, n_tiles);
+            etm_arrive_tx(full0 + 8 * s, ETM_BOX_BYTES);
+            etm_load_box(slot0 + (u32)s * ETM_BOX_BYTES, map, b * ETM_BOX_K, (int)ts.begin, full0 + 8 * s);
+        }
+    };
+    if (tid == 0) {
+        etm_prefetch_map(map);
+        for (int s = 0; s < n_slots; ++s) {
+            etm_bar_init(full0 + 8 * s, 1);
+            etm_bar_init(empty0 + 8 * s, 8);
+        }
+        etm_fence_init();
+    }
+    __syncthreads();  // the barriers are initialised before anyone waits on them
+    if (tid == 0) produce(n_slots);  // first use of every slot: nothing to wait for
+
+    float acc[NH][64];
+    i64 j = 0;  // tile index within this CTA's range (all segments)
+    for (i64 t0 = t_lo; t0 < t_hi;) {
+        const Seg first = seg_at(tiles, t0, EBM, n_rows, n_tiles);
+        const i64 t1 = min(t_hi, first.run_end);
+        const i64 mesh_end = tiles ? seg_at(tiles, first.run_end - 1, EBM, n_rows, n_tiles).end : n_rows;
+        __syncthreads();  // every product reading the previous segment's S has completed
+        ewg_load_s<NH>(Ss, s_op, first.mesh, KP, CPs, c0);
+        cp_async_commit();
+        cp_async_wait<0>();
+        ewg_fence_async();  // this thread's S copies, visible to wgmma
+        __syncthreads();    // everyone's
+        for (i64 t = t0; t < t1; ++t, ++j) {
+            const i64 rb = first.begin + (t - t0) * EBM;
+            const i64 re = min(mesh_end, rb + EBM);
+            // The tile's boxes occupy consecutive slots from s0 (wrapping). All of them are waited
+            // for before the first product: a wait between products puts a divergent loop between
+            // wgmma instructions, and ptxas then serialises them (C7520).
+            const int s0 = (int)((j * nb) % n_slots);
+            for (int b = 0; b < nb; ++b) {
+                const i64 q = j * nb + b;
+                etm_wait(full0 + 8 * (int)(q % n_slots), (u32)((q / n_slots) & 1));
+            }
+            __syncwarp();  // converged again before the warpgroup-wide instructions
+#pragma unroll
+            for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+            ewg_arrive();
+            for (int ks = 0; ks < n_ks; ++ks) {
+                const int s = s0 + (ks >> 2) < n_slots ? s0 + (ks >> 2) : s0 + (ks >> 2) - n_slots;
+                const u32 a = slot0 + (u32)s * ETM_BOX_BYTES + (u32)(wg * 64 * 128) + (u32)((ks & 3) * 32);
+                ewg_step<NH>(acc, etm_desc(a), s_base, ks);
+            }
+            ewg_commit();
+            // While this warpgroup's products run: refill the slots tile j − 1 held.
+            if (tid == 0) produce(j * nb + n_slots);
+            __syncwarp();
+            ewg_wait0();
+#pragma unroll
+            for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+            if ((tid & 31) == 0) {
+                // This warp's products reading the tile's slots have completed.
+                for (int b = 0; b < nb; ++b) etm_arrive(empty0 + 8 * (int)((j * nb + b) % n_slots));
+            }
+            ewg_tile_out<NH, BULK>(acc, epi, mass, out, rb, re, c0, C, vec);
+        }
+        t0 = t1;
+    }
+    if (BULK) ewg_bulk_wait_all();
+}
+
+#define DIFF_EXPAND_TMA(NAME, NH, BULK)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                                                  \
+        NAME(const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int C, int KP, int CPs, int vec, \
+             const float* dt_part, int dt_rows, float* d_times, int n_slots, const __grid_constant__ EtmMap map) {             \
+        expand_tma_kernel<NH, BULK>(&map, s_op, mass, out, tiles, n_rows, n_tiles, C, KP, CPs, vec, dt_part, dt_rows, d_times, \
+                                    n_slots);                                                                                  \
+    }
+DIFF_EXPAND_TMA(diffusion_expand_wgt1, 1, false)
+DIFF_EXPAND_TMA(diffusion_expand_wgt2, 2, false)
+DIFF_EXPAND_TMA(diffusion_expand_wgtb1, 1, true)
+DIFF_EXPAND_TMA(diffusion_expand_wgtb2, 2, true)
 #endif  // DIFF_HALF
 
 // ---- reduce on Hopper warpgroup MMA (wgmma, sm_90a; 16-bit activations) ---------------------------

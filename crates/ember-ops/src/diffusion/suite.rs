@@ -1,6 +1,6 @@
 //! Spectral diffusion's `ember check` cases and `ember bench` rows.
 
-use super::cuda::{self, ExpandStore, Tuning, WgmmaMode};
+use super::cuda::{self, ExpandLoad, ExpandStore, Tuning, WgmmaMode};
 use super::{backward_batch, forward_batch, param_dtype, reference, Forward, Grads, MeshBatch, Meshes};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
@@ -213,13 +213,14 @@ fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize
         expand_wg: Some(false),
         reduce_wg: Some(WgmmaMode::Never),
         expand_store: None,
+        expand_load: None,
     };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
@@ -236,12 +237,28 @@ fn wgb(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
 }
 
+/// v9, the wgmma expand fed by TMA forced, with the store path `store` (None: as by default),
+/// everything else as by default; 16-bit dtypes. `check_case` also runs it with cp.async loads
+/// (where that variant fits) and asserts the same bits.
+fn wgt(sizes: &[usize], k: usize, c: usize, d_spectral: bool, store: Option<ExpandStore>) -> Case {
+    let t = Tuning { expand_wg: Some(true), expand_load: Some(ExpandLoad::Tma), expand_store: store, ..Tuning::default() };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
+}
+
 /// The reduce on wgmma (sm_90a) in `mode` (`Always`: forced; `Auto`: its size rule, whatever the
 /// environment says), `chunk_rows` vertices per chunk or the default; the expand by default (or
 /// forced onto wgmma with `expand_wg`); 16-bit dtypes.
 fn rwg(sizes: &[usize], k: usize, c: usize, d_spectral: bool, mode: WgmmaMode, chunk_rows: Option<usize>, expand_wg: bool) -> Case {
     let t = Tuning { reduce_wg: Some(mode), chunk_rows, expand_wg: expand_wg.then_some(true), ..Tuning::default() };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, chunk_rows)), dtypes: &[DType::F16, DType::BF16] }
+}
+
+/// Whether the cp.async-fed wgmma expand (with bulk stores or not) fits `dtype`, K and C on `device`.
+fn wg_fits(device: Device, dtype: DType, k: usize, c: usize, bulk: bool) -> bool {
+    match device {
+        Device::Cuda(i) => ember_core::cuda::CudaDevice::get(i).is_ok_and(|d| cuda::expand_wg_available(&d, dtype, k, c, bulk)),
+        Device::Cpu => false,
+    }
 }
 
 /// Whether `device` runs the sm_90a kernels (wgmma).
@@ -357,6 +374,46 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
             ],
         };
         v.extend(wgb_cases);
+        // v9, the TMA-fed wgmma expand (K a multiple of 8: TMA's 16-byte row stride; K = 1, 5 are
+        // property rows): one box per tile (K ≤ 64, boxes wider than K), two (K = 128), three with
+        // a partial last box (K = 136), four (K = 256, where at C = 256 only this variant fits:
+        // a ring of exactly one tile, no bitwise row); V below one tile (1, 7), partial last tiles
+        // (129, 4109, 131077, 1M + 7: rows past V are TMA's zero fill), batches whose tiles start
+        // at unaligned rows and end inside the next mesh's rows; both store paths and the direct
+        // fallback where C·2 is not a multiple of 16 (C = 1, 33, 257); forward and backward.
+        use ExpandStore::{Bulk, Direct};
+        let wgt_cases: Vec<Case> = match tier {
+            _ if !has_wgmma(device) => vec![],
+            Tier::Quick => vec![],
+            Tier::Small => vec![
+                wgt(&[7], 8, 33, true, None),
+                wgt(&[300], 64, 64, false, None),
+                wgt(&[37, 1, 130], 16, 24, true, None),
+                wgt(&[150], 136, 256, true, Some(Bulk)),
+                wgt(&[200], 128, 136, false, Some(Direct)),
+                wgt(&[129], 256, 128, true, Some(Bulk)),
+                wgt(&[77], 128, 33, true, Some(Bulk)),
+            ],
+            Tier::Full => vec![
+                wgt(&[1], 8, 1, true, None),
+                wgt(&[7], 64, 256, false, Some(Bulk)),
+                wgt(&[4109], 128, 256, true, None),
+                wgt(&[4109], 128, 256, true, Some(Bulk)),
+                wgt(&[4109], 256, 64, false, None),
+                wgt(&[4109], 136, 257, true, None),
+                wgt(&[4109], 256, 256, true, Some(Direct)),
+                wgt(&[131077], 128, 256, false, Some(Bulk)),
+                wgt(&[131077], 64, 264, true, None),
+                wgt(&[131077], 16, 1, true, None),
+                wgt(&[131077], 256, 128, true, Some(Bulk)),
+                wgt(&[1 << 20 | 7], 128, 64, true, None),
+                Case { dtypes: BF16, ..wgt(&[1 << 20 | 7], 128, 256, false, Some(Bulk)) },
+                wgt(&[40, 1, 77, 3], 64, 136, true, Some(Direct)),
+                wgt(&[5003, 19997, 1, 12000, 7777], 128, 256, true, None),
+                wgt(&[5003, 19997, 1, 12000, 7777], 128, 256, false, Some(Bulk)),
+            ],
+        };
+        v.extend(wgt_cases);
         // The wgmma reduce (v6): 16-byte and element loaders, one and two 128-channel halves, K
         // above one 128-eigenvector tile, chunks whose first row is not 8-aligned (partial first
         // stage), single chunks shorter than a stage, batches, forward with mass and backward
@@ -416,8 +473,13 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             if t.expand_wg == Some(true) {
                 s += " wgmma";
             }
-            if t.expand_store == Some(ExpandStore::Bulk) {
-                s += " store=bulk";
+            match t.expand_store {
+                Some(ExpandStore::Bulk) => s += " store=bulk",
+                Some(ExpandStore::Direct) if t.expand_load == Some(ExpandLoad::Tma) => s += " store=direct",
+                _ => {}
+            }
+            if t.expand_load == Some(ExpandLoad::Tma) {
+                s += " load=tma";
             }
             match t.reduce_wg {
                 Some(WgmmaMode::Always) => s += " reduce=wgmma",
@@ -443,7 +505,14 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     let tune = c.tune.as_ref().map(|(t, r)| (t, *r));
     // v8: the bulk-store expand must give the bits of the direct wgmma expand (same products, same
     // order, same roundings; only the store path differs).
-    let direct = tune.filter(|(t, _)| t.expand_store == Some(ExpandStore::Bulk)).map(|(t, r)| (Tuning { expand_store: Some(ExpandStore::Direct), ..*t }, r));
+    let direct = tune
+        .filter(|(t, _)| t.expand_store == Some(ExpandStore::Bulk) && t.expand_load != Some(ExpandLoad::Tma))
+        .map(|(t, r)| (Tuning { expand_store: Some(ExpandStore::Direct), ..*t }, r));
+    // v9: the TMA-fed expand must give the bits of the cp.async-fed one (same products, same order;
+    // only the load path differs), wherever the cp.async variant fits (not at K = 256, C > 128).
+    let cp_async = tune
+        .filter(|(t, _)| t.expand_load == Some(ExpandLoad::Tma) && wg_fits(ctx.device, dtype, c.k, c.c, t.expand_store == Some(ExpandStore::Bulk)))
+        .map(|(t, r)| (Tuning { expand_load: Some(ExpandLoad::CpAsync), ..*t }, r));
     let bits_eq = |a: (&Forward, &Grads), b: &(Forward, Grads)| -> Result<bool> {
         let mut eq = true;
         for (x, y) in [(&a.0.out, &b.0.out), (&a.0.spectral, &b.0.spectral), (&a.1.d_x, &b.1.d_x), (&a.1.d_times, &b.1.d_times)] {
@@ -459,6 +528,10 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             let same = bits_eq((&fwd, &g), &dev.run_single(Some(t))?)?;
             rows.push(property("diffusion", &format!("{label} =store=direct"), "bitwise", dtype, ctx.device, same));
         }
+        if let Some((t, _)) = &cp_async {
+            let same = bits_eq((&fwd, &g), &dev.run_single(Some(t))?)?;
+            rows.push(property("diffusion", &format!("{label} =load=cp.async"), "bitwise", dtype, ctx.device, same));
+        }
         return Ok(rows);
     }
     let (fwd, g) = dev.run(&p.offsets, tune)?;
@@ -466,6 +539,10 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     if let Some((t, r)) = &direct {
         let same = bits_eq((&fwd, &g), &dev.run(&p.offsets, Some((t, *r)))?)?;
         rows.push(property("diffusion", &format!("{label} batch =store=direct"), "bitwise", dtype, ctx.device, same));
+    }
+    if let Some((t, r)) = &cp_async {
+        let same = bits_eq((&fwd, &g), &dev.run(&p.offsets, Some((t, *r)))?)?;
+        rows.push(property("diffusion", &format!("{label} batch =load=cp.async"), "bitwise", dtype, ctx.device, same));
     }
     // Batched == per mesh: each mesh alone through the single-mesh front end.
     let mut per_out = Vec::new();
@@ -520,7 +597,7 @@ fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, d
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
@@ -563,6 +640,26 @@ fn cuda_properties(device: Device) -> Result<Vec<CheckRow>> {
     rows.push(prop("bulk stores with expand_wg = false: Err(Invalid)", matches!(e, Err(ember_core::Error::Invalid { .. }))));
     let e = cuda::forward_tuned(&m1, &dev.x, &dev.times, &bulk);
     rows.push(prop("bulk stores forced at K = 8, C = 16: runs on sm_90a, Err(Unsupported) elsewhere", if has_wgmma(device) { e.is_ok() } else { matches!(e, Err(ember_core::Error::Unsupported(_))) }));
+    // v9: TMA loads forced where they cannot run are a clear error: K = 5 (rows of 10 bytes, not a
+    // multiple of TMA's 16), off sm_90a, and with the bulk staging buffer at K = 256, C = 256 (S,
+    // the staging buffer and one tile's four boxes exceed shared memory); with the mma.sync expand,
+    // an invalid choice. At K = 8, C = 16 and at K = 256, C = 256 with the direct epilogue (where
+    // the cp.async stages do not fit) it runs on sm_90a.
+    let tma = Tuning { expand_wg: Some(true), expand_load: Some(ExpandLoad::Tma), ..Tuning::default() };
+    let unsupported = |e: &Result<super::Forward>| matches!(e, Err(ember_core::Error::Unsupported(_)));
+    let e = cuda::forward_tuned(&m1, &dev.x, &dev.times, &tma);
+    rows.push(prop("TMA loads forced at K = 8, C = 16: runs on sm_90a, Err(Unsupported) elsewhere", if has_wgmma(device) { e.is_ok() } else { unsupported(&e) }));
+    let e = cuda::forward_tuned(&m1, &dev.x, &dev.times, &Tuning { expand_wg: Some(false), ..tma });
+    rows.push(prop("TMA loads with expand_wg = false: Err(Invalid)", matches!(e, Err(ember_core::Error::Invalid { .. }))));
+    let odd = Problem::new(&[50], 5, 16, DType::BF16, false, 9)?.on(device)?;
+    let odd_evals = odd.evals.try_clone()?.reshape(&[5])?;
+    let m5 = Meshes { basis: &odd.basis, mass: &odd.mass, evals: &odd_evals, offsets: &offs, plan: None, batched: false };
+    let e = cuda::forward_tuned(&m5, &odd.x, &odd.times, &tma);
+    rows.push(prop("TMA loads forced at K = 5: Err(Unsupported)", unsupported(&e)));
+    let e = cuda::forward_tuned(&mb, &big.x, &big.times, &Tuning { expand_store: Some(ExpandStore::Bulk), ..tma });
+    rows.push(prop("TMA loads with bulk stores forced at K = 256, C = 256: Err(Unsupported)", unsupported(&e)));
+    let e = cuda::forward_tuned(&mb, &big.x, &big.times, &Tuning { expand_store: Some(ExpandStore::Direct), ..tma });
+    rows.push(prop("TMA loads, direct stores at K = 256, C = 256: runs on sm_90a, Err(Unsupported) elsewhere", if has_wgmma(device) { e.is_ok() } else { unsupported(&e) }));
     Ok(rows)
 }
 
@@ -596,6 +693,10 @@ impl crate::OpFamily for Family {
             let t = Tuning { expand_wg: Some(true), expand_store: Some(ExpandStore::Bulk), ..Tuning::default() };
             for dtype in [DType::F16, DType::BF16] {
                 rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " store=bulk")))?);
+            }
+            let t = Tuning { expand_wg: Some(true), expand_load: Some(ExpandLoad::Tma), ..Tuning::default() };
+            for dtype in [DType::F16, DType::BF16] {
+                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " load=tma")))?);
             }
         }
         if ctx.device.is_cuda() {
@@ -730,6 +831,13 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
             for (store, name) in [(ExpandStore::Direct, "direct"), (ExpandStore::Bulk, "bulk")] {
                 let t = Tuning { expand_wg: Some(true), expand_store: Some(store), ..Tuning::default() };
                 variants.push((format!("store={name}"), t, "wgmma expand forced with this store path, reduce as by default"));
+            }
+        }
+        // v9: the wgmma expand with each load path (store path as by default).
+        if cuda::expand_wg_available(&cdev, dtype, k, c, false) && cuda::expand_tma_available(&cdev, dtype, k, c, false) {
+            for (load, name) in [(ExpandLoad::CpAsync, "cp.async"), (ExpandLoad::Tma, "tma")] {
+                let t = Tuning { expand_wg: Some(true), expand_load: Some(load), ..Tuning::default() };
+                variants.push((format!("load={name}"), t, "wgmma expand forced with this load path, store path and reduce as by default"));
             }
         }
         let offsets = [0, v];

@@ -313,3 +313,74 @@ fn bulk_store_expand_host_and_kernel_agree() {
         }
     }
 }
+
+/// v9's TMA-fed expand: (1) the box, slot and barrier constants and the compiled entries are the
+/// ones the host sizes and launches; (2) the ring sizes the host picks (the most 16 KB slots that
+/// fit 227 KB, at least one tile's boxes) for the shapes the NOTES count on; (3) the layout the TMA
+/// unit writes with the 128-byte swizzle (row r of a box at r·128, its 16-byte chunk j at j ^ (r % 8))
+/// is the one the K-major swizzled wgmma descriptor reads: element (m, kk) of warpgroup wg's
+/// 64 × 16 A tile at step ks sits at start + (m / 8)·SBO + swizzle((m % 8)·128 + 2·kk), start =
+/// slot + wg·8192 + (ks % 4)·32 on a 1024-aligned atom, SBO = 1024 (and a bijection onto the box).
+#[test]
+fn tma_expand_host_and_kernel_agree() {
+    let src = cuda::SOURCE.body;
+    let define = |name: &str| -> usize {
+        let line = src.lines().find(|l| l.starts_with(&format!("#define {name} "))).unwrap_or_else(|| panic!("#define {name} in diffusion.cu"));
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert_eq!(define("ETM_BOX_K"), cuda::ETM_BOX_K);
+    assert_eq!(define("ETM_MAX_SLOTS"), cuda::ETM_MAX_SLOTS);
+    assert!(src.contains("#define ETM_BOX_BYTES (EBM * ETM_BOX_K * 2)"));
+    assert_eq!(cuda::ETM_BOX_BYTES, 128 * 64 * 2);
+    // The kernel's epilogue region and barrier block, as the host counts them.
+    assert!(src.contains("constexpr int EPI_BYTES = BULK ? EBM * (2 * BN + EWG_STG_PAD) : 8 * 16 * EWG_EPI_LD * 2;"));
+    assert!(src.contains("empty0 = full0 + 8 * ETM_MAX_SLOTS;"));
+    for (nh, bulk) in [(1, false), (2, false), (1, true), (2, true)] {
+        let name = format!("DIFF_EXPAND_TMA(diffusion_expand_wgt{}{nh}, {nh}, {bulk})", if bulk { "b" } else { "" });
+        assert!(src.contains(&name), "{name}");
+    }
+    const OPTIN: usize = 232_448;
+    let slots = |kp: usize, nh: usize, bulk: bool| cuda::expand_tma_slots(OPTIN, kp, nh, bulk);
+    assert_eq!(slots(128, 2, false), Some(8));
+    assert_eq!(slots(128, 2, true), Some(5));
+    assert_eq!(slots(128, 1, false), Some(10));
+    assert_eq!(slots(128, 1, true), Some(9));
+    assert_eq!(slots(144, 2, true), Some(5));
+    assert_eq!(slots(256, 2, false), Some(4)); // exactly one tile: runs, without look-ahead
+    assert_eq!(slots(256, 2, true), None); // an Unsupported error when forced
+    assert_eq!(slots(256, 1, true), Some(7));
+    assert_eq!(slots(16, 1, false), Some(12)); // 192 KB of boxes in flight; the barriers allow 16
+    assert_eq!(cuda::expand_tma_smem(128, 2, 8, false), 216_320);
+    for kp in (16..=256).step_by(16) {
+        for nh in [1, 2] {
+            for bulk in [false, true] {
+                if let Some(n) = slots(kp, nh, bulk) {
+                    assert!(n >= kp.div_ceil(64) && n <= cuda::ETM_MAX_SLOTS && cuda::expand_tma_smem(kp, nh, n, bulk) <= OPTIN);
+                }
+            }
+        }
+    }
+    // (3) The descriptor and its step advance, as compiled.
+    assert!(src.contains("__device__ __forceinline__ u64 etm_desc(u32 addr) { return ewg_desc(addr, 16, 1024) | (1ull << 62); }"));
+    assert!(src.contains("const u32 a = slot0 + (u32)s * ETM_BOX_BYTES + (u32)(wg * 64 * 128) + (u32)((ks & 3) * 32);"));
+    let tma_off = |r: usize, col: usize| r * 128 + ((((col % 64) / 8) ^ (r % 8)) << 4) + (col % 8) * 2; // within box col / 64
+    let sw128 = |a: usize| a ^ (((a >> 7) & 7) << 4);
+    let mut seen = vec![false; 128 * 64];
+    for wg in 0..2 {
+        for ks in 0..4 {
+            let start = wg * 8192 + (ks % 4) * 32;
+            for m in 0..64 {
+                for kk in 0..16 {
+                    let (r, col) = (wg * 64 + m, ks * 16 + kk);
+                    // start's low 10 bits are the in-atom offset the swizzle applies to (atoms start
+                    // 1024-aligned), the rest selects the atom.
+                    let desc = (start & !1023) + (m / 8) * 1024 + sw128((start & 1023) + (m % 8) * 128 + 2 * kk);
+                    assert_eq!(tma_off(r, col), desc, "wg {wg}, ks {ks}, m {m}, kk {kk}");
+                    assert!(!seen[desc / 2]);
+                    seen[desc / 2] = true;
+                }
+            }
+        }
+    }
+    assert!(seen.iter().all(|&s| s));
+}
