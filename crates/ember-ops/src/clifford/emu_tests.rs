@@ -239,7 +239,7 @@ fn fold_sizes_at_the_bench_sizes() {
     let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024 };
     let layer = Layer::new("3,0").unwrap();
     // (B, N) → (chunks, column tiles, sum launches of the default)
-    for ((b, n), (chunks, tiles, trees)) in [((4096, 512), (256, 4, 2)), ((16384, 128), (1024, 1, 3)), ((65536, 1024), (128, 8, 2))] {
+    for ((b, n), (chunks, tiles, trees)) in [((4096, 512), (256usize, 4usize, 2usize)), ((16384, 128), (1024, 1, 3)), ((65536, 1024), (128, 8, 2))] {
         let dims = Dims { m: 8, b, n };
         let st = Stages { gelu: true, norm: true };
         let len = n * 20;
