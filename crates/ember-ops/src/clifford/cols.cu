@@ -21,12 +21,93 @@ typedef EMBER_T act_t;
 #ifndef CL_PIPE
 #define CL_PIPE 0
 #endif
+#ifndef CL_FOLD
+#define CL_FOLD 0
+#endif
+
+#if CL_FOLD
+// CL_FOLD = 1: the chunk sums of d_w folded into the column kernel instead of cl_sum_tree launches
+// after it. Same tree, same order: level k sums groups of CL_FOLD_G consecutive partials of level
+// k - 1, in order from 0.0f (cl_sum_tree's formula), so d_w is bitwise the default's. Who sums a
+// group: the CTA of the group that finishes last (an integer ticket per (level, group, column
+// tile); the counters start at zero, set by the dot pass before this kernel). The summing CTA
+// reads the others' partials after the ticket, through L2 (ld.global.cg: never an L1 line that
+// could predate them). Which CTA is last changes from run to run; what it computes does not.
+#define CL_FOLD_G 16
+// The values of one column tile are contiguous in every partial (channels tile·ct.., all P
+// paths): [v0, v0 + nv) of each (chunk) row of `len` words. Vector loads where everything is a
+// multiple of 4 words (16 B aligned); the sums per value are the same either way.
+__device__ __forceinline__ void cl_fold_group(const float* src, float* dst, i64 len, i64 v0, i64 nv, i64 first, int cnt) {
+    if (((len | v0 | nv) & 3) == 0) {
+        for (i64 i = (i64)threadIdx.x * 4; i < nv; i += (i64)blockDim.x * 4) {
+            float4 v[CL_FOLD_G];
+#pragma unroll
+            for (int q = 0; q < CL_FOLD_G; ++q) {
+                v[q] = q < cnt ? __ldcg(reinterpret_cast<const float4*>(src + (first + q) * len + v0 + i)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int q = 0; q < CL_FOLD_G; ++q) {
+                if (q < cnt) {
+                    s.x += v[q].x;
+                    s.y += v[q].y;
+                    s.z += v[q].z;
+                    s.w += v[q].w;
+                }
+            }
+            *reinterpret_cast<float4*>(dst + v0 + i) = s;
+        }
+    } else {
+        for (i64 i = threadIdx.x; i < nv; i += blockDim.x) {
+            float v[CL_FOLD_G];
+#pragma unroll
+            for (int q = 0; q < CL_FOLD_G; ++q) v[q] = q < cnt ? __ldcg(src + (first + q) * len + v0 + i) : 0.0f;
+            float s = 0.0f;
+#pragma unroll
+            for (int q = 0; q < CL_FOLD_G; ++q) {
+                if (q < cnt) s += v[q];
+            }
+            dst[v0 + i] = s;
+        }
+    }
+}
+// After this CTA's partial of chunk `node` is written: climb the tree while this CTA is the last
+// of its group. Level outputs: the final one into dw, the others one after the other in lvl
+// (groups × len words each); counters: (groups × tiles) per level, one after the other in cnt.
+__device__ __forceinline__ void cl_fold(const float* part, float* __restrict__ dw, float* lvl, u32* cnt, i64 chunks, i64 len, i64 v0, i64 nv, int tile,
+                                        int tiles, i64 node) {
+    __shared__ int last;
+    const float* src = part;
+    i64 n = chunks, loff = 0, coff = 0;
+    while (n > 1) {
+        const i64 groups = (n + CL_FOLD_G - 1) / CL_FOLD_G, grp = node / CL_FOLD_G;
+        const int size = (int)min((i64)CL_FOLD_G, n - grp * CL_FOLD_G);
+        float* dst = groups == 1 ? dw : lvl + loff;
+        // Every thread's stores of this CTA's partial visible device-wide before the ticket.
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(cnt + coff + grp * tiles + tile, 1u) == (u32)(size - 1);
+        __syncthreads();
+        if (!last) return;
+        __threadfence();
+        cl_fold_group(src, dst + grp * len, len, v0, nv, grp * CL_FOLD_G, size);
+        if (groups > 1) loff += groups * len;
+        coff += groups * tiles;
+        src = dst;
+        n = groups;
+        node = grp;
+    }
+}
+#define CL_FOLD_ARGS , float* __restrict__ dw, float* lvl, u32* cnt, i64 chunks
+#else
+#define CL_FOLD_ARGS
+#endif
 
 #if !CL_PIPE
 extern "C" __global__ void __launch_bounds__(256, CL_COLS_MIN_BLOCKS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                             const act_t* __restrict__ g, const float* __restrict__ coef, act_t* __restrict__ dx,
                                                             act_t* __restrict__ dy, float* __restrict__ dw_part, i64 B, i64 N, i64 rows_per_chunk,
-                                                            int ct) {
+                                                            int ct CL_FOLD_ARGS) {
     __shared__ float red[256];
     const int c = threadIdx.x % ct, r = threadIdx.x / ct, rt = blockDim.x / ct;
     const i64 n = (i64)blockIdx.x * ct + c;
@@ -78,6 +159,10 @@ extern "C" __global__ void __launch_bounds__(256, CL_COLS_MIN_BLOCKS) cl_kernel(
         }
         __syncthreads();
     }
+#if CL_FOLD
+    const i64 c0 = (i64)blockIdx.x * ct;
+    cl_fold(dw_part, dw, lvl, cnt, chunks, N * CL_P, c0 * CL_P, min((i64)ct, N - c0) * CL_P, (int)blockIdx.x, (int)gridDim.x, (i64)blockIdx.y);
+#endif
 }
 #else
 // CL_PIPE = 1 (f32): the same CTA geometry, work items (column tile, row chunk) and d_w partials as

@@ -307,16 +307,23 @@ pub enum BwdVariant {
     /// partials summed by the tree. f32 up to 16 blades where whole rows fit (see
     /// `rowwise_geom`); elsewhere the default (`Cols`).
     Rowwise,
+    /// v7: v1's column kernel with the chunk sums folded into it (`cols.cu`, CL_FOLD = 1): the CTA
+    /// that finishes a group of 16 chunks last sums the group, level after level, in the tree's
+    /// order, so no sum launch follows and d_w is bitwise the default's. The dot pass zeroes the
+    /// counters, so with the norm only (and more than one chunk); elsewhere the default.
+    Fold,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 4] = [BwdVariant::Cols, BwdVariant::Pipe, BwdVariant::Serial, BwdVariant::Rowwise];
-    /// `EMBER_CLIFFORD_BWD=cols|pipe|serial|rowwise`; default cols (v1 column kernel, tree sums).
+    pub const ALL: [BwdVariant; 5] = [BwdVariant::Cols, BwdVariant::Pipe, BwdVariant::Serial, BwdVariant::Rowwise, BwdVariant::Fold];
+    /// `EMBER_CLIFFORD_BWD=cols|pipe|serial|rowwise|fold`; default cols (v1 column kernel, tree
+    /// sums).
     pub fn selected() -> BwdVariant {
         match std::env::var("EMBER_CLIFFORD_BWD").as_deref() {
             Ok("pipe") => BwdVariant::Pipe,
             Ok("serial") => BwdVariant::Serial,
             Ok("rowwise") => BwdVariant::Rowwise,
+            Ok("fold") => BwdVariant::Fold,
             _ => BwdVariant::Cols,
         }
     }
@@ -326,8 +333,25 @@ impl BwdVariant {
             BwdVariant::Pipe => "pipe",
             BwdVariant::Serial => "serial",
             BwdVariant::Rowwise => "rowwise",
+            BwdVariant::Fold => "fold",
         }
     }
+}
+
+/// Sizes of the folded chunk sums (CL_FOLD = 1) over `chunks` partials of `len` words and
+/// `tiles` column tiles: (words of the intermediate levels, counters), level by level as
+/// `sum_tree` would launch them.
+pub(super) fn fold_sizes(chunks: usize, len: usize, tiles: usize) -> (usize, usize) {
+    let (mut n, mut lvl, mut cnt) = (chunks, 0, 0);
+    while n > 1 {
+        let groups = n.div_ceil(SUM_GROUP);
+        if groups > 1 {
+            lvl += groups * len;
+        }
+        cnt += groups * tiles;
+        n = groups;
+    }
+    (lvl, cnt)
 }
 
 // ---- row-oriented backward (rowwise.cu) -----------------------------------------------------------
@@ -455,6 +479,16 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
             return Ok(plan);
         }
     }
+    let (ct, chunks, rows) = column_plan(dims.b, dims.n);
+    let col_tiles = blocks("x", dims.n, ct)?;
+    let len = dims.n * layer.paths();
+    // The folded sums: counters zeroed by the dot pass (so the norm is needed), several chunks.
+    let fold = (bwd == BwdVariant::Fold && st.norm && chunks > 1).then(|| {
+        let (lvl, cnt) = fold_sizes(chunks, len, col_tiles as usize);
+        let lvl = if lvl > 0 { Arg::Buf(plan.alloc(&[lvl], DType::F32)) } else { Arg::Null };
+        // u32 counters in a 4-byte buffer.
+        (lvl, plan.alloc(&[cnt], DType::F32), cnt)
+    });
     let coef = if st.norm {
         let v = vec_width(dims.m, dims.n);
         let coef = plan.alloc(&[dims.b, layer.grades(), 2], DType::F32);
@@ -469,18 +503,26 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(t as i32));
         let (smem, name) = if staged { (smem, "clifford_bwd_dot_staged") } else { (0, "clifford_bwd_dot") };
-        plan.launch(launch(rows_source(layer, "dot")?, rows_opts(dt, "dot", v, staged), (grid, 1, 1), smem, args, name));
+        let mut opts = rows_opts(dt, "dot", v, staged);
+        if let Some((_, cnt, n)) = fold {
+            args.extend([Arg::Buf(cnt), Arg::I64(n as i64)]);
+            opts.push("-DCL_ZERO=1".into());
+        }
+        plan.launch(launch(rows_source(layer, "dot")?, opts, (grid, 1, 1), smem, args, name));
         Arg::Buf(coef)
     } else {
         Arg::Null
     };
-    let (ct, chunks, rows) = column_plan(dims.b, dims.n);
     let part = if chunks > 1 { plan.alloc(&[chunks, dims.n, layer.paths()], DType::F32) } else { dw };
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), coef, Arg::Buf(dx), Arg::Buf(dy), Arg::Buf(part)];
     args.extend(sizes2(dims.b, dims.n));
     args.extend([Arg::I64(rows as i64), Arg::I32(ct as i32)]);
-    let col_tiles = blocks("x", dims.n, ct)?;
     let src = bwd_source(layer, st.gelu, st.norm)?;
+    if let Some((lvl, cnt, _)) = fold {
+        args.extend([Arg::Buf(dw), lvl, Arg::Buf(cnt), Arg::I64(chunks as i64)]);
+        plan.launch(launch(src, fold_opts(dt), (col_tiles, chunks as u32, 1), 0, args, "clifford_bwd_fold"));
+        return Ok(plan);
+    }
     let smem = pipe_smem(layer);
     // The pipelined kernel counts items, rows and steps in 32 bits.
     let fits32 = (col_tiles as usize * chunks).checked_mul(rows.div_ceil(THREADS as usize / ct)).is_some_and(|k| k <= i32::MAX as usize) && dims.b < 1 << 30 && dims.n < 1 << 30;
@@ -497,11 +539,18 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
     }
     if chunks > 1 {
         match bwd {
-            BwdVariant::Serial => sum_chunks(&mut plan, part, dw, chunks, dims.n * layer.paths()),
-            BwdVariant::Cols | BwdVariant::Pipe | BwdVariant::Rowwise => sum_tree(&mut plan, part, dw, chunks, dims.n * layer.paths())?,
+            BwdVariant::Serial => sum_chunks(&mut plan, part, dw, chunks, len),
+            BwdVariant::Cols | BwdVariant::Pipe | BwdVariant::Rowwise | BwdVariant::Fold => sum_tree(&mut plan, part, dw, chunks, len)?,
         }
     }
     Ok(plan)
+}
+
+/// Options of the column kernel with the folded chunk sums (norm only).
+fn fold_opts(dt: DType) -> Vec<String> {
+    let mut o = bwd_opts(dt, true);
+    o.push("-DCL_FOLD=1".into());
+    o
 }
 
 fn pipe_opts(norm: bool) -> Vec<String> {
@@ -1229,10 +1278,22 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
                 if kind == "dot" && dt != DType::F32 {
                     out.push(KernelBuild { source: src, options: rows_opts(dt, kind, v, true) });
                 }
+                // The dot pass that zeroes the folded sums' counters (BwdVariant::Fold).
+                if kind == "dot" {
+                    let stagings: &[bool] = if dt != DType::F32 { &[false, true] } else { &[false] };
+                    for &staged in stagings {
+                        let mut o = rows_opts(dt, kind, v, staged);
+                        o.push("-DCL_ZERO=1".into());
+                        out.push(KernelBuild { source: src, options: o });
+                    }
+                }
             }
         }
         for (gelu, norm) in [(false, false), (true, false), (true, true)] {
             out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: bwd_opts(dt, norm) });
+            if norm {
+                out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: fold_opts(dt) });
+            }
             if dt == DType::F32 && m <= 8 {
                 out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: pipe_opts(norm) });
             }

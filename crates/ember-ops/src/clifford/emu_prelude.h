@@ -38,6 +38,11 @@ inline uint4 make_uint4(u32 a, u32 b, u32 c, u32 d) { return {a, b, c, d}; }
 inline float __uint_as_float(u32 u) { float f; std::memcpy(&f, &u, 4); return f; }
 inline u32 __float_as_uint(float f) { u32 u; std::memcpy(&u, &f, 4); return u; }
 template <class T> inline T __ldg(const T* p) { return *p; }
+template <class T> inline T __ldcg(const T* p) { return *p; }
+// Blocks run one after another here, so a device-wide fence has nothing to order beyond what the
+// block's own barriers already do; the counter is atomic among the block's threads.
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline u32 atomicAdd(u32* p, u32 v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline long long min(long long a, long long b) { return a < b ? a : b; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 

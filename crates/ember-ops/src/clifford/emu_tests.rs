@@ -189,6 +189,78 @@ fn emu_bwd_rowwise(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usiz
     }
 }
 
+/// The column kernel with the chunk sums folded into it (`BwdVariant::Fold`, cols.cu CL_FOLD = 1)
+/// against the f64 reference (1e-5) and the default: the same partials summed by the same tree in
+/// the same order, so d_x, d_y and d_w are bitwise the default's; no sum launch in its plan.
+/// `levels`: the tree levels the kernel climbs. Without the norm the plan is the default's.
+fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
+    let layer = Layer::new(spec).unwrap();
+    let alg = layer.algebra().clone();
+    let dims = Dims { m: layer.blades(), b: nb, n };
+    let shape = [dims.m, nb, n];
+    let seed = 6000 + (nb * 31 + n) as u64;
+    let dtype = DType::F32;
+    let (x, xv) = input(&shape, dtype, seed, 1.0);
+    let (y, yv) = input(&shape, dtype, seed + 1, 1.0);
+    let (w, wv) = input(&[n, layer.paths()], DType::F32, seed + 2, 0.5);
+    let (g, gv) = input(&shape, dtype, seed + 3, 1.0);
+    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
+    for (gelu, norm) in [(true, true), (false, false)] {
+        let st = Stages { gelu, norm };
+        let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} fold");
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Staged, gpu).unwrap(), &[&x, &y, &w]);
+        let inputs: Vec<&Tensor> = if norm { vec![&x, &y, &w, &g, &f[0], &f[1]] } else { vec![&x, &y, &w, &g] };
+        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Fold, gpu).unwrap();
+        let cols_plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Cols, gpu).unwrap();
+        let names = |p: &super::plan::Plan| p.launches.iter().map(|l| l.name).collect::<Vec<_>>();
+        let trees = names(&cols_plan).iter().filter(|&&l| l == "clifford_sum_tree").count();
+        if !norm {
+            assert_eq!(names(&plan), names(&cols_plan), "{tag}: the default's plan");
+            continue;
+        }
+        assert_eq!(names(&plan), ["clifford_bwd_dot", "clifford_bwd_fold"], "{tag}: plan");
+        assert_eq!(trees, levels, "{tag}: the default's tree levels");
+        let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
+        let fo = run_host(&plan, &inputs);
+        close(&format!("{tag} d_x"), &fo[0], &dx, 1e-5);
+        close(&format!("{tag} d_y"), &fo[1], &dy, 1e-5);
+        close(&format!("{tag} d_w"), &fo[2], &dw, 1e-5);
+        let cols = run_host(&cols_plan, &inputs);
+        for (i, what) in ["d_x", "d_y", "d_w"].into_iter().enumerate() {
+            assert!(bits(&cols[i]) == bits(&fo[i]), "{tag}: {what} not bitwise the default's");
+        }
+    }
+}
+
+/// The folded sums' buffers at the bench sizes (Cl(3,0)): intermediate level words and counters,
+/// level by level as the tree launches them; two launches (dot, column) instead of four or five.
+#[test]
+fn fold_sizes_at_the_bench_sizes() {
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024 };
+    let layer = Layer::new("3,0").unwrap();
+    // (B, N) → (chunks, column tiles, sum launches of the default)
+    for ((b, n), (chunks, tiles, trees)) in [((4096, 512), (256usize, 4usize, 2usize)), ((16384, 128), (1024, 1, 3)), ((65536, 1024), (128, 8, 2))] {
+        let dims = Dims { m: 8, b, n };
+        let st = Stages { gelu: true, norm: true };
+        let len = n * 20;
+        let mut lvl = 0;
+        let mut cnt = 0;
+        let mut c = chunks;
+        while c > 1 {
+            c = c.div_ceil(16);
+            lvl += if c > 1 { c * len } else { 0 };
+            cnt += c * tiles;
+        }
+        assert_eq!(cuda::fold_sizes(chunks, len, tiles), (lvl, cnt), "B={b} N={n}");
+        let fold = cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Staged, cuda::BwdVariant::Fold, gpu).unwrap();
+        let cols = cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Staged, cuda::BwdVariant::Cols, gpu).unwrap();
+        assert_eq!(fold.launches.len(), 2, "B={b} N={n}");
+        assert_eq!(cols.launches.len(), 2 + trees, "B={b} N={n}");
+        assert_eq!(fold.launches[1].grid, (tiles as u32, chunks as u32, 1), "B={b} N={n}");
+        assert_eq!(fold.launches[1].grid, cols.launches[1].grid, "B={b} N={n}");
+    }
+}
+
 /// Where the row-oriented backward does not apply, the plan is the default's.
 #[test]
 fn rowwise_falls_back_to_the_default() {
@@ -355,6 +427,21 @@ fn emulated_rowwise_backward_matches_the_reference() {
         // scalar statistics' team of 256 is wider than the row).
         Box::new(|| emu_bwd_rowwise("3,0", (37, 512), (1, 512, 37))),
         Box::new(|| emu_bwd_rowwise("2,0", (521, 129), (1, 256, 174))),
+    ];
+    run_cases(cases);
+}
+
+#[test]
+fn emulated_folded_chunk_sums_match_the_default() {
+    let cases: Vec<Box<dyn Fn() + Send + Sync>> = vec![
+        // Three column tiles (the last 44 channels wide), 300 chunks of 5 rows: the kernel climbs
+        // 300 → 19 → 2 → 1 (the last group of each level partial), 4-wide loads.
+        Box::new(|| emu_bwd_fold("3,0", (1499, 300), 3)),
+        // 10 chunks of 2 rows: one level straight into d_w (no intermediate buffer).
+        Box::new(|| emu_bwd_fold("3,0", (20, 512), 1)),
+        // Cl(2,0), P = 10, N = 129: 1290 words per partial, scalar loads; the second tile 1 wide;
+        // 261 chunks of 2 rows, 261 → 17 → 2 → 1.
+        Box::new(|| emu_bwd_fold("2,0", (521, 129), 3)),
     ];
     run_cases(cases);
 }

@@ -409,16 +409,35 @@ __device__ __forceinline__ void cl_store_coef(float* __restrict__ coef, const fl
 }
 #endif
 
+#if CL_KIND == CL_KIND_DOT
+// CL_ZERO = 1: the dot pass also zeroes the column kernel's counters of the folded chunk sums
+// (cols.cu, CL_FOLD = 1), which runs after it: no memset launch of its own.
+#ifndef CL_ZERO
+#define CL_ZERO 0
+#endif
+#if CL_ZERO
+#define CL_ZERO_ARGS , u32* __restrict__ zero, i64 nzero
+__device__ __forceinline__ void cl_zero_counters(u32* __restrict__ zero, i64 nzero) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < nzero; i += (i64)gridDim.x * blockDim.x) zero[i] = 0u;
+}
+#define CL_ZERO_COUNTERS() cl_zero_counters(zero, nzero)
+#else
+#define CL_ZERO_ARGS
+#define CL_ZERO_COUNTERS()
+#endif
+#endif
+
 #if CL_KIND == CL_KIND_DOT && CL_WS
 // Staged variant of the kernel below (CL_DOT_O = 1 only): persistent CTAs (two per SM) walk steps
 // of CL_THREADS / team rows; the weights for the recomputed o are staged once per CTA.
 extern "C" __global__ void __launch_bounds__(CL_THREADS, 2) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                       const act_t* __restrict__ g, const act_t* __restrict__ u, const float* __restrict__ rms,
-                                                                      float* __restrict__ coef, i64 B, i64 N, int team) {
+                                                                      float* __restrict__ coef, i64 B, i64 N, int team CL_ZERO_ARGS) {
     float* sw = cl_dynamic_smem();
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team, rows = CL_THREADS / team;
     const i64 G = N / CL_V, BN = B * N, steps = (B + rows - 1) / rows;
+    CL_ZERO_COUNTERS();
     cl_stage_w(w, sw, N);
     __syncthreads();
     for (i64 s = blockIdx.x; s < steps; s += gridDim.x) {
@@ -447,12 +466,13 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 2) cl_kernel(const act_
 // c = a·Σ g·out / N = a²·Σ g·o / N.
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                    const act_t* __restrict__ g, const act_t* __restrict__ u, const float* __restrict__ rms,
-                                                                   float* __restrict__ coef, i64 B, i64 N, int team) {
+                                                                   float* __restrict__ coef, i64 B, i64 N, int team CL_ZERO_ARGS) {
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team;
     const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
     const bool live = b < B;
     const i64 G = N / CL_V, BN = B * N;
+    CL_ZERO_COUNTERS();
     float e[CL_NG];
 #pragma unroll
     for (int k = 0; k < CL_NG; ++k) e[k] = 0.0f;

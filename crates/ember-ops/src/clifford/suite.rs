@@ -139,12 +139,23 @@ fn check_fused(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize), dtype: DTyp
                     r.cmp("clifford", &case, &format!("fused rms ({})", var.name()), got, want, t)?;
                 }
                 // Both column/sum variants (EMBER_CLIFFORD_BWD); v1's rows keep their names.
+                let mut cols = None;
                 for bv in cuda::BwdVariant::ALL {
                     let gv = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, v.rms.as_ref().map(|r| (&v.out, r)), &g.t, fused::Stages { gelu: true, norm }, var, bv)?;
                     let vn = if bv == cuda::BwdVariant::Cols { var.name().to_string() } else { format!("{} {}", var.name(), bv.name()) };
                     r.cmp("clifford", &case, &format!("fused d_x ({vn})"), &gv.d_x, &rdx, t)?;
                     r.cmp("clifford", &case, &format!("fused d_y ({vn})"), &gv.d_y, &rdy, t)?;
                     r.cmp("clifford", &case, &format!("fused d_w ({vn})"), &gv.d_w, &rdw, t)?;
+                    match bv {
+                        cuda::BwdVariant::Cols => cols = Some(gv),
+                        // Same partials, same tree, same order as the default (or the default's plan).
+                        cuda::BwdVariant::Fold => {
+                            let c = cols.as_ref().expect("the default runs first");
+                            let same = bitwise(&c.d_x, &gv.d_x) && bitwise(&c.d_y, &gv.d_y) && bitwise(&c.d_w, &gv.d_w);
+                            r.prop("clifford", &case, &format!("fused {vn} bits = {} bits", var.name()), dtype, same);
+                        }
+                        _ => {}
+                    }
                 }
                 if !norm {
                     let o = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: false, norm }, var)?;
@@ -319,6 +330,13 @@ fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Resul
     let same = bitwise(&a.d_w, &b.d_w) && bitwise(&a.d_x, &b.d_x) && bitwise(&a.d_y, &b.d_y);
     r.prop("clifford", &case, "fused deterministic (cols)", dtype, same);
     r.prop("clifford", &case, "fused pipe bits = cols bits", dtype, bitwise(&a.d_w, &pipe.d_w) && bitwise(&a.d_x, &pipe.d_x));
+    // The folded chunk sums: the default's partials and tree inside the column kernel, whichever CTA
+    // of a group finishes last: every output bitwise the default's, on every run.
+    let fo = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Fold)?;
+    let fo2 = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Fold)?;
+    let same = bitwise(&fo.d_w, &fo2.d_w) && bitwise(&fo.d_x, &fo2.d_x) && bitwise(&fo.d_y, &fo2.d_y);
+    r.prop("clifford", &case, "fused deterministic (fold)", dtype, same);
+    r.prop("clifford", &case, "fused fold bits = cols bits", dtype, bitwise(&a.d_w, &fo.d_w) && bitwise(&a.d_x, &fo.d_x) && bitwise(&a.d_y, &fo.d_y));
     // The row-oriented backward (where it applies; the default elsewhere): repeated, same bits; its
     // row statistics are the row kernel's (same mapping and order) and its gradient program the
     // column kernel's, so d_x and d_y are the default's bit for bit (d_w: other chunks, other order).
@@ -482,6 +500,31 @@ fn sets_of<T>(ctx: &BenchCtx, bytes: f64, make: impl Fn(u64) -> Result<T>) -> Re
     (0..ctx.rotation(bytes)).map(|i| make(100 + 10 * i as u64)).collect()
 }
 
+/// A row of GPU time per call: one call of `f` captured into a CUDA graph and replayed back to back
+/// (no host pacing). A capture that fails leaves the row out and says so; the event-timed rows
+/// stand either way.
+#[allow(clippy::too_many_arguments)]
+fn graph_row(
+    ctx: &BenchCtx,
+    dev: &ember_core::cuda::CudaDevice,
+    rows: &mut Vec<BenchRow>,
+    pass: &str,
+    dtype: DType,
+    p: serde_json::Map<String, serde_json::Value>,
+    bytes: f64,
+    flops: f64,
+    f: &mut dyn FnMut(usize) -> Result<()>,
+) {
+    match ember_core::cuda::timing::time_graph(dev, 3, 100, f) {
+        Ok(ms) => {
+            let mut row = ctx.row("clifford", pass, dtype, p, ms, bytes, flops);
+            row.note = "GPU time: one call as a CUDA graph, replayed back to back".into();
+            rows.push(row);
+        }
+        Err(e) => eprintln!("clifford {pass}: graph timing failed ({e}); row left out"),
+    }
+}
+
 fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -> Result<Vec<BenchRow>> {
     let layer = Layer::new(spec)?;
     let m = layer.blades();
@@ -511,8 +554,26 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
         let f = fused::forward(&layer, x, y, w, true)?;
         fused::backward(&layer, x, y, w, &f, g).map(drop)
     })?;
-    let both = ctx.row("clifford", "fwd+bwd", dtype, p, ms, 8.0 * words, per(fwd_ops) + per(bwd_ops));
+    let both = ctx.row("clifford", "fwd+bwd", dtype, p.clone(), ms, 8.0 * words, per(fwd_ops) + per(bwd_ops));
     let mut rows = vec![fwd, both];
+    // GPU time without host pacing where the fixed costs per call are the question (B·N ≤ 2^22):
+    // "fwd graph", "fwd+bwd graph" beside the event-timed rows above, which also hold whatever the
+    // host's enqueue (plans, allocations, launches) adds when it is slower than the GPU.
+    let graphs = ctx.device.is_cuda() && nb * n <= 1 << 22;
+    if graphs {
+        let dev = sets[0].0.cuda_device()?.clone();
+        let mut fwd_only = |i: usize| {
+            let (x, y, w, _) = &sets[i % k];
+            fused::forward(&layer, x, y, w, true).map(drop)
+        };
+        graph_row(ctx, &dev, &mut rows, "fwd graph", dtype, p.clone(), 3.0 * words, per(fwd_ops), &mut fwd_only);
+        let mut fwd_bwd = |i: usize| {
+            let (x, y, w, g) = &sets[i % k];
+            let f = fused::forward(&layer, x, y, w, true)?;
+            fused::backward(&layer, x, y, w, &f, g).map(drop)
+        };
+        graph_row(ctx, &dev, &mut rows, "fwd+bwd graph", dtype, p, 8.0 * words, per(fwd_ops) + per(bwd_ops), &mut fwd_bwd);
+    }
     // EMBER_CLIFFORD_PROFILE=1: each launch of the default backward alone (pass "bwd:<kernel>",
     // bytes of the whole backward), to see where its time goes.
     if ctx.device.is_cuda() && std::env::var("EMBER_CLIFFORD_PROFILE").is_ok() {
@@ -548,7 +609,17 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
                 let rms = f.rms.as_ref().expect("normed forward");
                 cuda::fused_backward_with(&layer, dims, x, y, w, Some((&f.out, rms)), g, st, var, bv).map(drop)
             })?;
-            rows.push(ctx.row("clifford", "fwd+bwd", dtype, pv, ms, 8.0 * words, per(fwd_ops) + per(bwd_ops)));
+            rows.push(ctx.row("clifford", "fwd+bwd", dtype, pv.clone(), ms, 8.0 * words, per(fwd_ops) + per(bwd_ops)));
+            if graphs {
+                let dev = sets[0].0.cuda_device()?.clone();
+                let mut fwd_bwd = |i: usize| {
+                    let (x, y, w, g) = &sets[i % k];
+                    let f = fused::forward(&layer, x, y, w, true)?;
+                    let rms = f.rms.as_ref().expect("normed forward");
+                    cuda::fused_backward_with(&layer, dims, x, y, w, Some((&f.out, rms)), g, st, var, bv).map(drop)
+                };
+                graph_row(ctx, &dev, &mut rows, "fwd+bwd graph", dtype, pv, 8.0 * words, per(fwd_ops) + per(bwd_ops), &mut fwd_bwd);
+            }
             if std::env::var("EMBER_CLIFFORD_PROFILE").is_ok() {
                 let (x, y, w, g) = &sets[0];
                 let f = fused::forward(&layer, x, y, w, true)?;
