@@ -144,8 +144,9 @@ pub fn expand_load_mode() -> ExpandLoad {
     })
 }
 
-/// cp.async until a GPU run has measured the TMA-fed expand (v9, not yet measured).
-pub const DEFAULT_EXPAND_LOAD: ExpandLoad = ExpandLoad::CpAsync;
+/// TMA wherever it can run (v9; measured on an H100, bf16, K = 128, C = 256: fwd −6.4 % at V = 2M,
+/// −5.0 % at 524288, −2.1 % at 131072 against cp.async in the same run), else cp.async.
+pub const DEFAULT_EXPAND_LOAD: ExpandLoad = ExpandLoad::Tma;
 
 /// How the wgmma expand writes its output tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
