@@ -122,6 +122,12 @@ pub struct Tuning {
     pub expand_load: Option<ExpandLoad>,
 }
 
+/// A mode chosen by environment variable `var`, read once into `cell`: the entry of `table` whose
+/// spelling the variable holds, else `default` (unset or unrecognised).
+fn env_mode<T: Copy + Send + Sync>(cell: &'static OnceLock<T>, var: &str, table: &[(&str, T)], default: T) -> T {
+    *cell.get_or_init(|| std::env::var(var).ok().and_then(|v| table.iter().find(|(k, _)| *k == v).map(|&(_, m)| m)).unwrap_or(default))
+}
+
 /// How the wgmma expand fills its basis tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpandLoad {
@@ -137,11 +143,7 @@ pub enum ExpandLoad {
 /// [`DEFAULT_EXPAND_LOAD`].
 pub fn expand_load_mode() -> ExpandLoad {
     static M: OnceLock<ExpandLoad> = OnceLock::new();
-    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_EXPAND_LOAD").as_deref() {
-        Ok("tma") => ExpandLoad::Tma,
-        Ok("cp.async") => ExpandLoad::CpAsync,
-        _ => DEFAULT_EXPAND_LOAD,
-    })
+    env_mode(&M, "EMBER_DIFFUSION_EXPAND_LOAD", &[("tma", ExpandLoad::Tma), ("cp.async", ExpandLoad::CpAsync)], DEFAULT_EXPAND_LOAD)
 }
 
 /// cp.async. The TMA-fed expand (v9) measured faster on an H100 (bf16, K = 128, C = 256, same run:
@@ -171,12 +173,7 @@ pub const BULK_MIN_TILES_PER_SM: usize = 16;
 /// (bulk where its shared memory fits, else direct); default [`DEFAULT_EXPAND_STORE`].
 pub fn expand_store_mode() -> ExpandStore {
     static M: OnceLock<ExpandStore> = OnceLock::new();
-    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_EXPAND_STORE").as_deref() {
-        Ok("bulk") => ExpandStore::Bulk,
-        Ok("direct") => ExpandStore::Direct,
-        Ok("auto") => ExpandStore::Auto,
-        _ => DEFAULT_EXPAND_STORE,
-    })
+    env_mode(&M, "EMBER_DIFFUSION_EXPAND_STORE", &[("bulk", ExpandStore::Bulk), ("direct", ExpandStore::Direct), ("auto", ExpandStore::Auto)], DEFAULT_EXPAND_STORE)
 }
 
 /// Bulk stores for large problems (v8, measured: see [`BULK_MIN_TILES_PER_SM`]).
@@ -197,12 +194,7 @@ pub enum WgmmaMode {
 /// `EMBER_DIFFUSION_WGMMA=0|auto|1`; default [`DEFAULT_WGMMA`].
 pub fn wgmma_mode() -> WgmmaMode {
     static M: OnceLock<WgmmaMode> = OnceLock::new();
-    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_WGMMA").as_deref() {
-        Ok("1") => WgmmaMode::Always,
-        Ok("0") => WgmmaMode::Never,
-        Ok("auto") => WgmmaMode::Auto,
-        _ => DEFAULT_WGMMA,
-    })
+    env_mode(&M, "EMBER_DIFFUSION_WGMMA", &[("1", WgmmaMode::Always), ("0", WgmmaMode::Never), ("auto", WgmmaMode::Auto)], DEFAULT_WGMMA)
 }
 
 /// Measured on an H200 (v5): expand 201 → 156 µs at V = 524288, fwd 354 → 307 µs.
@@ -215,12 +207,7 @@ pub const WG_MIN_TILES_PER_SM: usize = 4;
 /// variant can be measured with the other held fixed.
 pub fn wgmma_reduce_mode() -> WgmmaMode {
     static M: OnceLock<WgmmaMode> = OnceLock::new();
-    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_WGMMA_REDUCE").as_deref() {
-        Ok("1") => WgmmaMode::Always,
-        Ok("0") => WgmmaMode::Never,
-        Ok("auto") => WgmmaMode::Auto,
-        _ => DEFAULT_WGMMA_REDUCE,
-    })
+    env_mode(&M, "EMBER_DIFFUSION_WGMMA_REDUCE", &[("1", WgmmaMode::Always), ("0", WgmmaMode::Never), ("auto", WgmmaMode::Auto)], DEFAULT_WGMMA_REDUCE)
 }
 
 /// Auto: v6 of the wgmma reduce measured slower (H200, V = 524288: 207.6 against 151.1 µs per
@@ -383,12 +370,7 @@ pub enum FusedMode {
 /// `EMBER_DIFFUSION_FUSED=0|auto|1`; default [`DEFAULT_FUSED`].
 pub fn fused_mode() -> FusedMode {
     static M: OnceLock<FusedMode> = OnceLock::new();
-    *M.get_or_init(|| match std::env::var("EMBER_DIFFUSION_FUSED").as_deref() {
-        Ok("0") => FusedMode::Never,
-        Ok("1") => FusedMode::Always,
-        Ok("auto") => FusedMode::Auto,
-        _ => DEFAULT_FUSED,
-    })
+    env_mode(&M, "EMBER_DIFFUSION_FUSED", &[("0", FusedMode::Never), ("1", FusedMode::Always), ("auto", FusedMode::Auto)], DEFAULT_FUSED)
 }
 
 pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
