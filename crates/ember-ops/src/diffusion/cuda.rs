@@ -120,6 +120,10 @@ pub struct Tuning {
     /// `Some(ExpandLoad::CpAsync)` keeps cp.async wherever the wgmma expand runs; `None`:
     /// [`expand_load_mode`] decides.
     pub expand_load: Option<ExpandLoad>,
+    /// At most this many persistent expand CTAs per channel tile (`None`: as many as fit at once).
+    /// Tests use it to give each CTA many tiles at small V, so that pipelines wrap (the TMA slot
+    /// ring's parities flip) in cases small enough for compute-sanitizer.
+    pub expand_ctas: Option<usize>,
 }
 
 /// A mode chosen by environment variable `var`, read once into `cell`: the entry of `table` whose
@@ -146,11 +150,11 @@ pub fn expand_load_mode() -> ExpandLoad {
     env_mode(&M, "EMBER_DIFFUSION_EXPAND_LOAD", &[("tma", ExpandLoad::Tma), ("cp.async", ExpandLoad::CpAsync)], DEFAULT_EXPAND_LOAD)
 }
 
-/// cp.async. The TMA-fed expand (v9) measured faster on an H100 (bf16, K = 128, C = 256, same run:
-/// fwd −6.4 % at V = 2M, −5.0 % at 524288, −2.1 % at 131072) and passed the Small tier bitwise
-/// against cp.async, but the Full tier — the only cases where a CTA's slot ring wraps (V = 131077,
-/// 1M + 7, the batches) — has not yet completed on a GPU; it becomes the default once it has.
-pub const DEFAULT_EXPAND_LOAD: ExpandLoad = ExpandLoad::CpAsync;
+/// TMA. The TMA-fed expand (v9) measured faster on an H100 (bf16, K = 128, C = 256, same run:
+/// fwd −6.4 % at V = 2M, −5.0 % at 524288, −2.1 % at 131072) and gives the cp.async path's bits.
+/// It replaces cp.async only where the cp.async wgmma expand was chosen, so shapes where only the
+/// TMA ring fits (K = 256, C = 256) keep their default.
+pub const DEFAULT_EXPAND_LOAD: ExpandLoad = ExpandLoad::Tma;
 
 /// How the wgmma expand writes its output tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -546,6 +550,8 @@ struct Geometry {
     cpe: usize,
     expand_grid: (u32, u32),
     expand_smem: usize,
+    /// [`Tuning::expand_ctas`].
+    expand_ctas: Option<usize>,
     // finalize
     finalize_grid: (u32, u32),
     vec: bool,
@@ -712,6 +718,7 @@ impl Geometry {
             cpe,
             expand_grid,
             expand_smem,
+            expand_ctas: tune.expand_ctas.map(|n| n.max(1)),
             finalize_grid,
             vec,
         })
@@ -859,7 +866,7 @@ fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mas
 /// there are tiles.
 fn expand_cfg(dev: &Arc<CudaDevice>, g: &Geometry, occ: u32) -> LaunchConfig {
     let n_sm = dev.info().multiprocessors.max(1) as usize;
-    let per_nt = (n_sm * occ as usize / g.expand_grid.1 as usize).max(1);
+    let per_nt = (n_sm * occ as usize / g.expand_grid.1 as usize).max(1).min(g.expand_ctas.unwrap_or(usize::MAX));
     let grid_x = g.n_tiles.min(per_nt).max(1) as u32;
     LaunchConfig { grid_dim: (grid_x, g.expand_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.expand_smem as u32 }
 }

@@ -1113,10 +1113,12 @@ DIFF_EXPAND_WG(diffusion_expand_wgb2_s3, 2, 3, true)
 // overwritten.
 // Producer: thread 0, with no warp of its own (all 8 warps hold 64·NH accumulators; a ninth warp
 // does not fit the register file at 255 registers per thread). It issues every box whose slot's
-// previous box has been released, at two points: all NS at the start, and after it has issued its
-// warpgroup's products of tile j (asynchronous, so it waits while they run) boxes up to
-// j·NB + NS, whose slots held tiles ≤ j − 1. It waits there for the other warpgroup's release of
-// tile j − 1, which lets warpgroup 0 lead by at most one tile; warpgroup 1 can lead by NS/NB.
+// previous box has been released, at three points: all NS at the start; before waiting for tile
+// j's boxes, those of them not yet issued (only where NS < 2·NB: the ring holds less than two
+// tiles, so tile j's boxes reuse tile j − 1's slots); and after it has issued its warpgroup's
+// products of tile j (asynchronous, so it waits while they run) boxes up to j·NB + NS, whose slots
+// held tiles ≤ j − 1. It waits there for the other warpgroup's release of tile j − 1, which lets
+// warpgroup 0 lead by at most one tile; warpgroup 1 can lead by NS/NB.
 // No CTA barrier in the tile loop; two per mesh segment (S is rewritten, as in the cp.async path).
 // Rows past the tile's end inside V (the next mesh of a batch) are loaded but only affect output
 // rows the epilogue does not write (row r of the product depends on row r of A only).
@@ -1162,17 +1164,31 @@ __device__ __forceinline__ void etm_arrive_tx(u32 bar, u32 bytes) {
 }
 // Until the phase of parity `parity` has completed (try_wait suspends the thread for a while
 // between checks, so the loop does not hammer shared memory). A phase that never completes (a
-// tensor copy that faulted or never came) traps after 2^28 tries — seconds, against microseconds
-// for a real wait — so a broken pipeline is a launch error, not a hung device.
+// tensor copy that faulted or never came, a pipeline bug) traps once the wait has lasted
+// ETM_WATCHDOG_NS of wall time — against microseconds for a real wait, and with room for
+// compute-sanitizer's slowdown — so a broken pipeline is a launch error within seconds, not a hung
+// device. (A count of tries is no clock: each try_wait may suspend for a hardware-chosen time, and
+// 2^28 tries lasted minutes.) The clock is read only every 1024 failed tries.
+#define ETM_WATCHDOG_NS 4000000000ull
+__device__ __forceinline__ u64 etm_clock_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 __device__ __forceinline__ void etm_wait(u32 bar, u32 parity) {
 #if EWG_HAS_WGMMA
     u32 done = 0, tries = 0;
+    u64 since = 0;
     do {
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
                      : "=r"(done)
                      : "r"(bar), "r"(parity)
                      : "memory");
-        if (++tries == (1u << 28)) __trap();
+        if (!done && (++tries & 1023u) == 0) {
+            const u64 now = etm_clock_ns();
+            if (since == 0) since = now;
+            else if (now - since > ETM_WATCHDOG_NS) __trap();
+        }
     } while (!done);
 #else
     (void)bar, (void)parity;
@@ -1277,6 +1293,12 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
             // for before the first product: a wait between products puts a divergent loop between
             // wgmma instructions, and ptxas then serialises them (C7520).
             const int s0 = (int)((j * nb) % n_slots);
+            // Where the ring holds fewer than two tiles (NS < 2·NB: K = 136 or 256 beside a large S
+            // or staging buffer), some of this tile's boxes were not issued at tile j − 1; issue
+            // them now, before thread 0 waits on them itself. Their slots held tiles ≤ j − 1,
+            // which this warp has released and the others release without waiting on thread 0.
+            if (tid == 0) produce((j + 1) * nb);
+            __syncwarp();
             for (int b = 0; b < nb; ++b) {
                 const i64 q = j * nb + b;
                 etm_wait(full0 + 8 * (int)(q % n_slots), (u32)((q / n_slots) & 1));

@@ -214,13 +214,14 @@ fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize
         reduce_wg: Some(WgmmaMode::Never),
         expand_store: None,
         expand_load: None,
+        expand_ctas: None,
     };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
@@ -243,6 +244,16 @@ fn wgb(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
 fn wgt(sizes: &[usize], k: usize, c: usize, d_spectral: bool, store: Option<ExpandStore>) -> Case {
     let t = Tuning { expand_wg: Some(true), expand_load: Some(ExpandLoad::Tma), expand_store: store, ..Tuning::default() };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
+}
+
+/// [`wgt`] on at most `ctas` persistent CTAs per channel tile, so that each CTA takes many tiles
+/// and its slot ring wraps at sizes small enough for compute-sanitizer.
+fn wgt_few(sizes: &[usize], k: usize, c: usize, d_spectral: bool, store: Option<ExpandStore>, ctas: usize) -> Case {
+    let mut case = wgt(sizes, k, c, d_spectral, store);
+    if let Some((t, _)) = &mut case.tune {
+        t.expand_ctas = Some(ctas);
+    }
+    case
 }
 
 /// The reduce on wgmma (sm_90a) in `mode` (`Always`: forced; `Auto`: its size rule, whatever the
@@ -393,6 +404,15 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 wgt(&[200], 128, 136, false, Some(Direct)),
                 wgt(&[129], 256, 128, true, Some(Bulk)),
                 wgt(&[77], 128, 33, true, Some(Bulk)),
+                // Few CTAs, many tiles each: the ring wraps. K = 256 beside bulk staging leaves 5
+                // slots for 4-box tiles (less than two tiles: the producer must issue a tile's
+                // boxes before waiting on them); K = 256, C = 256 direct is a ring of exactly one
+                // tile; K = 128 with bulk stores 5 slots for 2-box tiles; K = 136 three boxes.
+                wgt_few(&[1100], 256, 128, true, Some(Bulk), 2),
+                wgt_few(&[600], 256, 256, true, Some(Direct), 1),
+                wgt_few(&[2000], 128, 256, true, Some(Bulk), 2),
+                wgt_few(&[1000], 136, 256, false, None, 3),
+                wgt_few(&[37, 1, 130, 300], 64, 136, true, Some(Direct), 2),
             ],
             Tier::Full => vec![
                 wgt(&[1], 8, 1, true, None),
@@ -406,6 +426,7 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 wgt(&[131077], 64, 264, true, None),
                 wgt(&[131077], 16, 1, true, None),
                 wgt(&[131077], 256, 128, true, Some(Bulk)),
+                wgt(&[131077], 256, 256, true, Some(Direct)),
                 wgt(&[1 << 20 | 7], 128, 64, true, None),
                 Case { dtypes: BF16, ..wgt(&[1 << 20 | 7], 128, 256, false, Some(Bulk)) },
                 wgt(&[40, 1, 77, 3], 64, 136, true, Some(Direct)),
@@ -480,6 +501,9 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             }
             if t.expand_load == Some(ExpandLoad::Tma) {
                 s += " load=tma";
+            }
+            if let Some(n) = t.expand_ctas {
+                s += &format!(" ctas={n}");
             }
             match t.reduce_wg {
                 Some(WgmmaMode::Always) => s += " reduce=wgmma",
@@ -597,7 +621,7 @@ fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, d
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
@@ -675,7 +699,10 @@ impl crate::OpFamily for Family {
         let mut rows = Vec::new();
         for c in cases(ctx.tier, ctx.device) {
             for &dtype in c.dtypes {
-                rows.extend(check_case(ctx, &c, dtype)?);
+                let t0 = std::time::Instant::now();
+                let r = check_case(ctx, &c, dtype)?;
+                ctx.progress(|| format!("diffusion {} {dtype}: {} rows in {:.1} s", r.first().map_or("", |r| r.case.as_str()), r.len(), t0.elapsed().as_secs_f64()));
+                rows.extend(r);
             }
         }
         let (sizes, k, c): (&[usize], usize, usize) = match ctx.tier {

@@ -26,6 +26,14 @@ impl CheckCtx {
     pub fn new(device: Device, tier: Tier) -> Self {
         CheckCtx { device, tier, seed: 0x5eed }
     }
+    /// A line on stderr after each case where `EMBER_CHECK_PROGRESS=1`: a long tier that hangs or
+    /// runs out of time then shows how far it got.
+    pub fn progress(&self, line: impl FnOnce() -> String) {
+        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *ON.get_or_init(|| std::env::var("EMBER_CHECK_PROGRESS").is_ok_and(|v| v == "1")) {
+            eprintln!("  {}", line());
+        }
+    }
     /// A fresh seed for each case, so every case draws new random inputs.
     pub fn seed_for(&self, case: &str) -> u64 {
         let mut h = self.seed ^ 0xcbf2_9ce4_8422_2325;
