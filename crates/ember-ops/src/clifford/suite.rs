@@ -45,6 +45,17 @@ fn sizes(tier: Tier) -> Vec<(usize, usize)> {
 }
 
 /// (B, N_in, N_out) of the fully connected and linear cases.
+/// Extra GEMM sizes for algebras up to 8 blades (where the warpgroup-MMA forwards apply): N a multiple
+/// of 8 over several chunks (their staged copies, v4's fixed per-thread units) — 4099 rows (the last
+/// 64-row block holds 3) × 72 channels (five chunks, the last one half), and 127 × 136 (nine chunks)
+/// into two column tiles of 192.
+fn staged_sizes(tier: Tier) -> Vec<(usize, usize, usize)> {
+    match tier {
+        Tier::Quick => vec![],
+        _ => vec![(4099, 72, 24), (127, 136, 200)],
+    }
+}
+
 fn gemm_sizes(tier: Tier) -> Vec<(usize, usize, usize)> {
     match tier {
         Tier::Quick => vec![(1, 1, 1), (5, 7, 9)],
@@ -415,7 +426,10 @@ impl crate::OpFamily for Family {
             // Algebras with n ≥ 5 run the smallest cases: their kernels are the same templates.
             let big = layer.blades() > 16;
             let sz: Vec<(usize, usize)> = if big { sizes(ctx.tier).into_iter().take(2).collect() } else { sizes(ctx.tier) };
-            let gz: Vec<(usize, usize, usize)> = if big { vec![(3, 5, 4)] } else { gemm_sizes(ctx.tier) };
+            let mut gz: Vec<(usize, usize, usize)> = if big { vec![(3, 5, 4)] } else { gemm_sizes(ctx.tier) };
+            if layer.blades() <= 8 {
+                gz.extend(staged_sizes(ctx.tier));
+            }
             check_algebra(&mut r, &layer, &sz, &gz, &DType::ACTIVATIONS)?;
         }
         if ctx.device.is_cuda() && ctx.tier != Tier::Quick && checks_layer("fused") {
