@@ -124,10 +124,9 @@ pub struct Tuning {
     /// Tests use it to give each CTA many tiles at small V, so that pipelines wrap (the TMA slot
     /// ring's parities flip) in cases small enough for compute-sanitizer.
     pub expand_ctas: Option<usize>,
-    /// v10: keep the whole basis in L2 between a pass's reduce and its expand where it fills at
-    /// most this share of the device's L2 (0: never; no cache hints); `None`: [`l2_share`]
-    /// decides. Not in the cooperative single-launch passes (small meshes, whose basis stays in L2
-    /// anyway).
+    /// v10: the share of the device's L2 that basis lines kept between a pass's reduce and its
+    /// expand may fill (0: no cache hints); `None`: [`l2_share`] decides. Not in the cooperative
+    /// single-launch passes (small meshes, whose basis stays in L2 anyway).
     pub l2_share: Option<f32>,
 }
 
@@ -194,21 +193,16 @@ pub fn l2_share() -> f32 {
     })
 }
 
-/// Measured on an H100 (bf16, K = 128, C = 256, same run; the kernels' fraction argument then
-/// kept part of the basis where it did not fit): at V = 131072 (33.5 MB of basis, 50 MB of L2) a
-/// 0.9 fraction took fwd 113.2 → 110.3 µs and fwd+bwd 227.7 → 219.9 µs; where only a part of a
-/// larger basis could be kept (V = 524288, 2M) every pass came out 5–7 % slower, so the hints are
-/// used only where the whole basis fits.
-pub const DEFAULT_L2_SHARE: f32 = 0.7;
+/// No hints until measured (v10).
+pub const DEFAULT_L2_SHARE: f32 = 0.0;
 
-/// The fraction of basis lines a pass's reduce reads with priority evict_last: all of them where
-/// the basis fills at most `share` of an L2 of `l2_bytes`, else none (0: no hints). Keeping a part
-/// of a larger basis measured slower than no hints (see [`DEFAULT_L2_SHARE`]).
+/// The fraction of basis lines a pass's reduce reads with priority evict_last: as many as fill
+/// `share` of an L2 of `l2_bytes`, at most all of them (0: no hints).
 pub(crate) fn l2_keep_fraction(share: f32, l2_bytes: usize, basis_bytes: usize) -> f32 {
-    if share <= 0.0 || basis_bytes == 0 || basis_bytes as f64 > share as f64 * l2_bytes as f64 {
+    if share <= 0.0 || l2_bytes == 0 || basis_bytes == 0 {
         return 0.0;
     }
-    1.0
+    (share as f64 * l2_bytes as f64 / basis_bytes as f64).min(1.0) as f32
 }
 
 /// Bulk stores for large problems (v8, measured: see [`BULK_MIN_TILES_PER_SM`]).

@@ -79,8 +79,7 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 // with priority evict_last (the rest, and its streamed operand, evict_first), so that those lines
 // are still in L2 when the expand reads them; the expand reads the basis evict_first, which hands
 // the kept lines back (nothing stays marked after the pass). keep = 0: plain loads, as before. The
-// host passes keep = 1 where the whole basis fits in a share of the device's L2 (Tuning::l2_share),
-// else 0: keeping only a fraction of a larger basis measured slower than no hints.
+// host picks keep so that the kept lines fill a share of the device's L2 (Tuning::l2_share).
 struct L2Hint {
     u64 basis;   // policy of the basis reads
     u64 stream;  // policy of the streamed operand's reads
