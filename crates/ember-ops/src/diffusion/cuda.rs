@@ -124,10 +124,6 @@ pub struct Tuning {
     /// Tests use it to give each CTA many tiles at small V, so that pipelines wrap (the TMA slot
     /// ring's parities flip) in cases small enough for compute-sanitizer.
     pub expand_ctas: Option<usize>,
-    /// v10: the share of the device's L2 that basis lines kept between a pass's reduce and its
-    /// expand may fill (0: no cache hints); `None`: [`l2_share`] decides. Not in the cooperative
-    /// single-launch passes (small meshes, whose basis stays in L2 anyway).
-    pub l2_share: Option<f32>,
 }
 
 /// A mode chosen by environment variable `var`, read once into `cell`: the entry of `table` whose
@@ -182,27 +178,6 @@ pub const BULK_MIN_TILES_PER_SM: usize = 16;
 pub fn expand_store_mode() -> ExpandStore {
     static M: OnceLock<ExpandStore> = OnceLock::new();
     env_mode(&M, "EMBER_DIFFUSION_EXPAND_STORE", &[("bulk", ExpandStore::Bulk), ("direct", ExpandStore::Direct), ("auto", ExpandStore::Auto)], DEFAULT_EXPAND_STORE)
-}
-
-/// `EMBER_DIFFUSION_L2_SHARE=<fraction>`: [`Tuning::l2_share`] wherever a call does not set it;
-/// default [`DEFAULT_L2_SHARE`].
-pub fn l2_share() -> f32 {
-    static M: OnceLock<f32> = OnceLock::new();
-    *M.get_or_init(|| {
-        std::env::var("EMBER_DIFFUSION_L2_SHARE").ok().and_then(|v| v.parse::<f32>().ok()).filter(|f| f.is_finite() && *f >= 0.0).map_or(DEFAULT_L2_SHARE, |f| f.min(1.0))
-    })
-}
-
-/// No hints until measured (v10).
-pub const DEFAULT_L2_SHARE: f32 = 0.0;
-
-/// The fraction of basis lines a pass's reduce reads with priority evict_last: as many as fill
-/// `share` of an L2 of `l2_bytes`, at most all of them (0: no hints).
-pub(crate) fn l2_keep_fraction(share: f32, l2_bytes: usize, basis_bytes: usize) -> f32 {
-    if share <= 0.0 || l2_bytes == 0 || basis_bytes == 0 {
-        return 0.0;
-    }
-    (share as f64 * l2_bytes as f64 / basis_bytes as f64).min(1.0) as f32
 }
 
 /// Bulk stores for large problems (v8, measured: see [`BULK_MIN_TILES_PER_SM`]).
@@ -577,8 +552,6 @@ struct Geometry {
     expand_smem: usize,
     /// [`Tuning::expand_ctas`].
     expand_ctas: Option<usize>,
-    /// v10: the fraction of basis lines the reduce keeps in L2 for the expand (0: no hints).
-    l2_keep: f32,
     // finalize
     finalize_grid: (u32, u32),
     vec: bool,
@@ -746,7 +719,6 @@ impl Geometry {
             expand_grid,
             expand_smem,
             expand_ctas: tune.expand_ctas.map(|n| n.max(1)),
-            l2_keep: l2_keep_fraction(tune.l2_share.unwrap_or_else(l2_share), dev.info().l2_bytes.max(0) as usize, v * k * dtype.size()),
             finalize_grid,
             vec,
         })
@@ -844,7 +816,6 @@ fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: 
         .arg(&kp)
         .arg(&cp)
         .arg(&vec)
-        .arg(&g.l2_keep)
         .named("diffusion_reduce")
         .run()
 }
@@ -887,7 +858,6 @@ fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mas
         .arg(&dt_part)
         .arg(&dt_rows)
         .arg(&d_times)
-        .arg(&g.l2_keep)
         .named("diffusion_expand")
         .run()
 }
@@ -932,7 +902,6 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots): (us
         .arg(&dt_rows)
         .arg(&d_times)
         .arg(&slots)
-        .arg(&g.l2_keep)
         .arg(&map)
         .named("diffusion_expand")
         .run()

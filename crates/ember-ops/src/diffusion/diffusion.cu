@@ -73,42 +73,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-// ---- v10: L2 eviction priorities between a pass's two GEMMs ----------------------------------------
-// Each pass reads the basis twice (reduce, then expand), with a stream of x or d_out (and the
-// partial sums) in between. With `keep` > 0 the reduce reads a fraction `keep` of the basis lines
-// with priority evict_last (the rest, and its streamed operand, evict_first), so that those lines
-// are still in L2 when the expand reads them; the expand reads the basis evict_first, which hands
-// the kept lines back (nothing stays marked after the pass). keep = 0: plain loads, as before. The
-// host picks keep so that the kept lines fill a share of the device's L2 (Tuning::l2_share).
-struct L2Hint {
-    u64 basis;   // policy of the basis reads
-    u64 stream;  // policy of the streamed operand's reads
-    bool on;
-};
-__device__ __forceinline__ L2Hint l2_hint_reduce(float keep) {
-    L2Hint h{0, 0, keep > 0.0f};
-    if (h.on) {
-        const float f = fminf(keep, 1.0f);
-        asm volatile("createpolicy.fractional.L2::evict_last.L2::evict_first.b64 %0, %1;" : "=l"(h.basis) : "f"(f));
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(h.stream));
-    }
-    return h;
-}
-__device__ __forceinline__ L2Hint l2_hint_expand(float keep) {
-    L2Hint h{0, 0, keep > 0.0f};
-    if (h.on) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(h.basis));
-    h.stream = h.basis;
-    return h;
-}
-// cp_async16 with the cache policy `pol` where the hints are on.
-__device__ __forceinline__ void cp_async16_h(void* dst, const void* src, u32 bytes, bool on, u64 pol) {
-    if (on)
-        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "l"(pol)
-                     : "memory");
-    else
-        cp_async16(dst, src, bytes);
-}
-
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
@@ -196,7 +160,7 @@ struct RLay {
 
 template <int WN>
 __device__ __forceinline__ void reduce_load(T* st, const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
-                                            i64 row0, i64 vb, i64 ve, int e0, int K, int c0, int C, bool vec, const L2Hint& l2) {
+                                            i64 row0, i64 vb, i64 ve, int e0, int K, int c0, int C, bool vec) {
     typedef RLay<WN> L;
     T* As = st + L::A_OFF;
     T* Bs = st + L::B_OFF;
@@ -209,7 +173,7 @@ __device__ __forceinline__ void reduce_load(T* st, const T* __restrict__ basis, 
             const i64 v = row0 + r;
             const int e = e0 + ch * EPC;
             const bool ok = v >= vb && v < ve && e < K;
-            cp_async16_h(As + r * L::LDA + ch * EPC, ok ? (const void*)(basis + v * K + e) : (const void*)basis, ok ? 16 : 0, l2.on, l2.basis);
+            cp_async16(As + r * L::LDA + ch * EPC, ok ? (const void*)(basis + v * K + e) : (const void*)basis, ok ? 16 : 0);
         }
         constexpr int BCH = L::BN / EPC;
         for (int i = tid; i < RBV * BCH; i += NTHREADS) {
@@ -217,7 +181,7 @@ __device__ __forceinline__ void reduce_load(T* st, const T* __restrict__ basis, 
             const i64 v = row0 + r;
             const int c = c0 + ch * EPC;
             const bool ok = v >= vb && v < ve && c < C;
-            cp_async16_h(Bs + r * L::LDB + ch * EPC, ok ? (const void*)(y + v * C + c) : (const void*)y, ok ? 16 : 0, l2.on, l2.stream);
+            cp_async16(Bs + r * L::LDB + ch * EPC, ok ? (const void*)(y + v * C + c) : (const void*)y, ok ? 16 : 0);
         }
     } else {
         for (int i = tid; i < RBV * RBM; i += NTHREADS) {
@@ -321,10 +285,8 @@ __device__ __forceinline__ void reduce_compute(const T* st, float (&acc)[4][WN][
 template <int WN>
 __device__ __forceinline__ void reduce_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
                                               float* __restrict__ ws, const Seg* __restrict__ chunks, i64 rows_per_chunk,
-                                              i64 n_rows, i64 n_chunks, int K, int C, int KP, int CP, int vec, i64 chunk, int tile,
-                                              float l2_keep) {
+                                              i64 n_rows, i64 n_chunks, int K, int C, int KP, int CP, int vec, i64 chunk, int tile) {
     typedef RLay<WN> L;
-    const L2Hint l2 = l2_hint_reduce(l2_keep);
     extern __shared__ __align__(128) unsigned char diff_smem[];
     T* smem = reinterpret_cast<T*>(diff_smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -345,14 +307,14 @@ __device__ __forceinline__ void reduce_kernel(const T* __restrict__ basis, const
 
 #pragma unroll
     for (int st = 0; st < RNST - 1; ++st) {
-        if (st < n_steps) reduce_load<WN>(smem + st * L::STAGE, basis, y, mass, base + (i64)st * RBV, s.begin, s.end, e0, K, c0, C, vec, l2);
+        if (st < n_steps) reduce_load<WN>(smem + st * L::STAGE, basis, y, mass, base + (i64)st * RBV, s.begin, s.end, e0, K, c0, C, vec);
         cp_async_commit();
     }
     for (int it = 0; it < n_steps; ++it) {
         cp_async_wait<RNST - 2>();
         __syncthreads();
         const int nx = it + RNST - 1;
-        if (nx < n_steps) reduce_load<WN>(smem + (nx % RNST) * L::STAGE, basis, y, mass, base + (i64)nx * RBV, s.begin, s.end, e0, K, c0, C, vec, l2);
+        if (nx < n_steps) reduce_load<WN>(smem + (nx % RNST) * L::STAGE, basis, y, mass, base + (i64)nx * RBV, s.begin, s.end, e0, K, c0, C, vec);
         cp_async_commit();
 #if DIFF_HALF
         reduce_compute<WN>(smem + (it % RNST) * L::STAGE, acc, mass != nullptr);
@@ -525,7 +487,7 @@ struct ELay {
 
 // Shared memory (elements of T): [S: KP·LDS][stages: ENST·STAGE][epilogue: 8·EPI_WARP (16-bit)].
 template <int WN>
-__device__ __forceinline__ void expand_load(T* st, const T* __restrict__ basis, i64 rb, i64 re, int kc, int K, bool vec, const L2Hint& l2) {
+__device__ __forceinline__ void expand_load(T* st, const T* __restrict__ basis, i64 rb, i64 re, int kc, int K, bool vec) {
     typedef ELay<WN> L;
     const int tid = threadIdx.x;
     const int k0 = kc * EBK;
@@ -536,7 +498,7 @@ __device__ __forceinline__ void expand_load(T* st, const T* __restrict__ basis, 
             const i64 v = rb + r;
             const int k = k0 + ch * EPC;
             const bool ok = v < re && k < K;
-            cp_async16_h(st + r * L::LDA + ch * EPC, ok ? (const void*)(basis + v * K + k) : (const void*)basis, ok ? 16 : 0, l2.on, l2.basis);
+            cp_async16(st + r * L::LDA + ch * EPC, ok ? (const void*)(basis + v * K + k) : (const void*)basis, ok ? 16 : 0);
         }
     } else {
         for (int i = tid; i < EBM * EBK; i += NTHREADS) {
@@ -676,9 +638,8 @@ template <int WN>
 __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const T* __restrict__ s_op, const T* __restrict__ mass,
                                               T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int K,
                                               int C, int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
-                                              float* __restrict__ d_times, i64 bx, int by, i64 gx, float l2_keep) {
+                                              float* __restrict__ d_times, i64 bx, int by, i64 gx) {
     typedef ELay<WN> L;
-    const L2Hint l2 = l2_hint_expand(l2_keep);
     extern __shared__ __align__(128) unsigned char diff_smem[];
     T* Ss = reinterpret_cast<T*>(diff_smem);
     T* stages = Ss + KP * L::LDS;
@@ -718,7 +679,7 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
         for (int s = 0; s < ENST - 1; ++s) {
             if (s < n_it) {
                 const i64 rb = first.begin + (s / n_kc) * (i64)EBM;
-                expand_load<WN>(stages + s * L::STAGE, basis, rb, min(mesh_end, rb + EBM), s % n_kc, K, vec, l2);
+                expand_load<WN>(stages + s * L::STAGE, basis, rb, min(mesh_end, rb + EBM), s % n_kc, K, vec);
             }
             cp_async_commit();  // group 0 also carries S
         }
@@ -728,7 +689,7 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
             const i64 nx = it + ENST - 1;
             if (nx < n_it) {
                 const i64 rb = first.begin + (nx / n_kc) * (i64)EBM;
-                expand_load<WN>(stages + (nx % ENST) * L::STAGE, basis, rb, min(mesh_end, rb + EBM), (int)(nx % n_kc), K, vec, l2);
+                expand_load<WN>(stages + (nx % ENST) * L::STAGE, basis, rb, min(mesh_end, rb + EBM), (int)(nx % n_kc), K, vec);
             }
             cp_async_commit();
             const int kc = (int)(it % n_kc);
@@ -761,16 +722,15 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
 #define DIFF_REDUCE(WN)                                                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_w##WN(                                         \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
-        int K, int C, int KP, int CP, int vec, float l2_keep) {                                                                \
-        reduce_kernel<WN>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec, blockIdx.x, blockIdx.y, \
-                          l2_keep);                                                                                            \
+        int K, int C, int KP, int CP, int vec) {                                                                               \
+        reduce_kernel<WN>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec, blockIdx.x, blockIdx.y); \
     }
 #define DIFF_EXPAND(WN)                                                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_expand_w##WN(                                         \
         const T* basis, const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C, int KP, \
-        int CPs, int vec, const float* dt_part, int dt_rows, float* d_times, float l2_keep) {                                  \
+        int CPs, int vec, const float* dt_part, int dt_rows, float* d_times) {                                                 \
         expand_kernel<WN>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, d_times,      \
-                          blockIdx.x, blockIdx.y, gridDim.x, l2_keep);                                                         \
+                          blockIdx.x, blockIdx.y, gridDim.x);                                                                  \
     }
 
 // f32: the reduce's per-stage partial sums need registers, so its tiles stop at 2; expand at 4.
@@ -875,15 +835,14 @@ __device__ __forceinline__ void ewg_mma(float (&d)[64], u64 da, u64 db, int acc)
 __device__ __forceinline__ u32 ewg_off(int r, int c, int nj) { return (u32)((r >> 3) * (nj * 128) + (c >> 3) * 128 + (r & 7) * 16 + (c & 7) * 2); }
 
 // One basis tile: rows [rb, re) × KP columns (zeros past re and K) into a K-major stage.
-__device__ __forceinline__ void ewg_load_tile(unsigned char* st, const T* __restrict__ basis, i64 rb, i64 re, int K, int KP, bool vec,
-                                              const L2Hint& l2) {
+__device__ __forceinline__ void ewg_load_tile(unsigned char* st, const T* __restrict__ basis, i64 rb, i64 re, int K, int KP, bool vec) {
     const int nj = KP / 8;
     if (vec) {
         for (int i = threadIdx.x; i < EBM * nj; i += NTHREADS) {
             const int r = (i / (8 * nj)) * 8 + (i & 7), ch = (i >> 3) % nj;
             const i64 v = rb + r;
             const bool ok = v < re && ch * 8 < K;
-            cp_async16_h(st + 16 * i, ok ? (const void*)(basis + v * K + ch * 8) : (const void*)basis, ok ? 16 : 0, l2.on, l2.basis);
+            cp_async16(st + 16 * i, ok ? (const void*)(basis + v * K + ch * 8) : (const void*)basis, ok ? 16 : 0);
         }
     } else {
         for (int i = threadIdx.x; i < EBM * KP; i += NTHREADS) {
@@ -1045,10 +1004,9 @@ template <int NH, int NST, bool BULK>
 __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, const T* __restrict__ s_op, const T* __restrict__ mass,
                                                  T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int K,
                                                  int C, int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
-                                                 float* __restrict__ d_times, float l2_keep) {
+                                                 float* __restrict__ d_times) {
     constexpr int BN = 128 * NH;
     constexpr int STG_P = 2 * BN + EWG_STG_PAD;
-    const L2Hint l2 = l2_hint_expand(l2_keep);
     static_assert(!BULK || 8 * 16 * EWG_EPI_LD * 2 <= EBM * STG_P, "the direct slices fit in the staging buffer");
     extern __shared__ __align__(128) unsigned char diff_smem[];
     unsigned char* Ss = diff_smem;
@@ -1080,7 +1038,7 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
         for (int s = 0; s < NST - 1; ++s) {
             if (s < n_it) {
                 const i64 rb = first.begin + s * (i64)EBM;
-                ewg_load_tile(stages + s * stage_bytes, basis, rb, min(mesh_end, rb + EBM), K, KP, vec, l2);
+                ewg_load_tile(stages + s * stage_bytes, basis, rb, min(mesh_end, rb + EBM), K, KP, vec);
             }
             cp_async_commit();  // group 0 also carries S
         }
@@ -1093,7 +1051,7 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
                 const i64 nx = it + NST - 1;
                 if (nx < n_it) {
                     const i64 rb = first.begin + nx * (i64)EBM;
-                    ewg_load_tile(stages + (int)(nx % NST) * stage_bytes, basis, rb, min(mesh_end, rb + EBM), K, KP, vec, l2);
+                    ewg_load_tile(stages + (int)(nx % NST) * stage_bytes, basis, rb, min(mesh_end, rb + EBM), K, KP, vec);
                 }
                 cp_async_commit();
             }
@@ -1121,9 +1079,9 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) NAME(const T* basis, const T* s_op, const T* mass, T* out,         \
                                                                    const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C,     \
                                                                    int KP, int CPs, int vec, const float* dt_part, int dt_rows, \
-                                                                   float* d_times, float l2_keep) {                             \
+                                                                   float* d_times) {                                            \
         expand_wg_kernel<NH, NST, BULK>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, \
-                                        d_times, l2_keep);                                                                     \
+                                        d_times);                                                                              \
     }
 DIFF_EXPAND_WG(diffusion_expand_wg1_s2, 1, 2, false)
 DIFF_EXPAND_WG(diffusion_expand_wg1_s4, 1, 4, false)
@@ -1237,19 +1195,13 @@ __device__ __forceinline__ void etm_wait(u32 bar, u32 parity) {
 #endif
 }
 // Box (col, row) of the tensor map into shared memory at `dst`; completes `bar`'s transactions.
-// With the hints on (v10), the copy carries the expand's policy (evict_first).
-__device__ __forceinline__ void etm_load_box(u32 dst, const EtmMap* map, int col, int row, u32 bar, const L2Hint& l2) {
+__device__ __forceinline__ void etm_load_box(u32 dst, const EtmMap* map, int col, int row, u32 bar) {
 #if EWG_HAS_WGMMA
-    if (l2.on)
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-                     "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(bar), "l"(l2.basis)
-                     : "memory");
-    else
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-                     "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(bar)
-                     : "memory");
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+                 "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(bar)
+                 : "memory");
 #else
-    (void)dst, (void)map, (void)col, (void)row, (void)bar, (void)l2;
+    (void)dst, (void)map, (void)col, (void)row, (void)bar;
 #endif
 }
 __device__ __forceinline__ void etm_prefetch_map(const EtmMap* map) {
@@ -1270,9 +1222,8 @@ template <int NH, bool BULK>
 __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __restrict__ s_op, const T* __restrict__ mass,
                                                   T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int C,
                                                   int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
-                                                  float* __restrict__ d_times, int n_slots, float l2_keep) {
+                                                  float* __restrict__ d_times, int n_slots) {
     constexpr int BN = 128 * NH;
-    const L2Hint l2 = l2_hint_expand(l2_keep);
     constexpr int EPI_BYTES = BULK ? EBM * (2 * BN + EWG_STG_PAD) : 8 * 16 * EWG_EPI_LD * 2;
     extern __shared__ __align__(128) unsigned char diff_smem[];
     const u32 raw = smem_addr(diff_smem);
@@ -1309,7 +1260,7 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
             const int b = (int)(q_next % nb);
             const Seg ts = seg_at(tiles, t, EBM, n_rows, n_tiles);
             etm_arrive_tx(full0 + 8 * s, ETM_BOX_BYTES);
-            etm_load_box(slot0 + (u32)s * ETM_BOX_BYTES, map, b * ETM_BOX_K, (int)ts.begin, full0 + 8 * s, l2);
+            etm_load_box(slot0 + (u32)s * ETM_BOX_BYTES, map, b * ETM_BOX_K, (int)ts.begin, full0 + 8 * s);
         }
     };
     if (tid == 0) {
@@ -1382,10 +1333,9 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
 #define DIFF_EXPAND_TMA(NAME, NH, BULK)                                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                                                  \
         NAME(const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int C, int KP, int CPs, int vec, \
-             const float* dt_part, int dt_rows, float* d_times, int n_slots, float l2_keep,                                 \
-             const __grid_constant__ EtmMap map) {                                                                             \
+             const float* dt_part, int dt_rows, float* d_times, int n_slots, const __grid_constant__ EtmMap map) {             \
         expand_tma_kernel<NH, BULK>(&map, s_op, mass, out, tiles, n_rows, n_tiles, C, KP, CPs, vec, dt_part, dt_rows, d_times, \
-                                    n_slots, l2_keep);                                                                         \
+                                    n_slots);                                                                                  \
     }
 DIFF_EXPAND_TMA(diffusion_expand_wgt1, 1, false)
 DIFF_EXPAND_TMA(diffusion_expand_wgt2, 2, false)
@@ -1448,7 +1398,7 @@ __device__ __forceinline__ u64 rwg_desc(u32 addr) { return ewg_desc(addr, RGV * 
 
 template <int NH>
 __device__ __forceinline__ void rwg_load(unsigned char* st, const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
-                                         i64 row0, i64 vb, i64 ve, int e0, int K, int c0, int C, bool vec, const L2Hint& l2) {
+                                         i64 row0, i64 vb, i64 ve, int e0, int K, int c0, int C, bool vec) {
     typedef RGLay<NH> L;
     unsigned char* As = st;
     unsigned char* Bs = st + L::A_BYTES;
@@ -1463,14 +1413,14 @@ __device__ __forceinline__ void rwg_load(unsigned char* st, const T* __restrict_
             const i64 v = row0 + r;
             const int e = e0 + ch * 8;
             const bool ok = v >= vb && v < ve && e < K;
-            cp_async16_h(As + rwg_off(r, ch * 8), ok ? (const void*)(basis + v * K + e) : (const void*)basis, ok ? 16 : 0, l2.on, l2.basis);
+            cp_async16(As + rwg_off(r, ch * 8), ok ? (const void*)(basis + v * K + e) : (const void*)basis, ok ? 16 : 0);
         }
         for (int i = tid; i < RGV * NJB; i += NTHREADS) {
             const int r = i / NJB, ch = i % NJB;
             const i64 v = row0 + r;
             const int c = c0 + ch * 8;
             const bool ok = v >= vb && v < ve && c < C;
-            cp_async16_h(Bs + rwg_off(r, ch * 8), ok ? (const void*)(y + v * C + c) : (const void*)y, ok ? 16 : 0, l2.on, l2.stream);
+            cp_async16(Bs + rwg_off(r, ch * 8), ok ? (const void*)(y + v * C + c) : (const void*)y, ok ? 16 : 0);
         }
     } else {
         for (int i = tid; i < RGV * RBM; i += NTHREADS) {
@@ -1500,9 +1450,8 @@ __device__ __forceinline__ void rwg_load(unsigned char* st, const T* __restrict_
 template <int NH>
 __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
                                                  float* __restrict__ ws, const Seg* __restrict__ chunks, i64 rows_per_chunk, i64 n_rows,
-                                                 i64 n_chunks, int K, int C, int KP, int CP, int vec, float l2_keep) {
+                                                 i64 n_chunks, int K, int C, int KP, int CP, int vec) {
     typedef RGLay<NH> L;
-    const L2Hint l2 = l2_hint_reduce(l2_keep);
     extern __shared__ __align__(128) unsigned char diff_smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int wg = warp >> 2, wq = warp & 3;
@@ -1530,7 +1479,7 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
 
 #pragma unroll
     for (int st = 0; st < RGNST - 1; ++st) {
-        if (st < n_steps) rwg_load<NH>(sm + st * L::STAGE, basis, y, mass, base + (i64)st * RGV, s.begin, s.end, e0, K, c0, C, vec, l2);
+        if (st < n_steps) rwg_load<NH>(sm + st * L::STAGE, basis, y, mass, base + (i64)st * RGV, s.begin, s.end, e0, K, c0, C, vec);
         cp_async_commit();
     }
     for (int it = 0; it < n_steps; ++it) {
@@ -1545,7 +1494,7 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
         {
             const int nx = it + RGNST - 1;
             if (nx < n_steps)
-                rwg_load<NH>(sm + (nx % RGNST) * L::STAGE, basis, y, mass, base + (i64)nx * RGV, s.begin, s.end, e0, K, c0, C, vec, l2);
+                rwg_load<NH>(sm + (nx % RGNST) * L::STAGE, basis, y, mass, base + (i64)nx * RGV, s.begin, s.end, e0, K, c0, C, vec);
             cp_async_commit();
         }
         unsigned char* st = sm + (it % RGNST) * L::STAGE;
@@ -1607,8 +1556,8 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
 #define DIFF_REDUCE_WG(NH)                                                                                                     \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_wg##NH(                                        \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
-        int K, int C, int KP, int CP, int vec, float l2_keep) {                                                                \
-        reduce_wg_kernel<NH>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec, l2_keep);       \
+        int K, int C, int KP, int CP, int vec) {                                                                               \
+        reduce_wg_kernel<NH>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec);                \
     }
 DIFF_REDUCE_WG(1)
 DIFF_REDUCE_WG(2)
@@ -1666,7 +1615,7 @@ __device__ __forceinline__ void fused_kernel(const T* __restrict__ basis, const 
     for (i64 b = blockIdx.x; b < n_r; b += gridDim.x) {
         __syncthreads();  // the previous block's stages are no longer read
         reduce_kernel<RWN>(basis, y, BWD ? nullptr : mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KPr, CPr, vec,
-                           b % n_chunks, (int)(b / n_chunks), 0.0f);
+                           b % n_chunks, (int)(b / n_chunks));
     }
     grid_sync(bar);
     // Phase 2: finalize, grid (meshes · CPe/32) × (KPe/8) of 32 × 8 threads.
@@ -1689,7 +1638,7 @@ __device__ __forceinline__ void fused_kernel(const T* __restrict__ basis, const 
     if (blockIdx.x < gx * n_nt)
         expand_kernel<EWN>(basis, s_op, BWD ? mass : nullptr, out, tiles, n_rows, n_tiles, K, C, KPe, CPe, vec,
                            BWD ? dt_part : nullptr, (int)(meshes * fy), BWD ? d_times : nullptr, blockIdx.x % gx,
-                           (int)(blockIdx.x / gx), gx, 0.0f);
+                           (int)(blockIdx.x / gx), gx);
 }
 
 #define DIFF_FUSED(RWN, EWN, BWD, NAME)                                                                                        \

@@ -215,14 +215,13 @@ fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize
         expand_store: None,
         expand_load: None,
         expand_ctas: None,
-        l2_share: None,
     };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, l2_share: None };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
@@ -609,26 +608,6 @@ fn determinism(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType
     Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b))
 }
 
-/// v10: L2 cache hints change where lines live, never the arithmetic: out, spectral, d_x and d_times
-/// with the basis kept at `share` of L2 are bit-identical to the run without hints, on the three-launch
-/// path with `base`'s kernel choices.
-fn l2_hints_keep_bits(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, share: f32, base: (&Tuning, &str)) -> Result<CheckRow> {
-    let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("l2 hints"))?;
-    let dev = p.on(ctx.device)?;
-    let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
-        let mut v: Vec<u64> = Vec::new();
-        for t in [&f.out, &f.spectral, &g.d_x, &g.d_times] {
-            v.extend(t.to_vec_f64()?.iter().map(|x| x.to_bits()));
-        }
-        Ok(v)
-    };
-    let with = |share: f32| Tuning { l2_share: Some(share), fused: Some(false), ..*base.0 };
-    let a = bits(dev.run(&p.offsets, Some((&with(0.0), None)))?)?;
-    let b = bits(dev.run(&p.offsets, Some((&with(share), None)))?)?;
-    let label = format!("V={sizes:?} K={k} C={c}{} l2={share} = no hints", base.1);
-    Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, !a.is_empty() && a == b))
-}
-
 /// The fused pass (one cooperative launch) gives the same bits as the three launches with the same
 /// tiles and chunks, batched and single.
 fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType) -> Result<CheckRow> {
@@ -642,7 +621,7 @@ fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, d
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, l2_share: None };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
@@ -748,15 +727,6 @@ impl crate::OpFamily for Family {
             }
         }
         if ctx.device.is_cuda() {
-            // v10 hints: all basis lines kept (Small: the basis is far below L2) or a fraction
-            // (Full: V = 131077, K = 128 at a quarter of L2), with the default kernels and with
-            // the mma.sync GEMMs.
-            let share = if ctx.tier == Tier::Full { 0.25 } else { 1.0 };
-            let mma = Tuning { expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), ..Tuning::default() };
-            for dtype in DType::ACTIVATIONS {
-                rows.push(l2_hints_keep_bits(ctx, sizes, k, c, dtype, share, (&Tuning::default(), ""))?);
-                rows.push(l2_hints_keep_bits(ctx, sizes, k, c, dtype, share, (&mma, " mma.sync"))?);
-            }
             rows.extend(cuda_properties(ctx.device)?);
             for dtype in DType::ACTIVATIONS {
                 rows.push(fused_matches_launches(ctx, sizes, k, c, dtype)?);
@@ -896,11 +866,6 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
                 let t = Tuning { expand_wg: Some(true), expand_load: Some(load), ..Tuning::default() };
                 variants.push((format!("load={name}"), t, "wgmma expand forced with this load path, store path and reduce as by default"));
             }
-        }
-        // v10: the basis lines a pass's reduce keeps in L2 for its expand, as a share of L2 (0: no
-        // hints), kernels as by default.
-        for share in [0.0f32, 0.3, 0.6] {
-            variants.push((format!("l2={share}"), Tuning { l2_share: Some(share), ..Tuning::default() }, "basis kept in this share of L2 between reduce and expand (0: no cache hints)"));
         }
         let offsets = [0, v];
         for (name, t, what) in &variants {
