@@ -503,23 +503,6 @@ fn emulated_fc_v3_matches_the_reference() {
     run_cases(cases);
 }
 
-/// FC forward v4 (`fc3.cu` with `F3_V4`, both term arithmetics: packed half and f32) on v3's cases:
-/// the wgmma issue with selected B tiles (Cl(3,0)'s 6-path types, the 4-path type of two row blocks,
-/// Cl(2,0)'s types), the staged copies on fixed units (N a multiple of 8: rows past B, a zero-filled
-/// upper half at N = 8, the raw ring over five chunks), and the packed terms under every load mode.
-#[test]
-fn emulated_fc_v4_matches_the_reference() {
-    let v4 = [FcVariant::Wgmma4, FcVariant::Wgmma4F];
-    let cases: Vec<Box<dyn Fn() + Send + Sync>> = vec![
-        Box::new(move || emu_fc_variants("3,0", (130, 72, 200), DType::BF16, &v4)),
-        Box::new(move || emu_fc_variants("3,0", (5, 8, 9), DType::F16, &v4)),
-        Box::new(move || emu_fc_variants("2,0", (70, 24, 193), DType::BF16, &v4)),
-        Box::new(move || emu_fc_variants("3,0", (130, 37, 200), DType::BF16, &v4)),
-        Box::new(move || emu_fc_variants("3,0", (9, 4, 3), DType::F16, &v4)),
-    ];
-    run_cases(cases);
-}
-
 /// FC backward v1 (terms through memory, per-grade GEMMs run by the host GEMM) against the f64
 /// reference, with and without the norm (its o and r from the reference, as the forward hands them
 /// over in f32).

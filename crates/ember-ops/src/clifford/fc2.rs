@@ -32,24 +32,17 @@ pub enum FcVariant {
     /// `fc3.cu`, the default: v2's GEMMs on warpgroup MMA (sm_90a; elsewhere, and for f32, fc2),
     /// term generation overlapped with the products of the previous chunk through a 3-stage ring.
     Wgmma,
-    /// fc3.cu built as v4 (NOTES.md, "FC product v4"; opt-in): wgmma issued with compile-time slots,
-    /// staged copies on fixed per-thread units, terms in packed half arithmetic; fc2 off sm_90a.
-    Wgmma4,
-    /// v4 with v3's f32 term arithmetic (separates the packed arithmetic's share in the bench).
-    Wgmma4F,
 }
 
 impl FcVariant {
-    pub const ALL: [FcVariant; 6] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas, FcVariant::Wgmma, FcVariant::Wgmma4, FcVariant::Wgmma4F];
-    /// `EMBER_CLIFFORD_FC=tile|gemm|blas|wgmma|wgmma4|wgmma4f`; otherwise the default.
+    pub const ALL: [FcVariant; 4] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas, FcVariant::Wgmma];
+    /// `EMBER_CLIFFORD_FC=tile|gemm|blas|wgmma`; otherwise the default.
     pub fn selected() -> FcVariant {
         match std::env::var("EMBER_CLIFFORD_FC").as_deref() {
             Ok("tile") => FcVariant::Tile,
             Ok("gemm") => FcVariant::Gemm,
             Ok("blas") => FcVariant::Blas,
             Ok("wgmma") => FcVariant::Wgmma,
-            Ok("wgmma4") => FcVariant::Wgmma4,
-            Ok("wgmma4f") => FcVariant::Wgmma4F,
             _ => FcVariant::Wgmma,
         }
     }
@@ -59,17 +52,6 @@ impl FcVariant {
             FcVariant::Gemm => "gemm",
             FcVariant::Blas => "blas",
             FcVariant::Wgmma => "wgmma",
-            FcVariant::Wgmma4 => "wgmma4",
-            FcVariant::Wgmma4F => "wgmma4f",
-        }
-    }
-    /// The fc3.cu product kernel of a warpgroup-MMA variant.
-    pub fn fc3_gen(self) -> Option<super::fc3::Gen> {
-        match self {
-            FcVariant::Wgmma => Some(super::fc3::Gen::V3),
-            FcVariant::Wgmma4 => Some(super::fc3::Gen::V4Packed),
-            FcVariant::Wgmma4F => Some(super::fc3::Gen::V4F32),
-            _ => None,
         }
     }
 }

@@ -29,9 +29,7 @@
 // and F3_SWITCH(t, CALL).
 // Options: -DEMBER_T=..., -DF3_BF16=<0|1>, -DF3_PREP=<0|1|2> (product, weights pass, gate pass), -DF3_LOAD=<0|1|2> (how x, y and the
 // gates reach the generation: 0 channel by channel, any N; 1 quads of channels straight from global
-// memory, N a multiple of 4; 2 staged: cp.async into a raw ring one chunk ahead, N a multiple of 8), -DF3_D_F32=<0|1> (output f32 or the activation type),
-// -DF3_V4=<0|1> (v4: wgmma issued per warpgroup with compile-time slots, staged copies on fixed
-// per-thread units; see NOTES.md "FC product v4"), -DF3_PACK=<0|1> (v4: terms in packed half arithmetic).
+// memory, N a multiple of 4; 2 staged: cp.async into a raw ring one chunk ahead, N a multiple of 8), -DF3_D_F32=<0|1> (output f32 or the activation type).
 
 typedef EMBER_T act_t;
 #define F3_THREADS 384
@@ -80,35 +78,6 @@ __device__ __forceinline__ float f3_f32(u32 bits) {
     v.bits = (u16)bits;
     return ember_to_f32(v);
 }
-
-// Packed half arithmetic (F3_PACK): a u32 is two values of the activation type, lo = the even
-// channel. Only fma has a packed form on sm_80 as well as sm_90 for both half types, so mul and add
-// are fmas (with −0 and 1 as the third and second operand: exact forms of the same rounding).
-#if F3_BF16
-#define F3P_ONE 0x3f803f80u
-#else
-#define F3P_ONE 0x3c003c00u
-#endif
-__device__ __forceinline__ u32 f3p_fma(u32 a, u32 b, u32 c) {
-#ifdef EMBER_HOST_EMU
-    const double lo = (double)f3_f32(a & 0xffffu) * (double)f3_f32(b & 0xffffu) + (double)f3_f32(c & 0xffffu);
-    const double hi = (double)f3_f32(a >> 16) * (double)f3_f32(b >> 16) + (double)f3_f32(c >> 16);
-    return ember_pack2<act_t>((float)lo, (float)hi);
-#else
-    u32 d;
-#if F3_BF16
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-#else
-    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-#endif
-    return d;
-#endif
-}
-__device__ __forceinline__ u32 f3p_mul(u32 a, u32 b) { return f3p_fma(a, b, 0x80008000u); }
-__device__ __forceinline__ u32 f3p_add(u32 a, u32 b) { return f3p_fma(a, F3P_ONE, b); }
-__device__ __forceinline__ u32 f3p_neg(u32 a) { return a ^ 0x80008000u; }
-__device__ __forceinline__ u32 f3p_const(float v) { return ember_pack2<act_t>(v, v); }
-F3_TERMS_PK
 
 __device__ __forceinline__ void f3_cp16(unsigned char* dst, const u16* src) {
 #ifdef EMBER_HOST_EMU
@@ -232,19 +201,6 @@ template <int T> __device__ __forceinline__ void f3_load_w(const f3_args& A, uns
 template <int T>
 __device__ __forceinline__ void f3_pair(const u32 (&wx)[CL_M], const u32 (&wy)[CL_M], float g0, float g1, unsigned char* As, int r, int q) {
     using t = f3t<T>;
-#if F3_PACK
-    // Both elements at once on the words as loaded: g·x (one packed multiply per blade), the type's
-    // terms, stored as they are (no unpacking, no conversion).
-    const u32 g = ember_pack2<act_t>(g0, g1);
-    u32 gx[CL_M], tp[CL_NT], v[t::NS];
-#pragma unroll
-    for (int j = 0; j < CL_M; ++j) gx[j] = f3p_mul(wx[j], g);
-    cl_terms_raw_pk(gx, wy, tp);
-    t::pick_pk(tp, v);
-    const u32 off = (u32)((r >> 3) * 256 + (q >> 2) * 128 + (r & 7) * 16 + (q & 3) * 4);
-#pragma unroll
-    for (int s = 0; s < t::NS; ++s) *reinterpret_cast<u32*>(As + s * F3_ATILE + off) = v[s];
-#else
     float xs[CL_M], ys[CL_M], tt[CL_NT], vlo[t::NS], vhi[t::NS];
 #pragma unroll
     for (int j = 0; j < CL_M; ++j) {
@@ -263,7 +219,6 @@ __device__ __forceinline__ void f3_pair(const u32 (&wx)[CL_M], const u32 (&wy)[C
     const u32 off = (u32)((r >> 3) * 256 + (q >> 2) * 128 + (r & 7) * 16 + (q & 3) * 4);
 #pragma unroll
     for (int s = 0; s < t::NS; ++s) *reinterpret_cast<u32*>(As + s * F3_ATILE + off) = ember_pack2<act_t>(vlo[s], vhi[s]);
-#endif
 }
 
 // Path terms of chunk c into the A part of a stage (slot s's tile at As + s·F3_ATILE).
@@ -366,58 +321,6 @@ __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, 
     }
 }
 
-#if F3_V4
-// v4: the raw stage of chunk c filled by the 256 generating threads only, each on fixed units:
-// thread gi = (row r, s) copies the two 16-byte halves of x and y of blades s, s + 4, … of its row
-// and the gate unit (r, s), from row pointers set once per CTA (the chunk adds 16 channels). v3's
-// loop over units (index math per unit and chunk on all 384 threads) was a third of the issue slots.
-struct f3_rows {
-    const u16* x;  // x + s·BN + b·N, b = b0 + r (valid where `ok`)
-    const u16* y;
-    const float* g;  // g + b·N + 4s
-    i64 plane4;      // 4·B·N: from blade j to blade j + 4
-    bool ok;         // a generating thread whose row is inside B
-};
-__device__ __forceinline__ f3_rows f3_rows_of(const f3_args& A) {
-    const int gi = (int)threadIdx.x - (F3_THREADS - F3_ROWS * 4);
-    const int r = gi >> 2, s = gi & 3;
-    f3_rows w;
-    w.ok = gi >= 0 && A.b0 + r < A.B;
-    const i64 BN = A.B * A.N, at = w.ok ? (A.b0 + r) * A.N : 0;
-    w.x = A.x + (w.ok ? s * BN : 0) + at;
-    w.y = A.y + (w.ok ? s * BN : 0) + at;
-    w.g = A.g + at + (w.ok ? 4 * s : 0);
-    w.plane4 = 4 * BN;
-    return w;
-}
-__device__ __forceinline__ void f3_load_raw4(const f3_args& A, const f3_rows& w, unsigned char* R, i64 c) {
-    const int gi = (int)threadIdx.x - (F3_THREADS - F3_ROWS * 4);
-    if (gi < 0) return;
-    const int r = gi >> 2, s = gi & 3;
-    const i64 n = c * 16;
-    // N is a multiple of 8: each 8-channel half is whole or absent (zero-filled).
-    const bool ok0 = w.ok && n < A.N, ok1 = w.ok && n + 8 < A.N, okg = w.ok && n + 4 * s < A.N;
-#pragma unroll
-    for (int t = 0; t < (CL_M + 3) / 4; ++t) {
-        const int j = s + 4 * t;
-        if (j < CL_M) {
-            const u16* ax = w.x + t * w.plane4 + n;
-            const u16* ay = w.y + t * w.plane4 + n;
-            unsigned char* dx = R + (j * F3_ROWS + r) * 32;
-            unsigned char* dy = R + ((CL_M + j) * F3_ROWS + r) * 32;
-            f3_cp16z(dx, ok0 ? ax : A.x, ok0);
-            f3_cp16z(dx + 16, ok1 ? ax + 8 : A.x, ok1);
-            f3_cp16z(dy, ok0 ? ay : A.y, ok0);
-            f3_cp16z(dy + 16, ok1 ? ay + 8 : A.y, ok1);
-        }
-    }
-    f3_cp16z(R + 2 * CL_M * F3_ROWS * 32 + r * 64 + s * 16, okg ? w.g + n : A.g, okg);
-}
-#define F3_RAW(R, c) f3_load_raw4(A, rows4, R, c)
-#else
-#define F3_RAW(R, c) f3_load_raw(A, R, c)
-#endif
-
 // Path terms of a chunk from its raw stage into the A part of a stage: quads on the last 256
 // threads as in F3_LOAD 1, each quad's two pairs read from shared memory one after the other (all
 // of a quad's words at once spilled at the 168-register cap).
@@ -439,26 +342,6 @@ template <int T> __device__ __forceinline__ void f3_gen_staged(const unsigned ch
 }
 #endif
 
-// The PR products of warpgroup wg's row block on a stage. v3 computes the B tile as btile(wg·PR + pp)
-// of a run-time slot: an NS-way chain that ptxas lowers to jump tables between the products, and then
-// closes a wgmma group after each of them (NOTES.md, v4). v4 selects among the row blocks' constant
-// tiles for each pp (equal for Cl(3,0)'s 6-path types, so the select folds away) and keeps the
-// products free of control flow (a branch per warpgroup makes ptxas serialize them: C7520).
-template <int T> __device__ __forceinline__ void f3_issue_wg(float (&acc)[96], const unsigned char* st, int wg) {
-    using t = f3t<T>;
-    constexpr int A_BYTES = t::NS * F3_ATILE;
-#pragma unroll
-    for (int pp = 0; pp < t::PR; ++pp) {
-#if F3_V4
-        const int bt = wg == 0 ? t::btile(pp) : wg == 1 ? t::btile(t::PR + pp) : t::btile(2 * t::PR + pp);
-        f3_mma(acc, st + (wg * t::PR + pp) * F3_ATILE, st + A_BYTES + bt * F3_BTILE);
-#else
-        const int s = wg * t::PR + pp;
-        f3_mma(acc, st + s * F3_ATILE, st + A_BYTES + t::btile(s) * F3_BTILE);
-#endif
-    }
-}
-
 template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsigned char* smem) {
     using t = f3t<T>;
     constexpr int A_BYTES = t::NS * F3_ATILE;
@@ -475,15 +358,12 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
     // Two stages of A and B tiles and two raw stages: per chunk c, the products of c run while the
     // terms of c + 1 are generated from shared memory and x, y of c + 2 are in flight.
     unsigned char* const raw = smem + 2 * STAGE;
-#if F3_V4
-    const f3_rows rows4 = f3_rows_of(A);
-#endif
     // Prologue: weights and raw data of chunk 0 (one group), raw data of chunk 1 (one group); chunk
     // 0's terms.
     f3_load_w<T>(A, smem + A_BYTES, 0);
-    F3_RAW(raw, 0);
+    f3_load_raw(A, raw, 0);
     f3_cp_commit();
-    if (chunks > 1) F3_RAW(raw + F3_RAW_BYTES, 1);
+    if (chunks > 1) f3_load_raw(A, raw + F3_RAW_BYTES, 1);
     f3_cp_commit();
     f3_cp_wait<1>();
     __syncthreads();
@@ -496,7 +376,11 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         if (active) {
             f3_fence_regs(acc);
             f3_wg_fence();
-            f3_issue_wg<T>(acc, st, wg);
+#pragma unroll
+            for (int pp = 0; pp < t::PR; ++pp) {
+                const int s = wg * t::PR + pp;
+                f3_mma(acc, st + s * F3_ATILE, st + A_BYTES + t::btile(s) * F3_BTILE);
+            }
             f3_wg_commit();
             f3_wg_wait<1>();  // the products of chunk c − 1 are done
             f3_fence_regs(acc);
@@ -507,7 +391,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         __syncthreads();
         if (c + 1 < chunks) f3_load_w<T>(A, smem + nxt * STAGE + A_BYTES, c + 1);
         f3_cp_commit();
-        if (c + 2 < chunks) F3_RAW(raw + cur * F3_RAW_BYTES, c + 2);
+        if (c + 2 < chunks) f3_load_raw(A, raw + cur * F3_RAW_BYTES, c + 2);
         f3_cp_commit();
         if (c + 1 < chunks) f3_gen_staged<T>(raw + nxt * F3_RAW_BYTES, smem + nxt * STAGE);
         f3_cp_wait<1>();  // chunk c + 1's weights have landed (chunk c + 2's raw data may be in flight)
@@ -533,7 +417,11 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         if (active) {
             f3_fence_regs(acc);
             f3_wg_fence();
-            f3_issue_wg<T>(acc, st, wg);
+#pragma unroll
+            for (int pp = 0; pp < t::PR; ++pp) {
+                const int s = wg * t::PR + pp;
+                f3_mma(acc, st + s * F3_ATILE, st + A_BYTES + t::btile(s) * F3_BTILE);
+            }
             f3_wg_commit();
             // The products of chunk c − 1 are done; chunk c's run on while the next stage is filled.
             f3_wg_wait<1>();

@@ -9,7 +9,6 @@ use super::cuda::{blocks, dtype_opt, prefix, source};
 use super::fc2::chain;
 use super::gen::Tables;
 use super::layer::{Layer, Prog};
-use ember_ga::ir::{Instr, Ir, Out};
 use super::plan::{Arg, Launch, Plan};
 use super::reference::Dims;
 use crate::KernelBuild;
@@ -131,95 +130,10 @@ pub fn arch_has_wgmma(arch: &str) -> bool {
     arch == "sm_90a"
 }
 
-/// `cl_terms_raw_pk(x, y, t)`: `cl_terms_raw` on 32-bit words of two half values (channels 2q and
-/// 2q + 1 of one blade: one word of an A tile), computed by the packed helpers `f3p_*` of fc3.cu in
-/// the activation type (v4, `F3_PACK`). A product whose only use is one add or subtract becomes one
-/// `f3p_fma`: the term of a path with k products costs k packed instructions.
-fn terms_raw_packed(ir: &Ir) -> Result<String> {
-    let mut uses = vec![0usize; ir.instrs.len()];
-    for ins in &ir.instrs {
-        match *ins {
-            Instr::Add(a, b) | Instr::Sub(a, b) | Instr::Mul(a, b) | Instr::Div(a, b) => {
-                uses[a as usize] += 1;
-                uses[b as usize] += 1;
-            }
-            Instr::Neg(a) | Instr::Unary(_, a) => uses[a as usize] += 1,
-            _ => {}
-        }
-    }
-    for o in ir.results.iter().flatten() {
-        if let Out::Val { id, .. } = o {
-            uses[*id as usize] += 1;
-        }
-    }
-    // A product fuses into the add or subtract that is its only use (the first operand of the two
-    // where both could); every other product is printed as a multiply.
-    let single_mul = |i: u32| matches!(ir.instrs[i as usize], Instr::Mul(..)) && uses[i as usize] == 1;
-    let mut into = vec![false; ir.instrs.len()];
-    for ins in &ir.instrs {
-        if let Instr::Add(a, b) | Instr::Sub(a, b) = *ins {
-            if single_mul(a) {
-                into[a as usize] = true;
-            } else if single_mul(b) {
-                into[b as usize] = true;
-            }
-        }
-    }
-    let fused = |i: u32| into[i as usize];
-    let mut s = String::from("__device__ __forceinline__ void cl_terms_raw_pk(const u32* __restrict__ x, const u32* __restrict__ y, u32* __restrict__ t) {\n");
-    let name = |i: u32| format!("p_{i}");
-    for (i, ins) in ir.instrs.iter().enumerate() {
-        let i = i as u32;
-        let rhs = match *ins {
-            Instr::Input { group, index } => format!("{}[{index}]", ir.inputs[group as usize].name),
-            Instr::Const(c) => format!("f3p_const({})", ember_ga::print_cuda::float_literal(c)),
-            // Printed at its one use (inside an f3p_fma), unless used elsewhere.
-            Instr::Mul(..) if fused(i) => continue,
-            Instr::Mul(a, b) => format!("f3p_mul({}, {})", name(a), name(b)),
-            Instr::Add(a, b) | Instr::Sub(a, b) => {
-                let sub = matches!(ins, Instr::Sub(..));
-                let mul_of = |m: u32| match ir.instrs[m as usize] {
-                    Instr::Mul(p, q) => (name(p), name(q)),
-                    _ => unreachable!("a fused operand is a product"),
-                };
-                if fused(a) && a != b {
-                    let (p, q) = mul_of(a);
-                    let c = if sub { format!("f3p_neg({})", name(b)) } else { name(b) };
-                    format!("f3p_fma({p}, {q}, {c})")
-                } else if fused(b) {
-                    let (p, q) = mul_of(b);
-                    let p = if sub { format!("f3p_neg({p})") } else { p };
-                    format!("f3p_fma({p}, {q}, {})", name(a))
-                } else if sub {
-                    format!("f3p_add({}, f3p_neg({}))", name(a), name(b))
-                } else {
-                    format!("f3p_add({}, {})", name(a), name(b))
-                }
-            }
-            Instr::Neg(a) => format!("f3p_neg({})", name(a)),
-            Instr::Div(..) | Instr::Unary(..) => return Err(Error::Unsupported(format!("packed terms: {ins:?} in {}", ir.name))),
-        };
-        s.push_str(&format!("    const u32 p_{i} = {rhs};\n"));
-    }
-    for (k, o) in ir.results.iter().flatten().enumerate() {
-        let v = match o {
-            Out::Zero => "0u".to_string(),
-            Out::Val { id, neg: false } => name(*id),
-            Out::Val { id, neg: true } => format!("f3p_neg({})", name(*id)),
-        };
-        s.push_str(&format!("    t[{k}] = {v};\n"));
-    }
-    s.push_str("}\n");
-    Ok(s)
-}
-
 fn fc3_source(layer: &Layer) -> Result<KernelSource> {
     let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     source(layer, "fc3", || {
         let mut s = prefix(layer, &[Prog::TermsRaw, Prog::FcGate])?;
-        // The packed helpers come with the kernel body; the packed terms are printed after them.
-        let packed = terms_raw_packed(&*layer.ir(Prog::TermsRaw)?)?;
-        s.push_str(&format!("#define F3_TERMS_PK {}\n", packed.replace('\n', " \\\n")));
         s.push_str(&format!("#define F3_TYPES {}\ntemplate <int T> struct f3t;\n", cfg.types.len()));
         let mut sw = String::from("#define F3_SWITCH(t, CALL) switch (t) {");
         for (i, ty) in cfg.types.iter().enumerate() {
@@ -242,14 +156,6 @@ fn fc3_source(layer: &Layer) -> Result<KernelSource> {
                     None => s.push_str(&format!("        a[{k}] = 0.0f;\n")),
                 }
             }
-            s.push_str("    }\n");
-            s.push_str(&format!("    __device__ static __forceinline__ void pick_pk(const u32 (&t)[CL_NT], u32 (&a)[{ns}]) {{\n"));
-            for (k, q) in ty.rbs.iter().flat_map(|r| r.terms.iter()).enumerate() {
-                match q {
-                    Some(q) => s.push_str(&format!("        a[{k}] = t[{q}];\n")),
-                    None => s.push_str(&format!("        a[{k}] = 0u;\n")),
-                }
-            }
             s.push_str("    }\n};\n");
             sw.push_str(&format!(" case {i}: CALL({i}); break;"));
         }
@@ -267,41 +173,21 @@ enum Pass {
     Gates = 2,
 }
 
-/// The product kernel's generation: v3 as measured, or v4 (NOTES.md, "FC product v4") with the terms
-/// in f32 as v3 (`F32`) or in packed half arithmetic (`Packed`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gen {
-    V3,
-    V4F32,
-    V4Packed,
-}
-
-impl Gen {
-    pub const ALL: [Gen; 3] = [Gen::V3, Gen::V4F32, Gen::V4Packed];
-}
-
-fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, gen: Gen) -> Vec<String> {
-    let mut o = vec![
+fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool) -> Vec<String> {
+    vec![
         dtype_opt(dt),
         format!("-DF3_BF16={}", u8::from(dt == DType::BF16)),
         format!("-DF3_PREP={}", pass as u8),
         format!("-DF3_LOAD={}", load as u8),
         format!("-DF3_D_F32={}", u8::from(d_f32)),
-    ];
-    // v3's builds keep their options (and so their cache keys); the flags default to 0 in fc3.cu.
-    if gen != Gen::V3 {
-        o.push("-DF3_V4=1".into());
-        o.push(format!("-DF3_PACK={}", u8::from(gen == Gen::V4Packed)));
-    }
-    o
+    ]
 }
 
 /// The forward product into `dst` (M × B × N_out, f32 when `d_f32`, else `dt`) from plan buffers
 /// x = 0, y = 1, w = 2. `aligned`: x and y start 16-byte aligned (ember's own allocations), so N
-/// a multiple of 8 can stage them by cp.async and a multiple of 4 read them as quads. `gen`: v3 or
-/// one of the v4 product kernels.
+/// a multiple of 8 can stage them by cp.async and a multiple of 4 read them as quads.
 #[allow(clippy::too_many_arguments)]
-pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, aligned: bool, gen: Gen) -> Result<()> {
+pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, aligned: bool) -> Result<()> {
     let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     let src = fc3_source(layer)?;
     let (nch, nct) = (dims.n.div_ceil(16), n_out.div_ceil(COLS));
@@ -310,12 +196,12 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let prep_grid = blocks("w", p * nct * nch * COLS * 16, 256)?.min(8192);
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
     args.extend([p, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
-    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, Load::Scalar, false, Gen::V3), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, Load::Scalar, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
     // The GELU gates Φ(x₀)·Φ(y₀) of every element (B × N f32).
     let gates = plan.alloc(&[dims.b, dims.n], DType::F32);
     let gate_grid = blocks("x", dims.b * dims.n, 256)?.min(8192);
     let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64)];
-    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, Load::Scalar, false, Gen::V3), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, Load::Scalar, false), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
     let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
         .ok()
         .filter(|&v| v <= 65535)
@@ -328,7 +214,7 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
         _ if aligned && dims.n.is_multiple_of(4) => (Load::Quads, cfg.smem),
         _ => (Load::Scalar, cfg.smem),
     };
-    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, gen), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name: "clifford_fc3" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name: "clifford_fc3" });
     Ok(())
 }
 
@@ -339,15 +225,13 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
     }
     let src = fc3_source(layer)?;
     let mut out = vec![
-        KernelBuild { source: src, options: opts(dt, Pass::Weights, Load::Scalar, false, Gen::V3) },
-        KernelBuild { source: src, options: opts(dt, Pass::Gates, Load::Scalar, false, Gen::V3) },
+        KernelBuild { source: src, options: opts(dt, Pass::Weights, Load::Scalar, false) },
+        KernelBuild { source: src, options: opts(dt, Pass::Gates, Load::Scalar, false) },
     ];
     let staged = config(layer.tables()).is_some_and(|c| c.smem_staged.is_some());
-    for gen in Gen::ALL {
-        for load in [Load::Scalar, Load::Quads, Load::Staged].into_iter().filter(|&l| l != Load::Staged || staged) {
-            for d_f32 in [false, true] {
-                out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, gen) });
-            }
+    for load in [Load::Scalar, Load::Quads, Load::Staged].into_iter().filter(|&l| l != Load::Staged || staged) {
+        for d_f32 in [false, true] {
+            out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32) });
         }
     }
     Ok(out)
