@@ -206,7 +206,7 @@ impl CudaDevice {
 
     /// Start building a launch of `f` on this device's stream.
     pub fn launch<'a>(&'a self, f: &'a CudaFunction, cfg: LaunchConfig) -> Launch<'a> {
-        Launch { args: self.stream.launch_builder(f), params: Vec::new(), dev: self, func: f, cfg, name: "kernel" }
+        Launch { args: self.stream.launch_builder(f), cfg, name: "kernel" }
     }
 
     /// Allocate `bytes` of device memory (at least one byte, so empty tensors have a valid pointer).
@@ -230,10 +230,6 @@ impl CudaDevice {
 /// A kernel launch under construction; `run` checks the launch result.
 pub struct Launch<'a> {
     args: cudarc::driver::LaunchArgs<'a>,
-    /// The same argument addresses, for launches through `cuLaunchKernelEx` ([`Launch::run_early`]).
-    params: Vec<*mut std::ffi::c_void>,
-    dev: &'a CudaDevice,
-    func: &'a CudaFunction,
     cfg: LaunchConfig,
     name: &'static str,
 }
@@ -241,7 +237,6 @@ pub struct Launch<'a> {
 impl<'a> Launch<'a> {
     pub fn arg<T: cudarc::driver::DeviceRepr>(mut self, v: &'a T) -> Self {
         self.args.arg(v);
-        self.params.push(v as *const T as *mut std::ffi::c_void);
         self
     }
     pub fn named(mut self, name: &'static str) -> Self {
@@ -258,47 +253,6 @@ impl<'a> Launch<'a> {
     /// driver, not a hang. Same contract as [`Launch::run`].
     pub fn run_cooperative(mut self) -> Result<()> {
         unsafe { self.args.launch_cooperative(self.cfg) }.map(|_| ()).map_err(|e| Error::cuda(&format!("launching {} (cooperative)", self.name), e))
-    }
-    /// [`Launch::run_early`] where `early`, else [`Launch::run`].
-    pub fn run_as(self, early: bool) -> Result<()> {
-        if early {
-            self.run_early()
-        } else {
-            self.run()
-        }
-    }
-    /// Programmatic dependent launch (sm_90): the grid may start while the kernel before it in the
-    /// stream is still running — as soon as every block of that kernel has executed
-    /// `griddepcontrol.launch_dependents` or exited — so its prologue overlaps the other's tail.
-    /// The kernel must execute `griddepcontrol.wait` before it touches anything the previous kernel
-    /// writes or reads-then-overwrites (the wait returns once that grid has completed and its memory
-    /// is visible). Before sm_90 this is an ordinary launch. Same contract as [`Launch::run`].
-    pub fn run_early(mut self) -> Result<()> {
-        if self.dev.info.compute_capability.0 < 9 {
-            return self.run();
-        }
-        let what = format!("launching {} (programmatic dependent launch)", self.name);
-        self.dev.ctx.bind_to_thread().map_err(|e| Error::cuda(&what, e))?;
-        // SAFETY: an all-zero CUlaunchAttribute is a valid value to fill in.
-        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
-        let cfg = sys::CUlaunchConfig {
-            gridDimX: self.cfg.grid_dim.0,
-            gridDimY: self.cfg.grid_dim.1,
-            gridDimZ: self.cfg.grid_dim.2,
-            blockDimX: self.cfg.block_dim.0,
-            blockDimY: self.cfg.block_dim.1,
-            blockDimZ: self.cfg.block_dim.2,
-            sharedMemBytes: self.cfg.shared_mem_bytes,
-            hStream: self.dev.stream.cu_stream(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        // SAFETY: `params` holds one address per kernel parameter (the caller's contract, as for
-        // `run`), each alive for 'a; the config and attribute outlive the call.
-        let (func, params) = (self.func.cu_function(), self.params.as_mut_ptr());
-        guard(&what, || unsafe { sys::cuLaunchKernelEx(&cfg, func, params, std::ptr::null_mut()) }.result().map_err(|e| Error::cuda(&what, e)))
     }
 }
 

@@ -124,10 +124,6 @@ pub struct Tuning {
     /// Tests use it to give each CTA many tiles at small V, so that pipelines wrap (the TMA slot
     /// ring's parities flip) in cases small enough for compute-sanitizer.
     pub expand_ctas: Option<usize>,
-    /// v11: launch each pass's finalize and expand early (programmatic dependent launch, sm_90),
-    /// so that their launch and prologue overlap the previous kernel's tail; `None`:
-    /// [`early_launch_mode`] decides.
-    pub early_launch: Option<bool>,
 }
 
 /// A mode chosen by environment variable `var`, read once into `cell`: the entry of `table` whose
@@ -183,16 +179,6 @@ pub fn expand_store_mode() -> ExpandStore {
     static M: OnceLock<ExpandStore> = OnceLock::new();
     env_mode(&M, "EMBER_DIFFUSION_EXPAND_STORE", &[("bulk", ExpandStore::Bulk), ("direct", ExpandStore::Direct), ("auto", ExpandStore::Auto)], DEFAULT_EXPAND_STORE)
 }
-
-/// `EMBER_DIFFUSION_EARLY_LAUNCH=0|1`: [`Tuning::early_launch`] wherever a call does not set it;
-/// default [`DEFAULT_EARLY_LAUNCH`].
-pub fn early_launch_mode() -> bool {
-    static M: OnceLock<bool> = OnceLock::new();
-    env_mode(&M, "EMBER_DIFFUSION_EARLY_LAUNCH", &[("1", true), ("0", false)], DEFAULT_EARLY_LAUNCH)
-}
-
-/// Off until measured (v11).
-pub const DEFAULT_EARLY_LAUNCH: bool = false;
 
 /// Bulk stores for large problems (v8, measured: see [`BULK_MIN_TILES_PER_SM`]).
 pub const DEFAULT_EXPAND_STORE: ExpandStore = ExpandStore::Auto;
@@ -566,8 +552,6 @@ struct Geometry {
     expand_smem: usize,
     /// [`Tuning::expand_ctas`].
     expand_ctas: Option<usize>,
-    /// [`Tuning::early_launch`].
-    early: bool,
     // finalize
     finalize_grid: (u32, u32),
     vec: bool,
@@ -735,7 +719,6 @@ impl Geometry {
             expand_grid,
             expand_smem,
             expand_ctas: tune.expand_ctas.map(|n| n.max(1)),
-            early: tune.early_launch.unwrap_or_else(early_launch_mode),
             finalize_grid,
             vec,
         })
@@ -876,7 +859,7 @@ fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mas
         .arg(&dt_rows)
         .arg(&d_times)
         .named("diffusion_expand")
-        .run_as(g.early)
+        .run()
 }
 
 /// Persistent grid of the expand: as many CTAs as fit at once (per channel tile), never more than
@@ -921,7 +904,7 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots): (us
         .arg(&slots)
         .arg(&map)
         .named("diffusion_expand")
-        .run_as(g.early)
+        .run()
 }
 
 fn finalize_cfg(g: &Geometry) -> LaunchConfig {
@@ -948,7 +931,7 @@ fn launch_finalize_fwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals
         .arg(&kpe)
         .arg(&cpe)
         .named("diffusion_finalize_fwd")
-        .run_as(g.early)
+        .run()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -972,7 +955,7 @@ fn launch_finalize_bwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals
         .arg(&cpe)
         .arg(&dt_part)
         .named("diffusion_finalize_bwd")
-        .run_as(g.early)
+        .run()
 }
 
 /// The two barrier words of `grid_sync` on each device: zeroed once, and every launch leaves them

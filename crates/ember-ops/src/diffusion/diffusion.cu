@@ -73,25 +73,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
-// Programmatic dependent launch (sm_90; no-ops before, and when a kernel was launched normally).
-// A pass is three launches — reduce, finalize, expand — and the host launches the last two early
-// (`Launch::run_early`): their blocks may start as soon as every block of the kernel before has
-// started, so the finalize's launch and the expand's prologue (barriers, its first basis tiles,
-// which no earlier kernel writes) overlap the previous kernel's tail instead of following it.
-// pdl_wait: until the previous grid has completed and its writes are visible; nothing a previous
-// kernel writes (partials, S, d_times parts) or reads (the outputs' buffers) is touched before it.
-// pdl_release: this grid's blocks have all started; the next kernel may begin launching.
-__device__ __forceinline__ void pdl_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_release() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ void ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
@@ -432,8 +413,6 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
     const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
     const float* __restrict__ times, int K, int C, int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
     T* __restrict__ s_op, int KPe, int CPe) {
-    pdl_release();
-    pdl_wait();
     finalize_fwd_block(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved, s_op, KPe, CPe, blockIdx.x,
                        blockIdx.y, threadIdx.x, threadIdx.y);
 }
@@ -475,8 +454,6 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
     const float* __restrict__ times, const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
     int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part) {
     __shared__ float red[8][33];
-    pdl_release();
-    pdl_wait();
     finalize_bwd_block(ws, chunk_prefix, n_chunks, evals, times, saved, d_spectral, K, C, KPr, CPr, g_op, KPe, CPe, dt_part,
                        blockIdx.x, blockIdx.y, gridDim.y, threadIdx.x, threadIdx.y, red);
 }
@@ -746,14 +723,12 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_w##WN(                                         \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
         int K, int C, int KP, int CP, int vec) {                                                                               \
-        pdl_release();                                                                                                         \
         reduce_kernel<WN>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec, blockIdx.x, blockIdx.y); \
     }
 #define DIFF_EXPAND(WN)                                                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_expand_w##WN(                                         \
         const T* basis, const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C, int KP, \
         int CPs, int vec, const float* dt_part, int dt_rows, float* d_times) {                                                 \
-        pdl_wait();                                                                                                            \
         expand_kernel<WN>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, d_times,      \
                           blockIdx.x, blockIdx.y, gridDim.x);                                                                  \
     }
@@ -1105,7 +1080,6 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
                                                                    const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C,     \
                                                                    int KP, int CPs, int vec, const float* dt_part, int dt_rows, \
                                                                    float* d_times) {                                            \
-        pdl_wait();                                                                                                            \
         expand_wg_kernel<NH, NST, BULK>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, \
                                         d_times);                                                                              \
     }
@@ -1262,6 +1236,10 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
     const int c0 = blockIdx.y * BN;
     const i64 bx = blockIdx.x, gx = gridDim.x;
 
+    if (dt_part && bx == 0 && blockIdx.y == 0) {
+        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
+    }
+
     const i64 per = n_tiles / gx, rem = n_tiles % gx;
     const i64 t_lo = bx * per + min(bx, rem);
     const i64 t_hi = t_lo + per + (bx < rem ? 1 : 0);
@@ -1295,12 +1273,6 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
     if (tid == 0) produce(n_slots);  // first use of every slot: nothing to wait for
-    // Launched early (programmatic dependent launch): the boxes above read only the basis; S,
-    // dt_part and the outputs belong to the kernels before this one until they have completed.
-    pdl_wait();
-    if (dt_part && bx == 0 && blockIdx.y == 0) {
-        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
-    }
 
     float acc[NH][64];
     i64 j = 0;  // tile index within this CTA's range (all segments)
@@ -1585,7 +1557,6 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_wg##NH(                                        \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
         int K, int C, int KP, int CP, int vec) {                                                                               \
-        pdl_release();                                                                                                         \
         reduce_wg_kernel<NH>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec);                \
     }
 DIFF_REDUCE_WG(1)

@@ -215,14 +215,13 @@ fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize
         expand_store: None,
         expand_load: None,
         expand_ctas: None,
-        early_launch: None,
     };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, early_launch: None };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
@@ -592,36 +591,21 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
 }
 
 /// Two runs give bit-identical results: the default path (`tune` None) or forced launch choices.
-/// The bits of every output of one run: out, spectral, the saved exponentials, d_x, d_times.
-fn bits_of((f, g): (Forward, Grads)) -> Result<Vec<u64>> {
-    let mut v: Vec<u64> = Vec::new();
-    for t in [&f.out, &f.spectral, &f.saved, &g.d_x, &g.d_times] {
-        v.extend(t.to_vec_f64()?.iter().map(|x| x.to_bits()));
-    }
-    Ok(v)
-}
-
 fn determinism(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, tune: Option<(&Tuning, &str)>) -> Result<CheckRow> {
     let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("determinism"))?;
     let dev = p.on(ctx.device)?;
+    let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
+        let mut v: Vec<u64> = Vec::new();
+        for t in [&f.out, &f.spectral, &g.d_x, &g.d_times] {
+            v.extend(t.to_vec_f64()?.iter().map(|x| x.to_bits()));
+        }
+        Ok(v)
+    };
     let t = tune.map(|(t, _)| (t, None));
-    let a = bits_of(dev.run(&p.offsets, t)?)?;
-    let b = bits_of(dev.run(&p.offsets, t)?)?;
+    let a = bits(dev.run(&p.offsets, t)?)?;
+    let b = bits(dev.run(&p.offsets, t)?)?;
     let label = format!("V={sizes:?} K={k} C={c} two runs{}", tune.map_or("", |(_, name)| name));
     Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b))
-}
-
-/// v11: the early (programmatic dependent) launches of the finalize and the expand change when
-/// blocks start, never what they compute: the same bits as ordinary launches, on the three-launch
-/// path with `base`'s kernel choices.
-fn early_launch_bits(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, base: (&Tuning, &str)) -> Result<CheckRow> {
-    let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("early launch"))?;
-    let dev = p.on(ctx.device)?;
-    let with = |early: bool| Tuning { early_launch: Some(early), fused: Some(false), ..*base.0 };
-    let a = bits_of(dev.run(&p.offsets, Some((&with(false), None)))?)?;
-    let b = bits_of(dev.run(&p.offsets, Some((&with(true), None)))?)?;
-    let label = format!("V={sizes:?} K={k} C={c}{} early launch = ordinary", base.1);
-    Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, !a.is_empty() && a == b))
 }
 
 /// The fused pass (one cooperative launch) gives the same bits as the three launches with the same
@@ -629,9 +613,15 @@ fn early_launch_bits(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype:
 fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType) -> Result<CheckRow> {
     let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("fused=launches"))?;
     let dev = p.on(ctx.device)?;
-    let bits = bits_of;
+    let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
+        let mut v: Vec<u64> = Vec::new();
+        for t in [&f.out, &f.spectral, &f.saved, &g.d_x, &g.d_times] {
+            v.extend(t.to_vec_f64()?.iter().map(|x| x.to_bits()));
+        }
+        Ok(v)
+    };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, early_launch: None };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
@@ -737,19 +727,6 @@ impl crate::OpFamily for Family {
             }
         }
         if ctx.device.is_cuda() {
-            // v11 early launches with the default kernels (wgmma and TMA on sm_90a), the mma.sync
-            // GEMMs, and the TMA expand on few CTAs (its prologue issues boxes before the wait).
-            let mma = Tuning { expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), ..Tuning::default() };
-            for dtype in DType::ACTIVATIONS {
-                rows.push(early_launch_bits(ctx, sizes, k, c, dtype, (&Tuning::default(), ""))?);
-                rows.push(early_launch_bits(ctx, sizes, k, c, dtype, (&mma, " mma.sync"))?);
-            }
-            if has_wgmma(ctx.device) {
-                let few = Tuning { expand_wg: Some(true), expand_load: Some(ExpandLoad::Tma), expand_ctas: Some(3), ..Tuning::default() };
-                for dtype in [DType::F16, DType::BF16] {
-                    rows.push(early_launch_bits(ctx, sizes, k, c, dtype, (&few, " load=tma ctas=3"))?);
-                }
-            }
             rows.extend(cuda_properties(ctx.device)?);
             for dtype in DType::ACTIVATIONS {
                 rows.push(fused_matches_launches(ctx, sizes, k, c, dtype)?);
@@ -889,10 +866,6 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
                 let t = Tuning { expand_wg: Some(true), expand_load: Some(load), ..Tuning::default() };
                 variants.push((format!("load={name}"), t, "wgmma expand forced with this load path, store path and reduce as by default"));
             }
-        }
-        // v11: ordinary and early (programmatic dependent) launches of finalize and expand.
-        for early in [false, true] {
-            variants.push((format!("early={}", u8::from(early)), Tuning { early_launch: Some(early), ..Tuning::default() }, "finalize and expand launched early (1) or not (0), kernels as by default"));
         }
         let offsets = [0, v];
         for (name, t, what) in &variants {
