@@ -160,58 +160,6 @@ impl RowVariant {
     }
 }
 
-/// Variant of the staged fused forward (`EMBER_CLIFFORD_FWD`); applies where the forward runs
-/// [`RowVariant::Staged`] (up to 8 blades; otherwise the default's plan).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FwdVariant {
-    /// v2/v3: one persistent CTA of 256 threads per SM, two stage buffers, the next step's copies
-    /// issued when a step starts.
-    Staged,
-    /// `twin` (CL_TWIN = 1, CL_NBUF = 1, the default's CL_V): two CTAs per SM at ≤ 128 registers; a
-    /// step is read into registers and its buffer refilled with the next step at once, so each CTA
-    /// keeps a step's copies in flight while it computes. Same arithmetic as the default (bitwise).
-    Twin,
-    /// `twin2` (CL_TWIN = 1, CL_NBUF = 2, CL_V = 2): as `twin` with two-channel threads (fewer
-    /// registers, one row per step at N = 512) and two buffers: two steps in flight per CTA.
-    Twin2,
-}
-
-impl FwdVariant {
-    pub const ALL: [FwdVariant; 3] = [FwdVariant::Staged, FwdVariant::Twin, FwdVariant::Twin2];
-    pub fn selected() -> FwdVariant {
-        match std::env::var("EMBER_CLIFFORD_FWD").as_deref() {
-            Ok("twin") => FwdVariant::Twin,
-            Ok("twin2") => FwdVariant::Twin2,
-            _ => FwdVariant::Staged,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            FwdVariant::Staged => "staged",
-            FwdVariant::Twin => "twin",
-            FwdVariant::Twin2 => "twin2",
-        }
-    }
-    /// (CL_V, CL_NBUF) of a twin variant for `m` blades and `n` channels; None for the default or
-    /// where it does not apply (more than 8 blades, N not a multiple of the vector).
-    fn twin_geometry(self, m: usize, n: usize) -> Option<(usize, usize)> {
-        let (v, nbuf) = match self {
-            FwdVariant::Staged => return None,
-            FwdVariant::Twin => (vec_width(m, n), 1),
-            FwdVariant::Twin2 => (2, 2),
-        };
-        (m <= 8 && v > 1 && n.is_multiple_of(v) && n / v <= THREADS as usize).then_some((v, nbuf))
-    }
-}
-
-/// Options of a twin forward (see [`FwdVariant`]).
-fn twin_opts(dt: DType, v: usize, nbuf: usize, norm: bool) -> Vec<String> {
-    let mut o = fwd_opts(dt, v, norm, true, true);
-    o.push("-DCL_TWIN=1".into());
-    o.push(format!("-DCL_NBUF={nbuf}"));
-    o
-}
-
 /// What a plan may depend on of the device: multiprocessors (persistent grids) and the shared
 /// memory one CTA may opt in to.
 #[derive(Clone, Copy, Debug)]
@@ -229,12 +177,7 @@ impl Gpu {
 
 /// Dynamic shared memory of the staged forward: weights (P·N f32) and two buffers of x and y.
 fn staged_smem(layer: &Layer, n: usize, v: usize, dt: DType) -> usize {
-    twin_smem(layer, n, v, 2, dt)
-}
-
-/// Weights (P·N f32) and `nbuf` buffers of x and y.
-fn twin_smem(layer: &Layer, n: usize, v: usize, nbuf: usize, dt: DType) -> usize {
-    layer.paths() * n * 4 + nbuf * 2 * layer.blades() * THREADS as usize * v * dt.size()
+    layer.paths() * n * 4 + 2 * 2 * layer.blades() * THREADS as usize * v * dt.size()
 }
 
 fn rows_source(layer: &Layer, kind: &str) -> Result<KernelSource> {
@@ -287,39 +230,11 @@ fn sizes2(b: usize, n: usize) -> [Arg; 2] {
 
 /// Fused forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms].
 pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var: RowVariant, gpu: Gpu) -> Result<Plan> {
-    plan_fused_forward_with(layer, dims, dt, st, var, FwdVariant::selected(), gpu)
-}
-
-/// [`plan_fused_forward`] with an explicit staged-forward variant (applies with `RowVariant::Staged`
-/// where two CTAs fit per SM; otherwise the plan is the default's).
-pub fn plan_fused_forward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages, var: RowVariant, fv: FwdVariant, gpu: Gpu) -> Result<Plan> {
     let mut plan = Plan::new(3);
     let v = vec_width(dims.m, dims.n);
     let groups = dims.n / v;
     let out = plan.output(&[dims.m, dims.b, dims.n], dt);
     let src = fwd_source(layer, st.gelu)?;
-    if let Some((tv, nbuf)) = fv.twin_geometry(dims.m, dims.n).filter(|_| var == RowVariant::Staged) {
-        let smem = twin_smem(layer, dims.n, tv, nbuf, dt);
-        // Two CTAs per SM: each with its 1 KB of reserved shared memory (the per-SM capacity is the
-        // per-block opt-in + 1 KB on sm_80 and sm_90).
-        if 2 * (smem + 1024) <= gpu.smem_optin + 1024 {
-            let t = team(dims.n / tv);
-            let steps = dims.b.div_ceil((THREADS / t) as usize);
-            let grid = u32::try_from(steps.min(2 * gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
-            let rms = if st.norm { Arg::Buf(plan.output(&[dims.b, layer.grades()], DType::F32)) } else { Arg::Null };
-            let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), rms];
-            args.extend(sizes2(dims.b, dims.n));
-            args.push(Arg::I32(t as i32));
-            let name = match (st.norm, fv) {
-                (true, FwdVariant::Twin) => "clifford_fwd_norm_twin",
-                (true, _) => "clifford_fwd_norm_twin2",
-                (false, FwdVariant::Twin) => "clifford_fwd_twin",
-                (false, _) => "clifford_fwd_twin2",
-            };
-            plan.launch(launch(src, twin_opts(dt, tv, nbuf, st.norm), (grid, 1, 1), smem, args, name));
-            return Ok(plan);
-        }
-    }
     let smem = staged_smem(layer, dims.n, v, dt);
     if var == RowVariant::Staged && v > 1 && groups <= THREADS as usize && smem + 1024 <= gpu.smem_optin {
         let t = team(groups);
@@ -354,12 +269,6 @@ pub fn plan_fused_forward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages,
 
 pub fn fused_forward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
     fused_forward_variant(layer, dims, x, y, w, st, RowVariant::selected(layer))
-}
-
-/// The fused forward with an explicit staged-forward variant (bench rows and GPU checks).
-pub fn fused_forward_fwd(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages, fv: FwdVariant) -> Result<Forward> {
-    let mut outs = run_cuda(plan_fused_forward_with(layer, dims, x.dtype(), st, RowVariant::selected(layer), fv, Gpu::of(x)?)?, &[x, y, w])?.into_iter();
-    Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: None })
 }
 
 /// [`fused_forward`] with an explicit kernel variant (the GPU checks run every one).
@@ -1352,15 +1261,6 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
                 out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, false, false) });
                 if v > 1 {
                     out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, true, true) });
-                }
-                // The twin forwards (FwdVariant), with and without the norm.
-                if v > 1 && m <= 8 {
-                    for (tv, nbuf) in [(v, 1), (2, 2)] {
-                        out.push(KernelBuild { source: src, options: twin_opts(dt, tv, nbuf, false) });
-                        if gelu {
-                            out.push(KernelBuild { source: src, options: twin_opts(dt, tv, nbuf, true) });
-                        }
-                    }
                 }
                 if gelu {
                     out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, false, false) });

@@ -412,66 +412,6 @@ fn emulated_fused_kernels_match_the_reference() {
     run_cases(cases);
 }
 
-/// The twin forwards (`EMBER_CLIFFORD_FWD=twin|twin2`) against the f64 reference and, for `twin`
-/// (the default's CL_V and arithmetic), bitwise against the default staged forward. `sms` = 3: a
-/// grid of 6 CTAs walks many steps, so every ring slot is refilled several times and the last
-/// refills find no step (empty commit groups).
-fn emu_fwd_twin(spec: &str, (nb, n): (usize, usize), dtype: DType, want: (bool, bool)) {
-    let layer = Layer::new(spec).unwrap();
-    let alg = layer.algebra().clone();
-    let dims = Dims { m: layer.blades(), b: nb, n };
-    let shape = [dims.m, nb, n];
-    let seed = 7000 + (nb * 31 + n) as u64;
-    let (x, xv) = input(&shape, dtype, seed, 1.0);
-    let (y, yv) = input(&shape, dtype, seed + 1, 1.0);
-    let (w, wv) = input(&[n, layer.paths()], DType::F32, seed + 2, 0.5);
-    let tol = dtype.tolerance();
-    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
-    for (gelu, norm) in [(true, true), (true, false)] {
-        let st = Stages { gelu, norm };
-        let tag = format!("{spec} B={nb} N={n} {dtype} norm={norm}");
-        let (ro, rr) = reference::fused_forward(&alg, dims, &xv, &yv, &wv, gelu, norm);
-        let base = run_host(&cuda::plan_fused_forward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::FwdVariant::Staged, gpu).unwrap(), &[&x, &y, &w]);
-        for (fv, applies) in [(cuda::FwdVariant::Twin, want.0), (cuda::FwdVariant::Twin2, want.1)] {
-            let plan = cuda::plan_fused_forward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, fv, gpu).unwrap();
-            assert_eq!(plan.launches[0].name.ends_with(fv.name()), applies, "{tag}: {} plan is {}", fv.name(), plan.launches[0].name);
-            if applies {
-                assert!(plan.launches[0].grid.0 <= 6, "{tag}: two CTAs per SM");
-            }
-            let f = run_host(&plan, &[&x, &y, &w]);
-            close(&format!("{tag} {} out", fv.name()), &f[0], &ro, tol);
-            if let Some(rr) = &rr {
-                close(&format!("{tag} {} rms", fv.name()), &f[1], rr, tol);
-            }
-            if fv == cuda::FwdVariant::Twin || !applies {
-                assert_eq!(bits(&f[0]), bits(&base[0]), "{tag}: {} out bits = staged bits", fv.name());
-                if norm {
-                    assert_eq!(bits(&f[1]), bits(&base[1]), "{tag}: {} rms bits = staged bits", fv.name());
-                }
-            }
-        }
-    }
-}
-
-#[test]
-fn emulated_twin_forwards_match_the_reference() {
-    let cases: Vec<Box<dyn Fn() + Send + Sync>> = vec![
-        // N = 128: twin 32 groups (8 rows per step, 17 steps of 127 rows: the last partial), twin2
-        // 64 groups (4 rows per step, 32 steps over 6 CTAs: both slots refilled five times).
-        Box::new(|| emu_fwd_twin("3,0", (127, 128), DType::F32, (true, true))),
-        // N = 512: twin 2 rows per step, twin2 a team of 256 (one row per step: 129 steps, ~22 per CTA).
-        Box::new(|| emu_fwd_twin("3,0", (129, 512), DType::F32, (true, true))),
-        // Teams past the row's end (N = 36: 9 and 18 groups in teams of 32), one row; bf16.
-        Box::new(|| emu_fwd_twin("3,0", (7, 36), DType::BF16, (true, true))),
-        Box::new(|| emu_fwd_twin("3,0", (1, 36), DType::F32, (true, true))),
-        // N = 6: twin2 only (not a multiple of 4; the default and twin fall back to v1 rows).
-        Box::new(|| emu_fwd_twin("2,0", (41, 6), DType::F16, (false, true))),
-        // 16 blades: neither applies (the default's plan).
-        Box::new(|| emu_fwd_twin("3,0,1", (9, 8), DType::F32, (false, false))),
-    ];
-    run_cases(cases);
-}
-
 #[test]
 fn emulated_rowwise_backward_matches_the_reference() {
     let cases: Vec<Box<dyn Fn() + Send + Sync>> = vec![

@@ -29,10 +29,6 @@
 #ifndef CL_WS
 #define CL_WS 0
 #endif
-// CL_TWIN = 1: the twin staged forward (two CTAs per SM, a ring of CL_NBUF stage buffers).
-#ifndef CL_TWIN
-#define CL_TWIN 0
-#endif
 
 typedef EMBER_T act_t;
 #define CL_EPS 1e-6f
@@ -186,19 +182,6 @@ template <int PENDING> __device__ __forceinline__ void cl_cp_wait() {
 // CL_WCP = 1 (default): every weight copied by a 4-byte cp.async, all of them in flight at once
 // (and with the first step's x and y, issued before), then one wait. CL_WCP = 0: __ldg and a
 // transposing store per element, each iteration waiting on the load (v2).
-// cl_stage_w_issue only issues the copies (CL_WCP = 1; the caller commits and waits) or, with
-// CL_WCP = 0, stores every weight before it returns.
-__device__ __forceinline__ void cl_stage_w_issue(const float* __restrict__ w, float* sw, i64 N) {
-    const int total = (int)N * CL_P;
-    for (int i = threadIdx.x; i < total; i += blockDim.x) {
-        const int n = i / CL_P;
-#if CL_WCP
-        cl_cp_async<4>(sw + (i - n * CL_P) * CL_WSTRIDE(N) + n, w + i);
-#else
-        sw[(i - n * CL_P) * CL_WSTRIDE(N) + n] = __ldg(w + i);
-#endif
-    }
-}
 __device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* sw, i64 N) {
     const int total = (int)N * CL_P;
 #if CL_WCP
@@ -218,17 +201,6 @@ __device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* s
 // cl_fwd_group with x and y already loaded and the weights from sw.
 __device__ __forceinline__ void cl_fwd_vals(const float (&xv)[CL_M][CL_V], const float (&yv)[CL_M][CL_V], const float* sw, i64 N, i64 n0,
                                             float (&o)[CL_V][CL_M], float (&ss)[CL_NG]) {
-#if CL_TWIN
-    // At the twin's 128 registers the CL_P·CL_V weights held at once spill (176 B at CL_V = 4):
-    // read each channel's CL_P weights just before its product instead (scalar LDS, same values).
-#pragma unroll
-    for (int c = 0; c < CL_V; ++c) {
-        float xi[CL_M], yi[CL_M], wi[CL_P], s[CL_NG];
-#pragma unroll
-        for (int j = 0; j < CL_M; ++j) { xi[j] = xv[j][c]; yi[j] = yv[j][c]; }
-#pragma unroll
-        for (int p = 0; p < CL_P; ++p) wi[p] = sw[(i64)p * CL_WSTRIDE(N) + n0 + c];
-#else
     float wv[CL_P][CL_V];
 #pragma unroll
     for (int p = 0; p < CL_P; ++p) cl_ldv<CL_V>(sw + (i64)p * CL_WSTRIDE(N) + n0, wv[p]);
@@ -239,7 +211,6 @@ __device__ __forceinline__ void cl_fwd_vals(const float (&xv)[CL_M][CL_V], const
         for (int j = 0; j < CL_M; ++j) { xi[j] = xv[j][c]; yi[j] = yv[j][c]; }
 #pragma unroll
         for (int p = 0; p < CL_P; ++p) wi[p] = wv[p][c];
-#endif
         cl_fwd(xi, yi, wi, o[c], s);
 #pragma unroll
         for (int k = 0; k < CL_NG; ++k) ss[k] += s[k];
@@ -283,82 +254,6 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
         cl_cp_async<CL_V * sizeof(act_t)>(st + CL_SLOT + j * CL_THREADS * CL_V, y + (i64)j * BN + base);
     }
 }
-#if CL_TWIN
-// Twin variant (CL_TWIN = 1, opt-in): two CTAs per SM (__launch_bounds__(256, 2): 16 warps, 128
-// registers) and a ring of CL_NBUF stage buffers whose slot is re-issued for step s + CL_NBUF as soon
-// as step s has been read into registers, so the loads of the next CL_NBUF steps stay in flight
-// while this step computes, reduces and stores (the default re-issues a buffer only at the start of
-// the next step, leaving one step's loads in flight during the compute). Each thread copies and reads
-// back only its own slots: no barrier guards the ring; the read into registers precedes the copy
-// into the same slot in this thread's program order. Same per-channel arithmetic and team sums as
-// the default, so at the same CL_V the outputs are the default's bit for bit.
-#ifndef CL_NBUF
-#define CL_NBUF 1
-#endif
-extern "C" __global__ void __launch_bounds__(CL_THREADS, 2) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
-                                                                      act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
-    float* sw = cl_dynamic_smem();
-    act_t* stage = reinterpret_cast<act_t*>(sw + CL_P * CL_WSTRIDE(N));
-    __shared__ float red[(CL_THREADS / 32) * CL_NG];
-    const int tid = threadIdx.x, lt = tid % team, rows = CL_THREADS / team;
-    const i64 G = N / CL_V, BN = B * N, steps = (B + rows - 1) / rows, n0 = (i64)lt * CL_V;
-    const bool mine = lt < G;
-    act_t* my = stage + tid * CL_V;
-    const i64 first = blockIdx.x, stride = gridDim.x;
-    // Copies of step s (if it exists) into ring slot `slot`; always one commit group, possibly empty,
-    // so the group count below is the same in every thread.
-    auto issue = [&](i64 s, int slot) {
-        const i64 b = s * rows + tid / team;
-        if (s < steps && b < B && mine) cl_issue(x, y, my + slot * 2 * CL_SLOT, BN, b * N + n0);
-        cl_cp_commit();
-    };
-    // Groups in order: step 0 of this CTA, the weights, steps 1 .. CL_NBUF - 1.
-    issue(first, 0);
-    cl_stage_w_issue(w, sw, N);
-    cl_cp_commit();
-#pragma unroll
-    for (int q = 1; q < CL_NBUF; ++q) issue(first + q * stride, q);
-    cl_cp_wait<CL_NBUF - 1>();
-    __syncthreads();
-    int slot = 0;
-    for (i64 s = first; s < steps; s += stride) {
-        // Outstanding: the groups of steps s .. s + (CL_NBUF - 1)·stride; the oldest is step s.
-        cl_cp_wait<CL_NBUF - 1>();
-        const i64 b = s * rows + tid / team;
-        const bool live = b < B;
-        float ss[CL_NG], o[CL_V][CL_M];
-#pragma unroll
-        for (int k = 0; k < CL_NG; ++k) ss[k] = 0.0f;
-        float xv[CL_M][CL_V], yv[CL_M][CL_V];
-        if (live && mine) {
-            const act_t* cur = my + slot * 2 * CL_SLOT;
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) {
-                cl_ldv<CL_V>(cur + j * CL_THREADS * CL_V, xv[j]);
-                cl_ldv<CL_V>(cur + CL_SLOT + j * CL_THREADS * CL_V, yv[j]);
-            }
-        }
-        // The slot is free once read: refill it with step s + CL_NBUF·stride.
-        issue(s + CL_NBUF * stride, slot);
-        slot = slot + 1 == CL_NBUF ? 0 : slot + 1;
-        if (live && mine) cl_fwd_vals(xv, yv, sw, N, n0, o, ss);
-#if CL_NORM
-        cl_team_sum<CL_NG>(ss, red, team);
-        float a[CL_NG];
-#pragma unroll
-        for (int k = 0; k < CL_NG; ++k) {
-            const float r = sqrtf(ss[k] / (float)N + CL_EPS);
-            a[k] = 1.0f / r;
-            if (live && lt == 0) rms[b * CL_NG + k] = r;
-        }
-        if (live && mine) cl_scale_store(out, BN, b * N + n0, o, a);
-#else
-        if (live && mine) cl_store_mv(out, BN, b * N + n0, o);
-#endif
-    }
-    cl_cp_wait<0>();
-}
-#else
 extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                       act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
     float* sw = cl_dynamic_smem();
@@ -412,7 +307,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
     }
     cl_cp_wait<0>();
 }
-#endif  // CL_TWIN
 #elif CL_NORM == 0
 // One thread per (row, CL_V channels): grid covers B·N/CL_V threads.
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,

@@ -362,53 +362,6 @@ fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Resul
     Ok(())
 }
 
-/// (B, N) of the twin forward checks (`EMBER_CLIFFORD_FWD=twin|twin2`, up to 8 blades): one row;
-/// N = 130 (twin2 only: not a multiple of 4); 127 rows at N = 128 (twin: 8 rows per step, the last
-/// step partial); 129 and 4099 rows at N = 512 (twin2: one row per step, ~15 steps per CTA on 132
-/// SMs, so both ring slots are refilled many times); 16411 rows of 36 channels (teams past the
-/// row's end, ~8 steps per CTA).
-fn twin_sizes(tier: Tier) -> Vec<(usize, usize)> {
-    match tier {
-        Tier::Quick => vec![],
-        Tier::Small => vec![(1, 4), (7, 130), (127, 128), (129, 512), (4099, 512)],
-        Tier::Full => vec![(1, 4), (1, 2), (7, 36), (7, 130), (127, 128), (129, 512), (4099, 128), (4099, 512), (16411, 36)],
-    }
-}
-
-/// The twin forwards against the f64 reference (out, rms; with and without the norm), and `twin`
-/// (the default's vector width and arithmetic) bitwise against the default forward. Where a variant
-/// does not apply its plan is the default's, so the bits must match too.
-fn check_fwd_twin(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize), dtype: DType) -> Result<()> {
-    let alg = layer.algebra();
-    let dims = Dims { m: layer.blades(), b: nb, n };
-    let shape = [dims.m, nb, n];
-    for norm in [true, false] {
-        let case = format!("{} B={nb} N={n}{} fwd", layer.name(), if norm { " norm" } else { "" });
-        let seed = r.ctx.seed_for(&format!("fused twin {case} {dtype}"));
-        let x = input(r.ctx, &shape, dtype, seed, 1.0)?;
-        let y = input(r.ctx, &shape, dtype, seed + 1, 1.0)?;
-        let w = input(r.ctx, &[n, layer.paths()], DType::F32, seed + 2, 0.5)?;
-        let (ro, rr) = reference::fused_forward(alg, dims, &x.v, &y.v, &w.v, true, norm);
-        let t = tol(dtype);
-        let st = fused::Stages { gelu: true, norm };
-        let base = cuda::fused_forward_fwd(layer, dims, &x.t, &y.t, &w.t, st, cuda::FwdVariant::Staged)?;
-        for fv in [cuda::FwdVariant::Twin, cuda::FwdVariant::Twin2] {
-            let f = cuda::fused_forward_fwd(layer, dims, &x.t, &y.t, &w.t, st, fv)?;
-            r.cmp("clifford", &case, &format!("fused out ({})", fv.name()), &f.out, &ro, t)?;
-            if let (Some(got), Some(want)) = (&f.rms, &rr) {
-                r.cmp("clifford", &case, &format!("fused rms ({})", fv.name()), got, want, t)?;
-            }
-            let again = cuda::fused_forward_fwd(layer, dims, &x.t, &y.t, &w.t, st, fv)?;
-            r.prop("clifford", &case, &format!("fused deterministic ({})", fv.name()), dtype, bitwise(&f.out, &again.out));
-            if fv == cuda::FwdVariant::Twin {
-                let same = bitwise(&f.out, &base.out) && f.rms.as_ref().zip(base.rms.as_ref()).is_none_or(|(a, b)| bitwise(a, b));
-                r.prop("clifford", &case, "fused twin bits = staged bits", dtype, same);
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Every op of `layer` at these sizes in these dtypes.
 /// `EMBER_CLIFFORD_CHECK=fused|fc|linear` limits the checks to one layer (re-checking one kernel in a
 /// short device session; a full run leaves it unset).
@@ -485,15 +438,6 @@ impl crate::OpFamily for Family {
             // (the last 8) over 2 tiles (the second 1 wide).
             for (spec, s) in [("3,0", (1499, 300)), ("3,0", (16411, 33)), ("2,0", (4157, 129))] {
                 check_bwd_pipe(&mut r, &Layer::new(spec)?, s)?;
-            }
-            for spec in ["3,0", "2,0"] {
-                let layer = Layer::new(spec)?;
-                for s in twin_sizes(ctx.tier) {
-                    check_fwd_twin(&mut r, &layer, s, DType::F32)?;
-                }
-                for s in [(7, 130), (129, 512)] {
-                    check_fwd_twin(&mut r, &layer, s, DType::BF16)?;
-                }
             }
         }
         check_errors(&mut r)?;
@@ -702,28 +646,6 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
                     let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("launch", json!(li)), ("bwd", json!(bv.name()))]);
                     rows.push(ctx.row("clifford", &format!("bwd:{}", l.name), dtype, pv, ms, 5.0 * words, per(bwd_ops)));
                 }
-            }
-        }
-    }
-    // The staged-forward variants that are not selected (EMBER_CLIFFORD_FWD): rows "fwd" and, at
-    // B·N ≤ 2^22, "fwd graph", with params fwd = <variant>.
-    if ctx.device.is_cuda() && m <= 8 {
-        let dims = Dims { m, b: nb, n };
-        let st = fused::Stages { gelu: true, norm: true };
-        for fv in cuda::FwdVariant::ALL.into_iter().filter(|&v| v != cuda::FwdVariant::selected()) {
-            let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true)), ("fwd", json!(fv.name()))]);
-            let ms = ctx.time(300.0, |i| {
-                let (x, y, w, _) = &sets[i % k];
-                cuda::fused_forward_fwd(&layer, dims, x, y, w, st, fv).map(drop)
-            })?;
-            rows.push(ctx.row("clifford", "fwd", dtype, pv.clone(), ms, 3.0 * words, per(fwd_ops)));
-            if graphs {
-                let dev = sets[0].0.cuda_device()?.clone();
-                let mut fwd_only = |i: usize| {
-                    let (x, y, w, _) = &sets[i % k];
-                    cuda::fused_forward_fwd(&layer, dims, x, y, w, st, fv).map(drop)
-                };
-                graph_row(ctx, &dev, &mut rows, "fwd graph", dtype, pv, 3.0 * words, per(fwd_ops), &mut fwd_only);
             }
         }
     }
