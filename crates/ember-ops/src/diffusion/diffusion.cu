@@ -771,26 +771,25 @@ DIFF_EXPAND(2)
 #else
 #define EWG_HAS_WGMMA 0  // the host launches these kernels only on sm_90a
 #endif
+// One inline-PTX statement of the sm_90a helpers below; nothing on other targets, where the helpers
+// compile empty (their entries are built everywhere but launched only on sm_90a).
+#if EWG_HAS_WGMMA
+#define EWG_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define EWG_ASM(...) ((void)0)
+#endif
 
 __device__ __forceinline__ void ewg_fence_async() {
-#if EWG_HAS_WGMMA
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
+    EWG_ASM("fence.proxy.async.shared::cta;" ::: "memory");
 }
 __device__ __forceinline__ void ewg_arrive() {
-#if EWG_HAS_WGMMA
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#endif
+    EWG_ASM("wgmma.fence.sync.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void ewg_commit() {
-#if EWG_HAS_WGMMA
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#endif
+    EWG_ASM("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
 __device__ __forceinline__ void ewg_wait0() {
-#if EWG_HAS_WGMMA
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#endif
+    EWG_ASM("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
 // Keep the compiler from moving accumulator accesses across the asynchronous products.
 __device__ __forceinline__ void ewg_fence_regs(float (&d)[64]) {
@@ -810,25 +809,21 @@ __device__ __forceinline__ u64 ewg_desc(u32 addr, u32 lbo, u32 sbo) {
 #endif
 template <int TA>
 __device__ __forceinline__ void ewg_mma(float (&d)[64], u64 da, u64 db, int acc) {
-#if EWG_HAS_WGMMA
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." EWG_TYPE "." EWG_TYPE " "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
-                 "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
-                 "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-                 "%64, %65, p, 1, 1, %67, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-                   "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-                   "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
-                   "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-                   "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-                   "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
-                   "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(acc), "n"(TA));
-#else
-    (void)d, (void)da, (void)db, (void)acc;
-#endif
+    EWG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32." EWG_TYPE "." EWG_TYPE " "
+            "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, "
+            "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "
+            "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+            "%64, %65, p, 1, 1, %67, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+              "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+              "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+              "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+              "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+              "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+              "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+              "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(da), "l"(db), "r"(acc), "n"(TA));
 }
 
 // Byte offset of element (r, c) in a core-matrix tile with nj 16-byte chunks per row.
@@ -864,28 +859,18 @@ __device__ __forceinline__ void ewg_load_tile(unsigned char* st, const T* __rest
 #define EWG_STG_PAD 16  // bytes after each staged row of 2·BN bytes: (4g + t + 4j) mod 32 banks per b32 store
 
 __device__ __forceinline__ void ewg_bulk_store(T* gdst, u32 ssrc, u32 bytes) {
-#if EWG_HAS_WGMMA
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
-#else
-    (void)gdst, (void)ssrc, (void)bytes;
-#endif
+    EWG_ASM("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gdst), "r"(ssrc), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void ewg_bulk_commit() {
-#if EWG_HAS_WGMMA
-    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-#endif
+    EWG_ASM("cp.async.bulk.commit_group;" ::: "memory");
 }
 // This thread's bulk copies have read their shared-memory source: the rows may be written again.
 __device__ __forceinline__ void ewg_bulk_wait_read() {
-#if EWG_HAS_WGMMA
-    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
-#endif
+    EWG_ASM("cp.async.bulk.wait_group.read 0;" ::: "memory");
 }
 // This thread's bulk copies are complete (before the CTA and its shared memory go away).
 __device__ __forceinline__ void ewg_bulk_wait_all() {
-#if EWG_HAS_WGMMA
-    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-#endif
+    EWG_ASM("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
 // Direct epilogue (v5): rows row0 + {g, g + 8} of the warp's 16; per 64-column slice, stage the
@@ -1135,32 +1120,18 @@ struct __align__(64) EtmMap {
 };
 
 __device__ __forceinline__ void etm_bar_init(u32 bar, u32 count) {
-#if EWG_HAS_WGMMA
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-#else
-    (void)bar, (void)count;
-#endif
+    EWG_ASM("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
 // The initialised barriers, visible to the async proxy (the TMA unit's complete-tx).
 __device__ __forceinline__ void etm_fence_init() {
-#if EWG_HAS_WGMMA
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
+    EWG_ASM("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 __device__ __forceinline__ void etm_arrive(u32 bar) {
-#if EWG_HAS_WGMMA
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
-#else
-    (void)bar;
-#endif
+    EWG_ASM("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
 }
 // Arrive and add `bytes` to the transactions the current phase waits for.
 __device__ __forceinline__ void etm_arrive_tx(u32 bar, u32 bytes) {
-#if EWG_HAS_WGMMA
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(bar), "r"(bytes) : "memory");
-#else
-    (void)bar, (void)bytes;
-#endif
+    EWG_ASM("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(bar), "r"(bytes) : "memory");
 }
 // Until the phase of parity `parity` has completed (try_wait suspends the thread for a while
 // between checks, so the loop does not hammer shared memory). A phase that never completes (a
@@ -1196,20 +1167,12 @@ __device__ __forceinline__ void etm_wait(u32 bar, u32 parity) {
 }
 // Box (col, row) of the tensor map into shared memory at `dst`; completes `bar`'s transactions.
 __device__ __forceinline__ void etm_load_box(u32 dst, const EtmMap* map, int col, int row, u32 bar) {
-#if EWG_HAS_WGMMA
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-                 "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(bar)
-                 : "memory");
-#else
-    (void)dst, (void)map, (void)col, (void)row, (void)bar;
-#endif
+    EWG_ASM("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+            "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(bar)
+            : "memory");
 }
 __device__ __forceinline__ void etm_prefetch_map(const EtmMap* map) {
-#if EWG_HAS_WGMMA
-    asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map)) : "memory");
-#else
-    (void)map;
-#endif
+    EWG_ASM("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(map)) : "memory");
 }
 // Descriptor of a K-major operand in the 128-byte swizzle: SBO = 1024 between 8-row atoms, LBO
 // unused (encoded 1, as the K extent of one step, 32 bytes, stays inside the 128-byte span),
