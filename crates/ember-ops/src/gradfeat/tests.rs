@@ -290,6 +290,9 @@ mod host_model {
         table(&mut w, &entries.unwrap_or_default());
         // Two multiprocessors: the persistent grid of the spectral form runs several row tiles per CTA.
         w.extend([ntiles as i64, staged::map_grid(&p, ntiles, true, 2) as i64, staged::map_grid(&p, ntiles, false, 2) as i64]);
+        // The cluster build's grid with room for two clusters: each cluster runs several pairs of row
+        // tiles (the model runs the clusters one after another, the two CTAs of each at once).
+        w.extend([staged::cluster_grid(&p, ntiles, true, 2) as i64, staged::cluster_grid(&p, ntiles, false, 2) as i64]);
         let mut plans = vec![staged::plan(&p, Reductions::Wgmma, p.c, p.c, false, ctas).0];
         if p.spectral {
             plans.push(staged::plan(&p, Reductions::Wgmma, p.k, p.c, true, ctas).0);
@@ -346,6 +349,10 @@ mod host_model {
             // tiles for the image reductions; and f16 with plain weights.
             (Case::batch(&[0, 70, 70, 200], 24, 136, true), DType::BF16),
             (Case::batch(&[0, 100, 100, 230], 16, 64, false), DType::F16),
+            // The cluster build: 3 + 4 = 7 64-row tiles, so pairs (0, 1), (2, 3) (two meshes: xᵀ
+            // loaded by each CTA for itself), (4, 5), (6, none: a phantom), two per cluster; two
+            // stage-1 k-tiles, the second partial.
+            (Case::batch(&[0, 130, 130, 380], 40, 136, true), DType::BF16),
             // The vertex form, C not a multiple of 8 (scalar loads and stores), both chunk counts.
             (Case::new(70, 0, 131, false, true), DType::BF16),
             (Case::new(33, 0, 5, false, false), DType::BF16),
