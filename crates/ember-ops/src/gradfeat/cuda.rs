@@ -103,7 +103,8 @@ fn family16() -> Family16 {
 ///   row tile's first products run (NOTES.md v7; where "packed-img" applies);
 /// - "packed-img-cluster": as "packed-img", the map kernel in clusters of two CTAs that load each
 ///   weight k-tile once per pair of row tiles, half each, multicast into both (NOTES.md v8; where
-///   "packed-img" applies).
+///   "packed-img" applies);
+/// - "packed-img-cluster4": the same with clusters of four CTAs, a quarter each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,
@@ -113,10 +114,11 @@ pub enum BwdVariant {
     PackedImg,
     PackedImgDefer,
     PackedImgCluster,
+    PackedImgCluster4,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 7] = [
+    pub const ALL: [BwdVariant; 8] = [
         BwdVariant::Fused,
         BwdVariant::Staged,
         BwdVariant::StagedMma,
@@ -124,6 +126,7 @@ impl BwdVariant {
         BwdVariant::PackedImg,
         BwdVariant::PackedImgDefer,
         BwdVariant::PackedImgCluster,
+        BwdVariant::PackedImgCluster4,
     ];
 
     pub fn name(self) -> &'static str {
@@ -135,6 +138,7 @@ impl BwdVariant {
             BwdVariant::PackedImg => "packed-img",
             BwdVariant::PackedImgDefer => "packed-img-defer",
             BwdVariant::PackedImgCluster => "packed-img-cluster",
+            BwdVariant::PackedImgCluster4 => "packed-img-cluster4",
         }
     }
 
@@ -161,7 +165,16 @@ impl BwdVariant {
     /// Whether this is one of the image variants (g, P, Q as tile images; d_A on the image
     /// reductions), which apply only where the packed `_sv` map kernel runs.
     pub fn uses_images(self) -> bool {
-        matches!(self, BwdVariant::PackedImg | BwdVariant::PackedImgDefer | BwdVariant::PackedImgCluster)
+        matches!(self, BwdVariant::PackedImg | BwdVariant::PackedImgDefer | BwdVariant::PackedImgCluster | BwdVariant::PackedImgCluster4)
+    }
+
+    /// CTAs per cluster of the map kernel (0: no clusters).
+    pub fn cluster(self) -> usize {
+        match self {
+            BwdVariant::PackedImgCluster => 2,
+            BwdVariant::PackedImgCluster4 => 4,
+            _ => 0,
+        }
     }
 }
 
@@ -178,7 +191,8 @@ impl BwdVariant {
 ///   tile's first products run (NOTES.md v7; the spectral form with K and C multiples of 8, where
 ///   the packed `_sv` entries run; elsewhere as "packed");
 /// - "packed-cluster": as "packed", the map kernel in clusters of two CTAs that load each weight
-///   k-tile once per pair of row tiles (NOTES.md v8; where "packed-defer" applies).
+///   k-tile once per pair of row tiles (NOTES.md v8; where "packed-defer" applies);
+/// - "packed-cluster4": the same with clusters of four CTAs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FwdVariant {
     Fused,
@@ -187,10 +201,12 @@ pub enum FwdVariant {
     FusedSv,
     PackedDefer,
     PackedCluster,
+    PackedCluster4,
 }
 
 impl FwdVariant {
-    pub const ALL: [FwdVariant; 6] = [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv, FwdVariant::PackedDefer, FwdVariant::PackedCluster];
+    pub const ALL: [FwdVariant; 7] =
+        [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv, FwdVariant::PackedDefer, FwdVariant::PackedCluster, FwdVariant::PackedCluster4];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -200,6 +216,16 @@ impl FwdVariant {
             FwdVariant::FusedSv => "fused-sv",
             FwdVariant::PackedDefer => "packed-defer",
             FwdVariant::PackedCluster => "packed-cluster",
+            FwdVariant::PackedCluster4 => "packed-cluster4",
+        }
+    }
+
+    /// CTAs per cluster of the map kernel (0: no clusters).
+    pub fn cluster(self) -> usize {
+        match self {
+            FwdVariant::PackedCluster => 2,
+            FwdVariant::PackedCluster4 => 4,
+            _ => 0,
         }
     }
 
@@ -222,7 +248,7 @@ pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
         .into_iter()
         .filter(|f| match f {
             FwdVariant::FusedSv => fused_sv_applies(p),
-            FwdVariant::PackedDefer | FwdVariant::PackedCluster => sv,
+            FwdVariant::PackedDefer | FwdVariant::PackedCluster | FwdVariant::PackedCluster4 => sv,
             _ => true,
         })
         .collect())
@@ -474,9 +500,9 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
 
 pub fn forward(p: &Problem, input: &Input, weights: &Weights, variant: FwdVariant) -> Result<Tensor> {
     let dev = super::first_tensor(input).1.cuda_device()?.clone();
-    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed | FwdVariant::PackedDefer | FwdVariant::PackedCluster) && super::staged::applies(&dev, p) {
-        let (defer, cluster) = (variant == FwdVariant::PackedDefer, variant == FwdVariant::PackedCluster);
-        return super::staged::forward(&dev, p, input, weights, variant != FwdVariant::Staged, defer, cluster);
+    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed | FwdVariant::PackedDefer | FwdVariant::PackedCluster | FwdVariant::PackedCluster4) && super::staged::applies(&dev, p) {
+        let defer = variant == FwdVariant::PackedDefer;
+        return super::staged::forward(&dev, p, input, weights, variant != FwdVariant::Staged, defer, variant.cluster());
     }
     // Check the tile fits before allocating anything.
     pick_tile(&dev, p, Kind::Fwd)?;
@@ -604,9 +630,9 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, v
     let dev = d_out.cuda_device()?.clone();
     if variant != BwdVariant::Fused && super::staged::applies(&dev, p) {
         let reductions = if variant == BwdVariant::Staged { super::staged::Reductions::Wgmma } else { super::staged::Reductions::MmaSync };
-        let (img, defer, cluster) = (variant.uses_images(), variant == BwdVariant::PackedImgDefer, variant == BwdVariant::PackedImgCluster);
+        let (img, defer) = (variant.uses_images(), variant == BwdVariant::PackedImgDefer);
         let packed = variant == BwdVariant::Packed || img;
-        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer, cluster);
+        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer, variant.cluster());
     }
     pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);

@@ -9,9 +9,9 @@
 // refilled before the products that read it completed, a read before its copy was waited for, or an
 // accumulator used before its wait gives wrong results. What it cannot see: whether the hardware
 // agrees with the documented layouts, and the proxy fences (no-ops here).
-// Clusters (the GS_CLUSTER build): the two CTAs of a cluster run at once (2 × 256 threads, each CTA
+// Clusters (the GS_CLUSTER builds): the CTAs of a cluster run at once (2 or 4 × 256 threads, each CTA
 // its own shared memory and barrier), with mbarriers (arrivals, transaction bytes, phases), bulk
-// copies into one or both CTAs, and the cluster barrier. Bulk copies land at the opposite extreme of
+// copies into one or every CTA, and the cluster barrier. Bulk copies land at the opposite extreme of
 // the other asynchronous operations: in the "eager" timing as late as possible (when a thread of the
 // receiving CTA waits on the copy's mbarrier), so a read of a slot before its full barrier's phase
 // completed sees stale data; in the "lazy" timing at issue, while products are deferred to their
@@ -80,8 +80,9 @@ static u32 g_smem_bytes = 0;
 static thread_local std::barrier<>* g_barrier = nullptr;
 static thread_local std::barrier<>* g_warp_barrier = nullptr;  // the 32 threads of this thread's warp
 static thread_local u32 t_rank = 0;
-// The cluster being run: both CTAs' shared memory and the cluster barrier.
-static unsigned char* g_cluster_smem[2] = {nullptr, nullptr};
+// The cluster being run: its size, its CTAs' shared memory and the cluster barrier.
+static u32 g_cluster_size = 1;
+static unsigned char* g_cluster_smem[4] = {nullptr, nullptr, nullptr, nullptr};
 static std::barrier<>* g_cluster_barrier = nullptr;
 
 // CUDA's fast intrinsics, exactly (glibc declares an __expf of its own: a macro takes precedence).
@@ -282,6 +283,10 @@ static void gs_bar_arrive_tx(u32 bar, u32 bytes) {
     bar_progress(b);
 }
 static void gs_bar_arrive_cluster(u32 bar, u32 rank) {
+    if (rank >= g_cluster_size) {
+        std::fprintf(stderr, "arrival on CTA rank %u of a cluster of %u\n", rank, g_cluster_size);
+        std::abort();
+    }
     std::lock_guard<std::mutex> l(g_bar_mu);
     MBar& b = model_bar(rank, bar);
     --b.pending;
@@ -322,9 +327,8 @@ static void bulk_copy(u32 rank, u32 dst, const void* src, u32 bytes, u32 bar) {
     }
 }
 static void gs_bulk(u32 dst, const void* src, u32 bytes, u32 bar) { bulk_copy(t_rank, dst, src, bytes, bar); }
-static void gs_bulk_pair(u32 dst, const void* src, u32 bytes, u32 bar) {
-    bulk_copy(0, dst, src, bytes, bar);
-    bulk_copy(1, dst, src, bytes, bar);
+static void gs_bulk_all(u32 dst, const void* src, u32 bytes, u32 bar) {
+    for (u32 r = 0; r < g_cluster_size; ++r) bulk_copy(r, dst, src, bytes, bar);
 }
 
 namespace map_kernels {
@@ -364,17 +368,24 @@ namespace map_kernels_defer {
 #include "staged.cu"
 #undef GS_KIND
 }  // namespace map_kernels_defer
-// The cluster build (GS_PACK, GS_IMG and GS_CLUSTER, without GS_DEFER): its `_sv` entries run in
-// clusters of two CTAs sharing the weight k-tiles (fwd=packed-cluster, bwd=packed-img-cluster).
+// The cluster builds (GS_PACK, GS_IMG and GS_CLUSTER, without GS_DEFER): their `_sv` entries run in
+// clusters of 2 or 4 CTAs sharing the weight k-tiles (fwd=packed-cluster*, bwd=packed-img-cluster*).
 #undef GS_DEFER
 #define GS_DEFER 0
 #undef GS_CLUSTER
-#define GS_CLUSTER 1
+#define GS_CLUSTER 2
 namespace map_kernels_clu {
 #define GS_KIND 0
 #include "staged.cu"
 #undef GS_KIND
 }  // namespace map_kernels_clu
+#undef GS_CLUSTER
+#define GS_CLUSTER 4
+namespace map_kernels_clu4 {
+#define GS_KIND 0
+#include "staged.cu"
+#undef GS_KIND
+}  // namespace map_kernels_clu4
 
 // Run `grid` CTAs of `threads` threads one after another, each thread calling body(); shared memory
 // starts as NaN so that a read of anything not written first shows in the results.
@@ -408,35 +419,38 @@ static void launch(u32 grid, u32 threads, u32 smem_bytes, const std::function<vo
     }
 }
 
-// The same for a grid of clusters of two CTAs: the two run at once (their threads together), the
-// clusters one after another.
-static void launch_clusters(u32 grid, u32 threads, u32 smem_bytes, const std::function<void()>& body) {
-    if (grid % 2 != 0) {
-        std::fprintf(stderr, "a cluster grid of %u CTAs\n", grid);
+// The same for a grid of clusters of `size` CTAs: the CTAs of a cluster run at once (their threads
+// together), the clusters one after another.
+static void launch_clusters(u32 size, u32 grid, u32 threads, u32 smem_bytes, const std::function<void()>& body) {
+    if (size > 4 || grid % size != 0) {
+        std::fprintf(stderr, "a cluster grid of %u CTAs in clusters of %u\n", grid, size);
         std::abort();
     }
     gridDim.x = grid;
     blockDim.x = threads;
     g_smem_bytes = smem_bytes;
-    for (u32 c = 0; c < grid / 2; ++c) {
-        std::vector<unsigned char> smem[2] = {std::vector<unsigned char>(smem_bytes), std::vector<unsigned char>(smem_bytes)};
-        for (auto& m : smem)
-            for (u32 i = 0; i + 1 < smem_bytes; i += 2) m[i] = 0xff, m[i + 1] = 0x7f;
-        g_cluster_smem[0] = smem[0].data();
-        g_cluster_smem[1] = smem[1].data();
+    g_cluster_size = size;
+    for (u32 c = 0; c < grid / size; ++c) {
+        std::vector<std::vector<unsigned char>> smem(size, std::vector<unsigned char>(smem_bytes));
+        for (u32 r = 0; r < size; ++r) {
+            for (u32 i = 0; i + 1 < smem_bytes; i += 2) smem[r][i] = 0xff, smem[r][i + 1] = 0x7f;
+            g_cluster_smem[r] = smem[r].data();
+        }
         g_bars.clear();
         g_bulk_pending.clear();
-        std::barrier<> bar0((std::ptrdiff_t)threads), bar1((std::ptrdiff_t)threads), cbar((std::ptrdiff_t)(2 * threads));
+        std::vector<std::unique_ptr<std::barrier<>>> ctas;
+        for (u32 r = 0; r < size; ++r) ctas.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)threads));
+        std::barrier<> cbar((std::ptrdiff_t)(size * threads));
         g_cluster_barrier = &cbar;
-        const auto warps = warp_barriers(2 * threads);
+        const auto warps = warp_barriers(size * threads);
         std::vector<std::thread> ts;
-        for (u32 i = 0; i < 2 * threads; ++i)
+        for (u32 i = 0; i < size * threads; ++i)
             ts.emplace_back([&, i] {
                 t_rank = i / threads;
                 threadIdx.x = i % threads;
-                blockIdx.x = 2 * c + t_rank;
+                blockIdx.x = size * c + t_rank;
                 g_smem = smem[t_rank].data();
-                g_barrier = t_rank ? &bar1 : &bar0;
+                g_barrier = ctas[t_rank].get();
                 g_warp_barrier = warps[i / 32].get();
                 body();
                 const bool copies = t_copy_open.empty() && std::all_of(t_copy_groups.begin(), t_copy_groups.end(), [](const auto& g) { return g.empty(); });
@@ -596,7 +610,8 @@ int main(int argc, char** argv) {
         return 2;
     }
     const std::vector<i64> map_tiles = rd_table();
-    const i64 ntiles = rd(), grid_fwd = rd(), grid_bwd = rd(), grid_fwd_clu = rd(), grid_bwd_clu = rd();
+    const i64 ntiles = rd(), grid_fwd = rd(), grid_bwd = rd();
+    const i64 grid_clu[2][2] = {{rd(), rd()}, {rd(), rd()}};  // clusters of 2, of 4: forward, backward grids
     const Plan plan_a = rd_plan();
     const Plan plan_x = spectral ? rd_plan() : Plan{};
     const i64 img_nsplits = rd(), img_per = rd();  // staged.rs's img_plan
@@ -708,25 +723,29 @@ int main(int argc, char** argv) {
             return 1;
         }
 
-        // The cluster build (staged.rs's cluster_grid; 64 bytes of mbarriers after the ring): the
-        // same arithmetic in the same order, so the same bits again; a phantom tile writes nothing.
-        u16 *out5 = tensor(V * C), *dg5_re = tensor(V * C), *dg5_im = tensor(V * C);
-        u16 *p5 = tensor(img_rows * ldi), *q5 = tensor(img_rows * ldi), *g5_re = tensor(img_rows * ldi), *g5_im = tensor(img_rows * ldi);
-        launch_clusters((u32)grid_fwd_clu, 256, smem + 64, [&] {
-            auto f = rot ? map_kernels_clu::gs_fwd_rot_sv : map_kernels_clu::gs_fwd_plain_sv;
-            f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, nullptr, nullptr, nullptr,
-              nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out5, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
-        });
-        launch_clusters((u32)grid_bwd_clu, 256, smem + 64, [&] {
-            auto f = rot ? map_kernels_clu::gs_map_rot_sv : map_kernels_clu::gs_map_plain_sv;
-            f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
-              (T*)g5_re, (T*)g5_im, (T*)p5, (T*)q5, (T*)dg5_re, (T*)dg5_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
-        });
-        const bool ok5 = same(out5, out_fwd, V * C) && same(dg5_re, dg_re, V * C) && same(dg5_im, dg_im, V * C) && same(p5, p3, img_rows * ldi) &&
-                         same(q5, q3, img_rows * ldi) && same(g5_re, g3_re, img_rows * ldi) && same(g5_im, g3_im, img_rows * ldi);
-        if (!ok5) {
-            std::fprintf(stderr, "the cluster map kernel differs from the image one\n");
-            return 1;
+        // The cluster builds (staged.rs's cluster_grid; 64 bytes of mbarriers after the ring), with
+        // clusters of 2 and of 4: the same arithmetic in the same order, so the same bits again; an
+        // empty tile of the last group writes nothing.
+        for (int ci = 0; ci < 2; ++ci) {
+            const u32 size = ci ? 4 : 2;
+            u16 *out5 = tensor(V * C), *dg5_re = tensor(V * C), *dg5_im = tensor(V * C);
+            u16 *p5 = tensor(img_rows * ldi), *q5 = tensor(img_rows * ldi), *g5_re = tensor(img_rows * ldi), *g5_im = tensor(img_rows * ldi);
+            launch_clusters(size, (u32)grid_clu[ci][0], 256, smem + 64, [&] {
+                auto f = ci ? (rot ? map_kernels_clu4::gs_fwd_rot_sv : map_kernels_clu4::gs_fwd_plain_sv) : (rot ? map_kernels_clu::gs_fwd_rot_sv : map_kernels_clu::gs_fwd_plain_sv);
+                f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, nullptr, nullptr, nullptr,
+                  nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out5, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+            });
+            launch_clusters(size, (u32)grid_clu[ci][1], 256, smem + 64, [&] {
+                auto f = ci ? (rot ? map_kernels_clu4::gs_map_rot_sv : map_kernels_clu4::gs_map_plain_sv) : (rot ? map_kernels_clu::gs_map_rot_sv : map_kernels_clu::gs_map_plain_sv);
+                f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
+                  (T*)g5_re, (T*)g5_im, (T*)p5, (T*)q5, (T*)dg5_re, (T*)dg5_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
+            });
+            const bool ok5 = same(out5, out_fwd, V * C) && same(dg5_re, dg_re, V * C) && same(dg5_im, dg_im, V * C) && same(p5, p3, img_rows * ldi) &&
+                             same(q5, q3, img_rows * ldi) && same(g5_re, g3_re, img_rows * ldi) && same(g5_im, g3_im, img_rows * ldi);
+            if (!ok5) {
+                std::fprintf(stderr, "the cluster map kernel (clusters of %u) differs from the image one\n", size);
+                return 1;
+            }
         }
     }
     const u16* g_re = spectral ? gws_re : g_in_re;

@@ -67,14 +67,14 @@ typedef ember_bf16 T;
 #ifndef GS_DEFER
 #define GS_DEFER 0
 #endif
-// GS_CLUSTER 1 (with GS_PACK, not with GS_DEFER): the `_sv` map kernels run in clusters of two CTAs
-// on two row tiles at a time and load each weight k-tile once per pair: each CTA fetches half of
-// it and multicasts that half into both CTAs' ring slots (NOTES.md, v8).
+// GS_CLUSTER n = 2 or 4 (with GS_PACK, not with GS_DEFER): the `_sv` map kernels run in clusters of
+// n CTAs on n row tiles at a time and load each weight k-tile once per cluster: each CTA fetches
+// 1/n of it and multicasts that part into every CTA's ring slot (NOTES.md, v8). 0: no clusters.
 #ifndef GS_CLUSTER
 #define GS_CLUSTER 0
 #endif
-#if GS_CLUSTER && (GS_DEFER || !GS_PACK)
-#error "GS_CLUSTER goes with GS_PACK and without GS_DEFER"
+#if GS_CLUSTER && (GS_DEFER || !GS_PACK || (GS_CLUSTER != 2 && GS_CLUSTER != 4))
+#error "GS_CLUSTER is 2 or 4, with GS_PACK and without GS_DEFER"
 #endif
 
 // ---------------------------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ __device__ __forceinline__ float gs_tanh_out(float x) {
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-// ---- clusters of two CTAs (GS_CLUSTER): mbarriers, bulk copies with multicast, cluster barrier ----
+// ---- clusters (GS_CLUSTER): mbarriers, bulk copies with multicast, cluster barrier ----
 // This CTA's rank in its cluster.
 __device__ __forceinline__ u32 gs_cluster_rank() {
     u32 r = 0;
@@ -142,8 +142,8 @@ __device__ __forceinline__ u32 gs_cluster_rank() {
 #endif
     return r;
 }
-// Every thread of both CTAs arrives and waits: orders this CTA's barrier initialisation before the
-// peer's first remote operations, and the peer's last ones before this CTA exits.
+// Every thread of every CTA of the cluster arrives and waits: orders this CTA's barrier
+// initialisation before the others' first remote operations, and their last ones before it exits.
 __device__ __forceinline__ void gs_cluster_sync() {
 #if GS_HAS_WGMMA
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -154,7 +154,7 @@ __device__ __forceinline__ void gs_bar_init(u32 bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 #endif
 }
-// The initialised barriers, visible to the peer CTA and to the async proxy (complete-tx).
+// The initialised barriers, visible to the other CTAs and to the async proxy (complete-tx).
 __device__ __forceinline__ void gs_fence_bar_init() {
 #if GS_HAS_WGMMA
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -166,7 +166,7 @@ __device__ __forceinline__ void gs_bar_arrive_tx(u32 bar, u32 bytes) {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(bar), "r"(bytes) : "memory");
 #endif
 }
-// Arrive on the barrier at the same offset in CTA `rank` of the cluster (this one or the peer).
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (this one or another).
 __device__ __forceinline__ void gs_bar_arrive_cluster(u32 bar, u32 rank) {
 #if GS_HAS_WGMMA
     asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}" ::"r"(bar), "r"(rank)
@@ -196,10 +196,11 @@ __device__ __forceinline__ void gs_bulk(u32 dst, const void* src, u32 bytes, u32
                  : "memory");
 #endif
 }
-// The same into both CTAs of the cluster, at dst and completing `bar` at the same offsets in each.
-__device__ __forceinline__ void gs_bulk_pair(u32 dst, const void* src, u32 bytes, u32 bar) {
+// The same into every CTA of the cluster (GS_CLUSTER of them), at dst and completing `bar` at the
+// same offsets in each.
+__device__ __forceinline__ void gs_bulk_all(u32 dst, const void* src, u32 bytes, u32 bar) {
 #if GS_HAS_WGMMA
-    const unsigned short mask = 3;
+    const unsigned short mask = (unsigned short)((1u << (GS_CLUSTER ? GS_CLUSTER : 1)) - 1u);
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(dst), "l"(src),
                  "r"(bytes), "r"(bar), "h"(mask)
                  : "memory");
@@ -487,23 +488,24 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         i64 row0, row_end;
         int mesh;
     };
-    // CLU (GS_CLUSTER; the `_sv` entries): the two CTAs of a cluster run row tiles 2p and 2p + 1 of
-    // pair p = cluster, + clusters, … together, so that both need the same weight k-tile at the same
-    // time; each loads half of it into both (see clu_issue). Both run the same number of tiles: where
-    // the tile count is odd the last pair's second tile is empty ("phantom": no rows; its loads read
-    // zeros, it stores nothing), in the mesh of its partner.
+    // CLU (GS_CLUSTER = CS CTAs per cluster; the `_sv` entries): the CTA of rank r runs row tiles
+    // CS·g + r of groups g = cluster, + clusters, …, so that the cluster's CTAs need the same weight
+    // k-tile at the same time; each loads 1/CS of it into all (see clu_issue). All run the same
+    // number of tiles: past the last tile a group's tiles are empty ("phantoms": no rows, so their
+    // loads read zeros and they store nothing), in the mesh of the last tile.
     constexpr bool CLU = GS_CLUSTER && GS_PACK && SV;
+    constexpr int CS = GS_CLUSTER ? GS_CLUSTER : 1;
     const u32 rank = CLU ? gs_cluster_rank() : 0;
-    const i64 nclus = CLU ? (i64)(gridDim.x >> 1) : 1;
-    if (CLU && threadIdx.x == 0 && (rank != (blockIdx.x & 1u) || (gridDim.x & 1u))) __trap();  // clusters of two consecutive CTAs
+    const i64 nclus = CLU ? (i64)(gridDim.x / CS) : 1;
+    if (CLU && threadIdx.x == 0 && (rank != blockIdx.x % CS || gridDim.x % CS != 0)) __trap();  // clusters of CS consecutive CTAs
     auto rows_of = [&](i64 t) -> Rows {
-        if (CLU && t >= a.ntiles) return {0, 0, a.tiles ? (int)a.tiles[3 * (t - 1) + 2] : 0};
+        if (CLU && t >= a.ntiles) return {0, 0, a.tiles ? (int)a.tiles[3 * (a.ntiles - 1) + 2] : 0};
         if (a.tiles) return {a.tiles[3 * t], a.tiles[3 * t + 1], (int)a.tiles[3 * t + 2]};
         return {t * GS_BM, a.V, 0};
     };
     // This CTA's j-th row tile.
     auto tile_of = [&](int j) -> i64 {
-        if (CLU) return 2 * ((i64)(blockIdx.x >> 1) + (i64)j * nclus) + rank;
+        if (CLU) return CS * ((i64)(blockIdx.x / CS) + (i64)j * nclus) + rank;
         return blockIdx.x + (i64)j * gridDim.x;
     };
     const int C = a.C, K = a.K;
@@ -526,8 +528,8 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // the second k-tile, or the one below when stage 1 has a single k-tile). The CTA's last tile is
     // written after the loop. SV implies the spectral form (the vertex form loads G through the ring).
     constexpr bool DEFER = GS_DEFER && GS_PACK && SV;
-    const i64 npairs = (a.ntiles + 1) / 2, cl = (i64)(blockIdx.x >> 1);
-    const int mine = CLU ? (int)(npairs > cl ? (npairs - cl + nclus - 1) / nclus : 0)
+    const i64 ngroups = (a.ntiles + CS - 1) / CS, cl = (i64)(blockIdx.x / CS);
+    const int mine = CLU ? (int)(ngroups > cl ? (ngroups - cl + nclus - 1) / nclus : 0)
                          : (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
     constexpr u32 GSBO = GS_NJ * 128;  // SBO of the on-chip tiles
     float re[64], im[64];
@@ -537,15 +539,17 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // −A_imᵀ.
     const int n = mine * per;
     // CLU: full[slot] (1 arrival: thread 0's, with the bytes the slot's bulk copies bring) says a ring
-    // tile's bulk part landed; empty[slot] (16 arrivals: every warp of both CTAs, once its products
-    // reading the slot have completed) that the slot may be refilled in both CTAs. Ring tile it uses
-    // slot it % GS_STAGES for the (it / GS_STAGES)-th time: that is the parity of the phases.
+    // tile's bulk part landed; empty[slot] (8·CS arrivals: every warp of every CTA of the cluster,
+    // once its products reading the slot have completed) that the slot may be refilled in all of
+    // them. Ring tile it uses slot it % GS_STAGES for the (it / GS_STAGES)-th time: that is the parity
+    // of the phases.
     const u32 bfull = sbase + GS_SMEM, bempty = bfull + 8 * GS_STAGES;
     auto mesh_of = [&](i64 t) { return rows_of(t).mesh; };
     // Thread 0: this CTA's bulk copies of ring tile it (row tile t, mesh `mesh`) into `slot`, after the
-    // slot's previous tile was released by both CTAs. Stage 1: xᵀ's k-tile image (16 KB), half from
-    // each CTA into both when the two row tiles share the mesh, else all of it locally; stages 2, 3:
-    // the weight k-tile image (A_re | A_im, A_reᵀ | −A_imᵀ: 32 KB), half from each into both.
+    // slot's previous tile was released by every CTA of the cluster. Stage 1: xᵀ's k-tile image
+    // (16 KB with two chunks), 1/CS from each CTA into all when the group's row tiles share the mesh
+    // (its first and last do: tiles are in mesh order), else all of it by each CTA for itself;
+    // stages 2, 3: the weight k-tile image (A_re | A_im, A_reᵀ | −A_imᵀ: 32 KB), 1/CS from each into all.
     auto clu_issue = [&](int slot, int it, i64 t, int mesh, int local) {
         const u32 full = bfull + 8 * slot, s = sR + slot * GS_STAGE;
         if (it >= GS_STAGES) gs_bar_wait(bempty + 8 * slot, (u32)((it / GS_STAGES - 1) & 1));
@@ -553,9 +557,10 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             constexpr u32 X = GS_CPAD * GS_BK * 2;  // bytes of xᵀ's k-tile
             const T* src = a.xt + ((i64)mesh * nk1 + local) * (GS_CPAD * GS_BK);
             const u32 dst = s + 2 * GS_BM * 64;
+            const i64 first = t - rank;
             gs_bar_arrive_tx(full, X);
-            if (mesh_of(t ^ 1) == mesh) {
-                gs_bulk_pair(dst + rank * (X / 2), src + rank * (X / 4), X / 2, full);
+            if (mesh_of(first) == mesh_of(first + CS - 1)) {
+                gs_bulk_all(dst + rank * (X / CS), src + rank * (X / (2 * CS)), X / CS, full);
             } else {
                 gs_bulk(dst, src, X, full);
             }
@@ -563,9 +568,9 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             const bool map2 = local < nk1 + nk2;
             const int kt = map2 ? local - nk1 : local - nk1 - nk2;
             constexpr u32 W = (ROT ? 2 : 1) * GS_CPAD * GS_BK * 2;  // bytes of the weights' k-tile
-            const T* src = (map2 ? a.w_re : a.t_re) + (i64)kt * (W / 2) + rank * (W / 4);
+            const T* src = (map2 ? a.w_re : a.t_re) + (i64)kt * (W / 2) + rank * (W / (2 * CS));
             gs_bar_arrive_tx(full, W);
-            gs_bulk_pair(s + rank * (W / 2), src, W / 2, full);
+            gs_bulk_all(s + rank * (W / CS), src, W / CS, full);
         }
     };
     auto load = [&](int slot, int it) {
@@ -689,8 +694,8 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             // (On the GPU the warp's lanes left the wait together; the host model's lanes are threads.)
             __syncwarp();
             if ((threadIdx.x & 31) == 0) {
-                gs_bar_arrive_cluster(bempty + 8 * (it % GS_STAGES), 0);
-                gs_bar_arrive_cluster(bempty + 8 * (it % GS_STAGES), 1);
+#pragma unroll
+                for (int r = 0; r < CS; ++r) gs_bar_arrive_cluster(bempty + 8 * (it % GS_STAGES), r);
             }
             __syncwarp();
         }
@@ -699,11 +704,11 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         if (threadIdx.x == 0) {
             for (int i = 0; i < GS_STAGES; ++i) {
                 gs_bar_init(bfull + 8 * i, 1);
-                gs_bar_init(bempty + 8 * i, 2 * GS_THREADS / 32);
+                gs_bar_init(bempty + 8 * i, CS * GS_THREADS / 32);
             }
             gs_fence_bar_init();
         }
-        gs_cluster_sync();  // both CTAs' barriers initialised before either copies or arrives into the other
+        gs_cluster_sync();  // every CTA's barriers initialised before any copies or arrives into another
     }
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
 #pragma unroll 1
@@ -869,14 +874,14 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         store_tile_result(mine - 1);
     }
     gs_wait<0>();  // the ring's last (empty) groups
-    if (CLU) gs_cluster_sync();  // the peer's last copies into and arrivals on this CTA are done before it exits
+    if (CLU) gs_cluster_sync();  // the others' last copies into and arrivals on this CTA are done before it exits
 #endif
 }
 
-// The cluster build's kernels run in clusters of two CTAs, fixed at compile time (a plain launch;
-// the grid a multiple of 2).
+// The cluster build's kernels run in clusters of GS_CLUSTER CTAs, fixed at compile time (a plain
+// launch; the grid a multiple of GS_CLUSTER).
 #if GS_CLUSTER && GS_HAS_WGMMA
-#define GS_MAP_ATTR __cluster_dims__(2, 1, 1)
+#define GS_MAP_ATTR __cluster_dims__(GS_CLUSTER, 1, 1)
 #else
 #define GS_MAP_ATTR
 #endif

@@ -245,12 +245,12 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
     }
     // Variants that do the same arithmetic in the same order as another give its bits exactly: the
     // cluster builds (NOTES.md v8) those of the packed forward and the image backward.
-    for (v, base) in [(FwdVariant::PackedCluster, FwdVariant::Packed)] {
+    for (v, base) in [(FwdVariant::PackedCluster, FwdVariant::Packed), (FwdVariant::PackedCluster4, FwdVariant::Packed)] {
         if let (Some(a), Some(b)) = (fwd_bits.iter().find(|x| x.0 == v), fwd_bits.iter().find(|x| x.0 == base)) {
             rows.push(property("gradfeat", &format!("{name} fwd={}", v.name()), &format!("bitwise = fwd={}", base.name()), dtype, ctx.device, a.1 == b.1));
         }
     }
-    for (v, base) in [(BwdVariant::PackedImgCluster, BwdVariant::PackedImg)] {
+    for (v, base) in [(BwdVariant::PackedImgCluster, BwdVariant::PackedImg), (BwdVariant::PackedImgCluster4, BwdVariant::PackedImg)] {
         if let (Some(a), Some(b)) = (bwd_bits.iter().find(|x| x.0 == v), bwd_bits.iter().find(|x| x.0 == base)) {
             rows.push(property("gradfeat", &format!("{name} bwd={}", v.name()), &format!("bitwise = bwd={}", base.name()), dtype, ctx.device, a.1 == b.1));
         }
@@ -380,10 +380,10 @@ fn cases(tier: Tier) -> Vec<Case> {
             // bwd=packed-img's tile images: an empty first mesh, partial row tiles per mesh, C a
             // multiple of 8 but not of 128 (zero channels in every image).
             v.push(Case::batch(&[0, 0, 77, 213], 16, 136, true));
-            // The cluster builds (fwd=packed-cluster, bwd=packed-img-cluster) with several row tiles
-            // per CTA on a 132-multiprocessor GPU: 3 + 264 = 267 64-row tiles (odd: the last pair's
-            // second tile is empty), a pair of tiles in two meshes (tiles 2 and 3: xᵀ loaded by each
-            // CTA for itself), one stage-1 k-tile (K = 16).
+            // The cluster builds (fwd=packed-cluster*, bwd=packed-img-cluster*) with several row
+            // tiles per CTA on a 132-multiprocessor GPU: 3 + 264 = 267 64-row tiles (not a multiple
+            // of 2 or 4: the last group has empty tiles), groups of tiles in two meshes (tiles 2, 3;
+            // 0..3: xᵀ loaded by each CTA for itself), one stage-1 k-tile (K = 16).
             v.push(Case::batch(&[0, 130, 130, 17000], 16, 136, true));
         }
         // Every size the issue names: V ∈ {1, 7, 4109, 131077}, C ∈ {1, 64, 256, 257},
@@ -514,7 +514,11 @@ impl crate::OpFamily for Family {
             }
             // Both deferred-store builds together (NOTES.md v7), and both cluster builds (v8), beside
             // the default pair.
-            for (f, b) in [(FwdVariant::PackedDefer, BwdVariant::PackedImgDefer), (FwdVariant::PackedCluster, BwdVariant::PackedImgCluster)] {
+            for (f, b) in [
+                (FwdVariant::PackedDefer, BwdVariant::PackedImgDefer),
+                (FwdVariant::PackedCluster, BwdVariant::PackedImgCluster),
+                (FwdVariant::PackedCluster4, BwdVariant::PackedImgCluster4),
+            ] {
                 let pair = (f, Some(b));
                 if issue_size && fwds.iter().any(|(x, _)| *x == f) && bwds.iter().any(|(x, _)| *x == b) && !passes.contains(&pair) {
                     passes.push(pair);
