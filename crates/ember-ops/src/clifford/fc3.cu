@@ -48,19 +48,29 @@ typedef EMBER_T act_t;
 #if F3_PREP == 1
 // wt[p][ct][c] = the 192 × 16 tile (columns ct·192.., channels c·16..) of w[p] in the activation type,
 // element (m, k) at (m/8)·128 + (k/8)·64 + (m%8)·8 + k%8; zero outside w.
+// A thread writes one 16-byte unit: the 8 channels k0..k0 + 7 of column m (one core-matrix row), so
+// the index arithmetic (64-bit divisions) runs once per 8 values and the store is one 16-byte write
+// (one value per thread and 2-byte stores made this pass issue-bound: ~40 µs for ~31 MB). Lanes walk
+// m within a core matrix, so each of the 8 loads reads runs of consecutive columns.
 extern "C" __global__ void __launch_bounds__(256) cl_kernel(const float* __restrict__ w, u16* __restrict__ wt, i64 P, i64 N, i64 Mo, i64 NCH, i64 NCT) {
-    const i64 tile = F3_COLS * 16;
-    const i64 total = P * NCT * NCH * tile;
+    constexpr int UNITS = F3_COLS * 2;  // 16-byte units per tile
+    const i64 total = P * NCT * NCH * UNITS;
     for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < total; i += (i64)gridDim.x * 256) {
-        const int e = (int)(i % tile);
-        i64 t = i / tile;
+        const int e = (int)(i % UNITS) * 8;
+        i64 t = i / UNITS;
         const i64 c = t % NCH;
         t /= NCH;
         const i64 ct = t % NCT, p = t / NCT;
-        const int m = (e >> 7) * 8 + ((e >> 3) & 7), k = ((e >> 6) & 1) * 8 + (e & 7);
-        const i64 gn = c * 16 + k, gm = ct * F3_COLS + m;
-        const float v = (gn < N && gm < Mo) ? __ldg(w + (p * N + gn) * Mo + gm) : 0.0f;
-        wt[i] = ember_from_f32<act_t>(v).bits;
+        const int m = (e >> 7) * 8 + ((e >> 3) & 7), k0 = ((e >> 6) & 1) * 8;
+        const i64 gn0 = c * 16 + k0, gm = ct * F3_COLS + m;
+        const float* src = w + (p * N + gn0) * Mo + gm;
+        u32 h[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float v = (gn0 + k < N && gm < Mo) ? __ldg(src + k * Mo) : 0.0f;
+            h[k] = ember_from_f32<act_t>(v).bits;
+        }
+        *reinterpret_cast<uint4*>(wt + i * 8) = make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));
     }
 }
 #elif F3_PREP == 2
@@ -95,6 +105,19 @@ template <int N> __device__ __forceinline__ void f3_cp_wait() {
 __device__ __forceinline__ void f3_cp_commit() {
 #ifndef EMBER_HOST_EMU
     asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// threadIdx.x read anew at each use (volatile: not hoisted out of the chunk loop). The copies and the
+// generation derive their addresses from it; read once, ptxas kept those per-thread offsets live
+// across the loop beside the 96 accumulators and spilled them at the 168-register cap, where
+// recomputing them per chunk costs a few integer instructions.
+__device__ __forceinline__ int f3_tid() {
+#ifdef EMBER_HOST_EMU
+    return (int)threadIdx.x;
+#else
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
 #endif
 }
 // Shared memory written by ordinary stores or cp.async, read next by wgmma (the async proxy).
@@ -186,7 +209,7 @@ struct f3_args {
 // Weights of chunk c (the type's NB paths) into the B part of a stage.
 template <int T> __device__ __forceinline__ void f3_load_w(const f3_args& A, unsigned char* Bs, i64 c) {
     using t = f3t<T>;
-    const int tid = threadIdx.x;  // F3_THREADS = 16-byte chunks per tile
+    const int tid = f3_tid();  // F3_THREADS = 16-byte chunks per tile
 #pragma unroll
     for (int u = 0; u < t::NB; ++u) {
         const u16* src = A.wt + (((i64)t::bpath(u) * A.NCT + A.ct) * A.NCH + c) * (F3_COLS * 16) + tid * 8;
@@ -281,8 +304,16 @@ template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsign
 
 #if F3_LOAD == 2
 // The raw stage of a chunk: x then y as [blade][row][16 channels] (32 bytes a row), then the gates as
-// [row][16] f32; rows past B and channels past N zero-filled.
+// [row][16] f32; rows past B and channels past N zero-filled. Swizzled so that the generation's
+// reads are free of bank conflicts (f3_gen_staged: a warp reads 8 rows × 4 words of one 8-channel
+// half, which unswizzled fall on 16 banks twice): the two 16-byte halves of a row of x or y are
+// swapped in rows with r & 4 (f3_raw_xy), the 16-byte quarters of a row of gates are xor-ed with 2
+// in rows with r & 2 (f3_raw_g).
 #define F3_RAW_BYTES (2 * CL_M * F3_ROWS * 32 + F3_ROWS * 64)
+// Byte offset of half h (channels 8h..8h + 7) of row r in a 32-byte-row plane.
+__device__ __forceinline__ int f3_raw_xy(int r, int h) { return r * 32 + ((h ^ (r >> 2)) & 1) * 16; }
+// Byte offset of quarter k (channels 4k..4k + 3) of row r in the gate plane.
+__device__ __forceinline__ int f3_raw_g(int r, int k) { return r * 64 + (k ^ (r & 2)) * 16; }
 
 // 16 bytes global → shared by cp.async, or 16 zero bytes where `valid` is false (src-size 0: nothing
 // is read; `src` is then any valid address).
@@ -303,44 +334,79 @@ __device__ __forceinline__ void f3_cp16z(unsigned char* dst, const void* src, bo
 // or absent, and 16-byte aligned).
 __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, i64 c) {
     const i64 BN = A.B * A.N;
-    // Unit u = ((array · CL_M + blade) · 64 + row) · 2 + half: bytes R + 16u.
-    for (int u = threadIdx.x; u < 2 * CL_M * F3_ROWS * 2; u += F3_THREADS) {
+    // Unit u = ((array · CL_M + blade) · 64 + row) · 2 + half: plane jj's row r, half h, stored at
+    // unit u ^ ((u >> 3) & 1) (f3_raw_xy). u ≡ threadIdx.x mod F3_THREADS, a multiple of 16, so the
+    // swizzle bit is the thread's and the stores stay at constant offsets from R + 16·(tid ^ sw)
+    // (per-unit offsets were hoisted out of the chunk loop and spilled).
+    static_assert(F3_THREADS % 16 == 0, "the raw swizzle bit must not depend on the unit's iteration");
+    const int tid = f3_tid(), sw = (tid >> 3) & 1;
+    unsigned char* const Rt = R + (tid ^ sw) * 16;
+    for (int u = tid; u < 2 * CL_M * F3_ROWS * 2; u += F3_THREADS) {
         const int h = u & 1, r = (u >> 1) & (F3_ROWS - 1), jj = u >> 7;
         const int j = jj % CL_M;
         const u16* base = jj < CL_M ? A.x : A.y;
         const i64 b = A.b0 + r, n = c * 16 + 8 * h;
         const bool ok = b < A.B && n < A.N;
-        f3_cp16z(R + u * 16, ok ? base + j * BN + b * A.N + n : base, ok);
+        f3_cp16z(Rt + (u - tid) * 16, ok ? base + j * BN + b * A.N + n : base, ok);
     }
+    // Gates: unit v = row · 4 + quarter, stored at unit v ^ (((v >> 3) & 1) << 1) (f3_raw_g).
     unsigned char* Rg = R + 2 * CL_M * F3_ROWS * 32;
-    for (int v = threadIdx.x; v < F3_ROWS * 4; v += F3_THREADS) {
+    for (int v = tid; v < F3_ROWS * 4; v += F3_THREADS) {
         const int r = v >> 2, k = v & 3;
         const i64 b = A.b0 + r, n = c * 16 + 4 * k;
         const bool ok = b < A.B && n < A.N;
-        f3_cp16z(Rg + v * 16, ok ? A.g + b * A.N + n : A.g, ok);
+        f3_cp16z(Rg + (v ^ (((v >> 3) & 1) << 1)) * 16, ok ? A.g + b * A.N + n : A.g, ok);
     }
 }
 
-// Path terms of a chunk from its raw stage into the A part of a stage: quads on the last 256
-// threads as in F3_LOAD 1, each quad's two pairs read from shared memory one after the other (all
-// of a quad's words at once spilled at the 168-register cap).
+// Path terms of a chunk from its raw stage into the A part of a stage: the last 256 threads, thread
+// (row r, qq) the channel pairs qq (channels 2qq, 2qq + 1) and qq + 4 (channels 8 + 2qq, + 1), one
+// after the other (all of a thread's words at once spilled at the 168-register cap). Pairs qq and
+// qq + 4, not 2qq and 2qq + 1: a warp's 4-byte term stores then fill one 8-channel half of 8 rows,
+// each 128-byte core matrix whole (32 banks), where adjacent pairs put both halves' words on the
+// same 16 banks (2-way conflicts on every store); with the raw stage's swizzle the loads are
+// conflict-free too. Same values per element, so the same bits.
 template <int T> __device__ __forceinline__ void f3_gen_staged(const unsigned char* R, unsigned char* As) {
-    const int i = (int)threadIdx.x - (F3_THREADS - F3_ROWS * 4);
+    const int i = f3_tid() - (F3_THREADS - F3_ROWS * 4);
     if (i < 0) return;
     const int r = i >> 2, qq = i & 3;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
+        const int xo = f3_raw_xy(r, half) + qq * 4;
         u32 wx[CL_M], wy[CL_M];
 #pragma unroll
         for (int j = 0; j < CL_M; ++j) {
-            wx[j] = *reinterpret_cast<const u32*>(R + (j * F3_ROWS + r) * 32 + qq * 8 + half * 4);
-            wy[j] = *reinterpret_cast<const u32*>(R + ((CL_M + j) * F3_ROWS + r) * 32 + qq * 8 + half * 4);
+            wx[j] = *reinterpret_cast<const u32*>(R + j * (F3_ROWS * 32) + xo);
+            wy[j] = *reinterpret_cast<const u32*>(R + (CL_M + j) * (F3_ROWS * 32) + xo);
         }
-        const float2 g = *reinterpret_cast<const float2*>(R + 2 * CL_M * F3_ROWS * 32 + r * 64 + qq * 16 + half * 8);
-        f3_pair<T>(wx, wy, g.x, g.y, As, r, 2 * qq + half);
+        const float2 g = *reinterpret_cast<const float2*>(R + 2 * CL_M * F3_ROWS * 32 + f3_raw_g(r, 2 * half + (qq >> 1)) + (qq & 1) * 8);
+        f3_pair<T>(wx, wy, g.x, g.y, As, r, qq + 4 * half);
     }
 }
 #endif
+
+// The B tile of warpgroup wg's product pp (slot wg·PR + pp). pp is a compile-time constant in the
+// unrolled issue loop, so each arm folds to a constant and the choice is at most two selects on wg
+// (none where the row blocks share their tiles, as Cl(3,0)'s 6-path types do): `btile(wg·PR + pp)`
+// with wg known only at run time compiled to jump tables (BRX) between the products, which cost a
+// WARPGROUP.ARRIVE and gsb0 on every HGMMA and spilled the tile indices to local memory.
+template <int T, int PP> __device__ __forceinline__ int f3_btile(int wg) {
+    using t = f3t<T>;
+    constexpr int b0 = t::btile(PP), b1 = t::btile(t::PR + PP), b2 = t::btile(2 * t::PR + PP);
+    return wg == 0 ? b0 : wg == 1 ? b1 : b2;
+}
+
+template <int T, int PP> struct f3_issue {
+    // Products PP.. of warpgroup wg on stage st (a recursion, so that each PP is a template constant).
+    static __device__ __forceinline__ void run(float (&acc)[96], const unsigned char* st, int wg) {
+        using t = f3t<T>;
+        if constexpr (PP < t::PR) {
+            constexpr int A_BYTES = t::NS * F3_ATILE;
+            f3_mma(acc, st + (wg * t::PR + PP) * F3_ATILE, st + A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE);
+            f3_issue<T, PP + 1>::run(acc, st, wg);
+        }
+    }
+};
 
 template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsigned char* smem) {
     using t = f3t<T>;
@@ -376,11 +442,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         if (active) {
             f3_fence_regs(acc);
             f3_wg_fence();
-#pragma unroll
-            for (int pp = 0; pp < t::PR; ++pp) {
-                const int s = wg * t::PR + pp;
-                f3_mma(acc, st + s * F3_ATILE, st + A_BYTES + t::btile(s) * F3_BTILE);
-            }
+            f3_issue<T, 0>::run(acc, st, wg);
             f3_wg_commit();
             f3_wg_wait<1>();  // the products of chunk c − 1 are done
             f3_fence_regs(acc);
@@ -417,11 +479,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         if (active) {
             f3_fence_regs(acc);
             f3_wg_fence();
-#pragma unroll
-            for (int pp = 0; pp < t::PR; ++pp) {
-                const int s = wg * t::PR + pp;
-                f3_mma(acc, st + s * F3_ATILE, st + A_BYTES + t::btile(s) * F3_BTILE);
-            }
+            f3_issue<T, 0>::run(acc, st, wg);
             f3_wg_commit();
             // The products of chunk c − 1 are done; chunk c's run on while the next stage is filled.
             f3_wg_wait<1>();
@@ -446,17 +504,37 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         f3_fence_regs(acc);
         const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
         const i64 J = t::blade(wg);
+        // Accumulators i, i + 1 (i even) are columns m, m + 1 of one row, m even: one 8-byte (f32) or
+        // 4-byte store where N_out is even (the pair is then aligned and whole or past the end), so a
+        // warp's stores fill whole 32-byte sectors (single values used half of each).
+        const bool pairs = (A.Mo & 1) == 0;
 #pragma unroll
-        for (int i = 0; i < 96; ++i) {
+        for (int i = 0; i < 96; i += 2) {
             const i64 b = A.b0 + 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1);
-            const i64 m = A.ct * F3_COLS + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-            if (b < A.B && m < A.Mo) {
-                const i64 at = (J * A.B + b) * A.Mo + m;
+            const i64 m = A.ct * F3_COLS + 8 * (i >> 2) + 2 * (lane & 3);
+            if (b >= A.B) continue;
+            const i64 at = (J * A.B + b) * A.Mo + m;
+            if (pairs) {
+                if (m < A.Mo) {
 #if F3_D_F32
-                reinterpret_cast<float*>(A.dst)[at] = acc[i];
+                    *reinterpret_cast<float2*>(reinterpret_cast<float*>(A.dst) + at) = make_float2(acc[i], acc[i + 1]);
 #else
-                reinterpret_cast<act_t*>(A.dst)[at] = ember_from_f32<act_t>(acc[i]);
+                    // Each value rounded as a single store rounds it (NaN payloads included).
+                    *reinterpret_cast<u32*>(reinterpret_cast<act_t*>(A.dst) + at) =
+                        (u32)ember_from_f32<act_t>(acc[i]).bits | ((u32)ember_from_f32<act_t>(acc[i + 1]).bits << 16);
 #endif
+                }
+                continue;
+            }
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                if (m + e < A.Mo) {
+#if F3_D_F32
+                    reinterpret_cast<float*>(A.dst)[at + e] = acc[i + e];
+#else
+                    reinterpret_cast<act_t*>(A.dst)[at + e] = ember_from_f32<act_t>(acc[i + e]);
+#endif
+                }
             }
         }
     }

@@ -148,7 +148,8 @@ fn fc3_source(layer: &Layer) -> Result<KernelSource> {
             let btiles: Vec<usize> = ty.rbs.iter().flat_map(|r| r.btiles.iter().copied()).collect();
             s.push_str(&format!("    __device__ static __forceinline__ int blade(int rb) {{ return {}; }}\n", chain(&blades, "rb")));
             s.push_str(&format!("    __device__ static __forceinline__ int bpath(int i) {{ return {}; }}\n", chain(&ty.bpaths, "i")));
-            s.push_str(&format!("    __device__ static __forceinline__ int btile(int s) {{ return {}; }}\n", chain(&btiles, "s")));
+            // constexpr: fc3.cu folds btile of a compile-time slot to a constant (f3_btile).
+            s.push_str(&format!("    __device__ static constexpr int btile(int s) {{ return {}; }}\n", chain(&btiles, "s")));
             s.push_str(&format!("    __device__ static __forceinline__ void pick(const float (&t)[CL_NT], float (&a)[{ns}]) {{\n"));
             for (k, q) in ty.rbs.iter().flat_map(|r| r.terms.iter()).enumerate() {
                 match q {
@@ -193,7 +194,8 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let (nch, nct) = (dims.n.div_ceil(16), n_out.div_ceil(COLS));
     let p = layer.paths();
     let wt = plan.alloc(&[p, nct, nch, COLS * 16], dt);
-    let prep_grid = blocks("w", p * nct * nch * COLS * 16, 256)?.min(8192);
+    // One thread per 16-byte unit of the arranged weights (8 values).
+    let prep_grid = blocks("w", p * nct * nch * COLS * 2, 256)?.min(8192);
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
     args.extend([p, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
     plan.launch(Launch { src, opts: opts(dt, Pass::Weights, Load::Scalar, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
