@@ -144,15 +144,11 @@ fn wgmma_fns() -> String {
          template <int NC> __device__ __forceinline__ void f3_wgmma(float (&d)[NC / 2], u64 da, u64 db);\n",
     );
     for nc in (8..=COLS).step_by(8) {
-        let r = nc / 2;
-        let regs: Vec<String> = (0..r).map(|i| format!("%{i}")).collect();
-        let outs: Vec<String> = (0..r).map(|i| format!("\"+f\"(d[{i}])")).collect();
+        let (r, r1) = (nc / 2, nc / 2 + 1);
+        let regs = (0..r).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", ");
+        let outs = (0..r).map(|i| format!("\"+f\"(d[{i}])")).collect::<Vec<_>>().join(", ");
         s.push_str(&format!(
-            "template <> __device__ __forceinline__ void f3_wgmma<{nc}>(float (&d)[{r}], u64 da, u64 db) {{\n    asm volatile(\"wgmma.mma_async.sync.aligned.m64n{nc}k16.f32.\" F3_WG_TY \".\" F3_WG_TY \" {{{}}}, %{}, %{}, 1, 1, 1, 0, 0;\\n\"\n                 : {}\n                 : \"l\"(da), \"l\"(db));\n}}\n",
-            regs.join(", "),
-            r,
-            r + 1,
-            outs.join(", ")
+            "template <> __device__ __forceinline__ void f3_wgmma<{nc}>(float (&d)[{r}], u64 da, u64 db) {{\n    asm volatile(\"wgmma.mma_async.sync.aligned.m64n{nc}k16.f32.\" F3_WG_TY \".\" F3_WG_TY \" {{{regs}}}, %{r}, %{r1}, 1, 1, 1, 0, 0;\\n\"\n                 : {outs}\n                 : \"l\"(da), \"l\"(db));\n}}\n"
         ));
     }
     s.push_str("#endif\n");
