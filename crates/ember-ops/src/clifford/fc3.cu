@@ -3,10 +3,11 @@
 //
 // Rows of the product are (blade J, batch row b), K = (path p into J's grade, input channel n),
 // columns the output channels m:  o[J, b, m] = Σ_p Σ_n T_(J,p)[b, n] · w[p, n, m].
-// A CTA (384 threads = 3 warpgroups) owns 64 batch rows, 192 output channels and one "type": up to
-// three row blocks (blades) whose grades have the same number of paths PR (Cl(3,0): {e1, e2, e3},
-// {e12, e13, e23}, {1, e123}). Warpgroup r accumulates row block r (m64n192, 96 f32 registers per
-// thread); the CTA walks n in chunks of 16 through a 3-stage shared-memory ring:
+// A CTA (384 threads = 3 warpgroups) owns 64 batch rows, a tile of NC ≤ 192 output channels (see the
+// grid below) and one "type": up to three row blocks (blades) whose grades have the same number of
+// paths PR (Cl(3,0): {e1, e2, e3}, {e12, e13, e23}, {1, e123}). Warpgroup r accumulates row block r
+// (m64nNC, NC / 2 ≤ 96 f32 registers per thread); the CTA walks n in chunks of 16 through a 3-stage
+// shared-memory ring:
 //   - B: the chunk's weights of the type's NB distinct paths, 192 × 16 each, pre-arranged by the prep
 //     kernel in the byte order wgmma reads (8×8 core matrices, K-major, no swizzle), so each tile is
 //     one contiguous 6 KB block copied by cp.async (thread i copies bytes 16i..16i+15 of every tile);
@@ -46,21 +47,34 @@ typedef EMBER_T act_t;
 #endif
 
 #if F3_PREP == 1
-// wt[p][ct][c] = the 192 × 16 tile (columns ct·192.., channels c·16..) of w[p] in the activation type,
-// element (m, k) at (m/8)·128 + (k/8)·64 + (m%8)·8 + k%8; zero outside w.
-extern "C" __global__ void __launch_bounds__(256) cl_kernel(const float* __restrict__ w, u16* __restrict__ wt, i64 P, i64 N, i64 Mo, i64 NCH, i64 NCT) {
-    const i64 tile = F3_COLS * 16;
-    const i64 total = P * NCT * NCH * tile;
+// wt[p][ct][c] = the 192 × 16 tile (columns col0(ct).., channels c·16..) of w[p] in the activation
+// type, element (m, k) at (m/8)·128 + (k/8)·64 + (m%8)·8 + k%8; zero outside w and past the tile's
+// width (CW for the first NW tiles, CN for the rest: the product's column tiles, below).
+// A thread writes one 16-byte unit: the 8 channels k0..k0 + 7 of column m (one core-matrix row), so
+// the index arithmetic (64-bit divisions) runs once per 8 values and the store is one 16-byte write
+// (one value per thread and 2-byte stores made this pass issue-bound: ~40 µs for ~31 MB). Lanes walk
+// m within a core matrix, so each of the 8 loads reads runs of consecutive columns.
+extern "C" __global__ void __launch_bounds__(256) cl_kernel(const float* __restrict__ w, u16* __restrict__ wt, i64 P, i64 N, i64 Mo, i64 NCH, i64 NCT,
+                                                            i64 CW, i64 CN, i64 NW) {
+    constexpr int UNITS = F3_COLS * 2;  // 16-byte units per tile
+    const i64 total = P * NCT * NCH * UNITS;
     for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < total; i += (i64)gridDim.x * 256) {
-        const int e = (int)(i % tile);
-        i64 t = i / tile;
+        const int e = (int)(i % UNITS) * 8;
+        i64 t = i / UNITS;
         const i64 c = t % NCH;
         t /= NCH;
         const i64 ct = t % NCT, p = t / NCT;
-        const int m = (e >> 7) * 8 + ((e >> 3) & 7), k = ((e >> 6) & 1) * 8 + (e & 7);
-        const i64 gn = c * 16 + k, gm = ct * F3_COLS + m;
-        const float v = (gn < N && gm < Mo) ? __ldg(w + (p * N + gn) * Mo + gm) : 0.0f;
-        wt[i] = ember_from_f32<act_t>(v).bits;
+        const int m = (e >> 7) * 8 + ((e >> 3) & 7), k0 = ((e >> 6) & 1) * 8;
+        const i64 gn0 = c * 16 + k0, gm = (ct < NW ? ct * CW : NW * CW + (ct - NW) * CN) + m;
+        const bool col = m < (ct < NW ? CW : CN) && gm < Mo;
+        const float* src = w + (p * N + gn0) * Mo + gm;
+        u32 h[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            const float v = (col && gn0 + k < N) ? __ldg(src + k * Mo) : 0.0f;
+            h[k] = ember_from_f32<act_t>(v).bits;
+        }
+        *reinterpret_cast<uint4*>(wt + i * 8) = make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));
     }
 }
 #elif F3_PREP == 2
@@ -97,6 +111,19 @@ __device__ __forceinline__ void f3_cp_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
+// threadIdx.x read anew at each use (volatile: not hoisted out of the chunk loop). The copies and the
+// generation derive their addresses from it; read once, ptxas kept those per-thread offsets live
+// across the loop beside the 96 accumulators and spilled them at the 168-register cap, where
+// recomputing them per chunk costs a few integer instructions.
+__device__ __forceinline__ int f3_tid() {
+#ifdef EMBER_HOST_EMU
+    return (int)threadIdx.x;
+#else
+    int t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+#endif
+}
 // Shared memory written by ordinary stores or cp.async, read next by wgmma (the async proxy).
 __device__ __forceinline__ void f3_fence_async() {
 #ifndef EMBER_HOST_EMU
@@ -123,10 +150,10 @@ template <int N> __device__ __forceinline__ void f3_wg_wait() {
 #endif
 }
 // Keeps the compiler from moving accesses of the accumulators across a wgmma fence or wait.
-__device__ __forceinline__ void f3_fence_regs(float (&d)[96]) {
+template <int R> __device__ __forceinline__ void f3_fence_regs(float (&d)[R]) {
 #ifndef EMBER_HOST_EMU
 #pragma unroll
-    for (int i = 0; i < 96; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 #endif
 }
 
@@ -139,38 +166,14 @@ __device__ __forceinline__ u64 f3_desc(const unsigned char* p) {
 }
 #endif
 
-#define F3_WGMMA_ASM(TYPE)                                                                                                                                  \
-    asm volatile("{\n"                                                                                                                                      \
-                 "wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPE "." TYPE " "                                                                          \
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, "       \
-                 "%28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, "    \
-                 "%55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, "    \
-                 "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, 1, 1, 1, 0, 0;\n"                                         \
-                 "}\n"                                                                                                                                      \
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]),     \
-                   "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),        \
-                   "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),        \
-                   "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),        \
-                   "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),        \
-                   "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),        \
-                   "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),        \
-                   "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),        \
-                   "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),        \
-                   "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])                                                                         \
-                 : "l"(da), "l"(db))
-
-// d (this thread's 96 accumulators of the warpgroup's 64 × 192 block) += A · Bᵀ over 16 of depth,
-// A (64 × 16) at `a` and B (192 × 16) at `b` in shared memory.
-__device__ __forceinline__ void f3_mma(float (&d)[96], const unsigned char* a, const unsigned char* b) {
+// d (this thread's NC / 2 accumulators of the warpgroup's 64 × NC block) += A · Bᵀ over 16 of depth,
+// A (64 × 16) at `a` and B (NC × 16) at `b` in shared memory; f3_wgmma<NC> (fc3.rs) is
+// wgmma.m64nNCk16 for each multiple of 8 up to 192.
+template <int NC> __device__ __forceinline__ void f3_mma(float (&d)[NC / 2], const unsigned char* a, const unsigned char* b) {
 #ifdef EMBER_HOST_EMU
-    ember_emu_wgmma<F3_BF16 ? 1 : 2, 192>(d, reinterpret_cast<const u16*>(a), reinterpret_cast<const u16*>(b));
+    ember_emu_wgmma<F3_BF16 ? 1 : 2, NC>(d, reinterpret_cast<const u16*>(a), reinterpret_cast<const u16*>(b));
 #elif F3_HAS_WGMMA
-    const u64 da = f3_desc(a), db = f3_desc(b);
-#if F3_BF16
-    F3_WGMMA_ASM("bf16");
-#else
-    F3_WGMMA_ASM("f16");
-#endif
+    f3_wgmma<NC>(d, f3_desc(a), f3_desc(b));
 #endif
 }
 
@@ -181,12 +184,15 @@ struct f3_args {
     const float* g;
     void* dst;
     i64 B, N, Mo, NCH, NCT, b0, ct;
+    i64 col0;  // the tile's first output channel
 };
 
-// Weights of chunk c (the type's NB paths) into the B part of a stage.
-template <int T> __device__ __forceinline__ void f3_load_w(const f3_args& A, unsigned char* Bs, i64 c) {
+// Weights of chunk c (the type's NB paths) into the B part of a stage: the first NC columns of each
+// 192-column tile (NC · 32 bytes, one 16-byte unit per thread; the rest of the slot is never read).
+template <int T, int NC> __device__ __forceinline__ void f3_load_w(const f3_args& A, unsigned char* Bs, i64 c) {
     using t = f3t<T>;
-    const int tid = threadIdx.x;  // F3_THREADS = 16-byte chunks per tile
+    const int tid = f3_tid();  // F3_THREADS = 16-byte chunks of a whole tile
+    if (NC < F3_COLS && tid >= NC * 2) return;
 #pragma unroll
     for (int u = 0; u < t::NB; ++u) {
         const u16* src = A.wt + (((i64)t::bpath(u) * A.NCT + A.ct) * A.NCH + c) * (F3_COLS * 16) + tid * 8;
@@ -281,8 +287,16 @@ template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsign
 
 #if F3_LOAD == 2
 // The raw stage of a chunk: x then y as [blade][row][16 channels] (32 bytes a row), then the gates as
-// [row][16] f32; rows past B and channels past N zero-filled.
+// [row][16] f32; rows past B and channels past N zero-filled. Swizzled so that the generation's
+// reads are free of bank conflicts (f3_gen_staged: a warp reads 8 rows × 4 words of one 8-channel
+// half, which unswizzled fall on 16 banks twice): the two 16-byte halves of a row of x or y are
+// swapped in rows with r & 4 (f3_raw_xy), the 16-byte quarters of a row of gates are xor-ed with 2
+// in rows with r & 2 (f3_raw_g).
 #define F3_RAW_BYTES (2 * CL_M * F3_ROWS * 32 + F3_ROWS * 64)
+// Byte offset of half h (channels 8h..8h + 7) of row r in a 32-byte-row plane.
+__device__ __forceinline__ int f3_raw_xy(int r, int h) { return r * 32 + ((h ^ (r >> 2)) & 1) * 16; }
+// Byte offset of quarter k (channels 4k..4k + 3) of row r in the gate plane.
+__device__ __forceinline__ int f3_raw_g(int r, int k) { return r * 64 + (k ^ (r & 2)) * 16; }
 
 // 16 bytes global → shared by cp.async, or 16 zero bytes where `valid` is false (src-size 0: nothing
 // is read; `src` is then any valid address).
@@ -303,55 +317,91 @@ __device__ __forceinline__ void f3_cp16z(unsigned char* dst, const void* src, bo
 // or absent, and 16-byte aligned).
 __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, i64 c) {
     const i64 BN = A.B * A.N;
-    // Unit u = ((array · CL_M + blade) · 64 + row) · 2 + half: bytes R + 16u.
-    for (int u = threadIdx.x; u < 2 * CL_M * F3_ROWS * 2; u += F3_THREADS) {
+    // Unit u = ((array · CL_M + blade) · 64 + row) · 2 + half: plane jj's row r, half h, stored at
+    // unit u ^ ((u >> 3) & 1) (f3_raw_xy). u ≡ threadIdx.x mod F3_THREADS, a multiple of 16, so the
+    // swizzle bit is the thread's and the stores stay at constant offsets from R + 16·(tid ^ sw)
+    // (per-unit offsets were hoisted out of the chunk loop and spilled).
+    static_assert(F3_THREADS % 16 == 0, "the raw swizzle bit must not depend on the unit's iteration");
+    const int tid = f3_tid(), sw = (tid >> 3) & 1;
+    unsigned char* const Rt = R + (tid ^ sw) * 16;
+    for (int u = tid; u < 2 * CL_M * F3_ROWS * 2; u += F3_THREADS) {
         const int h = u & 1, r = (u >> 1) & (F3_ROWS - 1), jj = u >> 7;
         const int j = jj % CL_M;
         const u16* base = jj < CL_M ? A.x : A.y;
         const i64 b = A.b0 + r, n = c * 16 + 8 * h;
         const bool ok = b < A.B && n < A.N;
-        f3_cp16z(R + u * 16, ok ? base + j * BN + b * A.N + n : base, ok);
+        f3_cp16z(Rt + (u - tid) * 16, ok ? base + j * BN + b * A.N + n : base, ok);
     }
+    // Gates: unit v = row · 4 + quarter, stored at unit v ^ (((v >> 3) & 1) << 1) (f3_raw_g).
     unsigned char* Rg = R + 2 * CL_M * F3_ROWS * 32;
-    for (int v = threadIdx.x; v < F3_ROWS * 4; v += F3_THREADS) {
+    for (int v = tid; v < F3_ROWS * 4; v += F3_THREADS) {
         const int r = v >> 2, k = v & 3;
         const i64 b = A.b0 + r, n = c * 16 + 4 * k;
         const bool ok = b < A.B && n < A.N;
-        f3_cp16z(Rg + v * 16, ok ? A.g + b * A.N + n : A.g, ok);
+        f3_cp16z(Rg + (v ^ (((v >> 3) & 1) << 1)) * 16, ok ? A.g + b * A.N + n : A.g, ok);
     }
 }
 
-// Path terms of a chunk from its raw stage into the A part of a stage: quads on the last 256
-// threads as in F3_LOAD 1, each quad's two pairs read from shared memory one after the other (all
-// of a quad's words at once spilled at the 168-register cap).
+// Path terms of a chunk from its raw stage into the A part of a stage: the last 256 threads, thread
+// (row r, qq) the channel pairs qq (channels 2qq, 2qq + 1) and qq + 4 (channels 8 + 2qq, + 1), one
+// after the other (all of a thread's words at once spilled at the 168-register cap). Pairs qq and
+// qq + 4, not 2qq and 2qq + 1: a warp's 4-byte term stores then fill one 8-channel half of 8 rows,
+// each 128-byte core matrix whole (32 banks), where adjacent pairs put both halves' words on the
+// same 16 banks (2-way conflicts on every store); with the raw stage's swizzle the loads are
+// conflict-free too. Same values per element, so the same bits.
 template <int T> __device__ __forceinline__ void f3_gen_staged(const unsigned char* R, unsigned char* As) {
-    const int i = (int)threadIdx.x - (F3_THREADS - F3_ROWS * 4);
+    const int i = f3_tid() - (F3_THREADS - F3_ROWS * 4);
     if (i < 0) return;
     const int r = i >> 2, qq = i & 3;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
+        const int xo = f3_raw_xy(r, half) + qq * 4;
         u32 wx[CL_M], wy[CL_M];
 #pragma unroll
         for (int j = 0; j < CL_M; ++j) {
-            wx[j] = *reinterpret_cast<const u32*>(R + (j * F3_ROWS + r) * 32 + qq * 8 + half * 4);
-            wy[j] = *reinterpret_cast<const u32*>(R + ((CL_M + j) * F3_ROWS + r) * 32 + qq * 8 + half * 4);
+            wx[j] = *reinterpret_cast<const u32*>(R + j * (F3_ROWS * 32) + xo);
+            wy[j] = *reinterpret_cast<const u32*>(R + (CL_M + j) * (F3_ROWS * 32) + xo);
         }
-        const float2 g = *reinterpret_cast<const float2*>(R + 2 * CL_M * F3_ROWS * 32 + r * 64 + qq * 16 + half * 8);
-        f3_pair<T>(wx, wy, g.x, g.y, As, r, 2 * qq + half);
+        const float2 g = *reinterpret_cast<const float2*>(R + 2 * CL_M * F3_ROWS * 32 + f3_raw_g(r, 2 * half + (qq >> 1)) + (qq & 1) * 8);
+        f3_pair<T>(wx, wy, g.x, g.y, As, r, qq + 4 * half);
     }
 }
 #endif
 
-template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsigned char* smem) {
+// The B tile of warpgroup wg's product pp (slot wg·PR + pp). pp is a compile-time constant in the
+// unrolled issue loop, so each arm folds to a constant and the choice is at most two selects on wg
+// (none where the row blocks share their tiles, as Cl(3,0)'s 6-path types do): `btile(wg·PR + pp)`
+// with wg known only at run time compiled to jump tables (BRX) between the products, which cost a
+// WARPGROUP.ARRIVE and gsb0 on every HGMMA and spilled the tile indices to local memory.
+template <int T, int PP> __device__ __forceinline__ int f3_btile(int wg) {
+    using t = f3t<T>;
+    constexpr int b0 = t::btile(PP), b1 = t::btile(t::PR + PP), b2 = t::btile(2 * t::PR + PP);
+    return wg == 0 ? b0 : wg == 1 ? b1 : b2;
+}
+
+template <int T, int NC, int PP> struct f3_issue {
+    // Products PP.. of warpgroup wg on stage st (a recursion, so that each PP is a template constant).
+    static __device__ __forceinline__ void run(float (&acc)[NC / 2], const unsigned char* st, int wg) {
+        using t = f3t<T>;
+        if constexpr (PP < t::PR) {
+            constexpr int A_BYTES = t::NS * F3_ATILE;
+            f3_mma<NC>(acc, st + (wg * t::PR + PP) * F3_ATILE, st + A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE);
+            f3_issue<T, NC, PP + 1>::run(acc, st, wg);
+        }
+    }
+};
+
+// One CTA's tile of NC output channels (NC a multiple of 8, at most 192).
+template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A, unsigned char* smem) {
     using t = f3t<T>;
     constexpr int A_BYTES = t::NS * F3_ATILE;
     constexpr int STAGE = A_BYTES + t::NB * F3_BTILE;
     const int wg = threadIdx.x >> 7;
     const bool active = wg < t::RB;  // uniform per warpgroup
 
-    float acc[96];
+    float acc[NC / 2];
 #pragma unroll
-    for (int i = 0; i < 96; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < NC / 2; ++i) acc[i] = 0.0f;
 
     const i64 chunks = A.NCH;
 #if F3_LOAD == 2
@@ -360,7 +410,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
     unsigned char* const raw = smem + 2 * STAGE;
     // Prologue: weights and raw data of chunk 0 (one group), raw data of chunk 1 (one group); chunk
     // 0's terms.
-    f3_load_w<T>(A, smem + A_BYTES, 0);
+    f3_load_w<T, NC>(A, smem + A_BYTES, 0);
     f3_load_raw(A, raw, 0);
     f3_cp_commit();
     if (chunks > 1) f3_load_raw(A, raw + F3_RAW_BYTES, 1);
@@ -376,11 +426,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         if (active) {
             f3_fence_regs(acc);
             f3_wg_fence();
-#pragma unroll
-            for (int pp = 0; pp < t::PR; ++pp) {
-                const int s = wg * t::PR + pp;
-                f3_mma(acc, st + s * F3_ATILE, st + A_BYTES + t::btile(s) * F3_BTILE);
-            }
+            f3_issue<T, NC, 0>::run(acc, st, wg);
             f3_wg_commit();
             f3_wg_wait<1>();  // the products of chunk c − 1 are done
             f3_fence_regs(acc);
@@ -389,7 +435,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         // Everyone's too; every warpgroup is done with stage nxt (chunk c − 1), and raw stage cur
         // (chunk c, read by the previous iteration's generation) is free.
         __syncthreads();
-        if (c + 1 < chunks) f3_load_w<T>(A, smem + nxt * STAGE + A_BYTES, c + 1);
+        if (c + 1 < chunks) f3_load_w<T, NC>(A, smem + nxt * STAGE + A_BYTES, c + 1);
         f3_cp_commit();
         if (c + 2 < chunks) f3_load_raw(A, raw + cur * F3_RAW_BYTES, c + 2);
         f3_cp_commit();
@@ -403,7 +449,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
         if (s < chunks) {
-            f3_load_w<T>(A, smem + s * STAGE + A_BYTES, s);
+            f3_load_w<T, NC>(A, smem + s * STAGE + A_BYTES, s);
         }
         f3_cp_commit();
         if (s < chunks) f3_gen<T>(A, smem + s * STAGE, s);
@@ -417,11 +463,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         if (active) {
             f3_fence_regs(acc);
             f3_wg_fence();
-#pragma unroll
-            for (int pp = 0; pp < t::PR; ++pp) {
-                const int s = wg * t::PR + pp;
-                f3_mma(acc, st + s * F3_ATILE, st + A_BYTES + t::btile(s) * F3_BTILE);
-            }
+            f3_issue<T, NC, 0>::run(acc, st, wg);
             f3_wg_commit();
             // The products of chunk c − 1 are done; chunk c's run on while the next stage is filled.
             f3_wg_wait<1>();
@@ -430,7 +472,7 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         __syncthreads();  // every warpgroup is done reading stage (c − 1) % 3 = (c + 2) % 3
         if (c + 2 < chunks) {
             unsigned char* nx = smem + (int)((c + 2) % F3_STAGES) * STAGE;
-            f3_load_w<T>(A, nx + A_BYTES, c + 2);
+            f3_load_w<T, NC>(A, nx + A_BYTES, c + 2);
             f3_cp_commit();
             f3_gen<T>(A, nx, c + 2);
         } else {
@@ -446,27 +488,50 @@ template <int T> __device__ __forceinline__ void f3_run(const f3_args& A, unsign
         f3_fence_regs(acc);
         const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
         const i64 J = t::blade(wg);
+        // Accumulators i, i + 1 (i even) are columns m, m + 1 of one row, m even: one 8-byte (f32) or
+        // 4-byte store where N_out is even (the pair is then aligned and whole or past the end), so a
+        // warp's stores fill whole 32-byte sectors (single values used half of each).
+        const bool pairs = (A.Mo & 1) == 0;
 #pragma unroll
-        for (int i = 0; i < 96; ++i) {
+        for (int i = 0; i < NC / 2; i += 2) {
             const i64 b = A.b0 + 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1);
-            const i64 m = A.ct * F3_COLS + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-            if (b < A.B && m < A.Mo) {
-                const i64 at = (J * A.B + b) * A.Mo + m;
+            const i64 m = A.col0 + 8 * (i >> 2) + 2 * (lane & 3);
+            if (b >= A.B) continue;
+            const i64 at = (J * A.B + b) * A.Mo + m;
+            if (pairs) {
+                if (m < A.Mo) {
 #if F3_D_F32
-                reinterpret_cast<float*>(A.dst)[at] = acc[i];
+                    *reinterpret_cast<float2*>(reinterpret_cast<float*>(A.dst) + at) = make_float2(acc[i], acc[i + 1]);
 #else
-                reinterpret_cast<act_t*>(A.dst)[at] = ember_from_f32<act_t>(acc[i]);
+                    // Each value rounded as a single store rounds it (NaN payloads included).
+                    *reinterpret_cast<u32*>(reinterpret_cast<act_t*>(A.dst) + at) =
+                        (u32)ember_from_f32<act_t>(acc[i]).bits | ((u32)ember_from_f32<act_t>(acc[i + 1]).bits << 16);
 #endif
+                }
+                continue;
+            }
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                if (m + e < A.Mo) {
+#if F3_D_F32
+                    reinterpret_cast<float*>(A.dst)[at + e] = acc[i + e];
+#else
+                    reinterpret_cast<act_t*>(A.dst)[at + e] = ember_from_f32<act_t>(acc[i + e]);
+#endif
+                }
             }
         }
     }
 }
 
-// Grid: x = column tile of 192 output channels (fastest, so the CTAs that read the same x and y rows
-// run together), y = (block of 64 batch rows) · F3_TYPES + type.
+// Grid: x = column tile (fastest, so the CTAs that read the same x and y rows run together), y = (block
+// of 64 batch rows) · F3_TYPES + type. The NCT tiles split N_out (rounded up to 8) as evenly as
+// multiples of 8 allow: the first NW are F3_CW wide, the rest F3_CN (F3_CN ≤ F3_CW ≤ F3_CN + 8), so no
+// tile is mostly padding (N_out = 512: 176 + 168 + 168 instead of 3 × 192 with the last a third
+// empty). Each output value is the same sum of the same products whatever the tile width.
 extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const u16* __restrict__ wt,
                                                                       const float* __restrict__ g, void* __restrict__ dst, i64 B, i64 N, i64 Mo, i64 NCH,
-                                                                      i64 NCT) {
+                                                                      i64 NCT, i64 NW) {
 #if F3_HAS_WGMMA
 #ifdef EMBER_HOST_EMU
     unsigned char* smem = reinterpret_cast<unsigned char*>(ember_emu_dynamic_smem());
@@ -487,10 +552,20 @@ extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) cl_kernel(const act_
     A.NCT = NCT;
     A.b0 = (i64)(blockIdx.y / F3_TYPES) * F3_ROWS;
     A.ct = blockIdx.x;
+    A.col0 = A.ct < NW ? A.ct * F3_CW : NW * F3_CW + (A.ct - NW) * F3_CN;
     if (A.b0 >= B) return;
-#define F3_CALL(T) f3_run<T>(A, smem)
-    F3_SWITCH((int)(blockIdx.y % F3_TYPES), F3_CALL)
+    const int type = (int)(blockIdx.y % F3_TYPES);
+    if (F3_CW == F3_CN || A.ct >= NW) {
+#define F3_CALL(T) f3_run<T, F3_CN>(A, smem)
+        F3_SWITCH(type, F3_CALL)
 #undef F3_CALL
+    } else {
+#if F3_CW != F3_CN
+#define F3_CALL(T) f3_run<T, F3_CW>(A, smem)
+        F3_SWITCH(type, F3_CALL)
+#undef F3_CALL
+#endif
+    }
 #else
     // Built for an architecture without wgmma: never launched (fc3.rs checks for sm_90a).
     __trap();

@@ -125,6 +125,36 @@ pub fn applies(layer: &Layer, dt: DType) -> bool {
     dt != DType::F32 && config(layer.tables()).is_some()
 }
 
+/// The column tiles of `n_out` output channels: (CW, CN, NW, NCT) — NCT tiles of at most COLS, the
+/// first NW of CW channels and the rest of CN, multiples of 8 as even as they go (N_out = 512: 176,
+/// 168, 168), so that no tile is mostly padding.
+pub fn col_tiles(n_out: usize) -> (usize, usize, usize, usize) {
+    let nct = n_out.div_ceil(COLS).max(1);
+    let groups = n_out.div_ceil(8).max(1);
+    let (cn, nw) = (8 * (groups / nct), groups % nct);
+    let cw = if nw == 0 { cn } else { cn + 8 };
+    (cw, cn, nw, nct)
+}
+
+/// `f3_wgmma<NC>`: wgmma.m64nNCk16 (f32 += A · Bᵀ, both from shared memory) for every tile width NC,
+/// a multiple of 8 up to COLS (the instruction names its N, and the asm its NC / 2 accumulators).
+fn wgmma_fns() -> String {
+    let mut s = String::from(
+        "#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(EMBER_HOST_EMU)\n#if F3_BF16\n#define F3_WG_TY \"bf16\"\n#else\n#define F3_WG_TY \"f16\"\n#endif\n\
+         template <int NC> __device__ __forceinline__ void f3_wgmma(float (&d)[NC / 2], u64 da, u64 db);\n",
+    );
+    for nc in (8..=COLS).step_by(8) {
+        let (r, r1) = (nc / 2, nc / 2 + 1);
+        let regs = (0..r).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", ");
+        let outs = (0..r).map(|i| format!("\"+f\"(d[{i}])")).collect::<Vec<_>>().join(", ");
+        s.push_str(&format!(
+            "template <> __device__ __forceinline__ void f3_wgmma<{nc}>(float (&d)[{r}], u64 da, u64 db) {{\n    asm volatile(\"wgmma.mma_async.sync.aligned.m64n{nc}k16.f32.\" F3_WG_TY \".\" F3_WG_TY \" {{{regs}}}, %{r}, %{r1}, 1, 1, 1, 0, 0;\\n\"\n                 : {outs}\n                 : \"l\"(da), \"l\"(db));\n}}\n"
+        ));
+    }
+    s.push_str("#endif\n");
+    s
+}
+
 /// Whether `arch` (NVRTC target) has warpgroup MMA.
 pub fn arch_has_wgmma(arch: &str) -> bool {
     arch == "sm_90a"
@@ -148,7 +178,8 @@ fn fc3_source(layer: &Layer) -> Result<KernelSource> {
             let btiles: Vec<usize> = ty.rbs.iter().flat_map(|r| r.btiles.iter().copied()).collect();
             s.push_str(&format!("    __device__ static __forceinline__ int blade(int rb) {{ return {}; }}\n", chain(&blades, "rb")));
             s.push_str(&format!("    __device__ static __forceinline__ int bpath(int i) {{ return {}; }}\n", chain(&ty.bpaths, "i")));
-            s.push_str(&format!("    __device__ static __forceinline__ int btile(int s) {{ return {}; }}\n", chain(&btiles, "s")));
+            // constexpr: fc3.cu folds btile of a compile-time slot to a constant (f3_btile).
+            s.push_str(&format!("    __device__ static constexpr int btile(int s) {{ return {}; }}\n", chain(&btiles, "s")));
             s.push_str(&format!("    __device__ static __forceinline__ void pick(const float (&t)[CL_NT], float (&a)[{ns}]) {{\n"));
             for (k, q) in ty.rbs.iter().flat_map(|r| r.terms.iter()).enumerate() {
                 match q {
@@ -161,6 +192,7 @@ fn fc3_source(layer: &Layer) -> Result<KernelSource> {
         }
         sw.push_str(" default: break; }\n");
         s.push_str(&sw);
+        s.push_str(&wgmma_fns());
         Ok(s + FC3_CU)
     })
 }
@@ -173,14 +205,20 @@ enum Pass {
     Gates = 2,
 }
 
-fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool) -> Vec<String> {
-    vec![
+/// Build options; `cols` = (CW, CN), the product's two tile widths (the passes take none).
+fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usize)>) -> Vec<String> {
+    let mut o = vec![
         dtype_opt(dt),
         format!("-DF3_BF16={}", u8::from(dt == DType::BF16)),
         format!("-DF3_PREP={}", pass as u8),
         format!("-DF3_LOAD={}", load as u8),
         format!("-DF3_D_F32={}", u8::from(d_f32)),
-    ]
+    ];
+    if let Some((cw, cn)) = cols {
+        o.push(format!("-DF3_CW={cw}"));
+        o.push(format!("-DF3_CN={cn}"));
+    }
+    o
 }
 
 /// The forward product into `dst` (M × B × N_out, f32 when `d_f32`, else `dt`) from plan buffers
@@ -190,31 +228,33 @@ fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool) -> Vec<String> {
 pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, aligned: bool) -> Result<()> {
     let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     let src = fc3_source(layer)?;
-    let (nch, nct) = (dims.n.div_ceil(16), n_out.div_ceil(COLS));
+    let nch = dims.n.div_ceil(16);
+    let (cw, cn, nw, nct) = col_tiles(n_out);
     let p = layer.paths();
     let wt = plan.alloc(&[p, nct, nch, COLS * 16], dt);
-    let prep_grid = blocks("w", p * nct * nch * COLS * 16, 256)?.min(8192);
+    // One thread per 16-byte unit of the arranged weights (8 values).
+    let prep_grid = blocks("w", p * nct * nch * COLS * 2, 256)?.min(8192);
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
-    args.extend([p, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
-    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, Load::Scalar, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
+    args.extend([p, dims.n, n_out, nch, nct, cw, cn, nw].map(|v| Arg::I64(v as i64)));
+    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, Load::Scalar, false, None), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
     // The GELU gates Φ(x₀)·Φ(y₀) of every element (B × N f32).
     let gates = plan.alloc(&[dims.b, dims.n], DType::F32);
     let gate_grid = blocks("x", dims.b * dims.n, 256)?.min(8192);
     let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64)];
-    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, Load::Scalar, false), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, Load::Scalar, false, None), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
     let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
         .ok()
         .filter(|&v| v <= 65535)
         .ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{} batch rows", dims.b) })?;
     let gx = u32::try_from(nct).ok().filter(|&v| v <= i32::MAX as u32).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{n_out} output channels") })?;
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(wt), Arg::Buf(gates), Arg::Buf(dst)];
-    args.extend([dims.b, dims.n, n_out, nch, nct].map(|v| Arg::I64(v as i64)));
+    args.extend([dims.b, dims.n, n_out, nch, nct, nw].map(|v| Arg::I64(v as i64)));
     let (load, smem) = match cfg.smem_staged {
         Some(sm) if aligned && dims.n.is_multiple_of(8) => (Load::Staged, sm),
         _ if aligned && dims.n.is_multiple_of(4) => (Load::Quads, cfg.smem),
         _ => (Load::Scalar, cfg.smem),
     };
-    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name: "clifford_fc3" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn))), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name: "clifford_fc3" });
     Ok(())
 }
 
@@ -225,13 +265,17 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
     }
     let src = fc3_source(layer)?;
     let mut out = vec![
-        KernelBuild { source: src, options: opts(dt, Pass::Weights, Load::Scalar, false) },
-        KernelBuild { source: src, options: opts(dt, Pass::Gates, Load::Scalar, false) },
+        KernelBuild { source: src, options: opts(dt, Pass::Weights, Load::Scalar, false, None) },
+        KernelBuild { source: src, options: opts(dt, Pass::Gates, Load::Scalar, false, None) },
     ];
     let staged = config(layer.tables()).is_some_and(|c| c.smem_staged.is_some());
+    // Tile widths of N_out = 512 (176 and 168: two instantiations per type) and of a multiple of 192.
+    let (cw, cn, _, _) = col_tiles(512);
     for load in [Load::Scalar, Load::Quads, Load::Staged].into_iter().filter(|&l| l != Load::Staged || staged) {
         for d_f32 in [false, true] {
-            out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32) });
+            for cols in [(cw, cn), (COLS, COLS)] {
+                out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols)) });
+            }
         }
     }
     Ok(out)
@@ -240,6 +284,22 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Column tiles: multiples of 8 of at most COLS, widths within 8 of each other, covering N_out
+    /// with less than 8 columns of padding.
+    #[test]
+    fn column_tiles_split_n_out_evenly() {
+        assert_eq!(col_tiles(512), (176, 168, 1, 3));
+        assert_eq!(col_tiles(384), (192, 192, 0, 2));
+        assert_eq!(col_tiles(200), (104, 96, 1, 2));
+        for n_out in 1..2000 {
+            let (cw, cn, nw, nct) = col_tiles(n_out);
+            assert!(cw % 8 == 0 && cn % 8 == 0 && cn > 0 && cw <= COLS && (cw == cn || cw == cn + 8), "{n_out}");
+            assert!(nw < nct && nct == n_out.div_ceil(COLS), "{n_out}");
+            let total = nw * cw + (nct - nw) * cn;
+            assert!(total >= n_out && total < n_out + 8, "{n_out}: {total}");
+        }
+    }
 
     /// Cl(3,0) groups its blades by grade; every blade is in exactly one row block and the stages fit.
     #[test]
