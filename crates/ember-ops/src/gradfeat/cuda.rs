@@ -100,11 +100,7 @@ fn family16() -> Family16 {
 ///   wgmma image reductions (only where the packed `_sv` map kernel runs: the spectral form, K and C
 ///   multiples of 8; elsewhere it runs as "packed");
 /// - "packed-img-defer": as "packed-img", the map kernel writing each row tile's d_g while the next
-///   row tile's first products run (NOTES.md v7; where "packed-img" applies);
-/// - "packed-img-cluster": as "packed-img", the map kernel in clusters of two CTAs that load each
-///   weight k-tile once per pair of row tiles, half each, multicast into both (NOTES.md v8; where
-///   "packed-img" applies);
-/// - "packed-img-cluster4": the same with clusters of four CTAs, a quarter each.
+///   row tile's first products run (NOTES.md v7; where "packed-img" applies).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,
@@ -113,21 +109,10 @@ pub enum BwdVariant {
     Packed,
     PackedImg,
     PackedImgDefer,
-    PackedImgCluster,
-    PackedImgCluster4,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 8] = [
-        BwdVariant::Fused,
-        BwdVariant::Staged,
-        BwdVariant::StagedMma,
-        BwdVariant::Packed,
-        BwdVariant::PackedImg,
-        BwdVariant::PackedImgDefer,
-        BwdVariant::PackedImgCluster,
-        BwdVariant::PackedImgCluster4,
-    ];
+    pub const ALL: [BwdVariant; 6] = [BwdVariant::Fused, BwdVariant::Staged, BwdVariant::StagedMma, BwdVariant::Packed, BwdVariant::PackedImg, BwdVariant::PackedImgDefer];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -137,8 +122,6 @@ impl BwdVariant {
             BwdVariant::Packed => "packed",
             BwdVariant::PackedImg => "packed-img",
             BwdVariant::PackedImgDefer => "packed-img-defer",
-            BwdVariant::PackedImgCluster => "packed-img-cluster",
-            BwdVariant::PackedImgCluster4 => "packed-img-cluster4",
         }
     }
 
@@ -155,25 +138,10 @@ impl BwdVariant {
     pub fn effective(self, offered: &[BwdVariant]) -> BwdVariant {
         if offered.contains(&self) {
             self
-        } else if self.uses_images() && offered.contains(&BwdVariant::Packed) {
+        } else if matches!(self, BwdVariant::PackedImg | BwdVariant::PackedImgDefer) && offered.contains(&BwdVariant::Packed) {
             BwdVariant::Packed
         } else {
             BwdVariant::Fused
-        }
-    }
-
-    /// Whether this is one of the image variants (g, P, Q as tile images; d_A on the image
-    /// reductions), which apply only where the packed `_sv` map kernel runs.
-    pub fn uses_images(self) -> bool {
-        matches!(self, BwdVariant::PackedImg | BwdVariant::PackedImgDefer | BwdVariant::PackedImgCluster | BwdVariant::PackedImgCluster4)
-    }
-
-    /// CTAs per cluster of the map kernel (0: no clusters).
-    pub fn cluster(self) -> usize {
-        match self {
-            BwdVariant::PackedImgCluster => 2,
-            BwdVariant::PackedImgCluster4 => 4,
-            _ => 0,
         }
     }
 }
@@ -189,10 +157,7 @@ impl BwdVariant {
 ///   multiples of 8 as compile-time facts; NOTES.md v5), elsewhere as "fused";
 /// - "packed-defer": as "packed", the map kernel writing each row tile's out while the next row
 ///   tile's first products run (NOTES.md v7; the spectral form with K and C multiples of 8, where
-///   the packed `_sv` entries run; elsewhere as "packed");
-/// - "packed-cluster": as "packed", the map kernel in clusters of two CTAs that load each weight
-///   k-tile once per pair of row tiles (NOTES.md v8; where "packed-defer" applies);
-/// - "packed-cluster4": the same with clusters of four CTAs.
+///   the packed `_sv` entries run; elsewhere as "packed").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FwdVariant {
     Fused,
@@ -200,13 +165,10 @@ pub enum FwdVariant {
     Packed,
     FusedSv,
     PackedDefer,
-    PackedCluster,
-    PackedCluster4,
 }
 
 impl FwdVariant {
-    pub const ALL: [FwdVariant; 7] =
-        [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv, FwdVariant::PackedDefer, FwdVariant::PackedCluster, FwdVariant::PackedCluster4];
+    pub const ALL: [FwdVariant; 5] = [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv, FwdVariant::PackedDefer];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -215,17 +177,6 @@ impl FwdVariant {
             FwdVariant::Packed => "packed",
             FwdVariant::FusedSv => "fused-sv",
             FwdVariant::PackedDefer => "packed-defer",
-            FwdVariant::PackedCluster => "packed-cluster",
-            FwdVariant::PackedCluster4 => "packed-cluster4",
-        }
-    }
-
-    /// CTAs per cluster of the map kernel (0: no clusters).
-    pub fn cluster(self) -> usize {
-        match self {
-            FwdVariant::PackedCluster => 2,
-            FwdVariant::PackedCluster4 => 4,
-            _ => 0,
         }
     }
 
@@ -248,7 +199,7 @@ pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
         .into_iter()
         .filter(|f| match f {
             FwdVariant::FusedSv => fused_sv_applies(p),
-            FwdVariant::PackedDefer | FwdVariant::PackedCluster | FwdVariant::PackedCluster4 => sv,
+            FwdVariant::PackedDefer => sv,
             _ => true,
         })
         .collect())
@@ -269,7 +220,7 @@ pub fn bwd_variants(p: &Problem) -> Result<Vec<BwdVariant>> {
         return Ok(vec![BwdVariant::Fused]);
     }
     let img = super::staged::img_applies(&dev, p);
-    Ok(BwdVariant::ALL.into_iter().filter(|b| !b.uses_images() || img).collect())
+    Ok(BwdVariant::ALL.into_iter().filter(|b| !matches!(b, BwdVariant::PackedImg | BwdVariant::PackedImgDefer) || img).collect())
 }
 
 /// Tile shapes of a fused kernel, preferred first (the launch takes the first that fits in shared
@@ -500,9 +451,9 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
 
 pub fn forward(p: &Problem, input: &Input, weights: &Weights, variant: FwdVariant) -> Result<Tensor> {
     let dev = super::first_tensor(input).1.cuda_device()?.clone();
-    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed | FwdVariant::PackedDefer | FwdVariant::PackedCluster | FwdVariant::PackedCluster4) && super::staged::applies(&dev, p) {
+    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed | FwdVariant::PackedDefer) && super::staged::applies(&dev, p) {
         let defer = variant == FwdVariant::PackedDefer;
-        return super::staged::forward(&dev, p, input, weights, variant != FwdVariant::Staged, defer, variant.cluster());
+        return super::staged::forward(&dev, p, input, weights, variant == FwdVariant::Packed || defer, defer);
     }
     // Check the tile fits before allocating anything.
     pick_tile(&dev, p, Kind::Fwd)?;
@@ -630,9 +581,9 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, v
     let dev = d_out.cuda_device()?.clone();
     if variant != BwdVariant::Fused && super::staged::applies(&dev, p) {
         let reductions = if variant == BwdVariant::Staged { super::staged::Reductions::Wgmma } else { super::staged::Reductions::MmaSync };
-        let (img, defer) = (variant.uses_images(), variant == BwdVariant::PackedImgDefer);
+        let (img, defer) = (matches!(variant, BwdVariant::PackedImg | BwdVariant::PackedImgDefer), variant == BwdVariant::PackedImgDefer);
         let packed = variant == BwdVariant::Packed || img;
-        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer, variant.cluster());
+        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer);
     }
     pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);

@@ -9,14 +9,6 @@
 // refilled before the products that read it completed, a read before its copy was waited for, or an
 // accumulator used before its wait gives wrong results. What it cannot see: whether the hardware
 // agrees with the documented layouts, and the proxy fences (no-ops here).
-// Clusters (the GS_CLUSTER builds): the CTAs of a cluster run at once (2 or 4 × 256 threads, each CTA
-// its own shared memory and barrier), with mbarriers (arrivals, transaction bytes, phases), bulk
-// copies into one or every CTA, and the cluster barrier. Bulk copies land at the opposite extreme of
-// the other asynchronous operations: in the "eager" timing as late as possible (when a thread of the
-// receiving CTA waits on the copy's mbarrier), so a read of a slot before its full barrier's phase
-// completed sees stale data; in the "lazy" timing at issue, while products are deferred to their
-// wait, so a slot refilled (by either CTA) before every product reading it completed gives wrong
-// results.
 //
 // Build: c++ -std=c++20 -O2 -pthread -fno-strict-aliasing -DGS_DTYPE=1|2 -DGS_NCH=1|2 host_model.cpp
 // Usage: host_model IN OUT [lazy]. IN: the problem, plans and inputs written by tests.rs; OUT: the
@@ -24,12 +16,7 @@
 
 #include <algorithm>
 #include <barrier>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
-#include <map>
-#include <memory>
-#include <mutex>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -72,18 +59,11 @@ template <> u32 ember_pack2<ember_f16>(float lo, float hi) { return (u32)f16_bit
 #define __restrict__
 #define __launch_bounds__(...)
 #define __align__(n)
-#define __cluster_dims__(...)
 
-// Each thread's CTA: its shared memory, its barrier, its rank in the cluster (0 without clusters).
-static thread_local unsigned char* g_smem = nullptr;
+// One CTA at a time: its shared memory and its barrier.
+static unsigned char* g_smem = nullptr;
 static u32 g_smem_bytes = 0;
-static thread_local std::barrier<>* g_barrier = nullptr;
-static thread_local std::barrier<>* g_warp_barrier = nullptr;  // the 32 threads of this thread's warp
-static thread_local u32 t_rank = 0;
-// The cluster being run: its size, its CTAs' shared memory and the cluster barrier.
-static u32 g_cluster_size = 1;
-static unsigned char* g_cluster_smem[4] = {nullptr, nullptr, nullptr, nullptr};
-static std::barrier<>* g_cluster_barrier = nullptr;
+static std::barrier<>* g_barrier = nullptr;
 
 // CUDA's fast intrinsics, exactly (glibc declares an __expf of its own: a macro takes precedence).
 #define __expf(x) std::exp((float)(x))
@@ -93,15 +73,6 @@ static std::barrier<>* g_cluster_barrier = nullptr;
     std::abort();
 }
 static void __syncthreads() { g_barrier->arrive_and_wait(); }
-// The warp's threads meet (on the GPU a warp's lanes also run a warp-wide wgmma.wait_group together;
-// here each lane is a thread, so the kernels' __syncwarp before a lane-0 release matters).
-static void __syncwarp() { g_warp_barrier->arrive_and_wait(); }
-// Barriers for the warps of a CTA of `threads` threads.
-static std::vector<std::unique_ptr<std::barrier<>>> warp_barriers(u32 threads) {
-    std::vector<std::unique_ptr<std::barrier<>>> v;
-    for (u32 w = 0; w < threads / 32; ++w) v.push_back(std::make_unique<std::barrier<>>(32));
-    return v;
-}
 
 #define GS_HOST_MODEL 1
 #define GS_SMEM_DECL unsigned char* smem = g_smem
@@ -220,117 +191,6 @@ template <int N> static void gs_wg_wait() {
     }
 }
 
-// mbarriers, keyed by (CTA rank, shared address): arrivals pending in the current phase, the
-// transaction bytes it still waits for (negative when copies complete before their expect-tx), and
-// the number of completed phases.
-struct MBar {
-    int count = 0, pending = 0;
-    long long tx = 0;
-    unsigned phase = 0;
-};
-static std::mutex g_bar_mu;
-static std::condition_variable g_bar_cv;
-static std::map<std::pair<u32, u32>, MBar> g_bars;
-struct Bulk {
-    u32 rank, dst, bar;
-    std::vector<unsigned char> bytes;
-};
-static std::vector<Bulk> g_bulk_pending;  // "eager" timing: copies not yet landed
-static MBar& model_bar(u32 rank, u32 bar) {
-    auto it = g_bars.find({rank, bar});
-    if (it == g_bars.end()) {
-        std::fprintf(stderr, "mbarrier %u of CTA rank %u used before its initialisation\n", bar, rank);
-        std::abort();
-    }
-    return it->second;
-}
-static void bar_progress(MBar& b) {
-    if (b.pending < 0) {
-        std::fprintf(stderr, "mbarrier: more arrivals than its count in one phase\n");
-        std::abort();
-    }
-    if (b.pending == 0 && b.tx == 0) {
-        ++b.phase;
-        b.pending = b.count;
-        g_bar_cv.notify_all();
-    }
-}
-static void bulk_land(const Bulk& c) {  // with g_bar_mu held
-    if (c.dst + c.bytes.size() > g_smem_bytes) {
-        std::fprintf(stderr, "bulk copy [%u, %zu) past %u bytes\n", c.dst, c.dst + c.bytes.size(), g_smem_bytes);
-        std::abort();
-    }
-    std::memcpy(g_cluster_smem[c.rank] + c.dst, c.bytes.data(), c.bytes.size());
-    MBar& b = model_bar(c.rank, c.bar);
-    b.tx -= (long long)c.bytes.size();
-    bar_progress(b);
-}
-static u32 gs_cluster_rank() { return t_rank; }
-static void gs_cluster_sync() { g_cluster_barrier->arrive_and_wait(); }
-static void gs_bar_init(u32 bar, u32 count) {
-    check_smem(bar, 8);
-    std::lock_guard<std::mutex> l(g_bar_mu);
-    MBar b;
-    b.count = b.pending = (int)count;
-    g_bars[{t_rank, bar}] = b;
-}
-static void gs_fence_bar_init() {}
-static void gs_bar_arrive_tx(u32 bar, u32 bytes) {
-    std::lock_guard<std::mutex> l(g_bar_mu);
-    MBar& b = model_bar(t_rank, bar);
-    b.tx += bytes;
-    --b.pending;
-    bar_progress(b);
-}
-static void gs_bar_arrive_cluster(u32 bar, u32 rank) {
-    if (rank >= g_cluster_size) {
-        std::fprintf(stderr, "arrival on CTA rank %u of a cluster of %u\n", rank, g_cluster_size);
-        std::abort();
-    }
-    std::lock_guard<std::mutex> l(g_bar_mu);
-    MBar& b = model_bar(rank, bar);
-    --b.pending;
-    bar_progress(b);
-}
-static void gs_bar_wait(u32 bar, u32 parity) {
-    std::unique_lock<std::mutex> l(g_bar_mu);
-    for (;;) {
-        // "Eager" timing: the copies for this barrier land now, at the latest moment.
-        for (size_t i = 0; i < g_bulk_pending.size();) {
-            if (g_bulk_pending[i].rank == t_rank && g_bulk_pending[i].bar == bar) {
-                const Bulk c = std::move(g_bulk_pending[i]);
-                g_bulk_pending.erase(g_bulk_pending.begin() + (std::ptrdiff_t)i);
-                bulk_land(c);
-            } else {
-                ++i;
-            }
-        }
-        if ((model_bar(t_rank, bar).phase & 1u) != parity) return;
-        if (g_bar_cv.wait_for(l, std::chrono::seconds(60)) == std::cv_status::timeout) {
-            std::fprintf(stderr, "mbarrier wait (CTA rank %u, barrier %u, parity %u) never completed\n", t_rank, bar, parity);
-            std::abort();
-        }
-    }
-}
-static void bulk_copy(u32 rank, u32 dst, const void* src, u32 bytes, u32 bar) {
-    if (bytes % 16 != 0 || dst % 16 != 0 || (reinterpret_cast<std::uintptr_t>(src) % 16) != 0) {
-        std::fprintf(stderr, "bulk copy of %u bytes to %u: not 16-byte aligned\n", bytes, dst);
-        std::abort();
-    }
-    Bulk c{rank, dst, bar, std::vector<unsigned char>((const unsigned char*)src, (const unsigned char*)src + bytes)};
-    std::lock_guard<std::mutex> l(g_bar_mu);
-    if (g_lazy) {
-        bulk_land(c);
-    } else {
-        g_bulk_pending.push_back(std::move(c));
-        g_bar_cv.notify_all();
-    }
-}
-static void gs_bulk(u32 dst, const void* src, u32 bytes, u32 bar) { bulk_copy(t_rank, dst, src, bytes, bar); }
-static void gs_bulk_all(u32 dst, const void* src, u32 bytes, u32 bar) {
-    for (u32 r = 0; r < g_cluster_size; ++r) bulk_copy(r, dst, src, bytes, bar);
-}
-
 namespace map_kernels {
 #define GS_KIND 0
 #include "staged.cu"
@@ -368,24 +228,6 @@ namespace map_kernels_defer {
 #include "staged.cu"
 #undef GS_KIND
 }  // namespace map_kernels_defer
-// The cluster builds (GS_PACK, GS_IMG and GS_CLUSTER, without GS_DEFER): their `_sv` entries run in
-// clusters of 2 or 4 CTAs sharing the weight k-tiles (fwd=packed-cluster*, bwd=packed-img-cluster*).
-#undef GS_DEFER
-#define GS_DEFER 0
-#undef GS_CLUSTER
-#define GS_CLUSTER 2
-namespace map_kernels_clu {
-#define GS_KIND 0
-#include "staged.cu"
-#undef GS_KIND
-}  // namespace map_kernels_clu
-#undef GS_CLUSTER
-#define GS_CLUSTER 4
-namespace map_kernels_clu4 {
-#define GS_KIND 0
-#include "staged.cu"
-#undef GS_KIND
-}  // namespace map_kernels_clu4
 
 // Run `grid` CTAs of `threads` threads one after another, each thread calling body(); shared memory
 // starts as NaN so that a read of anything not written first shows in the results.
@@ -395,18 +237,15 @@ static void launch(u32 grid, u32 threads, u32 smem_bytes, const std::function<vo
     blockDim.x = threads;
     for (u32 b = 0; b < grid; ++b) {
         for (u32 i = 0; i + 1 < smem_bytes; i += 2) smem[i] = 0xff, smem[i + 1] = 0x7f;
+        g_smem = smem.data();
         g_smem_bytes = smem_bytes;
         std::barrier<> bar((std::ptrdiff_t)threads);
-        const auto warps = warp_barriers(threads);
+        g_barrier = &bar;
         std::vector<std::thread> ts;
         for (u32 t = 0; t < threads; ++t)
             ts.emplace_back([&, t] {
                 threadIdx.x = t;
                 blockIdx.x = b;
-                g_smem = smem.data();
-                g_barrier = &bar;
-                g_warp_barrier = warps[t / 32].get();
-                t_rank = 0;
                 body();
                 // Every copy and product was waited for before the thread ended.
                 const bool copies = t_copy_open.empty() && std::all_of(t_copy_groups.begin(), t_copy_groups.end(), [](const auto& g) { return g.empty(); });
@@ -416,54 +255,6 @@ static void launch(u32 grid, u32 threads, u32 smem_bytes, const std::function<vo
                 }
             });
         for (auto& t : ts) t.join();
-    }
-}
-
-// The same for a grid of clusters of `size` CTAs: the CTAs of a cluster run at once (their threads
-// together), the clusters one after another.
-static void launch_clusters(u32 size, u32 grid, u32 threads, u32 smem_bytes, const std::function<void()>& body) {
-    if (size > 4 || grid % size != 0) {
-        std::fprintf(stderr, "a cluster grid of %u CTAs in clusters of %u\n", grid, size);
-        std::abort();
-    }
-    gridDim.x = grid;
-    blockDim.x = threads;
-    g_smem_bytes = smem_bytes;
-    g_cluster_size = size;
-    for (u32 c = 0; c < grid / size; ++c) {
-        std::vector<std::vector<unsigned char>> smem(size, std::vector<unsigned char>(smem_bytes));
-        for (u32 r = 0; r < size; ++r) {
-            for (u32 i = 0; i + 1 < smem_bytes; i += 2) smem[r][i] = 0xff, smem[r][i + 1] = 0x7f;
-            g_cluster_smem[r] = smem[r].data();
-        }
-        g_bars.clear();
-        g_bulk_pending.clear();
-        std::vector<std::unique_ptr<std::barrier<>>> ctas;
-        for (u32 r = 0; r < size; ++r) ctas.push_back(std::make_unique<std::barrier<>>((std::ptrdiff_t)threads));
-        std::barrier<> cbar((std::ptrdiff_t)(size * threads));
-        g_cluster_barrier = &cbar;
-        const auto warps = warp_barriers(size * threads);
-        std::vector<std::thread> ts;
-        for (u32 i = 0; i < size * threads; ++i)
-            ts.emplace_back([&, i] {
-                t_rank = i / threads;
-                threadIdx.x = i % threads;
-                blockIdx.x = size * c + t_rank;
-                g_smem = smem[t_rank].data();
-                g_barrier = ctas[t_rank].get();
-                g_warp_barrier = warps[i / 32].get();
-                body();
-                const bool copies = t_copy_open.empty() && std::all_of(t_copy_groups.begin(), t_copy_groups.end(), [](const auto& g) { return g.empty(); });
-                if (!copies || !t_mma_open.empty() || !t_mma_groups.empty()) {
-                    std::fprintf(stderr, "cluster %u rank %u thread %u ended with copies or products not waited for\n", c, t_rank, threadIdx.x);
-                    std::abort();
-                }
-            });
-        for (auto& t : ts) t.join();
-        if (!g_bulk_pending.empty()) {
-            std::fprintf(stderr, "cluster %u ended with %zu bulk copies never waited for\n", c, g_bulk_pending.size());
-            std::abort();
-        }
     }
 }
 
@@ -611,7 +402,6 @@ int main(int argc, char** argv) {
     }
     const std::vector<i64> map_tiles = rd_table();
     const i64 ntiles = rd(), grid_fwd = rd(), grid_bwd = rd();
-    const i64 grid_clu[2][2] = {{rd(), rd()}, {rd(), rd()}};  // clusters of 2, of 4: forward, backward grids
     const Plan plan_a = rd_plan();
     const Plan plan_x = spectral ? rd_plan() : Plan{};
     const i64 img_nsplits = rd(), img_per = rd();  // staged.rs's img_plan
@@ -721,31 +511,6 @@ int main(int argc, char** argv) {
         if (!ok4) {
             std::fprintf(stderr, "the deferred-store map kernel differs from the image one\n");
             return 1;
-        }
-
-        // The cluster builds (staged.rs's cluster_grid; 64 bytes of mbarriers after the ring), with
-        // clusters of 2 and of 4: the same arithmetic in the same order, so the same bits again; an
-        // empty tile of the last group writes nothing.
-        for (int ci = 0; ci < 2; ++ci) {
-            const u32 size = ci ? 4 : 2;
-            u16 *out5 = tensor(V * C), *dg5_re = tensor(V * C), *dg5_im = tensor(V * C);
-            u16 *p5 = tensor(img_rows * ldi), *q5 = tensor(img_rows * ldi), *g5_re = tensor(img_rows * ldi), *g5_im = tensor(img_rows * ldi);
-            launch_clusters(size, (u32)grid_clu[ci][0], 256, smem + 64, [&] {
-                auto f = ci ? (rot ? map_kernels_clu4::gs_fwd_rot_sv : map_kernels_clu4::gs_fwd_plain_sv) : (rot ? map_kernels_clu::gs_fwd_rot_sv : map_kernels_clu::gs_fwd_plain_sv);
-                f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, nullptr, nullptr, nullptr,
-                  nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out5, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
-            });
-            launch_clusters(size, (u32)grid_clu[ci][1], 256, smem + 64, [&] {
-                auto f = ci ? (rot ? map_kernels_clu4::gs_map_rot_sv : map_kernels_clu4::gs_map_plain_sv) : (rot ? map_kernels_clu::gs_map_rot_sv : map_kernels_clu::gs_map_plain_sv);
-                f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
-                  (T*)g5_re, (T*)g5_im, (T*)p5, (T*)q5, (T*)dg5_re, (T*)dg5_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
-            });
-            const bool ok5 = same(out5, out_fwd, V * C) && same(dg5_re, dg_re, V * C) && same(dg5_im, dg_im, V * C) && same(p5, p3, img_rows * ldi) &&
-                             same(q5, q3, img_rows * ldi) && same(g5_re, g3_re, img_rows * ldi) && same(g5_im, g3_im, img_rows * ldi);
-            if (!ok5) {
-                std::fprintf(stderr, "the cluster map kernel (clusters of %u) differs from the image one\n", size);
-                return 1;
-            }
         }
     }
     const u16* g_re = spectral ? gws_re : g_in_re;

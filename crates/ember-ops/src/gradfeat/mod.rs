@@ -40,9 +40,7 @@
 //! `EMBER_GRADFEAT_BWD=fused` forces the fused backward, `packed` the mma.sync d_A, `staged` runs
 //! the reductions on wgmma with bounds checks; `EMBER_GRADFEAT_TILES=wide` or `narrow` selects other
 //! mma.sync tile families (all measured in NOTES.md); `EMBER_GRADFEAT_FWD=staged` runs the forward as
-//! the map kernel's first two stages; `EMBER_GRADFEAT_FWD=packed-cluster` and
-//! `EMBER_GRADFEAT_BWD=packed-img-cluster` run the map kernel in clusters of two CTAs that fetch each
-//! weight k-tile once per pair of row tiles (NOTES.md v8). The on-chip
+//! the map kernel's first two stages. The on-chip
 //! tiles bound C on CUDA (about 640 for 16-bit inputs and the f32 forward, 384 for the f32 backward on
 //! Hopper); larger C is an error that says so.
 

@@ -67,15 +67,6 @@ typedef ember_bf16 T;
 #ifndef GS_DEFER
 #define GS_DEFER 0
 #endif
-// GS_CLUSTER n = 2 or 4 (with GS_PACK, not with GS_DEFER): the `_sv` map kernels run in clusters of
-// n CTAs on n row tiles at a time and load each weight k-tile once per cluster: each CTA fetches
-// 1/n of it and multicasts that part into every CTA's ring slot (NOTES.md, v8). 0: no clusters.
-#ifndef GS_CLUSTER
-#define GS_CLUSTER 0
-#endif
-#if GS_CLUSTER && (GS_DEFER || !GS_PACK || (GS_CLUSTER != 2 && GS_CLUSTER != 4))
-#error "GS_CLUSTER is 2 or 4, with GS_PACK and without GS_DEFER"
-#endif
 
 // ---------------------------------------------------------------------------------------------------
 // Primitives: the only inline PTX of this file. A host model (tests.rs) supplies its own versions to
@@ -133,80 +124,6 @@ __device__ __forceinline__ float gs_tanh_out(float x) {
     asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
 }
-// ---- clusters (GS_CLUSTER): mbarriers, bulk copies with multicast, cluster barrier ----
-// This CTA's rank in its cluster.
-__device__ __forceinline__ u32 gs_cluster_rank() {
-    u32 r = 0;
-#if GS_HAS_WGMMA
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-    return r;
-}
-// Every thread of every CTA of the cluster arrives and waits: orders this CTA's barrier
-// initialisation before the others' first remote operations, and their last ones before it exits.
-__device__ __forceinline__ void gs_cluster_sync() {
-#if GS_HAS_WGMMA
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void gs_bar_init(u32 bar, u32 count) {
-#if GS_HAS_WGMMA
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-#endif
-}
-// The initialised barriers, visible to the other CTAs and to the async proxy (complete-tx).
-__device__ __forceinline__ void gs_fence_bar_init() {
-#if GS_HAS_WGMMA
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
-}
-// Arrive on this CTA's barrier and add `bytes` to the transactions its current phase waits for.
-__device__ __forceinline__ void gs_bar_arrive_tx(u32 bar, u32 bytes) {
-#if GS_HAS_WGMMA
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-// Arrive on the barrier at the same offset in CTA `rank` of the cluster (this one or another).
-__device__ __forceinline__ void gs_bar_arrive_cluster(u32 bar, u32 rank) {
-#if GS_HAS_WGMMA
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}" ::"r"(bar), "r"(rank)
-                 : "memory");
-#endif
-}
-// Until the phase of parity `parity` of this CTA's barrier has completed (arrivals of both CTAs:
-// acquire at cluster scope). A phase that never completes traps after 2^28 tries (seconds), so a
-// broken pipeline is a launch error, not a hung device. The loop is inside the asm: as a C++ loop
-// (a divergent exit) it made ptxas serialise every wgmma of the kernel (C7518), as it runs while a
-// product group is in flight.
-__device__ __forceinline__ void gs_bar_wait(u32 bar, u32 parity) {
-#if GS_HAS_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\n.reg .u32 n;\nmov.u32 n, 0;\n"
-        "GS_WAIT_%=:\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n@p bra GS_DONE_%=;\n"
-        "add.u32 n, n, 1;\nsetp.eq.u32 p, n, 268435456;\n@p trap;\nbra GS_WAIT_%=;\nGS_DONE_%=:\n}" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-#endif
-}
-// `bytes` (a multiple of 16) from global memory to this CTA's shared memory at dst; completes
-// `bar`'s transactions.
-__device__ __forceinline__ void gs_bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
-#if GS_HAS_WGMMA
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-#endif
-}
-// The same into every CTA of the cluster (GS_CLUSTER of them), at dst and completing `bar` at the
-// same offsets in each.
-__device__ __forceinline__ void gs_bulk_all(u32 dst, const void* src, u32 bytes, u32 bar) {
-#if GS_HAS_WGMMA
-    const unsigned short mask = (unsigned short)((1u << (GS_CLUSTER ? GS_CLUSTER : 1)) - 1u);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;" ::"r"(dst), "l"(src),
-                 "r"(bytes), "r"(bar), "h"(mask)
-                 : "memory");
-#endif
-}
-
 __device__ __forceinline__ void gs_wg_arrive() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void gs_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -435,10 +352,8 @@ __device__ __forceinline__ int gs_ring_next(int it, int n, Load&& load) {
 #define GS_STAGE_G (2 * GS_BM * GS_BK * 2 + GS_CPAD * GS_BK * 2)  // grads_re, grads_im, xᵀ
 #define GS_STAGE_W (2 * GS_CPAD * GS_BK * 2)                      // two weight planes
 #define GS_STAGE (GS_STAGE_G > GS_STAGE_W ? GS_STAGE_G : GS_STAGE_W)
-// G (2 planes), the d_out tile, the ring: 224 KB with GS_NCH = 2; with GS_CLUSTER then a full and
-// an empty mbarrier per ring slot. Mirrors staged.rs.
+// G (2 planes), the d_out tile, the ring: 224 KB with GS_NCH = 2. Mirrors staged.rs.
 #define GS_SMEM (3 * GS_PLANE + GS_STAGES * GS_STAGE)
-#define GS_BARS (GS_CLUSTER ? 2 * 8 * GS_STAGES : 0)
 
 struct MapArgs {
     const T* grads_re;
@@ -478,7 +393,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     const int wg = warp >> 2, wr = warp & 3;
     const int wrow = GS_NCH == 1 ? 64 * wg : 0;   // the warpgroup's rows in the tile
     const int wcol = GS_NCH == 1 ? 0 : 128 * wg;  // and channels
-    if (threadIdx.x == 0 && gs_dynamic_smem_size() < (u32)(GS_SMEM + GS_BARS)) __trap();  // launch code and kernel disagree
+    if (threadIdx.x == 0 && gs_dynamic_smem_size() < (u32)GS_SMEM) __trap();  // launch code and kernel disagree
 
     // Row tiles blockIdx.x, + gridDim.x, …: several per CTA in the spectral form (a persistent grid,
     // whose ring runs on into the next tile's first k-tiles, so only the CTA's first tile waits for a
@@ -488,25 +403,9 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         i64 row0, row_end;
         int mesh;
     };
-    // CLU (GS_CLUSTER = CS CTAs per cluster; the `_sv` entries): the CTA of rank r runs row tiles
-    // CS·g + r of groups g = cluster, + clusters, …, so that the cluster's CTAs need the same weight
-    // k-tile at the same time; each loads 1/CS of it into all (see clu_issue). All run the same
-    // number of tiles: past the last tile a group's tiles are empty ("phantoms": no rows, so their
-    // loads read zeros and they store nothing), in the mesh of the last tile.
-    constexpr bool CLU = GS_CLUSTER && GS_PACK && SV;
-    constexpr int CS = GS_CLUSTER ? GS_CLUSTER : 1;
-    const u32 rank = CLU ? gs_cluster_rank() : 0;
-    const i64 nclus = CLU ? (i64)(gridDim.x / CS) : 1;
-    if (CLU && threadIdx.x == 0 && (rank != blockIdx.x % CS || gridDim.x % CS != 0)) __trap();  // clusters of CS consecutive CTAs
     auto rows_of = [&](i64 t) -> Rows {
-        if (CLU && t >= a.ntiles) return {0, 0, a.tiles ? (int)a.tiles[3 * (a.ntiles - 1) + 2] : 0};
         if (a.tiles) return {a.tiles[3 * t], a.tiles[3 * t + 1], (int)a.tiles[3 * t + 2]};
         return {t * GS_BM, a.V, 0};
-    };
-    // This CTA's j-th row tile.
-    auto tile_of = [&](int j) -> i64 {
-        if (CLU) return CS * ((i64)(blockIdx.x / CS) + (i64)j * nclus) + rank;
-        return blockIdx.x + (i64)j * gridDim.x;
     };
     const int C = a.C, K = a.K;
     // SV: the spectral form with K and C multiples of 8, as compile-time facts, so that neither the
@@ -528,9 +427,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // the second k-tile, or the one below when stage 1 has a single k-tile). The CTA's last tile is
     // written after the loop. SV implies the spectral form (the vertex form loads G through the ring).
     constexpr bool DEFER = GS_DEFER && GS_PACK && SV;
-    const i64 ngroups = (a.ntiles + CS - 1) / CS, cl = (i64)(blockIdx.x / CS);
-    const int mine = CLU ? (int)(ngroups > cl ? (ngroups - cl + nclus - 1) / nclus : 0)
-                         : (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
+    const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
     constexpr u32 GSBO = GS_NJ * 128;  // SBO of the on-chip tiles
     float re[64], im[64];
 
@@ -538,59 +435,10 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // xᵀ; stage 2: A_re, A_im (with the first one, d_out and, in the vertex form, G); stage 3: A_reᵀ,
     // −A_imᵀ.
     const int n = mine * per;
-    // CLU: full[slot] (1 arrival: thread 0's, with the bytes the slot's bulk copies bring) says a ring
-    // tile's bulk part landed; empty[slot] (8·CS arrivals: every warp of every CTA of the cluster,
-    // once its products reading the slot have completed) that the slot may be refilled in all of
-    // them. Ring tile it uses slot it % GS_STAGES for the (it / GS_STAGES)-th time: that is the parity
-    // of the phases.
-    const u32 bfull = sbase + GS_SMEM, bempty = bfull + 8 * GS_STAGES;
-    auto mesh_of = [&](i64 t) { return rows_of(t).mesh; };
-    // Thread 0: this CTA's bulk copies of ring tile it (row tile t, mesh `mesh`) into `slot`, after the
-    // slot's previous tile was released by every CTA of the cluster. Stage 1: xᵀ's k-tile image
-    // (16 KB with two chunks), 1/CS from each CTA into all when the group's row tiles share the mesh
-    // (its first and last do: tiles are in mesh order), else all of it by each CTA for itself;
-    // stages 2, 3: the weight k-tile image (A_re | A_im, A_reᵀ | −A_imᵀ: 32 KB), 1/CS from each into all.
-    auto clu_issue = [&](int slot, int it, i64 t, int mesh, int local) {
-        const u32 full = bfull + 8 * slot, s = sR + slot * GS_STAGE;
-        if (it >= GS_STAGES) gs_bar_wait(bempty + 8 * slot, (u32)((it / GS_STAGES - 1) & 1));
-        if (local < nk1) {
-            constexpr u32 X = GS_CPAD * GS_BK * 2;  // bytes of xᵀ's k-tile
-            const T* src = a.xt + ((i64)mesh * nk1 + local) * (GS_CPAD * GS_BK);
-            const u32 dst = s + 2 * GS_BM * 64;
-            const i64 first = t - rank;
-            gs_bar_arrive_tx(full, X);
-            if (mesh_of(first) == mesh_of(first + CS - 1)) {
-                gs_bulk_all(dst + rank * (X / CS), src + rank * (X / (2 * CS)), X / CS, full);
-            } else {
-                gs_bulk(dst, src, X, full);
-            }
-        } else {
-            const bool map2 = local < nk1 + nk2;
-            const int kt = map2 ? local - nk1 : local - nk1 - nk2;
-            constexpr u32 W = (ROT ? 2 : 1) * GS_CPAD * GS_BK * 2;  // bytes of the weights' k-tile
-            const T* src = (map2 ? a.w_re : a.t_re) + (i64)kt * (W / 2) + rank * (W / (2 * CS));
-            gs_bar_arrive_tx(full, W);
-            gs_bulk_all(s + rank * (W / CS), src, W / CS, full);
-        }
-    };
     auto load = [&](int slot, int it) {
         const int j = it / per, local = it - j * per;
-        const i64 t = tile_of(j);
-        const Rows r = rows_of(t);
+        const Rows r = rows_of(blockIdx.x + (i64)j * gridDim.x);
         const u32 s = sR + slot * GS_STAGE;
-        if (CLU) {
-            // Per-vertex tiles by every thread's cp.async as before; the rest by thread 0.
-            if (local < nk1) {
-                const i64 k0 = (i64)local * GS_BK;
-                gs_load_tile<GS_BM, 4>(s, a.grads_re, K, r.row0, r.row_end, k0, K, true);
-                gs_load_tile<GS_BM, 4>(s + GS_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, true);
-            } else if (!FWD && local == nk1) {
-                gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, r.row0, r.row_end, 0, C, true);
-            }
-            if (threadIdx.x == 0) clu_issue(slot, it, t, r.mesh, local);
-            __syncwarp();
-            return;
-        }
         if (local < nk1) {
             const i64 k0 = (i64)local * GS_BK;
             gs_load_tile<GS_BM, 4>(s, a.grads_re, K, r.row0, r.row_end, k0, K, vk);
@@ -674,51 +522,17 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         }
     };
     auto store_tile_result = [&](int j) {
-        const Rows r = rows_of(tile_of(j));
+        const Rows r = rows_of(blockIdx.x + (i64)j * gridDim.x);
         store_result(r.row0, r.row_end);
     };
 
-    // CLU: ring tile it's slot, after every thread's wait for its bulk part (gs_ring_next waited for
-    // the cp.async part); and, once a warp's products of ring tile it have completed, its release of
-    // that slot to both CTAs.
-    auto ring_next = [&](int it) -> u32 {
-        const int slot = gs_ring_next<GS_STAGES, GS_LAG>(it, n, load);
-        if (CLU) {
-            gs_bar_wait(bfull + 8 * slot, (u32)((it / GS_STAGES) & 1));
-            __syncwarp();
-        }
-        return sR + slot * GS_STAGE;
-    };
-    auto release = [&](int it) {
-        if (CLU && it >= 0) {
-            // (On the GPU the warp's lanes left the wait together; the host model's lanes are threads.)
-            __syncwarp();
-            if ((threadIdx.x & 31) == 0) {
-#pragma unroll
-                for (int r = 0; r < CS; ++r) gs_bar_arrive_cluster(bempty + 8 * (it % GS_STAGES), r);
-            }
-            __syncwarp();
-        }
-    };
-    if (CLU) {
-        if (threadIdx.x == 0) {
-            for (int i = 0; i < GS_STAGES; ++i) {
-                gs_bar_init(bfull + 8 * i, 1);
-                gs_bar_init(bempty + 8 * i, CS * GS_THREADS / 32);
-            }
-            gs_fence_bar_init();
-        }
-        gs_cluster_sync();  // every CTA's barriers initialised before any copies or arrives into another
-    }
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
 #pragma unroll 1
     for (int j = 0; j < mine; ++j) {
-        const i64 tile = tile_of(j);
-        const Rows rows = rows_of(tile);
+        const Rows rows = rows_of(blockIdx.x + (i64)j * gridDim.x);
         const i64 row0 = rows.row0, row_end = rows.row_end;
         const int base = j * per;
-        const i64 img = tile * (GS_BM * GS_CPAD);  // IMG: this row tile's image
-        const bool real = !CLU || tile < a.ntiles;  // CLU: not a phantom (whose image does not exist)
+        const i64 img = (blockIdx.x + (i64)j * gridDim.x) * (GS_BM * GS_CPAD);  // IMG: this row tile's image
 
         // ---- stage 1: g = grads·x into G ----
         if (spectral) {
@@ -726,7 +540,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             gs_zero(im);
 #pragma unroll 1
             for (int it = base; it < base + nk1; ++it) {
-                const u32 s = ring_next(it);
+                const u32 s = sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE;
                 gs_fence_regs(re);
                 gs_fence_regs(im);
                 gs_wg_arrive();
@@ -748,7 +562,6 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 // While the first products run: the previous row tile's result, from G.
                 if (DEFER && j > 0 && it == base) store_tile_result(j - 1);
                 gs_wg_wait<GS_LAG>();
-                release(it - 1);
             }
             gs_wg_wait<0>();
             gs_fence_regs(re);
@@ -771,21 +584,18 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         gs_zero(im);
 #pragma unroll 1
         for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
-            map_step(ring_next(it), it - base - nk1);
+            map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1);
             if (!FWD && it == base + nk1 && spectral) {
                 // While the first products run: g to device memory, for d_A.
                 if (IMG) {
-                    if (real) {
-                        gs_store_image<GS_BM * GS_NJ>(pG, a.gws_re + img);
-                        gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.gws_im + img);
-                    }
+                    gs_store_image<GS_BM * GS_NJ>(pG, a.gws_re + img);
+                    gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.gws_im + img);
                 } else {
                     gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
                     gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
                 }
             }
             gs_wg_wait<GS_LAG>();
-            release(it - 1);
         }
         gs_wg_wait<0>();
         gs_fence_regs(re);
@@ -836,21 +646,18 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         // ---- stage 3: d_g = ds·b + [P Q]·conj(A), accumulated onto ds·b ----
 #pragma unroll 1
         for (int it = base + nk1 + nk2; it < base + per; ++it) {
-            map_step(ring_next(it), it - base - nk1 - nk2);
+            map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1 - nk2);
             if (it == base + nk1 + nk2) {
                 // While the first products run: P, Q to device memory, for d_A.
                 if (IMG) {
-                    if (real) {
-                        gs_store_image<GS_BM * GS_NJ>(pG, a.p + img);
-                        gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.q + img);
-                    }
+                    gs_store_image<GS_BM * GS_NJ>(pG, a.p + img);
+                    gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.q + img);
                 } else {
                     gs_store_tile<GS_BM, GS_NJ>(pG, a.p, C, row0, row_end, C, vc);
                     gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.q, C, row0, row_end, C, vc);
                 }
             }
             gs_wg_wait<GS_LAG>();
-            release(it - 1);
         }
         gs_wg_wait<0>();
         gs_fence_regs(re);
@@ -874,19 +681,11 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         store_tile_result(mine - 1);
     }
     gs_wait<0>();  // the ring's last (empty) groups
-    if (CLU) gs_cluster_sync();  // the others' last copies into and arrivals on this CTA are done before it exits
 #endif
 }
 
-// The cluster build's kernels run in clusters of GS_CLUSTER CTAs, fixed at compile time (a plain
-// launch; the grid a multiple of GS_CLUSTER).
-#if GS_CLUSTER && GS_HAS_WGMMA
-#define GS_MAP_ATTR __cluster_dims__(GS_CLUSTER, 1, 1)
-#else
-#define GS_MAP_ATTR
-#endif
 #define GS_MAP_ENTRY(NAME, ROT, FWD, SV)                                                                                           \
-    GS_ENTRY(GS_THREADS) GS_MAP_ATTR                                                                                              \
+    GS_ENTRY(GS_THREADS)                                                                                                          \
     NAME(const T* grads_re, const T* grads_im, const T* xt, const T* g_re, const T* g_im, const T* w_re, const T* w_im,          \
          const T* t_re, const T* t_im, const T* d_out, T* gws_re, T* gws_im, T* p, T* q, T* dg_re, T* dg_im, T* out,            \
          const i64* tiles, i64 ntiles, i64 V, int K, int C, int spectral, int vec_k, int vec_c) {                                \
@@ -894,14 +693,11 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                            q,        dg_re,    dg_im, out,   tiles, ntiles, V,    K,    C,        spectral, vec_k, vec_c};     \
         gs_map<ROT, FWD, SV>(a);                                                                                                  \
     }
-// *_sv: only for the spectral form with K and C multiples of 8 (the launch code checks). The cluster
-// build has only those.
-#if !GS_CLUSTER
+// *_sv: only for the spectral form with K and C multiples of 8 (the launch code checks).
 GS_MAP_ENTRY(gs_map_rot, true, false, false)
 GS_MAP_ENTRY(gs_map_plain, false, false, false)
 GS_MAP_ENTRY(gs_fwd_rot, true, true, false)
 GS_MAP_ENTRY(gs_fwd_plain, false, true, false)
-#endif
 GS_MAP_ENTRY(gs_map_rot_sv, true, false, true)
 GS_MAP_ENTRY(gs_map_plain_sv, false, false, true)
 GS_MAP_ENTRY(gs_fwd_rot_sv, true, true, true)

@@ -36,12 +36,6 @@ pub(super) fn map_smem_bytes(nch: usize) -> usize {
     3 * plane + 4 * stage
 }
 
-/// The same for a build with clusters of `cluster` CTAs (GS_CLUSTER; 0: none): a full and an empty
-/// mbarrier per ring slot after the ring. Mirrors GS_BARS.
-pub(super) fn map_smem_bytes_for(nch: usize, cluster: usize) -> usize {
-    map_smem_bytes(nch) + if cluster > 0 { 2 * 8 * 4 } else { 0 }
-}
-
 /// Shared memory of a wgmma reduction: 6 slots of four 32 × 128 16-bit tiles. Mirrors GR_SMEM.
 pub(super) const REDUCE_SMEM: usize = 6 * 4 * 32 * 128 * 2;
 
@@ -58,28 +52,10 @@ fn dtype_code(dtype: DType) -> u32 {
     }
 }
 
-/// The specialisation of a map kernel build beyond dtype and chunks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct MapBuild {
-    /// k-tile images of xᵀ and the weights (GS_PACK).
-    pub packed: bool,
-    /// (only with `packed`) the `_sv` map kernels write g, P, Q as tile images (GS_IMG).
-    pub img: bool,
-    /// (only with `packed`) the `_sv` map kernels write a row tile's out or d_g while the next row
-    /// tile's first products run (GS_DEFER; NOTES.md, v7).
-    pub defer: bool,
-    /// (only with `packed`, not with `defer`) CTAs per cluster, 2 or 4 (0: no clusters): the `_sv`
-    /// map kernels run in clusters whose CTAs share each weight k-tile by multicast (GS_CLUSTER;
-    /// NOTES.md, v8).
-    pub cluster: usize,
-}
-
-const fn mb(packed: bool, img: bool, defer: bool, cluster: usize) -> MapBuild {
-    MapBuild { packed, img, defer, cluster }
-}
-
-fn map_options(dtype: DType, nch: usize, b: MapBuild) -> Vec<String> {
-    let MapBuild { packed, img, defer, cluster } = b;
+/// `img` (only with `packed`): the build whose `_sv` map kernels write g, P, Q as tile images.
+/// `defer` (only with `packed`): the build whose `_sv` map kernels write a row tile's out or d_g
+/// while the next row tile's first products run (NOTES.md, v7).
+fn map_options(dtype: DType, nch: usize, packed: bool, img: bool, defer: bool) -> Vec<String> {
     let mut v = vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=0".into(), format!("-DGS_NCH={nch}")];
     if packed {
         v.push("-DGS_PACK=1".into());
@@ -90,25 +66,12 @@ fn map_options(dtype: DType, nch: usize, b: MapBuild) -> Vec<String> {
     if defer {
         v.push("-DGS_DEFER=1".into());
     }
-    if cluster > 0 {
-        v.push(format!("-DGS_CLUSTER={cluster}"));
-    }
     v
 }
 
-/// Every map kernel build the launch code requests: the defer and cluster builds are the forward's
-/// packed one and the backward's image one.
-const MAP_BUILDS: [MapBuild; 9] = [
-    mb(false, false, false, 0),
-    mb(true, false, false, 0),
-    mb(true, true, false, 0),
-    mb(true, false, true, 0),
-    mb(true, true, true, 0),
-    mb(true, false, false, 2),
-    mb(true, true, false, 2),
-    mb(true, false, false, 4),
-    mb(true, true, false, 4),
-];
+/// (packed, img, defer) of every map kernel build the launch code requests: the defer builds are
+/// the forward's packed one and the backward's image one.
+const MAP_BUILDS: [(bool, bool, bool); 5] = [(false, false, false), (true, false, false), (true, true, false), (true, false, true), (true, true, true)];
 
 fn reduce_options(dtype: DType) -> Vec<String> {
     vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=1".into()]
@@ -119,8 +82,8 @@ pub fn all_builds() -> Vec<KernelBuild> {
     let mut v = Vec::new();
     for dtype in [DType::F16, DType::BF16] {
         for nch in [1, 2] {
-            for b in MAP_BUILDS {
-                v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch, b) });
+            for (packed, img, defer) in MAP_BUILDS {
+                v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch, packed, img, defer) });
             }
         }
         v.push(KernelBuild { source: SOURCE, options: reduce_options(dtype) });
@@ -138,16 +101,6 @@ pub(super) fn map_grid(p: &Problem, ntiles: usize, forward: bool, multiprocessor
     }
     let per = p.k.div_ceil(32) + if forward { 1 } else { 2 } * p.c.div_ceil(32);
     ntiles.min(multiprocessors.max(1)).max(ntiles.div_ceil(i32::MAX as usize / per))
-}
-
-/// CTAs of the cluster build's map kernel (spectral form, `_sv` entries): clusters of `size` CTAs,
-/// each cluster running groups of `size` row tiles; at most `max_clusters` clusters (as many as the
-/// device holds at once: the grid is persistent) and at most one per group, yet enough that a CTA's
-/// ring count fits in 31 bits. A multiple of `size`.
-pub(super) fn cluster_grid(p: &Problem, ntiles: usize, forward: bool, size: usize, max_clusters: usize) -> usize {
-    let per = p.k.div_ceil(32) + if forward { 1 } else { 2 } * p.c.div_ceil(32);
-    let groups = ntiles.div_ceil(size);
-    size * groups.min(max_clusters.max(1)).max(groups.div_ceil(i32::MAX as usize / per)).max(1)
 }
 
 /// Whether the staged backward runs `p` on `dev`: Hopper's wgmma, 16-bit inputs, C ≤ 256, and the
@@ -355,9 +308,9 @@ pub(super) fn map_entry(forward: bool, rot: bool, spectral_vec: bool) -> &'stati
 }
 
 #[allow(clippy::too_many_arguments)]
-fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, build: MapBuild) -> Result<()> {
-    let MapBuild { packed, img, defer, cluster } = build;
+fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool, img: bool, defer: bool) -> Result<()> {
     let nch = chunks(p.c);
+    let smem = map_smem_bytes(nch);
     let (w_re0, w_im0, rot) = match *weights {
         Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
         Weights::Plain { a } => (a, None, false),
@@ -383,30 +336,15 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     };
     let (table, ntiles) = row_tiles(p, 128 / nch)?;
     let forward = matches!(outs, MapOut::Forward { .. });
-    let multiprocessors = dev.info().multiprocessors.max(1) as usize;
+    let grid = grid_u32("grads_re", map_grid(p, ntiles as usize, forward, dev.info().multiprocessors.max(1) as usize))?;
     let spectral_vec = spectral_vec(p);
     // The image build only where its `_sv` entries run (the only ones that write images).
     let img = img && packed && spectral_vec && !forward;
-    // The defer and cluster builds likewise only where their `_sv` entries run (elsewhere they are
-    // the packed one; the cluster build has no other entries).
+    // The defer build likewise only where its `_sv` entries run (elsewhere it is the packed one).
     let defer = defer && packed && spectral_vec;
-    let cluster = if packed && spectral_vec && !defer { cluster } else { 0 };
-    let smem = map_smem_bytes_for(nch, cluster);
     let entry = map_entry(forward, rot, spectral_vec);
-    let f = dev.function(&SOURCE, &map_options(p.dtype, nch, mb(packed, img, defer, cluster)), entry)?;
+    let f = dev.function(&SOURCE, &map_options(p.dtype, nch, packed, img, defer), entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
-    let grid = if cluster > 0 {
-        // As many clusters as the device holds at once (a GPC whose free multiprocessors are not a
-        // multiple of the cluster size leaves some idle); multiprocessors / size if the driver
-        // cannot say.
-        let fit = (multiprocessors / cluster).max(1);
-        let cfg = LaunchConfig { grid_dim: ((cluster * fit) as u32, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: smem as u32 };
-        let most = f.occupancy_max_active_clusters(cfg, dev.stream()).ok().filter(|&c| c > 0).map_or(fit, |c| c as usize);
-        cluster_grid(p, ntiles as usize, forward, cluster, most)
-    } else {
-        map_grid(p, ntiles as usize, forward, multiprocessors)
-    };
-    let grid = grid_u32("grads_re", grid)?;
     let (grads_re, grads_im) = (ptr(grads.map(|g| g.0))?, ptr(grads.map(|g| g.1))?);
     let (g_re, g_im) = (ptr(g_in.map(|g| g.0))?, ptr(g_in.map(|g| g.1))?);
     let (xtp, wre, wim) = (ptr(xt.as_ref())?, w_re.cuda_ptr()?, ptr(w_im)?);
@@ -455,19 +393,17 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
 
 /// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im) by stages 1 and 2 of the map kernel.
 /// `packed`: the map kernel's GS_PACK build on packed k-tile images of xᵀ and the weights; `defer`
-/// (with `packed`, where [`spectral_vec`]): its GS_DEFER build (NOTES.md, v7); `cluster` (likewise;
-/// 2 or 4, 0: none): its GS_CLUSTER build with clusters of that many CTAs (v8).
-pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool, defer: bool, cluster: usize) -> Result<Tensor> {
+/// (with `packed`, where [`spectral_vec`]): its GS_DEFER build (NOTES.md, v7).
+pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool, defer: bool) -> Result<Tensor> {
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
-    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, mb(packed, false, defer, cluster))?;
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, packed, false, defer)?;
     Ok(out)
 }
 
 /// `img` (with `packed`, where [`img_applies`]): g, P and Q as tile images and d_A by the image
-/// reductions (NOTES.md, v6); `defer` (with `img`): the map kernel's image build with GS_DEFER (v7);
-/// `cluster` (with `img`; 2 or 4, 0: none): its image build with GS_CLUSTER (v8).
+/// reductions (NOTES.md, v6); `defer` (with `img`): the map kernel's image build with GS_DEFER (v7).
 #[allow(clippy::too_many_arguments)]
-pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool, defer: bool, cluster: usize) -> Result<Grads> {
+pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool, defer: bool) -> Result<Grads> {
     let (v, c, k) = (p.v, p.c, p.k);
     let img = img && packed && img_applies(dev, p);
     // Stage 3's weights go in transposed, A_im negated: d_g's products then take the signs of b's
@@ -501,7 +437,7 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     let (pw, qw, dg_re, dg_im) = (ws()?, ws()?, vc()?, vc()?);
     let gws = if p.spectral { Some((ws()?, ws()?)) } else { None };
     let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)) };
-    launch_map(dev, p, input, weights, &outs, mb(packed, img, img && defer, if img { cluster } else { 0 }))?;
+    launch_map(dev, p, input, weights, &outs, packed, img, img && defer)?;
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
     let (gr, gi) = match (g_in, &gws) {
@@ -558,34 +494,13 @@ mod tests {
         let builds = all_builds();
         for dtype in [DType::F16, DType::BF16] {
             for c in [1, 128, 129, 256] {
-                for b in MAP_BUILDS {
-                    assert!(builds.iter().any(|k| k.options == map_options(dtype, chunks(c), b)), "{dtype} C={c} {b:?}");
+                for (packed, img, defer) in MAP_BUILDS {
+                    assert!(builds.iter().any(|b| b.options == map_options(dtype, chunks(c), packed, img, defer)), "{dtype} C={c} packed={packed} img={img} defer={defer}");
                 }
             }
             assert!(builds.iter().any(|b| b.options == reduce_options(dtype)));
         }
-        assert_eq!(builds.len(), 38);
-    }
-
-    #[test]
-    fn cluster_grids_are_even_and_persistent() {
-        let p = |v: usize| Problem { v, k: 128, c: 256, offsets: vec![0, v], batched: false, spectral: true, rotation: true, dtype: DType::BF16, device: ember_core::Device::Cpu };
-        // 66 clusters of 2 on 132 multiprocessors; fewer groups than clusters: one cluster per group.
-        assert_eq!(cluster_grid(&p(524_288), 8192, false, 2, 66), 132);
-        assert_eq!(cluster_grid(&p(524_288), 8192, false, 4, 32), 128);
-        assert_eq!(cluster_grid(&p(150), 3, true, 2, 66), 4);
-        assert_eq!(cluster_grid(&p(150), 3, true, 4, 33), 4);
-        assert_eq!(cluster_grid(&p(64), 1, true, 2, 66), 2);
-        assert_eq!(cluster_grid(&p(64), 1, true, 2, 0), 2);
-        for size in [2, 4] {
-            for (ntiles, most) in [(1, 66), (5, 2), (267, 65), (8192, 64)] {
-                let g = cluster_grid(&p(64 * ntiles), ntiles, false, size, most);
-                assert!(g % size == 0 && g / size <= most.max(1) && g / size <= ntiles.div_ceil(size), "{ntiles} tiles, {most} clusters of {size}: {g}");
-            }
-        }
-        assert_eq!(map_smem_bytes_for(2, 2), 229_376 + 64);
-        assert_eq!(map_smem_bytes_for(2, 0), 229_376);
-        assert!(map_smem_bytes_for(2, 4) <= 232_448);
+        assert_eq!(builds.len(), 22);
     }
 
     #[test]

@@ -166,11 +166,6 @@ fn bwd_default_falls_back_to_what_runs() {
     assert_eq!(B::PackedImg.effective(&[B::Fused]), B::Fused);
     assert_eq!(B::Packed.effective(&no_img), B::Packed);
     assert_eq!(B::Staged.effective(&[B::Fused]), B::Fused);
-    // Where no image variant applies, the cluster ones run as "packed" too.
-    let no_images: Vec<B> = B::ALL.into_iter().filter(|b| !b.uses_images()).collect();
-    assert_eq!(B::PackedImgCluster.effective(&no_images), B::Packed);
-    assert_eq!(B::PackedImgCluster4.effective(&no_images), B::Packed);
-    assert_eq!((B::PackedImgCluster.cluster(), B::PackedImgCluster4.cluster(), B::PackedImg.cluster()), (2, 4, 0));
 }
 
 #[test]
@@ -295,12 +290,6 @@ mod host_model {
         table(&mut w, &entries.unwrap_or_default());
         // Two multiprocessors: the persistent grid of the spectral form runs several row tiles per CTA.
         w.extend([ntiles as i64, staged::map_grid(&p, ntiles, true, 2) as i64, staged::map_grid(&p, ntiles, false, 2) as i64]);
-        // The cluster builds' grids: clusters of 2 with room for two clusters, of 4 for one, so that
-        // clusters run several groups of row tiles (the model runs the clusters one after another,
-        // the CTAs of each at once).
-        for (size, most) in [(2, 2), (4, 1)] {
-            w.extend([staged::cluster_grid(&p, ntiles, true, size, most) as i64, staged::cluster_grid(&p, ntiles, false, size, most) as i64]);
-        }
         let mut plans = vec![staged::plan(&p, Reductions::Wgmma, p.c, p.c, false, ctas).0];
         if p.spectral {
             plans.push(staged::plan(&p, Reductions::Wgmma, p.k, p.c, true, ctas).0);
@@ -357,11 +346,6 @@ mod host_model {
             // tiles for the image reductions; and f16 with plain weights.
             (Case::batch(&[0, 70, 70, 200], 24, 136, true), DType::BF16),
             (Case::batch(&[0, 100, 100, 230], 16, 64, false), DType::F16),
-            // The cluster builds: 3 + 4 = 7 64-row tiles, so with clusters of 2 pairs (0, 1), (2, 3)
-            // (two meshes: xᵀ loaded by each CTA for itself), (4, 5), (6, none: an empty tile), two
-            // per cluster; with clusters of 4 groups 0..3 (two meshes) and 4..6 (one empty); two
-            // stage-1 k-tiles, the second partial.
-            (Case::batch(&[0, 130, 130, 380], 40, 136, true), DType::BF16),
             // The vertex form, C not a multiple of 8 (scalar loads and stores), both chunk counts.
             (Case::new(70, 0, 131, false, true), DType::BF16),
             (Case::new(33, 0, 5, false, false), DType::BF16),
