@@ -68,12 +68,17 @@ pub fn arch_for(cc: (i32, i32)) -> String {
     }
 }
 
+/// Number of u32 words behind [`CudaDevice::work_counters`].
+pub const WORK_COUNTERS: usize = 64;
+
 pub struct CudaDevice {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     info: DeviceInfo,
     modules: Mutex<HashMap<String, Arc<CudaModule>>>,
     functions: Mutex<HashMap<(String, String), CudaFunction>>,
+    /// See [`CudaDevice::work_counters`]: the buffer and its address, made on first use.
+    work_counters: Mutex<Option<(cudarc::driver::CudaSlice<u8>, u64)>>,
 }
 
 /// Devices initialised so far, or why initialisation failed (remembered so it is not retried).
@@ -142,7 +147,7 @@ impl CudaDevice {
                 shared_memory_per_block_optin: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
                 driver_version,
             };
-            Ok(Arc::new(CudaDevice { ctx, stream, info, modules: Mutex::new(HashMap::new()), functions: Mutex::new(HashMap::new()) }))
+            Ok(Arc::new(CudaDevice { ctx, stream, info, modules: Mutex::new(HashMap::new()), functions: Mutex::new(HashMap::new()), work_counters: Mutex::new(None) }))
         })
     }
 
@@ -212,6 +217,25 @@ impl CudaDevice {
     /// Allocate `bytes` of device memory (at least one byte, so empty tensors have a valid pointer).
     pub fn alloc_bytes(&self, bytes: usize) -> Result<cudarc::driver::CudaSlice<u8>> {
         unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| Error::cuda(&format!("allocating {bytes} bytes"), e))
+    }
+
+    /// Address of [`WORK_COUNTERS`] zeroed u32 words kept for the device's lifetime, for kernels that
+    /// hand out work items at run time (one `atomicAdd` ticket per item) instead of a fixed
+    /// grid-stride order. Contract: such a kernel leaves its words at zero when it ends (the last
+    /// CTA to finish resets them), so the next launch finds them zeroed without a memset; the
+    /// device's single stream keeps two such launches from overlapping.
+    pub fn work_counters(&self) -> Result<u64> {
+        let mut slot = self.work_counters.lock().unwrap();
+        if let Some((_, ptr)) = slot.as_ref() {
+            return Ok(*ptr);
+        }
+        let buf = self.stream.alloc_zeros::<u8>(WORK_COUNTERS * 4).map_err(|e| Error::cuda("allocating the work counters", e))?;
+        let ptr = {
+            let (p, _sync) = cudarc::driver::DevicePtr::device_ptr(&buf, &self.stream);
+            p
+        };
+        *slot = Some((buf, ptr));
+        Ok(ptr)
     }
 
     /// Asynchronous device-to-device copy of `bytes` between raw addresses on this device.

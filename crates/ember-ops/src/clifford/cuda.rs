@@ -114,6 +114,9 @@ fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<St
     o
 }
 
+/// The staged forward's run-time step order (rows.cu, CL_DYN; `RowVariant::Dynamic`).
+const DYNAMIC_OPT: &str = "-DCL_DYN=1";
+
 /// Options of the staged row kernels: `EMBER_CLIFFORD_WSTAGE=ldg` stages the weights with v2's
 /// __ldg loop (CL_WCP = 0) instead of cp.async, for comparison.
 fn staged_opts() -> Vec<String> {
@@ -134,21 +137,27 @@ pub enum RowVariant {
     Rows,
     /// CL_WS = 1: persistent CTAs with the weights staged in shared memory; the forward also copies
     /// the next rows' x and y by cp.async while the current rows compute (rows that fit one step
-    /// per thread, N ≤ 256·V). Where the shared memory of the device is too small: `Rows`.
+    /// per thread, N ≤ 256·V). Steps in a fixed grid-stride order. Where the shared memory of the
+    /// device is too small: `Rows`.
     Staged,
+    /// v9: `Staged` whose forward takes its steps at run time (CL_DYN = 1: a ticket per step from
+    /// the device's work counters), so faster SMs move more rows; the same bits as `Staged`. The
+    /// backward's staged row statistics are `Staged`'s.
+    Dynamic,
 }
 
 impl RowVariant {
-    pub const ALL: [RowVariant; 2] = [RowVariant::Rows, RowVariant::Staged];
-    /// `EMBER_CLIFFORD_ROWS=rows|staged`; otherwise the default for `layer`: staged up to 8 blades
-    /// (measured faster on an H200: Cl(3,0) forward 40–48% → 66–99% of copy bandwidth), rows for
-    /// 16 blades (staged measured slower there: one CTA per SM is too few warps for their
-    /// arithmetic).
+    pub const ALL: [RowVariant; 3] = [RowVariant::Rows, RowVariant::Staged, RowVariant::Dynamic];
+    /// `EMBER_CLIFFORD_ROWS=rows|staged|dynamic`; otherwise the default for `layer`: dynamic up to
+    /// 8 blades (staged measured faster than rows on an H200: Cl(3,0) forward 40–48% → 66–99% of
+    /// copy bandwidth), rows for 16 blades (staged measured slower there: one CTA per SM is too
+    /// few warps for their arithmetic).
     pub fn selected(layer: &Layer) -> RowVariant {
         match std::env::var("EMBER_CLIFFORD_ROWS").as_deref() {
             Ok("rows") => RowVariant::Rows,
             Ok("staged") => RowVariant::Staged,
-            _ if layer.blades() <= 8 => RowVariant::Staged,
+            Ok("dynamic") => RowVariant::Dynamic,
+            _ if layer.blades() <= 8 => RowVariant::Dynamic,
             _ => RowVariant::Rows,
         }
     }
@@ -156,7 +165,12 @@ impl RowVariant {
         match self {
             RowVariant::Rows => "rows",
             RowVariant::Staged => "staged",
+            RowVariant::Dynamic => "dynamic",
         }
+    }
+    /// Weights staged in shared memory by persistent CTAs (CL_WS = 1).
+    pub fn staged(self) -> bool {
+        self != RowVariant::Rows
     }
 }
 
@@ -236,7 +250,7 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var:
     let out = plan.output(&[dims.m, dims.b, dims.n], dt);
     let src = fwd_source(layer, st.gelu)?;
     let smem = staged_smem(layer, dims.n, v, dt);
-    if var == RowVariant::Staged && v > 1 && groups <= THREADS as usize && smem + 1024 <= gpu.smem_optin {
+    if var.staged() && v > 1 && groups <= THREADS as usize && smem + 1024 <= gpu.smem_optin {
         let t = team(groups);
         let steps = dims.b.div_ceil((THREADS / t) as usize);
         let grid = u32::try_from(steps.min(gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
@@ -244,8 +258,13 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var:
         let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), rms];
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(t as i32));
+        let mut opts = fwd_opts(dt, v, st.norm, true, true);
+        if var == RowVariant::Dynamic {
+            opts.push(DYNAMIC_OPT.into());
+            args.push(Arg::Counters(0));
+        }
         let name = if st.norm { "clifford_fwd_norm_staged" } else { "clifford_fwd_staged" };
-        plan.launch(launch(src, fwd_opts(dt, v, st.norm, true, true), (grid, 1, 1), smem, args, name));
+        plan.launch(launch(src, opts, (grid, 1, 1), smem, args, name));
         return Ok(plan);
     }
     if !st.norm {
@@ -495,7 +514,7 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
         let (mut grid, t) = row_launch(dims.b, dims.n, v)?;
         // Staged: half types only (f32 reads the forward's out, no weights); two CTAs per SM.
         let smem = layer.paths() * dims.n * 4;
-        let staged = var == RowVariant::Staged && dt != DType::F32 && 2 * (smem + 1024) <= gpu.smem_optin;
+        let staged = var.staged() && dt != DType::F32 && 2 * (smem + 1024) <= gpu.smem_optin;
         if staged {
             grid = grid.min(u32::try_from(2 * gpu.sms).unwrap_or(u32::MAX)).max(1);
         }
@@ -1259,14 +1278,20 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             let src = fwd_source(layer, gelu)?;
             for &v in &vs {
                 out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, false, false) });
+                let staged_fwd = |norm: bool| {
+                    let fixed = fwd_opts(dt, v, norm, true, true);
+                    let mut dynamic = fixed.clone();
+                    dynamic.push(DYNAMIC_OPT.into());
+                    [KernelBuild { source: src, options: fixed }, KernelBuild { source: src, options: dynamic }]
+                };
                 if v > 1 {
-                    out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, true, true) });
+                    out.extend(staged_fwd(false));
                 }
                 if gelu {
                     out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, false, false) });
                     if v > 1 {
                         out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, true, false) });
-                        out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, true, true) });
+                        out.extend(staged_fwd(true));
                     }
                 }
             }

@@ -145,6 +145,21 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
         std::fs::write(&p, poison(b.shape.iter().product(), b.dtype)).unwrap();
         files.push(p);
     }
+    // The device's work counters: one zeroed file per first word used, kept across the plan's
+    // launches as on a GPU, and checked to be zero again after every launch (the kernels' contract).
+    let mut counters: HashMap<usize, usize> = HashMap::new();
+    for l in &plan.launches {
+        for a in &l.args {
+            if let Arg::Counters(word) = *a {
+                counters.entry(word).or_insert_with(|| {
+                    let p = dir.join(format!("counters{word}.bin"));
+                    std::fs::write(&p, vec![0u8; (ember_core::cuda::WORK_COUNTERS - word) * 4]).unwrap();
+                    files.push(p);
+                    files.len() - 1
+                });
+            }
+        }
+    }
     for (li, l) in plan.launches.iter().enumerate() {
         for g in plan.gemms_before(li) {
             host_gemm(g, &files);
@@ -159,6 +174,7 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
             spec += &match a {
                 Arg::Buf(i) => format!("B {i}\n"),
                 Arg::Null => "N 0\n".into(),
+                Arg::Counters(word) => format!("B {}\n", counters[word]),
                 Arg::I64(v) => format!("S {v}\n"),
                 Arg::I32(v) => format!("S {v}\n"),
             };
@@ -171,6 +187,9 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
             eprintln!("emulated {} {} {:?} grid {:?}: {:.2} s", l.name, l.src.name, l.opts, l.grid, t0.elapsed().as_secs_f64());
         }
         assert!(out.status.success(), "emulated launch {} ({} {:?}) failed: {:?} {}", l.name, l.src.name, l.opts, out.status, String::from_utf8_lossy(&out.stderr));
+        for &f in counters.values() {
+            assert!(std::fs::read(&files[f]).unwrap().iter().all(|&b| b == 0), "emulated launch {} left its work counters non-zero", l.name);
+        }
     }
     for g in plan.gemms_before(plan.launches.len()) {
         host_gemm(g, &files);

@@ -47,6 +47,7 @@ fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
         // Three multiprocessors: the staged variant's persistent CTAs walk several steps.
         let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
         let mut f = Vec::new();
+        let mut fixed_order = Vec::new();
         for var in cuda::RowVariant::ALL {
             let plan = cuda::plan_fused_forward(&layer, dims, dtype, st, var, gpu).unwrap();
             let vmax = match dims.m {
@@ -54,19 +55,30 @@ fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
                 9..=16 => 2,
                 _ => 1,
             };
-            let staged = var == cuda::RowVariant::Staged && vmax > 1 && n % vmax == 0 && n / vmax <= 256;
+            let staged = var.staged() && vmax > 1 && n % vmax == 0 && n / vmax <= 256;
             assert_eq!(plan.launches[0].name.contains("staged"), staged, "{tag}: {} plan", var.name());
             f = run_host(&plan, &[&x, &y, &w]);
             close(&format!("{tag} {} out", var.name()), &f[0], &ro, tol);
             if let Some(rr) = &rr {
                 close(&format!("{tag} {} rms", var.name()), &f[1], rr, tol);
             }
+            // The run-time step order computes every row as the fixed order does: the same bits.
+            match var {
+                cuda::RowVariant::Staged => fixed_order = f.iter().map(bits).collect::<Vec<_>>(),
+                cuda::RowVariant::Dynamic => {
+                    for (a, b) in f.iter().zip(&fixed_order) {
+                        assert!(bits(a) == *b, "{tag}: dynamic bits = staged bits");
+                    }
+                }
+                cuda::RowVariant::Rows => {}
+            }
         }
         let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
-        for var in cuda::RowVariant::ALL {
+        // The backward of `Dynamic` is `Staged`'s plan.
+        for var in [cuda::RowVariant::Rows, cuda::RowVariant::Staged] {
             for bv in cuda::BwdVariant::ALL {
                 let bwd = cuda::plan_fused_backward_with(&layer, dims, dtype, st, var, bv, gpu).unwrap();
-                let staged = var == cuda::RowVariant::Staged && norm && dtype != DType::F32;
+                let staged = var.staged() && norm && dtype != DType::F32;
                 assert_eq!(bwd.launches[0].name.contains("staged"), staged, "{tag}: {} backward plan", var.name());
                 let pipe = bv == cuda::BwdVariant::Pipe && dtype == DType::F32 && dims.m <= 8;
                 assert_eq!(bwd.launches.iter().any(|l| l.name == "clifford_bwd_pipe"), pipe, "{tag}: {} backward plan", bv.name());
@@ -109,11 +121,11 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
         let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm}");
-        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Staged, gpu).unwrap(), &[&x, &y, &w]);
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, gpu).unwrap(), &[&x, &y, &w]);
         let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
         let mut got = Vec::new();
         for bv in [cuda::BwdVariant::Cols, cuda::BwdVariant::Pipe, cuda::BwdVariant::Serial] {
-            let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, bv, gpu).unwrap();
+            let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
             let trees = plan.launches.iter().filter(|l| l.name == "clifford_sum_tree").count();
             let serial = plan.launches.iter().filter(|l| l.name == "clifford_sum_chunks").count();
             if bv == cuda::BwdVariant::Serial {
@@ -141,7 +153,7 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
         assert!(bits(&got[0][2]) == bits(&got[1][2]), "{tag}: pipe d_w not bitwise the default's");
         // The tree order is fixed: a second run gives the same bits.
         for (i, bv) in [(0, cuda::BwdVariant::Cols), (1, cuda::BwdVariant::Pipe)] {
-            let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, bv, gpu).unwrap();
+            let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
             let again = if norm { run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&plan, &[&x, &y, &w, &g]) };
             assert!(bits(&again[2]) == bits(&got[i][2]), "{tag}: {} tree d_w not repeatable", bv.name());
         }
@@ -170,10 +182,10 @@ fn emu_bwd_rowwise(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usiz
         let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} rowwise");
         let g0 = cuda::rowwise_geom(&layer, dims, norm, dtype, gpu).expect("rowwise applies");
         assert_eq!((g0.rows, g0.threads, g0.chunks), geo, "{tag}: geometry");
-        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Staged, gpu).unwrap(), &[&x, &y, &w]);
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, gpu).unwrap(), &[&x, &y, &w]);
         let inputs: Vec<&Tensor> = if norm { vec![&x, &y, &w, &g, &f[0], &f[1]] } else { vec![&x, &y, &w, &g] };
         let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
-        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Rowwise, gpu).unwrap();
+        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Rowwise, gpu).unwrap();
         let names: Vec<&str> = plan.launches.iter().map(|l| l.name).collect();
         assert_eq!(names[0], "clifford_bwd_rowwise", "{tag}: plan {names:?}");
         assert!(names[1..].iter().all(|&l| l == "clifford_sum_tree") && (g0.chunks == 1) == (names.len() == 1), "{tag}: plan {names:?}");
@@ -183,7 +195,7 @@ fn emu_bwd_rowwise(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usiz
         close(&format!("{tag} d_w"), &rw[2], &dw, 1e-5);
         let again = run_host(&plan, &inputs);
         assert!(bits(&again[0]) == bits(&rw[0]) && bits(&again[1]) == bits(&rw[1]) && bits(&again[2]) == bits(&rw[2]), "{tag}: not repeatable");
-        let cols = run_host(&cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Cols, gpu).unwrap(), &inputs);
+        let cols = run_host(&cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap(), &inputs);
         assert!(bits(&cols[0]) == bits(&rw[0]) && bits(&cols[1]) == bits(&rw[1]), "{tag}: d_x/d_y not bitwise the default's");
         eprintln!("{tag}: ok (d_w vs cols max |diff| {:e})", rw[2].to_vec_f64().unwrap().iter().zip(cols[2].to_vec_f64().unwrap()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max));
     }
@@ -208,10 +220,10 @@ fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
         let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} fold");
-        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Staged, gpu).unwrap(), &[&x, &y, &w]);
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, gpu).unwrap(), &[&x, &y, &w]);
         let inputs: Vec<&Tensor> = if norm { vec![&x, &y, &w, &g, &f[0], &f[1]] } else { vec![&x, &y, &w, &g] };
-        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Fold, gpu).unwrap();
-        let cols_plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Cols, gpu).unwrap();
+        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Fold, gpu).unwrap();
+        let cols_plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap();
         let names = |p: &super::plan::Plan| p.launches.iter().map(|l| l.name).collect::<Vec<_>>();
         let trees = names(&cols_plan).iter().filter(|&&l| l == "clifford_sum_tree").count();
         if !norm {
@@ -252,8 +264,8 @@ fn fold_sizes_at_the_bench_sizes() {
             cnt += c * tiles;
         }
         assert_eq!(cuda::fold_sizes(chunks, len, tiles), (lvl, cnt), "B={b} N={n}");
-        let fold = cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Staged, cuda::BwdVariant::Fold, gpu).unwrap();
-        let cols = cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Staged, cuda::BwdVariant::Cols, gpu).unwrap();
+        let fold = cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Fold, gpu).unwrap();
+        let cols = cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap();
         assert_eq!(fold.launches.len(), 2, "B={b} N={n}");
         assert_eq!(cols.launches.len(), 2 + trees, "B={b} N={n}");
         assert_eq!(fold.launches[1].grid, (tiles as u32, chunks as u32, 1), "B={b} N={n}");
@@ -271,8 +283,8 @@ fn rowwise_falls_back_to_the_default() {
         for norm in [false, true] {
             let st = Stages { gelu: true, norm };
             assert!(cuda::rowwise_geom(&layer, dims, norm, dtype, gpu).is_none(), "{spec} N={n} {dtype}");
-            let a = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Rowwise, gpu).unwrap();
-            let b = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Staged, cuda::BwdVariant::Cols, gpu).unwrap();
+            let a = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Rowwise, gpu).unwrap();
+            let b = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap();
             let names = |p: &super::plan::Plan| p.launches.iter().map(|l| (l.name, l.grid, l.opts.clone())).collect::<Vec<_>>();
             assert_eq!(names(&a), names(&b), "{spec} N={n} {dtype} norm={norm}");
         }

@@ -8,11 +8,13 @@ use ember_core::cuda::blas::{Blas, GemmDesc};
 use ember_core::cuda::{KernelSource, LaunchConfig};
 use ember_core::{DType, Error, Result, Tensor};
 
-/// A kernel argument: a buffer of the plan, a null pointer, or a scalar.
+/// A kernel argument: a buffer of the plan, a null pointer, a scalar, or the device's work
+/// counters from this word on (`CudaDevice::work_counters`: zero before and after every launch).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Arg {
     Buf(usize),
     Null,
+    Counters(usize),
     I64(i64),
     I32(i32),
 }
@@ -129,6 +131,10 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
             match *a {
                 Arg::Buf(id) => u64s.push(ptr(id)?),
                 Arg::Null => u64s.push(0),
+                Arg::Counters(word) => {
+                    assert!(word + 2 <= ember_core::cuda::WORK_COUNTERS, "work counter {word} out of range");
+                    u64s.push(dev.work_counters()? + 4 * word as u64)
+                }
                 Arg::I64(v) => i64s.push(v),
                 Arg::I32(v) => i32s.push(v),
             }
@@ -139,7 +145,7 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         let (mut iu, mut ii, mut ij) = (0, 0, 0);
         for a in &l.args {
             launch = match a {
-                Arg::Buf(_) | Arg::Null => {
+                Arg::Buf(_) | Arg::Null | Arg::Counters(_) => {
                     iu += 1;
                     launch.arg(&u64s[iu - 1])
                 }

@@ -254,8 +254,25 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
         cl_cp_async<CL_V * sizeof(act_t)>(st + CL_SLOT + j * CL_THREADS * CL_V, y + (i64)j * BN + base);
     }
 }
+//
+// CL_DYN = 1 (default): after its first step (blockIdx.x) a CTA takes its steps at run time, one
+// atomicAdd ticket on the device's work counters each (`tickets[0]`; step = gridDim.x + ticket), so
+// an SM that runs faster than the others moves more rows, instead of every SM owning a fixed
+// grid-stride share and the launch ending with the slowest one. Thread 0 takes the ticket of the
+// step after next at the start of a step and publishes it through shared memory at the step's end
+// (the prefetch needs it one step ahead). Rows and their sums are computed as with the fixed order:
+// the same bits. The last CTA to finish (`tickets[1]` counts them) zeroes both words for the next
+// launch. CL_DYN = 0: the fixed grid-stride order.
+#ifndef CL_DYN
+#define CL_DYN 0
+#endif
+#if CL_DYN
+#define CL_TICKET_ARGS , u32* __restrict__ tickets
+#else
+#define CL_TICKET_ARGS
+#endif
 extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
-                                                                      act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
+                                                                      act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team CL_TICKET_ARGS) {
     float* sw = cl_dynamic_smem();
     act_t* stage = reinterpret_cast<act_t*>(sw + CL_P * CL_WSTRIDE(N));
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
@@ -269,10 +286,21 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
         if (s < steps && b < B && mine) cl_issue(x, y, my, BN, b * N + n0);
         cl_cp_commit();
     }
+#if CL_DYN
+    __shared__ i64 next_step[2];
+    if (tid == 0) next_step[0] = (i64)gridDim.x + atomicAdd(tickets, 1u);
+#endif
     cl_stage_w(w, sw, N);
     __syncthreads();
-    for (int buf = 0; s < steps; s += gridDim.x, buf ^= 1) {
-        const i64 nx = s + gridDim.x, bn = nx * rows + tid / team;
+    for (int buf = 0, it = 0; s < steps; ++it, buf ^= 1) {
+#if CL_DYN
+        const i64 nx = next_step[it & 1];
+        u32 ticket = 0;
+        if (tid == 0) ticket = atomicAdd(tickets, 1u);
+#else
+        const i64 nx = s + gridDim.x;
+#endif
+        const i64 bn = nx * rows + tid / team;
         if (nx < steps && bn < B && mine) cl_issue(x, y, my + (buf ^ 1) * 2 * CL_SLOT, BN, bn * N + n0);
         cl_cp_commit();
         cl_cp_wait<1>();
@@ -304,8 +332,25 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
 #else
         if (live && mine) cl_store_mv(out, BN, b * N + n0, o);
 #endif
+#if CL_DYN
+        // next_step[it & 1] was read by every thread before the team sum's (or this) barrier.
+        if (tid == 0) next_step[(it + 1) & 1] = (i64)gridDim.x + ticket;
+        __syncthreads();
+#endif
+        s = nx;
     }
     cl_cp_wait<0>();
+#if CL_DYN
+    // Every ticket this CTA took was returned before its fence; the CTA that counts last finds all
+    // of them taken and resets the words.
+    if (tid == 0) {
+        __threadfence();
+        if (atomicAdd(tickets + 1, 1u) == gridDim.x - 1) {
+            tickets[0] = 0u;
+            tickets[1] = 0u;
+        }
+    }
+#endif
 }
 #elif CL_NORM == 0
 // One thread per (row, CL_V channels): grid covers B·N/CL_V threads.

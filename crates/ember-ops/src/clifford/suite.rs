@@ -143,11 +143,30 @@ fn check_fused(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize), dtype: DTyp
         r.cmp("clifford", &case, "fused d_y", &gr.d_y, &rdy, t)?;
         r.cmp("clifford", &case, "fused d_w", &gr.d_w, &rdw, t)?;
         if r.ctx.device.is_cuda() {
+            let mut fixed_order = None;
             for var in cuda::RowVariant::ALL {
                 let v = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: true, norm }, var)?;
                 r.cmp("clifford", &case, &format!("fused out ({})", var.name()), &v.out, &ro, t)?;
                 if let (Some(got), Some(want)) = (&v.rms, &rr) {
                     r.cmp("clifford", &case, &format!("fused rms ({})", var.name()), got, want, t)?;
+                }
+                if var == cuda::RowVariant::Dynamic {
+                    // Rows taken at run time are computed as in the fixed order: the same bits, in
+                    // every run (each run also finds the work counters zeroed by the one before).
+                    let fixed: &super::Forward = fixed_order.as_ref().expect("staged runs before dynamic");
+                    let mut same = true;
+                    for run in 0..3 {
+                        let again = if run == 0 { None } else { Some(cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: true, norm }, var)?) };
+                        let d = again.as_ref().unwrap_or(&v);
+                        same &= bitwise(&d.out, &fixed.out) && d.rms.as_ref().zip(fixed.rms.as_ref()).is_none_or(|(a, b)| bitwise(a, b));
+                    }
+                    r.prop("clifford", &case, "fused dynamic bits = staged bits (3 runs)", dtype, same);
+                    if !norm {
+                        let o = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: false, norm }, var)?;
+                        r.cmp("clifford", &case, &format!("wgp out ({})", var.name()), &o.out, &reference::wgp_layer(alg, dims, &x.v, &y.v, &w.v, false), t)?;
+                    }
+                    // Its backward is the staged variant's plan.
+                    continue;
                 }
                 // Both column/sum variants (EMBER_CLIFFORD_BWD); v1's rows keep their names.
                 let mut cols = None;
@@ -171,6 +190,9 @@ fn check_fused(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize), dtype: DTyp
                 if !norm {
                     let o = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: false, norm }, var)?;
                     r.cmp("clifford", &case, &format!("wgp out ({})", var.name()), &o.out, &reference::wgp_layer(alg, dims, &x.v, &y.v, &w.v, false), t)?;
+                }
+                if var == cuda::RowVariant::Staged {
+                    fixed_order = Some(v);
                 }
             }
             let again = fused::backward(layer, &x.t, &y.t, &w.t, &f, &g.t)?;
