@@ -299,6 +299,22 @@ fn rowwise_falls_back_to_the_default() {
     }
 }
 
+#[test]
+fn rowwise_is_the_default_where_it_was_measured_faster() {
+    if cuda::BwdVariant::from_env().is_some() {
+        return; // EMBER_CLIFFORD_BWD overrides the rule
+    }
+    let cl3 = Layer::new("3,0").unwrap();
+    let want = [((1024, 128), true), ((16384, 128), true), ((16384, 256), true), ((4096, 512), false), ((65536, 128), false), ((1024, 1024), false)];
+    for ((b, n), rowwise) in want {
+        let dims = Dims { m: 8, b, n };
+        assert_eq!(cuda::BwdVariant::default_for(&cl3, dims, true) == cuda::BwdVariant::Rowwise, rowwise, "Cl(3,0) B={b} N={n}");
+        assert_eq!(cuda::BwdVariant::default_for(&cl3, dims, false), cuda::BwdVariant::Cols, "no norm: no dot pass to save");
+    }
+    let sta = Layer::new("1,3").unwrap();
+    assert_eq!(cuda::BwdVariant::default_for(&sta, Dims { m: 16, b: 1024, n: 128 }, true), cuda::BwdVariant::Cols, "16 blades: not measured");
+}
+
 fn emu_fc(spec: &str, dims: (usize, usize, usize), dtype: DType) {
     emu_fc_variants(spec, dims, dtype, &FcVariant::ALL);
 }

@@ -255,14 +255,16 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
     }
 }
 //
-// CL_DYN = 1 (default): after its first step (blockIdx.x) a CTA takes its steps at run time, one
-// atomicAdd ticket on the device's work counters each (`tickets[0]`; step = gridDim.x + ticket), so
-// an SM that runs faster than the others moves more rows, instead of every SM owning a fixed
-// grid-stride share and the launch ending with the slowest one. Thread 0 takes the ticket of the
-// step after next at the start of a step and publishes it through shared memory at the step's end
-// (the prefetch needs it one step ahead). Rows and their sums are computed as with the fixed order:
-// the same bits. The last CTA to finish (`tickets[1]` counts them) zeroes both words for the next
-// launch. CL_DYN = 0: the fixed grid-stride order.
+// CL_DYN = 1: after its first two steps (blockIdx.x and blockIdx.x + gridDim.x) a CTA takes its
+// steps at run time, one atomicAdd ticket on the device's work counters each (`tickets[0]`; step =
+// 2·gridDim.x + ticket), so an SM that runs faster than the others moves more rows, instead of
+// every SM owning a fixed grid-stride share and the launch ending with the slowest one. Thread 0
+// takes the ticket of the step after next at the start of a step, only while the next step is a
+// real one, and publishes it through shared memory before the step's barrier (the prefetch needs
+// it one step ahead). So each CTA that takes tickets takes exactly one past the last step, and
+// the CTA that draws the last ticket of all (`last_ticket`) knows no other will be taken in this
+// launch and zeroes the word for the next one: no fence and no count at the kernel's end. Rows and
+// their sums are computed as with the fixed order: the same bits. CL_DYN = 0: the fixed order.
 #ifndef CL_DYN
 #define CL_DYN 0
 #endif
@@ -288,15 +290,18 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
     }
 #if CL_DYN
     __shared__ i64 next_step[2];
-    if (tid == 0) next_step[0] = (i64)gridDim.x + atomicAdd(tickets, 1u);
+    const i64 grid = gridDim.x;
+    // Tickets in range: steps − 2·grid; one past the end per CTA whose second step is real.
+    const i64 in_range = steps > 2 * grid ? steps - 2 * grid : 0, claimers = steps > 2 * grid ? grid : (steps > grid ? steps - grid : 0);
+    const i64 last_ticket = in_range + claimers - 1;
 #endif
     cl_stage_w(w, sw, N);
     __syncthreads();
     for (int buf = 0, it = 0; s < steps; ++it, buf ^= 1) {
 #if CL_DYN
-        const i64 nx = next_step[it & 1];
+        const i64 nx = it == 0 ? s + grid : next_step[it & 1];
         u32 ticket = 0;
-        if (tid == 0) ticket = atomicAdd(tickets, 1u);
+        if (tid == 0 && nx < steps) ticket = atomicAdd(tickets, 1u);
 #else
         const i64 nx = s + gridDim.x;
 #endif
@@ -319,6 +324,14 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
             }
             cl_fwd_vals(xv, yv, sw, N, n0, o, ss);
         }
+#if CL_DYN
+        // Every thread read next_step[it & 1] before the previous step's last barrier, and reads
+        // next_step[(it + 1) & 1] after this step's.
+        if (tid == 0 && nx < steps) {
+            next_step[(it + 1) & 1] = 2 * grid + ticket;
+            if ((i64)ticket == last_ticket) *tickets = 0u;
+        }
+#endif
 #if CL_NORM
         cl_team_sum<CL_NG>(ss, red, team);
         float a[CL_NG];
@@ -332,25 +345,12 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
 #else
         if (live && mine) cl_store_mv(out, BN, b * N + n0, o);
 #endif
-#if CL_DYN
-        // next_step[it & 1] was read by every thread before the team sum's (or this) barrier.
-        if (tid == 0) next_step[(it + 1) & 1] = (i64)gridDim.x + ticket;
-        __syncthreads();
+#if CL_DYN && !CL_NORM
+        __syncthreads();  // without the norm no team sum separates the steps
 #endif
         s = nx;
     }
     cl_cp_wait<0>();
-#if CL_DYN
-    // Every ticket this CTA took was returned before its fence; the CTA that counts last finds all
-    // of them taken and resets the words.
-    if (tid == 0) {
-        __threadfence();
-        if (atomicAdd(tickets + 1, 1u) == gridDim.x - 1) {
-            tickets[0] = 0u;
-            tickets[1] = 0u;
-        }
-    }
-#endif
 }
 #elif CL_NORM == 0
 // One thread per (row, CL_V channels): grid covers B·N/CL_V threads.

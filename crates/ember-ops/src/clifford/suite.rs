@@ -637,7 +637,7 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
         let gpu = cuda::Gpu::of(&sets[0].0)?;
         // rowwise only where it applies (elsewhere its plan is the default's).
         let applies = |v: cuda::BwdVariant| v != cuda::BwdVariant::Rowwise || cuda::rowwise_geom(&layer, dims, true, dtype, gpu).is_some();
-        for bv in cuda::BwdVariant::ALL.into_iter().filter(|&v| v != cuda::BwdVariant::selected() && applies(v)) {
+        for bv in cuda::BwdVariant::ALL.into_iter().filter(|&v| v != cuda::BwdVariant::default_for(&layer, dims, true) && applies(v)) {
             let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true)), ("bwd", json!(bv.name()))]);
             let ms = ctx.time(300.0, |i| {
                 let (x, y, w, g) = &sets[i % k];
