@@ -116,6 +116,11 @@ fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<St
 
 /// The staged forward's run-time step order (rows.cu, CL_DYN; `RowVariant::Dynamic`).
 const DYNAMIC_OPT: &str = "-DCL_DYN=1";
+/// Steps per SM from which `RowVariant::Dynamic` takes steps at run time; below, its fixed order.
+/// Measured on an H100 (Cl(3,0) f32, the bench grid): 1.6–6 % faster from 15.5 steps per SM up
+/// (4096 × 512 and larger), 2–10 % slower at 7.75 and fewer (1024 × N, 4096 × 128 and 256), where a
+/// step is too short to hide the ticket's round trip to L2.
+pub const DYNAMIC_MIN_STEPS_PER_SM: usize = 12;
 
 /// Options of the staged row kernels: `EMBER_CLIFFORD_WSTAGE=ldg` stages the weights with v2's
 /// __ldg loop (CL_WCP = 0) instead of cp.async, for comparison.
@@ -141,8 +146,9 @@ pub enum RowVariant {
     /// device is too small: `Rows`.
     Staged,
     /// v9: `Staged` whose forward takes its steps at run time (CL_DYN = 1: a ticket per step from
-    /// the device's work counters), so faster SMs move more rows; the same bits as `Staged`. The
-    /// backward's staged row statistics are `Staged`'s.
+    /// the device's work counters) where there are at least [`DYNAMIC_MIN_STEPS_PER_SM`] steps per
+    /// SM, so faster SMs move more rows; the same bits as `Staged`. The backward's staged row
+    /// statistics are `Staged`'s.
     Dynamic,
 }
 
@@ -259,7 +265,7 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var:
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(t as i32));
         let mut opts = fwd_opts(dt, v, st.norm, true, true);
-        if var == RowVariant::Dynamic {
+        if var == RowVariant::Dynamic && steps >= DYNAMIC_MIN_STEPS_PER_SM * gpu.sms {
             opts.push(DYNAMIC_OPT.into());
             args.push(Arg::Counters(0));
         }

@@ -299,6 +299,37 @@ fn rowwise_falls_back_to_the_default() {
     }
 }
 
+/// The forward's run-time step order (CL_DYN) where it applies: two multiprocessors and 30 steps of
+/// 8 rows (Cl(2,0), N = 128: a team of 32), the last partial, so one CTA takes 26 tickets and every
+/// CTA one past the end; out and rms within tolerance of the reference and bitwise the fixed
+/// order's, with and without the norm; `run_host` checks that the counter is zero after the launch.
+#[test]
+fn emulated_dynamic_forward_takes_its_steps_at_run_time() {
+    let layer = Layer::new("2,0").unwrap();
+    let (nb, n) = (237, 128);
+    let dims = Dims { m: 4, b: nb, n };
+    let gpu = cuda::Gpu { sms: 2, smem_optin: 227 * 1024 };
+    assert!(nb.div_ceil(8) >= cuda::DYNAMIC_MIN_STEPS_PER_SM * gpu.sms);
+    let (x, xv) = input(&[4, nb, n], DType::F32, 71, 1.0);
+    let (y, yv) = input(&[4, nb, n], DType::F32, 72, 1.0);
+    let (w, wv) = input(&[n, layer.paths()], DType::F32, 73, 0.5);
+    for norm in [true, false] {
+        let st = Stages { gelu: true, norm };
+        let dynamic = cuda::plan_fused_forward(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, gpu).unwrap();
+        assert!(dynamic.launches[0].opts.iter().any(|o| o == "-DCL_DYN=1"), "norm={norm}: the dynamic order applies");
+        let fixed = cuda::plan_fused_forward(&layer, dims, DType::F32, st, cuda::RowVariant::Staged, gpu).unwrap();
+        let (a, b) = (run_host(&dynamic, &[&x, &y, &w]), run_host(&fixed, &[&x, &y, &w]));
+        let (ro, rr) = reference::fused_forward(layer.algebra(), dims, &xv, &yv, &wv, true, norm);
+        close(&format!("dynamic out norm={norm}"), &a[0], &ro, 1e-5);
+        if let Some(rr) = rr {
+            close("dynamic rms", &a[1], &rr, 1e-5);
+        }
+        for (p, q) in a.iter().zip(&b) {
+            assert!(bits(p) == bits(q), "norm={norm}: dynamic bits = staged bits");
+        }
+    }
+}
+
 #[test]
 fn rowwise_is_the_default_where_it_was_measured_faster() {
     if cuda::BwdVariant::from_env().is_some() {

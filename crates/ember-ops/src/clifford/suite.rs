@@ -384,6 +384,37 @@ fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Resul
     Ok(())
 }
 
+/// The forward's run-time step order where it applies on this GPU (at least
+/// `DYNAMIC_MIN_STEPS_PER_SM` steps per SM): Cl(3,0), N = 128 (8 rows per step), the last step
+/// partial; out and rms against the reference, and bitwise the fixed order's in three runs.
+fn check_dynamic_forward(r: &mut Rows, dtype: DType) -> Result<()> {
+    let layer = Layer::new("3,0")?;
+    let sms = cuda::Gpu::of(&Tensor::zeros(&[1], DType::F32, r.ctx.device)?)?.sms;
+    let (nb, n) = (8 * cuda::DYNAMIC_MIN_STEPS_PER_SM * sms + 5, 128);
+    let dims = Dims { m: 8, b: nb, n };
+    let case = format!("Cl(3,0,0) B={nb} N={n} norm (dynamic steps)");
+    let seed = r.ctx.seed_for(&format!("fused dynamic {dtype}"));
+    let x = input(r.ctx, &[8, nb, n], dtype, seed, 1.0)?;
+    let y = input(r.ctx, &[8, nb, n], dtype, seed + 1, 1.0)?;
+    let w = input(r.ctx, &[n, layer.paths()], DType::F32, seed + 2, 0.5)?;
+    let st = fused::Stages { gelu: true, norm: true };
+    let (ro, rr) = reference::fused_forward(layer.algebra(), dims, &x.v, &y.v, &w.v, true, true);
+    let fixed = cuda::fused_forward_variant(&layer, dims, &x.t, &y.t, &w.t, st, cuda::RowVariant::Staged)?;
+    let mut same = true;
+    for run in 0..3 {
+        let d = cuda::fused_forward_variant(&layer, dims, &x.t, &y.t, &w.t, st, cuda::RowVariant::Dynamic)?;
+        if run == 0 {
+            r.cmp("clifford", &case, "fused out (dynamic)", &d.out, &ro, tol(dtype))?;
+            if let (Some(got), Some(want)) = (&d.rms, &rr) {
+                r.cmp("clifford", &case, "fused rms (dynamic)", got, want, tol(dtype))?;
+            }
+        }
+        same &= bitwise(&d.out, &fixed.out) && d.rms.as_ref().zip(fixed.rms.as_ref()).is_none_or(|(a, b)| bitwise(a, b));
+    }
+    r.prop("clifford", &case, "fused dynamic bits = staged bits (3 runs)", dtype, same);
+    Ok(())
+}
+
 /// Every op of `layer` at these sizes in these dtypes.
 /// `EMBER_CLIFFORD_CHECK=fused|fc|linear` limits the checks to one layer (re-checking one kernel in a
 /// short device session; a full run leaves it unset).
@@ -460,6 +491,9 @@ impl crate::OpFamily for Family {
             // (the last 8) over 2 tiles (the second 1 wide).
             for (spec, s) in [("3,0", (1499, 300)), ("3,0", (16411, 33)), ("2,0", (4157, 129))] {
                 check_bwd_pipe(&mut r, &Layer::new(spec)?, s)?;
+            }
+            for dtype in [DType::F32, DType::BF16] {
+                check_dynamic_forward(&mut r, dtype)?;
             }
         }
         check_errors(&mut r)?;
