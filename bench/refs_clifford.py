@@ -87,6 +87,8 @@ def linear(x, w, bias, grade):
 
 
 def clifford_ref(pass_, dtype, p):
+    if pass_ not in ("fwd", "fwd+bwd"):
+        raise ValueError(f"no PyTorch counterpart for the diagnostic pass {pass_}")
     M, grade, C = algebra(p["alg"])
     C = C.cuda()
     B, N = p["B"], p["N"]
