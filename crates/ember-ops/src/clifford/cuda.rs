@@ -352,19 +352,25 @@ impl BwdVariant {
             _ => None,
         }
     }
-    /// The backward of `dims`: `EMBER_CLIFFORD_BWD` when set; otherwise rowwise for the normed
-    /// layer up to 8 blades at N ≤ 256 and B·N ≤ 2^22, where it saves the dot pass's second read
-    /// of d_out and out (measured on an H100, Cl(3,0) f32 fwd+bwd: 4–34 % faster at all six such
-    /// sizes of the bench grid; within ±1.3 % at 2^23 and 2^24, slower at N = 512), and cols (v1
-    /// column kernel, tree sums) elsewhere. Rowwise runs f32 only; other dtypes fall back to cols.
+    /// The backward of `dims`: `EMBER_CLIFFORD_BWD` when set; otherwise, for the normed layer up
+    /// to 8 blades (measured on an H100, Cl(3,0) f32 fwd+bwd over the bench grid, run of ed96cd0):
+    /// - rowwise at N ≤ 256 and B·N ≤ 2^22, where it saves the dot pass's second read of d_out and
+    ///   out: 4–34 % faster than cols at all six such sizes; within ±1.3 % at 2^23 and 2^24, slower
+    ///   at N = 512;
+    /// - pipe at N ≥ 512 and B·N ≤ 2^21: 1–11 % faster than cols there (1024 × 512, 1024 × 1024,
+    ///   4096 × 512), slower from 2^22 up;
+    /// - cols (v1 column kernel, tree sums) elsewhere and without the norm.
+    ///
+    /// Rowwise and pipe run f32 only; other dtypes fall back to cols.
     pub fn default_for(layer: &Layer, dims: Dims, norm: bool) -> BwdVariant {
         if let Some(v) = Self::from_env() {
             return v;
         }
-        if norm && layer.blades() <= 8 && dims.n <= 256 && dims.b.saturating_mul(dims.n) <= 1 << 22 {
-            BwdVariant::Rowwise
-        } else {
-            BwdVariant::Cols
+        let elems = dims.b.saturating_mul(dims.n);
+        match (norm && layer.blades() <= 8, dims.n) {
+            (true, 0..=256) if elems <= 1 << 22 => BwdVariant::Rowwise,
+            (true, 512..) if elems <= 1 << 21 => BwdVariant::Pipe,
+            _ => BwdVariant::Cols,
         }
     }
     pub fn name(self) -> &'static str {
