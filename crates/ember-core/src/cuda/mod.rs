@@ -221,9 +221,9 @@ impl CudaDevice {
 
     /// Address of [`WORK_COUNTERS`] zeroed u32 words kept for the device's lifetime, for kernels that
     /// hand out work items at run time (one `atomicAdd` ticket per item) instead of a fixed
-    /// grid-stride order. Contract: such a kernel leaves its words at zero when it ends (the last
-    /// CTA to finish resets them), so the next launch finds them zeroed without a memset; the
-    /// device's single stream keeps two such launches from overlapping.
+    /// grid-stride order. Contract: such a kernel leaves its words at zero when it ends (e.g. the
+    /// CTA that takes the last ticket resets it), so the next launch finds them zeroed without a
+    /// memset; the device's single stream keeps two such launches from overlapping.
     pub fn work_counters(&self) -> Result<u64> {
         let mut slot = self.work_counters.lock().unwrap();
         if let Some((_, ptr)) = slot.as_ref() {

@@ -132,7 +132,7 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
                 Arg::Buf(id) => u64s.push(ptr(id)?),
                 Arg::Null => u64s.push(0),
                 Arg::Counters(word) => {
-                    assert!(word + 2 <= ember_core::cuda::WORK_COUNTERS, "work counter {word} out of range");
+                    assert!(word < ember_core::cuda::WORK_COUNTERS, "work counter {word} out of range");
                     u64s.push(dev.work_counters()? + 4 * word as u64)
                 }
                 Arg::I64(v) => i64s.push(v),

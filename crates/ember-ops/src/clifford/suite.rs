@@ -151,15 +151,8 @@ fn check_fused(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize), dtype: DTyp
                     r.cmp("clifford", &case, &format!("fused rms ({})", var.name()), got, want, t)?;
                 }
                 if var == cuda::RowVariant::Dynamic {
-                    // Rows taken at run time are computed as in the fixed order: the same bits, in
-                    // every run (each run also finds the work counters zeroed by the one before).
-                    let fixed: &super::Forward = fixed_order.as_ref().expect("staged runs before dynamic");
-                    let mut same = true;
-                    for run in 0..3 {
-                        let again = if run == 0 { None } else { Some(cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: true, norm }, var)?) };
-                        let d = again.as_ref().unwrap_or(&v);
-                        same &= bitwise(&d.out, &fixed.out) && d.rms.as_ref().zip(fixed.rms.as_ref()).is_none_or(|(a, b)| bitwise(a, b));
-                    }
+                    let fixed = fixed_order.as_ref().expect("staged runs before dynamic");
+                    let same = dynamic_bits_match(layer, dims, (&x.t, &y.t, &w.t), fused::Stages { gelu: true, norm }, fixed)?;
                     r.prop("clifford", &case, "fused dynamic bits = staged bits (3 runs)", dtype, same);
                     if !norm {
                         let o = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, fused::Stages { gelu: false, norm }, var)?;
@@ -384,6 +377,18 @@ fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Resul
     Ok(())
 }
 
+/// Rows taken at run time are computed as in the fixed order: the dynamic forward's out and rms
+/// are bitwise `fixed`'s in each of three runs (each also finding the work counters zeroed by the
+/// one before).
+fn dynamic_bits_match(layer: &Layer, dims: Dims, (x, y, w): (&Tensor, &Tensor, &Tensor), st: fused::Stages, fixed: &super::Forward) -> Result<bool> {
+    let mut same = true;
+    for _ in 0..3 {
+        let d = cuda::fused_forward_variant(layer, dims, x, y, w, st, cuda::RowVariant::Dynamic)?;
+        same &= bitwise(&d.out, &fixed.out) && d.rms.as_ref().zip(fixed.rms.as_ref()).is_none_or(|(a, b)| bitwise(a, b));
+    }
+    Ok(same)
+}
+
 /// The forward's run-time step order where it applies on this GPU (at least
 /// `DYNAMIC_MIN_STEPS_PER_SM` steps per SM): Cl(3,0), N = 128 (8 rows per step), the last step
 /// partial; out and rms against the reference, and bitwise the fixed order's in three runs.
@@ -399,18 +404,13 @@ fn check_dynamic_forward(r: &mut Rows, dtype: DType) -> Result<()> {
     let w = input(r.ctx, &[n, layer.paths()], DType::F32, seed + 2, 0.5)?;
     let st = fused::Stages { gelu: true, norm: true };
     let (ro, rr) = reference::fused_forward(layer.algebra(), dims, &x.v, &y.v, &w.v, true, true);
-    let fixed = cuda::fused_forward_variant(&layer, dims, &x.t, &y.t, &w.t, st, cuda::RowVariant::Staged)?;
-    let mut same = true;
-    for run in 0..3 {
-        let d = cuda::fused_forward_variant(&layer, dims, &x.t, &y.t, &w.t, st, cuda::RowVariant::Dynamic)?;
-        if run == 0 {
-            r.cmp("clifford", &case, "fused out (dynamic)", &d.out, &ro, tol(dtype))?;
-            if let (Some(got), Some(want)) = (&d.rms, &rr) {
-                r.cmp("clifford", &case, "fused rms (dynamic)", got, want, tol(dtype))?;
-            }
-        }
-        same &= bitwise(&d.out, &fixed.out) && d.rms.as_ref().zip(fixed.rms.as_ref()).is_none_or(|(a, b)| bitwise(a, b));
+    let d = cuda::fused_forward_variant(&layer, dims, &x.t, &y.t, &w.t, st, cuda::RowVariant::Dynamic)?;
+    r.cmp("clifford", &case, "fused out (dynamic)", &d.out, &ro, tol(dtype))?;
+    if let (Some(got), Some(want)) = (&d.rms, &rr) {
+        r.cmp("clifford", &case, "fused rms (dynamic)", got, want, tol(dtype))?;
     }
+    let fixed = cuda::fused_forward_variant(&layer, dims, &x.t, &y.t, &w.t, st, cuda::RowVariant::Staged)?;
+    let same = dynamic_bits_match(&layer, dims, (&x.t, &y.t, &w.t), st, &fixed)?;
     r.prop("clifford", &case, "fused dynamic bits = staged bits (3 runs)", dtype, same);
     Ok(())
 }
