@@ -363,9 +363,10 @@ impl BwdVariant {
     ///
     /// Rowwise and pipe run f32 only; other dtypes fall back to cols.
     pub fn default_for(layer: &Layer, dims: Dims, norm: bool) -> BwdVariant {
-        if let Some(v) = Self::from_env() {
-            return v;
-        }
+        Self::from_env().unwrap_or_else(|| Self::measured_default(layer, dims, norm))
+    }
+    /// [`BwdVariant::default_for`] without the environment override.
+    pub fn measured_default(layer: &Layer, dims: Dims, norm: bool) -> BwdVariant {
         let elems = dims.b.saturating_mul(dims.n);
         match (norm && layer.blades() <= 8, dims.n) {
             (true, 0..=256) if elems <= 1 << 22 => BwdVariant::Rowwise,

@@ -332,19 +332,16 @@ fn emulated_dynamic_forward_takes_its_steps_at_run_time() {
 
 #[test]
 fn backward_defaults_follow_the_measured_rule() {
-    if cuda::BwdVariant::from_env().is_some() {
-        return; // EMBER_CLIFFORD_BWD overrides the rule
-    }
     let cl3 = Layer::new("3,0").unwrap();
     use cuda::BwdVariant::{Cols, Pipe, Rowwise};
     let want = [((1024, 128), Rowwise), ((16384, 128), Rowwise), ((16384, 256), Rowwise), ((65536, 128), Cols), ((4096, 512), Pipe), ((1024, 1024), Pipe), ((4096, 1024), Cols), ((300, 300), Cols)];
     for ((b, n), v) in want {
         let dims = Dims { m: 8, b, n };
-        assert_eq!(cuda::BwdVariant::default_for(&cl3, dims, true), v, "Cl(3,0) B={b} N={n}");
-        assert_eq!(cuda::BwdVariant::default_for(&cl3, dims, false), cuda::BwdVariant::Cols, "no norm: no dot pass to save");
+        assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, true), v, "Cl(3,0) B={b} N={n}");
+        assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, false), cuda::BwdVariant::Cols, "no norm: no dot pass to save");
     }
     let sta = Layer::new("1,3").unwrap();
-    assert_eq!(cuda::BwdVariant::default_for(&sta, Dims { m: 16, b: 1024, n: 128 }, true), cuda::BwdVariant::Cols, "16 blades: not measured");
+    assert_eq!(cuda::BwdVariant::measured_default(&sta, Dims { m: 16, b: 1024, n: 128 }, true), cuda::BwdVariant::Cols, "16 blades: not measured");
 }
 
 fn emu_fc(spec: &str, dims: (usize, usize, usize), dtype: DType) {
