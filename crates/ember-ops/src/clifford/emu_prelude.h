@@ -23,6 +23,7 @@ extern ember_emu_dim3 blockDim, gridDim;
 #define __global__
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)
 #define __align__(n) alignas(n)
 #define __shared__ static
 #define __constant__ static
@@ -90,6 +91,11 @@ inline void ember_st_f16(unsigned short* p, float v) { *p = ember_from_f32<ember
 void ember_emu_syncthreads();
 float ember_emu_shfl_xor(float v, int off);
 u32* ember_emu_dynamic_smem();
+// Thread block clusters: a barrier of all the cluster's threads, this block's rank, and an address
+// of this block's dynamic shared memory as seen in block `rank`'s.
+void ember_emu_cluster_sync();
+unsigned ember_emu_cluster_rank();
+const void* ember_emu_cluster_map(const void* p, unsigned rank);
 // KIND 0: m16n8k8 tf32; 1: m16n8k16 bf16; 2: m16n8k16 f16.
 void ember_emu_mma_kind(int kind, float* d, const u32* a, const u32* b);
 

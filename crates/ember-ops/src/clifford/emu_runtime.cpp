@@ -29,6 +29,9 @@ ember_emu_dim3 blockDim, gridDim;
 
 // The kernel of this executable (defined by the kernel's translation unit).
 extern "C" void* ember_emu_kernel;
+// Its cluster shape where it has one (a kernel built with __cluster_dims__ defines it): the blocks
+// of a cluster then run at the same time, each on its own threads and shared memory.
+extern "C" const unsigned ember_emu_cluster_dims[3] __attribute__((weak));
 
 namespace {
 struct Block {
@@ -38,8 +41,12 @@ struct Block {
     u32 a[32][32][4];
     u32 b[32][32][2];
     unsigned char* dynamic_smem;
+    unsigned rank;
 };
-Block* emu;
+// The block of the calling thread; the blocks of its cluster (rank order) and their barrier.
+thread_local Block* emu;
+std::vector<Block>* cluster_blocks;
+std::barrier<>* cluster_bar;
 
 float bits_f32(u32 u) {
     float f;
@@ -62,6 +69,12 @@ float elem(int kind, u32 word, int half) {
 
 void ember_emu_syncthreads() { emu->block->arrive_and_wait(); }
 u32* ember_emu_dynamic_smem() { return reinterpret_cast<u32*>(emu->dynamic_smem); }
+void ember_emu_cluster_sync() { cluster_bar->arrive_and_wait(); }
+unsigned ember_emu_cluster_rank() { return emu->rank; }
+// Where `p`, an address in the calling block's dynamic shared memory, lies in block `rank` of the cluster.
+const void* ember_emu_cluster_map(const void* p, unsigned rank) {
+    return (*cluster_blocks)[rank].dynamic_smem + (reinterpret_cast<const unsigned char*>(p) - emu->dynamic_smem);
+}
 
 float ember_emu_shfl_xor(float v, int off) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
@@ -135,30 +148,46 @@ int main(int argc, char** argv) {
 
     blockDim = {block, 1, 1};
     gridDim = {gx, gy, gz};
-    std::vector<unsigned char> dyn(smem + 64);
-    std::barrier<> bar((std::ptrdiff_t)block), step((std::ptrdiff_t)block);
-    Block ctx;
-    ctx.block = &bar;
-    for (unsigned w = 0; w < (block + 31) / 32; ++w) ctx.warps.emplace_back(new std::barrier<>(32));
-    // Shared memory starts as NaN patterns, like uninitialized memory that tests would notice.
-    std::memset(dyn.data(), 0xff, dyn.size());
-    ctx.dynamic_smem = dyn.data();
-    emu = &ctx;
-    const u64 blocks = (u64)gx * gy * gz;
+    const unsigned cd[3] = {ember_emu_cluster_dims ? ember_emu_cluster_dims[0] : 1u, ember_emu_cluster_dims ? ember_emu_cluster_dims[1] : 1u,
+                            ember_emu_cluster_dims ? ember_emu_cluster_dims[2] : 1u};
+    if (gx % cd[0] || gy % cd[1] || gz % cd[2]) return 10;  // as the driver refuses such a launch
+    const unsigned csize = cd[0] * cd[1] * cd[2];
+    std::vector<std::vector<unsigned char>> dyn(csize, std::vector<unsigned char>(smem + 64));
+    std::vector<std::unique_ptr<std::barrier<>>> bars;
+    std::vector<Block> ctx(csize);
+    for (unsigned c = 0; c < csize; ++c) {
+        bars.emplace_back(new std::barrier<>((std::ptrdiff_t)block));
+        ctx[c].block = bars.back().get();
+        for (unsigned w = 0; w < (block + 31) / 32; ++w) ctx[c].warps.emplace_back(new std::barrier<>(32));
+        // Shared memory starts as NaN patterns, like uninitialized memory that tests would notice.
+        std::memset(dyn[c].data(), 0xff, dyn[c].size());
+        ctx[c].dynamic_smem = dyn[c].data();
+        ctx[c].rank = c;
+    }
+    std::barrier<> step((std::ptrdiff_t)(block * csize)), cbar((std::ptrdiff_t)(block * csize));
+    cluster_blocks = &ctx;
+    cluster_bar = &cbar;
+    const unsigned ncx = gx / cd[0], ncy = gy / cd[1];
+    const u64 clusters = (u64)ncx * ncy * (gz / cd[2]);
     kernel_fn k = (kernel_fn)ember_emu_kernel;
-    auto worker = [&](unsigned t) {
+    // Thread t of block `rank` of every cluster in turn (one cluster at a time).
+    auto worker = [&](unsigned rank, unsigned t) {
         threadIdx = {t, 0, 0};
-        for (u64 blk = 0; blk < blocks; ++blk) {
-            blockIdx = {(unsigned)(blk % gx), (unsigned)((blk / gx) % gy), (unsigned)(blk / ((u64)gx * gy))};
+        emu = &ctx[rank];
+        const unsigned rx = rank % cd[0], ry = (rank / cd[0]) % cd[1], rz = rank / (cd[0] * cd[1]);
+        for (u64 cl = 0; cl < clusters; ++cl) {
+            const unsigned cx = (unsigned)(cl % ncx), cy = (unsigned)((cl / ncx) % ncy), cz = (unsigned)(cl / ((u64)ncx * ncy));
+            blockIdx = {cx * cd[0] + rx, cy * cd[1] + ry, cz * cd[2] + rz};
             k(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9], args[10], args[11], args[12], args[13],
               args[14], args[15], args[16], args[17], args[18], args[19], args[20], args[21], args[22], args[23], args[24], args[25]);
             step.arrive_and_wait();
-            if (t == 0) std::memset(dyn.data(), 0xff, dyn.size());
+            if (t == 0) std::memset(dyn[rank].data(), 0xff, dyn[rank].size());
             step.arrive_and_wait();
         }
     };
     std::vector<std::thread> threads;
-    for (unsigned t = 0; t < block; ++t) threads.emplace_back(worker, t);
+    for (unsigned c = 0; c < csize; ++c)
+        for (unsigned t = 0; t < block; ++t) threads.emplace_back(worker, c, t);
     for (auto& th : threads) th.join();
     for (int i = 0; i < nb; ++i) {
         FILE* bf = std::fopen(paths[i].c_str(), "wb");

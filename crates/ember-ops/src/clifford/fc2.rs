@@ -32,17 +32,21 @@ pub enum FcVariant {
     /// `fc3.cu`, the default: v2's GEMMs on warpgroup MMA (sm_90a; elsewhere, and for f32, fc2),
     /// term generation overlapped with the products of the previous chunk through a 3-stage ring.
     Wgmma,
+    /// fc3 with the CTAs of a row block's types in one thread block cluster that shares the staged
+    /// x, y and gates (`F3_CLUSTER`); plain fc3 where the loads are not staged.
+    Cluster,
 }
 
 impl FcVariant {
-    pub const ALL: [FcVariant; 4] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas, FcVariant::Wgmma];
-    /// `EMBER_CLIFFORD_FC=tile|gemm|blas|wgmma`; otherwise the default.
+    pub const ALL: [FcVariant; 5] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas, FcVariant::Wgmma, FcVariant::Cluster];
+    /// `EMBER_CLIFFORD_FC=tile|gemm|blas|wgmma|cluster`; otherwise the default.
     pub fn selected() -> FcVariant {
         match std::env::var("EMBER_CLIFFORD_FC").as_deref() {
             Ok("tile") => FcVariant::Tile,
             Ok("gemm") => FcVariant::Gemm,
             Ok("blas") => FcVariant::Blas,
             Ok("wgmma") => FcVariant::Wgmma,
+            Ok("cluster") => FcVariant::Cluster,
             _ => FcVariant::Wgmma,
         }
     }
@@ -52,6 +56,7 @@ impl FcVariant {
             FcVariant::Gemm => "gemm",
             FcVariant::Blas => "blas",
             FcVariant::Wgmma => "wgmma",
+            FcVariant::Cluster => "cluster",
         }
     }
 }

@@ -31,8 +31,17 @@
 // Options: -DEMBER_T=..., -DF3_BF16=<0|1>, -DF3_PREP=<0|1|2> (product, weights pass, gate pass), -DF3_LOAD=<0|1|2> (how x, y and the
 // gates reach the generation: 0 channel by channel, any N; 1 quads of channels straight from global
 // memory, N a multiple of 4; 2 staged: cp.async into a raw ring one chunk ahead, N a multiple of 8), -DF3_D_F32=<0|1> (output f32 or the activation type).
+// -DF3_CLUSTER=<0|1> (staged loads only): the F3_TYPES CTAs of a row block and column tile (one per
+// type) form a thread block cluster and share the raw stage: each copies the planes p with
+// p % F3_TYPES == its rank (gates: plane 2·CL_M), and the generation reads each plane from its
+// owner's shared memory (ld.shared::cluster). x, y and the gates then cross L2 once per cluster
+// instead of once per type. Opt-in (EMBER_CLIFFORD_FC=cluster): measured slower than the plain staged
+// build on an H100, the cluster barriers cost more than the L2 bytes saved (NOTES, "FC product v6").
 
 typedef EMBER_T act_t;
+#ifndef F3_CLUSTER
+#define F3_CLUSTER 0
+#endif
 #define F3_THREADS 384
 #define F3_COLS 192
 #define F3_ROWS 64
@@ -313,8 +322,65 @@ __device__ __forceinline__ void f3_cp16z(unsigned char* dst, const void* src, bo
 #endif
 }
 
+#if F3_CLUSTER
+// This CTA's rank in its cluster (= its type: the cluster spans grid y's F3_TYPES consecutive CTAs).
+__device__ __forceinline__ int f3_rank() {
+#ifdef EMBER_HOST_EMU
+    return (int)ember_emu_cluster_rank();
+#else
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return (int)r;
+#endif
+}
+// Barrier of every thread of the cluster: shared-memory writes before it (cp.async data included,
+// once waited for) are visible to every CTA of the cluster after it.
+__device__ __forceinline__ void f3_cluster_sync() {
+#ifdef EMBER_HOST_EMU
+    ember_emu_cluster_sync();
+#else
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+// Address of p (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`, and
+// loads through it.
+#ifdef EMBER_HOST_EMU
+typedef const unsigned char* f3_caddr;
+__device__ __forceinline__ f3_caddr f3_map(const unsigned char* p, int rank) { return static_cast<f3_caddr>(ember_emu_cluster_map(p, (unsigned)rank)); }
+__device__ __forceinline__ u32 f3_ld_c32(f3_caddr a, int off) {
+    u32 v;
+    std::memcpy(&v, a + off, 4);
+    return v;
+}
+__device__ __forceinline__ float2 f3_ld_c64(f3_caddr a, int off) {
+    float2 v;
+    std::memcpy(&v, a + off, 8);
+    return v;
+}
+#else
+typedef u32 f3_caddr;
+__device__ __forceinline__ f3_caddr f3_map(const unsigned char* p, int rank) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"((u32)__cvta_generic_to_shared(p)), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ u32 f3_ld_c32(f3_caddr a, int off) {
+    u32 v;
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(a + off) : "memory");
+    return v;
+}
+__device__ __forceinline__ float2 f3_ld_c64(f3_caddr a, int off) {
+    float2 v;
+    asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(a + off) : "memory");
+    return v;
+}
+#endif
+// Owner of raw plane p (x blades 0..CL_M − 1, y blades CL_M..2·CL_M − 1, the gates 2·CL_M).
+#define F3_OWNER(p) ((p) % F3_TYPES)
+#endif
+
 // x, y and the gates of chunk c into the raw stage R (N a multiple of 8: every 16-byte unit is whole
-// or absent, and 16-byte aligned).
+// or absent, and 16-byte aligned). In a cluster, only the planes this CTA owns.
 __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, i64 c) {
     const i64 BN = A.B * A.N;
     // Unit u = ((array · CL_M + blade) · 64 + row) · 2 + half: plane jj's row r, half h, stored at
@@ -324,7 +390,17 @@ __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, 
     static_assert(F3_THREADS % 16 == 0, "the raw swizzle bit must not depend on the unit's iteration");
     const int tid = f3_tid(), sw = (tid >> 3) & 1;
     unsigned char* const Rt = R + (tid ^ sw) * 16;
+#if F3_CLUSTER
+    // Owned planes rank, rank + F3_TYPES, …: owned unit v is unit u = plane · 128 + v % 128, and
+    // v ≡ u (mod 16) since F3_THREADS is a multiple of 128, so the swizzle bit is still the thread's.
+    static_assert(F3_THREADS % (F3_ROWS * 2) == 0, "owned units must keep the thread's residue mod 128");
+    const int rank = f3_rank();
+    const int owned = (2 * CL_M - rank + F3_TYPES - 1) / F3_TYPES;
+    for (int v = tid; v < owned * F3_ROWS * 2; v += F3_THREADS) {
+        const int u = (rank + F3_TYPES * (v >> 7)) * (F3_ROWS * 2) + (v & (F3_ROWS * 2 - 1));
+#else
     for (int u = tid; u < 2 * CL_M * F3_ROWS * 2; u += F3_THREADS) {
+#endif
         const int h = u & 1, r = (u >> 1) & (F3_ROWS - 1), jj = u >> 7;
         const int j = jj % CL_M;
         const u16* base = jj < CL_M ? A.x : A.y;
@@ -333,6 +409,9 @@ __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, 
         f3_cp16z(Rt + (u - tid) * 16, ok ? base + j * BN + b * A.N + n : base, ok);
     }
     // Gates: unit v = row · 4 + quarter, stored at unit v ^ (((v >> 3) & 1) << 1) (f3_raw_g).
+#if F3_CLUSTER
+    if (F3_OWNER(2 * CL_M) != rank) return;
+#endif
     unsigned char* Rg = R + 2 * CL_M * F3_ROWS * 32;
     for (int v = tid; v < F3_ROWS * 4; v += F3_THREADS) {
         const int r = v >> 2, k = v & 3;
@@ -357,12 +436,25 @@ template <int T> __device__ __forceinline__ void f3_gen_staged(const unsigned ch
     for (int half = 0; half < 2; ++half) {
         const int xo = f3_raw_xy(r, half) + qq * 4;
         u32 wx[CL_M], wy[CL_M];
+#if F3_CLUSTER
+        // Each plane from its owner's copy (the owner is a constant per plane once unrolled).
+        f3_caddr at[F3_TYPES];
+#pragma unroll
+        for (int k = 0; k < F3_TYPES; ++k) at[k] = f3_map(R, k);
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) {
+            wx[j] = f3_ld_c32(at[F3_OWNER(j)], j * (F3_ROWS * 32) + xo);
+            wy[j] = f3_ld_c32(at[F3_OWNER(CL_M + j)], (CL_M + j) * (F3_ROWS * 32) + xo);
+        }
+        const float2 g = f3_ld_c64(at[F3_OWNER(2 * CL_M)], 2 * CL_M * F3_ROWS * 32 + f3_raw_g(r, 2 * half + (qq >> 1)) + (qq & 1) * 8);
+#else
 #pragma unroll
         for (int j = 0; j < CL_M; ++j) {
             wx[j] = *reinterpret_cast<const u32*>(R + j * (F3_ROWS * 32) + xo);
             wy[j] = *reinterpret_cast<const u32*>(R + (CL_M + j) * (F3_ROWS * 32) + xo);
         }
         const float2 g = *reinterpret_cast<const float2*>(R + 2 * CL_M * F3_ROWS * 32 + f3_raw_g(r, 2 * half + (qq >> 1)) + (qq & 1) * 8);
+#endif
         f3_pair<T>(wx, wy, g.x, g.y, As, r, qq + 4 * half);
     }
 }
@@ -407,22 +499,29 @@ template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A
 #if F3_LOAD == 2
     // Two stages of A and B tiles and two raw stages: per chunk c, the products of c run while the
     // terms of c + 1 are generated from shared memory and x, y of c + 2 are in flight.
-    unsigned char* const raw = smem + 2 * STAGE;
+    // The raw ring first, at the same offset in every type (a cluster's CTAs read each other's),
+    // the two tile stages after it.
+    unsigned char* const raw = smem;
+    unsigned char* const stg = smem + 2 * F3_RAW_BYTES;
     // Prologue: weights and raw data of chunk 0 (one group), raw data of chunk 1 (one group); chunk
     // 0's terms.
-    f3_load_w<T, NC>(A, smem + A_BYTES, 0);
+    f3_load_w<T, NC>(A, stg + A_BYTES, 0);
     f3_load_raw(A, raw, 0);
     f3_cp_commit();
     if (chunks > 1) f3_load_raw(A, raw + F3_RAW_BYTES, 1);
     f3_cp_commit();
     f3_cp_wait<1>();
+#if F3_CLUSTER
+    f3_cluster_sync();  // every CTA's planes of chunk 0 have landed
+#else
     __syncthreads();
-    f3_gen_staged<T>(raw, smem);
+#endif
+    f3_gen_staged<T>(raw, stg);
     f3_fence_async();
     __syncthreads();
     for (i64 c = 0; c < chunks; ++c) {
         const int cur = (int)(c & 1), nxt = cur ^ 1;
-        const unsigned char* st = smem + cur * STAGE;
+        const unsigned char* st = stg + cur * STAGE;
         if (active) {
             f3_fence_regs(acc);
             f3_wg_fence();
@@ -433,13 +532,19 @@ template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A
         }
         f3_cp_wait<0>();  // this thread's copies of chunk c + 1's raw data have landed
         // Everyone's too; every warpgroup is done with stage nxt (chunk c − 1), and raw stage cur
-        // (chunk c, read by the previous iteration's generation) is free.
+        // (chunk c, read by the previous iteration's generation) is free. In a cluster: in every
+        // CTA of it (whose generation reads this CTA's planes), so the last iteration's barrier is
+        // also the one after which no CTA reads another's shared memory, as a CTA may exit only then.
+#if F3_CLUSTER
+        f3_cluster_sync();
+#else
         __syncthreads();
-        if (c + 1 < chunks) f3_load_w<T, NC>(A, smem + nxt * STAGE + A_BYTES, c + 1);
+#endif
+        if (c + 1 < chunks) f3_load_w<T, NC>(A, stg + nxt * STAGE + A_BYTES, c + 1);
         f3_cp_commit();
         if (c + 2 < chunks) f3_load_raw(A, raw + cur * F3_RAW_BYTES, c + 2);
         f3_cp_commit();
-        if (c + 1 < chunks) f3_gen_staged<T>(raw + nxt * F3_RAW_BYTES, smem + nxt * STAGE);
+        if (c + 1 < chunks) f3_gen_staged<T>(raw + nxt * F3_RAW_BYTES, stg + nxt * STAGE);
         f3_cp_wait<1>();  // chunk c + 1's weights have landed (chunk c + 2's raw data may be in flight)
         f3_fence_async();
         __syncthreads();
@@ -529,7 +634,15 @@ template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A
 // multiples of 8 allow: the first NW are F3_CW wide, the rest F3_CN (F3_CN ≤ F3_CW ≤ F3_CN + 8), so no
 // tile is mostly padding (N_out = 512: 176 + 168 + 168 instead of 3 × 192 with the last a third
 // empty). Each output value is the same sum of the same products whatever the tile width.
-extern "C" __global__ void __launch_bounds__(F3_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const u16* __restrict__ wt,
+#if F3_CLUSTER && F3_HAS_WGMMA  // (without wgmma the kernel is a trap stub, and sm_80 has no clusters)
+#define F3_CLUSTER_DIMS __cluster_dims__(1, F3_TYPES, 1)
+#ifdef EMBER_HOST_EMU
+extern "C" const unsigned ember_emu_cluster_dims[3] = {1, F3_TYPES, 1};
+#endif
+#else
+#define F3_CLUSTER_DIMS
+#endif
+extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const u16* __restrict__ wt,
                                                                       const float* __restrict__ g, void* __restrict__ dst, i64 B, i64 N, i64 Mo, i64 NCH,
                                                                       i64 NCT, i64 NW) {
 #if F3_HAS_WGMMA

@@ -205,8 +205,9 @@ enum Pass {
     Gates = 2,
 }
 
-/// Build options; `cols` = (CW, CN), the product's two tile widths (the passes take none).
-fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usize)>) -> Vec<String> {
+/// Build options; `cols` = (CW, CN), the product's two tile widths (the passes take none);
+/// `cluster`: the types of a row block share the staged loads (`F3_CLUSTER`).
+fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usize)>, cluster: bool) -> Vec<String> {
     let mut o = vec![
         dtype_opt(dt),
         format!("-DF3_BF16={}", u8::from(dt == DType::BF16)),
@@ -214,6 +215,9 @@ fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usi
         format!("-DF3_LOAD={}", load as u8),
         format!("-DF3_D_F32={}", u8::from(d_f32)),
     ];
+    if cluster {
+        o.push("-DF3_CLUSTER=1".into());
+    }
     if let Some((cw, cn)) = cols {
         o.push(format!("-DF3_CW={cw}"));
         o.push(format!("-DF3_CN={cn}"));
@@ -221,11 +225,18 @@ fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usi
     o
 }
 
+/// Whether the staged product of `cfg` can run its types as one thread block cluster: two types at
+/// least (one shares nothing) and at most 8 (the portable cluster size).
+fn cluster_fits(cfg: &Fc3Cfg) -> bool {
+    (2..=8).contains(&cfg.types.len()) && cfg.smem_staged.is_some()
+}
+
 /// The forward product into `dst` (M × B × N_out, f32 when `d_f32`, else `dt`) from plan buffers
 /// x = 0, y = 1, w = 2. `aligned`: x and y start 16-byte aligned (ember's own allocations), so N
-/// a multiple of 8 can stage them by cp.async and a multiple of 4 read them as quads.
+/// a multiple of 8 can stage them by cp.async and a multiple of 4 read them as quads. `cluster`:
+/// the staged loads shared by the types of a row block (where they are staged and it fits).
 #[allow(clippy::too_many_arguments)]
-pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, aligned: bool) -> Result<()> {
+pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, aligned: bool, cluster: bool) -> Result<()> {
     let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     let src = fc3_source(layer)?;
     let nch = dims.n.div_ceil(16);
@@ -236,12 +247,12 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let prep_grid = blocks("w", p * nct * nch * COLS * 2, 256)?.min(8192);
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
     args.extend([p, dims.n, n_out, nch, nct, cw, cn, nw].map(|v| Arg::I64(v as i64)));
-    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, Load::Scalar, false, None), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, Load::Scalar, false, None, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
     // The GELU gates Φ(x₀)·Φ(y₀) of every element (B × N f32).
     let gates = plan.alloc(&[dims.b, dims.n], DType::F32);
     let gate_grid = blocks("x", dims.b * dims.n, 256)?.min(8192);
     let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64)];
-    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, Load::Scalar, false, None), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, Load::Scalar, false, None, false), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
     let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
         .ok()
         .filter(|&v| v <= 65535)
@@ -254,7 +265,9 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
         _ if aligned && dims.n.is_multiple_of(4) => (Load::Quads, cfg.smem),
         _ => (Load::Scalar, cfg.smem),
     };
-    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn))), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name: "clifford_fc3" });
+    let cluster = cluster && load == Load::Staged && cluster_fits(&cfg);
+    let name = if cluster { "clifford_fc3_cluster" } else { "clifford_fc3" };
+    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn)), cluster), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name });
     Ok(())
 }
 
@@ -265,16 +278,20 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
     }
     let src = fc3_source(layer)?;
     let mut out = vec![
-        KernelBuild { source: src, options: opts(dt, Pass::Weights, Load::Scalar, false, None) },
-        KernelBuild { source: src, options: opts(dt, Pass::Gates, Load::Scalar, false, None) },
+        KernelBuild { source: src, options: opts(dt, Pass::Weights, Load::Scalar, false, None, false) },
+        KernelBuild { source: src, options: opts(dt, Pass::Gates, Load::Scalar, false, None, false) },
     ];
     let staged = config(layer.tables()).is_some_and(|c| c.smem_staged.is_some());
+    let clustered = config(layer.tables()).is_some_and(|c| cluster_fits(&c));
     // Tile widths of N_out = 512 (176 and 168: two instantiations per type) and of a multiple of 192.
     let (cw, cn, _, _) = col_tiles(512);
     for load in [Load::Scalar, Load::Quads, Load::Staged].into_iter().filter(|&l| l != Load::Staged || staged) {
         for d_f32 in [false, true] {
             for cols in [(cw, cn), (COLS, COLS)] {
-                out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols)) });
+                out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), false) });
+                if load == Load::Staged && clustered {
+                    out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), true) });
+                }
             }
         }
     }

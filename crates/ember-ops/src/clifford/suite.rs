@@ -244,6 +244,10 @@ fn check_fc(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usize),
             for var in fc2::FcVariant::ALL.into_iter().filter(|&v| v != sel) {
                 let fv = cuda::fc_forward_variant(layer, dims, nout, &x.t, &y.t, &w.t, fused::Stages { gelu: true, norm }, var)?;
                 r.cmp("clifford", &case, &format!("fc out ({})", var.name()), &fv.out, &ro, t)?;
+                if var == fc2::FcVariant::Cluster && sel == fc2::FcVariant::Wgmma {
+                    // Same products in the same order as the plain product: the same bits.
+                    r.prop("clifford", &case, "fc out (cluster) = fc out bitwise", dtype, bitwise(&fv.out, &f.out));
+                }
                 if let (Some(got), Some(want)) = (&fv.rms, &rr) {
                     r.cmp("clifford", &case, &format!("fc rms ({})", var.name()), got, want, t)?;
                 }
@@ -536,7 +540,10 @@ impl crate::OpFamily for Family {
         }
         // The fully connected product and MVLinear: Cl(3,0), B = 4096, N = 512.
         let (b, n) = if cpu { (64, 64) } else { (4096, 512) };
-        for dtype in [DType::F32, DType::BF16] {
+        // EMBER_CLIFFORD_BENCH_DTYPE=f32|bf16 keeps one of them (a profiler's launch count then
+        // starts at that dtype's first launch).
+        let one_dtype = std::env::var("EMBER_CLIFFORD_BENCH_DTYPE").ok();
+        for dtype in [DType::F32, DType::BF16].into_iter().filter(|d| one_dtype.as_deref().is_none_or(|o| o == d.name())) {
             if want("fc") {
                 for row in bench_fc(ctx, "3,0", b, n, dtype)? {
                     emit(row, &mut rows);
