@@ -157,7 +157,10 @@ impl BwdVariant {
 ///   multiples of 8 as compile-time facts; NOTES.md v5), elsewhere as "fused";
 /// - "packed-defer": as "packed", the map kernel writing each row tile's out while the next row
 ///   tile's first products run (NOTES.md v7; the spectral form with K and C multiples of 8, where
-///   the packed `_sv` entries run; elsewhere as "packed").
+///   the packed `_sv` entries run; elsewhere as "packed");
+/// - "packed-pp": as "packed", one warpgroup per CTA and two CTAs per multiprocessor, so that one
+///   CTA's epilogues run under the other's products (NOTES.md v9; where the packed `_sv` entries
+///   run and K ≥ 8; elsewhere as "packed"). The same bits as "packed".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FwdVariant {
     Fused,
@@ -165,10 +168,11 @@ pub enum FwdVariant {
     Packed,
     FusedSv,
     PackedDefer,
+    PackedPp,
 }
 
 impl FwdVariant {
-    pub const ALL: [FwdVariant; 5] = [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv, FwdVariant::PackedDefer];
+    pub const ALL: [FwdVariant; 6] = [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv, FwdVariant::PackedDefer, FwdVariant::PackedPp];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -177,6 +181,7 @@ impl FwdVariant {
             FwdVariant::Packed => "packed",
             FwdVariant::FusedSv => "fused-sv",
             FwdVariant::PackedDefer => "packed-defer",
+            FwdVariant::PackedPp => "packed-pp",
         }
     }
 
@@ -200,6 +205,7 @@ pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
         .filter(|f| match f {
             FwdVariant::FusedSv => fused_sv_applies(p),
             FwdVariant::PackedDefer => sv,
+            FwdVariant::PackedPp => super::staged::pp_applies(&dev, p),
             _ => true,
         })
         .collect())
@@ -451,9 +457,9 @@ fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
 
 pub fn forward(p: &Problem, input: &Input, weights: &Weights, variant: FwdVariant) -> Result<Tensor> {
     let dev = super::first_tensor(input).1.cuda_device()?.clone();
-    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed | FwdVariant::PackedDefer) && super::staged::applies(&dev, p) {
-        let defer = variant == FwdVariant::PackedDefer;
-        return super::staged::forward(&dev, p, input, weights, variant == FwdVariant::Packed || defer, defer);
+    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed | FwdVariant::PackedDefer | FwdVariant::PackedPp) && super::staged::applies(&dev, p) {
+        let (defer, pp) = (variant == FwdVariant::PackedDefer, variant == FwdVariant::PackedPp);
+        return super::staged::forward(&dev, p, input, weights, variant == FwdVariant::Packed || defer || pp, defer, pp);
     }
     // Check the tile fits before allocating anything.
     pick_tile(&dev, p, Kind::Fwd)?;

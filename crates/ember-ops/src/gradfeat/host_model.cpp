@@ -228,6 +228,18 @@ namespace map_kernels_defer {
 #include "staged.cu"
 #undef GS_KIND
 }  // namespace map_kernels_defer
+// The forward's packed-pp build (GS_PP; fwd=packed-pp): one warpgroup per CTA (128 threads), whole
+// 64-row tiles per CTA, a pass per 128-channel chunk; only its entries gs_fwd_*_pp.
+#undef GS_IMG
+#define GS_IMG 0
+#undef GS_DEFER
+#define GS_DEFER 0
+#define GS_PP 1
+namespace map_kernels_pp {
+#define GS_KIND 0
+#include "staged.cu"
+#undef GS_KIND
+}  // namespace map_kernels_pp
 
 // Run `grid` CTAs of `threads` threads one after another, each thread calling body(); shared memory
 // starts as NaN so that a read of anything not written first shows in the results.
@@ -405,6 +417,8 @@ int main(int argc, char** argv) {
     const Plan plan_a = rd_plan();
     const Plan plan_x = spectral ? rd_plan() : Plan{};
     const i64 img_nsplits = rd(), img_per = rd();  // staged.rs's img_plan
+    const std::vector<i64> pp_tiles = rd_table();   // staged.rs's packed-pp launch: 64-row tiles
+    const i64 pp_ntiles = rd(), pp_grid = rd();
     const u16* grads_re = rd_tensor(spectral ? V * K : 0);
     const u16* grads_im = rd_tensor(spectral ? V * K : 0);
     const u16* x = rd_tensor(spectral ? M * K * C : 0);
@@ -511,6 +525,24 @@ int main(int argc, char** argv) {
         if (!ok4) {
             std::fprintf(stderr, "the deferred-store map kernel differs from the image one\n");
             return 1;
+        }
+
+        // The packed-pp forward (K ≥ 8, where staged.rs offers it): the same products and epilogue
+        // per element in the same order, so out is the same bits as every forward above.
+        if (K >= 8) {
+            u16* out5 = tensor(V * C);
+            const u32 pp_smem = (u32)(2 * 64 * 128 * GS_NCH * 2 + 3 * 16384);
+            launch((u32)pp_grid, 128, pp_smem, [&] {
+                auto f = rot ? map_kernels_pp::gs_fwd_rot_pp : map_kernels_pp::gs_fwd_plain_pp;
+                f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, nullptr, nullptr, nullptr, nullptr,
+                  nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out5, pp_tiles.empty() ? nullptr : pp_tiles.data(), pp_ntiles, V, (int)K, (int)C, (int)spectral,
+                  vec_k, vec_c);
+            });
+            if (!same(out5, out_fwd, V * C)) {
+                std::fprintf(stderr, "the packed-pp forward differs from the packed one\n");
+                return 1;
+            }
+            std::fprintf(stderr, "packed-pp forward: %lld row tiles on %lld CTAs, the same bits as packed\n", pp_ntiles, pp_grid);
         }
     }
     const u16* g_re = spectral ? gws_re : g_in_re;

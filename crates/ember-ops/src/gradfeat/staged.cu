@@ -50,7 +50,17 @@ typedef ember_bf16 T;
 #error "GS_DTYPE must be 1 (f16) or 2 (bf16)"
 #endif
 
+// GS_PP 1 (GS_KIND 0, with GS_PACK): only the forward entries gs_fwd_*_pp, one warpgroup per CTA and
+// two CTAs per multiprocessor (NOTES.md, v9).
+#ifndef GS_PP
+#define GS_PP 0
+#endif
+#undef GS_THREADS
+#if GS_PP
+#define GS_THREADS 128
+#else
 #define GS_THREADS 256
+#endif
 // GS_PACK 1: the map kernel reads xᵀ and the weights as pre-packed k-tile images (gs_pack), each
 // k-tile one contiguous, zero-padded block in the ring slot's own byte order, copied without bounds
 // checks or 64-bit index arithmetic; its wgmma descriptors are built once and advanced by constants.
@@ -73,7 +83,8 @@ typedef ember_bf16 T;
 // run these kernels on the CPU, one thread per CUDA thread.
 #ifndef GS_HOST_MODEL
 #define GS_SMEM_DECL extern __shared__ __align__(16) unsigned char smem[]
-#define GS_ENTRY(THREADS) extern "C" __global__ void __launch_bounds__(THREADS, 1)
+// 256 threads: one CTA per multiprocessor; 128 (GS_PP): two.
+#define GS_ENTRY(THREADS) extern "C" __global__ void __launch_bounds__(THREADS, 256 / (THREADS))
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GS_HAS_WGMMA 1
 #else
@@ -379,6 +390,7 @@ struct MapArgs {
     int K, C, spectral, vec_k, vec_c;
 };
 
+#if !GS_PP
 template <bool ROT, bool FWD, bool SV>
 __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #if !GS_HAS_WGMMA
@@ -702,6 +714,198 @@ GS_MAP_ENTRY(gs_map_rot_sv, true, false, true)
 GS_MAP_ENTRY(gs_map_plain_sv, false, false, true)
 GS_MAP_ENTRY(gs_fwd_rot_sv, true, true, true)
 GS_MAP_ENTRY(gs_fwd_plain_sv, false, true, true)
+#else  // GS_PP
+// ---------------------------------------------------------------------------------------------------
+// fwd=packed-pp (NOTES.md, v9): the packed forward with one warpgroup per CTA and two CTAs per
+// multiprocessor, so that one CTA's epilogues, stage switches and copy waits can run while the other
+// CTA's products keep the tensor cores busy (gs_map's two warpgroups share every barrier, so both
+// stop issuing products at the same time). A CTA owns whole 64-row tiles (persistent: row tiles
+// blockIdx.x, + gridDim.x, …) and runs each 128-channel chunk h of a tile as a pass of its own, with
+// the 128 accumulators of one gs_map warpgroup:
+//   stage 1, pass h: g[:, chunk h] = grads·xᵀ[chunk h], rounded into G (64 rows × GS_CPAD channels,
+//                    gs_map's G);
+//   stage 2, pass h: b[:, chunk h] = g·A[chunk h]ᵀ (all of G), then out[:, chunk h] =
+//                    tanh(g_re·b_re + g_im·b_im) from the accumulators straight to device memory
+//                    (4-byte pairs: G is read by the next pass, so out is not staged there).
+// Every element's products (the same operands in the same order) and epilogue are gs_map's: the same
+// bits as fwd=packed. Ring: GP_STAGES slots of 16 KB (stage 1: grads_re, grads_im 64 × 32 and xᵀ's
+// chunk h 128 × 32; stage 2: the A_re, A_im rows of chunk h, 128 × 32: contiguous halves of the
+// packed k-tile images), LAG 0: each k-tile's products are waited for before the next k-tile's
+// barrier (the other CTA's products fill the gap), and copies run two k-tiles ahead. Shared memory
+// 2·GP_PLANE + 48 KB (112 KB with GS_NCH = 2): two CTAs fit a multiprocessor.
+#define GP_BM 64
+#define GP_PLANE (GP_BM * GS_CPAD * 2)  // one plane of G
+#define GP_STAGES 3
+#define GP_LAG 0
+#define GP_SLOT (2 * 128 * GS_BK * 2)   // 16 KB
+#define GP_SMEM (2 * GP_PLANE + GP_STAGES * GP_SLOT)  // Mirrors staged.rs.
+
+template <bool ROT>
+__device__ __forceinline__ void gs_fwd_pp(const MapArgs& a) {
+#if !GS_HAS_WGMMA
+    __trap();  // launched on sm_90a only; other targets build the module for the compile test
+#else
+    GS_SMEM_DECL;
+    const u32 sbase = gs_smem_addr(smem);
+    const u32 sG = sbase, sR = sbase + 2 * GP_PLANE;
+    unsigned char* const pG = smem;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    if (threadIdx.x == 0 && gs_dynamic_smem_size() < (u32)GP_SMEM) __trap();  // launch code and kernel disagree
+    struct Rows {
+        i64 row0, row_end;
+        int mesh;
+    };
+    auto rows_of = [&](i64 t) -> Rows {
+        if (a.tiles) return {a.tiles[3 * t], a.tiles[3 * t + 1], (int)a.tiles[3 * t + 2]};
+        return {t * GP_BM, a.V, 0};
+    };
+    const int C = a.C, K = a.K;
+    const int nk1 = (K + GS_BK - 1) / GS_BK, nk2 = (C + GS_BK - 1) / GS_BK;
+    const int per = GS_NCH * (nk1 + nk2);  // ring tiles per row tile: every pass of both stages
+    const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
+    const int n = mine * per;
+    constexpr u32 GSBO = GS_NJ * 128;  // SBO of G
+    float re[64], im[64];
+
+    // Ring tile it = j·per + local: row tile j of this CTA; local < GS_NCH·nk1: stage 1, pass
+    // local / nk1 (grads_re, grads_im, xᵀ's chunk); else stage 2, pass (local − GS_NCH·nk1) / nk2
+    // (the chunk's rows of A_re, A_im). Chunk h of a packed image's plane is its rows 128h..: the
+    // contiguous 8 KB from element 128·GS_BK·h (gs_off with 4 chunks per row).
+    auto load = [&](int slot, int it) {
+        const int j = it / per, local = it - j * per;
+        const Rows r = rows_of(blockIdx.x + (i64)j * gridDim.x);
+        const u32 s = sR + slot * GP_SLOT;
+        if (local < GS_NCH * nk1) {
+            const int h = local / nk1, kt = local - h * nk1;
+            const i64 k0 = (i64)kt * GS_BK;
+            gs_load_tile<GP_BM, 4>(s, a.grads_re, K, r.row0, r.row_end, k0, K, true);
+            gs_load_tile<GP_BM, 4>(s + GP_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, true);
+            gs_copy_image<128 * 4>(s + 2 * GP_BM * 64, a.xt + ((i64)r.mesh * nk1 + kt) * (GS_CPAD * GS_BK) + h * (128 * GS_BK));
+            return;
+        }
+        const int l2 = local - GS_NCH * nk1, h = l2 / nk2, kt = l2 - h * nk2;
+        const T* w = a.w_re + (i64)kt * ((ROT ? 2 : 1) * GS_CPAD * GS_BK) + h * (128 * GS_BK);
+        gs_copy_image<128 * 4>(s, w);
+        if (ROT) gs_copy_image<128 * 4>(s + 128 * 64, w + GS_CPAD * GS_BK);
+    };
+    // Descriptor bases (advanced by constants, as in gs_map's packed build): G's rows at k = 0, and
+    // ring slot 0 (K-major 32-deep tiles: SBO 512).
+    const u64 dG = gs_desc(sG, 128, GSBO);
+    const u64 dR = gs_desc(sR, 128, 512);
+
+    gs_ring_start<GP_STAGES, GP_LAG>(n, load);
+#pragma unroll 1
+    for (int j = 0; j < mine; ++j) {
+        const Rows rows = rows_of(blockIdx.x + (i64)j * gridDim.x);
+        const int base = j * per;
+        // ---- stage 1, one pass per chunk: g into G. The previous tile's stage-2 products and
+        // epilogue reads of G were all done before the barrier of this stage's first k-tile (nk1 ≥ 1:
+        // the launch code offers this build for K ≥ 8 only). ----
+#pragma unroll 1
+        for (int h = 0; h < GS_NCH; ++h) {
+            gs_zero(re);
+            gs_zero(im);
+#pragma unroll 1
+            for (int it = base + h * nk1; it < base + (h + 1) * nk1; ++it) {
+                const u32 so = gs_ring_next<GP_STAGES, GP_LAG>(it, n, load) * GP_SLOT;
+                gs_fence_regs(re);
+                gs_fence_regs(im);
+                gs_wg_arrive();
+#pragma unroll
+                for (int ks = 0; ks < GS_BK / 16; ++ks) {
+                    const u64 ar = dR + (u64)((so + gs_off(0, 16 * ks, 4)) / 16);
+                    const u64 ai = ar + GP_BM * 64 / 16;
+                    const u64 bx = ar + 2 * GP_BM * 64 / 16;
+                    gs_mma<1, 0>(re, ar, bx);
+                    gs_mma<1, 0>(im, ai, bx);
+                }
+                gs_wg_commit();
+                gs_wg_wait<GP_LAG>();
+            }
+            gs_wg_wait<0>();
+            gs_fence_regs(re);
+            gs_fence_regs(im);
+            // Nothing reads G in stage 1; the next k-tile's barrier orders these stores before stage 2.
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const u32 off = gs_off(16 * warp + gq + 8 * hh, 128 * h + 8 * i + 2 * tq, GS_NJ);
+                    gs_sts_pair(pG + off, re[4 * i + 2 * hh], re[4 * i + 2 * hh + 1]);
+                    gs_sts_pair(pG + GP_PLANE + off, im[4 * i + 2 * hh], im[4 * i + 2 * hh + 1]);
+                }
+        }
+        // ---- stage 2, one pass per chunk: b = g·(A_re + i·A_im)ᵀ for the chunk's channels, then
+        // out. The products as gs_map's map_step (with B = the chunk's rows of A_re, A_im). ----
+#pragma unroll 1
+        for (int h = 0; h < GS_NCH; ++h) {
+            gs_zero(re);
+            gs_zero(im);
+            const int first = base + GS_NCH * nk1 + h * nk2;
+#pragma unroll 1
+            for (int it = first; it < first + nk2; ++it) {
+                const u32 so = gs_ring_next<GP_STAGES, GP_LAG>(it, n, load) * GP_SLOT;
+                const int kt = it - first;
+                gs_fence_regs(re);
+                gs_fence_regs(im);
+                gs_wg_arrive();
+#pragma unroll
+                for (int ks = 0; ks < GS_BK / 16; ++ks) {
+                    const u64 a0 = dG + (u64)((kt * GS_BK + 16 * ks) / 8 * 128 / 16);  // g_re
+                    const u64 a1 = a0 + GP_PLANE / 16;                                  // g_im
+                    const u64 b0 = dR + (u64)((so + gs_off(0, 16 * ks, 4)) / 16);        // A_re
+                    if (ROT) {
+                        const u64 b1 = b0 + 128 * 64 / 16;  // A_im
+                        gs_mma<1, 0>(re, a0, b0);
+                        gs_mma<-1, 0>(re, a1, b1);
+                        gs_mma<1, 0>(im, a1, b0);
+                        gs_mma<1, 0>(im, a0, b1);
+                    } else {
+                        gs_mma<1, 0>(re, a0, b0);
+                        gs_mma<1, 0>(im, a1, b0);
+                    }
+                }
+                gs_wg_commit();
+                gs_wg_wait<GP_LAG>();
+            }
+            gs_wg_wait<0>();
+            gs_fence_regs(re);
+            gs_fence_regs(im);
+            // out of the chunk, gs_map's epilogue arithmetic; rows past the mesh and channels past C
+            // are not written.
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int e = 4 * i + 2 * hh;
+                    const int r = 16 * warp + gq + 8 * hh, c = 128 * h + 8 * i + 2 * tq;
+                    const u32 off = gs_off(r, c, GS_NJ);
+                    float gr0, gr1, gi0, gi1;
+                    gs_lds_pair(pG + off, gr0, gr1);
+                    gs_lds_pair(pG + GP_PLANE + off, gi0, gi1);
+                    const u32 v = ember_pack2<T>(gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
+                    const i64 row = rows.row0 + r;
+                    if (row < rows.row_end && c < C) *reinterpret_cast<u32*>(a.out + row * C + c) = v;
+                }
+        }
+    }  // row tiles
+    gs_wait<0>();  // the ring's last (empty) groups
+#endif
+}
+
+#define GS_PP_ENTRY(NAME, ROT)                                                                                                     \
+    GS_ENTRY(GS_THREADS)                                                                                                          \
+    NAME(const T* grads_re, const T* grads_im, const T* xt, const T* g_re, const T* g_im, const T* w_re, const T* w_im,          \
+         const T* t_re, const T* t_im, const T* d_out, T* gws_re, T* gws_im, T* p, T* q, T* dg_re, T* dg_im, T* out,            \
+         const i64* tiles, i64 ntiles, i64 V, int K, int C, int spectral, int vec_k, int vec_c) {                                \
+        const MapArgs a = {grads_re, grads_im, xt,    g_re,  g_im,  w_re,   w_im, t_re, t_im,     d_out, gws_re, gws_im, p,     \
+                           q,        dg_re,    dg_im, out,   tiles, ntiles, V,    K,    C,        spectral, vec_k, vec_c};     \
+        gs_fwd_pp<ROT>(a);                                                                                                        \
+    }
+// Only for the spectral form with K ≥ 8 and K, C multiples of 8, packed images (the launch code checks).
+GS_PP_ENTRY(gs_fwd_rot_pp, true)
+GS_PP_ENTRY(gs_fwd_plain_pp, false)
+#endif  // GS_PP
 #endif  // GS_KIND == 0
 
 #if GS_KIND == 1

@@ -36,6 +36,16 @@ pub(super) fn map_smem_bytes(nch: usize) -> usize {
     3 * plane + 4 * stage
 }
 
+/// Shared memory of the forward's `packed-pp` build (one warpgroup per CTA, two CTAs per
+/// multiprocessor): G (two planes of 64 rows × padded channels) and a 3-slot ring of 16 KB k-tiles.
+/// Mirrors GP_SMEM in `staged.cu`.
+pub(super) fn pp_smem_bytes(nch: usize) -> usize {
+    2 * 64 * 128 * nch * 2 + 3 * 16384
+}
+
+/// Threads of a `packed-pp` CTA: one warpgroup.
+const PP_THREADS: u32 = 128;
+
 /// Shared memory of a wgmma reduction: 6 slots of four 32 × 128 16-bit tiles. Mirrors GR_SMEM.
 pub(super) const REDUCE_SMEM: usize = 6 * 4 * 32 * 128 * 2;
 
@@ -73,6 +83,13 @@ fn map_options(dtype: DType, nch: usize, packed: bool, img: bool, defer: bool) -
 /// the forward's packed one and the backward's image one.
 const MAP_BUILDS: [(bool, bool, bool); 5] = [(false, false, false), (true, false, false), (true, true, false), (true, false, true), (true, true, true)];
 
+/// The forward's `packed-pp` build (GS_PP; NOTES.md, v9): only its entries gs_fwd_*_pp.
+fn pp_options(dtype: DType, nch: usize) -> Vec<String> {
+    let mut v = map_options(dtype, nch, true, false, false);
+    v.push("-DGS_PP=1".into());
+    v
+}
+
 fn reduce_options(dtype: DType) -> Vec<String> {
     vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=1".into()]
 }
@@ -85,6 +102,7 @@ pub fn all_builds() -> Vec<KernelBuild> {
             for (packed, img, defer) in MAP_BUILDS {
                 v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch, packed, img, defer) });
             }
+            v.push(KernelBuild { source: SOURCE, options: pp_options(dtype, nch) });
         }
         v.push(KernelBuild { source: SOURCE, options: reduce_options(dtype) });
     }
@@ -101,6 +119,20 @@ pub(super) fn map_grid(p: &Problem, ntiles: usize, forward: bool, multiprocessor
     }
     let per = p.k.div_ceil(32) + if forward { 1 } else { 2 } * p.c.div_ceil(32);
     ntiles.min(multiprocessors.max(1)).max(ntiles.div_ceil(i32::MAX as usize / per))
+}
+
+/// CTAs of the `packed-pp` forward over `ntiles` 64-row tiles: a persistent grid of two CTAs per
+/// multiprocessor, kept small enough that a CTA's ring count fits in 31 bits.
+pub(super) fn pp_grid(p: &Problem, ntiles: usize, multiprocessors: usize) -> usize {
+    let per = chunks(p.c) * (p.k.div_ceil(32) + p.c.div_ceil(32));
+    ntiles.min(2 * multiprocessors.max(1)).max(ntiles.div_ceil(i32::MAX as usize / per))
+}
+
+/// Whether `fwd=packed-pp` runs `p` as itself: where the packed `_sv` forward does, with K ≥ 8 (its
+/// stage 1 has a k-tile, whose barrier orders a row tile's G against the previous one's).
+pub fn pp_applies(dev: &CudaDevice, p: &Problem) -> bool {
+    let limit = dev.info().shared_memory_per_block_optin.max(0) as usize;
+    applies(dev, p) && spectral_vec(p) && p.k >= 8 && pp_smem_bytes(chunks(p.c)) <= limit
 }
 
 /// Whether the staged backward runs `p` on `dev`: Hopper's wgmma, 16-bit inputs, C ≤ 256, and the
@@ -308,9 +340,13 @@ pub(super) fn map_entry(forward: bool, rot: bool, spectral_vec: bool) -> &'stati
 }
 
 #[allow(clippy::too_many_arguments)]
-fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool, img: bool, defer: bool) -> Result<()> {
+fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool, img: bool, defer: bool, pp: bool) -> Result<()> {
     let nch = chunks(p.c);
-    let smem = map_smem_bytes(nch);
+    let forward = matches!(outs, MapOut::Forward { .. });
+    // The packed-pp build only for the packed forward where its entries run (elsewhere the packed one).
+    let pp = pp && packed && forward && pp_applies(dev, p);
+    let smem = if pp { pp_smem_bytes(nch) } else { map_smem_bytes(nch) };
+    let threads = if pp { PP_THREADS } else { THREADS };
     let (w_re0, w_im0, rot) = match *weights {
         Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
         Weights::Plain { a } => (a, None, false),
@@ -334,16 +370,20 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
         }
         Input::Vertex { g_re, g_im } => (None, None, Some((g_re, g_im))),
     };
-    let (table, ntiles) = row_tiles(p, 128 / nch)?;
-    let forward = matches!(outs, MapOut::Forward { .. });
-    let grid = grid_u32("grads_re", map_grid(p, ntiles as usize, forward, dev.info().multiprocessors.max(1) as usize))?;
+    let (table, ntiles) = row_tiles(p, if pp { 64 } else { 128 / nch })?;
+    let mps = dev.info().multiprocessors.max(1) as usize;
+    let grid = grid_u32("grads_re", if pp { pp_grid(p, ntiles as usize, mps) } else { map_grid(p, ntiles as usize, forward, mps) })?;
     let spectral_vec = spectral_vec(p);
     // The image build only where its `_sv` entries run (the only ones that write images).
     let img = img && packed && spectral_vec && !forward;
     // The defer build likewise only where its `_sv` entries run (elsewhere it is the packed one).
     let defer = defer && packed && spectral_vec;
-    let entry = map_entry(forward, rot, spectral_vec);
-    let f = dev.function(&SOURCE, &map_options(p.dtype, nch, packed, img, defer), entry)?;
+    let (entry, options) = if pp {
+        (if rot { "gs_fwd_rot_pp" } else { "gs_fwd_plain_pp" }, pp_options(p.dtype, nch))
+    } else {
+        (map_entry(forward, rot, spectral_vec), map_options(p.dtype, nch, packed, img, defer))
+    };
+    let f = dev.function(&SOURCE, &options, entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
     let (grads_re, grads_im) = (ptr(grads.map(|g| g.0))?, ptr(grads.map(|g| g.1))?);
     let (g_re, g_im) = (ptr(g_in.map(|g| g.0))?, ptr(g_in.map(|g| g.1))?);
@@ -361,7 +401,7 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     let (tiles, nt) = (ptr(table.as_ref())?, ntiles as i64);
     let (vi, ki, ci) = (p.v as i64, p.k as i32, p.c as i32);
     let (spectral, vec_k, vec_c) = (p.spectral as i32, p.k.is_multiple_of(8) as i32, p.c.is_multiple_of(8) as i32);
-    dev.launch(&f, cfg_1d(grid, THREADS, smem as u32))
+    dev.launch(&f, cfg_1d(grid, threads, smem as u32))
         .arg(&grads_re)
         .arg(&grads_im)
         .arg(&xtp)
@@ -393,10 +433,11 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
 
 /// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im) by stages 1 and 2 of the map kernel.
 /// `packed`: the map kernel's GS_PACK build on packed k-tile images of xᵀ and the weights; `defer`
-/// (with `packed`, where [`spectral_vec`]): its GS_DEFER build (NOTES.md, v7).
-pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool, defer: bool) -> Result<Tensor> {
+/// (with `packed`, where [`spectral_vec`]): its GS_DEFER build (NOTES.md, v7); `pp` (with `packed`,
+/// where [`pp_applies`]): the GS_PP build, one warpgroup per CTA and two CTAs per multiprocessor (v9).
+pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool, defer: bool, pp: bool) -> Result<Tensor> {
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
-    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, packed, false, defer)?;
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, packed, false, defer, pp)?;
     Ok(out)
 }
 
@@ -437,7 +478,7 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     let (pw, qw, dg_re, dg_im) = (ws()?, ws()?, vc()?, vc()?);
     let gws = if p.spectral { Some((ws()?, ws()?)) } else { None };
     let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)) };
-    launch_map(dev, p, input, weights, &outs, packed, img, img && defer)?;
+    launch_map(dev, p, input, weights, &outs, packed, img, img && defer, false)?;
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
     let (gr, gi) = match (g_in, &gws) {
@@ -484,6 +525,9 @@ mod tests {
         let limit = 232_448;
         assert_eq!(map_smem_bytes(2), 229_376);
         assert_eq!(map_smem_bytes(1), 196_608);
+        // packed-pp: two CTAs per multiprocessor (228 KB, 1 KB of it reserved per CTA).
+        assert_eq!((pp_smem_bytes(2), pp_smem_bytes(1)), (114_688, 81_920));
+        assert!(2 * (pp_smem_bytes(2) + 1024) <= 233_472);
         assert_eq!(REDUCE_SMEM, 196_608);
         assert!(map_smem_bytes(2) <= limit && REDUCE_SMEM <= limit);
         assert_eq!((chunks(1), chunks(128), chunks(129), chunks(256)), (1, 1, 2, 2));
@@ -499,8 +543,11 @@ mod tests {
                 }
             }
             assert!(builds.iter().any(|b| b.options == reduce_options(dtype)));
+            for c in [1, 128, 129, 256] {
+                assert!(builds.iter().any(|b| b.options == pp_options(dtype, chunks(c))), "{dtype} C={c} pp");
+            }
         }
-        assert_eq!(builds.len(), 22);
+        assert_eq!(builds.len(), 26);
     }
 
     #[test]

@@ -219,10 +219,21 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
     let tol = dtype.tolerance();
     let mut rows = Vec::new();
     let mut out = None;
+    // packed-pp runs packed's products and epilogue per element in the same order: the same bits.
+    let (mut packed_bits, mut pp_bits) = (None, None);
     for (variant, suffix) in fwd_variants(&input, &weights)? {
         let o = forward_with(&input, &weights, variant)?.out;
         rows.push(compare("gradfeat", &format!("{name}{suffix}"), expected[0].0, &o, &expected[0].1, tol)?);
+        let bits = || -> Result<Vec<u64>> { Ok(o.to_vec_f64()?.into_iter().map(f64::to_bits).collect()) };
+        match variant {
+            FwdVariant::Packed => packed_bits = Some(bits()?),
+            FwdVariant::PackedPp => pp_bits = Some(bits()?),
+            _ => {}
+        }
         out.get_or_insert(o);
+    }
+    if let (Some(a), Some(b)) = (&packed_bits, &pp_bits) {
+        rows.push(property("gradfeat", &format!("{name} fwd=packed-pp"), "bitwise = fwd=packed", dtype, ctx.device, a == b));
     }
     let out = out.expect("at least one forward variant");
     for (variant, suffix) in bwd_variants(&input, &weights)? {
@@ -358,6 +369,11 @@ fn cases(tier: Tier) -> Vec<Case> {
             // bwd=packed-img's tile images: an empty first mesh, partial row tiles per mesh, C a
             // multiple of 8 but not of 128 (zero channels in every image).
             v.push(Case::batch(&[0, 0, 77, 213], 16, 136, true));
+            // fwd=packed-pp's persistent grid (two CTAs per multiprocessor) with more 64-row tiles
+            // than CTAs on 132 multiprocessors (267 tiles: some CTAs run two, of different meshes),
+            // per-mesh partial tiles, C = 136; and one chunk with a row tile of 64 + 1 rows.
+            v.push(Case::batch(&[0, 130, 130, 17000], 16, 136, true));
+            v.push(Case::new(65, 8, 64, true, false));
         }
         // Every size the issue names: V ∈ {1, 7, 4109, 131077}, C ∈ {1, 64, 256, 257},
         // K ∈ {1, 64, 128}, both forms, with and without rotations, and batches.

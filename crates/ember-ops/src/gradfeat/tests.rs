@@ -302,6 +302,11 @@ mod host_model {
         // The image reductions' plan (bwd=packed-img) over the map kernel's tile images.
         let img = staged::img_plan(ntiles * (128 / nch), p.c.div_ceil(128).pow(2), ctas);
         w.extend([img.nsplits as i64, img.rows_per_split as i64]);
+        // fwd=packed-pp: 64-row tiles, its persistent grid for two multiprocessors (four CTAs).
+        let pp_entries = super::super::cuda::row_tile_entries(&p, 64);
+        let pp_ntiles = pp_entries.as_ref().map_or(p.v.div_ceil(64), |t| t.len() / 3);
+        table(&mut w, &pp_entries.unwrap_or_default());
+        w.extend([pp_ntiles as i64, staged::pp_grid(&p, pp_ntiles, 2) as i64]);
         let mut bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
         let mut tensors = vec![];
         if p.spectral {
@@ -352,6 +357,14 @@ mod host_model {
             // The shape, in f16 and bf16.
             (Case::new(130, 128, 256, true, true), DType::F16),
             (Case::new(200, 128, 256, true, false), DType::BF16),
+            // fwd=packed-pp (and every `_sv` build) at awkward sizes: V = 1 and 7, a prime V, 64-row
+            // tiles ± 1, one and two stage-1 k-tiles, both chunk counts, a batch with partial tiles.
+            (Case::new(1, 8, 8, true, true), DType::BF16),
+            (Case::new(7, 16, 136, true, false), DType::F16),
+            (Case::new(65, 32, 64, true, true), DType::BF16),
+            (Case::new(131, 16, 72, true, false), DType::BF16),
+            (Case::new(127, 40, 256, true, true), DType::F16),
+            (Case::batch(&[0, 63, 63, 193], 24, 200, true), DType::BF16),
         ];
         let mut built: Vec<((DType, usize), PathBuf)> = Vec::new();
         for (i, (case, dtype)) in cases.iter().enumerate() {
