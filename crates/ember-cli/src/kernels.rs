@@ -44,7 +44,7 @@ pub fn run(arch: &str, op: Option<&str>, only: Option<&str>, save: Option<&str>)
     };
     let mut failed = 0;
     for fam in families {
-        for build in fam.kernels().into_iter().filter(|b| only.is_none_or(|o| b.source.name.contains(o))) {
+        for build in fam.kernels().into_iter().filter(|b| only.is_none_or(|o| b.source.name.contains(o) || b.options.iter().any(|x| x.contains(o)))) {
             let mut opts = nvrtc::base_options(arch);
             opts.extend(build.options.iter().cloned());
             opts.push("--ptxas-options=-v".into());

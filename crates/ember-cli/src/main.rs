@@ -62,7 +62,7 @@ enum Command {
         /// Only this op family.
         #[arg(long)]
         op: Option<String>,
-        /// Only kernels whose source name contains this (e.g. "fc3").
+        /// Only builds whose source name or NVRTC options contain this (e.g. "fc3", "GS_PP=1").
         #[arg(long)]
         only: Option<String>,
         /// Also write each CUBIN into this folder (for cuobjdump -sass).
