@@ -368,22 +368,31 @@ impl BwdVariant {
         }
     }
     /// The backward of `dims`: `EMBER_CLIFFORD_BWD` when set; otherwise, for the normed layer up
-    /// to 8 blades (measured on an H100, Cl(3,0) f32 fwd+bwd over the bench grid, run of ed96cd0):
-    /// - rowwise at N ≤ 256 and B·N ≤ 2^22, where it saves the dot pass's second read of d_out and
-    ///   out: 4–34 % faster than cols at all six such sizes; within ±1.3 % at 2^23 and 2^24, slower
-    ///   at N = 512;
+    /// to 8 blades:
+    /// - whole at 128 ≤ N ≤ 512 and 2^21 ≤ B·N < 2^22 (measured on an H100, quick bench of 512c425,
+    ///   fwd+bwd in the same run: Cl(3,0) f32 4096 × 512 285.0 → 259.8 µs against pipe, 16384 × 128
+    ///   277.0 → 238.8 µs against rowwise, Cl(2,0) 4096 × 512 155.1 → 138.2 µs against pipe;
+    ///   smaller sizes, where a few slots would leave SMs idle, and larger ones (65536 × 1024:
+    ///   7.660 → 7.616 ms, within run-to-run spread) were not taken);
+    /// - otherwise (H100, Cl(3,0) f32 fwd+bwd over the bench grid, run of ed96cd0) rowwise at
+    ///   N ≤ 256 and B·N ≤ 2^22, where it saves the dot pass's second read of d_out and out: 4–34 %
+    ///   faster than cols at all six such sizes; within ±1.3 % at 2^23 and 2^24, slower at N = 512;
     /// - pipe at N ≥ 512 and B·N ≤ 2^21: 1–11 % faster than cols there (1024 × 512, 1024 × 1024,
     ///   4096 × 512), slower from 2^22 up;
     /// - cols (v1 column kernel, tree sums) elsewhere and without the norm.
     ///
-    /// Rowwise and pipe run f32 only; other dtypes fall back to cols.
+    /// Whole, rowwise and pipe run f32 only; other dtypes fall back to cols.
     pub fn default_for(layer: &Layer, dims: Dims, norm: bool) -> BwdVariant {
         Self::from_env().unwrap_or_else(|| Self::measured_default(layer, dims, norm))
     }
     /// [`BwdVariant::default_for`] without the environment override.
     pub fn measured_default(layer: &Layer, dims: Dims, norm: bool) -> BwdVariant {
         let elems = dims.b.saturating_mul(dims.n);
-        match (norm && layer.blades() <= 8, dims.n) {
+        let normed = norm && layer.blades() <= 8;
+        if normed && (128..=512).contains(&dims.n) && (1 << 21..1 << 22).contains(&elems) {
+            return BwdVariant::Whole;
+        }
+        match (normed, dims.n) {
             (true, 0..=256) if elems <= 1 << 22 => BwdVariant::Rowwise,
             (true, 512..) if elems <= 1 << 21 => BwdVariant::Pipe,
             _ => BwdVariant::Cols,

@@ -396,13 +396,17 @@ fn emulated_dynamic_forward_takes_its_steps_at_run_time() {
 #[test]
 fn backward_defaults_follow_the_measured_rule() {
     let cl3 = Layer::new("3,0").unwrap();
-    use cuda::BwdVariant::{Cols, Pipe, Rowwise};
-    let want = [((1024, 128), Rowwise), ((16384, 128), Rowwise), ((16384, 256), Rowwise), ((65536, 128), Cols), ((4096, 512), Pipe), ((1024, 1024), Pipe), ((4096, 1024), Cols), ((300, 300), Cols)];
+    use cuda::BwdVariant::{Cols, Pipe, Rowwise, Whole};
+    let whole = [((16384, 128), Whole), ((8192, 256), Whole), ((4096, 512), Whole), ((6000, 512), Whole)];
+    let rest = [((1024, 128), Rowwise), ((16384, 256), Rowwise), ((32768, 64), Rowwise), ((65536, 128), Cols), ((2048, 512), Pipe), ((1024, 1024), Pipe), ((2048, 1024), Pipe)];
+    let want = whole.into_iter().chain(rest).chain([((4096, 1024), Cols), ((300, 300), Cols)]);
     for ((b, n), v) in want {
         let dims = Dims { m: 8, b, n };
         assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, true), v, "Cl(3,0) B={b} N={n}");
         assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, false), cuda::BwdVariant::Cols, "no norm: no dot pass to save");
     }
+    let cl2 = Layer::new("2,0").unwrap();
+    assert_eq!(cuda::BwdVariant::measured_default(&cl2, Dims { m: 4, b: 4096, n: 512 }, true), Whole, "Cl(2,0) 2^21: measured");
     let sta = Layer::new("1,3").unwrap();
     assert_eq!(cuda::BwdVariant::measured_default(&sta, Dims { m: 16, b: 1024, n: 128 }, true), cuda::BwdVariant::Cols, "16 blades: not measured");
 }
