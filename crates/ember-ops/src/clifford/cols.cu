@@ -8,8 +8,8 @@
 // Prefix: CL_M, CL_P, CL_NG and the device function cl_bwd_plain (CL_NORM = 0: the upstream
 // gradient is the gradient of o) or cl_bwd_norm (CL_NORM = 1: coef[b][k] = (a, c) from the row
 // kernel CL_KIND_DOT turn it into the gradient of o inside the function).
-// Options: -DEMBER_T=... -DCL_NORM=<0|1>.
-typedef EMBER_T act_t;
+// Options: -DEMBER_T=... -DCL_NORM=<0|1>. The launch code puts smem.cu and bwd_common.cu (act_t,
+// cl_bwd_elem: the gradient program on one element) before this file.
 // Two CTAs per SM where the gradient program fits 128 registers (up to 8 blades): the kernel needs
 // every load in flight it can get.
 #if CL_M <= 8
@@ -122,31 +122,19 @@ extern "C" __global__ void __launch_bounds__(256, CL_COLS_MIN_BLOCKS) cl_kernel(
     }
     for (i64 b = b_begin + r; n < N && b < b_end; b += rt) {
         const i64 base = b * N + n;
-        float xi[CL_M], yi[CL_M], gi[CL_M], dxi[CL_M], dyi[CL_M], dwi[CL_P];
+        float xi[CL_M], yi[CL_M], gi[CL_M], a[CL_NG], cc[CL_NG];
 #pragma unroll
         for (int j = 0; j < CL_M; ++j) {
             xi[j] = ember_to_f32(x[(i64)j * BN + base]);
             yi[j] = ember_to_f32(y[(i64)j * BN + base]);
             gi[j] = ember_to_f32(g[(i64)j * BN + base]);
         }
-#if CL_NORM
-        float a[CL_NG], cc[CL_NG];
 #pragma unroll
         for (int k = 0; k < CL_NG; ++k) {
-            a[k] = __ldg(coef + (b * CL_NG + k) * 2);
-            cc[k] = __ldg(coef + (b * CL_NG + k) * 2 + 1);
+            a[k] = CL_NORM ? __ldg(coef + (b * CL_NG + k) * 2) : 0.0f;
+            cc[k] = CL_NORM ? __ldg(coef + (b * CL_NG + k) * 2 + 1) : 0.0f;
         }
-        cl_bwd_norm(xi, yi, wi, gi, a, cc, dxi, dyi, dwi);
-#else
-        cl_bwd_plain(xi, yi, wi, gi, dxi, dyi, dwi);
-#endif
-#pragma unroll
-        for (int j = 0; j < CL_M; ++j) {
-            dx[(i64)j * BN + base] = ember_from_f32<act_t>(dxi[j]);
-            dy[(i64)j * BN + base] = ember_from_f32<act_t>(dyi[j]);
-        }
-#pragma unroll
-        for (int p = 0; p < CL_P; ++p) acc[p] += dwi[p];
+        cl_bwd_elem(xi, yi, wi, gi, a, cc, dx, dy, BN, base, acc);
     }
 #pragma unroll
     for (int p = 0; p < CL_P; ++p) {
@@ -190,14 +178,6 @@ __device__ __forceinline__ void cl_cp_commit() {
 template <int PENDING> __device__ __forceinline__ void cl_cp_wait() {
 #ifndef EMBER_HOST_EMU
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-#endif
-}
-__device__ __forceinline__ float* cl_dynamic_smem() {
-#ifdef EMBER_HOST_EMU
-    return reinterpret_cast<float*>(ember_emu_dynamic_smem());
-#else
-    extern __shared__ __align__(16) float cl_dsmem[];
-    return cl_dsmem;
 #endif
 }
 
@@ -277,39 +257,26 @@ extern "C" __global__ void __launch_bounds__(CL_T, CL_COLS_MIN_BLOCKS) cl_kernel
         }
         int n, b;
         where(k, n, b);
-#if CL_NORM
-        // Row coefficients before the wait: their latency overlaps it (one broadcast word pair per
-        // grade and row, L1-resident after the row's first warp).
+        // Row coefficients (with the norm) before the wait: their latency overlaps it (one broadcast
+        // word pair per grade and row, L1-resident after the row's first warp).
         float a[CL_NG], cc[CL_NG];
 #pragma unroll
         for (int kk = 0; kk < CL_NG; ++kk) {
-            a[kk] = b >= 0 ? __ldg(coef + ((i64)b * CL_NG + kk) * 2) : 0.0f;
-            cc[kk] = b >= 0 ? __ldg(coef + ((i64)b * CL_NG + kk) * 2 + 1) : 0.0f;
+            a[kk] = CL_NORM && b >= 0 ? __ldg(coef + ((i64)b * CL_NG + kk) * 2) : 0.0f;
+            cc[kk] = CL_NORM && b >= 0 ? __ldg(coef + ((i64)b * CL_NG + kk) * 2 + 1) : 0.0f;
         }
-#endif
         cl_cp_wait<CL_ST - 1>();
         if (b >= 0) {
             const i64 base = (i64)b * N + n;
             const float* st = ring + (k % CL_ST) * CL_Q * CL_T + tid;
-            float xi[CL_M], yi[CL_M], gi[CL_M], dxi[CL_M], dyi[CL_M], dwi[CL_P];
+            float xi[CL_M], yi[CL_M], gi[CL_M];
 #pragma unroll
             for (int j = 0; j < CL_M; ++j) {
                 xi[j] = st[j * CL_T];
                 yi[j] = st[(CL_M + j) * CL_T];
                 gi[j] = st[(2 * CL_M + j) * CL_T];
             }
-#if CL_NORM
-            cl_bwd_norm(xi, yi, wi, gi, a, cc, dxi, dyi, dwi);
-#else
-            cl_bwd_plain(xi, yi, wi, gi, dxi, dyi, dwi);
-#endif
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) {
-                dx[(i64)j * BN + base] = ember_from_f32<act_t>(dxi[j]);
-                dy[(i64)j * BN + base] = ember_from_f32<act_t>(dyi[j]);
-            }
-#pragma unroll
-            for (int p = 0; p < CL_P; ++p) acc[p] += dwi[p];
+            cl_bwd_elem(xi, yi, wi, gi, a, cc, dx, dy, BN, base, acc);
         }
         const cl_pos q = cl_pos_of(k, spi, tiles);
         if (q.step == spi - 1) {

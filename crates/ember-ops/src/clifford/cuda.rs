@@ -25,6 +25,13 @@ use ember_ga::cuda::{device_function, kernel, KernelSpec};
 const ROWS_CU: &str = include_str!("rows.cu");
 const COLS_CU: &str = include_str!("cols.cu");
 const ROWWISE_CU: &str = include_str!("rowwise.cu");
+const WHOLE_CU: &str = include_str!("whole.cu");
+/// The dynamic shared memory accessor, put before the row and backward kernels.
+const SMEM_CU: &str = include_str!("smem.cu");
+/// Pieces shared by the backward kernels (cols.cu, rowwise.cu, whole.cu), put before each.
+const BWD_COMMON_CU: &str = include_str!("bwd_common.cu");
+/// Before `BWD_COMMON_CU` in kernels that take the row statistics themselves (rowwise, whole).
+const BWD_STATS: &str = "#define CL_BWD_STATS 1\n";
 const TILE_CU: &str = include_str!("tile.cu");
 const SIMT_CU: &str = include_str!("fc_simt.cu");
 /// Algebra-independent reductions.
@@ -103,7 +110,7 @@ pub(super) fn blocks(arg: &str, items: usize, per_block: usize) -> Result<u32> {
 // ---- fused layer ---------------------------------------------------------------------------------
 
 fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
-    source(layer, &format!("fwd{}", u8::from(gelu)), || Ok(prefix(layer, &[Prog::Fwd { gelu }, Prog::Scale])? + ROWS_CU))
+    source(layer, &format!("fwd{}", u8::from(gelu)), || Ok(prefix(layer, &[Prog::Fwd { gelu }, Prog::Scale])? + SMEM_CU + ROWS_CU))
 }
 
 fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<String> {
@@ -206,7 +213,7 @@ fn rows_source(layer: &Layer, kind: &str) -> Result<KernelSource> {
         "normfwd" => &[Prog::Dot, Prog::Scale],
         _ => &[Prog::Dot, Prog::NormBwd],
     };
-    source(layer, kind, || Ok(prefix(layer, progs)? + ROWS_CU))
+    source(layer, kind, || Ok(prefix(layer, progs)? + SMEM_CU + ROWS_CU))
 }
 
 fn rows_opts(dt: DType, kind: &str, v: usize, staged: bool) -> Vec<String> {
@@ -227,7 +234,7 @@ fn rows_opts(dt: DType, kind: &str, v: usize, staged: bool) -> Vec<String> {
 }
 
 fn bwd_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
-    source(layer, &format!("bwd{}{}", u8::from(gelu), u8::from(norm)), || Ok(prefix(layer, &[Prog::Bwd { gelu, norm }])? + COLS_CU))
+    source(layer, &format!("bwd{}{}", u8::from(gelu), u8::from(norm)), || Ok(prefix(layer, &[Prog::Bwd { gelu, norm }])? + SMEM_CU + BWD_COMMON_CU + COLS_CU))
 }
 
 fn bwd_opts(dt: DType, norm: bool) -> Vec<String> {
@@ -337,11 +344,18 @@ pub enum BwdVariant {
     /// order, so no sum launch follows and d_w is bitwise the default's. The dot pass zeroes the
     /// counters, so with the norm only (and more than one chunk); elsewhere the default.
     Fold,
+    /// v10: whole-row backward, one persistent kernel (`whole.cu`) whose CTAs own chunks of whole
+    /// rows: the row statistics from d_out and out (d_out kept in shared memory), then the column
+    /// program per channel with x and y from global memory; d_w accumulated per CTA in shared
+    /// memory and written as one partial per fixed slot (at most 256, from (B, N) only), summed by
+    /// the tree. f32 up to 8 blades where a CTA's shared memory fits (see `whole_geom`); elsewhere
+    /// the default (`Cols`).
+    Whole,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 5] = [BwdVariant::Cols, BwdVariant::Pipe, BwdVariant::Serial, BwdVariant::Rowwise, BwdVariant::Fold];
-    /// `EMBER_CLIFFORD_BWD=cols|pipe|serial|rowwise|fold`, if set.
+    pub const ALL: [BwdVariant; 6] = [BwdVariant::Cols, BwdVariant::Pipe, BwdVariant::Serial, BwdVariant::Rowwise, BwdVariant::Fold, BwdVariant::Whole];
+    /// `EMBER_CLIFFORD_BWD=cols|pipe|serial|rowwise|fold|whole`, if set.
     pub fn from_env() -> Option<BwdVariant> {
         match std::env::var("EMBER_CLIFFORD_BWD").as_deref() {
             Ok("cols") => Some(BwdVariant::Cols),
@@ -349,26 +363,36 @@ impl BwdVariant {
             Ok("serial") => Some(BwdVariant::Serial),
             Ok("rowwise") => Some(BwdVariant::Rowwise),
             Ok("fold") => Some(BwdVariant::Fold),
+            Ok("whole") => Some(BwdVariant::Whole),
             _ => None,
         }
     }
     /// The backward of `dims`: `EMBER_CLIFFORD_BWD` when set; otherwise, for the normed layer up
-    /// to 8 blades (measured on an H100, Cl(3,0) f32 fwd+bwd over the bench grid, run of ed96cd0):
-    /// - rowwise at N ≤ 256 and B·N ≤ 2^22, where it saves the dot pass's second read of d_out and
-    ///   out: 4–34 % faster than cols at all six such sizes; within ±1.3 % at 2^23 and 2^24, slower
-    ///   at N = 512;
+    /// to 8 blades:
+    /// - whole at 128 ≤ N ≤ 512 and 2^21 ≤ B·N < 2^22 (measured on an H100, quick bench of 512c425,
+    ///   fwd+bwd in the same run: Cl(3,0) f32 4096 × 512 285.0 → 259.8 µs against pipe, 16384 × 128
+    ///   277.0 → 238.8 µs against rowwise, Cl(2,0) 4096 × 512 155.1 → 138.2 µs against pipe;
+    ///   smaller sizes, where a few slots would leave SMs idle, and larger ones (65536 × 1024:
+    ///   7.660 → 7.616 ms, within run-to-run spread) were not taken);
+    /// - otherwise (H100, Cl(3,0) f32 fwd+bwd over the bench grid, run of ed96cd0) rowwise at
+    ///   N ≤ 256 and B·N ≤ 2^22, where it saves the dot pass's second read of d_out and out: 4–34 %
+    ///   faster than cols at all six such sizes; within ±1.3 % at 2^23 and 2^24, slower at N = 512;
     /// - pipe at N ≥ 512 and B·N ≤ 2^21: 1–11 % faster than cols there (1024 × 512, 1024 × 1024,
     ///   4096 × 512), slower from 2^22 up;
     /// - cols (v1 column kernel, tree sums) elsewhere and without the norm.
     ///
-    /// Rowwise and pipe run f32 only; other dtypes fall back to cols.
+    /// Whole, rowwise and pipe run f32 only; other dtypes fall back to cols.
     pub fn default_for(layer: &Layer, dims: Dims, norm: bool) -> BwdVariant {
         Self::from_env().unwrap_or_else(|| Self::measured_default(layer, dims, norm))
     }
     /// [`BwdVariant::default_for`] without the environment override.
     pub fn measured_default(layer: &Layer, dims: Dims, norm: bool) -> BwdVariant {
         let elems = dims.b.saturating_mul(dims.n);
-        match (norm && layer.blades() <= 8, dims.n) {
+        let normed = norm && layer.blades() <= 8;
+        if normed && (128..=512).contains(&dims.n) && (1 << 21..1 << 22).contains(&elems) {
+            return BwdVariant::Whole;
+        }
+        match (normed, dims.n) {
             (true, 0..=256) if elems <= 1 << 22 => BwdVariant::Rowwise,
             (true, 512..) if elems <= 1 << 21 => BwdVariant::Pipe,
             _ => BwdVariant::Cols,
@@ -381,6 +405,7 @@ impl BwdVariant {
             BwdVariant::Serial => "serial",
             BwdVariant::Rowwise => "rowwise",
             BwdVariant::Fold => "fold",
+            BwdVariant::Whole => "whole",
         }
     }
 }
@@ -457,11 +482,15 @@ pub(super) fn rowwise_geom(layer: &Layer, dims: Dims, norm: bool, dt: DType, gpu
 }
 
 fn rowwise_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
-    source(layer, &format!("rw{}{}", u8::from(gelu), u8::from(norm)), || {
-        let bwd = Prog::Bwd { gelu, norm };
-        let progs: Vec<Prog> = if norm { vec![Prog::Dot, bwd] } else { vec![bwd] };
-        Ok(prefix(layer, &progs)? + ROWWISE_CU)
-    })
+    source(layer, &format!("rw{}{}", u8::from(gelu), u8::from(norm)), || Ok(stats_prefix(layer, gelu, norm)? + ROWWISE_CU))
+}
+
+/// The prefix of a backward kernel that takes the row statistics itself: the algebra, cl_dot with
+/// the norm, the gradient program, `BWD_COMMON_CU` with its statistics.
+fn stats_prefix(layer: &Layer, gelu: bool, norm: bool) -> Result<String> {
+    let bwd = Prog::Bwd { gelu, norm };
+    let progs: Vec<Prog> = if norm { vec![Prog::Dot, bwd] } else { vec![bwd] };
+    Ok(prefix(layer, &progs)? + BWD_STATS + SMEM_CU + BWD_COMMON_CU)
 }
 
 /// Options of the row-oriented backward; the statistics' vector width only matters with the norm.
@@ -470,12 +499,20 @@ fn rowwise_opts(norm: bool, v: usize, vec: usize) -> Vec<String> {
     vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_RW_V={v}"), format!("-DCL_RW_VEC={vec}")]
 }
 
-/// The row-oriented backward's launch and the tree of its chunk sums into `dw`.
-fn plan_rowwise(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, geo: RowwiseGeom, gpu: Gpu, [dx, dy, dw]: [usize; 3]) -> Result<()> {
-    let part = if geo.chunks > 1 { plan.alloc(&[geo.chunks, dims.n, layer.paths()], DType::F32) } else { dw };
+/// The buffer of `parts` d_w partials (d_w itself where 1) and the leading arguments of a backward
+/// kernel whose CTAs own whole rows (rowwise.cu, whole.cu): x, y, w, g, out, rms, d_x, d_y, the
+/// partials, B, N.
+fn row_bwd_args(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, parts: usize, [dx, dy, dw]: [usize; 3]) -> (usize, Vec<Arg>) {
+    let part = if parts > 1 { plan.alloc(&[parts, dims.n, layer.paths()], DType::F32) } else { dw };
     let (out, rms) = if st.norm { (Arg::Buf(4), Arg::Buf(5)) } else { (Arg::Null, Arg::Null) };
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), out, rms, Arg::Buf(dx), Arg::Buf(dy), Arg::Buf(part)];
     args.extend(sizes2(dims.b, dims.n));
+    (part, args)
+}
+
+/// The row-oriented backward's launch and the tree of its chunk sums into `dw`.
+fn plan_rowwise(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, geo: RowwiseGeom, gpu: Gpu, [dx, dy, dw]: [usize; 3]) -> Result<()> {
+    let (part, mut args) = row_bwd_args(plan, layer, dims, st, geo.chunks, [dx, dy, dw]);
     args.extend([Arg::I64(geo.rows_per_chunk as i64), Arg::I32(geo.rows as i32), Arg::I32(geo.team as i32), Arg::I64(geo.chunks as i64), Arg::I32(geo.lp as i32)]);
     // Persistent: as many CTAs as fit at once (128 registers per thread up to 8 blades; one CTA
     // per SM with 16); the chunks, and so the partials, are the same whatever the grid.
@@ -495,6 +532,94 @@ fn plan_rowwise(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, geo: Row
     });
     if geo.chunks > 1 {
         sum_tree(plan, part, dw, geo.chunks, dims.n * layer.paths())?;
+    }
+    Ok(())
+}
+
+// ---- whole-row backward (whole.cu) ---------------------------------------------------------------
+
+/// At most this many d_w partials (slots) in the whole-row backward: about one wave of two CTAs per
+/// SM on a 132-SM GPU, chosen from (B, N) only so that d_w's summation order is device-independent.
+const WHOLE_SLOTS: usize = 256;
+/// Threads per CTA of the whole-row backward (CL_WH_T in whole.cu; `launch`'s block).
+const WHOLE_THREADS: usize = THREADS as usize;
+/// Shared memory (f32 words) that sizes a chunk: d_out of R rows beside the slot's d_w, 112 KB, so
+/// that two CTAs fit an SM of 228 KB (H100, H200) at N = 512 (R = 4) and N = 1024 (R = 1). Not the
+/// device's value: R decides where the row sums of d_w are cut, and so their order.
+const WHOLE_WORDS: usize = 28 * 1024;
+/// Rows per chunk at most.
+const WHOLE_ROWS_MAX: usize = 16;
+
+/// Geometry of the whole-row backward for one problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct WholeGeom {
+    /// Rows per chunk (R).
+    pub rows: usize,
+    /// Channels side by side in phase 2 (ct; 256 / ct row lanes).
+    pub ct: usize,
+    /// Team and vector width of the row statistics (those of the row kernel CL_KIND_DOT).
+    pub team: usize,
+    pub v: usize,
+    pub chunks: usize,
+    /// Partials of d_w, and the consecutive chunks of each.
+    pub slots: usize,
+    pub chunks_per_slot: usize,
+    /// Dynamic shared memory in bytes.
+    pub smem: usize,
+    /// CTAs per SM that the shared memory allows (2 or 1).
+    pub per_sm: usize,
+}
+
+/// Where the whole-row backward runs: f32, up to 8 blades, and one CTA's shared memory (d_out of
+/// a chunk, the slot's d_w per row lane, the row statistics) within what a CTA may opt in to.
+/// `None`: the default runs instead. Everything but `per_sm` depends on (B, N) and the algebra only.
+pub(super) fn whole_geom(layer: &Layer, dims: Dims, dt: DType, gpu: Gpu) -> Option<WholeGeom> {
+    let (m, n, b, p, ng) = (layer.blades(), dims.n, dims.b, layer.paths(), layer.grades());
+    if dt != DType::F32 || m > 8 || n == 0 || b == 0 || n >= 1 << 24 || b >= 1 << 40 {
+        return None;
+    }
+    let ct = n.next_power_of_two().min(WHOLE_THREADS);
+    let lanes = WHOLE_THREADS / ct;
+    let v = vec_width(m, n);
+    let team = team(n / v) as usize;
+    let dws = lanes * p * (n + 1);
+    let stats = |r: usize| r * ng * (2 + team / 32);
+    let fit = WHOLE_WORDS.saturating_sub(dws) / (m * n + stats(1));
+    let rows = if fit >= 2 { 1 << fit.min(WHOLE_ROWS_MAX).ilog2() } else { 1 };
+    let chunks = b.div_ceil(rows);
+    let chunks_per_slot = chunks.div_ceil(WHOLE_SLOTS);
+    let slots = chunks.div_ceil(chunks_per_slot);
+    let smem = (m * rows * n + dws + stats(rows)) * 4;
+    let per_sm = if 2 * (smem + 1024) <= gpu.smem_optin + 1024 {
+        2
+    } else if smem + 1024 <= gpu.smem_optin {
+        1
+    } else {
+        return None;
+    };
+    Some(WholeGeom { rows, ct, team, v, chunks, slots, chunks_per_slot, smem, per_sm })
+}
+
+fn whole_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
+    source(layer, &format!("wh{}{}", u8::from(gelu), u8::from(norm)), || Ok(stats_prefix(layer, gelu, norm)? + WHOLE_CU))
+}
+
+/// Options of the whole-row backward; the statistics' vector width only matters with the norm.
+fn whole_opts(norm: bool, v: usize) -> Vec<String> {
+    let v = if norm { v } else { 1 };
+    vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}")]
+}
+
+/// The whole-row backward's launch and the tree of its slot sums into `dw`.
+fn plan_whole(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, geo: WholeGeom, gpu: Gpu, [dx, dy, dw]: [usize; 3]) -> Result<()> {
+    let (part, mut args) = row_bwd_args(plan, layer, dims, st, geo.slots, [dx, dy, dw]);
+    args.extend([Arg::I32(geo.rows as i32), Arg::I32(geo.ct as i32), Arg::I32(geo.team as i32), Arg::I64(geo.slots as i64), Arg::I64(geo.chunks_per_slot as i64)]);
+    // Persistent: as many CTAs as fit at once (at most one per slot); the slots, and so the
+    // partials, are the same whatever the grid.
+    let grid = u32::try_from(geo.slots.min(geo.per_sm * gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
+    plan.launch(launch(whole_source(layer, st.gelu, st.norm)?, whole_opts(st.norm, geo.v), (grid, 1, 1), geo.smem, args, "clifford_bwd_whole"));
+    if geo.slots > 1 {
+        sum_tree(plan, part, dw, geo.slots, dims.n * layer.paths())?;
     }
     Ok(())
 }
@@ -523,6 +648,12 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
     if bwd == BwdVariant::Rowwise {
         if let Some(geo) = rowwise_geom(layer, dims, st.norm, dt, gpu) {
             plan_rowwise(&mut plan, layer, dims, st, geo, gpu, [dx, dy, dw])?;
+            return Ok(plan);
+        }
+    }
+    if bwd == BwdVariant::Whole {
+        if let Some(geo) = whole_geom(layer, dims, dt, gpu) {
+            plan_whole(&mut plan, layer, dims, st, geo, gpu, [dx, dy, dw])?;
             return Ok(plan);
         }
     }
@@ -587,7 +718,7 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
     if chunks > 1 {
         match bwd {
             BwdVariant::Serial => sum_chunks(&mut plan, part, dw, chunks, len),
-            BwdVariant::Cols | BwdVariant::Pipe | BwdVariant::Rowwise | BwdVariant::Fold => sum_tree(&mut plan, part, dw, chunks, len)?,
+            BwdVariant::Cols | BwdVariant::Pipe | BwdVariant::Rowwise | BwdVariant::Fold | BwdVariant::Whole => sum_tree(&mut plan, part, dw, chunks, len)?,
         }
     }
     Ok(plan)
@@ -1349,6 +1480,12 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             }
             if dt == DType::F32 && m <= 8 {
                 out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: pipe_opts(norm) });
+            }
+            if dt == DType::F32 && m <= 8 {
+                let v_opts: &[usize] = if norm { &vs } else { &[1] };
+                for &v in v_opts {
+                    out.push(KernelBuild { source: whole_source(layer, gelu, norm)?, options: whole_opts(norm, v) });
+                }
             }
             if dt == DType::F32 && m <= 16 {
                 let v_opts: &[usize] = if norm { &vs } else { &[1] };

@@ -100,6 +100,19 @@ fn bits(t: &Tensor) -> Vec<u64> {
     t.to_vec_f64().unwrap().iter().map(|v| v.to_bits()).collect()
 }
 
+/// The f32 inputs of a fused backward case, x, y, w and d_out (seeds `seed` ..= `seed + 3`), as
+/// tensors and as the reference's values.
+fn bwd_inputs(spec: &str, (nb, n): (usize, usize), seed: u64) -> (Layer, Dims, [Tensor; 4], [Vec<f64>; 4]) {
+    let layer = Layer::new(spec).unwrap();
+    let dims = Dims { m: layer.blades(), b: nb, n };
+    let shape = [dims.m, nb, n];
+    let (x, xv) = input(&shape, DType::F32, seed, 1.0);
+    let (y, yv) = input(&shape, DType::F32, seed + 1, 1.0);
+    let (w, wv) = input(&[n, layer.paths()], DType::F32, seed + 2, 0.5);
+    let (g, gv) = input(&shape, DType::F32, seed + 3, 1.0);
+    (layer, dims, [x, y, w, g], [xv, yv, wv, gv])
+}
+
 /// The fused backward's three column/sum variants (default: v1 column kernel + tree chunk sums;
 /// pipe: pipelined column kernel + tree; serial: v1 as it was) against the f64 reference and each
 /// other: several row steps per item (the last item's rows partial), items past
@@ -107,16 +120,9 @@ fn bits(t: &Tensor) -> Vec<u64> {
 /// same gradient program per element on the same words, so d_x and d_y must be bitwise v1's; d_w
 /// differs from v1 only by the order of the chunk sums.
 fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
-    let layer = Layer::new(spec).unwrap();
+    let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) = bwd_inputs(spec, (nb, n), 4000 + (nb * 31 + n) as u64);
     let alg = layer.algebra().clone();
-    let dims = Dims { m: layer.blades(), b: nb, n };
-    let shape = [dims.m, nb, n];
-    let seed = 4000 + (nb * 31 + n) as u64;
     let dtype = DType::F32;
-    let (x, xv) = input(&shape, dtype, seed, 1.0);
-    let (y, yv) = input(&shape, dtype, seed + 1, 1.0);
-    let (w, wv) = input(&[n, layer.paths()], DType::F32, seed + 2, 0.5);
-    let (g, gv) = input(&shape, dtype, seed + 3, 1.0);
     let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
@@ -160,44 +166,108 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
     }
 }
 
+/// A backward variant whose CTAs own whole rows (rowwise, whole) on `inputs`: its plan is its kernel
+/// and the tree over `parts` partials (none where 1), its outputs within 1e-5 of the reference
+/// (`want`), bitwise the same on a second run, d_x and d_y bitwise the default's. Returns them.
+#[allow(clippy::too_many_arguments)]
+fn row_backward_matches(tag: &str, layer: &Layer, dims: Dims, st: Stages, bv: cuda::BwdVariant, gpu: cuda::Gpu, inputs: &[&Tensor], want: (&[f64], &[f64], &[f64]), parts: usize) -> Vec<Tensor> {
+    let plan = cuda::plan_fused_backward_with(layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
+    let names: Vec<&str> = plan.launches.iter().map(|l| l.name).collect();
+    assert_eq!(names[0], format!("clifford_bwd_{}", bv.name()), "{tag}: plan {names:?}");
+    assert!(names[1..].iter().all(|&l| l == "clifford_sum_tree") && (parts == 1) == (names.len() == 1), "{tag}: plan {names:?}");
+    let got = run_host(&plan, inputs);
+    for (i, (what, want)) in [("d_x", want.0), ("d_y", want.1), ("d_w", want.2)].into_iter().enumerate() {
+        close(&format!("{tag} {what}"), &got[i], want, 1e-5);
+    }
+    let again = run_host(&plan, inputs);
+    assert!((0..3).all(|i| bits(&again[i]) == bits(&got[i])), "{tag}: not repeatable");
+    let cols = run_host(&cuda::plan_fused_backward_with(layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap(), inputs);
+    assert!(bits(&cols[0]) == bits(&got[0]) && bits(&cols[1]) == bits(&got[1]), "{tag}: d_x/d_y not bitwise the default's");
+    let diff = got[2].to_vec_f64().unwrap().iter().zip(cols[2].to_vec_f64().unwrap()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    eprintln!("{tag}: ok (d_w vs cols max |diff| {diff:e})");
+    got
+}
+
 /// The row-oriented backward (`BwdVariant::Rowwise`, rowwise.cu) against the f64 reference (1e-5),
 /// with gelu+norm and plain: its d_x and d_y bitwise the default's (same row statistics in the same
 /// order, same gradient program on the same words), its d_w repeatable bit for bit. `geo`: the
 /// expected (rows per step, threads, chunks). Three multiprocessors: the persistent CTAs walk several
 /// chunks, the ring runs across chunk boundaries.
 fn emu_bwd_rowwise(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usize)) {
-    let layer = Layer::new(spec).unwrap();
-    let alg = layer.algebra().clone();
-    let dims = Dims { m: layer.blades(), b: nb, n };
-    let shape = [dims.m, nb, n];
-    let seed = 5000 + (nb * 31 + n) as u64;
-    let dtype = DType::F32;
-    let (x, xv) = input(&shape, dtype, seed, 1.0);
-    let (y, yv) = input(&shape, dtype, seed + 1, 1.0);
-    let (w, wv) = input(&[n, layer.paths()], DType::F32, seed + 2, 0.5);
-    let (g, gv) = input(&shape, dtype, seed + 3, 1.0);
+    emu_row_backward(spec, (nb, n), cuda::BwdVariant::Rowwise, |tag, layer, dims, norm, gpu| {
+        let g0 = cuda::rowwise_geom(layer, dims, norm, DType::F32, gpu).expect("rowwise applies");
+        assert_eq!((g0.rows, g0.threads, g0.chunks), geo, "{tag}: geometry");
+        (g0.chunks, None)
+    });
+}
+
+/// The whole-row backward (`BwdVariant::Whole`, whole.cu) against the f64 reference (1e-5), with
+/// gelu+norm and plain: its d_x and d_y bitwise the default's (the dot pass's row statistics in the
+/// same order, the column program on the same words), all three outputs bitwise equal over two
+/// runs. `geo`: the expected (rows per chunk, channels side by side, chunks, slots). Three
+/// multiprocessors: the persistent CTAs walk several slots, a slot several chunks.
+fn emu_bwd_whole(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usize, usize)) {
+    emu_row_backward(spec, (nb, n), cuda::BwdVariant::Whole, |tag, layer, dims, _, gpu| {
+        let g0 = cuda::whole_geom(layer, dims, DType::F32, gpu).expect("whole applies");
+        assert_eq!((g0.rows, g0.ct, g0.chunks, g0.slots), geo, "{tag}: geometry");
+        assert_eq!(g0.per_sm, 2, "{tag}: two CTAs per SM");
+        (g0.slots, Some(g0.slots.min(6)))
+    });
+}
+
+/// `emu_bwd_rowwise` and `emu_bwd_whole`, gelu+norm and plain: `geo(tag, layer, dims, norm, gpu)`
+/// checks the geometry and gives the partials (and the CTAs, where checked). On another device (one SM, other shared memory)
+/// the partials, and so the bits, are the same.
+fn emu_row_backward(spec: &str, (nb, n): (usize, usize), bv: cuda::BwdVariant, geo: impl Fn(&str, &Layer, Dims, bool, cuda::Gpu) -> (usize, Option<usize>)) {
+    let seed = if bv == cuda::BwdVariant::Rowwise { 5000 } else { 7000 };
+    let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) = bwd_inputs(spec, (nb, n), seed + (nb * 31 + n) as u64);
     let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
-        let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} rowwise");
-        let g0 = cuda::rowwise_geom(&layer, dims, norm, dtype, gpu).expect("rowwise applies");
-        assert_eq!((g0.rows, g0.threads, g0.chunks), geo, "{tag}: geometry");
-        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, gpu).unwrap(), &[&x, &y, &w]);
+        let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} {}", bv.name());
+        let (parts, grid) = geo(&tag, &layer, dims, norm, gpu);
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, gpu).unwrap(), &[&x, &y, &w]);
         let inputs: Vec<&Tensor> = if norm { vec![&x, &y, &w, &g, &f[0], &f[1]] } else { vec![&x, &y, &w, &g] };
-        let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
-        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Rowwise, gpu).unwrap();
-        let names: Vec<&str> = plan.launches.iter().map(|l| l.name).collect();
-        assert_eq!(names[0], "clifford_bwd_rowwise", "{tag}: plan {names:?}");
-        assert!(names[1..].iter().all(|&l| l == "clifford_sum_tree") && (g0.chunks == 1) == (names.len() == 1), "{tag}: plan {names:?}");
-        let rw = run_host(&plan, &inputs);
-        close(&format!("{tag} d_x"), &rw[0], &dx, 1e-5);
-        close(&format!("{tag} d_y"), &rw[1], &dy, 1e-5);
-        close(&format!("{tag} d_w"), &rw[2], &dw, 1e-5);
-        let again = run_host(&plan, &inputs);
-        assert!(bits(&again[0]) == bits(&rw[0]) && bits(&again[1]) == bits(&rw[1]) && bits(&again[2]) == bits(&rw[2]), "{tag}: not repeatable");
-        let cols = run_host(&cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap(), &inputs);
-        assert!(bits(&cols[0]) == bits(&rw[0]) && bits(&cols[1]) == bits(&rw[1]), "{tag}: d_x/d_y not bitwise the default's");
-        eprintln!("{tag}: ok (d_w vs cols max |diff| {:e})", rw[2].to_vec_f64().unwrap().iter().zip(cols[2].to_vec_f64().unwrap()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max));
+        let (dx, dy, dw) = reference::fused_backward(layer.algebra(), dims, &xv, &yv, &wv, &gv, gelu, norm);
+        let got = row_backward_matches(&tag, &layer, dims, st, bv, gpu, &inputs, (&dx, &dy, &dw), parts);
+        let plan = |gpu| cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
+        if let Some(grid) = grid {
+            assert_eq!(plan(gpu).launches[0].grid, (grid as u32, 1, 1), "{tag}: persistent grid");
+        }
+        let one = run_host(&plan(cuda::Gpu { sms: 1, smem_optin: 160 * 1024 }), &inputs);
+        assert!((0..3).all(|i| bits(&one[i]) == bits(&got[i])), "{tag}: depends on the device");
+    }
+}
+
+/// Where the whole-row backward does not apply, the plan is the default's; its geometry at the
+/// bench sizes.
+#[test]
+fn whole_falls_back_to_the_default() {
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024 };
+    for (spec, n, dtype) in [("3,0", 512, DType::BF16), ("3,0", 128, DType::F16), ("1,3", 64, DType::F32), ("2,2,1", 8, DType::F32), ("3,0", 4096, DType::F32)] {
+        let layer = Layer::new(spec).unwrap();
+        let dims = Dims { m: layer.blades(), b: 64, n };
+        assert!(cuda::whole_geom(&layer, dims, dtype, gpu).is_none(), "{spec} N={n} {dtype}");
+        for norm in [false, true] {
+            let st = Stages { gelu: true, norm };
+            let a = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Whole, gpu).unwrap();
+            let b = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap();
+            let names = |p: &super::plan::Plan| p.launches.iter().map(|l| (l.name, l.grid, l.opts.clone())).collect::<Vec<_>>();
+            assert_eq!(names(&a), names(&b), "{spec} N={n} {dtype} norm={norm}");
+        }
+    }
+    // (B, N) → (rows per chunk, chunks, slots, CTAs per SM): two CTAs per SM at every bench size.
+    for (spec, (b, n), want) in [
+        ("3,0", (4096, 512), (4, 1024, 256, 2)),
+        ("3,0", (16384, 128), (16, 1024, 256, 2)),
+        ("3,0", (65536, 1024), (1, 65536, 256, 2)),
+        ("2,0", (4096, 512), (8, 512, 256, 2)),
+    ] {
+        let layer = Layer::new(spec).unwrap();
+        let dims = Dims { m: layer.blades(), b, n };
+        let g = cuda::whole_geom(&layer, dims, DType::F32, gpu).expect("applies");
+        assert_eq!((g.rows, g.chunks, g.slots, g.per_sm), want, "{spec} B={b} N={n}");
+        assert!(2 * (g.smem + 1024) <= 228 * 1024, "{spec} B={b} N={n}: {} bytes", g.smem);
     }
 }
 
@@ -206,16 +276,9 @@ fn emu_bwd_rowwise(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usiz
 /// the same order, so d_x, d_y and d_w are bitwise the default's; no sum launch in its plan.
 /// `levels`: the tree levels the kernel climbs. Without the norm the plan is the default's.
 fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
-    let layer = Layer::new(spec).unwrap();
+    let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) = bwd_inputs(spec, (nb, n), 6000 + (nb * 31 + n) as u64);
     let alg = layer.algebra().clone();
-    let dims = Dims { m: layer.blades(), b: nb, n };
-    let shape = [dims.m, nb, n];
-    let seed = 6000 + (nb * 31 + n) as u64;
     let dtype = DType::F32;
-    let (x, xv) = input(&shape, dtype, seed, 1.0);
-    let (y, yv) = input(&shape, dtype, seed + 1, 1.0);
-    let (w, wv) = input(&[n, layer.paths()], DType::F32, seed + 2, 0.5);
-    let (g, gv) = input(&shape, dtype, seed + 3, 1.0);
     let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
@@ -333,13 +396,17 @@ fn emulated_dynamic_forward_takes_its_steps_at_run_time() {
 #[test]
 fn backward_defaults_follow_the_measured_rule() {
     let cl3 = Layer::new("3,0").unwrap();
-    use cuda::BwdVariant::{Cols, Pipe, Rowwise};
-    let want = [((1024, 128), Rowwise), ((16384, 128), Rowwise), ((16384, 256), Rowwise), ((65536, 128), Cols), ((4096, 512), Pipe), ((1024, 1024), Pipe), ((4096, 1024), Cols), ((300, 300), Cols)];
+    use cuda::BwdVariant::{Cols, Pipe, Rowwise, Whole};
+    let whole = [((16384, 128), Whole), ((8192, 256), Whole), ((4096, 512), Whole), ((6000, 512), Whole)];
+    let rest = [((1024, 128), Rowwise), ((16384, 256), Rowwise), ((32768, 64), Rowwise), ((65536, 128), Cols), ((2048, 512), Pipe), ((1024, 1024), Pipe), ((2048, 1024), Pipe)];
+    let want = whole.into_iter().chain(rest).chain([((4096, 1024), Cols), ((300, 300), Cols)]);
     for ((b, n), v) in want {
         let dims = Dims { m: 8, b, n };
         assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, true), v, "Cl(3,0) B={b} N={n}");
         assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, false), cuda::BwdVariant::Cols, "no norm: no dot pass to save");
     }
+    let cl2 = Layer::new("2,0").unwrap();
+    assert_eq!(cuda::BwdVariant::measured_default(&cl2, Dims { m: 4, b: 4096, n: 512 }, true), Whole, "Cl(2,0) 2^21: measured");
     let sta = Layer::new("1,3").unwrap();
     assert_eq!(cuda::BwdVariant::measured_default(&sta, Dims { m: 16, b: 1024, n: 128 }, true), cuda::BwdVariant::Cols, "16 blades: not measured");
 }
@@ -486,6 +553,27 @@ fn emulated_rowwise_backward_matches_the_reference() {
         // scalar statistics' team of 256 is wider than the row).
         Box::new(|| emu_bwd_rowwise("3,0", (37, 512), (1, 512, 37))),
         Box::new(|| emu_bwd_rowwise("2,0", (521, 129), (1, 256, 174))),
+    ];
+    run_cases(cases);
+}
+
+#[test]
+fn emulated_whole_backward_matches_the_reference() {
+    let cases: Vec<Box<dyn Fn() + Send + Sync>> = vec![
+        // B = 1: one chunk, one slot (d_w written directly); 100 channels in a tile of 128.
+        Box::new(|| emu_bwd_whole("3,0", (1, 100), (16, 128, 1, 1))),
+        // Chunks of 8 rows of 300 channels (two channel rounds of 256 threads, the second 44 wide;
+        // 4-wide statistics in teams of 128), 188 chunks (the last 3 rows) on 6 CTAs.
+        Box::new(|| emu_bwd_whole("3,0", (1499, 300), (8, 256, 188, 188))),
+        // More chunks than slots: 313 chunks of 16 rows (the last 11) in 157 slots of 2 (the last
+        // of 1); N = 37 prime (scalar statistics, teams of 64, 4 row lanes of 64 channels).
+        Box::new(|| emu_bwd_whole("3,0", (5003, 37), (16, 64, 313, 157))),
+        // Whole rows of 512: 4 per chunk, 10 chunks (the last 1 row).
+        Box::new(|| emu_bwd_whole("3,0", (37, 512), (4, 256, 10, 10))),
+        // Cl(2,0): N = 129 (scalar statistics in one team of 256, wider than the row); N = 8 (32 row
+        // lanes, 13 rows in one chunk of 16).
+        Box::new(|| emu_bwd_whole("2,0", (521, 129), (16, 256, 33, 33))),
+        Box::new(|| emu_bwd_whole("2,0", (13, 8), (16, 8, 1, 1))),
     ];
     run_cases(cases);
 }

@@ -216,14 +216,6 @@ __device__ __forceinline__ void cl_fwd_vals(const float (&xv)[CL_M][CL_V], const
         for (int k = 0; k < CL_NG; ++k) ss[k] += s[k];
     }
 }
-__device__ __forceinline__ float* cl_dynamic_smem() {
-#ifdef EMBER_HOST_EMU
-    return reinterpret_cast<float*>(ember_emu_dynamic_smem());
-#else
-    extern __shared__ __align__(16) float cl_dsmem[];
-    return cl_dsmem;
-#endif
-}
 #endif
 
 #endif

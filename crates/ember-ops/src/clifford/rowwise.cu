@@ -18,13 +18,13 @@
 // memory) into one partial per chunk, dw_part[chunk][n][p]; the host sums the chunks in a fixed tree
 // (cl_sum_tree). No atomics: deterministic and the same on every GPU.
 //
-// Prefix: CL_M, CL_P, CL_NG, cl_bwd_norm (CL_NORM = 1, with cl_dot) or cl_bwd_plain (CL_NORM = 0).
+// Prefix: CL_M, CL_P, CL_NG, cl_bwd_norm (CL_NORM = 1, with cl_dot) or cl_bwd_plain (CL_NORM = 0),
+// then smem.cu and bwd_common.cu (the row statistics, cl_bwd_elem).
 // Options: -DEMBER_T=float -DCL_NORM=<0|1> -DCL_RW_V=<1|2|4> (the row kernel's vector width: N is a
 // multiple) -DCL_RW_VEC=<1|4> (words per cp.async: 4 where N is a multiple of 4).
 //
 // Dynamic shared memory (f32 words): ring[stage][array][blade][lp] (arrays x, y, g, out), then with
 // the norm cf[S][NG][2] and dred[S][team/32][NG], then with S > 1 wred[P][blockDim.x].
-typedef EMBER_T act_t;
 #if CL_M <= 8
 #define CL_RW_TMAX 512
 #else
@@ -54,25 +54,17 @@ template <int PENDING> __device__ __forceinline__ void cl_rw_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 #endif
 }
-__device__ __forceinline__ float* cl_rw_smem() {
-#ifdef EMBER_HOST_EMU
-    return reinterpret_cast<float*>(ember_emu_dynamic_smem());
-#else
-    extern __shared__ __align__(16) float cl_dsmem[];
-    return cl_dsmem;
-#endif
-}
 
 extern "C" __global__ void __launch_bounds__(CL_RW_TMAX, 1)
     cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w, const act_t* __restrict__ g,
               const act_t* __restrict__ out, const float* __restrict__ rms, act_t* __restrict__ dx, act_t* __restrict__ dy,
               float* __restrict__ dw_part, i64 B, i64 N, i64 rows_per_chunk, int S, int team, i64 chunks, int lp) {
-    float* ring = cl_rw_smem();
+    float* ring = cl_dynamic_smem();
     const int T = (int)blockDim.x, tid = (int)threadIdx.x, nn = (int)N;
     const int stage_words = CL_RW_NA * CL_M * lp;
     float* tail = ring + 2 * stage_words;
-#if CL_NORM
     float* cf = tail;
+#if CL_NORM
     float* dred = cf + S * CL_NG * 2;
     tail = dred + S * (team / 32) * CL_NG;
 #endif
@@ -128,85 +120,38 @@ extern "C" __global__ void __launch_bounds__(CL_RW_TMAX, 1)
         const float* st = ring + (int)(k & 1) * stage_words;
 #if CL_NORM
         {
-            // Row statistics, team by team as the row kernel (rows.cu, CL_KIND_DOT, CL_DOT_O = 0)
-            // maps them: thread lt of a row's team sums groups q = lt, lt + team, ... of CL_RW_V
-            // channels; the warp's lanes by xor shuffles; the team's warps in order.
-            const int teams = T / team, per = team / 32, lt = tid % team, tm = tid / team, warp = (tid % team) >> 5;
-            const int G = nn / CL_RW_V;
+            // Row statistics from the ring, as the row kernel maps and orders them (bwd_common.cu).
             const float* gs = st + 2 * CL_M * lp;
             const float* us = st + 3 * CL_M * lp;
-            for (int row0 = 0; row0 < nr; row0 += teams) {
-                const int row = row0 + tm;
-                if (tm < teams) {
-                    const bool live = row < nr;
-                    float e[CL_NG];
+            cl_bwd_row_sums<CL_RW_V>(nr, nn, team, dred, [&](int row, int c0, float (&gv)[CL_M][CL_RW_V], float (&uv)[CL_M][CL_RW_V]) {
 #pragma unroll
-                    for (int kk = 0; kk < CL_NG; ++kk) e[kk] = 0.0f;
-                    for (int q = lt; live && q < G; q += team) {
-                        const int base = row * nn + q * CL_RW_V;
+                for (int j = 0; j < CL_M; ++j) {
 #pragma unroll
-                        for (int c = 0; c < CL_RW_V; ++c) {
-                            float gi[CL_M], ui[CL_M], s[CL_NG];
-#pragma unroll
-                            for (int j = 0; j < CL_M; ++j) {
-                                gi[j] = gs[j * lp + base + c];
-                                ui[j] = us[j * lp + base + c];
-                            }
-                            cl_dot(gi, ui, s);
-#pragma unroll
-                            for (int kk = 0; kk < CL_NG; ++kk) e[kk] += s[kk];
-                        }
-                    }
-#pragma unroll
-                    for (int kk = 0; kk < CL_NG; ++kk) {
-#pragma unroll
-                        for (int off = 16; off > 0; off >>= 1) e[kk] += __shfl_xor_sync(0xffffffffu, e[kk], off);
-                    }
-                    if (live && (tid & 31) == 0) {
-#pragma unroll
-                        for (int kk = 0; kk < CL_NG; ++kk) dred[(row * per + warp) * CL_NG + kk] = e[kk];
+                    for (int c = 0; c < CL_RW_V; ++c) {
+                        gv[j][c] = gs[j * lp + row * nn + c0 + c];
+                        uv[j][c] = us[j * lp + row * nn + c0 + c];
                     }
                 }
-            }
+            });
             __syncthreads();
-            for (int i = tid; i < nr * CL_NG; i += T) {
-                const int row = i / CL_NG, kk = i - row * CL_NG;
-                float t = 0.0f;
-                for (int q = 0; q < per; ++q) t += dred[(row * per + q) * CL_NG + kk];
-                const float a = 1.0f / rms[(b0 + row) * CL_NG + kk];
-                cf[i * 2] = a;
-                cf[i * 2 + 1] = a * t / (float)N;
-            }
+            cl_bwd_row_coef(nr, team, dred, rms, b0, N, cf);
             __syncthreads();
         }
 #endif
         if (worker && r < nr) {
-            float xi[CL_M], yi[CL_M], gi[CL_M], dxi[CL_M], dyi[CL_M], dwi[CL_P];
+            float xi[CL_M], yi[CL_M], gi[CL_M], a[CL_NG], cc[CL_NG];
 #pragma unroll
             for (int j = 0; j < CL_M; ++j) {
                 xi[j] = st[j * lp + tid];
                 yi[j] = st[(CL_M + j) * lp + tid];
                 gi[j] = st[(2 * CL_M + j) * lp + tid];
             }
-#if CL_NORM
-            float a[CL_NG], cc[CL_NG];
 #pragma unroll
             for (int kk = 0; kk < CL_NG; ++kk) {
-                a[kk] = cf[(r * CL_NG + kk) * 2];
-                cc[kk] = cf[(r * CL_NG + kk) * 2 + 1];
+                a[kk] = CL_NORM ? cf[(r * CL_NG + kk) * 2] : 0.0f;
+                cc[kk] = CL_NORM ? cf[(r * CL_NG + kk) * 2 + 1] : 0.0f;
             }
-            cl_bwd_norm(xi, yi, wi, gi, a, cc, dxi, dyi, dwi);
-#else
-            cl_bwd_plain(xi, yi, wi, gi, dxi, dyi, dwi);
-#endif
-            const i64 base = b0 * N + tid;
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) {
-                dx[(i64)j * BN + base] = ember_from_f32<act_t>(dxi[j]);
-                dy[(i64)j * BN + base] = ember_from_f32<act_t>(dyi[j]);
-            }
-#pragma unroll
-            for (int p = 0; p < CL_P; ++p) acc[p] += dwi[p];
+            cl_bwd_elem(xi, yi, wi, gi, a, cc, dx, dy, BN, b0 * N + tid, acc);
         }
         const i64 it = k / spc;
         if (k - it * spc == spc - 1) {

@@ -319,7 +319,7 @@ fn check_linear(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usi
 }
 
 /// The fused backward's column/sum variants (default v1 column kernel + tree chunk sums; pipe, f32
-/// up to 8 blades; serial; rowwise, f32 rows of up to 512 channels) at sizes the tier's cases do not reach: many row chunks (two or three tree levels, the last group
+/// up to 8 blades; serial; rowwise, f32 rows of up to 512 channels; fold; whole, f32 up to 8 blades) at sizes the tier's cases do not reach: many row chunks (two or three tree levels, the last group
 /// and the last chunk partial), several row steps per item, more items than the persistent grid,
 /// a last column tile past N. Every variant against the reference, the tree variants' bits repeated.
 fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Result<()> {
@@ -370,13 +370,19 @@ fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Resul
     // The row-oriented backward (where it applies; the default elsewhere): repeated, same bits; its
     // row statistics are the row kernel's (same mapping and order) and its gradient program the
     // column kernel's, so d_x and d_y are the default's bit for bit (d_w: other chunks, other order).
-    if let Some(geo) = cuda::rowwise_geom(layer, dims, true, dtype, cuda::Gpu::of(&x.t)?) {
-        let c = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Rowwise)?;
-        let d = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, cuda::BwdVariant::Rowwise)?;
+    // The whole-row backward likewise (d_w: one partial per slot, in a fixed order whatever CTA ran
+    // which slot).
+    let gpu = cuda::Gpu::of(&x.t)?;
+    let rowwise = cuda::rowwise_geom(layer, dims, true, dtype, gpu).map(|geo| format!("{} rows × {} threads, {} chunks", geo.rows, geo.threads, geo.chunks));
+    let whole = cuda::whole_geom(layer, dims, dtype, gpu).map(|geo| format!("{} rows × {} chunks, {} slots", geo.rows, geo.chunks, geo.slots));
+    for (bv, geo) in [(cuda::BwdVariant::Rowwise, rowwise), (cuda::BwdVariant::Whole, whole)] {
+        let Some(geo) = geo else { continue };
+        let c = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, bv)?;
+        let d = cuda::fused_backward_with(layer, dims, &x.t, &y.t, &w.t, Some((&f.out, rms)), &g.t, st, var, bv)?;
         let same = bitwise(&c.d_w, &d.d_w) && bitwise(&c.d_x, &d.d_x) && bitwise(&c.d_y, &d.d_y);
-        let case = format!("{case} ({} rows × {} threads, {} chunks)", geo.rows, geo.threads, geo.chunks);
-        r.prop("clifford", &case, "fused deterministic (rowwise)", dtype, same);
-        r.prop("clifford", &case, "fused rowwise d_x/d_y bits = cols bits", dtype, bitwise(&a.d_x, &c.d_x) && bitwise(&a.d_y, &c.d_y));
+        let case = format!("{case} ({geo})");
+        r.prop("clifford", &case, &format!("fused deterministic ({})", bv.name()), dtype, same);
+        r.prop("clifford", &case, &format!("fused {} d_x/d_y bits = cols bits", bv.name()), dtype, bitwise(&a.d_x, &c.d_x) && bitwise(&a.d_y, &c.d_y));
     }
     Ok(())
 }
@@ -676,8 +682,12 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
         let st = fused::Stages { gelu: true, norm: true };
         let var = cuda::RowVariant::selected(&layer);
         let gpu = cuda::Gpu::of(&sets[0].0)?;
-        // rowwise only where it applies (elsewhere its plan is the default's).
-        let applies = |v: cuda::BwdVariant| v != cuda::BwdVariant::Rowwise || cuda::rowwise_geom(&layer, dims, true, dtype, gpu).is_some();
+        // rowwise and whole only where they apply (elsewhere their plan is the default's).
+        let applies = |v: cuda::BwdVariant| match v {
+            cuda::BwdVariant::Rowwise => cuda::rowwise_geom(&layer, dims, true, dtype, gpu).is_some(),
+            cuda::BwdVariant::Whole => cuda::whole_geom(&layer, dims, dtype, gpu).is_some(),
+            _ => true,
+        };
         for bv in cuda::BwdVariant::ALL.into_iter().filter(|&v| v != cuda::BwdVariant::default_for(&layer, dims, true) && applies(v)) {
             let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true)), ("bwd", json!(bv.name()))]);
             let ms = ctx.time(300.0, |i| {
