@@ -793,6 +793,25 @@ __device__ __forceinline__ void gs_fwd_pp(const MapArgs& a) {
     const u64 dG = gs_desc(sG, 128, GSBO);
     const u64 dR = gs_desc(sR, 128, 512);
 
+    // One pass of `count` ring k-tiles from `first` into zeroed re, im: per k-tile the products
+    // `mma(slot offset, k-tile of the pass)`, LAG groups in flight; on return every group is done.
+    auto pass = [&](int first, int count, auto mma) {
+        gs_zero(re);
+        gs_zero(im);
+#pragma unroll 1
+        for (int it = first; it < first + count; ++it) {
+            const u32 so = gs_ring_next<GP_STAGES, GP_LAG>(it, n, load) * GP_SLOT;
+            gs_fence_regs(re);
+            gs_fence_regs(im);
+            gs_wg_arrive();
+            mma(so, it - first);
+            gs_wg_commit();
+            gs_wg_wait<GP_LAG>();
+        }
+        gs_wg_wait<0>();
+        gs_fence_regs(re);
+        gs_fence_regs(im);
+    };
     gs_ring_start<GP_STAGES, GP_LAG>(n, load);
 #pragma unroll 1
     for (int j = 0; j < mine; ++j) {
@@ -803,14 +822,7 @@ __device__ __forceinline__ void gs_fwd_pp(const MapArgs& a) {
         // the launch code offers this build for K ≥ 8 only). ----
 #pragma unroll 1
         for (int h = 0; h < GS_NCH; ++h) {
-            gs_zero(re);
-            gs_zero(im);
-#pragma unroll 1
-            for (int it = base + h * nk1; it < base + (h + 1) * nk1; ++it) {
-                const u32 so = gs_ring_next<GP_STAGES, GP_LAG>(it, n, load) * GP_SLOT;
-                gs_fence_regs(re);
-                gs_fence_regs(im);
-                gs_wg_arrive();
+            pass(base + h * nk1, nk1, [&](u32 so, int) {
 #pragma unroll
                 for (int ks = 0; ks < GS_BK / 16; ++ks) {
                     const u64 ar = dR + (u64)((so + gs_off(0, 16 * ks, 4)) / 16);
@@ -819,12 +831,7 @@ __device__ __forceinline__ void gs_fwd_pp(const MapArgs& a) {
                     gs_mma<1, 0>(re, ar, bx);
                     gs_mma<1, 0>(im, ai, bx);
                 }
-                gs_wg_commit();
-                gs_wg_wait<GP_LAG>();
-            }
-            gs_wg_wait<0>();
-            gs_fence_regs(re);
-            gs_fence_regs(im);
+            });
             // Nothing reads G in stage 1; the next k-tile's barrier orders these stores before stage 2.
 #pragma unroll
             for (int i = 0; i < 16; ++i)
@@ -839,16 +846,7 @@ __device__ __forceinline__ void gs_fwd_pp(const MapArgs& a) {
         // out. The products as gs_map's map_step (with B = the chunk's rows of A_re, A_im). ----
 #pragma unroll 1
         for (int h = 0; h < GS_NCH; ++h) {
-            gs_zero(re);
-            gs_zero(im);
-            const int first = base + GS_NCH * nk1 + h * nk2;
-#pragma unroll 1
-            for (int it = first; it < first + nk2; ++it) {
-                const u32 so = gs_ring_next<GP_STAGES, GP_LAG>(it, n, load) * GP_SLOT;
-                const int kt = it - first;
-                gs_fence_regs(re);
-                gs_fence_regs(im);
-                gs_wg_arrive();
+            pass(base + GS_NCH * nk1 + h * nk2, nk2, [&](u32 so, int kt) {
 #pragma unroll
                 for (int ks = 0; ks < GS_BK / 16; ++ks) {
                     const u64 a0 = dG + (u64)((kt * GS_BK + 16 * ks) / 8 * 128 / 16);  // g_re
@@ -865,12 +863,7 @@ __device__ __forceinline__ void gs_fwd_pp(const MapArgs& a) {
                         gs_mma<1, 0>(im, a1, b0);
                     }
                 }
-                gs_wg_commit();
-                gs_wg_wait<GP_LAG>();
-            }
-            gs_wg_wait<0>();
-            gs_fence_regs(re);
-            gs_fence_regs(im);
+            });
             // out of the chunk, gs_map's epilogue arithmetic; rows past the mesh and channels past C
             // are not written.
 #pragma unroll
