@@ -277,15 +277,40 @@ __device__ __forceinline__ void gs_store_tile(const unsigned char* sp, T* __rest
 }
 
 // Copy a packed k-tile image (N 16-byte chunks, contiguous and in the tile's byte order, see gs_pack)
-// to the tile at dst: chunk i from src + 8·i elements, with no bounds to check.
+// to the tile at dst: chunk i from src + 8·i elements, with no bounds to check. gs_copy_image_from
+// takes this thread's first chunk already offset (dst + 16·tid, src + 8·tid).
 template <int N>
-__device__ __forceinline__ void gs_copy_image(u32 dst, const T* __restrict__ src) {
+__device__ __forceinline__ void gs_copy_image_from(u32 d, const T* __restrict__ s) {
     static_assert(N % GS_THREADS == 0, "a multiple of the CTA's chunks");
-    const int tid = gs_tid();
-    const u32 d = dst + 16 * (u32)tid;
-    const T* s = src + 8 * tid;
 #pragma unroll
     for (int i0 = 0; i0 < N; i0 += GS_THREADS) gs_cp16(d + 16 * (u32)i0, s + 8 * i0, 16);
+}
+template <int N>
+__device__ __forceinline__ void gs_copy_image(u32 dst, const T* __restrict__ src) {
+    const int tid = gs_tid();
+    gs_copy_image_from<N>(dst + 16 * (u32)tid, src + 8 * tid);
+}
+
+// gs_store_tile for `vec` tiles (ld and ncols multiples of 8) with this thread's chunk positions
+// given: all of its chunks are read from shared memory first, then stored, so that the stores do not
+// wait on one another's registers (one register set for every chunk serialised them: NOTES.md, v10).
+// Chunk i = tid + GS_THREADS·q is row (i / (8·NJ))·8 + i % 8, columns 8·((i / 8) % NJ).., as in
+// gs_store_tile.
+template <int ROWS, int NJ>
+__device__ __forceinline__ void gs_store_tile_vec(const unsigned char* sp, T* __restrict__ dst, i64 ld, i64 row0, i64 row_end, i64 ncols, int tid) {
+    constexpr int N = ROWS * NJ, Q = N / GS_THREADS;
+    static_assert(ROWS % 8 == 0 && N % GS_THREADS == 0, "tiles of whole 8-row groups, a multiple of the CTA's chunks");
+    static_assert((GS_THREADS / 8) % NJ == 0, "a thread's chunks share their columns");
+    uint4 v[Q];
+#pragma unroll
+    for (int q = 0; q < Q; ++q) v[q] = *reinterpret_cast<const uint4*>(sp + 16 * (tid + GS_THREADS * q));
+    const int c = 8 * ((tid >> 3) % NJ);
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+        const int i = tid + GS_THREADS * q;
+        const i64 r = row0 + (i / (8 * NJ)) * 8 + (i & 7);
+        if (r < row_end && c < ncols) *reinterpret_cast<uint4*>(dst + r * ld + c) = v[q];
+    }
 }
 
 // Write N 16-byte chunks of shared memory at sp to dst, in the same order: a tile image (see gs_map)
@@ -328,6 +353,24 @@ __device__ __forceinline__ int gs_ring_next(int it, int n, Load&& load) {
     if (next < n) load(next % STAGES, next);
     gs_commit();
     return it % STAGES;
+}
+// gs_ring_next in two halves, so that a k-tile's products are issued between them: gs_ring_wait(it)
+// (tile it landed; the barrier) returns tile it's slot, gs_ring_refill(it) then loads tile
+// it + STAGES − 1 − LAG into the slot of tile it − 1 − LAG (free since the barrier, as above) and
+// commits its group. The copies' address arithmetic then runs under the products instead of
+// between the barrier and their issue (NOTES.md, v10).
+template <int STAGES, int LAG>
+__device__ __forceinline__ int gs_ring_wait(int it) {
+    gs_wait<STAGES - 2 - LAG>();
+    gs_fence_async();
+    __syncthreads();
+    return it % STAGES;
+}
+template <int STAGES, int LAG, class Load>
+__device__ __forceinline__ void gs_ring_refill(int it, int n, Load&& load) {
+    const int next = it + STAGES - 1 - LAG;
+    if (next < n) load(next % STAGES, next);
+    gs_commit();
 }
 
 #if GS_KIND == 0
@@ -435,7 +478,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     constexpr bool IMG = GS_IMG && GS_PACK && SV && !FWD;
     // DEFER: row tile j's last store (out, or d_g) reads G after tile j + 1's first stage-1 products
     // are issued: stage 1 reads only the ring, and G is next written by stage 1's epilogue, which
-    // every thread reaches only after a barrier that follows its deferred reads (gs_ring_next's of
+    // every thread reaches only after a barrier that follows its deferred reads (gs_ring_wait's of
     // the second k-tile, or the one below when stage 1 has a single k-tile). The CTA's last tile is
     // written after the loop. SV implies the spectral form (the vertex form loads G through the ring).
     constexpr bool DEFER = GS_DEFER && GS_PACK && SV;
@@ -447,16 +490,52 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // xᵀ; stage 2: A_re, A_im (with the first one, d_out and, in the vertex form, G); stage 3: A_reᵀ,
     // −A_imᵀ.
     const int n = mine * per;
+    // The ring's tiles are loaded in order, 0, 1, 2, … (gs_ring_start, then one per gs_ring_refill), so
+    // the loader keeps its place — row tile lj of this CTA, ring tile lk within it, and that row
+    // tile's rows — and steps by one per call: no integer division, 64-bit multiply or table load per
+    // k-tile (NOTES.md, v10).
+    int lj = 0, lk = 0;
+    Rows lr = mine > 0 ? rows_of(blockIdx.x) : Rows{0, 0, 0};
+    // Per-thread parts of the copies, set once. Stage 1's grads k-tile (GS_BM × 32, 4 chunks per row)
+    // gives this thread chunks tid + GS_THREADS·q: rows g_row + 64·q, columns g_col..g_col + 7 (as in
+    // gs_load_tile); the images' chunks start at 16·tid bytes / 8·tid elements.
+    const int tid = threadIdx.x;
+    const u32 my16 = 16 * (u32)tid, my8 = 8 * (u32)tid;
+    constexpr int GQ = GS_BM * 4 / GS_THREADS;
+    static_assert(GQ * GS_THREADS == GS_BM * 4 && (GS_THREADS / 8) % 4 == 0, "whole chunks per thread, one column per thread");
+    const int g_row = (tid >> 5) * 8 + (tid & 7), g_col = 8 * ((tid >> 3) & 3);
     auto load = [&](int slot, int it) {
-        const int j = it / per, local = it - j * per;
-        const Rows r = rows_of(blockIdx.x + (i64)j * gridDim.x);
+#ifdef GS_HOST_MODEL
+        if (it != lj * per + lk) __trap();  // the ring's loads out of order
+#endif
+        (void)it;
+        const Rows r = lr;
+        const int local = lk;
+        if (++lk == per) {
+            lk = 0;
+            ++lj;
+            if (lj < mine) lr = rows_of(blockIdx.x + (i64)lj * gridDim.x);
+        }
         const u32 s = sR + slot * GS_STAGE;
         if (local < nk1) {
-            const i64 k0 = (i64)local * GS_BK;
-            gs_load_tile<GS_BM, 4>(s, a.grads_re, K, r.row0, r.row_end, k0, K, vk);
-            gs_load_tile<GS_BM, 4>(s + GS_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, vk);
+            const int k0 = local * GS_BK;
+            if (SV) {
+                // K is a multiple of 8: a chunk is wholly inside the matrix or outside.
+                const bool kin = k0 + g_col < K;
+#pragma unroll
+                for (int q = 0; q < GQ; ++q) {
+                    const i64 row = r.row0 + g_row + 64 * q;
+                    const bool ok = kin && row < r.row_end;
+                    const i64 off = ok ? row * K + k0 + g_col : 0;
+                    gs_cp16(s + my16 + 16 * GS_THREADS * q, a.grads_re + off, ok ? 16 : 0);
+                    gs_cp16(s + GS_BM * 64 + my16 + 16 * GS_THREADS * q, a.grads_im + off, ok ? 16 : 0);
+                }
+            } else {
+                gs_load_tile<GS_BM, 4>(s, a.grads_re, K, r.row0, r.row_end, k0, K, vk);
+                gs_load_tile<GS_BM, 4>(s + GS_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, vk);
+            }
 #if GS_PACK
-            gs_copy_image<GS_CPAD * 4>(s + 2 * GS_BM * 64, a.xt + ((i64)r.mesh * nk1 + local) * (GS_CPAD * GS_BK));
+            gs_copy_image_from<GS_CPAD * 4>(s + 2 * GS_BM * 64 + my16, a.xt + ((i64)r.mesh * nk1 + local) * (GS_CPAD * GS_BK) + my8);
 #else
             gs_load_tile<GS_CPAD, 4>(s + 2 * GS_BM * 64, a.xt + (i64)r.mesh * C * K, K, 0, C, k0, K, vk);
 #endif
@@ -473,7 +552,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         }
 #if GS_PACK
         // Both planes of the k-tile, one block: A_re | A_im (stage 2), A_reᵀ | −A_imᵀ (stage 3).
-        gs_copy_image<(ROT ? 2 : 1) * GS_CPAD * 4>(s, (map2 ? a.w_re : a.t_re) + (i64)kt * ((ROT ? 2 : 1) * GS_CPAD * GS_BK));
+        gs_copy_image_from<(ROT ? 2 : 1) * GS_CPAD * 4>(s + my16, (map2 ? a.w_re : a.t_re) + kt * ((ROT ? 2 : 1) * GS_CPAD * GS_BK) + my8);
 #else
         const i64 k0 = (i64)kt * GS_BK;
         gs_load_tile<GS_CPAD, 4>(s, map2 ? a.w_re : a.t_re, C, 0, C, k0, C, vc);
@@ -526,7 +605,14 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 
     // The last store of a row tile (rows [row0, row_end)) from G: the forward's out, the backward's d_g.
     auto store_result = [&](i64 row0, i64 row_end) {
-        if (FWD) {
+        if (SV) {
+            if (FWD) {
+                gs_store_tile_vec<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, tid);
+            } else {
+                gs_store_tile_vec<GS_BM, GS_NJ>(pG, a.dg_re, C, row0, row_end, C, tid);
+                gs_store_tile_vec<GS_BM, GS_NJ>(pG + GS_PLANE, a.dg_im, C, row0, row_end, C, tid);
+            }
+        } else if (FWD) {
             gs_store_tile<GS_BM, GS_NJ>(pG, a.out, C, row0, row_end, C, vc);
         } else {
             gs_store_tile<GS_BM, GS_NJ>(pG, a.dg_re, C, row0, row_end, C, vc);
@@ -552,7 +638,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             gs_zero(im);
 #pragma unroll 1
             for (int it = base; it < base + nk1; ++it) {
-                const u32 s = sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE;
+                const u32 s = sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * GS_STAGE;
                 gs_fence_regs(re);
                 gs_fence_regs(im);
                 gs_wg_arrive();
@@ -571,6 +657,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                     gs_mma<1, 0>(im, ai, bx);
                 }
                 gs_wg_commit();
+                gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
                 // While the first products run: the previous row tile's result, from G.
                 if (DEFER && j > 0 && it == base) store_tile_result(j - 1);
                 gs_wg_wait<GS_LAG>();
@@ -578,7 +665,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             gs_wg_wait<0>();
             gs_fence_regs(re);
             gs_fence_regs(im);
-            // With one k-tile no gs_ring_next barrier followed the deferred reads of G.
+            // With one k-tile no gs_ring_wait barrier followed the deferred reads of G.
             if (DEFER && j > 0 && nk1 == 1) __syncthreads();
             // Nothing reads G during stage 1; the next barrier orders these stores before stage 2.
 #pragma unroll
@@ -596,7 +683,8 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         gs_zero(im);
 #pragma unroll 1
         for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
-            map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1);
+            map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * GS_STAGE, it - base - nk1);
+            gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
             if (!FWD && it == base + nk1 && spectral) {
                 // While the first products run: g to device memory, for d_A.
                 if (IMG) {
@@ -628,7 +716,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                     gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
                     gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
                 }
-            if (DEFER) continue;  // the next gs_ring_next's barrier (or the one after the loop) orders it
+            if (DEFER) continue;  // the next gs_ring_wait's barrier (or the one after the loop) orders it
             __syncthreads();
             store_result(row0, row_end);
             continue;
@@ -658,7 +746,8 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         // ---- stage 3: d_g = ds·b + [P Q]·conj(A), accumulated onto ds·b ----
 #pragma unroll 1
         for (int it = base + nk1 + nk2; it < base + per; ++it) {
-            map_step(sR + gs_ring_next<GS_STAGES, GS_LAG>(it, n, load) * GS_STAGE, it - base - nk1 - nk2);
+            map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * GS_STAGE, it - base - nk1 - nk2);
+            gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
             if (it == base + nk1 + nk2) {
                 // While the first products run: P, Q to device memory, for d_A.
                 if (IMG) {
