@@ -197,6 +197,11 @@ __device__ __forceinline__ void gs_lds_pair(const unsigned char* p, float& v0, f
     v1 = gs_half_to_f32(w >> 16);
 }
 __device__ __forceinline__ void gs_sts_pair(unsigned char* p, float v0, float v1) { *reinterpret_cast<u32*>(p) = ember_pack2<T>(v0, v1); }
+__device__ __forceinline__ u32 gs_lds32(const unsigned char* p) { return *reinterpret_cast<const u32*>(p); }
+__device__ __forceinline__ void gs_unpack(u32 w, float& v0, float& v1) {
+    v0 = gs_half_to_f32(w & 0xffffu);
+    v1 = gs_half_to_f32(w >> 16);
+}
 
 // 1 − tanh²(s) = sech²(s) = 4e / (1 + e)² with e = exp(−2|s|): one exp and one division on the
 // special-function unit, relative error ~1e-6 for every s (1 − tanh² itself cancels near saturation).
@@ -304,6 +309,9 @@ __device__ __forceinline__ void gs_store_tile_vec(const unsigned char* sp, T* __
     uint4 v[Q];
 #pragma unroll
     for (int q = 0; q < Q; ++q) v[q] = *reinterpret_cast<const uint4*>(sp + 16 * (tid + GS_THREADS * q));
+    // Keeps the compiler from sinking each read into its store's conditional block (where the chunks
+    // shared one register set again).
+    asm volatile("" ::: "memory");
     const int c = 8 * ((tid >> 3) % NJ);
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
@@ -504,40 +512,61 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     constexpr int GQ = GS_BM * 4 / GS_THREADS;
     static_assert(GQ * GS_THREADS == GS_BM * 4 && (GS_THREADS / 8) % 4 == 0, "whole chunks per thread, one column per thread");
     const int g_row = (tid >> 5) * 8 + (tid & 7), g_col = 8 * ((tid >> 3) & 3);
+    // Stage 1's grads k-tile kt of the row tile with rows r (both planes, GS_BM × 32 each) at dst.
+    auto grads_tile = [&](u32 dst, const Rows& r, int kt) {
+        const int k0 = kt * GS_BK;
+        if (SV) {
+            // K is a multiple of 8: a chunk is wholly inside the matrix or outside.
+            const bool kin = k0 + g_col < K;
+#pragma unroll
+            for (int q = 0; q < GQ; ++q) {
+                const i64 row = r.row0 + g_row + 64 * q;
+                const bool ok = kin && row < r.row_end;
+                const i64 off = ok ? row * K + k0 + g_col : 0;
+                gs_cp16(dst + my16 + 16 * GS_THREADS * q, a.grads_re + off, ok ? 16 : 0);
+                gs_cp16(dst + GS_BM * 64 + my16 + 16 * GS_THREADS * q, a.grads_im + off, ok ? 16 : 0);
+            }
+        } else {
+            gs_load_tile<GS_BM, 4>(dst, a.grads_re, K, r.row0, r.row_end, k0, K, vk);
+            gs_load_tile<GS_BM, 4>(dst + GS_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, vk);
+        }
+    };
+    // PRE (the packed `_sv` forward with two chunks, K ≤ 128, C > 64): a row tile's grads, all nk1
+    // k-tiles of both planes (8 KB each), go to the d_out plane, which the forward does not use, at
+    // the first refill of the previous row tile's stage 2 (ring tile nk1 + 2 of that row tile, loaded
+    // after its stage 1's products completed) — a whole stage 2 ahead of their use — and the first
+    // row tile's with ring tile 0. Stage 1's k-tiles then carry only xᵀ (L2), and its products no
+    // longer wait on DRAM latency at every k-tile (NOTES.md, v10).
+    constexpr u32 GS_GK = 2 * GS_BM * GS_BK * 2;  // bytes of one grads k-tile, both planes
+    const bool pre = FWD && SV && GS_PACK && GS_NCH == 2 && (u32)nk1 * GS_GK <= (u32)GS_PLANE && nk2 >= 3;
+    auto grads_all = [&](const Rows& r) {
+#pragma unroll 1
+        for (int kt = 0; kt < nk1; ++kt) grads_tile(sD + kt * GS_GK, r, kt);
+    };
     auto load = [&](int slot, int it) {
 #ifdef GS_HOST_MODEL
         if (it != lj * per + lk) __trap();  // the ring's loads out of order
 #endif
         (void)it;
         const Rows r = lr;
-        const int local = lk;
+        const int local = lk, cur = lj;
         if (++lk == per) {
             lk = 0;
             ++lj;
             if (lj < mine) lr = rows_of(blockIdx.x + (i64)lj * gridDim.x);
         }
         const u32 s = sR + slot * GS_STAGE;
+        if (pre && local == nk1 + 2 && cur + 1 < mine) grads_all(lj == cur ? rows_of(blockIdx.x + (i64)(cur + 1) * gridDim.x) : lr);
         if (local < nk1) {
-            const int k0 = local * GS_BK;
-            if (SV) {
-                // K is a multiple of 8: a chunk is wholly inside the matrix or outside.
-                const bool kin = k0 + g_col < K;
-#pragma unroll
-                for (int q = 0; q < GQ; ++q) {
-                    const i64 row = r.row0 + g_row + 64 * q;
-                    const bool ok = kin && row < r.row_end;
-                    const i64 off = ok ? row * K + k0 + g_col : 0;
-                    gs_cp16(s + my16 + 16 * GS_THREADS * q, a.grads_re + off, ok ? 16 : 0);
-                    gs_cp16(s + GS_BM * 64 + my16 + 16 * GS_THREADS * q, a.grads_im + off, ok ? 16 : 0);
-                }
+            if (pre) {
+                if (local == 0 && cur == 0) grads_all(r);
             } else {
-                gs_load_tile<GS_BM, 4>(s, a.grads_re, K, r.row0, r.row_end, k0, K, vk);
-                gs_load_tile<GS_BM, 4>(s + GS_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, vk);
+                grads_tile(s, r, local);
             }
 #if GS_PACK
             gs_copy_image_from<GS_CPAD * 4>(s + 2 * GS_BM * 64 + my16, a.xt + ((i64)r.mesh * nk1 + local) * (GS_CPAD * GS_BK) + my8);
 #else
-            gs_load_tile<GS_CPAD, 4>(s + 2 * GS_BM * 64, a.xt + (i64)r.mesh * C * K, K, 0, C, k0, K, vk);
+            gs_load_tile<GS_CPAD, 4>(s + 2 * GS_BM * 64, a.xt + (i64)r.mesh * C * K, K, 0, C, local * GS_BK, K, vk);
 #endif
             return;
         }
@@ -568,6 +597,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     const u64 dG = gs_desc(sG + gs_off(wrow, 0, GS_NJ), 128, GSBO);
     const u64 dS = gs_desc(sR + gs_off(wcol, 0, 4), 128, 512);
     const u64 dS1 = gs_desc(sR + gs_off(wrow, 0, 4), 128, 512);  // stage 1's grads rows
+    const u64 dP1 = gs_desc(sD + gs_off(wrow, 0, 4), 128, 512);  // the same, prefetched (PRE)
 #endif
     auto map_step = [&](u32 s, int kt) {
         gs_fence_regs(re);
@@ -645,7 +675,8 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #pragma unroll
                 for (int ks = 0; ks < GS_BK / 16; ++ks) {
 #if GS_PACK
-                    const u64 ar = dS1 + (s - sR) / 16 + (u64)(gs_off(0, 16 * ks, 4) / 16);
+                    // PRE: k-tile it − base of the row tile's grads in the d_out plane.
+                    const u64 ar = (pre ? dP1 + (u64)((it - base) * (GS_GK / 16)) : dS1 + (s - sR) / 16) + (u64)(gs_off(0, 16 * ks, 4) / 16);
                     const u64 ai = ar + GS_BM * 64 / 16;
                     const u64 bx = dS + (s - sR) / 16 + (u64)((2 * GS_BM * 64 + gs_off(0, 16 * ks, 4)) / 16);
 #else
@@ -704,44 +735,75 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         // overwritten.
         __syncthreads();
         if (FWD) {
-            // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory.
+            // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory. A thread
+            // reads its g of EB column groups before writing any of them: the writes go to the plane
+            // the reads come from, so the compiler keeps every read after the writes before it, and
+            // read → tanh → write ran as one dependent chain per pair (NOTES.md, v10).
+            constexpr int EB = 4;
 #pragma unroll
-            for (int i = 0; i < 16; ++i)
+            for (int i0 = 0; i0 < 16; i0 += EB) {
+                u32 wre[EB][2], wim[EB][2];
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int e = 4 * i + 2 * h;
-                    const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
-                    float gr0, gr1, gi0, gi1;
-                    gs_lds_pair(pG + off, gr0, gr1);
-                    gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
-                    gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
-                }
+                for (int i = 0; i < EB; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
+                        wre[i][h] = gs_lds32(pG + off);
+                        wim[i][h] = gs_lds32(pG + GS_PLANE + off);
+                    }
+#pragma unroll
+                for (int i = 0; i < EB; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int e = 4 * (i0 + i) + 2 * h;
+                        const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
+                        float gr0, gr1, gi0, gi1;
+                        gs_unpack(wre[i][h], gr0, gr1);
+                        gs_unpack(wim[i][h], gi0, gi1);
+                        gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
+                    }
+            }
             if (DEFER) continue;  // the next gs_ring_wait's barrier (or the one after the loop) orders it
             __syncthreads();
             store_result(row0, row_end);
             continue;
         }
         // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
-        // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there.
+        // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there. Reads of EB
+        // column groups first, as in the forward's epilogue.
+        constexpr int EB = 2;
 #pragma unroll
-        for (int i = 0; i < 16; ++i)
+        for (int i0 = 0; i0 < 16; i0 += EB) {
+            u32 wre[EB][2], wim[EB][2], wd[EB][2];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int e = 4 * i + 2 * h;
-                const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * i + 2 * tq, GS_NJ);
-                float gr0, gr1, gi0, gi1, d0, d1;
-                gs_lds_pair(pG + off, gr0, gr1);
-                gs_lds_pair(pG + GS_PLANE + off, gi0, gi1);
-                gs_lds_pair(pD + off, d0, d1);
-                const float ds0 = d0 * gs_sech2(gr0 * re[e] + gi0 * im[e]);
-                const float ds1 = d1 * gs_sech2(gr1 * re[e + 1] + gi1 * im[e + 1]);
-                gs_sts_pair(pG + off, ds0 * gr0, ds1 * gr1);
-                gs_sts_pair(pG + GS_PLANE + off, ds0 * gi0, ds1 * gi1);
-                re[e] *= ds0;
-                re[e + 1] *= ds1;
-                im[e] *= ds0;
-                im[e + 1] *= ds1;
-            }
+            for (int i = 0; i < EB; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
+                    wre[i][h] = gs_lds32(pG + off);
+                    wim[i][h] = gs_lds32(pG + GS_PLANE + off);
+                    wd[i][h] = gs_lds32(pD + off);
+                }
+#pragma unroll
+            for (int i = 0; i < EB; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int e = 4 * (i0 + i) + 2 * h;
+                    const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
+                    float gr0, gr1, gi0, gi1, d0, d1;
+                    gs_unpack(wre[i][h], gr0, gr1);
+                    gs_unpack(wim[i][h], gi0, gi1);
+                    gs_unpack(wd[i][h], d0, d1);
+                    const float ds0 = d0 * gs_sech2(gr0 * re[e] + gi0 * im[e]);
+                    const float ds1 = d1 * gs_sech2(gr1 * re[e + 1] + gi1 * im[e + 1]);
+                    gs_sts_pair(pG + off, ds0 * gr0, ds1 * gr1);
+                    gs_sts_pair(pG + GS_PLANE + off, ds0 * gi0, ds1 * gi1);
+                    re[e] *= ds0;
+                    re[e + 1] *= ds1;
+                    im[e] *= ds0;
+                    im[e + 1] *= ds1;
+                }
+        }
 
         // ---- stage 3: d_g = ds·b + [P Q]·conj(A), accumulated onto ds·b ----
 #pragma unroll 1
