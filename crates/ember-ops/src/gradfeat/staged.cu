@@ -532,11 +532,12 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         }
     };
     // PRE (the packed `_sv` forward with two chunks, K ≤ 128, C > 64): a row tile's grads, all nk1
-    // k-tiles of both planes (8 KB each), go to the d_out plane, which the forward does not use, at
-    // the first refill of the previous row tile's stage 2 (ring tile nk1 + 2 of that row tile, loaded
-    // after its stage 1's products completed) — a whole stage 2 ahead of their use — and the first
-    // row tile's with ring tile 0. Stage 1's k-tiles then carry only xᵀ (L2), and its products no
-    // longer wait on DRAM latency at every k-tile (NOTES.md, v10).
+    // k-tiles of both planes (8 KB each), go to the d_out plane, which the forward does not use,
+    // right after the first refill of the previous row tile's stage 2 (whose barrier follows stage
+    // 1's last products), so they join the next refill's group and land a stage 2 ahead of their use;
+    // the first row tile's go with ring tile 0. Stage 1's k-tiles then carry only xᵀ (L2), and its
+    // products no longer wait on DRAM latency at every k-tile (NOTES.md, v10). Issued outside the
+    // loader, which runs on every k-tile.
     constexpr u32 GS_GK = 2 * GS_BM * GS_BK * 2;  // bytes of one grads k-tile, both planes
     const bool pre = FWD && SV && GS_PACK && GS_NCH == 2 && (u32)nk1 * GS_GK <= (u32)GS_PLANE && nk2 >= 3;
     auto grads_all = [&](const Rows& r) {
@@ -549,20 +550,15 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #endif
         (void)it;
         const Rows r = lr;
-        const int local = lk, cur = lj;
+        const int local = lk;
         if (++lk == per) {
             lk = 0;
             ++lj;
             if (lj < mine) lr = rows_of(blockIdx.x + (i64)lj * gridDim.x);
         }
         const u32 s = sR + slot * GS_STAGE;
-        if (pre && local == nk1 + 2 && cur + 1 < mine) grads_all(lj == cur ? rows_of(blockIdx.x + (i64)(cur + 1) * gridDim.x) : lr);
         if (local < nk1) {
-            if (pre) {
-                if (local == 0 && cur == 0) grads_all(r);
-            } else {
-                grads_tile(s, r, local);
-            }
+            if (!pre) grads_tile(s, r, local);
 #if GS_PACK
             gs_copy_image_from<GS_CPAD * 4>(s + 2 * GS_BM * 64 + my16, a.xt + ((i64)r.mesh * nk1 + local) * (GS_CPAD * GS_BK) + my8);
 #else
@@ -654,6 +650,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         store_result(r.row0, r.row_end);
     };
 
+    if (pre && mine > 0) grads_all(lr);  // with ring tile 0's group
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
 #pragma unroll 1
     for (int j = 0; j < mine; ++j) {
@@ -716,6 +713,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
             map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * GS_STAGE, it - base - nk1);
             gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
+            if (pre && it == base + nk1 && j + 1 < mine) grads_all(rows_of(blockIdx.x + (i64)(j + 1) * gridDim.x));
             if (!FWD && it == base + nk1 && spectral) {
                 // While the first products run: g to device memory, for d_A.
                 if (IMG) {
