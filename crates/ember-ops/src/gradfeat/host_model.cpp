@@ -125,6 +125,11 @@ static void gs_st16(u32 dst, u32 a, u32 b, u32 c, u32 d) {
     const u32 w[4] = {a, b, c, d};
     std::memcpy(g_smem + dst, w, 16);
 }
+static float gs_ex2(float x) { return std::exp2(x); }
+static float gs_rcp(float x) { return 1.0f / x; }
+static void gs_stg16_if(void* dst, uint4 v, bool ok) {
+    if (ok) std::memcpy(dst, &v, 16);
+}
 static void gs_fence_async() {}
 static void gs_fence_regs(float (&)[64]) {}
 static int gs_tid() { return (int)threadIdx.x; }

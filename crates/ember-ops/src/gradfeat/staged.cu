@@ -113,6 +113,12 @@ __device__ __forceinline__ void gs_wait() {
 __device__ __forceinline__ void gs_st16(u32 dst, u32 a, u32 b, u32 c, u32 d) {
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
+// 16 bytes to global memory if `ok`, as a predicated store: no branch, so that the loads feeding
+// several such stores can all be issued before the first of them.
+__device__ __forceinline__ void gs_stg16_if(void* dst, uint4 v, bool ok) {
+    asm volatile("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p st.global.v4.b32 [%0], {%1, %2, %3, %4}; }" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((int)ok)
+                 : "memory");
+}
 // Shared memory written by ordinary stores or cp.async and read next by wgmma (the async proxy).
 __device__ __forceinline__ void gs_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // Accumulators written by ordinary instructions before, or read after, asynchronous wgmma: keep the
@@ -127,6 +133,18 @@ __device__ __forceinline__ int gs_tid() {
     int t;
     asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
     return t;
+}
+// 2^x and 1/x on the special-function unit, without the range handling of exp2f / __fdividef (the
+// arguments of gs_sech2 need none).
+__device__ __forceinline__ float gs_ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float gs_rcp(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 // tanh of the forward's 16-bit output: the one-instruction approximation (relative error under
 // 2^-10.9, below the output's rounding), as in the fused forward.
@@ -203,12 +221,13 @@ __device__ __forceinline__ void gs_unpack(u32 w, float& v0, float& v1) {
     v1 = gs_half_to_f32(w >> 16);
 }
 
-// 1 − tanh²(s) = sech²(s) = 4e / (1 + e)² with e = exp(−2|s|): one exp and one division on the
-// special-function unit, relative error ~1e-6 for every s (1 − tanh² itself cancels near saturation).
+// 1 − tanh²(s) = sech²(s) = 4e / (1 + e)² with e = exp(−2|s|) = 2^(−2·log2(e)·|s|): one ex2 and
+// one rcp on the special-function unit (d² lies in [1, 4]), relative error ~1e-6 for every s
+// (1 − tanh² itself cancels near saturation). Six instructions; __expf and __fdividef took eleven.
 __device__ __forceinline__ float gs_sech2(float s) {
-    const float e = __expf(-2.0f * fabsf(s));
+    const float e = gs_ex2(fabsf(s) * -2.8853900817779268f);
     const float d = 1.0f + e;
-    return __fdividef(4.0f * e, d * d);
+    return 4.0f * e * gs_rcp(d * d);
 }
 
 __device__ __forceinline__ void gs_zero(float (&d)[64]) {
@@ -297,8 +316,9 @@ __device__ __forceinline__ void gs_copy_image(u32 dst, const T* __restrict__ src
 }
 
 // gs_store_tile for `vec` tiles (ld and ncols multiples of 8) with this thread's chunk positions
-// given: all of its chunks are read from shared memory first, then stored, so that the stores do not
-// wait on one another's registers (one register set for every chunk serialised them: NOTES.md, v10).
+// given: all of its chunks are read from shared memory first, then stored by predicated stores, so
+// that the stores do not wait on one another's registers (a branch per store kept each read in its
+// store's block, where the chunks shared one register set: NOTES.md, v10).
 // Chunk i = tid + GS_THREADS·q is row (i / (8·NJ))·8 + i % 8, columns 8·((i / 8) % NJ).., as in
 // gs_store_tile.
 template <int ROWS, int NJ>
@@ -309,15 +329,13 @@ __device__ __forceinline__ void gs_store_tile_vec(const unsigned char* sp, T* __
     uint4 v[Q];
 #pragma unroll
     for (int q = 0; q < Q; ++q) v[q] = *reinterpret_cast<const uint4*>(sp + 16 * (tid + GS_THREADS * q));
-    // Keeps the compiler from sinking each read into its store's conditional block (where the chunks
-    // shared one register set again).
-    asm volatile("" ::: "memory");
     const int c = 8 * ((tid >> 3) % NJ);
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
         const int i = tid + GS_THREADS * q;
         const i64 r = row0 + (i / (8 * NJ)) * 8 + (i & 7);
-        if (r < row_end && c < ncols) *reinterpret_cast<uint4*>(dst + r * ld + c) = v[q];
+        const bool ok = r < row_end && c < ncols;
+        gs_stg16_if(dst + (ok ? r * ld + c : 0), v[q], ok);
     }
 }
 
