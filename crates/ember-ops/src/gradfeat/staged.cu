@@ -558,9 +558,12 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // loader, which runs on every k-tile.
     constexpr u32 GS_GK = 2 * GS_BM * GS_BK * 2;  // bytes of one grads k-tile, both planes
     const bool pre = FWD && SV && GS_PACK && GS_NCH == 2 && (u32)nk1 * GS_GK <= (u32)GS_PLANE && nk2 >= 3;
+    // Unrolled over the plane's room (4 k-tiles), so that each k-tile's copies have their own address
+    // registers: a loop reused them, and every copy waited for the one before to read its address.
     auto grads_all = [&](const Rows& r) {
-#pragma unroll 1
-        for (int kt = 0; kt < nk1; ++kt) grads_tile(sD + kt * GS_GK, r, kt);
+#pragma unroll
+        for (int kt = 0; kt < GS_PLANE / GS_GK; ++kt)
+            if (kt < nk1) grads_tile(sD + kt * GS_GK, r, kt);
     };
     auto load = [&](int slot, int it) {
 #ifdef GS_HOST_MODEL
