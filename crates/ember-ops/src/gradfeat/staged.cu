@@ -119,6 +119,22 @@ __device__ __forceinline__ void gs_stg16_if(void* dst, uint4 v, bool ok) {
     asm volatile("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p st.global.v4.b32 [%0], {%1, %2, %3, %4}; }" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((int)ok)
                  : "memory");
 }
+// Bulk copies from shared to global memory (the async proxy; one thread issues each): `bytes` (a
+// multiple of 16) from the shared address src to dst, both 16-byte aligned, in this thread's bulk
+// group; the waits are per thread: .read, until the groups before the N most recent have read their
+// shared memory (it may be rewritten then); without, until their writes are done.
+__device__ __forceinline__ void gs_bulk_s2g(void* dst, u32 src, u32 bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void gs_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void gs_bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void gs_bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
+}
 // Shared memory written by ordinary stores or cp.async and read next by wgmma (the async proxy).
 __device__ __forceinline__ void gs_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // Accumulators written by ordinary instructions before, or read after, asynchronous wgmma: keep the
@@ -432,8 +448,13 @@ __device__ __forceinline__ void gs_ring_refill(int it, int n, Load&& load) {
 #define GS_STAGE_G (2 * GS_BM * GS_BK * 2 + GS_CPAD * GS_BK * 2)  // grads_re, grads_im, xᵀ
 #define GS_STAGE_W (2 * GS_CPAD * GS_BK * 2)                      // two weight planes
 #define GS_STAGE (GS_STAGE_G > GS_STAGE_W ? GS_STAGE_G : GS_STAGE_W)
-// G (2 planes), the d_out tile, the ring: 224 KB with GS_NCH = 2. Mirrors staged.rs.
-#define GS_SMEM (3 * GS_PLANE + GS_STAGES * GS_STAGE)
+// The forward's `out` tile, row-major, rows GS_SOUT bytes apart (16 more than a row, so that the
+// epilogue's stores of a warp, 8 rows × 4 pairs, fall in 32 different banks), in the d_out region.
+#define GS_SOUT (GS_CPAD * 2 + 16)
+#define GS_DREG (GS_BM * GS_SOUT > GS_PLANE ? GS_BM * GS_SOUT : GS_PLANE)
+// G (2 planes), the d_out tile (or the forward's out tile), the ring: 225 KB with GS_NCH = 2.
+// Mirrors staged.rs.
+#define GS_SMEM (2 * GS_PLANE + GS_DREG + GS_STAGES * GS_STAGE)
 
 struct MapArgs {
     const T* grads_re;
@@ -467,7 +488,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #else
     GS_SMEM_DECL;
     const u32 sbase = gs_smem_addr(smem);
-    const u32 sG = sbase, sD = sbase + 2 * GS_PLANE, sR = sbase + 3 * GS_PLANE;
+    const u32 sG = sbase, sD = sbase + 2 * GS_PLANE, sR = sbase + 2 * GS_PLANE + GS_DREG;
     unsigned char* const pG = smem;
     const unsigned char* const pD = smem + 2 * GS_PLANE;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
@@ -507,7 +528,13 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // every thread reaches only after a barrier that follows its deferred reads (gs_ring_wait's of
     // the second k-tile, or the one below when stage 1 has a single k-tile). The CTA's last tile is
     // written after the loop. SV implies the spectral form (the vertex form loads G through the ring).
-    constexpr bool DEFER = GS_DEFER && GS_PACK && SV;
+    // BULK (the forward's `_sv` entries): the epilogue writes out row-major into the d_out region,
+    // which the forward does not use otherwise, and GS_BM threads send its rows to device memory as
+    // bulk copies, one per row: the stores leave no registers behind for the next row tile to wait on
+    // (the 16-byte register stores of G held theirs until the memory pipe had read them: NOTES.md
+    // v10), and the next tile's epilogue waits for the copies' reads only. It replaces DEFER there.
+    constexpr bool BULK = FWD && SV;
+    constexpr bool DEFER = GS_DEFER && GS_PACK && SV && !BULK;
     const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
     constexpr u32 GSBO = GS_NJ * 128;  // SBO of the on-chip tiles
     float re[64], im[64];
@@ -549,22 +576,6 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             gs_load_tile<GS_BM, 4>(dst + GS_BM * 64, a.grads_im, K, r.row0, r.row_end, k0, K, vk);
         }
     };
-    // PRE (the packed `_sv` forward with two chunks, K ≤ 128, C > 64): a row tile's grads, all nk1
-    // k-tiles of both planes (8 KB each), go to the d_out plane, which the forward does not use,
-    // right after the first refill of the previous row tile's stage 2 (whose barrier follows stage
-    // 1's last products), so they join the next refill's group and land a stage 2 ahead of their use;
-    // the first row tile's go with ring tile 0. Stage 1's k-tiles then carry only xᵀ (L2), and its
-    // products no longer wait on DRAM latency at every k-tile (NOTES.md, v10). Issued outside the
-    // loader, which runs on every k-tile.
-    constexpr u32 GS_GK = 2 * GS_BM * GS_BK * 2;  // bytes of one grads k-tile, both planes
-    const bool pre = FWD && SV && GS_PACK && GS_NCH == 2 && (u32)nk1 * GS_GK <= (u32)GS_PLANE && nk2 >= 3;
-    // Unrolled over the plane's room (4 k-tiles), so that each k-tile's copies have their own address
-    // registers: a loop reused them, and every copy waited for the one before to read its address.
-    auto grads_all = [&](const Rows& r) {
-#pragma unroll
-        for (int kt = 0; kt < GS_PLANE / GS_GK; ++kt)
-            if (kt < nk1) grads_tile(sD + kt * GS_GK, r, kt);
-    };
     auto load = [&](int slot, int it) {
 #ifdef GS_HOST_MODEL
         if (it != lj * per + lk) __trap();  // the ring's loads out of order
@@ -579,7 +590,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         }
         const u32 s = sR + slot * GS_STAGE;
         if (local < nk1) {
-            if (!pre) grads_tile(s, r, local);
+            grads_tile(s, r, local);
 #if GS_PACK
             gs_copy_image_from<GS_CPAD * 4>(s + 2 * GS_BM * 64 + my16, a.xt + ((i64)r.mesh * nk1 + local) * (GS_CPAD * GS_BK) + my8);
 #else
@@ -614,7 +625,6 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     const u64 dG = gs_desc(sG + gs_off(wrow, 0, GS_NJ), 128, GSBO);
     const u64 dS = gs_desc(sR + gs_off(wcol, 0, 4), 128, 512);
     const u64 dS1 = gs_desc(sR + gs_off(wrow, 0, 4), 128, 512);  // stage 1's grads rows
-    const u64 dP1 = gs_desc(sD + gs_off(wrow, 0, 4), 128, 512);  // the same, prefetched (PRE)
 #endif
     auto map_step = [&](u32 s, int kt) {
         gs_fence_regs(re);
@@ -671,7 +681,6 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         store_result(r.row0, r.row_end);
     };
 
-    if (pre && mine > 0) grads_all(lr);  // with ring tile 0's group
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
 #pragma unroll 1
     for (int j = 0; j < mine; ++j) {
@@ -693,8 +702,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #pragma unroll
                 for (int ks = 0; ks < GS_BK / 16; ++ks) {
 #if GS_PACK
-                    // PRE: k-tile it − base of the row tile's grads in the d_out plane.
-                    const u64 ar = (pre ? dP1 + (u64)((it - base) * (GS_GK / 16)) : dS1 + (s - sR) / 16) + (u64)(gs_off(0, 16 * ks, 4) / 16);
+                    const u64 ar = dS1 + (s - sR) / 16 + (u64)(gs_off(0, 16 * ks, 4) / 16);
                     const u64 ai = ar + GS_BM * 64 / 16;
                     const u64 bx = dS + (s - sR) / 16 + (u64)((2 * GS_BM * 64 + gs_off(0, 16 * ks, 4)) / 16);
 #else
@@ -734,7 +742,6 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
             map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * GS_STAGE, it - base - nk1);
             gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
-            if (pre && it == base + nk1 && j + 1 < mine) grads_all(rows_of(blockIdx.x + (i64)(j + 1) * gridDim.x));
             if (!FWD && it == base + nk1 && spectral) {
                 // While the first products run: g to device memory, for d_A.
                 if (IMG) {
@@ -750,9 +757,50 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         gs_wg_wait<0>();
         gs_fence_regs(re);
         gs_fence_regs(im);
+        // The previous row tile's bulk copies have read the out tile before the barrier below lets
+        // the epilogue rewrite it.
+        if (BULK && threadIdx.x < GS_BM) gs_bulk_wait_read<0>();
         // Both warpgroups' products, which read all of G, and the copies of G are done before G is
         // overwritten.
         __syncthreads();
+        if (BULK) {
+            // out = tanh(g_re·b_re + g_im·b_im), row-major into the out tile (G is only read, so the
+            // reads need no ordering against these writes), then one bulk copy per row.
+            // Reads of EB column groups before their writes: the compiler cannot tell the two regions
+            // apart, and would keep every read after the writes before it.
+            unsigned char* const pO = smem + 2 * GS_PLANE;
+            constexpr int EB = 4;
+#pragma unroll
+            for (int i0 = 0; i0 < 16; i0 += EB) {
+                u32 wre[EB][2], wim[EB][2];
+#pragma unroll
+                for (int i = 0; i < EB; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
+                        wre[i][h] = gs_lds32(pG + off);
+                        wim[i][h] = gs_lds32(pG + GS_PLANE + off);
+                    }
+#pragma unroll
+                for (int i = 0; i < EB; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int e = 4 * (i0 + i) + 2 * h, row = wrow + 16 * wr + gq + 8 * h, col = wcol + 8 * (i0 + i) + 2 * tq;
+                        float gr0, gr1, gi0, gi1;
+                        gs_unpack(wre[i][h], gr0, gr1);
+                        gs_unpack(wim[i][h], gi0, gi1);
+                        gs_sts_pair(pO + row * GS_SOUT + 2 * col, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
+                    }
+            }
+            gs_fence_async();  // this thread's writes, before the bulk copies (async proxy) read them
+            __syncthreads();
+            if (threadIdx.x < GS_BM) {
+                const i64 row = row0 + threadIdx.x;
+                if (row < row_end) gs_bulk_s2g(a.out + row * C, sD + threadIdx.x * GS_SOUT, 2 * (u32)C);
+                gs_bulk_commit();
+            }
+            continue;
+        }
         if (FWD) {
             // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory. A thread
             // reads its g of EB column groups before writing any of them: the writes go to the plane
@@ -862,6 +910,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         __syncthreads();  // the last epilogue's writes of G
         store_tile_result(mine - 1);
     }
+    if (BULK && threadIdx.x < GS_BM) gs_bulk_wait<0>();  // the last row tile's copies
     gs_wait<0>();  // the ring's last (empty) groups
 #endif
 }
