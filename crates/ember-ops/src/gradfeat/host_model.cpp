@@ -125,41 +125,6 @@ static void gs_st16(u32 dst, u32 a, u32 b, u32 c, u32 d) {
     const u32 w[4] = {a, b, c, d};
     std::memcpy(g_smem + dst, w, 16);
 }
-// Bulk copies from shared to global memory: eager, at issue; lazy, when a wait retires their group
-// (reading shared memory then, so that a rewrite before the wait shows).
-struct Bulk {
-    void* dst;
-    u32 src, bytes;
-};
-static thread_local std::vector<std::vector<Bulk>> t_bulk_groups;
-static thread_local std::vector<Bulk> t_bulk_open;
-static void bulk_land(const Bulk& b) {
-    check_smem(b.src, b.bytes);
-    std::memcpy(b.dst, g_smem + b.src, b.bytes);
-}
-static void gs_bulk_s2g(void* dst, u32 src, u32 bytes) {
-    if (src % 16 || bytes % 16 || (unsigned long long)dst % 16) {
-        std::fprintf(stderr, "bulk copy not 16-byte aligned (block %u thread %u)\n", blockIdx.x, threadIdx.x);
-        std::abort();
-    }
-    const Bulk b{dst, src, bytes};
-    if (g_lazy) {
-        t_bulk_open.push_back(b);
-    } else {
-        bulk_land(b);
-    }
-}
-static void gs_bulk_commit() {
-    t_bulk_groups.push_back(std::move(t_bulk_open));
-    t_bulk_open.clear();
-}
-template <int N> static void gs_bulk_wait_read() {
-    while (t_bulk_groups.size() > (size_t)N) {
-        for (const Bulk& b : t_bulk_groups.front()) bulk_land(b);
-        t_bulk_groups.erase(t_bulk_groups.begin());
-    }
-}
-template <int N> static void gs_bulk_wait() { gs_bulk_wait_read<N>(); }
 static float gs_ex2(float x) { return std::exp2(x); }
 static float gs_rcp(float x) { return 1.0f / x; }
 static void gs_stg16_if(void* dst, uint4 v, bool ok) {
@@ -479,8 +444,7 @@ int main(int argc, char** argv) {
     const i64* tiles = map_tiles.empty() ? nullptr : map_tiles.data();
     const int vec_k = K % 8 == 0, vec_c = C % 8 == 0;
     const bool sv = spectral && vec_k && vec_c;  // staged.rs's map_entry
-    const u32 smem = (u32)(2 * bm * 128 * GS_NCH * 2 + std::max(bm * 128 * GS_NCH * 2, bm * (256 * GS_NCH + 16)) +
-                           4 * std::max(2 * bm * 32 * 2 + 128 * GS_NCH * 32 * 2, 2 * 128 * GS_NCH * 32 * 2));
+    const u32 smem = (u32)(3 * bm * 128 * GS_NCH * 2 + 4 * std::max(2 * bm * 32 * 2 + 128 * GS_NCH * 32 * 2, 2 * 128 * GS_NCH * 32 * 2));
     // The forward (staged.rs's forward), then the backward's map kernel.
     u16* out_fwd = tensor(V * C);
     launch((u32)grid_fwd, 256, smem, [&] {

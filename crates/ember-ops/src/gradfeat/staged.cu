@@ -119,22 +119,6 @@ __device__ __forceinline__ void gs_stg16_if(void* dst, uint4 v, bool ok) {
     asm volatile("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p st.global.v4.b32 [%0], {%1, %2, %3, %4}; }" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((int)ok)
                  : "memory");
 }
-// Bulk copies from shared to global memory (the async proxy; one thread issues each): `bytes` (a
-// multiple of 16) from the shared address src to dst, both 16-byte aligned, in this thread's bulk
-// group; the waits are per thread: .read, until the groups before the N most recent have read their
-// shared memory (it may be rewritten then); without, until their writes are done.
-__device__ __forceinline__ void gs_bulk_s2g(void* dst, u32 src, u32 bytes) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void gs_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void gs_bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void gs_bulk_wait() {
-    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
-}
 // Shared memory written by ordinary stores or cp.async and read next by wgmma (the async proxy).
 __device__ __forceinline__ void gs_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // Accumulators written by ordinary instructions before, or read after, asynchronous wgmma: keep the
@@ -448,13 +432,8 @@ __device__ __forceinline__ void gs_ring_refill(int it, int n, Load&& load) {
 #define GS_STAGE_G (2 * GS_BM * GS_BK * 2 + GS_CPAD * GS_BK * 2)  // grads_re, grads_im, xᵀ
 #define GS_STAGE_W (2 * GS_CPAD * GS_BK * 2)                      // two weight planes
 #define GS_STAGE (GS_STAGE_G > GS_STAGE_W ? GS_STAGE_G : GS_STAGE_W)
-// The forward's `out` tile, row-major, rows GS_SOUT bytes apart (16 more than a row, so that the
-// epilogue's stores of a warp, 8 rows × 4 pairs, fall in 32 different banks), in the d_out region.
-#define GS_SOUT (GS_CPAD * 2 + 16)
-#define GS_DREG (GS_BM * GS_SOUT > GS_PLANE ? GS_BM * GS_SOUT : GS_PLANE)
-// G (2 planes), the d_out tile (or the forward's out tile), the ring: 225 KB with GS_NCH = 2.
-// Mirrors staged.rs.
-#define GS_SMEM (2 * GS_PLANE + GS_DREG + GS_STAGES * GS_STAGE)
+// G (2 planes), the d_out tile, the ring: 224 KB with GS_NCH = 2. Mirrors staged.rs.
+#define GS_SMEM (3 * GS_PLANE + GS_STAGES * GS_STAGE)
 
 struct MapArgs {
     const T* grads_re;
@@ -488,7 +467,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #else
     GS_SMEM_DECL;
     const u32 sbase = gs_smem_addr(smem);
-    const u32 sG = sbase, sD = sbase + 2 * GS_PLANE, sR = sbase + 2 * GS_PLANE + GS_DREG;
+    const u32 sG = sbase, sD = sbase + 2 * GS_PLANE, sR = sbase + 3 * GS_PLANE;
     unsigned char* const pG = smem;
     const unsigned char* const pD = smem + 2 * GS_PLANE;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
@@ -528,13 +507,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // every thread reaches only after a barrier that follows its deferred reads (gs_ring_wait's of
     // the second k-tile, or the one below when stage 1 has a single k-tile). The CTA's last tile is
     // written after the loop. SV implies the spectral form (the vertex form loads G through the ring).
-    // BULK (the forward's `_sv` entries): the epilogue writes out row-major into the d_out region,
-    // which the forward does not use otherwise, and GS_BM threads send its rows to device memory as
-    // bulk copies, one per row: the stores leave no registers behind for the next row tile to wait on
-    // (the 16-byte register stores of G held theirs until the memory pipe had read them: NOTES.md
-    // v10), and the next tile's epilogue waits for the copies' reads only. It replaces DEFER there.
-    constexpr bool BULK = FWD && SV;
-    constexpr bool DEFER = GS_DEFER && GS_PACK && SV && !BULK;
+    constexpr bool DEFER = GS_DEFER && GS_PACK && SV;
     const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
     constexpr u32 GSBO = GS_NJ * 128;  // SBO of the on-chip tiles
     float re[64], im[64];
@@ -757,50 +730,9 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         gs_wg_wait<0>();
         gs_fence_regs(re);
         gs_fence_regs(im);
-        // The previous row tile's bulk copies have read the out tile before the barrier below lets
-        // the epilogue rewrite it.
-        if (BULK && threadIdx.x < GS_BM) gs_bulk_wait_read<0>();
         // Both warpgroups' products, which read all of G, and the copies of G are done before G is
         // overwritten.
         __syncthreads();
-        if (BULK) {
-            // out = tanh(g_re·b_re + g_im·b_im), row-major into the out tile (G is only read, so the
-            // reads need no ordering against these writes), then one bulk copy per row.
-            // Reads of EB column groups before their writes: the compiler cannot tell the two regions
-            // apart, and would keep every read after the writes before it.
-            unsigned char* const pO = smem + 2 * GS_PLANE;
-            constexpr int EB = 4;
-#pragma unroll
-            for (int i0 = 0; i0 < 16; i0 += EB) {
-                u32 wre[EB][2], wim[EB][2];
-#pragma unroll
-                for (int i = 0; i < EB; ++i)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
-                        wre[i][h] = gs_lds32(pG + off);
-                        wim[i][h] = gs_lds32(pG + GS_PLANE + off);
-                    }
-#pragma unroll
-                for (int i = 0; i < EB; ++i)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int e = 4 * (i0 + i) + 2 * h, row = wrow + 16 * wr + gq + 8 * h, col = wcol + 8 * (i0 + i) + 2 * tq;
-                        float gr0, gr1, gi0, gi1;
-                        gs_unpack(wre[i][h], gr0, gr1);
-                        gs_unpack(wim[i][h], gi0, gi1);
-                        gs_sts_pair(pO + row * GS_SOUT + 2 * col, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
-                    }
-            }
-            gs_fence_async();  // this thread's writes, before the bulk copies (async proxy) read them
-            __syncthreads();
-            if (threadIdx.x < GS_BM) {
-                const i64 row = row0 + threadIdx.x;
-                if (row < row_end) gs_bulk_s2g(a.out + row * C, sD + threadIdx.x * GS_SOUT, 2 * (u32)C);
-                gs_bulk_commit();
-            }
-            continue;
-        }
         if (FWD) {
             // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory. A thread
             // reads its g of EB column groups before writing any of them: the writes go to the plane
@@ -910,7 +842,6 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         __syncthreads();  // the last epilogue's writes of G
         store_tile_result(mine - 1);
     }
-    if (BULK && threadIdx.x < GS_BM) gs_bulk_wait<0>();  // the last row tile's copies
     gs_wait<0>();  // the ring's last (empty) groups
 #endif
 }

@@ -365,8 +365,7 @@ mod host_model {
             (Case::new(131, 16, 72, true, false), DType::BF16),
             (Case::new(127, 40, 256, true, true), DType::F16),
             (Case::batch(&[0, 63, 63, 193], 24, 200, true), DType::BF16),
-            // The forward's grads prefetch (two chunks, K ≤ 128): row tiles of two meshes in turn per
-            // CTA, each tile's grads issued during the previous tile's stage 2.
+            // Two chunks, K = 64: row tiles of two meshes in turn per CTA.
             (Case::batch(&[0, 70, 70, 330], 64, 136, true), DType::BF16),
         ];
         let mut built: Vec<((DType, usize), PathBuf)> = Vec::new();
