@@ -235,29 +235,6 @@ __device__ __forceinline__ void gs_zero(float (&d)[64]) {
     for (int i = 0; i < 64; ++i) d[i] = 0.0f;
 }
 
-// An epilogue's walk over this thread's accumulator pairs: column group i < 16 and row half h < 2
-// of a warpgroup's block, i.e. accumulators e = 4i + 2h and e + 1 at element (row + 8h, col + 8i) of
-// the on-chip tiles (offset gs_off(…, NJ)). In batches of EB column groups, read(off, w) fetches a
-// pair's NV words for every pair of the batch before write(e, off, w) uses any of them: the
-// epilogues write where they read, so the compiler keeps each read after the writes before it, and
-// one pair at a time made read → arithmetic → write a single dependent chain (NOTES.md, v10).
-template <int EB, int NV, int NJ, class Read, class Write>
-__device__ __forceinline__ void gs_epilogue_pairs(int row, int col, Read&& read, Write&& write) {
-    static_assert(16 % EB == 0, "whole batches of column groups");
-#pragma unroll
-    for (int i0 = 0; i0 < 16; i0 += EB) {
-        u32 w[EB][2][NV];
-#pragma unroll
-        for (int i = 0; i < EB; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) read(gs_off(row + 8 * h, col + 8 * (i0 + i), NJ), w[i][h]);
-#pragma unroll
-        for (int i = 0; i < EB; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) write(4 * (i0 + i) + 2 * h, gs_off(row + 8 * h, col + 8 * (i0 + i), NJ), w[i][h]);
-    }
-}
-
 // One 16-byte chunk (8 elements of row r from column c) by checked scalar loads; zeros outside.
 // Branch-free (loads from the matrix's first element where outside), so that it may run while
 // wgmma products are in flight: ptxas serialises wgmma across divergent paths.
@@ -757,47 +734,75 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         // overwritten.
         __syncthreads();
         if (FWD) {
-            // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory.
-            gs_epilogue_pairs<4, 2, GS_NJ>(
-                wrow + 16 * wr + gq, wcol + 2 * tq,
-                [&](u32 off, u32 (&w)[2]) {
-                    w[0] = gs_lds32(pG + off);
-                    w[1] = gs_lds32(pG + GS_PLANE + off);
-                },
-                [&](int e, u32 off, const u32 (&w)[2]) {
-                    float gr0, gr1, gi0, gi1;
-                    gs_unpack(w[0], gr0, gr1);
-                    gs_unpack(w[1], gi0, gi1);
-                    gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
-                });
+            // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory. A thread
+            // reads its g of EB column groups before writing any of them: the writes go to the plane
+            // the reads come from, so the compiler keeps every read after the writes before it, and
+            // read → tanh → write ran as one dependent chain per pair (NOTES.md, v10).
+            constexpr int EB = 4;
+#pragma unroll
+            for (int i0 = 0; i0 < 16; i0 += EB) {
+                u32 wre[EB][2], wim[EB][2];
+#pragma unroll
+                for (int i = 0; i < EB; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
+                        wre[i][h] = gs_lds32(pG + off);
+                        wim[i][h] = gs_lds32(pG + GS_PLANE + off);
+                    }
+#pragma unroll
+                for (int i = 0; i < EB; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int e = 4 * (i0 + i) + 2 * h;
+                        const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
+                        float gr0, gr1, gi0, gi1;
+                        gs_unpack(wre[i][h], gr0, gr1);
+                        gs_unpack(wim[i][h], gi0, gi1);
+                        gs_sts_pair(pG + off, gs_tanh_out(gr0 * re[e] + gi0 * im[e]), gs_tanh_out(gr1 * re[e + 1] + gi1 * im[e + 1]));
+                    }
+            }
             if (DEFER) continue;  // the next gs_ring_wait's barrier (or the one after the loop) orders it
             __syncthreads();
             store_result(row0, row_end);
             continue;
         }
         // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
-        // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there.
-        gs_epilogue_pairs<2, 3, GS_NJ>(
-            wrow + 16 * wr + gq, wcol + 2 * tq,
-            [&](u32 off, u32 (&w)[3]) {
-                w[0] = gs_lds32(pG + off);
-                w[1] = gs_lds32(pG + GS_PLANE + off);
-                w[2] = gs_lds32(pD + off);
-            },
-            [&](int e, u32 off, const u32 (&w)[3]) {
-                float gr0, gr1, gi0, gi1, d0, d1;
-                gs_unpack(w[0], gr0, gr1);
-                gs_unpack(w[1], gi0, gi1);
-                gs_unpack(w[2], d0, d1);
-                const float ds0 = d0 * gs_sech2(gr0 * re[e] + gi0 * im[e]);
-                const float ds1 = d1 * gs_sech2(gr1 * re[e + 1] + gi1 * im[e + 1]);
-                gs_sts_pair(pG + off, ds0 * gr0, ds1 * gr1);
-                gs_sts_pair(pG + GS_PLANE + off, ds0 * gi0, ds1 * gi1);
-                re[e] *= ds0;
-                re[e + 1] *= ds1;
-                im[e] *= ds0;
-                im[e + 1] *= ds1;
-            });
+        // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there. Reads of EB
+        // column groups first, as in the forward's epilogue.
+        constexpr int EB = 2;
+#pragma unroll
+        for (int i0 = 0; i0 < 16; i0 += EB) {
+            u32 wre[EB][2], wim[EB][2], wd[EB][2];
+#pragma unroll
+            for (int i = 0; i < EB; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
+                    wre[i][h] = gs_lds32(pG + off);
+                    wim[i][h] = gs_lds32(pG + GS_PLANE + off);
+                    wd[i][h] = gs_lds32(pD + off);
+                }
+#pragma unroll
+            for (int i = 0; i < EB; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int e = 4 * (i0 + i) + 2 * h;
+                    const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
+                    float gr0, gr1, gi0, gi1, d0, d1;
+                    gs_unpack(wre[i][h], gr0, gr1);
+                    gs_unpack(wim[i][h], gi0, gi1);
+                    gs_unpack(wd[i][h], d0, d1);
+                    const float ds0 = d0 * gs_sech2(gr0 * re[e] + gi0 * im[e]);
+                    const float ds1 = d1 * gs_sech2(gr1 * re[e + 1] + gi1 * im[e + 1]);
+                    gs_sts_pair(pG + off, ds0 * gr0, ds1 * gr1);
+                    gs_sts_pair(pG + GS_PLANE + off, ds0 * gi0, ds1 * gi1);
+                    re[e] *= ds0;
+                    re[e + 1] *= ds1;
+                    im[e] *= ds0;
+                    im[e + 1] *= ds1;
+                }
+        }
 
         // ---- stage 3: d_g = ds·b + [P Q]·conj(A), accumulated onto ds·b ----
 #pragma unroll 1
