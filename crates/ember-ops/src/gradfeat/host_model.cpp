@@ -360,6 +360,28 @@ static void reduce_img(bool rot, const u16* a_re, const u16* a_im, const u16* b_
         }
 }
 
+// staged.rs's reduce_dx_img: d_x per mesh from grads (row-major) and d_g's tile images, the splits
+// and groups of dx_img_plan, then the split-order sum per group.
+static void reduce_dx_img(const u16* grads_re, const u16* grads_im, const u16* dg_re, const u16* dg_im, const std::vector<i64>& map_tiles, i64 V, int K, int C,
+                          int bm, const Plan& plan, u16* out, int ngroups) {
+    const int tiles_m = (K + 127) / 128;
+    std::vector<float> ws((size_t)(plan.nsplits * K * C), NAN);
+    launch((u32)(plan.nsplits * tiles_m), 256, 4 * (2 * 32 * 128 * 2 + 2 * 32 * 256 * 2), [&] {
+        auto f = GS_NCH == 1 ? reduce_kernels::gs_reduce_dx1_img : reduce_kernels::gs_reduce_dx2_img;
+        f((const T*)grads_re, (const T*)grads_im, (const T*)dg_re, (const T*)dg_im, ws.data(), plan.splits.data(), map_tiles.empty() ? nullptr : map_tiles.data(), V,
+          K, C, bm);
+    });
+    const i64 elems = (i64)K * C;
+    for (int g = 0; g < ngroups; ++g)
+        for (i64 i = 0; i < elems; ++i) {
+            i64 sb = 0, se = plan.nsplits;
+            if (!plan.groups.empty()) sb = plan.groups[2 * g], se = plan.groups[2 * g + 1];
+            float s = 0.0f;
+            for (i64 sp = sb; sp < se; ++sp) s += ws[(size_t)(sp * elems + i)];
+            out[g * elems + i] = GS_DTYPE == 2 ? bf16_bits(s) : f16_bits(s);
+        }
+}
+
 // Whether `img` (ntiles tile images of bm rows × ldi channels) holds the row-major V × C matrix `rm`
 // tile by tile (row tile t: rows row0.. of its mesh, to row_end), and zeros (either sign) elsewhere.
 static bool image_matches(const u16* img, const u16* rm, const std::vector<i64>& map_tiles, i64 ntiles, i64 V, i64 C, int bm, int ldi) {
@@ -422,6 +444,7 @@ int main(int argc, char** argv) {
     const Plan plan_a = rd_plan();
     const Plan plan_x = spectral ? rd_plan() : Plan{};
     const i64 img_nsplits = rd(), img_per = rd();  // staged.rs's img_plan
+    const Plan plan_dx = rd_plan();                 // staged.rs's dx_img_plan
     const std::vector<i64> pp_tiles = rd_table();   // staged.rs's packed-pp launch: 64-row tiles
     const i64 pp_ntiles = rd(), pp_grid = rd();
     const u16* grads_re = rd_tensor(spectral ? V * K : 0);
@@ -489,19 +512,20 @@ int main(int argc, char** argv) {
     // the images by the image reductions, written after the other outputs.
     const int ldi = 128 * GS_NCH;
     const i64 img_rows = ntiles * bm;
-    u16 *d_a_img0 = tensor(C * C), *d_a_img1 = tensor(C * C);
+    u16 *d_a_img0 = tensor(C * C), *d_a_img1 = tensor(C * C), *d_x_img = tensor(M * K * C);
     if (sv) {
         const u16* w_img = rot ? pack({{a_re, false}, {a_im, false}}, 1, (int)C, (int)C, ldi, false) : pack({{a_re, false}}, 1, (int)C, (int)C, ldi, false);
         const u16* t_img = rot ? pack({{a_re, false}, {a_im, true}}, 1, (int)C, (int)C, ldi, true) : pack({{a_re, false}}, 1, (int)C, (int)C, ldi, true);
         const u16* xt_img = pack({{x, false}}, M, (int)C, (int)K, ldi, true);
         u16 *p3 = tensor(img_rows * ldi), *q3 = tensor(img_rows * ldi), *g3_re = tensor(img_rows * ldi), *g3_im = tensor(img_rows * ldi);
-        u16 *dg3_re = tensor(V * C), *dg3_im = tensor(V * C);
+        u16 *dg3_re = tensor(img_rows * ldi), *dg3_im = tensor(img_rows * ldi);
         launch((u32)grid_bwd, 256, smem, [&] {
             auto f = rot ? map_kernels_img::gs_map_rot_sv : map_kernels_img::gs_map_plain_sv;
             f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
               (T*)g3_re, (T*)g3_im, (T*)p3, (T*)q3, (T*)dg3_re, (T*)dg3_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
         });
-        const bool ok = same(dg3_re, dg_re, V * C) && same(dg3_im, dg_im, V * C) && image_matches(p3, p, map_tiles, ntiles, V, C, bm, ldi) &&
+        const bool ok = image_matches(dg3_re, dg_re, map_tiles, ntiles, V, C, bm, ldi) && image_matches(dg3_im, dg_im, map_tiles, ntiles, V, C, bm, ldi) &&
+                        image_matches(p3, p, map_tiles, ntiles, V, C, bm, ldi) &&
                         image_matches(q3, q, map_tiles, ntiles, V, C, bm, ldi) && image_matches(g3_re, gws_re, map_tiles, ntiles, V, C, bm, ldi) &&
                         image_matches(g3_im, gws_im, map_tiles, ntiles, V, C, bm, ldi);
         if (!ok) {
@@ -509,11 +533,12 @@ int main(int argc, char** argv) {
             return 1;
         }
         reduce_img(rot, p3, q3, g3_re, g3_im, img_rows, ldi, (int)C, (int)C, img_nsplits, img_per, d_a_img0, d_a_img1);
+        reduce_dx_img(grads_re, grads_im, dg3_re, dg3_im, map_tiles, V, (int)K, (int)C, bm, plan_dx, d_x_img, (int)M);
 
-        // The deferred-store build: the same arithmetic in the same order, so out, d_g and the images
-        // are the same bits as the builds above (every element: a store skipped or done from a G
-        // already overwritten shows).
-        u16 *out4 = tensor(V * C), *dg4_re = tensor(V * C), *dg4_im = tensor(V * C);
+        // The deferred-store build: the same arithmetic in the same order, so out and the images are
+        // the same bits as the builds above (every element: a store skipped or done from a G already
+        // overwritten shows). Its backward writes d_g as an image from registers, as the image build.
+        u16 *out4 = tensor(V * C), *dg4_re = tensor(img_rows * ldi), *dg4_im = tensor(img_rows * ldi);
         u16 *p4 = tensor(img_rows * ldi), *q4 = tensor(img_rows * ldi), *g4_re = tensor(img_rows * ldi), *g4_im = tensor(img_rows * ldi);
         launch((u32)grid_fwd, 256, smem, [&] {
             auto f = rot ? map_kernels_defer::gs_fwd_rot_sv : map_kernels_defer::gs_fwd_plain_sv;
@@ -525,7 +550,7 @@ int main(int argc, char** argv) {
             f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
               (T*)g4_re, (T*)g4_im, (T*)p4, (T*)q4, (T*)dg4_re, (T*)dg4_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c);
         });
-        const bool ok4 = same(out4, out_fwd, V * C) && same(dg4_re, dg_re, V * C) && same(dg4_im, dg_im, V * C) && same(p4, p3, img_rows * ldi) &&
+        const bool ok4 = same(out4, out_fwd, V * C) && same(dg4_re, dg3_re, img_rows * ldi) && same(dg4_im, dg3_im, img_rows * ldi) && same(p4, p3, img_rows * ldi) &&
                          same(q4, q3, img_rows * ldi) && same(g4_re, g3_re, img_rows * ldi) && same(g4_im, g3_im, img_rows * ldi);
         if (!ok4) {
             std::fprintf(stderr, "the deferred-store map kernel differs from the image one\n");
@@ -571,6 +596,7 @@ int main(int argc, char** argv) {
     if (sv) {
         std::fwrite(d_a_img0, 2, (size_t)(C * C), out);
         if (rot) std::fwrite(d_a_img1, 2, (size_t)(C * C), out);
+        std::fwrite(d_x_img, 2, (size_t)(M * K * C), out);
     }
     std::fclose(out);
     return 0;

@@ -501,13 +501,16 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     // GS_BM × GS_CPAD in G's own byte order, verbatim at element t·GS_BM·GS_CPAD of its workspace. G
     // is zero at rows past the mesh (grads and d_out zero-filled) and channels past C (xᵀ's image
     // zero-padded), so the image reductions sum whole images without bounds.
+    // d_g, too, goes out as an image, straight from the accumulators (d_x's reduction reads it:
+    // gs_reduce_dx*_img; NOTES.md, v11).
     constexpr bool IMG = GS_IMG && GS_PACK && SV && !FWD;
     // DEFER: row tile j's last store (out, or d_g) reads G after tile j + 1's first stage-1 products
     // are issued: stage 1 reads only the ring, and G is next written by stage 1's epilogue, which
     // every thread reaches only after a barrier that follows its deferred reads (gs_ring_wait's of
     // the second k-tile, or the one below when stage 1 has a single k-tile). The CTA's last tile is
     // written after the loop. SV implies the spectral form (the vertex form loads G through the ring).
-    constexpr bool DEFER = GS_DEFER && GS_PACK && SV;
+    // The image build stores d_g from registers, not through G: nothing to defer there.
+    constexpr bool DEFER = GS_DEFER && GS_PACK && SV && !IMG;
     const int mine = (int)((a.ntiles - blockIdx.x + gridDim.x - 1) / gridDim.x);  // the launch keeps mine·per < 2³¹
     constexpr u32 GSBO = GS_NJ * 128;  // SBO of the on-chip tiles
     float re[64], im[64];
@@ -824,6 +827,21 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         gs_wg_wait<0>();
         gs_fence_regs(re);
         gs_fence_regs(im);
+        if (IMG) {
+            // d_g to its image straight from the accumulators: for each (i, h) a warp's 32 pairs are
+            // one 8 × 8 block of the image, 128 contiguous bytes. No barrier: G is next written by the
+            // next tile's stage-1 epilogue, after the barriers of its k-loop, which every thread reaches
+            // only after its wait above.
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const i64 off = img + ((wrow + 16 * wr + 8 * h) >> 3) * (8 * GS_CPAD) + ((wcol >> 3) + i) * 64 + 8 * gq + 2 * tq;
+                    *reinterpret_cast<u32*>(a.dg_re + off) = ember_pack2<T>(re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
+                    *reinterpret_cast<u32*>(a.dg_im + off) = ember_pack2<T>(im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
+                }
+            continue;
+        }
         __syncthreads();
         // d_g through G to device memory.
 #pragma unroll
@@ -1196,6 +1214,124 @@ GS_REDUCE_ENTRY(gs_reduce_sum, false)
     }
 GS_REDUCE_IMG_ENTRY(gs_reduce_rot_img, true)
 GS_REDUCE_IMG_ENTRY(gs_reduce_sum_img, false)
+
+// ---------------------------------------------------------------------------------------------------
+// d_x per mesh, d_x = grads_reᵀ·d_g_re + grads_imᵀ·d_g_im, from row-major grads (V × K) and the tile
+// images of d_g that the map kernel's GS_IMG build writes (NOTES.md, v11). Memory-bound: 1.5 KB per
+// vertex against 128 K FLOPs (K = 128, C = 256), so a CTA owns all ldi = 128·NCH channels of 128
+// rows of K (two warpgroups of 64, accumulators acc[h] for channel chunk h): every row of d_g is
+// read once, and grads once per 128 columns of K. Rows are image rows (row tile t = rows
+// [t·bm, (t+1)·bm) of image t, vertices from tiles[3t] up to tiles[3t+1], or t·bm up to V without a
+// tile table); a split holds whole 32-row k-tiles of one mesh (splits table), so a k-tile lies in one
+// row tile. Rows past the row tile's end read grads as zeros (d_g's image is zero there too).
+// Ring: DX_STAGES slots of grads_re, grads_im (32 × 128, gs_off order, MN-major like gs_reduce's)
+// and d_g_re, d_g_im (32 × ldi, the image's own bytes: LBO 16·ldi between 8-row groups, SBO 128);
+// LAG 0, so three k-tiles of copies are in flight (144 KB per multiprocessor).
+#define DX_STAGES 4
+#define DX_LAG 0
+#define DX_GRADS (GR_BK * 128 * 2)  // 8 KB: one plane of a grads k-tile
+#define DX_STAGE (2 * DX_GRADS + 2 * GR_BK * 256 * 2)  // 48 KB (sized for ldi = 256)
+#define DX_SMEM (DX_STAGES * DX_STAGE)                  // 192 KB. Mirrors staged.rs.
+template <int NCH>
+__device__ __forceinline__ void gs_reduce_dx(const T* grads_re, const T* grads_im, const T* dg_re, const T* dg_im, float* ws, const i64* splits,
+                                             const i64* tiles, i64 V, int K, int C, int bm) {
+#if !GS_HAS_WGMMA
+    __trap();
+#else
+    GS_SMEM_DECL;
+    constexpr int LDI = 128 * NCH;
+    const u32 sbase = gs_smem_addr(smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const int wg = warp >> 2, wr = warp & 3;
+    if (threadIdx.x == 0 && (gs_dynamic_smem_size() < (u32)DX_SMEM || bm % GR_BK != 0 || C > LDI)) __trap();  // launch code and kernel disagree
+    const int tiles_m = (K + 127) / 128;
+    const int m0 = (int)(blockIdx.x % (u32)tiles_m) * 128;
+    const i64 split = blockIdx.x / (u32)tiles_m;
+    const i64 r_begin = splits[2 * split], r_end = splits[2 * split + 1];
+    if (threadIdx.x == 0 && (r_begin % GR_BK != 0 || r_end % GR_BK != 0)) __trap();  // splits of whole k-tiles
+    const int nk = r_end > r_begin ? (int)((r_end - r_begin) / GR_BK) : 0;
+    // This thread's chunks: grads plane chunk tid + 256·q (q = 0, 1) is row g_row + 16·q, columns
+    // m0 + g_col..+7 (gs_off order with 16 chunks per row); d_g plane chunk tid + 256·q of the
+    // k-tile's contiguous 32·LDI elements.
+    const int tid = gs_tid();
+    const int g_row = (tid >> 7) * 8 + (tid & 7), g_col = m0 + 8 * ((tid >> 3) & 15);
+    const bool col_ok = g_col < K;
+    float acc[NCH][64];
+#pragma unroll
+    for (int h = 0; h < NCH; ++h) gs_zero(acc[h]);
+    auto load = [&](int slot, int kt) {
+        const u32 s = sbase + slot * DX_STAGE;
+        const i64 r = r_begin + (i64)kt * GR_BK;  // the k-tile's first image row
+        const i64 t = r / bm;
+        const i64 v0 = (tiles ? tiles[3 * t] : t * bm) + (r - t * bm), v_end = tiles ? tiles[3 * t + 1] : V;
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const i64 v = v0 + g_row + 16 * q;
+            const bool ok = col_ok && v < v_end;
+            const i64 off = ok ? v * K + g_col : 0;
+            gs_cp16(s + 16 * (u32)(tid + GS_THREADS * q), grads_re + off, ok ? 16 : 0);
+            gs_cp16(s + DX_GRADS + 16 * (u32)(tid + GS_THREADS * q), grads_im + off, ok ? 16 : 0);
+        }
+        const i64 e = r * LDI + 8 * tid;
+#pragma unroll
+        for (int q = 0; q < 2 * NCH; ++q) {
+            gs_cp16(s + 2 * DX_GRADS + 16 * (u32)(tid + GS_THREADS * q), dg_re + e + 8 * GS_THREADS * q, 16);
+            gs_cp16(s + 2 * DX_GRADS + GR_BK * LDI * 2 + 16 * (u32)(tid + GS_THREADS * q), dg_im + e + 8 * GS_THREADS * q, 16);
+        }
+    };
+    gs_ring_start<DX_STAGES, DX_LAG>(nk, load);
+#pragma unroll 1
+    for (int kt = 0; kt < nk; ++kt) {
+        const u32 s = sbase + gs_ring_wait<DX_STAGES, DX_LAG>(kt) * DX_STAGE;
+#pragma unroll
+        for (int h = 0; h < NCH; ++h) gs_fence_regs(acc[h]);
+        gs_wg_arrive();
+#pragma unroll
+        for (int ks = 0; ks < GR_BK / 16; ++ks) {
+            // Rows 16·ks.. of the k-tile: two 8-row groups, 2048 bytes apart in the grads planes (LBO;
+            // this warpgroup's 64 columns of K from column group 8·wg), 16·LDI bytes in d_g's image;
+            // 8-column groups 128 bytes apart (SBO) in both.
+            const u64 ar = gs_desc(s + 2 * ks * (16 * 128) + 1024 * wg, 16 * 128, 128);
+            const u64 ai = gs_desc(s + DX_GRADS + 2 * ks * (16 * 128) + 1024 * wg, 16 * 128, 128);
+#pragma unroll
+            for (int h = 0; h < NCH; ++h) {
+                const u32 b = s + 2 * DX_GRADS + 2 * ks * (16 * LDI) + h * (16 * 128);
+                gs_mma<1, 1>(acc[h], ar, gs_desc(b, 16 * LDI, 128));
+                gs_mma<1, 1>(acc[h], ai, gs_desc(b + GR_BK * LDI * 2, 16 * LDI, 128));
+            }
+        }
+        gs_wg_commit();
+        gs_ring_refill<DX_STAGES, DX_LAG>(kt, nk, load);
+        gs_wg_wait<DX_LAG>();
+    }
+    gs_wg_wait<0>();
+#pragma unroll
+    for (int h = 0; h < NCH; ++h) gs_fence_regs(acc[h]);
+    gs_wait<0>();  // the ring's last (empty) groups
+    float* w = ws + split * (i64)K * C;
+#pragma unroll
+    for (int h = 0; h < NCH; ++h)
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int m = m0 + 64 * wg + 16 * wr + gq + 8 * hh;
+                const int n = 128 * h + 8 * i + 2 * tq;
+                const int e = 4 * i + 2 * hh;
+                if (m >= K) continue;
+                if (n < C) w[(i64)m * C + n] = acc[h][e];
+                if (n + 1 < C) w[(i64)m * C + n + 1] = acc[h][e + 1];
+            }
+#endif
+}
+#define GS_REDUCE_DX_ENTRY(NAME, NCH)                                                                                             \
+    GS_ENTRY(GS_THREADS)                                                                                                          \
+    NAME(const T* grads_re, const T* grads_im, const T* dg_re, const T* dg_im, float* ws, const i64* splits, const i64* tiles, i64 V, int K, int C, \
+         int bm) {                                                                                                                \
+        gs_reduce_dx<NCH>(grads_re, grads_im, dg_re, dg_im, ws, splits, tiles, V, K, C, bm);                                      \
+    }
+GS_REDUCE_DX_ENTRY(gs_reduce_dx1_img, 1)
+GS_REDUCE_DX_ENTRY(gs_reduce_dx2_img, 2)
 
 // dst[b] = ±src[b]ᵀ for `batches` row-major rows × cols blocks (xᵀ per mesh, A_reᵀ, −A_imᵀ): small,
 // read once. `negate` flips sign bits (exact).

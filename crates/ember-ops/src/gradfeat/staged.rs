@@ -139,7 +139,7 @@ pub fn pp_applies(dev: &CudaDevice, p: &Problem) -> bool {
 /// kernels' shared memory.
 pub fn applies(dev: &CudaDevice, p: &Problem) -> bool {
     let limit = dev.info().shared_memory_per_block_optin.max(0) as usize;
-    dev.info().arch == "sm_90a" && p.dtype.size() == 2 && p.c <= MAX_C && map_smem_bytes(chunks(p.c)) <= limit && REDUCE_SMEM <= limit
+    dev.info().arch == "sm_90a" && p.dtype.size() == 2 && p.c <= MAX_C && map_smem_bytes(chunks(p.c)) <= limit && REDUCE_SMEM.max(DX_SMEM) <= limit
 }
 
 /// Whether the `_sv` map kernels take `p` (the spectral form, K and C multiples of 8), unless
@@ -310,6 +310,86 @@ fn reduce_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tenso
     cuda::sum_splits(dev, p, &ws, planes, m * n, plan.nsplits, None, out, 1)
 }
 
+/// Shared memory of d_x's image reduction: 4 slots of a 32-row k-tile of grads_re, grads_im (128
+/// columns) and of d_g_re, d_g_im (256 channels). Mirrors DX_SMEM.
+pub(super) const DX_SMEM: usize = 4 * (2 * 32 * 128 * 2 + 2 * 32 * 256 * 2);
+
+/// The splits of d_x's image reduction: per mesh, its row tiles' image rows (`entries`: the map
+/// kernel's row tiles, `None` for one mesh of `ntiles` tiles of `bm` rows) in runs of whole 32-row
+/// k-tiles, about `ctas` CTAs in all for `tiles_m` CTAs per split; one group of splits per mesh.
+pub(super) fn dx_img_plan(p: &Problem, entries: Option<&[i64]>, ntiles: usize, bm: usize, tiles_m: usize, ctas: usize) -> SplitPlan {
+    let per = (ntiles * bm).div_ceil(ctas.div_ceil(tiles_m.max(1)).max(1)).next_multiple_of(32).max(32);
+    // Each mesh's run of row tiles, [first, end), in tile order.
+    let mut runs = vec![(0usize, 0usize); p.meshes()];
+    match entries {
+        Some(t) => {
+            for (i, e) in t.chunks(3).enumerate() {
+                let m = e[2] as usize;
+                if runs[m].1 == 0 {
+                    runs[m].0 = i;
+                }
+                runs[m].1 = i + 1;
+            }
+        }
+        None => runs[0] = (0, ntiles),
+    }
+    let (mut splits, mut groups) = (Vec::new(), Vec::new());
+    for (first, end) in runs {
+        let g0 = splits.len() / 2;
+        for r in (first * bm..end * bm).step_by(per) {
+            splits.extend([r as i64, (r + per).min(end * bm) as i64]);
+        }
+        groups.extend([g0 as i64, (splits.len() / 2) as i64]);
+    }
+    let nsplits = splits.len() / 2;
+    // Only empty meshes: one empty split to launch over.
+    if nsplits == 0 {
+        splits.extend([0, 0]);
+    }
+    if p.meshes() == 1 {
+        groups.clear();
+    }
+    SplitPlan { splits, groups, nsplits: nsplits.max(1), rows_per_split: per }
+}
+
+/// d_x (per mesh, K × C) from grads and the map kernel's tile images of d_g by gs_reduce_dx*_img,
+/// f32 slices per split summed in split order.
+fn reduce_dx_img(dev: &Arc<CudaDevice>, p: &Problem, grads: (&Tensor, &Tensor), dg: (&Tensor, &Tensor), d_x: &Tensor) -> Result<()> {
+    let nch = chunks(p.c);
+    let bm = 128 / nch;
+    let entries = cuda::row_tile_entries(p, bm);
+    let ntiles = entries.as_ref().map_or(p.v.div_ceil(bm), |t| t.len() / 3);
+    let tiles_m = p.k.div_ceil(128);
+    let plan = dx_img_plan(p, entries.as_deref(), ntiles, bm, tiles_m, dev.info().multiprocessors.max(1) as usize);
+    let ws = Tensor::output(&[plan.nsplits * p.k * p.c], DType::F32, p.device)?;
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), if nch == 1 { "gs_reduce_dx1_img" } else { "gs_reduce_dx2_img" })?;
+    dev.set_max_dynamic_smem(&f, DX_SMEM)?;
+    let blocks = plan.nsplits.checked_mul(tiles_m).ok_or_else(|| Error::TooLarge { arg: "grads_re".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("grads_re", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: DX_SMEM as u32 };
+    let (splits, groups) = plan.device_tables(p.device)?;
+    let tiles = match entries {
+        Some(t) => Some(cuda::device_table(&t, p.device)?),
+        None => None,
+    };
+    let (gr, gi, dr, di, wsp, sp, tp) = (grads.0.cuda_ptr()?, grads.1.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(splits.as_ref())?, ptr(tiles.as_ref())?);
+    let (v, k, c, bmi) = (p.v as i64, p.k as i32, p.c as i32, bm as i32);
+    dev.launch(&f, cfg)
+        .arg(&gr)
+        .arg(&gi)
+        .arg(&dr)
+        .arg(&di)
+        .arg(&wsp)
+        .arg(&sp)
+        .arg(&tp)
+        .arg(&v)
+        .arg(&k)
+        .arg(&c)
+        .arg(&bmi)
+        .named("gradfeat d_x image reduction")
+        .run()?;
+    cuda::sum_splits(dev, p, &ws, 1, p.k * p.c, plan.nsplits, groups.as_ref(), (d_x, None), p.meshes())
+}
+
 /// What the map kernel writes: the forward's output, or the backward's P, Q, d_g (and g in the
 /// spectral form), with the backward's extra inputs.
 enum MapOut<'a> {
@@ -475,7 +555,9 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     let ntiles = cuda::row_tile_entries(p, 128 / nch).map_or(v.div_ceil(128 / nch), |t| t.len() / 3);
     let (img_rows, ldi) = (ntiles * (128 / nch), 128 * nch);
     let ws = || if img { Tensor::output(&[img_rows * ldi], p.dtype, p.device) } else { vc() };
-    let (pw, qw, dg_re, dg_im) = (ws()?, ws()?, vc()?, vc()?);
+    // d_g: an image too where the image build runs (d_x's image reduction reads it; the spectral
+    // form only, where d_g is not an output).
+    let (pw, qw, dg_re, dg_im) = (ws()?, ws()?, ws()?, ws()?);
     let gws = if p.spectral { Some((ws()?, ws()?)) } else { None };
     let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)) };
     launch_map(dev, p, input, weights, &outs, packed, img, img && defer, false)?;
@@ -507,7 +589,11 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     let input_grads = match grads {
         Some((grads_re, grads_im)) => {
             let d_x = Tensor::output(&p.x_shape(), p.dtype, p.device)?;
-            reduce(dev, p, how, false, (grads_re, grads_im), (&dg_re, &dg_im), k, c, true, (&d_x, None))?;
+            if img {
+                reduce_dx_img(dev, p, (grads_re, grads_im), (&dg_re, &dg_im), &d_x)?;
+            } else {
+                reduce(dev, p, how, false, (grads_re, grads_im), (&dg_re, &dg_im), k, c, true, (&d_x, None))?;
+            }
             InputGrads::Spectral { d_x }
         }
         None => InputGrads::Vertex { d_g_re: dg_re, d_g_im: dg_im },

@@ -302,6 +302,12 @@ mod host_model {
         // The image reductions' plan (bwd=packed-img) over the map kernel's tile images.
         let img = staged::img_plan(ntiles * (128 / nch), p.c.div_ceil(128).pow(2), ctas);
         w.extend([img.nsplits as i64, img.rows_per_split as i64]);
+        // d_x's image reduction (bwd=packed-img): per-mesh splits of the map kernel's image rows.
+        let bm = 128 / nch;
+        let dx = staged::dx_img_plan(&p, super::super::cuda::row_tile_entries(&p, bm).as_deref(), ntiles, bm, p.k.div_ceil(128), 132);
+        w.extend([dx.nsplits as i64, dx.rows_per_split as i64]);
+        table(&mut w, &dx.splits);
+        table(&mut w, &dx.groups);
         // fwd=packed-pp: 64-row tiles, its persistent grid for two multiprocessors (four CTAs).
         let pp_entries = super::super::cuda::row_tile_entries(&p, 64);
         let pp_ntiles = pp_entries.as_ref().map_or(p.v.div_ceil(64), |t| t.len() / 3);
@@ -329,6 +335,8 @@ mod host_model {
             let planes = if p.rotation { 2 } else { 1 };
             let d_a: Vec<_> = expected[expected.len() - planes..].iter().map(|(n, v)| (if *n == "d_a_im" { "d_a_im (images)" } else if *n == "d_a_re" { "d_a_re (images)" } else { "d_a (images)" }, v.clone())).collect();
             expected.extend(d_a);
+            let d_x = expected.iter().find(|(n, _)| *n == "d_x").expect("the spectral form's d_x").1.clone();
+            expected.push(("d_x (images)", d_x));
         }
         expected
     }
@@ -367,6 +375,8 @@ mod host_model {
             (Case::batch(&[0, 63, 63, 193], 24, 200, true), DType::BF16),
             // Two chunks, K = 64: row tiles of two meshes in turn per CTA.
             (Case::batch(&[0, 70, 70, 330], 64, 136, true), DType::BF16),
+            // K = 136: two 128-column tiles of K in d_x's image reduction, the second partial.
+            (Case::batch(&[0, 40, 100], 136, 64, true), DType::BF16),
         ];
         let mut built: Vec<((DType, usize), PathBuf)> = Vec::new();
         for (i, (case, dtype)) in cases.iter().enumerate() {
