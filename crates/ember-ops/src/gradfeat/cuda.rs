@@ -567,9 +567,7 @@ pub(super) fn sum_splits(dev: &Arc<CudaDevice>, p: &Problem, ws: &Tensor, planes
     let opts = options(p.dtype, Kind::SplitK, SPLITK);
     let wsp = ws.cuda_ptr()?;
     let f = dev.function(&SOURCE, &opts, "gf_reduce")?;
-    // A thread per four elements where they come in fours (see gf_reduce).
-    let per_thread = if elems.is_multiple_of(4) { 4 } else { 1 };
-    let threads = ngroups * planes * elems / per_thread;
+    let threads = ngroups * planes * elems;
     let (o0, o1, groups) = (out.0.cuda_ptr()?, ptr(out.1)?, ptr(groups)?);
     let (ng, pl, el, ns) = (ngroups as i32, planes as i32, elems as i64, nsplits as i64);
     dev.launch(&f, cfg_1d(dev.grid_for(threads, 256), 256, 0))

@@ -1103,17 +1103,17 @@ GF_SPLITK_ENTRY(gf_splitk_rot, true)
 GF_SPLITK_ENTRY(gf_splitk_sum, false)
 
 // out_p[g][i] = Σ_{s in group g's splits, in order} ws[s][p][i]; groups are meshes for d_x (splits
-// from groups[2g] to groups[2g+1]) or one group of `nsplits` splits (groups null). With `elems` a
-// multiple of 4 a thread sums four neighbouring elements (16-byte loads) and loads GF_SUM_AHEAD splits
-// before adding them, in order: the same bits as one element and one split at a time, with many
-// more bytes in flight (the one-at-a-time loop was latency-bound: 52 MB in 49 µs on an H100).
-#define GF_SUM_AHEAD 8
+// from groups[2g] to groups[2g+1]) or one group of `nsplits` splits (groups null). A thread loads
+// GF_SUM_AHEAD splits of its element before adding them, in order: the same bits as one split at a
+// time, with more bytes in flight. The sums are latency-bound (few elements, ~130 splits deep):
+// four elements per thread (16-byte loads) measured slower, 41 against 29 µs for d_A's 69 MB on an
+// H100, having a quarter of the threads (NOTES.md, v11).
+#define GF_SUM_AHEAD 16
 extern "C" __global__ void __launch_bounds__(256) gf_reduce(const float* __restrict__ ws, T* out0, T* out1, const i64* groups, int ngroups, int planes, i64 elems,
                                                             i64 nsplits) {
-    const int w = elems % 4 == 0 ? 4 : 1;
-    const i64 per = elems / w, total = (i64)ngroups * planes * per;
+    const i64 total = (i64)ngroups * planes * elems;
     for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
-        const i64 i = (idx % per) * w, gpl = idx / per;
+        const i64 i = idx % elems, gpl = idx / elems;
         const int p = (int)(gpl % planes), g = (int)(gpl / planes);
         i64 sb = 0, se = nsplits;
         if (groups) {
@@ -1122,46 +1122,17 @@ extern "C" __global__ void __launch_bounds__(256) gf_reduce(const float* __restr
         }
         const i64 stride = (i64)planes * elems;
         const float* src = ws + (sb * planes + p) * elems + i;
-        T* dst = (p == 0 ? out0 : out1) + (i64)g * elems + i;
-        if (w == 4) {
-            float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            i64 sp = sb;
-            for (; sp + GF_SUM_AHEAD <= se; sp += GF_SUM_AHEAD, src += GF_SUM_AHEAD * stride) {
-                float4 v[GF_SUM_AHEAD];
+        float s = 0.0f;
+        i64 sp = sb;
+        for (; sp + GF_SUM_AHEAD <= se; sp += GF_SUM_AHEAD, src += GF_SUM_AHEAD * stride) {
+            float v[GF_SUM_AHEAD];
 #pragma unroll
-                for (int u = 0; u < GF_SUM_AHEAD; ++u) v[u] = *reinterpret_cast<const float4*>(src + u * stride);
+            for (int u = 0; u < GF_SUM_AHEAD; ++u) v[u] = src[u * stride];
 #pragma unroll
-                for (int u = 0; u < GF_SUM_AHEAD; ++u) {
-                    s.x += v[u].x;
-                    s.y += v[u].y;
-                    s.z += v[u].z;
-                    s.w += v[u].w;
-                }
-            }
-            for (; sp < se; ++sp, src += stride) {
-                const float4 v = *reinterpret_cast<const float4*>(src);
-                s.x += v.x;
-                s.y += v.y;
-                s.z += v.z;
-                s.w += v.w;
-            }
-            dst[0] = ember_from_f32<T>(s.x);
-            dst[1] = ember_from_f32<T>(s.y);
-            dst[2] = ember_from_f32<T>(s.z);
-            dst[3] = ember_from_f32<T>(s.w);
-        } else {
-            float s = 0.0f;
-            i64 sp = sb;
-            for (; sp + GF_SUM_AHEAD <= se; sp += GF_SUM_AHEAD, src += GF_SUM_AHEAD * stride) {
-                float v[GF_SUM_AHEAD];
-#pragma unroll
-                for (int u = 0; u < GF_SUM_AHEAD; ++u) v[u] = src[u * stride];
-#pragma unroll
-                for (int u = 0; u < GF_SUM_AHEAD; ++u) s += v[u];
-            }
-            for (; sp < se; ++sp, src += stride) s += *src;
-            dst[0] = ember_from_f32<T>(s);
+            for (int u = 0; u < GF_SUM_AHEAD; ++u) s += v[u];
         }
+        for (; sp < se; ++sp, src += stride) s += *src;
+        (p == 0 ? out0 : out1)[(i64)g * elems + i] = ember_from_f32<T>(s);
     }
 }
 #endif  // GF_KIND == 2

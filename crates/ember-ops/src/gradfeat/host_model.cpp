@@ -418,12 +418,13 @@ static u16* pack(const std::vector<std::pair<const u16*, bool>>& srcs, i64 batch
     u16* dst = tensor((size_t)(batches * nkt * rpad * 32 * planes));
     gridDim.x = 1;
     blockDim.x = 256;
-    for (int i = 0; i < planes; ++i)
-        for (u32 t = 0; t < 256; ++t) {
-            threadIdx.x = t;
-            blockIdx.x = 0;
-            reduce_kernels::gs_pack((const T*)srcs[i].first, (T*)dst, batches, rows, cols, rpad, nkt, planes, i, trans, srcs[i].second);
-        }
+    int negate = 0;
+    for (int i = 0; i < planes; ++i) negate |= (int)srcs[i].second << i;
+    for (u32 t = 0; t < 256; ++t) {
+        threadIdx.x = t;
+        blockIdx.x = 0;
+        reduce_kernels::gs_pack((const T*)srcs[0].first, (const T*)srcs[planes - 1].first, (T*)dst, batches, rows, cols, rpad, nkt, planes, trans, negate);
+    }
     return dst;
 }
 

@@ -1351,22 +1351,23 @@ extern "C" __global__ void __launch_bounds__(256) gs_transpose(const T* src, T* 
 // cols; M = src, or srcᵀ when `trans`, src then being cols × rows; sign bits flipped when `negate`),
 // and each 32-column k-tile kt, the tile of rows 0..rpad − 1 × columns 32·kt.. in the byte order of
 // the ring slot (gs_off with 4 chunks per row, chunk i = 8 elements), zero outside M. Image
-// (b, kt) holds `planes` such tiles one after another; this call writes plane `plane`. So the map
-// kernel copies a k-tile as one contiguous block (gs_copy_image).
-extern "C" __global__ void __launch_bounds__(256) gs_pack(const T* src, T* dst, i64 batches, int rows, int cols, int rpad, int nkt, int planes, int plane, int trans,
-                                                          int negate) {
-    const i64 tile = (i64)rpad * 32, per = nkt * tile, total = batches * per;
-    const u16 flip = negate ? 0x8000u : 0u;
+// (b, kt) holds `planes` (1 or 2) such tiles one after another, plane i from src_i, negated where bit
+// i of `negate` is set: all planes in one launch. So the map kernel copies a k-tile as one contiguous
+// block (gs_copy_image).
+extern "C" __global__ void __launch_bounds__(256) gs_pack(const T* src0, const T* src1, T* dst, i64 batches, int rows, int cols, int rpad, int nkt, int planes,
+                                                          int trans, int negate) {
+    const i64 tile = (i64)rpad * 32, per = nkt * tile, per_plane = batches * per, total = planes * per_plane;
     for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
-        const i64 b = idx / per, rem = idx - b * per;
+        const int plane = (int)(idx / per_plane);
+        const i64 rem0 = idx - plane * per_plane, b = rem0 / per, rem = rem0 - b * per;
         const int kt = (int)(rem / tile), e = (int)(rem - (i64)kt * tile);
         const int i = e >> 3;
         const int r = (i >> 5) * 8 + (i & 7), c = kt * 32 + 8 * ((i >> 3) & 3) + (e & 7);
         T v;
         v.bits = 0;
         if (r < rows && c < cols) {
-            v = src[b * rows * cols + (trans ? (i64)c * rows + r : (i64)r * cols + c)];
-            v.bits ^= flip;
+            v = (plane ? src1 : src0)[b * rows * cols + (trans ? (i64)c * rows + r : (i64)r * cols + c)];
+            v.bits ^= ((negate >> plane) & 1) ? 0x8000u : 0u;
         }
         dst[((b * nkt + kt) * planes + plane) * tile + e] = v;
     }

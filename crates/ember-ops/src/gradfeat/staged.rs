@@ -191,23 +191,25 @@ fn pack(dev: &Arc<CudaDevice>, p: &Problem, srcs: &[(&Tensor, bool)], batches: u
     let per_plane = batches * nkt * rpad * 32;
     let dst = Tensor::output(&[per_plane * planes], p.dtype, p.device)?;
     let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_pack")?;
-    for (i, (src, negate)) in srcs.iter().enumerate() {
-        let (s, d, b, r, c, rp, nk, np, pl, tr, neg) = (src.cuda_ptr()?, dst.cuda_ptr()?, batches as i64, rows as i32, cols as i32, rpad as i32, nkt as i32, planes as i32, i as i32, trans as i32, *negate as i32);
-        dev.launch(&f, cfg_1d(dev.grid_for(per_plane, 256), 256, 0))
-            .arg(&s)
-            .arg(&d)
-            .arg(&b)
-            .arg(&r)
-            .arg(&c)
-            .arg(&rp)
-            .arg(&nk)
-            .arg(&np)
-            .arg(&pl)
-            .arg(&tr)
-            .arg(&neg)
-            .named("gradfeat pack")
-            .run()?;
-    }
+    // All planes in one launch: plane i from srcs[i], negated where bit i says.
+    debug_assert!((1..=2).contains(&planes), "pack takes one or two planes");
+    let negate = srcs.iter().enumerate().fold(0i32, |m, (i, (_, neg))| m | ((*neg as i32) << i));
+    let (s0, s1) = (srcs[0].0.cuda_ptr()?, srcs[planes - 1].0.cuda_ptr()?);
+    let (d, b, r, c, rp, nk, np, tr) = (dst.cuda_ptr()?, batches as i64, rows as i32, cols as i32, rpad as i32, nkt as i32, planes as i32, trans as i32);
+    dev.launch(&f, cfg_1d(dev.grid_for(per_plane * planes, 256), 256, 0))
+        .arg(&s0)
+        .arg(&s1)
+        .arg(&d)
+        .arg(&b)
+        .arg(&r)
+        .arg(&c)
+        .arg(&rp)
+        .arg(&nk)
+        .arg(&np)
+        .arg(&tr)
+        .arg(&negate)
+        .named("gradfeat pack")
+        .run()?;
     Ok(dst)
 }
 
@@ -614,8 +616,8 @@ mod tests {
         // packed-pp: two CTAs per multiprocessor (228 KB, 1 KB of it reserved per CTA).
         assert_eq!((pp_smem_bytes(2), pp_smem_bytes(1)), (114_688, 81_920));
         assert!(2 * (pp_smem_bytes(2) + 1024) <= 233_472);
-        assert_eq!(REDUCE_SMEM, 196_608);
-        assert!(map_smem_bytes(2) <= limit && REDUCE_SMEM <= limit);
+        assert_eq!((REDUCE_SMEM, DX_SMEM), (196_608, 196_608));
+        assert!(map_smem_bytes(2) <= limit && REDUCE_SMEM <= limit && DX_SMEM <= limit);
         assert_eq!((chunks(1), chunks(128), chunks(129), chunks(256)), (1, 1, 2, 2));
     }
 

@@ -417,6 +417,46 @@ mod host_model {
     }
 }
 
+/// d_x's image splits: whole 32-row k-tiles, each inside one mesh's row tiles, covering every image
+/// row of every mesh once, in order, grouped by mesh (an empty mesh has an empty group).
+#[test]
+fn dx_image_splits_cover_each_mesh_in_whole_k_tiles() {
+    use super::staged;
+    for (offsets, c) in [(vec![0usize, 5000], 256), (vec![0, 70, 70, 330, 4000], 136), (vec![0, 0, 100], 64), (vec![0, 1, 2, 3], 256)] {
+        let case = Case::batch(&offsets, 16, c, true);
+        let data = Data::new(&case, DType::F32, 1).unwrap();
+        let p = validate(&data.input(&case), &data.weights(&case)).unwrap();
+        let bm = 128 / staged::chunks(c);
+        let entries = super::cuda::row_tile_entries(&p, bm);
+        let ntiles = entries.as_ref().map_or(p.v.div_ceil(bm), |t| t.len() / 3);
+        for ctas in [1, 7, 132] {
+            let plan = staged::dx_img_plan(&p, entries.as_deref(), ntiles, bm, 1, ctas);
+            let splits: Vec<(i64, i64)> = plan.splits.chunks(2).map(|s| (s[0], s[1])).collect();
+            assert!(splits.iter().all(|&(a, b)| a % 32 == 0 && b % 32 == 0 && a <= b), "{offsets:?} ctas {ctas}: {splits:?}");
+            // Each mesh's image rows, from its row tiles.
+            let mesh_rows = |m: usize| -> (i64, i64) {
+                match &entries {
+                    Some(t) => {
+                        let mine: Vec<usize> = t.chunks(3).enumerate().filter(|(_, e)| e[2] as usize == m).map(|(i, _)| i).collect();
+                        mine.first().map_or((0, 0), |&f| ((f * bm) as i64, ((mine.last().unwrap() + 1) * bm) as i64))
+                    }
+                    None => (0, (ntiles * bm) as i64),
+                }
+            };
+            for m in 0..p.meshes() {
+                let (g0, g1) = if plan.groups.is_empty() { (0, plan.nsplits) } else { (plan.groups[2 * m] as usize, plan.groups[2 * m + 1] as usize) };
+                let (lo, hi) = mesh_rows(m);
+                let mut at = lo;
+                for &(a, b) in &splits[g0..g1] {
+                    assert_eq!(a, at, "{offsets:?} ctas {ctas} mesh {m}");
+                    at = b;
+                }
+                assert_eq!(at, hi, "{offsets:?} ctas {ctas} mesh {m}");
+            }
+        }
+    }
+}
+
 #[test]
 fn bench_filter_matches_whole_tokens() {
     use super::suite::row_selected;
