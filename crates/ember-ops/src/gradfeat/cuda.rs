@@ -96,11 +96,12 @@ fn family16() -> Family16 {
 ///   weights, descriptors advanced by constants); the default of v5, and of v6 where "packed-img"
 ///   does not apply;
 /// - "packed-img" (the default since v6; measured 1.16–1.21x faster than "packed" at the issue's
-///   sizes, NOTES.md v6): as "packed", the map kernel writing g, P, Q as tile images and d_A on the
-///   wgmma image reductions (only where the packed `_sv` map kernel runs: the spectral form, K and C
-///   multiples of 8; elsewhere it runs as "packed");
-/// - "packed-img-defer": as "packed-img", the map kernel writing each row tile's d_g while the next
-///   row tile's first products run (NOTES.md v7; where "packed-img" applies).
+///   sizes, NOTES.md v6): as "packed", the map kernel writing g, P, Q and (v11) d_g as tile images,
+///   d_A and d_x on the wgmma image reductions (only where the packed `_sv` map kernel runs: the
+///   spectral form, K and C multiples of 8; elsewhere it runs as "packed");
+/// - "packed-img-defer": as "packed-img" with the map kernel's deferred-store build (NOTES.md v7);
+///   since v11 d_g leaves from registers, so only the forward of that build defers a store and the
+///   backward equals "packed-img"'s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,

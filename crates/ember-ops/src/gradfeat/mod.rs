@@ -33,9 +33,10 @@
 //! epilogue: nothing but `out` goes to device memory); on Hopper (sm_90a) its channel map runs on
 //! wgmma, elsewhere on mma.sync. The backward of 16-bit inputs with C ≤ 256 on Hopper runs the staged
 //! map kernel of `staged.cu` (g, b, ds, P, Q and d_g on wgmma in one kernel) followed by deterministic
-//! reductions over vertices for d_A and d_x; by default (`packed-img`, NOTES.md v6) the map kernel
-//! writes the d_A operands as tile images reduced on wgmma without bounds where its `_sv` entries
-//! apply (spectral form, K and C multiples of 8), else d_A and d_x on mma.sync split-K (`packed`);
+//! reductions over vertices for d_A and d_x; by default (`packed-img`, NOTES.md v6 and v11) the map
+//! kernel writes the d_A operands and d_g as tile images, reduced on wgmma without bounds (d_x in one
+//! wave, all channels per CTA) where its `_sv` entries apply (spectral form, K and C multiples of 8),
+//! else d_A and d_x on mma.sync split-K (`packed`);
 //! elsewhere one fused kernel (g, b, ds, P, Q, d_g) takes the map kernel's place.
 //! `EMBER_GRADFEAT_BWD=fused` forces the fused backward, `packed` the mma.sync d_A, `staged` runs
 //! the reductions on wgmma with bounds checks; `EMBER_GRADFEAT_TILES=wide` or `narrow` selects other
