@@ -212,6 +212,13 @@ pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
         .collect())
 }
 
+/// Whether `forward_train` keeps b for `p` (CUDA, where the staged kernels' saved path applies).
+pub fn saves_b(p: &Problem) -> Result<bool> {
+    let Device::Cuda(i) = p.device else { return Ok(false) };
+    let dev = CudaDevice::get(i)?;
+    Ok(super::staged::saved_applies(&dev, p))
+}
+
 /// Whether the fused forward's `_sv` entries take `p`: the spectral form, K and C multiples of 8 (on
 /// sm_90a, where the forward runs on wgmma).
 fn fused_sv_applies(p: &Problem) -> bool {
@@ -590,7 +597,7 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, v
         let reductions = if variant == BwdVariant::Staged { super::staged::Reductions::Wgmma } else { super::staged::Reductions::MmaSync };
         let (img, defer) = (matches!(variant, BwdVariant::PackedImg | BwdVariant::PackedImgDefer), variant == BwdVariant::PackedImgDefer);
         let packed = variant == BwdVariant::Packed || img;
-        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer);
+        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer, None);
     }
     pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);

@@ -514,6 +514,7 @@ int main(int argc, char** argv) {
     const int ldi = 128 * GS_NCH;
     const i64 img_rows = ntiles * bm;
     u16 *d_a_img0 = tensor(C * C), *d_a_img1 = tensor(C * C), *d_x_img = tensor(M * K * C);
+    u16 *d_a_sv0 = tensor(C * C), *d_a_sv1 = tensor(C * C), *d_x_sv = tensor(M * K * C);
     if (sv) {
         const u16* w_img = rot ? pack({{a_re, false}, {a_im, false}}, 1, (int)C, (int)C, ldi, false) : pack({{a_re, false}}, 1, (int)C, (int)C, ldi, false);
         const u16* t_img = rot ? pack({{a_re, false}, {a_im, true}}, 1, (int)C, (int)C, ldi, true) : pack({{a_re, false}}, 1, (int)C, (int)C, ldi, true);
@@ -535,6 +536,39 @@ int main(int argc, char** argv) {
         }
         reduce_img(rot, p3, q3, g3_re, g3_im, img_rows, ldi, (int)C, (int)C, img_nsplits, img_per, d_a_img0, d_a_img1);
         reduce_dx_img(grads_re, grads_im, dg3_re, dg3_im, map_tiles, V, (int)K, (int)C, bm, plan_dx, d_x_img, (int)M);
+
+        // Saved b (staged.rs's forward_save and backward with `saved`): the training forward writes
+        // out (the same bits as every forward here) and b's tile images; the backward reads them in
+        // place of stage 2 (g's images the same bits as the image build's: stage 1 is unchanged), and
+        // its gradients go through the image reductions, against the reference like the others.
+        {
+            u16 *out6 = tensor(V * C), *b6_re = tensor(img_rows * ldi), *b6_im = tensor(img_rows * ldi);
+            launch((u32)grid_fwd, 256, smem, [&] {
+                auto f = rot ? map_kernels_img::gs_fwd_rot_sv_save : map_kernels_img::gs_fwd_plain_sv_save;
+                f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, nullptr, nullptr, nullptr, nullptr,
+                  nullptr, nullptr, nullptr, nullptr, nullptr, (T*)out6, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c, (T*)b6_re, (T*)b6_im);
+            });
+            if (!same(out6, out_fwd, V * C)) {
+                std::fprintf(stderr, "the saving forward's out differs from the packed forward's\n");
+                return 1;
+            }
+            u16 *p6 = tensor(img_rows * ldi), *q6 = tensor(img_rows * ldi), *g6_re = tensor(img_rows * ldi), *g6_im = tensor(img_rows * ldi);
+            u16 *dg6_re = tensor(img_rows * ldi), *dg6_im = tensor(img_rows * ldi);
+            const int plane = bm * 128 * GS_NCH * 2, stage = std::max(2 * bm * 32 * 2 + 128 * GS_NCH * 32 * 2, 2 * 128 * GS_NCH * 32 * 2);
+            const u32 smem_saved = (u32)(3 * plane + 4 * std::max(stage, plane));
+            launch((u32)grid_bwd, 256, smem_saved, [&] {
+                auto f = rot ? map_kernels_img::gs_map_rot_sv_saved : map_kernels_img::gs_map_plain_sv_saved;
+                f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
+                  (T*)g6_re, (T*)g6_im, (T*)p6, (T*)q6, (T*)dg6_re, (T*)dg6_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c, (T*)b6_re,
+                  (T*)b6_im);
+            });
+            if (!same(g6_re, g3_re, img_rows * ldi) || !same(g6_im, g3_im, img_rows * ldi)) {
+                std::fprintf(stderr, "the saved-b map kernel's g images differ from the image build's\n");
+                return 1;
+            }
+            reduce_img(rot, p6, q6, g6_re, g6_im, img_rows, ldi, (int)C, (int)C, img_nsplits, img_per, d_a_sv0, d_a_sv1);
+            reduce_dx_img(grads_re, grads_im, dg6_re, dg6_im, map_tiles, V, (int)K, (int)C, bm, plan_dx, d_x_sv, (int)M);
+        }
 
         // The deferred-store build: the same arithmetic in the same order, so out and the images are
         // the same bits as the builds above (every element: a store skipped or done from a G already
@@ -598,6 +632,9 @@ int main(int argc, char** argv) {
         std::fwrite(d_a_img0, 2, (size_t)(C * C), out);
         if (rot) std::fwrite(d_a_img1, 2, (size_t)(C * C), out);
         std::fwrite(d_x_img, 2, (size_t)(M * K * C), out);
+        std::fwrite(d_a_sv0, 2, (size_t)(C * C), out);
+        if (rot) std::fwrite(d_a_sv1, 2, (size_t)(C * C), out);
+        std::fwrite(d_x_sv, 2, (size_t)(M * K * C), out);
     }
     std::fclose(out);
     return 0;

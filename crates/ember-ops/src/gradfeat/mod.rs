@@ -27,7 +27,13 @@
 //!
 //! dtypes f32, f16, bf16 (accumulation in f32; the CUDA kernels run 16-bit inputs on tensor cores and
 //! f32 inputs as three-pass split TF32, accurate to f32 rounding); f64 on the CPU runs the reference.
-//! `backward` recomputes g and b rather than keeping V×C intermediates from `forward`.
+//! `backward` recomputes g and b rather than keeping V×C intermediates from `forward`. For training,
+//! `forward_train` + `backward_from` trade memory for time where the CUDA kernels support it (Hopper,
+//! 16-bit inputs, spectral form, K and C multiples of 8, C ≤ 256): the forward also writes b_re, b_im
+//! (2·C values per vertex in the input dtype, as tile images) and the backward reads them instead of
+//! recomputing b — a third of the backward's map-kernel products (NOTES.md, v13). b is then rounded
+//! to the input dtype before ds and ds·b are formed (the recomputing backward keeps it in f32).
+//! Elsewhere `forward_train` keeps nothing and `backward_from` recomputes.
 //!
 //! CUDA: the forward is one kernel per tile of vertices (g on chip, the C×C map, dot and tanh in the
 //! epilogue: nothing but `out` goes to device memory); on Hopper (sm_90a) its channel map runs on
@@ -77,11 +83,31 @@ pub enum Weights<'a> {
     Plain { a: &'a Tensor },
 }
 
-/// The forward result. `backward` needs nothing from it: it recomputes g and b.
+/// The forward result. `backward` needs nothing from it: it recomputes g and b; `backward_from`
+/// uses what `forward_train` saved.
 #[derive(Debug)]
 pub struct Forward {
     /// (V, C).
     pub out: Tensor,
+    /// What `forward_train` kept for `backward_from` (None from `forward`, and where the saved path
+    /// does not apply).
+    pub saved: Option<Saved>,
+}
+
+/// The training forward's b_re, b_im as the map kernel's tile images (row tile t: GS_BM rows × the
+/// padded channels, in the kernel's on-chip byte order), with the problem they belong to.
+#[derive(Debug)]
+pub struct Saved {
+    problem: Problem,
+    b_re: Tensor,
+    b_im: Tensor,
+}
+
+impl Saved {
+    /// Bytes held on the device.
+    pub fn bytes(&self) -> usize {
+        (self.b_re.numel() + self.b_im.numel()) * self.b_re.dtype().size()
+    }
 }
 
 /// Gradient with respect to the input, in the input's form.
@@ -238,7 +264,38 @@ pub fn forward_with(input: &Input, weights: &Weights, variant: cuda::FwdVariant)
         Device::Cpu => cpu::forward(&p, input, weights)?,
         Device::Cuda(_) => cuda::forward(&p, input, weights, variant)?,
     };
-    Ok(Forward { out })
+    Ok(Forward { out, saved: None })
+}
+
+/// The training forward: `forward`'s out (the same bits), and, where the saved path applies (see the
+/// module docs; `EMBER_GRADFEAT_SAVE=0` turns it off), b_re and b_im for `backward_from`.
+pub fn forward_train(input: &Input, weights: &Weights) -> Result<Forward> {
+    let save = std::env::var("EMBER_GRADFEAT_SAVE").map_or(true, |v| v != "0");
+    forward_train_with(input, weights, save)
+}
+
+/// `forward_train`, saving b only when `save` is set (and the saved path applies).
+pub fn forward_train_with(input: &Input, weights: &Weights, save: bool) -> Result<Forward> {
+    let p = validate(input, weights)?;
+    if save && cuda::saves_b(&p)? {
+        let dev = first_tensor(input).1.cuda_device()?.clone();
+        let (out, b_re, b_im) = staged::forward_save(&dev, &p, input, weights)?;
+        return Ok(Forward { out, saved: Some(Saved { problem: p, b_re, b_im }) });
+    }
+    forward(input, weights)
+}
+
+/// The backward of a training step: through `forward.saved` when `forward_train` kept b (the same
+/// inputs and weights must be passed as to it), else as `backward`.
+pub fn backward_from(forward: &Forward, input: &Input, weights: &Weights, d_out: &Tensor) -> Result<Grads> {
+    let Some(saved) = &forward.saved else { return backward(input, weights, d_out) };
+    let p = validate(input, weights)?;
+    validate::like("d_out", d_out, p.device, p.dtype, &[p.v, p.c], "(V, C)")?;
+    if saved.problem != p {
+        return Err(Error::invalid("forward", format!("saved b of a forward of another problem: expected V = {}, K = {}, C = {}, {} meshes, {} on {}, got V = {}, K = {}, C = {}, {} meshes, {} on {}", p.v, p.k, p.c, p.meshes(), p.dtype, p.device, saved.problem.v, saved.problem.k, saved.problem.c, saved.problem.meshes(), saved.problem.dtype, saved.problem.device)));
+    }
+    let dev = d_out.cuda_device()?.clone();
+    staged::backward(&dev, &p, input, weights, d_out, staged::Reductions::MmaSync, true, true, false, Some((&saved.b_re, &saved.b_im)))
 }
 
 /// Gradients of Σ d_out ⊙ out with respect to the input (x, or g_re and g_im) and the weights.

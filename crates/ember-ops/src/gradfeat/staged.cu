@@ -457,14 +457,26 @@ struct MapArgs {
     i64 ntiles;        // row tiles
     i64 V;
     int K, C, spectral, vec_k, vec_c;
+    // Saved b (GS_IMG builds' *_save / *_saved entries; null elsewhere): b_re, b_im as tile images,
+    // written by the training forward, read by the backward instead of recomputing b (NOTES.md, v13).
+    T* b_re;
+    T* b_im;
 };
 
 #if !GS_PP
-template <bool ROT, bool FWD, bool SV>
+// SAVE (GS_IMG builds, `_sv` entries only): the forward also writes b_re, b_im as tile images
+// (straight from the accumulators, like d_g); the backward takes them instead of stage 2's products.
+// Its ring then carries, between stage 1 and stage 3, two image tiles per row tile (b_re with d_out,
+// then b_im), and the ds epilogue reads b from their slots (NOTES.md, v13).
+template <bool ROT, bool FWD, bool SV, bool SAVE = false>
 __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #if !GS_HAS_WGMMA
     __trap();  // launched on sm_90a only; other targets build the module for the compile test
 #else
+    static_assert(!SAVE || (GS_IMG && GS_PACK && SV), "saved b: the image build's _sv entries only");
+    constexpr bool SAVED = SAVE && !FWD;  // the backward reads b's images
+    // A ring slot holds a k-tile, or (SAVED) one plane of b's tile image.
+    constexpr u32 STAGE = SAVED && GS_PLANE > GS_STAGE ? GS_PLANE : GS_STAGE;
     GS_SMEM_DECL;
     const u32 sbase = gs_smem_addr(smem);
     const u32 sG = sbase, sD = sbase + 2 * GS_PLANE, sR = sbase + 3 * GS_PLANE;
@@ -474,7 +486,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     const int wg = warp >> 2, wr = warp & 3;
     const int wrow = GS_NCH == 1 ? 64 * wg : 0;   // the warpgroup's rows in the tile
     const int wcol = GS_NCH == 1 ? 0 : 128 * wg;  // and channels
-    if (threadIdx.x == 0 && gs_dynamic_smem_size() < (u32)GS_SMEM) __trap();  // launch code and kernel disagree
+    if (threadIdx.x == 0 && gs_dynamic_smem_size() < 3u * GS_PLANE + GS_STAGES * STAGE) __trap();  // launch code and kernel disagree
 
     // Row tiles blockIdx.x, + gridDim.x, …: several per CTA in the spectral form (a persistent grid,
     // whose ring runs on into the next tile's first k-tiles, so only the CTA's first tile waits for a
@@ -496,7 +508,8 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     const bool vk = SV || a.vec_k != 0, vc = SV || a.vec_c != 0;
     const int nk1 = spectral ? (K + GS_BK - 1) / GS_BK : 0;
     const int nk2 = (C + GS_BK - 1) / GS_BK;
-    const int per = nk1 + (FWD ? 1 : 2) * nk2;  // ring tiles per row tile
+    const int n2 = SAVED ? 2 : nk2;                   // ring tiles of stage 2 (SAVED: b's two planes)
+    const int per = nk1 + (FWD ? nk2 : n2 + nk2);  // ring tiles per row tile
     // IMG: g, P and Q go out as tile images (GS_IMG; the spectral form only): row tile t's plane of G,
     // GS_BM × GS_CPAD in G's own byte order, verbatim at element t·GS_BM·GS_CPAD of its workspace. G
     // is zero at rows past the mesh (grads and d_out zero-filled) and channels past C (xᵀ's image
@@ -516,8 +529,8 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
     float re[64], im[64];
 
     // Ring tile it = j·per + local: row tile j of this CTA; stage 1 (local < nk1): grads_re, grads_im,
-    // xᵀ; stage 2: A_re, A_im (with the first one, d_out and, in the vertex form, G); stage 3: A_reᵀ,
-    // −A_imᵀ.
+    // xᵀ; stage 2: A_re, A_im (with the first one, d_out and, in the vertex form, G), or (SAVED) the
+    // images of b_re (with d_out) and b_im; stage 3: A_reᵀ, −A_imᵀ.
     const int n = mine * per;
     // The ring's tiles are loaded in order, 0, 1, 2, … (gs_ring_start, then one per gs_ring_refill), so
     // the loader keeps its place — row tile lj of this CTA, ring tile lk within it, and that row
@@ -558,13 +571,13 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #endif
         (void)it;
         const Rows r = lr;
-        const int local = lk;
+        const int local = lk, jl = lj;
         if (++lk == per) {
             lk = 0;
             ++lj;
             if (lj < mine) lr = rows_of(blockIdx.x + (i64)lj * gridDim.x);
         }
-        const u32 s = sR + slot * GS_STAGE;
+        const u32 s = sR + slot * STAGE;
         if (local < nk1) {
             grads_tile(s, r, local);
 #if GS_PACK
@@ -574,8 +587,15 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
 #endif
             return;
         }
-        const bool map2 = local < nk1 + nk2;
-        const int kt = map2 ? local - nk1 : local - nk1 - nk2;
+        if (SAVED && local < nk1 + 2) {
+            // One plane of this row tile's b image, verbatim (GS_BM × GS_CPAD in G's byte order).
+            if (local == nk1) gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, r.row0, r.row_end, 0, C, true);
+            const T* b = (local == nk1 ? a.b_re : a.b_im) + (blockIdx.x + (i64)jl * gridDim.x) * (GS_BM * GS_CPAD);
+            gs_copy_image_from<GS_BM * GS_NJ>(s + my16, b + my8);
+            return;
+        }
+        const bool map2 = !SAVED && local < nk1 + nk2;
+        const int kt = map2 ? local - nk1 : local - nk1 - n2;
         if (map2 && kt == 0) {
             if (!FWD) gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, r.row0, r.row_end, 0, C, vc);
             if (!spectral) {
@@ -656,6 +676,18 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         const Rows r = rows_of(blockIdx.x + (i64)j * gridDim.x);
         store_result(r.row0, r.row_end);
     };
+    // The accumulators (rounded) to a tile image at element `img` of dst_re, dst_im: for each (i, h) a
+    // warp's 32 pairs are one 8 × 8 block of the image, 128 contiguous bytes.
+    auto store_acc_image = [&](T* dst_re, T* dst_im, i64 img) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const i64 off = img + ((wrow + 16 * wr + 8 * h) >> 3) * (8 * GS_CPAD) + ((wcol >> 3) + i) * 64 + 8 * gq + 2 * tq;
+                *reinterpret_cast<u32*>(dst_re + off) = ember_pack2<T>(re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
+                *reinterpret_cast<u32*>(dst_im + off) = ember_pack2<T>(im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
+            }
+    };
 
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
 #pragma unroll 1
@@ -671,7 +703,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             gs_zero(im);
 #pragma unroll 1
             for (int it = base; it < base + nk1; ++it) {
-                const u32 s = sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * GS_STAGE;
+                const u32 s = sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * STAGE;
                 gs_fence_regs(re);
                 gs_fence_regs(im);
                 gs_wg_arrive();
@@ -711,31 +743,47 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 }
         }
 
-        // ---- stage 2: b = g·(A_re + i·A_im)ᵀ ----
-        gs_zero(re);
-        gs_zero(im);
-#pragma unroll 1
-        for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
-            map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * GS_STAGE, it - base - nk1);
-            gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
-            if (!FWD && it == base + nk1 && spectral) {
-                // While the first products run: g to device memory, for d_A.
-                if (IMG) {
-                    gs_store_image<GS_BM * GS_NJ>(pG, a.gws_re + img);
-                    gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.gws_im + img);
-                } else {
-                    gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
-                    gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
-                }
+        // g to device memory, for d_A (while stage 2's first products run, or b's second plane lands).
+        auto store_g = [&]() {
+            if (IMG) {
+                gs_store_image<GS_BM * GS_NJ>(pG, a.gws_re + img);
+                gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.gws_im + img);
+            } else {
+                gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
+                gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
             }
-            gs_wg_wait<GS_LAG>();
+        };
+        if (SAVED) {
+            // ---- stage 2 (saved b): its two planes through the ring, no products ----
+            // After the second wait's barrier G (stage 1's epilogue), d_out and both planes are in
+            // shared memory; the slots are refilled only at stage 3's first two waits, after the
+            // epilogue below has read them.
+#pragma unroll 1
+            for (int it = base + nk1; it < base + nk1 + 2; ++it) {
+                gs_ring_wait<GS_STAGES, GS_LAG>(it);
+                gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
+                if (it == base + nk1) store_g();
+            }
+        } else {
+            // ---- stage 2: b = g·(A_re + i·A_im)ᵀ ----
+            gs_zero(re);
+            gs_zero(im);
+#pragma unroll 1
+            for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
+                map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * STAGE, it - base - nk1);
+                gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
+                if (!FWD && it == base + nk1 && spectral) store_g();
+                gs_wg_wait<GS_LAG>();
+            }
+            gs_wg_wait<0>();
+            gs_fence_regs(re);
+            gs_fence_regs(im);
+            // The training forward's b, straight from the accumulators to its tile image.
+            if (SAVE && FWD) store_acc_image(a.b_re, a.b_im, img);
+            // Both warpgroups' products, which read all of G, and the copies of G are done before G is
+            // overwritten.
+            __syncthreads();
         }
-        gs_wg_wait<0>();
-        gs_fence_regs(re);
-        gs_fence_regs(im);
-        // Both warpgroups' products, which read all of G, and the copies of G are done before G is
-        // overwritten.
-        __syncthreads();
         if (FWD) {
             // out = tanh(g_re·b_re + g_im·b_im) over G's first plane, then to device memory. A thread
             // reads its g of EB column groups before writing any of them: the writes go to the plane
@@ -772,11 +820,14 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         }
         // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
         // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there. Reads of EB
-        // column groups first, as in the forward's epilogue.
+        // column groups first, as in the forward's epilogue. b: the accumulators, or (SAVED) the
+        // planes of its image in the ring slots of stage 2's two tiles.
+        const unsigned char* const pBre = smem + 3 * GS_PLANE + ((base + nk1) % GS_STAGES) * STAGE;
+        const unsigned char* const pBim = smem + 3 * GS_PLANE + ((base + nk1 + 1) % GS_STAGES) * STAGE;
         constexpr int EB = 2;
 #pragma unroll
         for (int i0 = 0; i0 < 16; i0 += EB) {
-            u32 wre[EB][2], wim[EB][2], wd[EB][2];
+            u32 wre[EB][2], wim[EB][2], wd[EB][2], wbr[EB][2], wbi[EB][2];
 #pragma unroll
             for (int i = 0; i < EB; ++i)
 #pragma unroll
@@ -785,6 +836,10 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                     wre[i][h] = gs_lds32(pG + off);
                     wim[i][h] = gs_lds32(pG + GS_PLANE + off);
                     wd[i][h] = gs_lds32(pD + off);
+                    if (SAVED) {
+                        wbr[i][h] = gs_lds32(pBre + off);
+                        wbi[i][h] = gs_lds32(pBim + off);
+                    }
                 }
 #pragma unroll
             for (int i = 0; i < EB; ++i)
@@ -792,27 +847,33 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 for (int h = 0; h < 2; ++h) {
                     const int e = 4 * (i0 + i) + 2 * h;
                     const u32 off = gs_off(wrow + 16 * wr + gq + 8 * h, wcol + 8 * (i0 + i) + 2 * tq, GS_NJ);
-                    float gr0, gr1, gi0, gi1, d0, d1;
+                    float gr0, gr1, gi0, gi1, d0, d1, br0, br1, bi0, bi1;
                     gs_unpack(wre[i][h], gr0, gr1);
                     gs_unpack(wim[i][h], gi0, gi1);
                     gs_unpack(wd[i][h], d0, d1);
-                    const float ds0 = d0 * gs_sech2(gr0 * re[e] + gi0 * im[e]);
-                    const float ds1 = d1 * gs_sech2(gr1 * re[e + 1] + gi1 * im[e + 1]);
+                    if (SAVED) {
+                        gs_unpack(wbr[i][h], br0, br1);
+                        gs_unpack(wbi[i][h], bi0, bi1);
+                    } else {
+                        br0 = re[e], br1 = re[e + 1], bi0 = im[e], bi1 = im[e + 1];
+                    }
+                    const float ds0 = d0 * gs_sech2(gr0 * br0 + gi0 * bi0);
+                    const float ds1 = d1 * gs_sech2(gr1 * br1 + gi1 * bi1);
                     gs_sts_pair(pG + off, ds0 * gr0, ds1 * gr1);
                     gs_sts_pair(pG + GS_PLANE + off, ds0 * gi0, ds1 * gi1);
-                    re[e] *= ds0;
-                    re[e + 1] *= ds1;
-                    im[e] *= ds0;
-                    im[e + 1] *= ds1;
+                    re[e] = br0 * ds0;
+                    re[e + 1] = br1 * ds1;
+                    im[e] = bi0 * ds0;
+                    im[e + 1] = bi1 * ds1;
                 }
         }
 
         // ---- stage 3: d_g = ds·b + [P Q]·conj(A), accumulated onto ds·b ----
 #pragma unroll 1
-        for (int it = base + nk1 + nk2; it < base + per; ++it) {
-            map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * GS_STAGE, it - base - nk1 - nk2);
+        for (int it = base + nk1 + n2; it < base + per; ++it) {
+            map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * STAGE, it - base - nk1 - n2);
             gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
-            if (it == base + nk1 + nk2) {
+            if (it == base + nk1 + n2) {
                 // While the first products run: P, Q to device memory, for d_A.
                 if (IMG) {
                     gs_store_image<GS_BM * GS_NJ>(pG, a.p + img);
@@ -828,18 +889,10 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         gs_fence_regs(re);
         gs_fence_regs(im);
         if (IMG) {
-            // d_g to its image straight from the accumulators: for each (i, h) a warp's 32 pairs are
-            // one 8 × 8 block of the image, 128 contiguous bytes. No barrier: G is next written by the
+            // d_g to its image straight from the accumulators. No barrier: G is next written by the
             // next tile's stage-1 epilogue, after the barriers of its k-loop, which every thread reaches
             // only after its wait above.
-#pragma unroll
-            for (int i = 0; i < 16; ++i)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const i64 off = img + ((wrow + 16 * wr + 8 * h) >> 3) * (8 * GS_CPAD) + ((wcol >> 3) + i) * 64 + 8 * gq + 2 * tq;
-                    *reinterpret_cast<u32*>(a.dg_re + off) = ember_pack2<T>(re[4 * i + 2 * h], re[4 * i + 2 * h + 1]);
-                    *reinterpret_cast<u32*>(a.dg_im + off) = ember_pack2<T>(im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
-                }
+            store_acc_image(a.dg_re, a.dg_im, img);
             continue;
         }
         __syncthreads();
@@ -882,6 +935,23 @@ GS_MAP_ENTRY(gs_map_rot_sv, true, false, true)
 GS_MAP_ENTRY(gs_map_plain_sv, false, false, true)
 GS_MAP_ENTRY(gs_fwd_rot_sv, true, true, true)
 GS_MAP_ENTRY(gs_fwd_plain_sv, false, true, true)
+#if GS_IMG && !GS_DEFER
+// Saved b (the image build only): the training forward writes b's images, the backward reads them.
+#define GS_MAP_SAVE_ENTRY(NAME, ROT, FWD)                                                                                          \
+    GS_ENTRY(GS_THREADS)                                                                                                          \
+    NAME(const T* grads_re, const T* grads_im, const T* xt, const T* g_re, const T* g_im, const T* w_re, const T* w_im,          \
+         const T* t_re, const T* t_im, const T* d_out, T* gws_re, T* gws_im, T* p, T* q, T* dg_re, T* dg_im, T* out,            \
+         const i64* tiles, i64 ntiles, i64 V, int K, int C, int spectral, int vec_k, int vec_c, T* b_re, T* b_im) {              \
+        const MapArgs a = {grads_re, grads_im, xt,    g_re,  g_im,  w_re,   w_im, t_re, t_im,     d_out, gws_re, gws_im, p,     \
+                           q,        dg_re,    dg_im, out,   tiles, ntiles, V,    K,    C,        spectral, vec_k, vec_c, b_re, \
+                           b_im};                                                                                                 \
+        gs_map<ROT, FWD, true, true>(a);                                                                                          \
+    }
+GS_MAP_SAVE_ENTRY(gs_fwd_rot_sv_save, true, true)
+GS_MAP_SAVE_ENTRY(gs_fwd_plain_sv_save, false, true)
+GS_MAP_SAVE_ENTRY(gs_map_rot_sv_saved, true, false)
+GS_MAP_SAVE_ENTRY(gs_map_plain_sv_saved, false, false)
+#endif
 #else  // GS_PP
 // ---------------------------------------------------------------------------------------------------
 // fwd=packed-pp (NOTES.md, v9): the packed forward with one warpgroup per CTA and two CTAs per

@@ -36,6 +36,15 @@ pub(super) fn map_smem_bytes(nch: usize) -> usize {
     3 * plane + 4 * stage
 }
 
+/// Shared memory of the backward's map kernel on saved b: as [`map_smem_bytes`], with each ring slot
+/// large enough for one plane of b's tile image (GS_BM × padded channels; with one chunk the plane
+/// is larger than a k-tile). Mirrors STAGE in gs_map.
+pub(super) fn map_smem_bytes_saved(nch: usize) -> usize {
+    let plane = (128 / nch) * 128 * nch * 2;
+    let slot = (map_smem_bytes(nch) - 3 * plane) / 4;
+    3 * plane + 4 * slot.max(plane)
+}
+
 /// Shared memory of the forward's `packed-pp` build (one warpgroup per CTA, two CTAs per
 /// multiprocessor): G (two planes of 64 rows × padded channels) and a 3-slot ring of 16 KB k-tiles.
 /// Mirrors GP_SMEM in `staged.cu`.
@@ -117,7 +126,9 @@ pub(super) fn map_grid(p: &Problem, ntiles: usize, forward: bool, multiprocessor
     if !p.spectral {
         return ntiles;
     }
-    let per = p.k.div_ceil(32) + if forward { 1 } else { 2 } * p.c.div_ceil(32);
+    // Ring tiles per row tile: stage 1, then stage 2 (or saved b's two planes) and stage 3.
+    let nk2 = p.c.div_ceil(32);
+    let per = p.k.div_ceil(32) + if forward { nk2 } else { (2 * nk2).max(nk2 + 2) };
     ntiles.min(multiprocessors.max(1)).max(ntiles.div_ceil(i32::MAX as usize / per))
 }
 
@@ -152,6 +163,13 @@ pub(super) fn spectral_vec(p: &Problem) -> bool {
 /// tile images).
 pub fn img_applies(dev: &CudaDevice, p: &Problem) -> bool {
     applies(dev, p) && spectral_vec(p)
+}
+
+/// Whether the training forward keeps b for the backward (`saved` of [`forward_save`] and
+/// [`backward`]): where `bwd=packed-img` runs its `_sv` map kernel and the larger ring slots fit.
+pub fn saved_applies(dev: &CudaDevice, p: &Problem) -> bool {
+    let limit = dev.info().shared_memory_per_block_optin.max(0) as usize;
+    img_applies(dev, p) && map_smem_bytes_saved(chunks(p.c)) <= limit
 }
 
 /// Which kernels reduce over the vertices.
@@ -392,11 +410,24 @@ fn reduce_dx_img(dev: &Arc<CudaDevice>, p: &Problem, grads: (&Tensor, &Tensor), 
     cuda::sum_splits(dev, p, &ws, 1, p.k * p.c, plan.nsplits, groups.as_ref(), (d_x, None), p.meshes())
 }
 
-/// What the map kernel writes: the forward's output, or the backward's P, Q, d_g (and g in the
-/// spectral form), with the backward's extra inputs.
+/// What the map kernel writes: the forward's output (and, when `save` is given, b's tile images),
+/// or the backward's P, Q, d_g (and g in the spectral form), with the backward's extra inputs (and
+/// b's images when `saved` is given).
 enum MapOut<'a> {
-    Forward { out: &'a Tensor },
-    Backward { d_out: &'a Tensor, t_re: &'a Tensor, t_im: Option<&'a Tensor>, p: &'a Tensor, q: &'a Tensor, dg: (&'a Tensor, &'a Tensor), gws: Option<(&'a Tensor, &'a Tensor)> },
+    Forward {
+        out: &'a Tensor,
+        save: Option<(&'a Tensor, &'a Tensor)>,
+    },
+    Backward {
+        d_out: &'a Tensor,
+        t_re: &'a Tensor,
+        t_im: Option<&'a Tensor>,
+        p: &'a Tensor,
+        q: &'a Tensor,
+        dg: (&'a Tensor, &'a Tensor),
+        gws: Option<(&'a Tensor, &'a Tensor)>,
+        saved: Option<(&'a Tensor, &'a Tensor)>,
+    },
 }
 
 /// `EMBER_GRADFEAT_MAP=general`: the general map kernel even where an `_sv` build applies (to compare
@@ -425,9 +456,21 @@ pub(super) fn map_entry(forward: bool, rot: bool, spectral_vec: bool) -> &'stati
 fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool, img: bool, defer: bool, pp: bool) -> Result<()> {
     let nch = chunks(p.c);
     let forward = matches!(outs, MapOut::Forward { .. });
+    // Saved b: the image build's `_save` (forward) or `_saved` (backward) entries; the caller checked
+    // saved_applies.
+    let b_images = match outs {
+        MapOut::Forward { save, .. } => *save,
+        MapOut::Backward { saved, .. } => *saved,
+    };
     // The packed-pp build only for the packed forward where its entries run (elsewhere the packed one).
-    let pp = pp && packed && forward && pp_applies(dev, p);
-    let smem = if pp { pp_smem_bytes(nch) } else { map_smem_bytes(nch) };
+    let pp = pp && packed && forward && pp_applies(dev, p) && b_images.is_none();
+    let smem = if pp {
+        pp_smem_bytes(nch)
+    } else if b_images.is_some() && !forward {
+        map_smem_bytes_saved(nch)
+    } else {
+        map_smem_bytes(nch)
+    };
     let threads = if pp { PP_THREADS } else { THREADS };
     let (w_re0, w_im0, rot) = match *weights {
         Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
@@ -462,6 +505,14 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     let defer = defer && packed && spectral_vec;
     let (entry, options) = if pp {
         (if rot { "gs_fwd_rot_pp" } else { "gs_fwd_plain_pp" }, pp_options(p.dtype, nch))
+    } else if b_images.is_some() {
+        let entry = match (forward, rot) {
+            (true, true) => "gs_fwd_rot_sv_save",
+            (true, false) => "gs_fwd_plain_sv_save",
+            (false, true) => "gs_map_rot_sv_saved",
+            (false, false) => "gs_map_plain_sv_saved",
+        };
+        (entry, map_options(p.dtype, nch, true, true, false))
     } else {
         (map_entry(forward, rot, spectral_vec), map_options(p.dtype, nch, packed, img, defer))
     };
@@ -471,8 +522,8 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     let (g_re, g_im) = (ptr(g_in.map(|g| g.0))?, ptr(g_in.map(|g| g.1))?);
     let (xtp, wre, wim) = (ptr(xt.as_ref())?, w_re.cuda_ptr()?, ptr(w_im)?);
     let (out, tre, tim, dout, gws_re, gws_im, pp, qp, dgr, dgi) = match outs {
-        MapOut::Forward { out } => (out.cuda_ptr()?, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-        MapOut::Backward { d_out, t_re, t_im, p: pw, q: qw, dg, gws } => {
+        MapOut::Forward { out, .. } => (out.cuda_ptr()?, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+        MapOut::Backward { d_out, t_re, t_im, p: pw, q: qw, dg, gws, .. } => {
             let (gr, gi) = match gws {
                 Some((a, b)) => (a.cuda_ptr()?, b.cuda_ptr()?),
                 None => (0, 0),
@@ -483,7 +534,12 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     let (tiles, nt) = (ptr(table.as_ref())?, ntiles as i64);
     let (vi, ki, ci) = (p.v as i64, p.k as i32, p.c as i32);
     let (spectral, vec_k, vec_c) = (p.spectral as i32, p.k.is_multiple_of(8) as i32, p.c.is_multiple_of(8) as i32);
-    dev.launch(&f, cfg_1d(grid, threads, smem as u32))
+    let (b_re, b_im) = match b_images {
+        Some((r, i)) => (r.cuda_ptr()?, i.cuda_ptr()?),
+        None => (0, 0),
+    };
+    let mut launch = dev.launch(&f, cfg_1d(grid, threads, smem as u32));
+    launch = launch
         .arg(&grads_re)
         .arg(&grads_im)
         .arg(&xtp)
@@ -508,9 +564,11 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
         .arg(&ci)
         .arg(&spectral)
         .arg(&vec_k)
-        .arg(&vec_c)
-        .named(if forward { "gradfeat staged forward" } else { "gradfeat staged map" })
-        .run()
+        .arg(&vec_c);
+    if b_images.is_some() {
+        launch = launch.arg(&b_re).arg(&b_im);
+    }
+    launch.named(if forward { "gradfeat staged forward" } else { "gradfeat staged map" }).run()
 }
 
 /// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im) by stages 1 and 2 of the map kernel.
@@ -519,16 +577,37 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
 /// where [`pp_applies`]): the GS_PP build, one warpgroup per CTA and two CTAs per multiprocessor (v9).
 pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool, defer: bool, pp: bool) -> Result<Tensor> {
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
-    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out }, packed, false, defer, pp)?;
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out, save: None }, packed, false, defer, pp)?;
     Ok(out)
+}
+
+/// Rows of the map kernel's tile images (GS_BM rows per row tile) and their padded channels.
+fn image_shape(p: &Problem) -> (usize, usize) {
+    let nch = chunks(p.c);
+    let ntiles = cuda::row_tile_entries(p, 128 / nch).map_or(p.v.div_ceil(128 / nch), |t| t.len() / 3);
+    (ntiles * (128 / nch), 128 * nch)
+}
+
+/// The training forward where [`saved_applies`]: the packed forward's out (the same bits), and b_re,
+/// b_im as tile images for [`backward`]'s `saved` (NOTES.md, v13).
+pub fn forward_save(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights) -> Result<(Tensor, Tensor, Tensor)> {
+    let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
+    let (rows, ldi) = image_shape(p);
+    let (b_re, b_im) = (Tensor::output(&[rows, ldi], p.dtype, p.device)?, Tensor::output(&[rows, ldi], p.dtype, p.device)?);
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out, save: Some((&b_re, &b_im)) }, true, false, false, false)?;
+    Ok((out, b_re, b_im))
 }
 
 /// `img` (with `packed`, where [`img_applies`]): g, P and Q as tile images and d_A by the image
 /// reductions (NOTES.md, v6); `defer` (with `img`): the map kernel's image build with GS_DEFER (v7).
+/// `saved`: b's tile images from [`forward_save`] of the same inputs, read instead of recomputing b
+/// (the image path; the caller checked [`saved_applies`]).
 #[allow(clippy::too_many_arguments)]
-pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool, defer: bool) -> Result<Grads> {
+pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool, defer: bool, saved: Option<(&Tensor, &Tensor)>) -> Result<Grads> {
     let (v, c, k) = (p.v, p.c, p.k);
-    let img = img && packed && img_applies(dev, p);
+    let img = saved.is_some() || (img && packed && img_applies(dev, p));
+    let packed = packed || saved.is_some();
+    let defer = defer && saved.is_none();
     // Stage 3's weights go in transposed, A_im negated: d_g's products then take the signs of b's
     // (see gs_map).
     let (w_re, w_im, rot) = match *weights {
@@ -553,15 +632,13 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     let vc = || Tensor::output(&[v, c], p.dtype, p.device);
     // Images: one GS_BM × Cpad block per row tile of the map kernel (rows past a mesh, channels past
     // C written as zeros by the kernel).
-    let nch = chunks(c);
-    let ntiles = cuda::row_tile_entries(p, 128 / nch).map_or(v.div_ceil(128 / nch), |t| t.len() / 3);
-    let (img_rows, ldi) = (ntiles * (128 / nch), 128 * nch);
+    let (img_rows, ldi) = image_shape(p);
     let ws = || if img { Tensor::output(&[img_rows * ldi], p.dtype, p.device) } else { vc() };
     // d_g: an image too where the image build runs (d_x's image reduction reads it; the spectral
     // form only, where d_g is not an output).
     let (pw, qw, dg_re, dg_im) = (ws()?, ws()?, ws()?, ws()?);
     let gws = if p.spectral { Some((ws()?, ws()?)) } else { None };
-    let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)) };
+    let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)), saved };
     launch_map(dev, p, input, weights, &outs, packed, img, img && defer, false)?;
 
     // d_A from P, Q and g, summed over every vertex of every mesh.

@@ -1,7 +1,7 @@
 //! Spatial gradient features' `ember check` cases and `ember bench` rows.
 
 use super::cuda::{BwdVariant, FwdVariant};
-use super::{backward, backward_with, cuda, forward, forward_with, reference, staged, validate, Grads, Input, InputGrads, WeightGrads, Weights};
+use super::{backward, backward_from, backward_with, cuda, forward, forward_train_with, forward_with, reference, staged, validate, Grads, Input, InputGrads, WeightGrads, Weights};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
 use crate::KernelBuild;
@@ -201,6 +201,11 @@ fn bwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(BwdVariant, Str
     Ok(cuda::bwd_variants(&p)?.into_iter().map(|b| (b, format!(" bwd={}", b.name()))).collect())
 }
 
+/// Whether the training pair (`forward_train` + `backward_from`) keeps b for this problem.
+fn saves_b(input: &Input, weights: &Weights) -> Result<bool> {
+    cuda::saves_b(&validate(input, weights)?)
+}
+
 /// The same for the forward.
 fn fwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(FwdVariant, String)>> {
     let p = validate(input, weights)?;
@@ -243,6 +248,22 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
         let mut r: Vec<CheckRow> = expected.iter().zip(&got).map(|((q, e), t)| compare("gradfeat", &label, q, t, e, tol)).collect::<Result<_>>()?;
         rescale_degenerate(case, &data, &expected, &got, &mut r)?;
         rows.extend(r.into_iter().skip(1));
+    }
+    // The training pair where it keeps b: out the same bits as the packed forward's, every gradient
+    // (through the saved, rounded b) against the reference.
+    if saves_b(&input, &weights)? {
+        let f = forward_train_with(&input, &weights, true)?;
+        rows.push(property("gradfeat", &format!("{name} fwd=packed-save"), "saves b", dtype, ctx.device, f.saved.is_some()));
+        if let Some(a) = &packed_bits {
+            let b: Vec<u64> = f.out.to_vec_f64()?.into_iter().map(f64::to_bits).collect();
+            rows.push(property("gradfeat", &format!("{name} fwd=packed-save"), "bitwise = fwd=packed", dtype, ctx.device, *a == b));
+        }
+        let mut got = vec![f.out.try_clone()?];
+        got.extend(grad_list(backward_from(&f, &input, &weights, &dev.d_out)?));
+        let label = format!("{name} bwd=saved-b");
+        let mut r: Vec<CheckRow> = expected.iter().zip(&got).map(|((q, e), t)| compare("gradfeat", &label, q, t, e, tol)).collect::<Result<_>>()?;
+        rescale_degenerate(case, &data, &expected, &got, &mut r)?;
+        rows.extend(r);
     }
     Ok(rows)
 }
@@ -319,10 +340,25 @@ fn determinism(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow
             Ok(v)
         };
         let (a, b) = (run()?, run()?);
-        let same = a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()));
-        rows.push(property("gradfeat", &format!("{}{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same));
+        rows.push(property("gradfeat", &format!("{}{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same_bits(&a, &b)));
+    }
+    if saves_b(&input, &weights)? {
+        let run = || -> Result<Vec<Vec<f64>>> {
+            let f = forward_train_with(&input, &weights, true)?;
+            let mut v = vec![f.out.to_vec_f64()?];
+            for t in grad_list(backward_from(&f, &input, &weights, &data.d_out)?) {
+                v.push(t.to_vec_f64()?);
+            }
+            Ok(v)
+        };
+        let (a, b) = (run()?, run()?);
+        rows.push(property("gradfeat", &format!("{} bwd=saved-b", case.name()), "bitwise-det", dtype, ctx.device, same_bits(&a, &b)));
     }
     Ok(rows)
+}
+
+fn same_bits(a: &[Vec<f64>], b: &[Vec<f64>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()))
 }
 
 /// On CUDA: errors for bad input leave the context usable, and a C beyond the kernels' on-chip
@@ -338,6 +374,14 @@ fn cuda_error_properties(ctx: &CheckCtx) -> Result<Vec<CheckRow>> {
     let a = Tensor::zeros(&[big, big], DType::BF16, ctx.device)?;
     let e = forward(&Input::Vertex { g_re: &g, g_im: &g }, &Weights::Plain { a: &a });
     rows.push(property("gradfeat", "C=4096 beyond the tiles", "Err(Unsupported)", DType::BF16, ctx.device, matches!(e, Err(Error::Unsupported(_)))));
+    if saves_b(&data.input(&case), &data.weights(&case))? {
+        // b saved by a forward of another problem (V = 41 instead of 40).
+        let f = forward_train_with(&data.input(&case), &data.weights(&case), true)?;
+        let other = Case::new(41, 8, 16, true, true);
+        let od = Data::new(&other, DType::BF16, 8)?.to_device(ctx.device)?;
+        let e = backward_from(&f, &od.input(&other), &od.weights(&other), &od.d_out);
+        rows.push(property("gradfeat", "saved b of another problem", "Err(Invalid)", DType::BF16, ctx.device, matches!(e, Err(Error::Invalid { .. }))));
+    }
     let ok = forward(&data.input(&case), &data.weights(&case)).and_then(|f| f.out.to_vec_f64()).is_ok_and(|v| v.iter().all(|x| x.is_finite()));
     rows.push(property("gradfeat", "no sticky error after bad input", "holds", DType::BF16, ctx.device, ok));
     Ok(rows)
@@ -537,6 +581,42 @@ impl crate::OpFamily for Family {
                         })?;
                         ctx.row_with_rate("gradfeat", "fwd+bwd", dtype, pp, ms, bwd_bytes, 3.0 * fwd_flops, rate)
                     }
+                };
+                note(&mut row);
+                progress(&row);
+                rows.push(row);
+            }
+            // The training pair (forward_train + backward_from) where it keeps b, and at the issue's
+            // sizes the saving forward alone (NOTES.md v13).
+            let train: &[bool] = match (saves_b(&input0, &weights0)?, issue_size) {
+                (false, _) => &[],
+                (true, false) => &[true],
+                (true, true) => &[false, true],
+            };
+            for &with_bwd in train {
+                let mut pp = serde_json::Map::new();
+                pp.insert("fwd".into(), json!("packed-save"));
+                if with_bwd {
+                    pp.insert("bwd".into(), json!("saved-b"));
+                }
+                pp.extend(p.clone());
+                if !bench_selected(&pp, dtype, with_bwd) {
+                    continue;
+                }
+                let ms = ctx.time(400.0, |i| {
+                    let d = &data[i % sets];
+                    let (input, weights) = (d.input(&case), d.weights(&case));
+                    let f = forward_train_with(&input, &weights, true)?;
+                    if with_bwd {
+                        backward_from(&f, &input, &weights, &d.d_out).map(drop)
+                    } else {
+                        Ok(())
+                    }
+                })?;
+                let mut row = if with_bwd {
+                    ctx.row_with_rate("gradfeat", "fwd+bwd", dtype, pp, ms, bwd_bytes, 3.0 * fwd_flops, rate)
+                } else {
+                    ctx.row_with_rate("gradfeat", "fwd", dtype, pp, ms, fwd_bytes, fwd_flops, rate)
                 };
                 note(&mut row);
                 progress(&row);

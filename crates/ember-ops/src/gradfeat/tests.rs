@@ -336,7 +336,14 @@ mod host_model {
             let d_a: Vec<_> = expected[expected.len() - planes..].iter().map(|(n, v)| (if *n == "d_a_im" { "d_a_im (images)" } else if *n == "d_a_re" { "d_a_re (images)" } else { "d_a (images)" }, v.clone())).collect();
             expected.extend(d_a);
             let d_x = expected.iter().find(|(n, _)| *n == "d_x").expect("the spectral form's d_x").1.clone();
-            expected.push(("d_x (images)", d_x));
+            expected.push(("d_x (images)", d_x.clone()));
+            // Then the same two from the backward that reads the training forward's saved b.
+            let d_a: Vec<_> = expected[expected.len() - 1 - 2 * planes..expected.len() - 1 - planes]
+                .iter()
+                .map(|(n, v)| (if *n == "d_a_im" { "d_a_im (saved b)" } else if *n == "d_a_re" { "d_a_re (saved b)" } else { "d_a (saved b)" }, v.clone()))
+                .collect();
+            expected.extend(d_a);
+            expected.push(("d_x (saved b)", d_x));
         }
         expected
     }
