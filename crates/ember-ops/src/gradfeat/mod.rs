@@ -95,7 +95,7 @@ pub struct Forward {
 }
 
 /// The training forward's b_re, b_im as the map kernel's tile images (row tile t: GS_BM rows × the
-/// padded channels, in the kernel's on-chip byte order), with the problem they belong to.
+/// padded channels, in the map kernel's accumulator-fragment order), with the problem they belong to.
 #[derive(Debug)]
 pub struct Saved {
     problem: Problem,

@@ -588,7 +588,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             return;
         }
         if (SAVED && local < nk1 + 2) {
-            // One plane of this row tile's b image, verbatim (GS_BM × GS_CPAD in G's byte order).
+            // One plane of this row tile's b image, verbatim (GS_BM × GS_CPAD values in fragment order).
             if (local == nk1) gs_load_tile<GS_BM, GS_NJ>(sD, a.d_out, C, r.row0, r.row_end, 0, C, true);
             const T* b = (local == nk1 ? a.b_re : a.b_im) + (blockIdx.x + (i64)jl * gridDim.x) * (GS_BM * GS_CPAD);
             gs_copy_image_from<GS_BM * GS_NJ>(s + my16, b + my8);
@@ -688,6 +688,23 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 *reinterpret_cast<u32*>(dst_im + off) = ember_pack2<T>(im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
             }
     };
+    // The accumulators (rounded) in fragment order, the layout of saved b's images: chunk q of this
+    // thread (accumulators 8q..8q + 7, i.e. the pairs of column groups i = 2q, 2q + 1, rows h = 0, 1)
+    // at 16-byte chunk q·GS_THREADS + tid of the row tile's plane. Each warp store is 512 contiguous
+    // bytes, 8 per plane and thread (the G-order image above takes 32 four-byte stores); the
+    // backward's ds epilogue reads the chunks back with one 16-byte load each.
+    auto store_acc_fragments = [&](T* dst_re, T* dst_im, i64 img) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const i64 off = img + 8 * ((i64)q * GS_THREADS + tid);
+            const uint4 r = {ember_pack2<T>(re[8 * q], re[8 * q + 1]), ember_pack2<T>(re[8 * q + 2], re[8 * q + 3]), ember_pack2<T>(re[8 * q + 4], re[8 * q + 5]),
+                             ember_pack2<T>(re[8 * q + 6], re[8 * q + 7])};
+            const uint4 m = {ember_pack2<T>(im[8 * q], im[8 * q + 1]), ember_pack2<T>(im[8 * q + 2], im[8 * q + 3]), ember_pack2<T>(im[8 * q + 4], im[8 * q + 5]),
+                             ember_pack2<T>(im[8 * q + 6], im[8 * q + 7])};
+            *reinterpret_cast<uint4*>(dst_re + off) = r;
+            *reinterpret_cast<uint4*>(dst_im + off) = m;
+        }
+    };
 
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
 #pragma unroll 1
@@ -779,7 +796,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             gs_fence_regs(re);
             gs_fence_regs(im);
             // The training forward's b, straight from the accumulators to its tile image.
-            if (SAVE && FWD) store_acc_image(a.b_re, a.b_im, img);
+            if (SAVE && FWD) store_acc_fragments(a.b_re, a.b_im, img);
             // Both warpgroups' products, which read all of G, and the copies of G are done before G is
             // overwritten.
             __syncthreads();
@@ -821,13 +838,20 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
         // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there. Reads of EB
         // column groups first, as in the forward's epilogue. b: the accumulators, or (SAVED) the
-        // planes of its image in the ring slots of stage 2's two tiles.
+        // planes of its image (fragment order: see store_acc_fragments) in the ring slots of stage 2's
+        // two tiles, chunk i0 / 2 of this thread holding the pairs of column groups i0, i0 + 1.
         const unsigned char* const pBre = smem + 3 * GS_PLANE + ((base + nk1) % GS_STAGES) * STAGE;
         const unsigned char* const pBim = smem + 3 * GS_PLANE + ((base + nk1 + 1) % GS_STAGES) * STAGE;
         constexpr int EB = 2;
+        static_assert(EB == 2, "one saved-b chunk per step");
 #pragma unroll
         for (int i0 = 0; i0 < 16; i0 += EB) {
-            u32 wre[EB][2], wim[EB][2], wd[EB][2], wbr[EB][2], wbi[EB][2];
+            u32 wre[EB][2], wim[EB][2], wd[EB][2];
+            uint4 cbr, cbi;
+            if (SAVED) {
+                cbr = *reinterpret_cast<const uint4*>(pBre + 16 * ((i0 / 2) * GS_THREADS + tid));
+                cbi = *reinterpret_cast<const uint4*>(pBim + 16 * ((i0 / 2) * GS_THREADS + tid));
+            }
 #pragma unroll
             for (int i = 0; i < EB; ++i)
 #pragma unroll
@@ -836,10 +860,6 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                     wre[i][h] = gs_lds32(pG + off);
                     wim[i][h] = gs_lds32(pG + GS_PLANE + off);
                     wd[i][h] = gs_lds32(pD + off);
-                    if (SAVED) {
-                        wbr[i][h] = gs_lds32(pBre + off);
-                        wbi[i][h] = gs_lds32(pBim + off);
-                    }
                 }
 #pragma unroll
             for (int i = 0; i < EB; ++i)
@@ -852,8 +872,9 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                     gs_unpack(wim[i][h], gi0, gi1);
                     gs_unpack(wd[i][h], d0, d1);
                     if (SAVED) {
-                        gs_unpack(wbr[i][h], br0, br1);
-                        gs_unpack(wbi[i][h], bi0, bi1);
+                        const int w = 2 * i + h;  // the pair's word in the chunk
+                        gs_unpack(w == 0 ? cbr.x : w == 1 ? cbr.y : w == 2 ? cbr.z : cbr.w, br0, br1);
+                        gs_unpack(w == 0 ? cbi.x : w == 1 ? cbi.y : w == 2 ? cbi.z : cbi.w, bi0, bi1);
                     } else {
                         br0 = re[e], br1 = re[e + 1], bi0 = im[e], bi1 = im[e + 1];
                     }
