@@ -130,37 +130,6 @@ static float gs_rcp(float x) { return 1.0f / x; }
 static void gs_stg16_if(void* dst, uint4 v, bool ok) {
     if (ok) std::memcpy(dst, &v, 16);
 }
-// cp.async.bulk stores (shared → global): eager, at issue; lazy, when wait_group.read retires them,
-// reading shared memory then (so a buffer rewritten before the wait shows in the results).
-struct BulkStore {
-    void* dst;
-    u32 src, bytes;
-};
-static thread_local std::vector<std::vector<BulkStore>> t_bulk_groups;
-static thread_local std::vector<BulkStore> t_bulk_open;
-static void bulk_land(const BulkStore& b) {
-    check_smem(b.src, b.bytes);
-    std::memcpy(b.dst, g_smem + b.src, b.bytes);
-}
-static void gs_bulk_store_if(void* dst, u32 src, u32 bytes, bool ok) {
-    if (!ok) return;
-    if (bytes % 16 || src % 16 || (reinterpret_cast<uintptr_t>(dst) & 15)) __trap();
-    const BulkStore b{dst, src, bytes};
-    if (g_lazy) {
-        t_bulk_open.push_back(b);
-    } else {
-        bulk_land(b);
-    }
-}
-static void gs_bulk_commit() {
-    t_bulk_groups.push_back(std::move(t_bulk_open));
-    t_bulk_open.clear();
-}
-static void gs_bulk_wait_read() {
-    for (const auto& g : t_bulk_groups)
-        for (const BulkStore& b : g) bulk_land(b);
-    t_bulk_groups.clear();
-}
 static void gs_fence_async() {}
 static void gs_fence_regs(float (&)[64]) {}
 static int gs_tid() { return (int)threadIdx.x; }
@@ -296,8 +265,7 @@ static void launch(u32 grid, u32 threads, u32 smem_bytes, const std::function<vo
                 blockIdx.x = b;
                 body();
                 // Every copy and product was waited for before the thread ended.
-                const bool copies = t_copy_open.empty() && std::all_of(t_copy_groups.begin(), t_copy_groups.end(), [](const auto& g) { return g.empty(); }) &&
-                                    t_bulk_open.empty() && std::all_of(t_bulk_groups.begin(), t_bulk_groups.end(), [](const auto& g) { return g.empty(); });
+                const bool copies = t_copy_open.empty() && std::all_of(t_copy_groups.begin(), t_copy_groups.end(), [](const auto& g) { return g.empty(); });
                 if (!copies || !t_mma_open.empty() || !t_mma_groups.empty()) {
                     std::fprintf(stderr, "block %u thread %u ended with copies or products not waited for\n", b, t);
                     std::abort();

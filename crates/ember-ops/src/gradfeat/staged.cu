@@ -119,16 +119,6 @@ __device__ __forceinline__ void gs_stg16_if(void* dst, uint4 v, bool ok) {
     asm volatile("{ .reg .pred p; setp.ne.b32 p, %5, 0; @p st.global.v4.b32 [%0], {%1, %2, %3, %4}; }" ::"l"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"((int)ok)
                  : "memory");
 }
-// `bytes` (a multiple of 16) of shared memory at src to global dst by the bulk-copy (TMA) unit, if
-// `ok` (predicated: no branch near wgmma), in this thread's bulk group; the SM goes on meanwhile.
-__device__ __forceinline__ void gs_bulk_store_if(void* dst, u32 src, u32 bytes, bool ok) {
-    asm volatile("{ .reg .pred p; setp.ne.b32 p, %3, 0; @p cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2; }" ::"l"(dst), "r"(src), "r"(bytes),
-                 "r"((int)ok)
-                 : "memory");
-}
-__device__ __forceinline__ void gs_bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// Until this thread's bulk stores have read their shared memory (at once for a thread with none).
-__device__ __forceinline__ void gs_bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 // Shared memory written by ordinary stores or cp.async and read next by wgmma (the async proxy).
 __device__ __forceinline__ void gs_fence_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // Accumulators written by ordinary instructions before, or read after, asynchronous wgmma: keep the
@@ -698,6 +688,23 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 *reinterpret_cast<u32*>(dst_im + off) = ember_pack2<T>(im[4 * i + 2 * h], im[4 * i + 2 * h + 1]);
             }
     };
+    // The accumulators (rounded) in fragment order, the layout of saved b's images: chunk q of this
+    // thread (accumulators 8q..8q + 7, i.e. the pairs of column groups i = 2q, 2q + 1, rows h = 0, 1)
+    // at 16-byte chunk q·GS_THREADS + tid of the row tile's plane. Each warp store is 512 contiguous
+    // bytes, 8 per plane and thread (the G-order image above takes 32 four-byte stores); the
+    // backward's ds epilogue reads the chunks back with one 16-byte load each.
+    auto store_acc_fragments = [&](T* dst_re, T* dst_im, i64 img) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const i64 off = img + 8 * ((i64)q * GS_THREADS + tid);
+            const uint4 r = {ember_pack2<T>(re[8 * q], re[8 * q + 1]), ember_pack2<T>(re[8 * q + 2], re[8 * q + 3]), ember_pack2<T>(re[8 * q + 4], re[8 * q + 5]),
+                             ember_pack2<T>(re[8 * q + 6], re[8 * q + 7])};
+            const uint4 m = {ember_pack2<T>(im[8 * q], im[8 * q + 1]), ember_pack2<T>(im[8 * q + 2], im[8 * q + 3]), ember_pack2<T>(im[8 * q + 4], im[8 * q + 5]),
+                             ember_pack2<T>(im[8 * q + 6], im[8 * q + 7])};
+            *reinterpret_cast<uint4*>(dst_re + off) = r;
+            *reinterpret_cast<uint4*>(dst_im + off) = m;
+        }
+    };
 
     gs_ring_start<GS_STAGES, GS_LAG>(n, load);
 #pragma unroll 1
@@ -713,9 +720,6 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             gs_zero(im);
 #pragma unroll 1
             for (int it = base; it < base + nk1; ++it) {
-                // SAVE (forward): the previous row tile's b planes have left D and G's second plane
-                // before this tile's stage-1 epilogue writes G (the barrier below orders it for all).
-                if (SAVE && FWD && it == base + nk1 - 1) gs_bulk_wait_read();
                 const u32 s = sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * STAGE;
                 gs_fence_regs(re);
                 gs_fence_regs(im);
@@ -791,6 +795,8 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             gs_wg_wait<0>();
             gs_fence_regs(re);
             gs_fence_regs(im);
+            // The training forward's b, straight from the accumulators to its tile image.
+            if (SAVE && FWD) store_acc_fragments(a.b_re, a.b_im, img);
             // Both warpgroups' products, which read all of G, and the copies of G are done before G is
             // overwritten.
             __syncthreads();
@@ -826,36 +832,13 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             }
             if (DEFER) continue;  // the next gs_ring_wait's barrier (or the one after the loop) orders it
             __syncthreads();
-            if (SAVE) {
-                // The training forward's b in fragment order: b_re into the d_out tile (unused by the
-                // forward), b_im over G's second plane (read by the epilogue above, before the
-                // barrier); then, after the barrier that makes them visible to the bulk-copy unit, two
-                // 32 KB bulk stores by thread 0 that drain while the next row tile computes (NOTES.md,
-                // v13: 64 KB of stores from every SM at the same moment stalled the epilogue).
-#pragma unroll
-                for (int q = 0; q < 8; ++q) {
-                    const u32 off = 16 * (q * GS_THREADS + tid);
-                    gs_st16(sD + off, ember_pack2<T>(re[8 * q], re[8 * q + 1]), ember_pack2<T>(re[8 * q + 2], re[8 * q + 3]), ember_pack2<T>(re[8 * q + 4], re[8 * q + 5]),
-                            ember_pack2<T>(re[8 * q + 6], re[8 * q + 7]));
-                    gs_st16(sG + GS_PLANE + off, ember_pack2<T>(im[8 * q], im[8 * q + 1]), ember_pack2<T>(im[8 * q + 2], im[8 * q + 3]),
-                            ember_pack2<T>(im[8 * q + 4], im[8 * q + 5]), ember_pack2<T>(im[8 * q + 6], im[8 * q + 7]));
-                }
-                gs_fence_async();
-            }
             store_result(row0, row_end);
-            if (SAVE) {
-                __syncthreads();
-                gs_bulk_store_if(a.b_re + img, sD, GS_PLANE, tid == 0);
-                gs_bulk_store_if(a.b_im + img, sG + GS_PLANE, GS_PLANE, tid == 0);
-                gs_bulk_commit();
-            }
             continue;
         }
         // ds; P, Q over G (each thread rewrites the elements it read); ds·b stays in the accumulators.
         // Outside the problem d_out was staged as zeros, so ds, P and Q are zero there. Reads of EB
         // column groups first, as in the forward's epilogue. b: the accumulators, or (SAVED) the
-        // planes of its image (fragment order: thread t's accumulators 8q..8q + 7 at 16-byte chunk q·256 + t, as the
-        // forward's SAVE epilogue writes them) in the ring slots of stage 2's
+        // planes of its image (fragment order: see store_acc_fragments) in the ring slots of stage 2's
         // two tiles, chunk i0 / 2 of this thread holding the pairs of column groups i0, i0 + 1.
         const unsigned char* const pBre = smem + 3 * GS_PLANE + ((base + nk1) % GS_STAGES) * STAGE;
         const unsigned char* const pBim = smem + 3 * GS_PLANE + ((base + nk1 + 1) % GS_STAGES) * STAGE;
@@ -952,7 +935,6 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         store_tile_result(mine - 1);
     }
     gs_wait<0>();  // the ring's last (empty) groups
-    if (SAVE && FWD) gs_bulk_wait_read();  // the last b planes read before the CTA's shared memory goes
 #endif
 }
 
