@@ -63,6 +63,14 @@ fn reduce_ctas(dev: &CudaDevice) -> usize {
     4 * dev.info().multiprocessors.max(1) as usize
 }
 
+/// CTAs of d_A's image reduction: `EMBER_GRADFEAT_DA_WAVES` full waves (default 4). Fewer waves mean
+/// fewer splits, so fewer f32 partial slices to write and sum (132 splits of 2·C² f32 are 67 MB at
+/// C = 256, whatever V), against less room for uneven multiprocessors (NOTES.md, v13).
+fn img_reduce_ctas(dev: &CudaDevice) -> usize {
+    let waves = std::env::var("EMBER_GRADFEAT_DA_WAVES").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| (1..=16).contains(w)).unwrap_or(4);
+    waves * dev.info().multiprocessors.max(1) as usize
+}
+
 fn dtype_code(dtype: DType) -> u32 {
     match dtype {
         DType::F16 => 1,
@@ -306,7 +314,7 @@ fn reduce_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tenso
     let (m, n) = (p.c, p.c);
     let planes = if rot { 2 } else { 1 };
     let tiles = m.div_ceil(128) * n.div_ceil(128);
-    let plan = img_plan(rows, tiles, reduce_ctas(dev));
+    let plan = img_plan(rows, tiles, img_reduce_ctas(dev));
     let ws = Tensor::output(&[plan.nsplits * planes * m * n], DType::F32, p.device)?;
     let f = dev.function(&SOURCE, &reduce_options(p.dtype), if rot { "gs_reduce_rot_img" } else { "gs_reduce_sum_img" })?;
     dev.set_max_dynamic_smem(&f, REDUCE_SMEM)?;
