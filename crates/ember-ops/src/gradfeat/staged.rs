@@ -63,11 +63,12 @@ fn reduce_ctas(dev: &CudaDevice) -> usize {
     4 * dev.info().multiprocessors.max(1) as usize
 }
 
-/// CTAs of d_A's image reduction: `EMBER_GRADFEAT_DA_WAVES` full waves (default 4). Fewer waves mean
-/// fewer splits, so fewer f32 partial slices to write and sum (132 splits of 2·C² f32 are 67 MB at
-/// C = 256, whatever V), against less room for uneven multiprocessors (NOTES.md, v13).
+/// CTAs of d_A's image reduction: one full wave, or `EMBER_GRADFEAT_DA_WAVES` (1..=16). Its splits are
+/// uniform whole k-tiles, so one wave balances; more waves mean more splits and more f32 partial
+/// slices to write and sum (4 waves: 132 splits of 2·C² f32, 67 MB at C = 256 whatever V; 1 wave:
+/// 17 MB). One wave measured 1–7 % faster per fwd+bwd than four (NOTES.md, v13).
 fn img_reduce_ctas(dev: &CudaDevice) -> usize {
-    let waves = std::env::var("EMBER_GRADFEAT_DA_WAVES").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| (1..=16).contains(w)).unwrap_or(4);
+    let waves = std::env::var("EMBER_GRADFEAT_DA_WAVES").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| (1..=16).contains(w)).unwrap_or(1);
     waves * dev.info().multiprocessors.max(1) as usize
 }
 
