@@ -28,8 +28,9 @@
 //! dtypes f32, f16, bf16 (accumulation in f32; the CUDA kernels run 16-bit inputs on tensor cores and
 //! f32 inputs as three-pass split TF32, accurate to f32 rounding); f64 on the CPU runs the reference.
 //! `backward` recomputes g and b rather than keeping V×C intermediates from `forward`. For training,
-//! `forward_train` + `backward_from` trade memory for time where the CUDA kernels support it (Hopper,
-//! 16-bit inputs, spectral form, K and C multiples of 8, C ≤ 256): the forward also writes b_re, b_im
+//! `forward_train` + `backward_from` trade memory for time where the CUDA kernels support it and it
+//! pays (Hopper, 16-bit inputs, spectral form, K and C multiples of 8, 128 < C ≤ 256): the forward
+//! also writes b_re, b_im
 //! (2·C values per vertex in the input dtype, as tile images) and the backward reads them instead of
 //! recomputing b — a third of the backward's map-kernel products (NOTES.md, v13). b is then rounded
 //! to the input dtype before ds and ds·b are formed (the recomputing backward keeps it in f32).

@@ -175,10 +175,14 @@ pub fn img_applies(dev: &CudaDevice, p: &Problem) -> bool {
 }
 
 /// Whether the training forward keeps b for the backward (`saved` of [`forward_save`] and
-/// [`backward`]): where `bwd=packed-img` runs its `_sv` map kernel and the larger ring slots fit.
+/// [`backward`]): where `bwd=packed-img` runs its `_sv` map kernel with two 128-channel chunks
+/// (128 < C ≤ 256) and the larger ring slots fit. At C ≤ 128 b's GEMM is cheap beside its 2·C·2
+/// bytes per vertex written and read back: at C = 128 the training pair measured 4 % slower than
+/// recomputing (NOTES.md, v13), so it recomputes there. The kernels take both chunk counts (the
+/// host model runs them).
 pub fn saved_applies(dev: &CudaDevice, p: &Problem) -> bool {
     let limit = dev.info().shared_memory_per_block_optin.max(0) as usize;
-    img_applies(dev, p) && map_smem_bytes_saved(chunks(p.c)) <= limit
+    img_applies(dev, p) && chunks(p.c) == 2 && map_smem_bytes_saved(chunks(p.c)) <= limit
 }
 
 /// Which kernels reduce over the vertices.
