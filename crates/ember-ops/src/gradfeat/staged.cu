@@ -760,14 +760,16 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
                 }
         }
 
-        // g to device memory, for d_A (while stage 2's first products run, or b's second plane lands).
-        auto store_g = [&]() {
+        // G's two planes to device memory, as this row tile's images or row-major: g (for d_A, while
+        // stage 2's first products run, or b's second plane lands), then P and Q (while stage 3's
+        // first products run).
+        auto store_planes = [&](T* dst_re, T* dst_im) {
             if (IMG) {
-                gs_store_image<GS_BM * GS_NJ>(pG, a.gws_re + img);
-                gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.gws_im + img);
+                gs_store_image<GS_BM * GS_NJ>(pG, dst_re + img);
+                gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, dst_im + img);
             } else {
-                gs_store_tile<GS_BM, GS_NJ>(pG, a.gws_re, C, row0, row_end, C, vc);
-                gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.gws_im, C, row0, row_end, C, vc);
+                gs_store_tile<GS_BM, GS_NJ>(pG, dst_re, C, row0, row_end, C, vc);
+                gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, dst_im, C, row0, row_end, C, vc);
             }
         };
         if (SAVED) {
@@ -779,7 +781,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             for (int it = base + nk1; it < base + nk1 + 2; ++it) {
                 gs_ring_wait<GS_STAGES, GS_LAG>(it);
                 gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
-                if (it == base + nk1) store_g();
+                if (it == base + nk1) store_planes(a.gws_re, a.gws_im);
             }
         } else {
             // ---- stage 2: b = g·(A_re + i·A_im)ᵀ ----
@@ -789,7 +791,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
                 map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * STAGE, it - base - nk1);
                 gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
-                if (!FWD && it == base + nk1 && spectral) store_g();
+                if (!FWD && it == base + nk1 && spectral) store_planes(a.gws_re, a.gws_im);
                 gs_wg_wait<GS_LAG>();
             }
             gs_wg_wait<0>();
@@ -894,16 +896,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         for (int it = base + nk1 + n2; it < base + per; ++it) {
             map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * STAGE, it - base - nk1 - n2);
             gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
-            if (it == base + nk1 + n2) {
-                // While the first products run: P, Q to device memory, for d_A.
-                if (IMG) {
-                    gs_store_image<GS_BM * GS_NJ>(pG, a.p + img);
-                    gs_store_image<GS_BM * GS_NJ>(pG + GS_PLANE, a.q + img);
-                } else {
-                    gs_store_tile<GS_BM, GS_NJ>(pG, a.p, C, row0, row_end, C, vc);
-                    gs_store_tile<GS_BM, GS_NJ>(pG + GS_PLANE, a.q, C, row0, row_end, C, vc);
-                }
-            }
+            if (it == base + nk1 + n2) store_planes(a.p, a.q);  // P, Q for d_A, under the first products
             gs_wg_wait<GS_LAG>();
         }
         gs_wg_wait<0>();
