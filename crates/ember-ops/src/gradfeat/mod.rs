@@ -30,9 +30,8 @@
 //! `backward` recomputes g and b rather than keeping V×C intermediates from `forward`. For training,
 //! `forward_train` + `backward_from` trade memory for time where the CUDA kernels support it and it
 //! pays (Hopper, 16-bit inputs, spectral form, K and C multiples of 8, 128 < C ≤ 256): the forward
-//! also writes b_re, b_im
-//! (2·C values per vertex in the input dtype, as tile images) and the backward reads them instead of
-//! recomputing b — a third of the backward's map-kernel products (NOTES.md, v13). b is then rounded
+//! also writes b_re, b_im (2·C values per vertex in the input dtype, as tile images) and the backward
+//! reads them instead of recomputing b — a third of the backward's map-kernel products (NOTES.md, v13). b is then rounded
 //! to the input dtype before ds and ds·b are formed (the recomputing backward keeps it in f32).
 //! Elsewhere `forward_train` keeps nothing and `backward_from` recomputes.
 //!

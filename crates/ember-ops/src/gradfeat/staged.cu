@@ -432,8 +432,9 @@ __device__ __forceinline__ void gs_ring_refill(int it, int n, Load&& load) {
 #define GS_STAGE_G (2 * GS_BM * GS_BK * 2 + GS_CPAD * GS_BK * 2)  // grads_re, grads_im, xᵀ
 #define GS_STAGE_W (2 * GS_CPAD * GS_BK * 2)                      // two weight planes
 #define GS_STAGE (GS_STAGE_G > GS_STAGE_W ? GS_STAGE_G : GS_STAGE_W)
-// G (2 planes), the d_out tile, the ring: 224 KB with GS_NCH = 2. Mirrors staged.rs.
-#define GS_SMEM (3 * GS_PLANE + GS_STAGES * GS_STAGE)
+// Shared memory: G (2 planes), the d_out tile and the ring, 3·GS_PLANE + GS_STAGES·(slot) with the
+// slot GS_STAGE (STAGE in gs_map: larger with saved b and one chunk): 224 KB with GS_NCH = 2.
+// Mirrors map_smem_bytes and map_smem_bytes_saved in staged.rs.
 
 struct MapArgs {
     const T* grads_re;
@@ -465,7 +466,8 @@ struct MapArgs {
 
 #if !GS_PP
 // SAVE (GS_IMG builds, `_sv` entries only): the forward also writes b_re, b_im as tile images
-// (straight from the accumulators, like d_g); the backward takes them instead of stage 2's products.
+// (straight from the accumulators, in their fragment order); the backward takes them instead of
+// stage 2's products.
 // Its ring then carries, between stage 1 and stage 3, two image tiles per row tile (b_re with d_out,
 // then b_im), and the ds epilogue reads b from their slots (NOTES.md, v13).
 template <bool ROT, bool FWD, bool SV, bool SAVE = false>

@@ -28,7 +28,7 @@ pub(super) fn chunks(c: usize) -> usize {
 
 /// Shared memory of the map kernel: the tile G (two planes of rows × padded channels), the d_out
 /// tile, and a 4-slot ring of 32-deep k-tiles (grads_re, grads_im and xᵀ, or two weight planes).
-/// Mirrors GS_SMEM in `staged.cu`.
+/// Mirrors the shared-memory layout of gs_map in `staged.cu` (G, d_out, ring).
 pub(super) fn map_smem_bytes(nch: usize) -> usize {
     let (bm, cpad, bk) = (128 / nch, 128 * nch, 32);
     let plane = bm * cpad * 2;
