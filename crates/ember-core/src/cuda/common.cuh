@@ -123,4 +123,22 @@ __device__ __forceinline__ void ember_store16(T* p, const float (&v)[8]) {
 // Elements per 16-byte vector.
 template <typename T> struct ember_vec { static constexpr int N = 16 / sizeof(T); };
 
+// Σ_{s < n} src[s·stride], added in the order s = 0, 1, …: the fixed-order sum of split-K slices.
+// EMBER_SUM_AHEAD terms are loaded before they are added (the same bits as one term at a time, more
+// bytes in flight: such sums are latency-bound, few elements and ~100 slices deep).
+#define EMBER_SUM_AHEAD 16
+__device__ __forceinline__ float ember_ordered_sum(const float* __restrict__ src, i64 stride, i64 n) {
+    float s = 0.0f;
+    i64 k = 0;
+    for (; k + EMBER_SUM_AHEAD <= n; k += EMBER_SUM_AHEAD, src += EMBER_SUM_AHEAD * stride) {
+        float v[EMBER_SUM_AHEAD];
+#pragma unroll
+        for (int u = 0; u < EMBER_SUM_AHEAD; ++u) v[u] = src[u * stride];
+#pragma unroll
+        for (int u = 0; u < EMBER_SUM_AHEAD; ++u) s += v[u];
+    }
+    for (; k < n; ++k, src += stride) s += *src;
+    return s;
+}
+
 #endif  // EMBER_COMMON_CUH

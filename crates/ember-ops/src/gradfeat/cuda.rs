@@ -102,6 +102,11 @@ fn family16() -> Family16 {
 /// - "packed-img-defer": as "packed-img" with the map kernel's deferred-store build (NOTES.md v7);
 ///   since v11 d_g leaves from registers, so only the forward of that build defers a store and the
 ///   backward equals "packed-img"'s.
+///
+/// The image variants take d_A one of two ways (NOTES.md v14): from the images of g, P and Q (v6), or
+/// factored through x (d_A = Rᵀ·x, R = gradsᵀ·[P Q] summed with d_x in one reduction, no g images).
+/// "packed-img" and "packed-img-defer" factor where [`super::staged::factored_pays`];
+/// "packed-img-gimages" and "packed-img-factored" always take the one they name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BwdVariant {
     Fused,
@@ -110,10 +115,35 @@ pub enum BwdVariant {
     Packed,
     PackedImg,
     PackedImgDefer,
+    PackedImgGImages,
+    PackedImgFactored,
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 6] = [BwdVariant::Fused, BwdVariant::Staged, BwdVariant::StagedMma, BwdVariant::Packed, BwdVariant::PackedImg, BwdVariant::PackedImgDefer];
+    pub const ALL: [BwdVariant; 8] = [
+        BwdVariant::Fused,
+        BwdVariant::Staged,
+        BwdVariant::StagedMma,
+        BwdVariant::Packed,
+        BwdVariant::PackedImg,
+        BwdVariant::PackedImgDefer,
+        BwdVariant::PackedImgGImages,
+        BwdVariant::PackedImgFactored,
+    ];
+
+    /// Whether the variant runs the image build of the map kernel (where it applies).
+    pub fn image(self) -> bool {
+        matches!(self, BwdVariant::PackedImg | BwdVariant::PackedImgDefer | BwdVariant::PackedImgGImages | BwdVariant::PackedImgFactored)
+    }
+
+    /// Whether the variant factors d_A through x for `p` (on the image path).
+    pub fn factors(self, p: &Problem) -> bool {
+        match self {
+            BwdVariant::PackedImgFactored => true,
+            BwdVariant::PackedImg | BwdVariant::PackedImgDefer => super::staged::factored_pays(p),
+            _ => false,
+        }
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -123,6 +153,8 @@ impl BwdVariant {
             BwdVariant::Packed => "packed",
             BwdVariant::PackedImg => "packed-img",
             BwdVariant::PackedImgDefer => "packed-img-defer",
+            BwdVariant::PackedImgGImages => "packed-img-gimages",
+            BwdVariant::PackedImgFactored => "packed-img-factored",
         }
     }
 
@@ -139,7 +171,7 @@ impl BwdVariant {
     pub fn effective(self, offered: &[BwdVariant]) -> BwdVariant {
         if offered.contains(&self) {
             self
-        } else if matches!(self, BwdVariant::PackedImg | BwdVariant::PackedImgDefer) && offered.contains(&BwdVariant::Packed) {
+        } else if self.image() && offered.contains(&BwdVariant::Packed) {
             BwdVariant::Packed
         } else {
             BwdVariant::Fused
@@ -234,7 +266,7 @@ pub fn bwd_variants(p: &Problem) -> Result<Vec<BwdVariant>> {
         return Ok(vec![BwdVariant::Fused]);
     }
     let img = super::staged::img_applies(&dev, p);
-    Ok(BwdVariant::ALL.into_iter().filter(|b| !matches!(b, BwdVariant::PackedImg | BwdVariant::PackedImgDefer) || img).collect())
+    Ok(BwdVariant::ALL.into_iter().filter(|b| !b.image() || img).collect())
 }
 
 /// Tile shapes of a fused kernel, preferred first (the launch takes the first that fits in shared
@@ -595,9 +627,9 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, v
     let dev = d_out.cuda_device()?.clone();
     if variant != BwdVariant::Fused && super::staged::applies(&dev, p) {
         let reductions = if variant == BwdVariant::Staged { super::staged::Reductions::Wgmma } else { super::staged::Reductions::MmaSync };
-        let (img, defer) = (matches!(variant, BwdVariant::PackedImg | BwdVariant::PackedImgDefer), variant == BwdVariant::PackedImgDefer);
+        let (img, defer) = (variant.image(), variant == BwdVariant::PackedImgDefer);
         let packed = variant == BwdVariant::Packed || img;
-        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer, None);
+        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer, None, variant.factors(p));
     }
     pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);

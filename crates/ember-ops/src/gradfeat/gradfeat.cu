@@ -1103,12 +1103,10 @@ GF_SPLITK_ENTRY(gf_splitk_rot, true)
 GF_SPLITK_ENTRY(gf_splitk_sum, false)
 
 // out_p[g][i] = Σ_{s in group g's splits, in order} ws[s][p][i]; groups are meshes for d_x (splits
-// from groups[2g] to groups[2g+1]) or one group of `nsplits` splits (groups null). A thread loads
-// GF_SUM_AHEAD splits of its element before adding them, in order: the same bits as one split at a
-// time, with more bytes in flight. The sums are latency-bound (few elements, ~130 splits deep):
-// four elements per thread (16-byte loads) measured slower, 41 against 29 µs for d_A's 69 MB on an
-// H100, having a quarter of the threads (NOTES.md, v11).
-#define GF_SUM_AHEAD 16
+// from groups[2g] to groups[2g+1]) or one group of `nsplits` splits (groups null). ember_ordered_sum
+// loads 16 splits of the element before adding them, in order. The sums are latency-bound (few
+// elements, ~130 splits deep): four elements per thread (16-byte loads) measured slower, 41 against
+// 29 µs for d_A's 69 MB on an H100, having a quarter of the threads (NOTES.md, v11).
 extern "C" __global__ void __launch_bounds__(256) gf_reduce(const float* __restrict__ ws, T* out0, T* out1, const i64* groups, int ngroups, int planes, i64 elems,
                                                             i64 nsplits) {
     const i64 total = (i64)ngroups * planes * elems;
@@ -1120,18 +1118,7 @@ extern "C" __global__ void __launch_bounds__(256) gf_reduce(const float* __restr
             sb = groups[2 * g];
             se = groups[2 * g + 1];
         }
-        const i64 stride = (i64)planes * elems;
-        const float* src = ws + (sb * planes + p) * elems + i;
-        float s = 0.0f;
-        i64 sp = sb;
-        for (; sp + GF_SUM_AHEAD <= se; sp += GF_SUM_AHEAD, src += GF_SUM_AHEAD * stride) {
-            float v[GF_SUM_AHEAD];
-#pragma unroll
-            for (int u = 0; u < GF_SUM_AHEAD; ++u) v[u] = src[u * stride];
-#pragma unroll
-            for (int u = 0; u < GF_SUM_AHEAD; ++u) s += v[u];
-        }
-        for (; sp < se; ++sp, src += stride) s += *src;
+        const float s = ember_ordered_sum(ws + (sb * planes + p) * elems + i, (i64)planes * elems, se - sb);
         (p == 0 ? out0 : out1)[(i64)g * elems + i] = ember_from_f32<T>(s);
     }
 }

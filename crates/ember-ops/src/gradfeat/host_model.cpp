@@ -74,6 +74,19 @@ static std::barrier<>* g_barrier = nullptr;
 }
 static void __syncthreads() { g_barrier->arrive_and_wait(); }
 
+// common.cuh's conversions and its fixed-order sum of split slices (the loads it issues ahead do not
+// change the order of the adds).
+template <typename T> T ember_from_f32(float v);
+template <> ember_bf16 ember_from_f32<ember_bf16>(float v) { return {bf16_bits(v)}; }
+template <> ember_f16 ember_from_f32<ember_f16>(float v) { return {f16_bits(v)}; }
+static float ember_to_f32(ember_bf16 v) { return ember_bf16_bits_to_f32(v.bits); }
+static float ember_to_f32(ember_f16 v) { return ember_f16_bits_to_f32(v.bits); }
+static float ember_ordered_sum(const float* src, i64 stride, i64 n) {
+    float s = 0.0f;
+    for (i64 k = 0; k < n; ++k) s += src[k * stride];
+    return s;
+}
+
 #define GS_HOST_MODEL 1
 #define GS_SMEM_DECL unsigned char* smem = g_smem
 #define GS_ENTRY(THREADS) extern "C" void
@@ -316,9 +329,10 @@ static Plan rd_plan() {
 
 typedef reduce_kernels::T T;
 
-// out[g] = Σ over the rows of group g (see gs_reduce), then the split-order sum of gf_reduce.
+// out[g] = Σ over the rows of group g (see gs_reduce), then the split-order sum of gf_reduce. With
+// `split_rows` (no rotations) the M × N result's first M/2 rows go to out0, the rest to out1.
 static void reduce(bool rot, const u16* a_re, const u16* a_im, const u16* b_re, const u16* b_im, i64 R, int M, int N, const Plan& plan, u16* out0, u16* out1,
-                   int ngroups) {
+                   int ngroups, bool split_rows = false) {
     const int planes = rot ? 2 : 1;
     const int tiles = ((M + 127) / 128) * ((N + 127) / 128);
     std::vector<float> ws((size_t)(plan.nsplits * planes * M * N), NAN);
@@ -336,7 +350,12 @@ static void reduce(bool rot, const u16* a_re, const u16* a_im, const u16* b_re, 
                 if (!plan.groups.empty()) sb = plan.groups[2 * g], se = plan.groups[2 * g + 1];
                 float s = 0.0f;
                 for (i64 sp = sb; sp < se; ++sp) s += ws[(size_t)((sp * planes + p) * elems + i)];
-                (p == 0 ? out0 : out1)[g * elems + i] = GS_DTYPE == 2 ? bf16_bits(s) : f16_bits(s);
+                const u16 v = GS_DTYPE == 2 ? bf16_bits(s) : f16_bits(s);
+                if (split_rows) {
+                    (i < elems / 2 ? out0 : out1)[g * elems / 2 + i % (elems / 2)] = v;
+                } else {
+                    (p == 0 ? out0 : out1)[g * elems + i] = v;
+                }
             }
 }
 
@@ -382,6 +401,29 @@ static void reduce_dx_img(const u16* grads_re, const u16* grads_im, const u16* d
         }
 }
 
+// staged.rs's reduce_dxa_img: d_x and R per mesh by gs_reduce_dxa over grads and the images of d_g, P,
+// Q (the splits and groups of its dx_img_plan), gs_sum_dxa into d_x and R's hi + lo rows, then d_A by
+// gs_reduce_sum over those M·K rows against x (uniform splits fin_nsplits × fin_per).
+static void reduce_dxa(bool rot, const u16* grads_re, const u16* grads_im, const u16* dg_re, const u16* dg_im, const u16* p, const u16* q, const u16* x,
+                       const std::vector<i64>& map_tiles, i64 V, int K, int C, int bm, const Plan& plan, i64 fin_nsplits, i64 fin_per, int meshes, u16* d_x,
+                       u16* d_a0, u16* d_a1) {
+    const int per_split = ((K + 127) / 128) * GS_NCH, planes = rot ? 3 : 2;
+    std::vector<float> ws((size_t)(plan.nsplits * planes * K * C), NAN);
+    launch((u32)(plan.nsplits * per_split), 256, 4 * (2 * 32 * 128 * 2 + 2 * 32 * 256 * 2), [&] {
+        auto f = GS_NCH == 1 ? (rot ? reduce_kernels::gs_reduce_dxa1_rot : reduce_kernels::gs_reduce_dxa1_plain)
+                             : (rot ? reduce_kernels::gs_reduce_dxa2_rot : reduce_kernels::gs_reduce_dxa2_plain);
+        f((const T*)grads_re, (const T*)grads_im, (const T*)dg_re, (const T*)dg_im, (const T*)p, (const T*)q, ws.data(), plan.splits.data(),
+          map_tiles.empty() ? nullptr : map_tiles.data(), V, K, C, bm);
+    });
+    const int ld = (planes - 1) * C;
+    const i64 rows = (i64)meshes * K;
+    u16 *a_hi = tensor((size_t)(rows * ld)), *a_lo = tensor((size_t)(rows * ld));
+    launch(1, 256, 0, [&] {
+        reduce_kernels::gs_sum_dxa(ws.data(), (T*)d_x, (T*)a_hi, (T*)a_lo, plan.groups.empty() ? nullptr : plan.groups.data(), meshes, planes, K, C, plan.nsplits);
+    });
+    reduce(false, a_hi, a_lo, x, x, rows, ld, C, Plan{fin_nsplits, fin_per, {}, {}}, d_a0, rot ? d_a1 : nullptr, 1, rot);
+}
+
 // Whether `img` (ntiles tile images of bm rows × ldi channels) holds the row-major V × C matrix `rm`
 // tile by tile (row tile t: rows row0.. of its mesh, to row_end), and zeros (either sign) elsewhere.
 static bool image_matches(const u16* img, const u16* rm, const std::vector<i64>& map_tiles, i64 ntiles, i64 V, i64 C, int bm, int ldi) {
@@ -423,7 +465,10 @@ static u16* pack(const std::vector<std::pair<const u16*, bool>>& srcs, i64 batch
     for (u32 t = 0; t < 256; ++t) {
         threadIdx.x = t;
         blockIdx.x = 0;
-        reduce_kernels::gs_pack((const T*)srcs[0].first, (const T*)srcs[planes - 1].first, (T*)dst, batches, rows, cols, rpad, nkt, planes, trans, negate);
+        reduce_kernels::GsPackJobs jobs{};
+        jobs.job[0] = {(const T*)srcs[0].first, (const T*)srcs[planes - 1].first, (T*)dst, batches, rows, cols, rpad, nkt, planes, trans, negate};
+        jobs.njobs = 1;
+        reduce_kernels::gs_pack(jobs);
     }
     return dst;
 }
@@ -448,6 +493,8 @@ int main(int argc, char** argv) {
     const Plan plan_dx = rd_plan();                 // staged.rs's dx_img_plan
     const std::vector<i64> pp_tiles = rd_table();   // staged.rs's packed-pp launch: 64-row tiles
     const i64 pp_ntiles = rd(), pp_grid = rd();
+    const Plan plan_dxa = rd_plan();                 // staged.rs's reduce_dxa_img: its dx_img_plan
+    const i64 fin_nsplits = rd(), fin_per = rd();   // and its last product's uniform splits
     const u16* grads_re = rd_tensor(spectral ? V * K : 0);
     const u16* grads_im = rd_tensor(spectral ? V * K : 0);
     const u16* x = rd_tensor(spectral ? M * K * C : 0);
@@ -489,6 +536,30 @@ int main(int argc, char** argv) {
         const u16* w_img = rot ? pack({{a_re, false}, {a_im, false}}, 1, (int)C, (int)C, rpad, false) : pack({{a_re, false}}, 1, (int)C, (int)C, rpad, false);
         const u16* t_img = rot ? pack({{a_re, false}, {a_im, true}}, 1, (int)C, (int)C, rpad, true) : pack({{a_re, false}}, 1, (int)C, (int)C, rpad, true);
         const u16* xt_img = spectral ? pack({{x, false}}, M, (int)C, (int)K, rpad, true) : nullptr;
+        // The three images again from one gs_pack launch of three jobs (staged.rs's launch_map): the
+        // same bits.
+        if (spectral) {
+            const int nkc = ((int)C + 31) / 32, nkk = ((int)K + 31) / 32, planes = rot ? 2 : 1;
+            const size_t nw = (size_t)(planes * nkc * rpad * 32), nx = (size_t)(M * nkk * rpad * 32);
+            u16 *w3 = tensor(nw), *x3 = tensor(nx), *t3 = tensor(nw);
+            reduce_kernels::GsPackJobs jobs{};
+            jobs.job[0] = {(const T*)a_re, (const T*)(rot ? a_im : a_re), (T*)w3, 1, (int)C, (int)C, rpad, nkc, planes, 0, 0};
+            jobs.job[1] = {(const T*)x, (const T*)x, (T*)x3, M, (int)C, (int)K, rpad, nkk, 1, 1, 0};
+            jobs.job[2] = {(const T*)a_re, (const T*)(rot ? a_im : a_re), (T*)t3, 1, (int)C, (int)C, rpad, nkc, planes, 1, rot ? 2 : 0};
+            jobs.njobs = 3;
+            gridDim.x = 3;
+            blockDim.x = 256;
+            for (u32 b = 0; b < 3; ++b)
+                for (u32 t = 0; t < 256; ++t) {
+                    threadIdx.x = t;
+                    blockIdx.x = b;
+                    reduce_kernels::gs_pack(jobs);
+                }
+            if (!same(w3, w_img, (i64)nw) || !same(x3, xt_img, (i64)nx) || !same(t3, t_img, (i64)nw)) {
+                std::fprintf(stderr, "one gs_pack launch of three jobs differs from three launches\n");
+                return 1;
+            }
+        }
         u16 *p2 = tensor(V * C), *q2 = tensor(V * C), *dg2_re = tensor(V * C), *dg2_im = tensor(V * C), *out2 = tensor(V * C);
         u16 *gws2_re = spectral ? tensor(V * C) : nullptr, *gws2_im = spectral ? tensor(V * C) : nullptr;
         launch((u32)grid_fwd, 256, smem, [&] {
@@ -515,6 +586,7 @@ int main(int argc, char** argv) {
     const i64 img_rows = ntiles * bm;
     u16 *d_a_img0 = tensor(C * C), *d_a_img1 = tensor(C * C), *d_x_img = tensor(M * K * C);
     u16 *d_a_sv0 = tensor(C * C), *d_a_sv1 = tensor(C * C), *d_x_sv = tensor(M * K * C);
+    u16 *d_a_fac0 = tensor(C * C), *d_a_fac1 = tensor(C * C), *d_x_fac = tensor(M * K * C);
     if (sv) {
         const u16* w_img = rot ? pack({{a_re, false}, {a_im, false}}, 1, (int)C, (int)C, ldi, false) : pack({{a_re, false}}, 1, (int)C, (int)C, ldi, false);
         const u16* t_img = rot ? pack({{a_re, false}, {a_im, true}}, 1, (int)C, (int)C, ldi, true) : pack({{a_re, false}}, 1, (int)C, (int)C, ldi, true);
@@ -568,6 +640,22 @@ int main(int argc, char** argv) {
             }
             reduce_img(rot, p6, q6, g6_re, g6_im, img_rows, ldi, (int)C, (int)C, img_nsplits, img_per, d_a_sv0, d_a_sv1);
             reduce_dx_img(grads_re, grads_im, dg6_re, dg6_im, map_tiles, V, (int)K, (int)C, bm, plan_dx, d_x_sv, (int)M);
+
+            // d_A factored through x (staged.rs's backward with `factored`): the same map kernel without
+            // g's images (P, Q and d_g the same bits), then reduce_dxa_img.
+            u16 *p7 = tensor(img_rows * ldi), *q7 = tensor(img_rows * ldi), *dg7_re = tensor(img_rows * ldi), *dg7_im = tensor(img_rows * ldi);
+            launch((u32)grid_bwd, 256, smem_saved, [&] {
+                auto f = rot ? map_kernels_img::gs_map_rot_sv_saved : map_kernels_img::gs_map_plain_sv_saved;
+                f((const T*)grads_re, (const T*)grads_im, (const T*)xt_img, nullptr, nullptr, (const T*)w_img, nullptr, (const T*)t_img, nullptr, (const T*)d_out,
+                  nullptr, nullptr, (T*)p7, (T*)q7, (T*)dg7_re, (T*)dg7_im, nullptr, tiles, ntiles, V, (int)K, (int)C, (int)spectral, vec_k, vec_c, (T*)b6_re,
+                  (T*)b6_im);
+            });
+            if (!same(p7, p6, img_rows * ldi) || !same(q7, q6, img_rows * ldi) || !same(dg7_re, dg6_re, img_rows * ldi) || !same(dg7_im, dg6_im, img_rows * ldi)) {
+                std::fprintf(stderr, "the map kernel without g's images differs from the one with them\n");
+                return 1;
+            }
+            reduce_dxa(rot, grads_re, grads_im, dg7_re, dg7_im, p7, q7, x, map_tiles, V, (int)K, (int)C, bm, plan_dxa, fin_nsplits, fin_per, (int)M, d_x_fac, d_a_fac0,
+                       d_a_fac1);
         }
 
         // The deferred-store build: the same arithmetic in the same order, so out and the images are
@@ -635,6 +723,9 @@ int main(int argc, char** argv) {
         std::fwrite(d_a_sv0, 2, (size_t)(C * C), out);
         if (rot) std::fwrite(d_a_sv1, 2, (size_t)(C * C), out);
         std::fwrite(d_x_sv, 2, (size_t)(M * K * C), out);
+        std::fwrite(d_a_fac0, 2, (size_t)(C * C), out);
+        if (rot) std::fwrite(d_a_fac1, 2, (size_t)(C * C), out);
+        std::fwrite(d_x_fac, 2, (size_t)(M * K * C), out);
     }
     std::fclose(out);
     return 0;

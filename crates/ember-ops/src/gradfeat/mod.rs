@@ -288,14 +288,20 @@ pub fn forward_train_with(input: &Input, weights: &Weights, save: bool) -> Resul
 /// The backward of a training step: through `forward.saved` when `forward_train` kept b (the same
 /// inputs and weights must be passed as to it), else as `backward`.
 pub fn backward_from(forward: &Forward, input: &Input, weights: &Weights, d_out: &Tensor) -> Result<Grads> {
-    let Some(saved) = &forward.saved else { return backward(input, weights, d_out) };
+    backward_from_with(forward, input, weights, d_out, cuda::BwdVariant::from_env())
+}
+
+/// `backward_from` taking d_A as `variant` does (see [`cuda::BwdVariant`]: factored through x or from
+/// g's images) where b was saved; else `backward_with` of `variant`.
+pub fn backward_from_with(forward: &Forward, input: &Input, weights: &Weights, d_out: &Tensor, variant: cuda::BwdVariant) -> Result<Grads> {
+    let Some(saved) = &forward.saved else { return backward_with(input, weights, d_out, variant) };
     let p = validate(input, weights)?;
     validate::like("d_out", d_out, p.device, p.dtype, &[p.v, p.c], "(V, C)")?;
     if saved.problem != p {
         return Err(Error::invalid("forward", format!("saved b of a forward of another problem: expected V = {}, K = {}, C = {}, {} meshes, {} on {}, got V = {}, K = {}, C = {}, {} meshes, {} on {}", p.v, p.k, p.c, p.meshes(), p.dtype, p.device, saved.problem.v, saved.problem.k, saved.problem.c, saved.problem.meshes(), saved.problem.dtype, saved.problem.device)));
     }
     let dev = d_out.cuda_device()?.clone();
-    staged::backward(&dev, &p, input, weights, d_out, staged::Reductions::MmaSync, true, true, false, Some((&saved.b_re, &saved.b_im)))
+    staged::backward(&dev, &p, input, weights, d_out, staged::Reductions::MmaSync, true, true, false, Some((&saved.b_re, &saved.b_im)), variant.factors(&p))
 }
 
 /// Gradients of Σ d_out ⊙ out with respect to the input (x, or g_re and g_im) and the weights.

@@ -763,8 +763,8 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
         }
 
         // G's two planes to device memory, as this row tile's images or row-major: g (for d_A, while
-        // stage 2's first products run, or b's second plane lands), then P and Q (while stage 3's
-        // first products run).
+        // stage 2's first products run, or b's second plane lands; not where d_A is factored through
+        // x and gws_re is null: NOTES.md, v14), then P and Q (while stage 3's first products run).
         auto store_planes = [&](T* dst_re, T* dst_im) {
             if (IMG) {
                 gs_store_image<GS_BM * GS_NJ>(pG, dst_re + img);
@@ -783,7 +783,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             for (int it = base + nk1; it < base + nk1 + 2; ++it) {
                 gs_ring_wait<GS_STAGES, GS_LAG>(it);
                 gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
-                if (it == base + nk1) store_planes(a.gws_re, a.gws_im);
+                if (it == base + nk1 && a.gws_re) store_planes(a.gws_re, a.gws_im);
             }
         } else {
             // ---- stage 2: b = g·(A_re + i·A_im)ᵀ ----
@@ -793,7 +793,7 @@ __device__ __forceinline__ void gs_map(const MapArgs& a) {
             for (int it = base + nk1; it < base + nk1 + nk2; ++it) {
                 map_step(sR + gs_ring_wait<GS_STAGES, GS_LAG>(it) * STAGE, it - base - nk1);
                 gs_ring_refill<GS_STAGES, GS_LAG>(it, n, load);
-                if (!FWD && it == base + nk1 && spectral) store_planes(a.gws_re, a.gws_im);
+                if (!FWD && it == base + nk1 && spectral && a.gws_re) store_planes(a.gws_re, a.gws_im);
                 gs_wg_wait<GS_LAG>();
             }
             gs_wg_wait<0>();
@@ -1318,6 +1318,26 @@ GS_REDUCE_IMG_ENTRY(gs_reduce_sum_img, false)
 #define DX_GRADS (GR_BK * 128 * 2)  // 8 KB: one plane of a grads k-tile
 #define DX_STAGE (2 * DX_GRADS + 2 * GR_BK * 256 * 2)  // 48 KB (sized for ldi = 256)
 #define DX_SMEM (DX_STAGES * DX_STAGE)                  // 192 KB. Mirrors staged.rs.
+
+// A k-tile of grads_re and grads_im for the reductions over image rows: image rows r..r + 31 (one row
+// tile's: vertices from tiles[3t] up to tiles[3t + 1], or t·bm up to V without a tile table), columns
+// m0..m0 + 127 of K, into the two 8 KB planes at s (gs_off order, 16 chunks per row: this thread's
+// chunks tid + 256·q, q = 0, 1, are row (tid/128)·8 + tid%8 + 16·q, columns m0 + 8·((tid/8)%16)..+7),
+// zero past the row tile's end and past K.
+__device__ __forceinline__ void gs_dx_grads_tile(u32 s, const T* grads_re, const T* grads_im, const i64* tiles, i64 V, int K, int bm, i64 r, int m0) {
+    const int tid = gs_tid();
+    const int g_row = (tid >> 7) * 8 + (tid & 7), g_col = m0 + 8 * ((tid >> 3) & 15);
+    const i64 t = r / bm;
+    const i64 v0 = (tiles ? tiles[3 * t] : t * bm) + (r - t * bm), v_end = tiles ? tiles[3 * t + 1] : V;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+        const i64 v = v0 + g_row + 16 * q;
+        const bool ok = g_col < K && v < v_end;
+        const i64 off = ok ? v * K + g_col : 0;
+        gs_cp16(s + 16 * (u32)(tid + GS_THREADS * q), grads_re + off, ok ? 16 : 0);
+        gs_cp16(s + DX_GRADS + 16 * (u32)(tid + GS_THREADS * q), grads_im + off, ok ? 16 : 0);
+    }
+}
 template <int NCH>
 __device__ __forceinline__ void gs_reduce_dx(const T* grads_re, const T* grads_im, const T* dg_re, const T* dg_im, float* ws, const i64* splits,
                                              const i64* tiles, i64 V, int K, int C, int bm) {
@@ -1336,28 +1356,15 @@ __device__ __forceinline__ void gs_reduce_dx(const T* grads_re, const T* grads_i
     const i64 r_begin = splits[2 * split], r_end = splits[2 * split + 1];
     if (threadIdx.x == 0 && (r_begin % GR_BK != 0 || r_end % GR_BK != 0)) __trap();  // splits of whole k-tiles
     const int nk = r_end > r_begin ? (int)((r_end - r_begin) / GR_BK) : 0;
-    // This thread's chunks: grads plane chunk tid + 256·q (q = 0, 1) is row g_row + 16·q, columns
-    // m0 + g_col..+7 (gs_off order with 16 chunks per row); d_g plane chunk tid + 256·q of the
-    // k-tile's contiguous 32·LDI elements.
+    // This thread's chunks of d_g: chunk tid + 256·q of each plane's contiguous 32·LDI elements.
     const int tid = gs_tid();
-    const int g_row = (tid >> 7) * 8 + (tid & 7), g_col = m0 + 8 * ((tid >> 3) & 15);
-    const bool col_ok = g_col < K;
     float acc[NCH][64];
 #pragma unroll
     for (int h = 0; h < NCH; ++h) gs_zero(acc[h]);
     auto load = [&](int slot, int kt) {
         const u32 s = sbase + slot * DX_STAGE;
         const i64 r = r_begin + (i64)kt * GR_BK;  // the k-tile's first image row
-        const i64 t = r / bm;
-        const i64 v0 = (tiles ? tiles[3 * t] : t * bm) + (r - t * bm), v_end = tiles ? tiles[3 * t + 1] : V;
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const i64 v = v0 + g_row + 16 * q;
-            const bool ok = col_ok && v < v_end;
-            const i64 off = ok ? v * K + g_col : 0;
-            gs_cp16(s + 16 * (u32)(tid + GS_THREADS * q), grads_re + off, ok ? 16 : 0);
-            gs_cp16(s + DX_GRADS + 16 * (u32)(tid + GS_THREADS * q), grads_im + off, ok ? 16 : 0);
-        }
+        gs_dx_grads_tile(s, grads_re, grads_im, tiles, V, K, bm, r, m0);
         const i64 e = r * LDI + 8 * tid;
 #pragma unroll
         for (int q = 0; q < 2 * NCH; ++q) {
@@ -1419,6 +1426,158 @@ __device__ __forceinline__ void gs_reduce_dx(const T* grads_re, const T* grads_i
 GS_REDUCE_DX_ENTRY(gs_reduce_dx1_img, 1)
 GS_REDUCE_DX_ENTRY(gs_reduce_dx2_img, 2)
 
+// ---------------------------------------------------------------------------------------------------
+// d_x and the factored d_A in one reduction over image rows (NOTES.md, v14). In the spectral form
+// g = grads·x per mesh, so d_A's sums over vertices factor through x:
+//   d_A_re = Σ_v P[v]ᵀg_re[v] + Q[v]ᵀg_im[v] = R_reᵀ·x,   R_re = grads_reᵀ·P + grads_imᵀ·Q   (K × C)
+//   d_A_im = Σ_v Q[v]ᵀg_re[v] − P[v]ᵀg_im[v] = R_imᵀ·x,   R_im = grads_reᵀ·Q − grads_imᵀ·P
+// (without rotations d_A = R_reᵀ·x): K-deep instead of C-deep sums over vertices, and the map kernel
+// writes no g. R shares its A operand (grads) with d_x = grads_reᵀ·d_g_re + grads_imᵀ·d_g_im, so one
+// CTA computes, for 128 rows of K (two warpgroups of 64) and one 128-channel chunk h of C, all three:
+//   dx += G_reᵀ·dG_re,h + G_imᵀ·dG_im,h;  re += G_reᵀ·P_h + G_imᵀ·Q_h;  im += G_imᵀ·P_h − G_reᵀ·Q_h
+// (im = −R_im; the split sum flips it). CTA (split, m-tile, h), h fastest: the CTAs of one split run
+// together and share its grads rows through L2. Splits as gs_reduce_dx's (whole k-tiles of one mesh);
+// ring slots as DX_STAGE: the grads planes, then d_g_re, d_g_im, P, Q of chunk h as 32 × 128 tiles in
+// gs_reduce's IMG order (the chunk's 2 KB of each of the k-tile's 4 row groups, MN-major: LBO 2 KB,
+// SBO 128). Slices ws[split][plane][K][C], planes dx, re (and im with ROT).
+template <int NCH, bool ROT>
+__device__ __forceinline__ void gs_reduce_dxa(const T* grads_re, const T* grads_im, const T* dg_re, const T* dg_im, const T* p, const T* q, float* ws,
+                                              const i64* splits, const i64* tiles, i64 V, int K, int C, int bm) {
+#if !GS_HAS_WGMMA
+    __trap();
+#else
+    GS_SMEM_DECL;
+    constexpr int LDI = 128 * NCH;
+    constexpr int PLANES = ROT ? 3 : 2;
+    const u32 sbase = gs_smem_addr(smem);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
+    const int wg = warp >> 2, wr = warp & 3;
+    if (threadIdx.x == 0 && (gs_dynamic_smem_size() < (u32)DX_SMEM || bm % GR_BK != 0 || C > LDI)) __trap();  // launch code and kernel disagree
+    const int tiles_m = (K + 127) / 128;
+    const int h = (int)(blockIdx.x % (u32)NCH);
+    const u32 mt = blockIdx.x / (u32)NCH;
+    const int m0 = (int)(mt % (u32)tiles_m) * 128;
+    const i64 split = mt / (u32)tiles_m;
+    const i64 r_begin = splits[2 * split], r_end = splits[2 * split + 1];
+    if (threadIdx.x == 0 && (r_begin % GR_BK != 0 || r_end % GR_BK != 0)) __trap();  // splits of whole k-tiles
+    const int nk = r_end > r_begin ? (int)((r_end - r_begin) / GR_BK) : 0;
+    // This thread's chunks of chunk h's tiles: chunk j = tid + 256·u (u = 0, 1) of a k-tile's 4 blocks
+    // of 2 KB, block j/128 (one row group: 8·LDI elements apart in the image), chunk j%128 of it.
+    const int tid = gs_tid();
+    const i64 rg = 8 * (i64)LDI;
+    const i64 thr = (tid >> 7) * rg + 8 * (tid & 127) + 1024 * h;
+    float dx[64], re[64], im[64];
+    gs_zero(dx);
+    gs_zero(re);
+    if (ROT) gs_zero(im);
+    constexpr u32 B0 = 2 * DX_GRADS, BT = GR_BK * 128 * 2;  // the first B tile, and its size (8 KB)
+    auto load = [&](int slot, int kt) {
+        const u32 s = sbase + slot * DX_STAGE;
+        const i64 r = r_begin + (i64)kt * GR_BK;  // the k-tile's first image row
+        gs_dx_grads_tile(s, grads_re, grads_im, tiles, V, K, bm, r, m0);
+        const i64 e = (r >> 3) * rg + thr;
+        const T* src[4] = {dg_re + e, dg_im + e, p + e, q + e};
+#pragma unroll
+        for (int o = 0; o < 4; ++o) {
+            gs_cp16(s + B0 + o * BT + 16 * (u32)tid, src[o], 16);
+            gs_cp16(s + B0 + o * BT + 16 * (u32)(tid + GS_THREADS), src[o] + 2 * rg, 16);
+        }
+    };
+    gs_ring_start<DX_STAGES, DX_LAG>(nk, load);
+#pragma unroll 1
+    for (int kt = 0; kt < nk; ++kt) {
+        const u32 s = sbase + gs_ring_wait<DX_STAGES, DX_LAG>(kt) * DX_STAGE;
+        gs_fence_regs(dx);
+        gs_fence_regs(re);
+        if (ROT) gs_fence_regs(im);
+        gs_wg_arrive();
+#pragma unroll
+        for (int ks = 0; ks < GR_BK / 16; ++ks) {
+            // Rows 16·ks.. of the k-tile: two 8-row groups 2048 bytes apart (LBO) in every tile; 8-column
+            // groups 128 bytes apart (SBO); this warpgroup's 64 columns of K from column group 8·wg.
+            const u32 k = 2 * ks * (16 * 128);
+            const u64 ar = gs_desc(s + k + 1024 * wg, 16 * 128, 128);
+            const u64 ai = gs_desc(s + DX_GRADS + k + 1024 * wg, 16 * 128, 128);
+            const u64 bdr = gs_desc(s + B0 + k, 16 * 128, 128);
+            const u64 bdi = gs_desc(s + B0 + BT + k, 16 * 128, 128);
+            const u64 bp = gs_desc(s + B0 + 2 * BT + k, 16 * 128, 128);
+            const u64 bq = gs_desc(s + B0 + 3 * BT + k, 16 * 128, 128);
+            gs_mma<1, 1>(dx, ar, bdr);
+            gs_mma<1, 1>(dx, ai, bdi);
+            gs_mma<1, 1>(re, ar, bp);
+            gs_mma<1, 1>(re, ai, bq);
+            if (ROT) {
+                gs_mma<1, 1>(im, ai, bp);
+                gs_mma<-1, 1>(im, ar, bq);
+            }
+        }
+        gs_wg_commit();
+        gs_ring_refill<DX_STAGES, DX_LAG>(kt, nk, load);
+        gs_wg_wait<DX_LAG>();
+    }
+    gs_wg_wait<0>();
+    gs_fence_regs(dx);
+    gs_fence_regs(re);
+    if (ROT) gs_fence_regs(im);
+    gs_wait<0>();  // the ring's last (empty) groups
+    float* const w = ws + split * PLANES * (i64)K * C;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int m = m0 + 64 * wg + 16 * wr + gq + 8 * hh;
+            const int n = 128 * h + 8 * i + 2 * tq;
+            const int e = 4 * i + 2 * hh;
+            if (m >= K) continue;
+            float* const row = w + (i64)m * C + n;
+            const i64 pk = (i64)K * C;  // between planes
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                if (n + u >= C) continue;
+                row[u] = dx[e + u];
+                row[pk + u] = re[e + u];
+                if (ROT) row[2 * pk + u] = im[e + u];
+            }
+        }
+#endif
+}
+#define GS_REDUCE_DXA_ENTRY(NAME, NCH, ROT)                                                                                       \
+    GS_ENTRY(GS_THREADS)                                                                                                          \
+    NAME(const T* grads_re, const T* grads_im, const T* dg_re, const T* dg_im, const T* p, const T* q, float* ws, const i64* splits, \
+         const i64* tiles, i64 V, int K, int C, int bm) {                                                                         \
+        gs_reduce_dxa<NCH, ROT>(grads_re, grads_im, dg_re, dg_im, p, q, ws, splits, tiles, V, K, C, bm);                          \
+    }
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa1_rot, 1, true)
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa2_rot, 2, true)
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa1_plain, 1, false)
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa2_plain, 2, false)
+
+// The split sums of gs_reduce_dxa, per mesh g (splits groups[2g]..groups[2g+1], or all): d_x[g] (K × C)
+// from plane 0, and R of planes 1.. as the A operand of d_A's last product (gs_reduce_sum over the
+// M·K rows of all meshes, B = x): row g·K + k of a_hi, a_lo holds R_re[k, ·] (and R_im[k, ·] = −plane 2
+// after it: ld = (planes − 1)·C), each value as hi + lo, two 16-bit numbers (hi = its rounding,
+// lo = the rounding of the rest), so that the product sees R to ~2⁻¹⁷ and not to 16-bit precision.
+extern "C" __global__ void __launch_bounds__(256) gs_sum_dxa(const float* __restrict__ ws, T* d_x, T* a_hi, T* a_lo, const i64* groups, int ngroups, int planes,
+                                                             int K, int C, i64 nsplits) {
+    const i64 elems = (i64)K * C, total = (i64)ngroups * planes * elems;
+    const int ld = (planes - 1) * C;
+    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+        const i64 i = idx % elems, gpl = idx / elems;
+        const int pl = (int)(gpl % planes), g = (int)(gpl / planes);
+        const i64 sb = groups ? groups[2 * g] : 0, se = groups ? groups[2 * g + 1] : nsplits;
+        const float s = ember_ordered_sum(ws + (sb * planes + pl) * elems + i, (i64)planes * elems, se - sb);
+        if (pl == 0) {
+            d_x[(i64)g * elems + i] = ember_from_f32<T>(s);
+            continue;
+        }
+        const float v = pl == 2 ? -s : s;
+        const T hi = ember_from_f32<T>(v);
+        const i64 at = ((i64)g * K + i / C) * ld + (pl - 1) * C + i % C;
+        a_hi[at] = hi;
+        a_lo[at] = ember_from_f32<T>(v - ember_to_f32(hi));
+    }
+}
+
 // dst[b] = ±src[b]ᵀ for `batches` row-major rows × cols blocks (xᵀ per mesh, A_reᵀ, −A_imᵀ): small,
 // read once. `negate` flips sign bits (exact).
 extern "C" __global__ void __launch_bounds__(256) gs_transpose(const T* src, T* dst, i64 batches, int rows, int cols, int negate) {
@@ -1438,12 +1597,31 @@ extern "C" __global__ void __launch_bounds__(256) gs_transpose(const T* src, T* 
 // and each 32-column k-tile kt, the tile of rows 0..rpad − 1 × columns 32·kt.. in the byte order of
 // the ring slot (gs_off with 4 chunks per row, chunk i = 8 elements), zero outside M. Image
 // (b, kt) holds `planes` (1 or 2) such tiles one after another, plane i from src_i, negated where bit
-// i of `negate` is set: all planes in one launch. So the map kernel copies a k-tile as one contiguous
-// block (gs_copy_image).
-extern "C" __global__ void __launch_bounds__(256) gs_pack(const T* src0, const T* src1, T* dst, i64 batches, int rows, int cols, int rpad, int nkt, int planes,
-                                                          int trans, int negate) {
-    const i64 tile = (i64)rpad * 32, per = nkt * tile, per_plane = batches * per, total = planes * per_plane;
-    for (i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (i64)gridDim.x * blockDim.x) {
+// i of `negate` is set. So the map kernel copies a k-tile as one contiguous block (gs_copy_image).
+// One launch packs up to GS_PACK_JOBS such jobs (a call's A, xᵀ and, in the backward, Aᵀ images):
+// each launch costs a few µs at the sizes where these matter (NOTES.md, v14).
+#define GS_PACK_JOBS 3
+struct GsPackJob {
+    const T* src0;
+    const T* src1;
+    T* dst;
+    i64 batches;
+    int rows, cols, rpad, nkt, planes, trans, negate;
+};
+struct GsPackJobs {
+    GsPackJob job[GS_PACK_JOBS];
+    int njobs;
+};
+__device__ __forceinline__ i64 gs_pack_elems(const GsPackJob& j) { return (i64)j.planes * j.batches * j.nkt * j.rpad * 32; }
+extern "C" __global__ void __launch_bounds__(256) gs_pack(const GsPackJobs jobs) {
+    i64 total = 0;
+    for (int n = 0; n < jobs.njobs; ++n) total += gs_pack_elems(jobs.job[n]);
+    for (i64 idx0 = (i64)blockIdx.x * blockDim.x + threadIdx.x; idx0 < total; idx0 += (i64)gridDim.x * blockDim.x) {
+        int n = 0;
+        i64 idx = idx0;
+        while (idx >= gs_pack_elems(jobs.job[n])) idx -= gs_pack_elems(jobs.job[n++]);
+        const GsPackJob& j = jobs.job[n];
+        const i64 tile = (i64)j.rpad * 32, per = j.nkt * tile, per_plane = j.batches * per;
         const int plane = (int)(idx / per_plane);
         const i64 rem0 = idx - plane * per_plane, b = rem0 / per, rem = rem0 - b * per;
         const int kt = (int)(rem / tile), e = (int)(rem - (i64)kt * tile);
@@ -1451,11 +1629,11 @@ extern "C" __global__ void __launch_bounds__(256) gs_pack(const T* src0, const T
         const int r = (i >> 5) * 8 + (i & 7), c = kt * 32 + 8 * ((i >> 3) & 3) + (e & 7);
         T v;
         v.bits = 0;
-        if (r < rows && c < cols) {
-            v = (plane ? src1 : src0)[b * rows * cols + (trans ? (i64)c * rows + r : (i64)r * cols + c)];
-            v.bits ^= ((negate >> plane) & 1) ? 0x8000u : 0u;
+        if (r < j.rows && c < j.cols) {
+            v = (plane ? j.src1 : j.src0)[b * j.rows * j.cols + (j.trans ? (i64)c * j.rows + r : (i64)r * j.cols + c)];
+            v.bits ^= ((j.negate >> plane) & 1) ? 0x8000u : 0u;
         }
-        dst[((b * nkt + kt) * planes + plane) * tile + e] = v;
+        j.dst[((b * j.nkt + kt) * j.planes + plane) * tile + e] = v;
     }
 }
 #endif  // GS_KIND == 1

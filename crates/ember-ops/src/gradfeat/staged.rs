@@ -213,42 +213,88 @@ fn transpose(dev: &Arc<CudaDevice>, p: &Problem, src: &Tensor, batches: usize, r
 }
 
 /// Packed k-tile images of `batches` matrices M (rows × cols; M = src, or srcᵀ when `trans`, src then
-/// cols × rows): `planes` sources, plane i from `srcs[i]` (negated where its flag says), each image
+/// cols × rows): one or two planes, plane i from `srcs[i]` (negated where its flag says), each image
 /// (b, kt) holding the planes' 32-column k-tiles of `rpad` rows in the ring slot's byte order (see
 /// gs_pack), zero outside M. The map kernel's packed build copies each as one block.
-#[allow(clippy::too_many_arguments)]
-fn pack(dev: &Arc<CudaDevice>, p: &Problem, srcs: &[(&Tensor, bool)], batches: usize, rows: usize, cols: usize, rpad: usize, trans: bool) -> Result<Tensor> {
-    let (nkt, planes) = (cols.div_ceil(32), srcs.len());
-    let per_plane = batches * nkt * rpad * 32;
-    let dst = Tensor::output(&[per_plane * planes], p.dtype, p.device)?;
-    let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_pack")?;
-    // All planes in one launch: plane i from srcs[i], negated where bit i says.
-    debug_assert!((1..=2).contains(&planes), "pack takes one or two planes");
-    let negate = srcs.iter().enumerate().fold(0i32, |m, (i, (_, neg))| m | ((*neg as i32) << i));
-    let (s0, s1) = (srcs[0].0.cuda_ptr()?, srcs[planes - 1].0.cuda_ptr()?);
-    let (d, b, r, c, rp, nk, np, tr) = (dst.cuda_ptr()?, batches as i64, rows as i32, cols as i32, rpad as i32, nkt as i32, planes as i32, trans as i32);
-    dev.launch(&f, cfg_1d(dev.grid_for(per_plane * planes, 256), 256, 0))
-        .arg(&s0)
-        .arg(&s1)
-        .arg(&d)
-        .arg(&b)
-        .arg(&r)
-        .arg(&c)
-        .arg(&rp)
-        .arg(&nk)
-        .arg(&np)
-        .arg(&tr)
-        .arg(&negate)
-        .named("gradfeat pack")
-        .run()?;
-    Ok(dst)
+struct PackJob<'a> {
+    srcs: Vec<(&'a Tensor, bool)>,
+    batches: usize,
+    rows: usize,
+    cols: usize,
+    rpad: usize,
+    trans: bool,
 }
 
-/// out[g] = Σ over the rows of group g of a_reᵀ·b_re ⊕ a_imᵀ·b_im (see gs_reduce), (m × n) per group:
-/// f32 slices per split, then summed in split order.
+/// gs_pack's parameters: one job (mirrors GsPackJob).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct GsPackJob {
+    src0: u64,
+    src1: u64,
+    dst: u64,
+    batches: i64,
+    rows: i32,
+    cols: i32,
+    rpad: i32,
+    nkt: i32,
+    planes: i32,
+    trans: i32,
+    negate: i32,
+}
+
+/// Up to three jobs of one launch (mirrors GsPackJobs, passed by value).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct GsPackJobs {
+    job: [GsPackJob; 3],
+    njobs: i32,
+}
+// SAFETY: plain-old-data with the C layout of GsPackJobs, passed by value as a kernel parameter.
+unsafe impl ember_core::cuda::DeviceRepr for GsPackJobs {}
+
+/// The images of up to three pack jobs, in one launch (each launch costs a few µs at the sizes where
+/// the packs matter: NOTES.md, v14).
+fn pack_all(dev: &Arc<CudaDevice>, p: &Problem, jobs: &[PackJob]) -> Result<Vec<Tensor>> {
+    assert!(jobs.len() <= 3, "gs_pack takes up to three jobs");
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut params = GsPackJobs { njobs: jobs.len() as i32, ..Default::default() };
+    let (mut outs, mut total) = (Vec::new(), 0usize);
+    for (slot, j) in params.job.iter_mut().zip(jobs) {
+        let (nkt, planes) = (j.cols.div_ceil(32), j.srcs.len());
+        debug_assert!((1..=2).contains(&planes), "a pack job takes one or two planes");
+        let elems = planes * j.batches * nkt * j.rpad * 32;
+        let dst = Tensor::output(&[elems], p.dtype, p.device)?;
+        let negate = j.srcs.iter().enumerate().fold(0i32, |m, (i, (_, neg))| m | ((*neg as i32) << i));
+        *slot = GsPackJob {
+            src0: j.srcs[0].0.cuda_ptr()?,
+            src1: j.srcs[planes - 1].0.cuda_ptr()?,
+            dst: dst.cuda_ptr()?,
+            batches: j.batches as i64,
+            rows: j.rows as i32,
+            cols: j.cols as i32,
+            rpad: j.rpad as i32,
+            nkt: nkt as i32,
+            planes: planes as i32,
+            trans: j.trans as i32,
+            negate,
+        };
+        total += elems;
+        outs.push(dst);
+    }
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_pack")?;
+    dev.launch(&f, cfg_1d(dev.grid_for(total, 256), 256, 0)).arg(&params).named("gradfeat pack").run()?;
+    Ok(outs)
+}
+
+/// out[g] = Σ over the `rows` rows of group g of a_reᵀ·b_re ⊕ a_imᵀ·b_im (see gs_reduce), (m × n) per
+/// group: f32 slices per split, then summed in split order. Without rotations and with two outputs,
+/// the (m × n) result is split by rows: its first m/2 rows go to out.0, the rest to out.1.
 #[allow(clippy::too_many_arguments)]
-fn reduce_rows_wgmma(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), m: usize, n: usize, plan: &SplitPlan, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
+fn reduce_rows_wgmma(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), rows: usize, m: usize, n: usize, plan: &SplitPlan, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
     let planes = if rot { 2 } else { 1 };
+    let out_planes = if out.1.is_some() { 2 } else { 1 };
     let tiles = m.div_ceil(128) * n.div_ceil(128);
     let ws = Tensor::output(&[plan.nsplits * planes * m * n], DType::F32, p.device)?;
     let f = dev.function(&SOURCE, &reduce_options(p.dtype), if rot { "gs_reduce_rot" } else { "gs_reduce_sum" })?;
@@ -257,7 +303,7 @@ fn reduce_rows_wgmma(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor,
     let cfg = LaunchConfig { grid_dim: (grid_u32("rows", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: REDUCE_SMEM as u32 };
     let (table, groups) = plan.device_tables(p.device)?;
     let (a_re, a_im, b_re, b_im, wsp, tablep) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(table.as_ref())?);
-    let (r, mi, ni, per) = (p.v as i64, m as i32, n as i32, plan.rows_per_split as i64);
+    let (r, mi, ni, per) = (rows as i64, m as i32, n as i32, plan.rows_per_split as i64);
     let (vec_m, vec_n) = (m.is_multiple_of(8) as i32, n.is_multiple_of(8) as i32);
     dev.launch(&f, cfg)
         .arg(&a_re)
@@ -274,7 +320,7 @@ fn reduce_rows_wgmma(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor,
         .arg(&vec_n)
         .named("gradfeat wgmma split-K reduction")
         .run()?;
-    cuda::sum_splits(dev, p, &ws, planes, m * n, plan.nsplits, groups.as_ref(), out, ngroups)
+    cuda::sum_splits(dev, p, &ws, out_planes, planes * m * n / out_planes, plan.nsplits, groups.as_ref(), out, ngroups)
 }
 
 /// The splits of a reduction of (m × n) results over the vertices (of each mesh when `per_mesh`),
@@ -300,7 +346,7 @@ fn reduce(dev: &Arc<CudaDevice>, p: &Problem, how: Reductions, rot: bool, a: (&T
     };
     let (plan, ngroups) = plan(p, how, m, n, per_mesh, ctas);
     match how {
-        Reductions::Wgmma => reduce_rows_wgmma(dev, p, rot, a, b, m, n, &plan, out, ngroups),
+        Reductions::Wgmma => reduce_rows_wgmma(dev, p, rot, a, b, p.v, m, n, &plan, out, ngroups),
         Reductions::MmaSync => cuda::reduce_rows(dev, p, rot, a, b, m, n, &plan, out, ngroups),
     }
 }
@@ -423,6 +469,110 @@ fn reduce_dx_img(dev: &Arc<CudaDevice>, p: &Problem, grads: (&Tensor, &Tensor), 
     cuda::sum_splits(dev, p, &ws, 1, p.k * p.c, plan.nsplits, groups.as_ref(), (d_x, None), p.meshes())
 }
 
+/// Whether d_A can be factored through x (NOTES.md, v14): where the image reductions run (which
+/// implies the spectral form), so that g = grads·x per mesh.
+pub fn factored_applies(dev: &CudaDevice, p: &Problem) -> bool {
+    img_applies(dev, p)
+}
+
+/// Whether factoring d_A through x pays for `p` (the default backward's choice): its sums over the
+/// vertices are K-deep instead of C-deep (so K ≤ C), and its last product, Σ over meshes of Rᵀ·x as
+/// hi + lo rows, is 2·K·meshes deep, which stays small beside the V vertices only when meshes are
+/// large (at least 8·K vertices each on average).
+pub fn factored_pays(p: &Problem) -> bool {
+    p.k <= p.c && 8 * p.k * p.meshes() <= p.v
+}
+
+/// Entry points of gs_reduce_dxa by chunks and rotations.
+fn dxa_entry(nch: usize, rot: bool) -> &'static str {
+    match (nch, rot) {
+        (1, true) => "gs_reduce_dxa1_rot",
+        (1, false) => "gs_reduce_dxa1_plain",
+        (_, true) => "gs_reduce_dxa2_rot",
+        (_, false) => "gs_reduce_dxa2_plain",
+    }
+}
+
+/// d_x and the factored d_A (NOTES.md, v14): gs_reduce_dxa sums d_x and R (K × C per mesh, R_re and
+/// −R_im with rotations) over grads and the map kernel's images of d_g, P and Q; gs_sum_dxa adds the
+/// split slices per mesh into d_x and R's hi + lo rows; d_A = Σ_meshes Rᵀ·x is then the wgmma split-K
+/// reduction over those meshes·K rows (B = x, whose rows are the same meshes·K), each output summed
+/// in a fixed order.
+#[allow(clippy::too_many_arguments)]
+fn reduce_dxa_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, grads: (&Tensor, &Tensor), dg: (&Tensor, &Tensor), pq: (&Tensor, &Tensor), x: &Tensor, d_x: &Tensor, d_a: (&Tensor, Option<&Tensor>)) -> Result<()> {
+    let nch = chunks(p.c);
+    let bm = 128 / nch;
+    let entries = cuda::row_tile_entries(p, bm);
+    let per_split = p.k.div_ceil(128) * nch;
+    let (plan, fin) = dxa_plans(p, dev.info().multiprocessors.max(1) as usize);
+    let planes = if rot { 3 } else { 2 };
+    let ws = Tensor::output(&[plan.nsplits * planes * p.k * p.c], DType::F32, p.device)?;
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), dxa_entry(nch, rot))?;
+    dev.set_max_dynamic_smem(&f, DX_SMEM)?;
+    let blocks = plan.nsplits.checked_mul(per_split).ok_or_else(|| Error::TooLarge { arg: "grads_re".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("grads_re", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: DX_SMEM as u32 };
+    let (splits, groups) = plan.device_tables(p.device)?;
+    let tiles = match entries {
+        Some(t) => Some(cuda::device_table(&t, p.device)?),
+        None => None,
+    };
+    let (gr, gi, dr, di, pp, qp) = (grads.0.cuda_ptr()?, grads.1.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?, pq.0.cuda_ptr()?, pq.1.cuda_ptr()?);
+    let (wsp, sp, tp) = (ws.cuda_ptr()?, ptr(splits.as_ref())?, ptr(tiles.as_ref())?);
+    let (v, k, c, bmi) = (p.v as i64, p.k as i32, p.c as i32, bm as i32);
+    dev.launch(&f, cfg)
+        .arg(&gr)
+        .arg(&gi)
+        .arg(&dr)
+        .arg(&di)
+        .arg(&pp)
+        .arg(&qp)
+        .arg(&wsp)
+        .arg(&sp)
+        .arg(&tp)
+        .arg(&v)
+        .arg(&k)
+        .arg(&c)
+        .arg(&bmi)
+        .named("gradfeat d_x and factored d_A reduction")
+        .run()?;
+    // Split sums: d_x per mesh, R as hi + lo rows (ld = C per R plane).
+    let (ld, rows) = ((planes - 1) * p.c, p.meshes() * p.k);
+    let (a_hi, a_lo) = (Tensor::output(&[rows, ld], p.dtype, p.device)?, Tensor::output(&[rows, ld], p.dtype, p.device)?);
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_sum_dxa")?;
+    let (dxp, hp, lp, gp) = (d_x.cuda_ptr()?, a_hi.cuda_ptr()?, a_lo.cuda_ptr()?, ptr(groups.as_ref())?);
+    let (ng, pl, ns) = (p.meshes() as i32, planes as i32, plan.nsplits as i64);
+    dev.launch(&f, cfg_1d(dev.grid_for(p.meshes() * planes * p.k * p.c, 256), 256, 0))
+        .arg(&wsp)
+        .arg(&dxp)
+        .arg(&hp)
+        .arg(&lp)
+        .arg(&gp)
+        .arg(&ng)
+        .arg(&pl)
+        .arg(&k)
+        .arg(&c)
+        .arg(&ns)
+        .named("gradfeat d_x and R split sums")
+        .run()?;
+    // d_A = Σ_rows (hi + lo)ᵀ·x: with rotations the rows hold [R_re | R_im], and the (2C × C) result
+    // is d_A_re over d_A_im.
+    reduce_rows_wgmma(dev, p, false, (&a_hi, &a_lo), (x, x), rows, ld, p.c, &fin, d_a, 1)
+}
+
+/// The splits of [`reduce_dxa_img`] on a GPU of `multiprocessors`: gs_reduce_dxa's (per mesh, whole
+/// k-tiles of image rows, one wave of CTAs of K/128 × chunks per split) and those of d_A's last
+/// product over the meshes·K rows of R (uniform, four waves as the other wgmma reductions).
+pub(super) fn dxa_plans(p: &Problem, multiprocessors: usize) -> (SplitPlan, SplitPlan) {
+    let nch = chunks(p.c);
+    let bm = 128 / nch;
+    let entries = cuda::row_tile_entries(p, bm);
+    let ntiles = entries.as_ref().map_or(p.v.div_ceil(bm), |t| t.len() / 3);
+    let sums = dx_img_plan(p, entries.as_deref(), ntiles, bm, p.k.div_ceil(128) * nch, multiprocessors);
+    let ld = if p.rotation { 2 * p.c } else { p.c };
+    let fin = cuda::uniform_plan(p.meshes() * p.k, ld.div_ceil(128) * p.c.div_ceil(128), 4 * multiprocessors);
+    (sums, fin)
+}
+
 /// What the map kernel writes: the forward's output (and, when `save` is given, b's tile images),
 /// or the backward's P, Q, d_g (and g in the spectral form), with the backward's extra inputs (and
 /// b's images when `saved` is given).
@@ -433,8 +583,9 @@ enum MapOut<'a> {
     },
     Backward {
         d_out: &'a Tensor,
-        t_re: &'a Tensor,
-        t_im: Option<&'a Tensor>,
+        // Stage 3's weights A_reᵀ, −A_imᵀ, transposed by the caller; None on the packed path, where
+        // launch_map packs their image with the others.
+        t: Option<(&'a Tensor, Option<&'a Tensor>)>,
         p: &'a Tensor,
         q: &'a Tensor,
         dg: (&'a Tensor, &'a Tensor),
@@ -489,25 +640,38 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
         Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
         Weights::Plain { a } => (a, None, false),
     };
-    // The packed build takes stage 2's weights as one image (A_re | A_im per k-tile) in w_re.
-    let w_packed = match (packed, w_im0) {
-        (false, _) => None,
-        (true, Some(w_im)) => Some(pack(dev, p, &[(w_re0, false), (w_im, false)], 1, p.c, p.c, 128 * nch, false)?),
-        (true, None) => Some(pack(dev, p, &[(w_re0, false)], 1, p.c, p.c, 128 * nch, false)?),
-    };
+    // The packed build takes its weights as images, all packed in one launch: stage 2's (A_re | A_im
+    // per k-tile) in w_re, x's (below) and in the backward stage 3's (A_reᵀ | −A_imᵀ) in t_re.
+    let mut w_srcs = vec![(w_re0, false)];
+    w_srcs.extend(w_im0.map(|w| (w, false)));
+    let mut jobs = Vec::new();
+    if packed {
+        jobs.push(PackJob { srcs: w_srcs.clone(), batches: 1, rows: p.c, cols: p.c, rpad: 128 * nch, trans: false });
+        // x goes in transposed (xᵀ per mesh), so that every operand of the map kernel is K-major: as
+        // k-tile images of xᵀ (C padded to the tile's rows).
+        if let Input::Spectral { x, .. } = *input {
+            jobs.push(PackJob { srcs: vec![(x, false)], batches: p.meshes(), rows: p.c, cols: p.k, rpad: 128 * nch, trans: true });
+        }
+        if matches!(outs, MapOut::Backward { t: None, .. }) {
+            let mut t_srcs = vec![(w_re0, false)];
+            t_srcs.extend(w_im0.map(|w| (w, true)));
+            jobs.push(PackJob { srcs: t_srcs, batches: 1, rows: p.c, cols: p.c, rpad: 128 * nch, trans: true });
+        }
+    }
+    let mut images = pack_all(dev, p, &jobs)?.into_iter();
+    let w_packed = if packed { images.next() } else { None };
     let (w_re, w_im) = match &w_packed {
         Some(img) => (img, None),
         None => (w_re0, w_im0),
     };
-    // x goes in transposed (xᵀ per mesh), so that every operand of the map kernel is K-major; packed:
-    // as k-tile images of xᵀ (C padded to the tile's rows).
     let (xt, grads, g_in) = match *input {
         Input::Spectral { x, grads_re, grads_im, .. } => {
-            let xt = if packed { pack(dev, p, &[(x, false)], p.meshes(), p.c, p.k, 128 * nch, true)? } else { transpose(dev, p, x, p.meshes(), p.k, p.c, false)? };
+            let xt = if packed { images.next().expect("x's image") } else { transpose(dev, p, x, p.meshes(), p.k, p.c, false)? };
             (Some(xt), Some((grads_re, grads_im)), None)
         }
         Input::Vertex { g_re, g_im } => (None, None, Some((g_re, g_im))),
     };
+    let t_packed = images.next();
     let (table, ntiles) = row_tiles(p, if pp { 64 } else { 128 / nch })?;
     let mps = dev.info().multiprocessors.max(1) as usize;
     let grid = grid_u32("grads_re", if pp { pp_grid(p, ntiles as usize, mps) } else { map_grid(p, ntiles as usize, forward, mps) })?;
@@ -536,12 +700,13 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     let (xtp, wre, wim) = (ptr(xt.as_ref())?, w_re.cuda_ptr()?, ptr(w_im)?);
     let (out, tre, tim, dout, gws_re, gws_im, pp, qp, dgr, dgi) = match outs {
         MapOut::Forward { out, .. } => (out.cuda_ptr()?, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-        MapOut::Backward { d_out, t_re, t_im, p: pw, q: qw, dg, gws, .. } => {
+        MapOut::Backward { d_out, t, p: pw, q: qw, dg, gws, .. } => {
+            let (t_re, t_im) = t.or(t_packed.as_ref().map(|i| (i, None))).expect("stage 3's weights");
             let (gr, gi) = match gws {
                 Some((a, b)) => (a.cuda_ptr()?, b.cuda_ptr()?),
                 None => (0, 0),
             };
-            (0, t_re.cuda_ptr()?, ptr(*t_im)?, d_out.cuda_ptr()?, gr, gi, pw.cuda_ptr()?, qw.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?)
+            (0, t_re.cuda_ptr()?, ptr(t_im)?, d_out.cuda_ptr()?, gr, gi, pw.cuda_ptr()?, qw.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?)
         }
     };
     let (tiles, nt) = (ptr(table.as_ref())?, ntiles as i64);
@@ -614,25 +779,25 @@ pub fn forward_save(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: 
 /// `img` (with `packed`, where [`img_applies`]): g, P and Q as tile images and d_A by the image
 /// reductions (NOTES.md, v6); `defer` (with `img`): the map kernel's image build with GS_DEFER (v7).
 /// `saved`: b's tile images from [`forward_save`] of the same inputs, read instead of recomputing b
-/// (the image path; the caller checked [`saved_applies`]).
+/// (the image path; the caller checked [`saved_applies`]). `factored` (on the image path): d_A
+/// through x with d_x in one reduction, and no g images (v14).
 #[allow(clippy::too_many_arguments)]
-pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool, defer: bool, saved: Option<(&Tensor, &Tensor)>) -> Result<Grads> {
+pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool, defer: bool, saved: Option<(&Tensor, &Tensor)>, factored: bool) -> Result<Grads> {
     let (v, c, k) = (p.v, p.c, p.k);
     let img = saved.is_some() || (img && packed && img_applies(dev, p));
+    let factored = factored && img;
     let packed = packed || saved.is_some();
     let defer = defer && saved.is_none();
     // Stage 3's weights go in transposed, A_im negated: d_g's products then take the signs of b's
-    // (see gs_map).
+    // (see gs_map). Packed: one image, A_reᵀ | −A_imᵀ per k-tile, made by launch_map's pack launch.
     let (w_re, w_im, rot) = match *weights {
         Weights::Rotation { a_re, a_im } => (a_re, Some(a_im), true),
         Weights::Plain { a } => (a, None, false),
     };
-    // Packed: one image, A_reᵀ | −A_imᵀ per k-tile, in t_re.
-    let (t_re, t_im) = match (packed, w_im) {
-        (true, Some(w)) => (pack(dev, p, &[(w_re, false), (w, true)], 1, c, c, 128 * chunks(c), true)?, None),
-        (true, None) => (pack(dev, p, &[(w_re, false)], 1, c, c, 128 * chunks(c), true)?, None),
-        (false, Some(w)) => (transpose(dev, p, w_re, 1, c, c, false)?, Some(transpose(dev, p, w, 1, c, c, true)?)),
-        (false, None) => (transpose(dev, p, w_re, 1, c, c, false)?, None),
+    let t_plain = match (packed, w_im) {
+        (true, _) => None,
+        (false, Some(w)) => Some((transpose(dev, p, w_re, 1, c, c, false)?, Some(transpose(dev, p, w, 1, c, c, true)?))),
+        (false, None) => Some((transpose(dev, p, w_re, 1, c, c, false)?, None)),
     };
     let grads = match *input {
         Input::Spectral { grads_re, grads_im, .. } => Some((grads_re, grads_im)),
@@ -650,9 +815,24 @@ pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Wei
     // d_g: an image too where the image build runs (d_x's image reduction reads it; the spectral
     // form only, where d_g is not an output).
     let (pw, qw, dg_re, dg_im) = (ws()?, ws()?, ws()?, ws()?);
-    let gws = if p.spectral { Some((ws()?, ws()?)) } else { None };
-    let outs = MapOut::Backward { d_out, t_re: &t_re, t_im: t_im.as_ref(), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)), saved };
+    let gws = if p.spectral && !factored { Some((ws()?, ws()?)) } else { None };
+    let outs = MapOut::Backward { d_out, t: t_plain.as_ref().map(|(r, i)| (r, i.as_ref())), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)), saved };
     launch_map(dev, p, input, weights, &outs, packed, img, img && defer, false)?;
+
+    if factored {
+        let Input::Spectral { x, grads_re, grads_im, .. } = *input else { unreachable!("the image path takes the spectral form") };
+        let d_x = Tensor::output(&p.x_shape(), p.dtype, p.device)?;
+        let weight_grads = if rot {
+            let (d_a_re, d_a_im) = (Tensor::output(&[c, c], p.dtype, p.device)?, Tensor::output(&[c, c], p.dtype, p.device)?);
+            reduce_dxa_img(dev, p, true, (grads_re, grads_im), (&dg_re, &dg_im), (&pw, &qw), x, &d_x, (&d_a_re, Some(&d_a_im)))?;
+            WeightGrads::Rotation { d_a_re, d_a_im }
+        } else {
+            let d_a = Tensor::output(&[c, c], p.dtype, p.device)?;
+            reduce_dxa_img(dev, p, false, (grads_re, grads_im), (&dg_re, &dg_im), (&pw, &qw), x, &d_x, (&d_a, None))?;
+            WeightGrads::Plain { d_a }
+        };
+        return Ok(Grads { input: InputGrads::Spectral { d_x }, weights: weight_grads });
+    }
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
     let (gr, gi) = match (g_in, &gws) {

@@ -1,7 +1,7 @@
 //! Spatial gradient features' `ember check` cases and `ember bench` rows.
 
 use super::cuda::{BwdVariant, FwdVariant};
-use super::{backward, backward_from, backward_with, cuda, forward, forward_train_with, forward_with, reference, staged, validate, Grads, Input, InputGrads, WeightGrads, Weights};
+use super::{backward, backward_from, backward_from_with, backward_with, cuda, forward, forward_train_with, forward_with, reference, staged, validate, Grads, Input, InputGrads, WeightGrads, Weights};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
 use crate::KernelBuild;
@@ -258,15 +258,22 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
             let b: Vec<u64> = f.out.to_vec_f64()?.into_iter().map(f64::to_bits).collect();
             rows.push(property("gradfeat", &format!("{name} fwd=packed-save"), "bitwise = fwd=packed", dtype, ctx.device, *a == b));
         }
-        let mut got = vec![f.out.try_clone()?];
-        got.extend(grad_list(backward_from(&f, &input, &weights, &dev.d_out)?));
-        let label = format!("{name} bwd=saved-b");
-        let mut r: Vec<CheckRow> = expected.iter().zip(&got).map(|((q, e), t)| compare("gradfeat", &label, q, t, e, tol)).collect::<Result<_>>()?;
-        rescale_degenerate(case, &data, &expected, &got, &mut r)?;
-        rows.extend(r);
+        // d_A both ways (NOTES.md v14): from g's images, and factored through x.
+        for (variant, suffix) in SAVED_DA {
+            let mut got = vec![f.out.try_clone()?];
+            got.extend(grad_list(backward_from_with(&f, &input, &weights, &dev.d_out, variant)?));
+            let label = format!("{name} bwd=saved-b{suffix}");
+            let mut r: Vec<CheckRow> = expected.iter().zip(&got).map(|((q, e), t)| compare("gradfeat", &label, q, t, e, tol)).collect::<Result<_>>()?;
+            rescale_degenerate(case, &data, &expected, &got, &mut r)?;
+            rows.extend(r.into_iter().skip(1));
+        }
+        rows.push(compare("gradfeat", &format!("{name} bwd=saved-b"), expected[0].0, &f.out, &expected[0].1, tol)?);
     }
     Ok(rows)
 }
+
+/// The two ways the backward from saved b takes d_A, with the suffixes of their rows.
+const SAVED_DA: [(BwdVariant, &str); 2] = [(BwdVariant::PackedImgGImages, "-gimages"), (BwdVariant::PackedImgFactored, "-factored")];
 
 fn norm(v: &[f64]) -> f64 {
     v.iter().map(|x| x * x).sum::<f64>().sqrt()
@@ -343,16 +350,18 @@ fn determinism(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow
         rows.push(property("gradfeat", &format!("{}{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same_bits(&a, &b)));
     }
     if saves_b(&input, &weights)? {
-        let run = || -> Result<Vec<Vec<f64>>> {
-            let f = forward_train_with(&input, &weights, true)?;
-            let mut v = vec![f.out.to_vec_f64()?];
-            for t in grad_list(backward_from(&f, &input, &weights, &data.d_out)?) {
-                v.push(t.to_vec_f64()?);
-            }
-            Ok(v)
-        };
-        let (a, b) = (run()?, run()?);
-        rows.push(property("gradfeat", &format!("{} bwd=saved-b", case.name()), "bitwise-det", dtype, ctx.device, same_bits(&a, &b)));
+        for (variant, suffix) in SAVED_DA {
+            let run = || -> Result<Vec<Vec<f64>>> {
+                let f = forward_train_with(&input, &weights, true)?;
+                let mut v = vec![f.out.to_vec_f64()?];
+                for t in grad_list(backward_from_with(&f, &input, &weights, &data.d_out, variant)?) {
+                    v.push(t.to_vec_f64()?);
+                }
+                Ok(v)
+            };
+            let (a, b) = (run()?, run()?);
+            rows.push(property("gradfeat", &format!("{} bwd=saved-b{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same_bits(&a, &b)));
+        }
     }
     Ok(rows)
 }
@@ -588,16 +597,18 @@ impl crate::OpFamily for Family {
             }
             // The training pair (forward_train + backward_from) where it keeps b, and at the issue's
             // sizes the saving forward alone (NOTES.md v13).
-            let train: &[bool] = match (saves_b(&input0, &weights0)?, issue_size) {
+            // The backward's rows: the default, and at the issue's sizes d_A from g's images beside it
+            // (NOTES.md v14).
+            let train: &[(bool, Option<BwdVariant>)] = match (saves_b(&input0, &weights0)?, issue_size) {
                 (false, _) => &[],
-                (true, false) => &[true],
-                (true, true) => &[false, true],
+                (true, false) => &[(true, None)],
+                (true, true) => &[(false, None), (true, None), (true, Some(BwdVariant::PackedImgGImages))],
             };
-            for &with_bwd in train {
+            for &(with_bwd, da) in train {
                 let mut pp = serde_json::Map::new();
                 pp.insert("fwd".into(), json!("packed-save"));
                 if with_bwd {
-                    pp.insert("bwd".into(), json!("saved-b"));
+                    pp.insert("bwd".into(), json!(if da.is_some() { "saved-b-gimages" } else { "saved-b" }));
                 }
                 pp.extend(p.clone());
                 if !bench_selected(&pp, dtype, with_bwd) {
@@ -608,7 +619,7 @@ impl crate::OpFamily for Family {
                     let (input, weights) = (d.input(&case), d.weights(&case));
                     let f = forward_train_with(&input, &weights, true)?;
                     if with_bwd {
-                        backward_from(&f, &input, &weights, &d.d_out).map(drop)
+                        backward_from_with(&f, &input, &weights, &d.d_out, da.unwrap_or_else(BwdVariant::from_env)).map(drop)
                     } else {
                         Ok(())
                     }

@@ -313,6 +313,12 @@ mod host_model {
         let pp_ntiles = pp_entries.as_ref().map_or(p.v.div_ceil(64), |t| t.len() / 3);
         table(&mut w, &pp_entries.unwrap_or_default());
         w.extend([pp_ntiles as i64, staged::pp_grid(&p, pp_ntiles, 2) as i64]);
+        // The factored d_A (v14): reduce_dxa_img's splits and its last product's.
+        let (dxa, fin) = staged::dxa_plans(&p, 132);
+        w.extend([dxa.nsplits as i64, dxa.rows_per_split as i64]);
+        table(&mut w, &dxa.splits);
+        table(&mut w, &dxa.groups);
+        w.extend([fin.nsplits as i64, fin.rows_per_split as i64]);
         let mut bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
         let mut tensors = vec![];
         if p.spectral {
@@ -343,7 +349,14 @@ mod host_model {
                 .map(|(n, v)| (if *n == "d_a_im" { "d_a_im (saved b)" } else if *n == "d_a_re" { "d_a_re (saved b)" } else { "d_a (saved b)" }, v.clone()))
                 .collect();
             expected.extend(d_a);
-            expected.push(("d_x (saved b)", d_x));
+            expected.push(("d_x (saved b)", d_x.clone()));
+            // Then the same two with d_A factored through x (v14).
+            let d_a: Vec<_> = expected[expected.len() - 1 - planes..expected.len() - 1]
+                .iter()
+                .map(|(n, v)| (if n.starts_with("d_a_im") { "d_a_im (factored)" } else if n.starts_with("d_a_re") { "d_a_re (factored)" } else { "d_a (factored)" }, v.clone()))
+                .collect();
+            expected.extend(d_a);
+            expected.push(("d_x (factored)", d_x));
         }
         expected
     }
