@@ -101,6 +101,9 @@ json.dump(out, open(sys.argv[1], "w"), indent=1)' "$work/ember-bench.json" $(for
   for j in "$work"/results/*/clifford.json; do
     [ -f "$j" ] && python3 "$here/bench/plot_clifford_heatmap.py" "$j" "$(dirname "$j")/clifford-heatmap.png" 2>&1 | tee -a "$summary"
   done
+  for j in "$work"/results/*/gradfeat.json; do
+    [ -f "$j" ] && python3 "$here/bench/plot_gradfeat.py" "$j" "$(dirname "$j")/gradfeat-tflops.png" 2>&1 | tee -a "$summary"
+  done
   python3 - "$work" <<'PY' | tee -a "$summary"
 import json, sys, glob, os
 work = sys.argv[1]
