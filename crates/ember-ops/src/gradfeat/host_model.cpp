@@ -379,16 +379,17 @@ static void reduce_img(bool rot, const u16* a_re, const u16* a_im, const u16* b_
         }
 }
 
-// staged.rs's reduce_dx_img: d_x per mesh from grads (row-major) and d_g's tile images, the splits
-// and groups of dx_img_plan, then the split-order sum per group.
+// staged.rs's reduce_dx_img: d_x per mesh from grads (row-major) and d_g's tile images by
+// gs_reduce_dxa's d_x-only entries (the splits and groups of dxa_plans), then the split-order sum per
+// group.
 static void reduce_dx_img(const u16* grads_re, const u16* grads_im, const u16* dg_re, const u16* dg_im, const std::vector<i64>& map_tiles, i64 V, int K, int C,
                           int bm, const Plan& plan, u16* out, int ngroups) {
-    const int tiles_m = (K + 127) / 128;
+    const int per_split = ((K + 127) / 128) * GS_NCH;
     std::vector<float> ws((size_t)(plan.nsplits * K * C), NAN);
-    launch((u32)(plan.nsplits * tiles_m), 256, 4 * (2 * 32 * 128 * 2 + 2 * 32 * 256 * 2), [&] {
-        auto f = GS_NCH == 1 ? reduce_kernels::gs_reduce_dx1_img : reduce_kernels::gs_reduce_dx2_img;
-        f((const T*)grads_re, (const T*)grads_im, (const T*)dg_re, (const T*)dg_im, ws.data(), plan.splits.data(), map_tiles.empty() ? nullptr : map_tiles.data(), V,
-          K, C, bm);
+    launch((u32)(plan.nsplits * per_split), 256, 4 * (2 * 32 * 128 * 2 + 4 * 32 * 128 * 2), [&] {
+        auto f = GS_NCH == 1 ? reduce_kernels::gs_reduce_dxa1_dx : reduce_kernels::gs_reduce_dxa2_dx;
+        f((const T*)grads_re, (const T*)grads_im, (const T*)dg_re, (const T*)dg_im, nullptr, nullptr, ws.data(), plan.splits.data(),
+          map_tiles.empty() ? nullptr : map_tiles.data(), V, K, C, bm);
     });
     const i64 elems = (i64)K * C;
     for (int g = 0; g < ngroups; ++g)
@@ -409,7 +410,7 @@ static void reduce_dxa(bool rot, const u16* grads_re, const u16* grads_im, const
                        u16* d_a0, u16* d_a1) {
     const int per_split = ((K + 127) / 128) * GS_NCH, planes = rot ? 3 : 2;
     std::vector<float> ws((size_t)(plan.nsplits * planes * K * C), NAN);
-    launch((u32)(plan.nsplits * per_split), 256, 4 * (2 * 32 * 128 * 2 + 2 * 32 * 256 * 2), [&] {
+    launch((u32)(plan.nsplits * per_split), 256, 4 * (2 * 32 * 128 * 2 + 4 * 32 * 128 * 2), [&] {
         auto f = GS_NCH == 1 ? (rot ? reduce_kernels::gs_reduce_dxa1_rot : reduce_kernels::gs_reduce_dxa1_plain)
                              : (rot ? reduce_kernels::gs_reduce_dxa2_rot : reduce_kernels::gs_reduce_dxa2_plain);
         f((const T*)grads_re, (const T*)grads_im, (const T*)dg_re, (const T*)dg_im, (const T*)p, (const T*)q, ws.data(), plan.splits.data(),
@@ -490,10 +491,9 @@ int main(int argc, char** argv) {
     const Plan plan_a = rd_plan();
     const Plan plan_x = spectral ? rd_plan() : Plan{};
     const i64 img_nsplits = rd(), img_per = rd();  // staged.rs's img_plan
-    const Plan plan_dx = rd_plan();                 // staged.rs's dx_img_plan
     const std::vector<i64> pp_tiles = rd_table();   // staged.rs's packed-pp launch: 64-row tiles
     const i64 pp_ntiles = rd(), pp_grid = rd();
-    const Plan plan_dxa = rd_plan();                 // staged.rs's reduce_dxa_img: its dx_img_plan
+    const Plan plan_dxa = rd_plan();                 // staged.rs's dxa_plans: gs_reduce_dxa's splits
     const i64 fin_nsplits = rd(), fin_per = rd();   // and its last product's uniform splits
     const u16* grads_re = rd_tensor(spectral ? V * K : 0);
     const u16* grads_im = rd_tensor(spectral ? V * K : 0);
@@ -607,7 +607,7 @@ int main(int argc, char** argv) {
             return 1;
         }
         reduce_img(rot, p3, q3, g3_re, g3_im, img_rows, ldi, (int)C, (int)C, img_nsplits, img_per, d_a_img0, d_a_img1);
-        reduce_dx_img(grads_re, grads_im, dg3_re, dg3_im, map_tiles, V, (int)K, (int)C, bm, plan_dx, d_x_img, (int)M);
+        reduce_dx_img(grads_re, grads_im, dg3_re, dg3_im, map_tiles, V, (int)K, (int)C, bm, plan_dxa, d_x_img, (int)M);
 
         // Saved b (staged.rs's forward_save and backward with `saved`): the training forward writes
         // out (the same bits as every forward here) and b's tile images; the backward reads them in
@@ -639,7 +639,7 @@ int main(int argc, char** argv) {
                 return 1;
             }
             reduce_img(rot, p6, q6, g6_re, g6_im, img_rows, ldi, (int)C, (int)C, img_nsplits, img_per, d_a_sv0, d_a_sv1);
-            reduce_dx_img(grads_re, grads_im, dg6_re, dg6_im, map_tiles, V, (int)K, (int)C, bm, plan_dx, d_x_sv, (int)M);
+            reduce_dx_img(grads_re, grads_im, dg6_re, dg6_im, map_tiles, V, (int)K, (int)C, bm, plan_dxa, d_x_sv, (int)M);
 
             // d_A factored through x (staged.rs's backward with `factored`): the same map kernel without
             // g's images (P, Q and d_g the same bits), then reduce_dxa_img.

@@ -1302,21 +1302,19 @@ GS_REDUCE_IMG_ENTRY(gs_reduce_rot_img, true)
 GS_REDUCE_IMG_ENTRY(gs_reduce_sum_img, false)
 
 // ---------------------------------------------------------------------------------------------------
-// d_x per mesh, d_x = grads_reᵀ·d_g_re + grads_imᵀ·d_g_im, from row-major grads (V × K) and the tile
-// images of d_g that the map kernel's GS_IMG build writes (NOTES.md, v11). Memory-bound: 1.5 KB per
-// vertex against 128 K FLOPs (K = 128, C = 256), so a CTA owns all ldi = 128·NCH channels of 128
-// rows of K (two warpgroups of 64, accumulators acc[h] for channel chunk h): every row of d_g is
-// read once, and grads once per 128 columns of K. Rows are image rows (row tile t = rows
-// [t·bm, (t+1)·bm) of image t, vertices from tiles[3t] up to tiles[3t+1], or t·bm up to V without a
-// tile table); a split holds whole 32-row k-tiles of one mesh (splits table), so a k-tile lies in one
-// row tile. Rows past the row tile's end read grads as zeros (d_g's image is zero there too).
-// Ring: DX_STAGES slots of grads_re, grads_im (32 × 128, gs_off order, MN-major like gs_reduce's)
-// and d_g_re, d_g_im (32 × ldi, the image's own bytes: LBO 16·ldi between 8-row groups, SBO 128);
-// LAG 0, so three k-tiles of copies are in flight (144 KB per multiprocessor).
+// Reductions over the map kernel's image rows with grads as the A operand: d_x per mesh,
+// d_x = grads_reᵀ·d_g_re + grads_imᵀ·d_g_im (NOTES.md, v11), and with it the factored d_A's R (v14),
+// from row-major grads (V × K) and the tile images of d_g (and P, Q) that the GS_IMG build writes.
+// Rows are image rows (row tile t = rows [t·bm, (t+1)·bm) of image t, vertices from tiles[3t] up to
+// tiles[3t+1], or t·bm up to V without a tile table); a split holds whole 32-row k-tiles of one mesh
+// (splits table), so a k-tile lies in one row tile. Rows past the row tile's end read grads as zeros
+// (the images are zero there too). Ring: DX_STAGES slots of grads_re, grads_im (32 × 128, gs_off order,
+// MN-major like gs_reduce's) and up to four 32 × 128 image tiles; LAG 0, so three k-tiles of copies
+// are in flight (up to 144 KB per multiprocessor).
 #define DX_STAGES 4
 #define DX_LAG 0
 #define DX_GRADS (GR_BK * 128 * 2)  // 8 KB: one plane of a grads k-tile
-#define DX_STAGE (2 * DX_GRADS + 2 * GR_BK * 256 * 2)  // 48 KB (sized for ldi = 256)
+#define DX_STAGE (2 * DX_GRADS + 4 * GR_BK * 128 * 2)  // 48 KB: grads, then up to four image tiles
 #define DX_SMEM (DX_STAGES * DX_STAGE)                  // 192 KB. Mirrors staged.rs.
 
 // A k-tile of grads_re and grads_im for the reductions over image rows: image rows r..r + 31 (one row
@@ -1338,96 +1336,9 @@ __device__ __forceinline__ void gs_dx_grads_tile(u32 s, const T* grads_re, const
         gs_cp16(s + DX_GRADS + 16 * (u32)(tid + GS_THREADS * q), grads_im + off, ok ? 16 : 0);
     }
 }
-template <int NCH>
-__device__ __forceinline__ void gs_reduce_dx(const T* grads_re, const T* grads_im, const T* dg_re, const T* dg_im, float* ws, const i64* splits,
-                                             const i64* tiles, i64 V, int K, int C, int bm) {
-#if !GS_HAS_WGMMA
-    __trap();
-#else
-    GS_SMEM_DECL;
-    constexpr int LDI = 128 * NCH;
-    const u32 sbase = gs_smem_addr(smem);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
-    const int wg = warp >> 2, wr = warp & 3;
-    if (threadIdx.x == 0 && (gs_dynamic_smem_size() < (u32)DX_SMEM || bm % GR_BK != 0 || C > LDI)) __trap();  // launch code and kernel disagree
-    const int tiles_m = (K + 127) / 128;
-    const int m0 = (int)(blockIdx.x % (u32)tiles_m) * 128;
-    const i64 split = blockIdx.x / (u32)tiles_m;
-    const i64 r_begin = splits[2 * split], r_end = splits[2 * split + 1];
-    if (threadIdx.x == 0 && (r_begin % GR_BK != 0 || r_end % GR_BK != 0)) __trap();  // splits of whole k-tiles
-    const int nk = r_end > r_begin ? (int)((r_end - r_begin) / GR_BK) : 0;
-    // This thread's chunks of d_g: chunk tid + 256·q of each plane's contiguous 32·LDI elements.
-    const int tid = gs_tid();
-    float acc[NCH][64];
-#pragma unroll
-    for (int h = 0; h < NCH; ++h) gs_zero(acc[h]);
-    auto load = [&](int slot, int kt) {
-        const u32 s = sbase + slot * DX_STAGE;
-        const i64 r = r_begin + (i64)kt * GR_BK;  // the k-tile's first image row
-        gs_dx_grads_tile(s, grads_re, grads_im, tiles, V, K, bm, r, m0);
-        const i64 e = r * LDI + 8 * tid;
-#pragma unroll
-        for (int q = 0; q < 2 * NCH; ++q) {
-            gs_cp16(s + 2 * DX_GRADS + 16 * (u32)(tid + GS_THREADS * q), dg_re + e + 8 * GS_THREADS * q, 16);
-            gs_cp16(s + 2 * DX_GRADS + GR_BK * LDI * 2 + 16 * (u32)(tid + GS_THREADS * q), dg_im + e + 8 * GS_THREADS * q, 16);
-        }
-    };
-    gs_ring_start<DX_STAGES, DX_LAG>(nk, load);
-#pragma unroll 1
-    for (int kt = 0; kt < nk; ++kt) {
-        const u32 s = sbase + gs_ring_wait<DX_STAGES, DX_LAG>(kt) * DX_STAGE;
-#pragma unroll
-        for (int h = 0; h < NCH; ++h) gs_fence_regs(acc[h]);
-        gs_wg_arrive();
-#pragma unroll
-        for (int ks = 0; ks < GR_BK / 16; ++ks) {
-            // Rows 16·ks.. of the k-tile: two 8-row groups, 2048 bytes apart in the grads planes (LBO;
-            // this warpgroup's 64 columns of K from column group 8·wg), 16·LDI bytes in d_g's image;
-            // 8-column groups 128 bytes apart (SBO) in both.
-            const u64 ar = gs_desc(s + 2 * ks * (16 * 128) + 1024 * wg, 16 * 128, 128);
-            const u64 ai = gs_desc(s + DX_GRADS + 2 * ks * (16 * 128) + 1024 * wg, 16 * 128, 128);
-#pragma unroll
-            for (int h = 0; h < NCH; ++h) {
-                const u32 b = s + 2 * DX_GRADS + 2 * ks * (16 * LDI) + h * (16 * 128);
-                gs_mma<1, 1>(acc[h], ar, gs_desc(b, 16 * LDI, 128));
-                gs_mma<1, 1>(acc[h], ai, gs_desc(b + GR_BK * LDI * 2, 16 * LDI, 128));
-            }
-        }
-        gs_wg_commit();
-        gs_ring_refill<DX_STAGES, DX_LAG>(kt, nk, load);
-        gs_wg_wait<DX_LAG>();
-    }
-    gs_wg_wait<0>();
-#pragma unroll
-    for (int h = 0; h < NCH; ++h) gs_fence_regs(acc[h]);
-    gs_wait<0>();  // the ring's last (empty) groups
-    float* w = ws + split * (i64)K * C;
-#pragma unroll
-    for (int h = 0; h < NCH; ++h)
-#pragma unroll
-        for (int i = 0; i < 16; ++i)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int m = m0 + 64 * wg + 16 * wr + gq + 8 * hh;
-                const int n = 128 * h + 8 * i + 2 * tq;
-                const int e = 4 * i + 2 * hh;
-                if (m >= K) continue;
-                if (n < C) w[(i64)m * C + n] = acc[h][e];
-                if (n + 1 < C) w[(i64)m * C + n + 1] = acc[h][e + 1];
-            }
-#endif
-}
-#define GS_REDUCE_DX_ENTRY(NAME, NCH)                                                                                             \
-    GS_ENTRY(GS_THREADS)                                                                                                          \
-    NAME(const T* grads_re, const T* grads_im, const T* dg_re, const T* dg_im, float* ws, const i64* splits, const i64* tiles, i64 V, int K, int C, \
-         int bm) {                                                                                                                \
-        gs_reduce_dx<NCH>(grads_re, grads_im, dg_re, dg_im, ws, splits, tiles, V, K, C, bm);                                      \
-    }
-GS_REDUCE_DX_ENTRY(gs_reduce_dx1_img, 1)
-GS_REDUCE_DX_ENTRY(gs_reduce_dx2_img, 2)
 
 // ---------------------------------------------------------------------------------------------------
-// d_x and the factored d_A in one reduction over image rows (NOTES.md, v14). In the spectral form
+// d_x, alone or with the factored d_A, in one reduction over image rows (NOTES.md, v14). In the spectral form
 // g = grads·x per mesh, so d_A's sums over vertices factor through x:
 //   d_A_re = Σ_v P[v]ᵀg_re[v] + Q[v]ᵀg_im[v] = R_reᵀ·x,   R_re = grads_reᵀ·P + grads_imᵀ·Q   (K × C)
 //   d_A_im = Σ_v Q[v]ᵀg_re[v] − P[v]ᵀg_im[v] = R_imᵀ·x,   R_im = grads_reᵀ·Q − grads_imᵀ·P
@@ -1435,12 +1346,13 @@ GS_REDUCE_DX_ENTRY(gs_reduce_dx2_img, 2)
 // writes no g. R shares its A operand (grads) with d_x = grads_reᵀ·d_g_re + grads_imᵀ·d_g_im, so one
 // CTA computes, for 128 rows of K (two warpgroups of 64) and one 128-channel chunk h of C, all three:
 //   dx += G_reᵀ·dG_re,h + G_imᵀ·dG_im,h;  re += G_reᵀ·P_h + G_imᵀ·Q_h;  im += G_imᵀ·P_h − G_reᵀ·Q_h
-// (im = −R_im; the split sum flips it). CTA (split, m-tile, h), h fastest: the CTAs of one split run
-// together and share its grads rows through L2. Splits as gs_reduce_dx's (whole k-tiles of one mesh);
-// ring slots as DX_STAGE: the grads planes, then d_g_re, d_g_im, P, Q of chunk h as 32 × 128 tiles in
-// gs_reduce's IMG order (the chunk's 2 KB of each of the k-tile's 4 row groups, MN-major: LBO 2 KB,
-// SBO 128). Slices ws[split][plane][K][C], planes dx, re (and im with ROT).
-template <int NCH, bool ROT>
+// (im = −R_im; the split sum flips it). OUTS says which: 1 d_x alone (d_A from g's images), 2 d_x and
+// re (no rotations), 3 all three. CTA (split, m-tile, h), h fastest: the CTAs of one split run
+// together and share its grads rows through L2. Ring slots as DX_STAGE: the grads planes, then
+// d_g_re, d_g_im (and P, Q) of chunk h as 32 × 128 tiles in gs_reduce's IMG order (the chunk's 2 KB
+// of each of the k-tile's 4 row groups, MN-major: LBO 2 KB, SBO 128). Slices ws[split][plane][K][C],
+// planes dx (and re, im).
+template <int NCH, int OUTS>
 __device__ __forceinline__ void gs_reduce_dxa(const T* grads_re, const T* grads_im, const T* dg_re, const T* dg_im, const T* p, const T* q, float* ws,
                                               const i64* splits, const i64* tiles, i64 V, int K, int C, int bm) {
 #if !GS_HAS_WGMMA
@@ -1448,7 +1360,9 @@ __device__ __forceinline__ void gs_reduce_dxa(const T* grads_re, const T* grads_
 #else
     GS_SMEM_DECL;
     constexpr int LDI = 128 * NCH;
-    constexpr int PLANES = ROT ? 3 : 2;
+    static_assert(OUTS >= 1 && OUTS <= 3, "d_x, R_re, −R_im");
+    constexpr bool R = OUTS >= 2, ROT = OUTS == 3;
+    constexpr int NB = R ? 4 : 2;  // image tiles per k-tile
     const u32 sbase = gs_smem_addr(smem);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gq = lane >> 2, tq = lane & 3;
     const int wg = warp >> 2, wr = warp & 3;
@@ -1468,7 +1382,7 @@ __device__ __forceinline__ void gs_reduce_dxa(const T* grads_re, const T* grads_
     const i64 thr = (tid >> 7) * rg + 8 * (tid & 127) + 1024 * h;
     float dx[64], re[64], im[64];
     gs_zero(dx);
-    gs_zero(re);
+    if (R) gs_zero(re);
     if (ROT) gs_zero(im);
     constexpr u32 B0 = 2 * DX_GRADS, BT = GR_BK * 128 * 2;  // the first B tile, and its size (8 KB)
     auto load = [&](int slot, int kt) {
@@ -1476,9 +1390,9 @@ __device__ __forceinline__ void gs_reduce_dxa(const T* grads_re, const T* grads_
         const i64 r = r_begin + (i64)kt * GR_BK;  // the k-tile's first image row
         gs_dx_grads_tile(s, grads_re, grads_im, tiles, V, K, bm, r, m0);
         const i64 e = (r >> 3) * rg + thr;
-        const T* src[4] = {dg_re + e, dg_im + e, p + e, q + e};
+        const T* src[4] = {dg_re + e, dg_im + e, R ? p + e : nullptr, R ? q + e : nullptr};
 #pragma unroll
-        for (int o = 0; o < 4; ++o) {
+        for (int o = 0; o < NB; ++o) {
             gs_cp16(s + B0 + o * BT + 16 * (u32)tid, src[o], 16);
             gs_cp16(s + B0 + o * BT + 16 * (u32)(tid + GS_THREADS), src[o] + 2 * rg, 16);
         }
@@ -1488,7 +1402,7 @@ __device__ __forceinline__ void gs_reduce_dxa(const T* grads_re, const T* grads_
     for (int kt = 0; kt < nk; ++kt) {
         const u32 s = sbase + gs_ring_wait<DX_STAGES, DX_LAG>(kt) * DX_STAGE;
         gs_fence_regs(dx);
-        gs_fence_regs(re);
+        if (R) gs_fence_regs(re);
         if (ROT) gs_fence_regs(im);
         gs_wg_arrive();
 #pragma unroll
@@ -1500,15 +1414,17 @@ __device__ __forceinline__ void gs_reduce_dxa(const T* grads_re, const T* grads_
             const u64 ai = gs_desc(s + DX_GRADS + k + 1024 * wg, 16 * 128, 128);
             const u64 bdr = gs_desc(s + B0 + k, 16 * 128, 128);
             const u64 bdi = gs_desc(s + B0 + BT + k, 16 * 128, 128);
-            const u64 bp = gs_desc(s + B0 + 2 * BT + k, 16 * 128, 128);
-            const u64 bq = gs_desc(s + B0 + 3 * BT + k, 16 * 128, 128);
             gs_mma<1, 1>(dx, ar, bdr);
             gs_mma<1, 1>(dx, ai, bdi);
-            gs_mma<1, 1>(re, ar, bp);
-            gs_mma<1, 1>(re, ai, bq);
-            if (ROT) {
-                gs_mma<1, 1>(im, ai, bp);
-                gs_mma<-1, 1>(im, ar, bq);
+            if (R) {
+                const u64 bp = gs_desc(s + B0 + 2 * BT + k, 16 * 128, 128);
+                const u64 bq = gs_desc(s + B0 + 3 * BT + k, 16 * 128, 128);
+                gs_mma<1, 1>(re, ar, bp);
+                gs_mma<1, 1>(re, ai, bq);
+                if (ROT) {
+                    gs_mma<1, 1>(im, ai, bp);
+                    gs_mma<-1, 1>(im, ar, bq);
+                }
             }
         }
         gs_wg_commit();
@@ -1517,10 +1433,10 @@ __device__ __forceinline__ void gs_reduce_dxa(const T* grads_re, const T* grads_
     }
     gs_wg_wait<0>();
     gs_fence_regs(dx);
-    gs_fence_regs(re);
+    if (R) gs_fence_regs(re);
     if (ROT) gs_fence_regs(im);
     gs_wait<0>();  // the ring's last (empty) groups
-    float* const w = ws + split * PLANES * (i64)K * C;
+    float* const w = ws + split * OUTS * (i64)K * C;
 #pragma unroll
     for (int i = 0; i < 16; ++i)
 #pragma unroll
@@ -1535,22 +1451,24 @@ __device__ __forceinline__ void gs_reduce_dxa(const T* grads_re, const T* grads_
             for (int u = 0; u < 2; ++u) {
                 if (n + u >= C) continue;
                 row[u] = dx[e + u];
-                row[pk + u] = re[e + u];
+                if (R) row[pk + u] = re[e + u];
                 if (ROT) row[2 * pk + u] = im[e + u];
             }
         }
 #endif
 }
-#define GS_REDUCE_DXA_ENTRY(NAME, NCH, ROT)                                                                                       \
+#define GS_REDUCE_DXA_ENTRY(NAME, NCH, OUTS)                                                                                      \
     GS_ENTRY(GS_THREADS)                                                                                                          \
     NAME(const T* grads_re, const T* grads_im, const T* dg_re, const T* dg_im, const T* p, const T* q, float* ws, const i64* splits, \
          const i64* tiles, i64 V, int K, int C, int bm) {                                                                         \
-        gs_reduce_dxa<NCH, ROT>(grads_re, grads_im, dg_re, dg_im, p, q, ws, splits, tiles, V, K, C, bm);                          \
+        gs_reduce_dxa<NCH, OUTS>(grads_re, grads_im, dg_re, dg_im, p, q, ws, splits, tiles, V, K, C, bm);                         \
     }
-GS_REDUCE_DXA_ENTRY(gs_reduce_dxa1_rot, 1, true)
-GS_REDUCE_DXA_ENTRY(gs_reduce_dxa2_rot, 2, true)
-GS_REDUCE_DXA_ENTRY(gs_reduce_dxa1_plain, 1, false)
-GS_REDUCE_DXA_ENTRY(gs_reduce_dxa2_plain, 2, false)
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa1_dx, 1, 1)
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa2_dx, 2, 1)
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa1_plain, 1, 2)
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa2_plain, 2, 2)
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa1_rot, 1, 3)
+GS_REDUCE_DXA_ENTRY(gs_reduce_dxa2_rot, 2, 3)
 
 // The split sums of gs_reduce_dxa, per mesh g (splits groups[2g]..groups[2g+1], or all): d_x[g] (K × C)
 // from plane 0, and R of planes 1.. as the A operand of d_A's last product (gs_reduce_sum over the

@@ -389,9 +389,9 @@ fn reduce_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tenso
     cuda::sum_splits(dev, p, &ws, planes, m * n, plan.nsplits, None, out, 1)
 }
 
-/// Shared memory of d_x's image reduction: 4 slots of a 32-row k-tile of grads_re, grads_im (128
-/// columns) and of d_g_re, d_g_im (256 channels). Mirrors DX_SMEM.
-pub(super) const DX_SMEM: usize = 4 * (2 * 32 * 128 * 2 + 2 * 32 * 256 * 2);
+/// Shared memory of gs_reduce_dxa: 4 slots of a 32-row k-tile of grads_re, grads_im (128 columns)
+/// and of up to four 128-channel image tiles (d_g_re, d_g_im, P, Q). Mirrors DX_SMEM.
+pub(super) const DX_SMEM: usize = 4 * (2 * 32 * 128 * 2 + 4 * 32 * 128 * 2);
 
 /// The splits of d_x's image reduction: per mesh, its row tiles' image rows (`entries`: the map
 /// kernel's row tiles, `None` for one mesh of `ntiles` tiles of `bm` rows) in runs of whole 32-row
@@ -431,41 +431,12 @@ pub(super) fn dx_img_plan(p: &Problem, entries: Option<&[i64]>, ntiles: usize, b
     SplitPlan { splits, groups, nsplits: nsplits.max(1), rows_per_split: per }
 }
 
-/// d_x (per mesh, K × C) from grads and the map kernel's tile images of d_g by gs_reduce_dx*_img,
-/// f32 slices per split summed in split order.
+/// d_x (per mesh, K × C) from grads and the map kernel's tile images of d_g by gs_reduce_dxa's d_x-only
+/// entries, f32 slices per split summed in split order.
 fn reduce_dx_img(dev: &Arc<CudaDevice>, p: &Problem, grads: (&Tensor, &Tensor), dg: (&Tensor, &Tensor), d_x: &Tensor) -> Result<()> {
-    let nch = chunks(p.c);
-    let bm = 128 / nch;
-    let entries = cuda::row_tile_entries(p, bm);
-    let ntiles = entries.as_ref().map_or(p.v.div_ceil(bm), |t| t.len() / 3);
-    let tiles_m = p.k.div_ceil(128);
-    let plan = dx_img_plan(p, entries.as_deref(), ntiles, bm, tiles_m, dev.info().multiprocessors.max(1) as usize);
-    let ws = Tensor::output(&[plan.nsplits * p.k * p.c], DType::F32, p.device)?;
-    let f = dev.function(&SOURCE, &reduce_options(p.dtype), if nch == 1 { "gs_reduce_dx1_img" } else { "gs_reduce_dx2_img" })?;
-    dev.set_max_dynamic_smem(&f, DX_SMEM)?;
-    let blocks = plan.nsplits.checked_mul(tiles_m).ok_or_else(|| Error::TooLarge { arg: "grads_re".into(), what: "split count overflows".into() })?;
-    let cfg = LaunchConfig { grid_dim: (grid_u32("grads_re", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: DX_SMEM as u32 };
-    let (splits, groups) = plan.device_tables(p.device)?;
-    let tiles = match entries {
-        Some(t) => Some(cuda::device_table(&t, p.device)?),
-        None => None,
-    };
-    let (gr, gi, dr, di, wsp, sp, tp) = (grads.0.cuda_ptr()?, grads.1.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(splits.as_ref())?, ptr(tiles.as_ref())?);
-    let (v, k, c, bmi) = (p.v as i64, p.k as i32, p.c as i32, bm as i32);
-    dev.launch(&f, cfg)
-        .arg(&gr)
-        .arg(&gi)
-        .arg(&dr)
-        .arg(&di)
-        .arg(&wsp)
-        .arg(&sp)
-        .arg(&tp)
-        .arg(&v)
-        .arg(&k)
-        .arg(&c)
-        .arg(&bmi)
-        .named("gradfeat d_x image reduction")
-        .run()?;
+    let (plan, _) = dxa_plans(p, dev.info().multiprocessors.max(1) as usize);
+    let ws = launch_dxa(dev, p, 1, grads, dg, None, &plan)?;
+    let (_, groups) = plan.device_tables(p.device)?;
     cuda::sum_splits(dev, p, &ws, 1, p.k * p.c, plan.nsplits, groups.as_ref(), (d_x, None), p.meshes())
 }
 
@@ -483,40 +454,31 @@ pub fn factored_pays(p: &Problem) -> bool {
     p.k <= p.c && 8 * p.k * p.meshes() <= p.v
 }
 
-/// Entry points of gs_reduce_dxa by chunks and rotations.
-fn dxa_entry(nch: usize, rot: bool) -> &'static str {
-    match (nch, rot) {
-        (1, true) => "gs_reduce_dxa1_rot",
-        (1, false) => "gs_reduce_dxa1_plain",
-        (_, true) => "gs_reduce_dxa2_rot",
-        (_, false) => "gs_reduce_dxa2_plain",
-    }
-}
-
-/// d_x and the factored d_A (NOTES.md, v14): gs_reduce_dxa sums d_x and R (K × C per mesh, R_re and
-/// −R_im with rotations) over grads and the map kernel's images of d_g, P and Q; gs_sum_dxa adds the
-/// split slices per mesh into d_x and R's hi + lo rows; d_A = Σ_meshes Rᵀ·x is then the wgmma split-K
-/// reduction over those meshes·K rows (B = x, whose rows are the same meshes·K), each output summed
-/// in a fixed order.
-#[allow(clippy::too_many_arguments)]
-fn reduce_dxa_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, grads: (&Tensor, &Tensor), dg: (&Tensor, &Tensor), pq: (&Tensor, &Tensor), x: &Tensor, d_x: &Tensor, d_a: (&Tensor, Option<&Tensor>)) -> Result<()> {
+/// gs_reduce_dxa over grads and the map kernel's images of d_g (and of P, Q with `pq`): `outs` planes
+/// of f32 slices per split of `plan` (d_x; R_re; −R_im), returned as one workspace.
+fn launch_dxa(dev: &Arc<CudaDevice>, p: &Problem, outs: usize, grads: (&Tensor, &Tensor), dg: (&Tensor, &Tensor), pq: Option<(&Tensor, &Tensor)>, plan: &SplitPlan) -> Result<Tensor> {
     let nch = chunks(p.c);
     let bm = 128 / nch;
-    let entries = cuda::row_tile_entries(p, bm);
-    let per_split = p.k.div_ceil(128) * nch;
-    let (plan, fin) = dxa_plans(p, dev.info().multiprocessors.max(1) as usize);
-    let planes = if rot { 3 } else { 2 };
-    let ws = Tensor::output(&[plan.nsplits * planes * p.k * p.c], DType::F32, p.device)?;
-    let f = dev.function(&SOURCE, &reduce_options(p.dtype), dxa_entry(nch, rot))?;
+    let entry = match (nch, outs) {
+        (1, 1) => "gs_reduce_dxa1_dx",
+        (1, 2) => "gs_reduce_dxa1_plain",
+        (1, _) => "gs_reduce_dxa1_rot",
+        (_, 1) => "gs_reduce_dxa2_dx",
+        (_, 2) => "gs_reduce_dxa2_plain",
+        (_, _) => "gs_reduce_dxa2_rot",
+    };
+    let ws = Tensor::output(&[plan.nsplits * outs * p.k * p.c], DType::F32, p.device)?;
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), entry)?;
     dev.set_max_dynamic_smem(&f, DX_SMEM)?;
-    let blocks = plan.nsplits.checked_mul(per_split).ok_or_else(|| Error::TooLarge { arg: "grads_re".into(), what: "split count overflows".into() })?;
+    let blocks = plan.nsplits.checked_mul(p.k.div_ceil(128) * nch).ok_or_else(|| Error::TooLarge { arg: "grads_re".into(), what: "split count overflows".into() })?;
     let cfg = LaunchConfig { grid_dim: (grid_u32("grads_re", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: DX_SMEM as u32 };
-    let (splits, groups) = plan.device_tables(p.device)?;
-    let tiles = match entries {
+    let (splits, _) = plan.device_tables(p.device)?;
+    let tiles = match cuda::row_tile_entries(p, bm) {
         Some(t) => Some(cuda::device_table(&t, p.device)?),
         None => None,
     };
-    let (gr, gi, dr, di, pp, qp) = (grads.0.cuda_ptr()?, grads.1.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?, pq.0.cuda_ptr()?, pq.1.cuda_ptr()?);
+    let (gr, gi, dr, di) = (grads.0.cuda_ptr()?, grads.1.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?);
+    let (pp, qp) = (ptr(pq.map(|t| t.0))?, ptr(pq.map(|t| t.1))?);
     let (wsp, sp, tp) = (ws.cuda_ptr()?, ptr(splits.as_ref())?, ptr(tiles.as_ref())?);
     let (v, k, c, bmi) = (p.v as i64, p.k as i32, p.c as i32, bm as i32);
     dev.launch(&f, cfg)
@@ -533,14 +495,28 @@ fn reduce_dxa_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, grads: (&Tensor
         .arg(&k)
         .arg(&c)
         .arg(&bmi)
-        .named("gradfeat d_x and factored d_A reduction")
+        .named("gradfeat image reduction of d_x (and R)")
         .run()?;
+    Ok(ws)
+}
+
+/// d_x and the factored d_A (NOTES.md, v14): gs_reduce_dxa sums d_x and R (K × C per mesh, R_re and
+/// −R_im with rotations) over grads and the map kernel's images of d_g, P and Q; gs_sum_dxa adds the
+/// split slices per mesh into d_x and R's hi + lo rows; d_A = Σ_meshes Rᵀ·x is then the wgmma split-K
+/// reduction over those meshes·K rows (B = x, whose rows are the same meshes·K), each output summed
+/// in a fixed order.
+#[allow(clippy::too_many_arguments)]
+fn reduce_dxa_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, grads: (&Tensor, &Tensor), dg: (&Tensor, &Tensor), pq: (&Tensor, &Tensor), x: &Tensor, d_x: &Tensor, d_a: (&Tensor, Option<&Tensor>)) -> Result<()> {
+    let (plan, fin) = dxa_plans(p, dev.info().multiprocessors.max(1) as usize);
+    let planes = if rot { 3 } else { 2 };
+    let ws = launch_dxa(dev, p, planes, grads, dg, Some(pq), &plan)?;
     // Split sums: d_x per mesh, R as hi + lo rows (ld = C per R plane).
     let (ld, rows) = ((planes - 1) * p.c, p.meshes() * p.k);
     let (a_hi, a_lo) = (Tensor::output(&[rows, ld], p.dtype, p.device)?, Tensor::output(&[rows, ld], p.dtype, p.device)?);
     let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_sum_dxa")?;
-    let (dxp, hp, lp, gp) = (d_x.cuda_ptr()?, a_hi.cuda_ptr()?, a_lo.cuda_ptr()?, ptr(groups.as_ref())?);
-    let (ng, pl, ns) = (p.meshes() as i32, planes as i32, plan.nsplits as i64);
+    let (_, groups) = plan.device_tables(p.device)?;
+    let (wsp, dxp, hp, lp, gp) = (ws.cuda_ptr()?, d_x.cuda_ptr()?, a_hi.cuda_ptr()?, a_lo.cuda_ptr()?, ptr(groups.as_ref())?);
+    let (ng, pl, k, c, ns) = (p.meshes() as i32, planes as i32, p.k as i32, p.c as i32, plan.nsplits as i64);
     dev.launch(&f, cfg_1d(dev.grid_for(p.meshes() * planes * p.k * p.c, 256), 256, 0))
         .arg(&wsp)
         .arg(&dxp)
@@ -559,9 +535,9 @@ fn reduce_dxa_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, grads: (&Tensor
     reduce_rows_wgmma(dev, p, false, (&a_hi, &a_lo), (x, x), rows, ld, p.c, &fin, d_a, 1)
 }
 
-/// The splits of [`reduce_dxa_img`] on a GPU of `multiprocessors`: gs_reduce_dxa's (per mesh, whole
-/// k-tiles of image rows, one wave of CTAs of K/128 × chunks per split) and those of d_A's last
-/// product over the meshes·K rows of R (uniform, four waves as the other wgmma reductions).
+/// The splits of [`reduce_dx_img`] and [`reduce_dxa_img`] on a GPU of `multiprocessors`: gs_reduce_dxa's
+/// (per mesh, whole k-tiles of image rows, one wave of CTAs of K/128 × chunks per split) and those of
+/// d_A's last product over the meshes·K rows of R (uniform, four waves as the other wgmma reductions).
 pub(super) fn dxa_plans(p: &Problem, multiprocessors: usize) -> (SplitPlan, SplitPlan) {
     let nch = chunks(p.c);
     let bm = 128 / nch;

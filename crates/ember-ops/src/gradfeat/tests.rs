@@ -302,18 +302,13 @@ mod host_model {
         // The image reductions' plan (bwd=packed-img) over the map kernel's tile images.
         let img = staged::img_plan(ntiles * (128 / nch), p.c.div_ceil(128).pow(2), ctas);
         w.extend([img.nsplits as i64, img.rows_per_split as i64]);
-        // d_x's image reduction (bwd=packed-img): per-mesh splits of the map kernel's image rows.
-        let bm = 128 / nch;
-        let dx = staged::dx_img_plan(&p, super::super::cuda::row_tile_entries(&p, bm).as_deref(), ntiles, bm, p.k.div_ceil(128), 132);
-        w.extend([dx.nsplits as i64, dx.rows_per_split as i64]);
-        table(&mut w, &dx.splits);
-        table(&mut w, &dx.groups);
         // fwd=packed-pp: 64-row tiles, its persistent grid for two multiprocessors (four CTAs).
         let pp_entries = super::super::cuda::row_tile_entries(&p, 64);
         let pp_ntiles = pp_entries.as_ref().map_or(p.v.div_ceil(64), |t| t.len() / 3);
         table(&mut w, &pp_entries.unwrap_or_default());
         w.extend([pp_ntiles as i64, staged::pp_grid(&p, pp_ntiles, 2) as i64]);
-        // The factored d_A (v14): reduce_dxa_img's splits and its last product's.
+        // d_x's image reduction and the factored d_A (v14): gs_reduce_dxa's per-mesh splits of the map
+        // kernel's image rows, and the splits of d_A's last product.
         let (dxa, fin) = staged::dxa_plans(&p, 132);
         w.extend([dxa.nsplits as i64, dxa.rows_per_split as i64]);
         table(&mut w, &dxa.splits);
