@@ -393,9 +393,9 @@ fn reduce_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tenso
 /// and of up to four 128-channel image tiles (d_g_re, d_g_im, P, Q). Mirrors DX_SMEM.
 pub(super) const DX_SMEM: usize = 4 * (2 * 32 * 128 * 2 + 4 * 32 * 128 * 2);
 
-/// The splits of d_x's image reduction: per mesh, its row tiles' image rows (`entries`: the map
-/// kernel's row tiles, `None` for one mesh of `ntiles` tiles of `bm` rows) in runs of whole 32-row
-/// k-tiles, about `ctas` CTAs in all for `tiles_m` CTAs per split; one group of splits per mesh.
+/// The splits of gs_reduce_dxa: per mesh, its row tiles' image rows (`entries`: the map kernel's row
+/// tiles, `None` for one mesh of `ntiles` tiles of `bm` rows) in runs of whole 32-row k-tiles, about
+/// `ctas` CTAs in all for `tiles_m` CTAs per split; one group of splits per mesh.
 pub(super) fn dx_img_plan(p: &Problem, entries: Option<&[i64]>, ntiles: usize, bm: usize, tiles_m: usize, ctas: usize) -> SplitPlan {
     let per = (ntiles * bm).div_ceil(ctas.div_ceil(tiles_m.max(1)).max(1)).next_multiple_of(32).max(32);
     // Each mesh's run of row tiles, [first, end), in tile order.
@@ -440,16 +440,11 @@ fn reduce_dx_img(dev: &Arc<CudaDevice>, p: &Problem, grads: (&Tensor, &Tensor), 
     cuda::sum_splits(dev, p, &ws, 1, p.k * p.c, plan.nsplits, groups.as_ref(), (d_x, None), p.meshes())
 }
 
-/// Whether d_A can be factored through x (NOTES.md, v14): where the image reductions run (which
-/// implies the spectral form), so that g = grads·x per mesh.
-pub fn factored_applies(dev: &CudaDevice, p: &Problem) -> bool {
-    img_applies(dev, p)
-}
-
-/// Whether factoring d_A through x pays for `p` (the default backward's choice): its sums over the
-/// vertices are K-deep instead of C-deep (so K ≤ C), and its last product, Σ over meshes of Rᵀ·x as
-/// hi + lo rows, is 2·K·meshes deep, which stays small beside the V vertices only when meshes are
-/// large (at least 8·K vertices each on average).
+/// Whether factoring d_A through x (NOTES.md, v14; possible wherever the image reductions run, which
+/// implies the spectral form, g = grads·x per mesh) pays for `p` (the default backward's choice):
+/// its sums over the vertices are K-deep instead of C-deep (so K ≤ C), and its last product, Σ over
+/// meshes of Rᵀ·x as hi + lo rows, is 2·K·meshes deep, which stays small beside the V vertices only
+/// when meshes are large (at least 8·K vertices each on average).
 pub fn factored_pays(p: &Problem) -> bool {
     p.k <= p.c && 8 * p.k * p.meshes() <= p.v
 }
@@ -618,11 +613,11 @@ fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weigh
     };
     // The packed build takes its weights as images, all packed in one launch: stage 2's (A_re | A_im
     // per k-tile) in w_re, x's (below) and in the backward stage 3's (A_reᵀ | −A_imᵀ) in t_re.
-    let mut w_srcs = vec![(w_re0, false)];
-    w_srcs.extend(w_im0.map(|w| (w, false)));
     let mut jobs = Vec::new();
     if packed {
-        jobs.push(PackJob { srcs: w_srcs.clone(), batches: 1, rows: p.c, cols: p.c, rpad: 128 * nch, trans: false });
+        let mut w_srcs = vec![(w_re0, false)];
+        w_srcs.extend(w_im0.map(|w| (w, false)));
+        jobs.push(PackJob { srcs: w_srcs, batches: 1, rows: p.c, cols: p.c, rpad: 128 * nch, trans: false });
         // x goes in transposed (xᵀ per mesh), so that every operand of the map kernel is K-major: as
         // k-tile images of xᵀ (C padded to the tile's rows).
         if let Input::Spectral { x, .. } = *input {
