@@ -745,6 +745,17 @@ impl crate::OpFamily for Family {
             (_, false) => vec![4096, 32768, 131072, 524288, 2097152],
         };
         let mut problems: Vec<(Vec<usize>, DType)> = Vec::new();
+        // EMBER_DIFFUSION_BENCH_V="131072,524288": only those single bf16 meshes (for profiling runs).
+        if let Ok(only) = std::env::var("EMBER_DIFFUSION_BENCH_V") {
+            for v in only.split(',').filter_map(|s| s.trim().parse::<usize>().ok()) {
+                problems.push((vec![v], DType::BF16));
+            }
+            let mut rows = Vec::new();
+            for (sizes, dtype) in problems {
+                rows.extend(bench_one(ctx, &sizes, k, c, dtype, progress)?);
+            }
+            return Ok(rows);
+        }
         for &v in &single {
             problems.push((vec![v], DType::BF16));
         }
