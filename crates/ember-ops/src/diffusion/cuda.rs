@@ -546,6 +546,10 @@ struct Geometry {
     /// Some(slots): the wgmma expand is fed by TMA (`diffusion_expand_wgt{NH}` / `wgtb{NH}`) with
     /// this many 16 KB ring slots; `ewg`'s NST is then unused.
     etma: Option<usize>,
+    /// v12: Some((slots, shared memory)) where the automatic store rule chose bulk stores for the
+    /// TMA-fed expand: the backward's expand (mass weights) runs with direct stores instead
+    /// (measured faster in the backward on the H100 and the H200; see [`BULK_MIN_TILES_PER_SM`]).
+    etma_bwd_direct: Option<(usize, usize)>,
     kpe: usize,
     cpe: usize,
     expand_grid: (u32, u32),
@@ -611,7 +615,8 @@ impl Geometry {
         };
         // The store path where the wgmma expand runs: bulk where asked for and its shared memory
         // fits, else direct; forced bulk (a test or bench variant) is an error where it cannot run.
-        let bulk = match tune.expand_store.unwrap_or_else(expand_store_mode) {
+        let store_mode = tune.expand_store.unwrap_or_else(expand_store_mode);
+        let bulk = match store_mode {
             ExpandStore::Bulk => true,
             ExpandStore::Direct => false,
             ExpandStore::Auto => n_tiles >= BULK_MIN_TILES_PER_SM * n_sm,
@@ -657,6 +662,12 @@ impl Geometry {
             (Some((_, slots, _, smem, _)), _) => Some((slots, smem)),
             (None, Some((_, _, _, _, b))) if tune.expand_load.unwrap_or_else(expand_load_mode) == ExpandLoad::Tma => {
                 expand_tma_shape(dev, dtype, v, k, c, basis_ptr, b, b).ok().map(|(_, slots, _, smem, _)| (slots, smem))
+            }
+            _ => None,
+        };
+        let etma_bwd_direct = match (store_mode, wg, etma) {
+            (ExpandStore::Auto, Some((_, _, _, _, true)), Some(_)) => {
+                expand_tma_shape(dev, dtype, v, k, c, basis_ptr, false, false).ok().map(|(_, slots, _, smem, _)| (slots, smem))
             }
             _ => None,
         };
@@ -714,6 +725,7 @@ impl Geometry {
             ewn,
             ewg: wg.map(|(nh, nst, _, _, bulk)| (nh, nst, bulk)),
             etma: etma.map(|(slots, _)| slots),
+            etma_bwd_direct,
             kpe,
             cpe,
             expand_grid,
@@ -823,7 +835,12 @@ fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: 
 #[allow(clippy::too_many_arguments)]
 fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
     if let (Some((nh, _, bulk)), Some(slots)) = (g.ewg, g.etma) {
-        return launch_expand_tma(dev, g, (nh, bulk, slots), basis, s_op, mass, out, dt_part, d_times);
+        // The backward (mass != 0) takes direct stores where the automatic rule chose bulk.
+        let (bulk, slots, smem) = match g.etma_bwd_direct {
+            Some((slots, smem)) if mass != 0 => (false, slots, smem),
+            _ => (bulk, slots, g.expand_smem),
+        };
+        return launch_expand_tma(dev, g, (nh, bulk, slots, smem), basis, s_op, mass, out, dt_part, d_times);
     }
     let entry = match (g.ewg, g.ewn) {
         (Some((1, 2, false)), _) => "diffusion_expand_wg1_s2",
@@ -839,7 +856,7 @@ fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mas
         (None, _) => "diffusion_expand_w2",
     };
     let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, g.expand_smem)?;
-    let cfg = expand_cfg(dev, g, occ);
+    let cfg = expand_cfg(dev, g, occ, g.expand_smem);
     let (n_rows, n_tiles) = (g.n_rows, g.n_tiles as i64);
     let (k, c, kp, cp, vec, dt_rows) = (g.k as i32, g.c as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec), to_i32(g.dt_rows(), "meshes × eigenvector blocks")?);
     dev.launch(&f, cfg)
@@ -864,18 +881,18 @@ fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mas
 
 /// Persistent grid of the expand: as many CTAs as fit at once (per channel tile), never more than
 /// there are tiles.
-fn expand_cfg(dev: &Arc<CudaDevice>, g: &Geometry, occ: u32) -> LaunchConfig {
+fn expand_cfg(dev: &Arc<CudaDevice>, g: &Geometry, occ: u32, smem: usize) -> LaunchConfig {
     let n_sm = dev.info().multiprocessors.max(1) as usize;
     let per_nt = (n_sm * occ as usize / g.expand_grid.1 as usize).max(1).min(g.expand_ctas.unwrap_or(usize::MAX));
     let grid_x = g.n_tiles.min(per_nt).max(1) as u32;
-    LaunchConfig { grid_dim: (grid_x, g.expand_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.expand_smem as u32 }
+    LaunchConfig { grid_dim: (grid_x, g.expand_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: smem as u32 }
 }
 
 /// v9: the TMA-fed wgmma expand (`diffusion_expand_wgt{NH}`, `wgtb{NH}` with bulk stores). The tensor
 /// map (basis as V × K, boxes of 128 rows × 64 eigenvectors, 128-byte swizzle, zeros outside) is
 /// encoded per launch on the host (no device call) and passed by value.
 #[allow(clippy::too_many_arguments)]
-fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots): (usize, bool, usize), basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
+fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem): (usize, bool, usize, usize), basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
     let entry = match (nh, bulk) {
         (1, false) => "diffusion_expand_wgt1",
         (_, false) => "diffusion_expand_wgt2",
@@ -884,10 +901,10 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots): (us
     };
     let es = g.dtype.size() as u64;
     let map = ember_core::cuda::tensor_map_2d_sw128(g.dtype, basis, g.n_rows as u64, g.k as u64, g.k as u64 * es, EBM as u32, ETM_BOX_K as u32)?;
-    let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, g.expand_smem)?;
+    let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, smem)?;
     let (n_rows, n_tiles, slots) = (g.n_rows, g.n_tiles as i64, slots as i32);
     let (c, kp, cp, vec, dt_rows) = (g.c as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec), to_i32(g.dt_rows(), "meshes × eigenvector blocks")?);
-    dev.launch(&f, expand_cfg(dev, g, occ))
+    dev.launch(&f, expand_cfg(dev, g, occ, smem))
         .arg(&s_op)
         .arg(&mass)
         .arg(&out)

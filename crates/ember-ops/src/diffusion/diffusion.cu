@@ -961,31 +961,20 @@ __device__ __forceinline__ void ewg_step(float (&acc)[NH][64], u64 da, u32 s_bas
     }
 }
 
-// The mass weights (backward; 1 in the forward) of this thread's two rows of tile [rb, re): rows
-// rb + wg·64 + wq·16 + {g, g + 8} (the warp's 16). v12: loaded before the tile's products are
-// issued, so the load's latency hides under them (loaded after the products' wait, it stood
-// between the wait and the stores of every tile: the backward expand ran ~20 % slower than the
-// forward's on an H200).
-__device__ __forceinline__ void ewg_tile_weights(const T* __restrict__ mass, i64 rb, i64 re, float& w0, float& w1) {
+// The warp's 16 rows of tile [rb, re) out of the accumulators: mass weights (backward) in f32, then
+// the bulk epilogue (BULK and 16-byte rows) or the direct one, in the warp's part of `epi`.
+template <int NH, bool BULK>
+__device__ __forceinline__ void ewg_tile_out(const float (&acc)[NH][64], unsigned char* epi, const T* __restrict__ mass, T* __restrict__ out,
+                                             i64 rb, i64 re, int c0, int C, int vec) {
+    constexpr int STG_P = 256 * NH + EWG_STG_PAD;
     const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
+    // Rows rb + wg·64 + wq·16 + {g, g + 8} of the tile (the warp's 16).
     const i64 row0 = rb + (warp >> 2) * 64 + (warp & 3) * 16;
-    w0 = 1.0f;
-    w1 = 1.0f;
+    float w0 = 1.0f, w1 = 1.0f;
     if (mass) {
         w0 = row0 + g < re ? ember_to_f32(mass[row0 + g]) : 0.0f;
         w1 = row0 + g + 8 < re ? ember_to_f32(mass[row0 + g + 8]) : 0.0f;
     }
-}
-
-// The warp's 16 rows of tile [rb, re) out of the accumulators, times the weights of
-// ewg_tile_weights, by the bulk epilogue (BULK and 16-byte rows) or the direct one, in the warp's
-// part of `epi`.
-template <int NH, bool BULK>
-__device__ __forceinline__ void ewg_tile_out(const float (&acc)[NH][64], unsigned char* epi, float w0, float w1, T* __restrict__ out,
-                                             i64 rb, i64 re, int c0, int C, int vec) {
-    constexpr int STG_P = 256 * NH + EWG_STG_PAD;
-    const int warp = threadIdx.x >> 5;
-    const i64 row0 = rb + (warp >> 2) * 64 + (warp & 3) * 16;
     if (BULK && vec)
         ewg_epilogue_bulk<NH>(acc, epi + warp * 16 * STG_P, w0, w1, out, row0, re, c0, C);
     else
@@ -1054,8 +1043,6 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
             const i64 rb = first.begin + it * (i64)EBM;
             const i64 re = min(mesh_end, rb + EBM);
             const u32 a_tile = a_base + (u32)((int)(it % NST) * stage_bytes) + (u32)(wg * 8 * KP * 16);
-            float w0, w1;
-            ewg_tile_weights(mass, rb, re, w0, w1);
 #pragma unroll
             for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
             ewg_arrive();
@@ -1065,7 +1052,7 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
 #pragma unroll
             for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
 
-            ewg_tile_out<NH, BULK>(acc, epi, w0, w1, out, rb, re, c0, C, vec);
+            ewg_tile_out<NH, BULK>(acc, epi, mass, out, rb, re, c0, C, vec);
         }
         cp_async_wait<0>();
         t0 = t1;
@@ -1265,8 +1252,6 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
         for (i64 t = t0; t < t1; ++t, ++j) {
             const i64 rb = first.begin + (t - t0) * EBM;
             const i64 re = min(mesh_end, rb + EBM);
-            float w0, w1;
-            ewg_tile_weights(mass, rb, re, w0, w1);
             // The tile's boxes occupy consecutive slots from s0 (wrapping). All of them are waited
             // for before the first product: a wait between products puts a divergent loop between
             // wgmma instructions, and ptxas then serialises them (C7520).
@@ -1301,7 +1286,7 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
                 // This warp's products reading the tile's slots have completed.
                 for (int b = 0; b < nb; ++b) etm_arrive(empty0 + 8 * (int)((j * nb + b) % n_slots));
             }
-            ewg_tile_out<NH, BULK>(acc, epi, w0, w1, out, rb, re, c0, C, vec);
+            ewg_tile_out<NH, BULK>(acc, epi, mass, out, rb, re, c0, C, vec);
         }
         t0 = t1;
     }
