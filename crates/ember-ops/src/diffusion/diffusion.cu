@@ -1445,11 +1445,13 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
         if (st < n_steps) rwg_load<NH>(sm + st * L::STAGE, basis, y, mass, base + (i64)st * RGV, s.begin, s.end, e0, K, c0, C, vec);
         cp_async_commit();
     }
-    // Forward (mass): stage `it`'s basis block is scaled by mass in shared memory before its
-    // products read it. v12: the scaling of stage it + 1 runs while stage it's products are on the
-    // tensor cores (v7–v11 scaled stage it between two barriers with the tensor cores idle: the
-    // forward reduce was ~20 % slower than the backward's on an H200). Same products, same order,
-    // same roundings: the partials are bitwise those of the serial order.
+    // v12: stage it's products are issued first; while they run, the CTA waits for stage it + 1,
+    // refills the slot of stage it − 1 and (forward, mass) scales stage it + 1's basis block by
+    // mass in shared memory. Before v12 the products of stage it were issued only after the wait
+    // for stage it − 1's, a barrier, the refill and (forward) the scaling between two more
+    // barriers, all with the tensor cores idle (the forward reduce was ~20 % slower than the
+    // backward's on an H200). Same products, same order, same roundings: bitwise the partials of
+    // the serial order.
     auto scale_stage = [&](int it) {
         unsigned char* st = sm + (it % RGNST) * L::STAGE;
         // Basis chunk i (16 bytes at 16·i) belongs to vertex (i / 8) % RGV in either block; the
@@ -1487,49 +1489,33 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
         }
         ewg_commit();
     };
+    static_assert(RGNST >= 3, "the loop waits for stage it + 1 with one group pending");
+    cp_async_wait<RGNST - 2>();  // stage 0 (this thread's copies)
+    ewg_fence_async();           // visible to wgmma
+    __syncthreads();             // everyone's
     if (weighted) {
-        static_assert(RGNST >= 3, "the weighted loop waits for stage it + 1 with one group pending");
-        cp_async_wait<RGNST - 2>();  // stage 0 (this thread's copies)
-        __syncthreads();             // everyone's
         scale_stage(0);
         __syncthreads();
-        for (int it = 0; it < n_steps; ++it) {
-            // Stage it is scaled and visible (the barrier closing the previous iteration).
-            issue_products(it);
-            cp_async_wait<RGNST - 3>();  // stage it + 1 landed (this thread's copies)
-            // Everyone's copies of stage it + 1 landed; and every thread has waited for the
-            // products of stage it − 1 (previous iteration), so its slot can be refilled.
-            __syncthreads();
-            {
-                const int nx = it + RGNST - 1;
-                if (nx < n_steps)
-                    rwg_load<NH>(sm + (nx % RGNST) * L::STAGE, basis, y, mass, base + (i64)nx * RGV, s.begin, s.end, e0, K, c0, C, vec);
-                cp_async_commit();
-            }
-            if (it + 1 < n_steps) scale_stage(it + 1);  // while stage it's products run
-            ewg_wait0();
-#pragma unroll
-            for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
-            __syncthreads();  // stage it + 1 scaled by everyone
+    }
+    for (int it = 0; it < n_steps; ++it) {
+        // Stage it has landed (and is scaled) for everyone: the barriers of the previous iteration.
+        issue_products(it);
+        cp_async_wait<RGNST - 3>();  // stage it + 1 landed (this thread's copies)
+        ewg_fence_async();           // ... visible to wgmma
+        // Everyone's copies of stage it + 1 landed; and every thread has waited for the products
+        // of stage it − 1 (previous iteration), so its slot can be refilled.
+        __syncthreads();
+        {
+            const int nx = it + RGNST - 1;
+            if (nx < n_steps)
+                rwg_load<NH>(sm + (nx % RGNST) * L::STAGE, basis, y, mass, base + (i64)nx * RGV, s.begin, s.end, e0, K, c0, C, vec);
+            cp_async_commit();
         }
-    } else {
-        for (int it = 0; it < n_steps; ++it) {
-            cp_async_wait<RGNST - 2>();
-            // The previous stage's products (still running while this thread waited on its copies)
-            // must be done before the barrier: after it, their slot is refilled.
-            ewg_wait0();
+        if (weighted && it + 1 < n_steps) scale_stage(it + 1);  // while stage it's products run
+        ewg_wait0();
 #pragma unroll
-            for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
-            ewg_fence_async();  // this thread's landed copies, visible to wgmma
-            __syncthreads();
-            {
-                const int nx = it + RGNST - 1;
-                if (nx < n_steps)
-                    rwg_load<NH>(sm + (nx % RGNST) * L::STAGE, basis, y, mass, base + (i64)nx * RGV, s.begin, s.end, e0, K, c0, C, vec);
-                cp_async_commit();
-            }
-            issue_products(it);
-        }
+        for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+        if (weighted) __syncthreads();  // stage it + 1 scaled by everyone
     }
     ewg_wait0();
 #pragma unroll
