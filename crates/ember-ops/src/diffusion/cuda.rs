@@ -124,7 +124,31 @@ pub struct Tuning {
     /// Tests use it to give each CTA many tiles at small V, so that pipelines wrap (the TMA slot
     /// ring's parities flip) in cases small enough for compute-sanitizer.
     pub expand_ctas: Option<usize>,
+    /// How the wgmma reduce fills its stages (v12b): `Some(ReduceLoad::Tma)` forces the TMA-fed
+    /// reduce (an error where it cannot run: not the wgmma reduce, K or C not a multiple of 8);
+    /// `Some(ReduceLoad::CpAsync)` keeps cp.async; `None`: [`reduce_load_mode`] decides.
+    pub reduce_load: Option<ReduceLoad>,
 }
+
+/// How the wgmma reduce fills its shared-memory stages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceLoad {
+    /// Every thread copies 16-byte chunks (cp.async), zero-filling rows outside the chunk.
+    CpAsync,
+    /// v12b (`diffusion_reduce_wgt{NH}`): thread 0 issues 2 + 2·NH TMA boxes per stage into a ring
+    /// of mbarrier-signalled slots; rows outside the chunk are zeroed in shared memory.
+    Tma,
+}
+
+/// `EMBER_DIFFUSION_REDUCE_LOAD=cp.async|tma`: the wgmma reduce's load path wherever it runs and
+/// TMA can (K, C multiples of 8); default [`DEFAULT_REDUCE_LOAD`].
+pub fn reduce_load_mode() -> ReduceLoad {
+    static M: OnceLock<ReduceLoad> = OnceLock::new();
+    env_mode(&M, "EMBER_DIFFUSION_REDUCE_LOAD", &[("tma", ReduceLoad::Tma), ("cp.async", ReduceLoad::CpAsync)], DEFAULT_REDUCE_LOAD)
+}
+
+/// cp.async until the TMA-fed reduce is measured faster.
+pub const DEFAULT_REDUCE_LOAD: ReduceLoad = ReduceLoad::CpAsync;
 
 /// A mode chosen by environment variable `var`, read once into `cell`: the entry of `table` whose
 /// spelling the variable holds, else `default` (unset or unrecognised).
@@ -532,6 +556,8 @@ struct Geometry {
     rwn: usize,
     /// Some(NH): the reduce runs on wgmma (`diffusion_reduce_wg{NH}`, 128·NH channels per tile).
     rwg: Option<usize>,
+    /// v12b: the wgmma reduce is fed by TMA (`diffusion_reduce_wgt{NH}`).
+    rtma: bool,
     kpr: usize,
     cpr: usize,
     reduce_grid: (u32, u32),
@@ -683,6 +709,15 @@ impl Geometry {
             })?),
             WgmmaMode::Auto => reduce_wg_shape(dev, dtype, c).filter(|_| chunk_rows >= RWG_MIN_CHUNK_ROWS),
         };
+        let rtma = match (tune.reduce_load, rwg) {
+            (Some(ReduceLoad::Tma), None) => return Err(Error::invalid("reduce_load", "TMA loads are a variant of the wgmma reduce, which does not run here")),
+            (Some(ReduceLoad::Tma), Some(_)) if !(k % 8 == 0 && c % 8 == 0) => {
+                return Err(Error::Unsupported(format!("the TMA-fed wgmma reduce for K = {k}, C = {c} (needs multiples of 8: 16-byte rows)")))
+            }
+            (Some(ReduceLoad::Tma), Some(_)) => true,
+            (Some(ReduceLoad::CpAsync), _) | (None, None) => false,
+            (None, Some(_)) => reduce_load_mode() == ReduceLoad::Tma && k % 8 == 0 && c % 8 == 0,
+        };
         let rbn = match rwg {
             Some((nh, _)) => 128 * nh,
             None => 32 * rwn,
@@ -720,6 +755,7 @@ impl Geometry {
                 None => reduce_smem(dtype, rwn, st),
             },
             rwg: rwg.map(|(nh, _)| nh),
+            rtma,
             n_tiles,
             tile_table,
             ewn,
@@ -803,6 +839,10 @@ impl Workspace {
 }
 
 fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: u64, ws: u64) -> Result<()> {
+    // v12b: TMA needs 16-byte aligned operands; an unaligned basis or y (a view) takes cp.async.
+    if let (Some(nh), true) = (g.rwg, g.rtma && basis.is_multiple_of(16) && y.is_multiple_of(16)) {
+        return launch_reduce_tma(dev, g, nh, basis, y, mass, ws);
+    }
     let entry = match (g.rwg, g.rwn) {
         (Some(1), _) => "diffusion_reduce_wg1",
         (Some(_), _) => "diffusion_reduce_wg2",
@@ -828,6 +868,33 @@ fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: 
         .arg(&kp)
         .arg(&cp)
         .arg(&vec)
+        .named("diffusion_reduce")
+        .run()
+}
+
+/// v12b: the TMA-fed wgmma reduce. Tensor maps of the basis (V × K) and of y (V × C), boxes of
+/// 64 vertices × 64 columns in the 128-byte swizzle, zeros outside; encoded per launch on the host.
+fn launch_reduce_tma(dev: &Arc<CudaDevice>, g: &Geometry, nh: usize, basis: u64, y: u64, mass: u64, ws: u64) -> Result<()> {
+    let entry = if nh == 1 { "diffusion_reduce_wgt1" } else { "diffusion_reduce_wgt2" };
+    let es = g.dtype.size() as u64;
+    let rows = g.n_rows as u64;
+    let map_b = ember_core::cuda::tensor_map_2d_sw128(g.dtype, basis, rows, g.k as u64, g.k as u64 * es, RWG_ROWS as u32, 64)?;
+    let map_y = ember_core::cuda::tensor_map_2d_sw128(g.dtype, y, rows, g.c as u64, g.c as u64 * es, RWG_ROWS as u32, 64)?;
+    let (f, _) = kernel(dev, &SOURCE, g.dtype, entry, g.reduce_smem)?;
+    let cfg = LaunchConfig { grid_dim: (g.reduce_grid.0, g.reduce_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.reduce_smem as u32 };
+    let (rows_per_chunk, n_rows, n_chunks) = (g.chunk_rows, g.n_rows, g.n_chunks as i64);
+    let (kp, cp) = (g.kpr as i32, g.cpr as i32);
+    dev.launch(&f, cfg)
+        .arg(&mass)
+        .arg(&ws)
+        .arg(&g.chunk_table)
+        .arg(&rows_per_chunk)
+        .arg(&n_rows)
+        .arg(&n_chunks)
+        .arg(&kp)
+        .arg(&cp)
+        .arg(&map_b)
+        .arg(&map_y)
         .named("diffusion_reduce")
         .run()
 }
@@ -1173,7 +1240,12 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
     let variants: Vec<(&'static str, &'static str, Geometry)> = if reduce_wg_available(&dev, dtype, c) {
         let mut v = Vec::new();
         for (mode, f, b) in [(WgmmaMode::Never, "fwd:reduce mma.sync", "bwd:reduce mma.sync"), (WgmmaMode::Always, "fwd:reduce wgmma", "bwd:reduce wgmma")] {
-            v.push((f, b, Geometry::new(&dev, m, c, &Tuning { reduce_wg: Some(mode), ..Tuning::default() })?));
+            v.push((f, b, Geometry::new(&dev, m, c, &Tuning { reduce_wg: Some(mode), reduce_load: Some(ReduceLoad::CpAsync), ..Tuning::default() })?));
+        }
+        // v12b: the TMA-fed wgmma reduce beside the cp.async one.
+        if m.k() % 8 == 0 && c % 8 == 0 {
+            let t = Tuning { reduce_wg: Some(WgmmaMode::Always), reduce_load: Some(ReduceLoad::Tma), ..Tuning::default() };
+            v.push(("fwd:reduce wgmma tma", "bwd:reduce wgmma tma", Geometry::new(&dev, m, c, &t)?));
         }
         v
     } else {

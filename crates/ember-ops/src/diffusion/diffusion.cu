@@ -1359,6 +1359,45 @@ __device__ __forceinline__ u32 rwg_off(int v, int col) {
 // next 8 vertices (layout type 1 in bits 62–63).
 __device__ __forceinline__ u64 rwg_desc(u32 addr) { return ewg_desc(addr, RGV * 128, 1024) | (1ull << 62); }
 
+// One stage's products: this warpgroup's 64 eigenvectors (A block at a_st) × BN channels (the B
+// blocks from b_st), 16 vertices per wgmma, committed as one group.
+template <int NH>
+__device__ __forceinline__ void rwg_issue(float (&acc)[NH][64], u32 a_st, u32 b_st) {
+    typedef RGLay<NH> L;
+#pragma unroll
+    for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+    ewg_arrive();
+#pragma unroll
+    for (int ks = 0; ks < RGV / 16; ++ks) {
+        // 16 vertices = two 1024-byte atoms down each 64-column block.
+        const u64 da = rwg_desc(a_st + ks * 2048);
+#pragma unroll
+        for (int h = 0; h < NH; ++h) {
+            const u64 db = rwg_desc(b_st + h * 2 * L::BLOCK + ks * 2048);
+            ewg_mma<1>(acc[h], da, db, 1);
+        }
+    }
+    ewg_commit();
+}
+
+// The chunk's f32 partial (KP × CP at `out`) from the accumulators. Thread (g, t) of warp wq holds
+// rows wq·16 + {g, g + 8} × columns 8j + {2t, 2t + 1} of each 64 × 128 product: 8-byte stores,
+// each warp store fills whole 32-byte sectors.
+template <int NH>
+__device__ __forceinline__ void rwg_store_partial(const float (&acc)[NH][64], float* __restrict__ out, int e0, int c0, int CP) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const i64 e = e0 + (warp >> 2) * 64 + (warp & 3) * 16 + g;
+#pragma unroll
+    for (int h = 0; h < NH; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const int c = c0 + h * 128 + j * 8 + 2 * t;
+            *reinterpret_cast<float2*>(out + e * CP + c) = make_float2(acc[h][4 * j], acc[h][4 * j + 1]);
+            *reinterpret_cast<float2*>(out + (e + 8) * CP + c) = make_float2(acc[h][4 * j + 2], acc[h][4 * j + 3]);
+        }
+}
+
 template <int NH>
 __device__ __forceinline__ void rwg_load(unsigned char* st, const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
                                          i64 row0, i64 vb, i64 ve, int e0, int K, int c0, int C, bool vec) {
@@ -1416,9 +1455,7 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
                                                  i64 n_chunks, int K, int C, int KP, int CP, int vec) {
     typedef RGLay<NH> L;
     extern __shared__ __align__(128) unsigned char diff_smem[];
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wg = warp >> 2, wq = warp & 3;
-    const int g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, wg = tid >> 7;
     const int n_nt = CP / L::BN;
     const int tile = blockIdx.y;
     const int e0 = (tile / n_nt) * RBM, c0 = (tile % n_nt) * L::BN;
@@ -1472,22 +1509,7 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
         ewg_fence_async();  // the scaled basis (generic stores), visible to wgmma
     };
     auto issue_products = [&](int it) {
-        const u32 a_st = sm0 + (u32)((it % RGNST) * L::STAGE) + (u32)(wg * L::BLOCK);
-        const u32 b_st = sm0 + (u32)((it % RGNST) * L::STAGE + L::A_BYTES);
-#pragma unroll
-        for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
-        ewg_arrive();
-#pragma unroll
-        for (int ks = 0; ks < RGV / 16; ++ks) {
-            // 16 vertices = two 1024-byte atoms down each 64-column block.
-            const u64 da = rwg_desc(a_st + ks * 2048);
-#pragma unroll
-            for (int h = 0; h < NH; ++h) {
-                const u64 db = rwg_desc(b_st + h * 2 * L::BLOCK + ks * 2048);
-                ewg_mma<1>(acc[h], da, db, 1);
-            }
-        }
-        ewg_commit();
+        rwg_issue<NH>(acc, sm0 + (u32)((it % RGNST) * L::STAGE) + (u32)(wg * L::BLOCK), sm0 + (u32)((it % RGNST) * L::STAGE + L::A_BYTES));
     };
     static_assert(RGNST >= 3, "the loop waits for stage it + 1 with one group pending");
     cp_async_wait<RGNST - 2>();  // stage 0 (this thread's copies)
@@ -1522,18 +1544,130 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
     for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
     cp_async_wait<0>();
 
-    // Thread (g, t) of warp wq holds rows wq·16 + {g, g + 8} × columns 8j + {2t, 2t + 1} of each
-    // 64 × 128 product: 8-byte stores, each warp store fills whole 32-byte sectors.
-    float* out = ws + chunk * (i64)KP * CP;
-    const i64 e = e0 + wg * 64 + wq * 16 + g;
+    rwg_store_partial<NH>(acc, ws + chunk * (i64)KP * CP, e0, c0, CP);
+}
+
+// ---- v12b: the wgmma reduce fed by TMA (diffusion_reduce_wgt{1,2}; EMBER_DIFFUSION_REDUCE_LOAD=tma) ----
+//
+// The same stages, products and partials as diffusion_reduce_wg{NH} (bitwise), but thread 0 fills
+// each stage with 2 + 2·NH TMA boxes of 64 vertices × 64 columns (basis, then y) in the
+// 128-byte swizzle, which is exactly the stage layout of rwg_off; one mbarrier per slot counts
+// the bytes. Rows of a stage outside the chunk [vb, ve) (the first stage starts at vb rounded down
+// to 8, the last runs past ve) hold the neighbours' vertices: they are zeroed in shared memory
+// before the products (the cp.async loader zero-fills them), and the forward scales the basis
+// rows by mass read into registers a stage ahead (0 outside the chunk, written as zeros).
+// Boxes past K, C or V arrive as zeros (the tensor maps' bounds). Needs K, C multiples of 8
+// (16-byte rows) and 16-byte aligned basis and y.
+template <int NH>
+__device__ __forceinline__ void reduce_tma_kernel(const EtmMap* map_b, const EtmMap* map_y, const T* __restrict__ mass,
+                                                  float* __restrict__ ws, const Seg* __restrict__ chunks, i64 rows_per_chunk,
+                                                  i64 n_rows, i64 n_chunks, int KP, int CP) {
+    typedef RGLay<NH> L;
+    extern __shared__ __align__(128) unsigned char diff_smem[];
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int n_nt = CP / L::BN;
+    const int tile = blockIdx.y;
+    const int e0 = (tile / n_nt) * RBM, c0 = (tile % n_nt) * L::BN;
+    const i64 chunk = blockIdx.x;
+    const Seg s = seg_at(chunks, chunk, rows_per_chunk, n_rows, n_chunks);
+    const i64 base = s.begin & ~(i64)7;
+    const int n_steps = (int)((s.end - base + RGV - 1) / RGV);
+    const bool weighted = mass != nullptr;
+    const u32 raw = smem_addr(diff_smem);
+    const u32 pad = (1024u - (raw & 1023u)) & 1023u;
+    unsigned char* sm = diff_smem + pad;
+    const u32 sm0 = raw + pad;
+    // Slot sl's full barrier sits in its stage's (here unused) mass area.
+    auto full = [&](int sl) { return sm0 + (u32)(sl * L::STAGE + L::M_OFF); };
+    auto produce = [&](int st) {
+        const int sl = st % RGNST;
+        const u32 dst = sm0 + (u32)(sl * L::STAGE);
+        const int row = (int)(base + (i64)st * RGV);
+        etm_arrive_tx(full(sl), (u32)(L::A_BYTES + L::B_BYTES));
+        etm_load_box(dst, map_b, e0, row, full(sl));
+        etm_load_box(dst + L::BLOCK, map_b, e0 + 64, row, full(sl));
+#pragma unroll
+        for (int j = 0; j < 2 * NH; ++j) etm_load_box(dst + L::A_BYTES + j * L::BLOCK, map_y, c0 + 64 * j, row, full(sl));
+    };
+    // This thread's basis chunks i = tid + 256·q (q < 4) lie in vertex rows tid / 8 and tid / 8 + 32.
+    const int ra = tid >> 3;
+    auto mass_bits = [&](int st, int r) -> u32 {
+        const i64 v = base + (i64)st * RGV + r;
+        if (!weighted || v < s.begin || v >= s.end) return 0u;
+        const u32 m = *reinterpret_cast<const unsigned short*>(mass + v);
+        return m | (m << 16);
+    };
+    auto prep = [&](int st, u32 wa, u32 wb) {
+        unsigned char* stp = sm + (st % RGNST) * L::STAGE;
+        const i64 row0 = base + (i64)st * RGV;
+        const bool edge = row0 < s.begin || row0 + RGV > s.end;
+        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+        if (weighted || edge) {
+            for (int i = tid; i < L::A_BYTES / 16; i += NTHREADS) {
+                const int r = (i >> 3) & (RGV - 1);
+                uint4* p = reinterpret_cast<uint4*>(stp + 16 * i);
+                if (edge && (row0 + r < s.begin || row0 + r >= s.end)) {
+                    *p = zero;
+                } else if (weighted) {
+                    const u32 w = r == ra ? wa : wb;
+                    uint4 a = *p;
+                    a.x = mul_pair(a.x, w);
+                    a.y = mul_pair(a.y, w);
+                    a.z = mul_pair(a.z, w);
+                    a.w = mul_pair(a.w, w);
+                    *p = a;
+                }
+            }
+        }
+        if (edge) {
+            for (int i = tid; i < L::B_BYTES / 16; i += NTHREADS) {
+                const int r = (i >> 3) & (RGV - 1);
+                if (row0 + r < s.begin || row0 + r >= s.end) reinterpret_cast<uint4*>(stp + L::A_BYTES)[i] = zero;
+            }
+        }
+        ewg_fence_async();  // generic stores, visible to wgmma
+    };
+
+    float acc[NH][64];
 #pragma unroll
     for (int h = 0; h < NH; ++h)
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            const int c = c0 + h * 128 + j * 8 + 2 * t;
-            *reinterpret_cast<float2*>(out + e * CP + c) = make_float2(acc[h][4 * j], acc[h][4 * j + 1]);
-            *reinterpret_cast<float2*>(out + (e + 8) * CP + c) = make_float2(acc[h][4 * j + 2], acc[h][4 * j + 3]);
+        for (int i = 0; i < 64; ++i) acc[h][i] = 0.0f;
+
+    if (tid == 0) {
+        etm_prefetch_map(map_b);
+        etm_prefetch_map(map_y);
+        for (int sl = 0; sl < RGNST; ++sl) etm_bar_init(full(sl), 1);
+        etm_fence_init();
+    }
+    __syncthreads();  // the barriers are initialised before anyone waits on them
+    if (tid == 0)
+        for (int st = 0; st < min(RGNST, n_steps); ++st) produce(st);
+    const u32 wa0 = mass_bits(0, ra), wb0 = mass_bits(0, ra + 32);
+    u32 wa = mass_bits(1, ra), wb = mass_bits(1, ra + 32);  // stage 1's, a stage ahead
+    etm_wait(full(0), 0u);
+    prep(0, wa0, wb0);
+    __syncthreads();
+    for (int it = 0; it < n_steps; ++it) {
+        // Stage it has landed and is prepared by everyone (the barrier closing the previous step).
+        rwg_issue<NH>(acc, sm0 + (u32)((it % RGNST) * L::STAGE) + (u32)(wg * L::BLOCK), sm0 + (u32)((it % RGNST) * L::STAGE + L::A_BYTES));
+        if (it + 1 < n_steps) {
+            const int nx = it + 1;
+            etm_wait(full(nx % RGNST), (u32)((nx / RGNST) & 1));
+            prep(nx, wa, wb);  // while stage it's products run
         }
+        wa = mass_bits(it + 2, ra);
+        wb = mass_bits(it + 2, ra + 32);
+        ewg_wait0();
+#pragma unroll
+        for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+        // Stage it + 1 prepared by everyone; stage it's products complete in both warpgroups, so
+        // its slot takes stage it + RGNST.
+        __syncthreads();
+        if (tid == 0 && it + RGNST < n_steps) produce(it + RGNST);
+    }
+
+    rwg_store_partial<NH>(acc, ws + chunk * (i64)KP * CP, e0, c0, CP);
 }
 
 #define DIFF_REDUCE_WG(NH)                                                                                                     \
@@ -1544,7 +1678,17 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
     }
 DIFF_REDUCE_WG(1)
 DIFF_REDUCE_WG(2)
+
+#define DIFF_REDUCE_TMA(NH)                                                                                                    \
+    extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_wgt##NH(                                       \
+        const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, int KP, int CP,             \
+        const __grid_constant__ EtmMap map_b, const __grid_constant__ EtmMap map_y) {                                           \
+        reduce_tma_kernel<NH>(&map_b, &map_y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, KP, CP);                   \
+    }
+DIFF_REDUCE_TMA(1)
+DIFF_REDUCE_TMA(2)
 #endif  // DIFF_HALF
+
 
 // ---- small problems: one cooperative launch per pass ----------------------------------------------
 //

@@ -215,13 +215,14 @@ fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize
         expand_store: None,
         expand_load: None,
         expand_ctas: None,
+        reduce_load: None,
     };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
@@ -262,6 +263,16 @@ fn wgt_few(sizes: &[usize], k: usize, c: usize, d_spectral: bool, store: Option<
 fn rwg(sizes: &[usize], k: usize, c: usize, d_spectral: bool, mode: WgmmaMode, chunk_rows: Option<usize>, expand_wg: bool) -> Case {
     let t = Tuning { reduce_wg: Some(mode), chunk_rows, expand_wg: expand_wg.then_some(true), ..Tuning::default() };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, chunk_rows)), dtypes: &[DType::F16, DType::BF16] }
+}
+
+/// v12b: [`rwg`] forced (`Always`) with TMA-fed stages; `check_case` also runs it with cp.async
+/// stages and asserts the same bits.
+fn rwgt(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: Option<usize>) -> Case {
+    let mut case = rwg(sizes, k, c, d_spectral, WgmmaMode::Always, chunk_rows, false);
+    if let Some((t, _)) = &mut case.tune {
+        t.reduce_load = Some(cuda::ReduceLoad::Tma);
+    }
+    case
 }
 
 /// Whether the cp.async-fed wgmma expand (with bulk stores or not) fits `dtype`, K and C on `device`.
@@ -451,6 +462,13 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 rwg(&[37, 1, 130], 16, 24, true, Always, Some(20), false),
                 rwg(&[200], 128, 136, false, Always, Some(100), false),
                 rwg(&[150], 136, 256, true, Always, None, true),
+                // v12b, TMA-fed stages: chunks not 8-aligned and shorter than a stage, a batch
+                // whose meshes end inside stages, K above one tile, C of one and of two tiles.
+                rwgt(&[300], 64, 64, false, Some(44)),
+                rwgt(&[37, 1, 130], 16, 24, true, Some(20)),
+                rwgt(&[200], 128, 136, false, Some(100)),
+                rwgt(&[150], 136, 256, true, None),
+                rwgt(&[1], 8, 8, true, None),
             ],
             Tier::Full => vec![
                 rwg(&[1], 1, 1, true, Always, None, false),
@@ -468,6 +486,11 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 rwg(&[1 << 20 | 7], 128, 64, true, Always, None, false),
                 rwg(&[5003, 19997, 1, 12000, 7777], 128, 256, true, Always, None, false),
                 rwg(&[5003, 19997, 1, 12000, 7777], 128, 256, false, Auto, Some(640), true),
+                rwgt(&[4109], 128, 256, true, None),
+                rwgt(&[4109], 256, 64, false, Some(300)),
+                rwgt(&[131077], 128, 256, true, None),
+                rwgt(&[131077], 256, 264, false, None),
+                rwgt(&[5003, 19997, 1, 12000, 7777], 128, 256, true, Some(640)),
             ],
         };
         v.extend(rwg_cases);
@@ -510,6 +533,9 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
                 Some(WgmmaMode::Auto) => s += " reduce=auto",
                 _ => {}
             }
+            if t.reduce_load == Some(cuda::ReduceLoad::Tma) {
+                s += " rload=tma";
+            }
         }
         s
     };
@@ -537,6 +563,10 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     let cp_async = tune
         .filter(|(t, _)| t.expand_load == Some(ExpandLoad::Tma) && wg_fits(ctx.device, dtype, c.k, c.c, t.expand_store == Some(ExpandStore::Bulk)))
         .map(|(t, r)| (Tuning { expand_load: Some(ExpandLoad::CpAsync), ..*t }, r));
+    // v12b: the TMA-fed reduce must give the bits of the cp.async-fed one (same stage contents).
+    let r_cp_async = tune
+        .filter(|(t, _)| t.reduce_load == Some(cuda::ReduceLoad::Tma))
+        .map(|(t, r)| (Tuning { reduce_load: Some(cuda::ReduceLoad::CpAsync), ..*t }, r));
     let bits_eq = |a: (&Forward, &Grads), b: &(Forward, Grads)| -> Result<bool> {
         let mut eq = true;
         for (x, y) in [(&a.0.out, &b.0.out), (&a.0.spectral, &b.0.spectral), (&a.1.d_x, &b.1.d_x), (&a.1.d_times, &b.1.d_times)] {
@@ -556,6 +586,10 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             let same = bits_eq((&fwd, &g), &dev.run_single(Some(t))?)?;
             rows.push(property("diffusion", &format!("{label} =load=cp.async"), "bitwise", dtype, ctx.device, same));
         }
+        if let Some((t, _)) = &r_cp_async {
+            let same = bits_eq((&fwd, &g), &dev.run_single(Some(t))?)?;
+            rows.push(property("diffusion", &format!("{label} =rload=cp.async"), "bitwise", dtype, ctx.device, same));
+        }
         return Ok(rows);
     }
     let (fwd, g) = dev.run(&p.offsets, tune)?;
@@ -567,6 +601,10 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     if let Some((t, r)) = &cp_async {
         let same = bits_eq((&fwd, &g), &dev.run(&p.offsets, Some((t, *r)))?)?;
         rows.push(property("diffusion", &format!("{label} batch =load=cp.async"), "bitwise", dtype, ctx.device, same));
+    }
+    if let Some((t, r)) = &r_cp_async {
+        let same = bits_eq((&fwd, &g), &dev.run(&p.offsets, Some((t, *r)))?)?;
+        rows.push(property("diffusion", &format!("{label} batch =rload=cp.async"), "bitwise", dtype, ctx.device, same));
     }
     // Batched == per mesh: each mesh alone through the single-mesh front end.
     let mut per_out = Vec::new();
@@ -621,7 +659,7 @@ fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, d
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
@@ -863,6 +901,12 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
         if cuda::reduce_wg_available(&cdev, dtype, c) {
             for (mode, name) in [(WgmmaMode::Never, "mma.sync"), (WgmmaMode::Always, "wgmma")] {
                 variants.push((format!("reduce={name}"), Tuning { reduce_wg: Some(mode), ..Tuning::default() }, "reduce variant forced, expand as by default"));
+            }
+            if k % 8 == 0 && c % 8 == 0 {
+                for (load, name) in [(cuda::ReduceLoad::CpAsync, "cp.async"), (cuda::ReduceLoad::Tma, "tma")] {
+                    let t = Tuning { reduce_wg: Some(WgmmaMode::Always), reduce_load: Some(load), ..Tuning::default() };
+                    variants.push((format!("reduce=wgmma rload={name}"), t, "wgmma reduce forced with this load path, expand as by default"));
+                }
             }
         }
         if cuda::expand_wg_available(&cdev, dtype, k, c, false) && cuda::expand_wg_available(&cdev, dtype, k, c, true) {
