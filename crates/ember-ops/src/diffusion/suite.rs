@@ -469,6 +469,8 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 rwgt(&[200], 128, 136, false, Some(100)),
                 rwgt(&[150], 136, 256, true, None),
                 rwgt(&[1], 8, 8, true, None),
+                // Chunks of 10 stages: the slot ring wraps and the barriers' parities flip.
+                rwgt(&[1500], 64, 64, true, Some(600)),
             ],
             Tier::Full => vec![
                 rwg(&[1], 1, 1, true, Always, None, false),
@@ -735,7 +737,13 @@ impl crate::OpFamily for Family {
 
     fn check(&self, ctx: &CheckCtx) -> Result<Vec<CheckRow>> {
         let mut rows = Vec::new();
+        // EMBER_DIFFUSION_CHECK=rload: only the cases that force the TMA-fed reduce (a short GPU
+        // call after a change to it); the properties below are skipped then.
+        let only_rload = std::env::var("EMBER_DIFFUSION_CHECK").is_ok_and(|v| v == "rload");
         for c in cases(ctx.tier, ctx.device) {
+            if only_rload && !c.tune.as_ref().is_some_and(|(t, _)| t.reduce_load == Some(cuda::ReduceLoad::Tma)) {
+                continue;
+            }
             for &dtype in c.dtypes {
                 let t0 = std::time::Instant::now();
                 let r = check_case(ctx, &c, dtype)?;
@@ -747,6 +755,15 @@ impl crate::OpFamily for Family {
             Tier::Full => (&[131077], 128, 256),
             _ => (&[300, 41], 16, 24),
         };
+        if has_wgmma(ctx.device) {
+            let t = Tuning { reduce_wg: Some(WgmmaMode::Always), reduce_load: Some(cuda::ReduceLoad::Tma), ..Tuning::default() };
+            for dtype in [DType::F16, DType::BF16] {
+                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " reduce=wgmma rload=tma")))?);
+            }
+        }
+        if only_rload {
+            return Ok(rows);
+        }
         for dtype in DType::ACTIVATIONS {
             rows.push(determinism(ctx, sizes, k, c, dtype, None)?);
         }
