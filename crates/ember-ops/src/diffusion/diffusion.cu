@@ -1359,6 +1359,48 @@ __device__ __forceinline__ u32 rwg_off(int v, int col) {
 // next 8 vertices (layout type 1 in bits 62–63).
 __device__ __forceinline__ u64 rwg_desc(u32 addr) { return ewg_desc(addr, RGV * 128, 1024) | (1ull << 62); }
 
+// A wgmma-reduce CTA's work: output tile (e0, c0) of chunk `chunk` (vertices [s.begin, s.end),
+// staged from `base`, the start rounded down to 8, in n_steps stages of RGV), and its stages at
+// the first 1024-byte boundary of dynamic shared memory (the swizzle's period; the host allocates
+// 1 KB more than the stages need).
+struct RwgCta {
+    int e0, c0;
+    i64 chunk, base;
+    Seg s;
+    int n_steps;
+    unsigned char* sm;
+    u32 sm0;
+};
+
+template <int NH>
+__device__ __forceinline__ RwgCta rwg_cta(unsigned char* smem, const Seg* __restrict__ chunks, i64 rows_per_chunk, i64 n_rows,
+                                          i64 n_chunks, int CP) {
+    RwgCta w;
+    const int n_nt = CP / RGLay<NH>::BN;
+    w.e0 = ((int)blockIdx.y / n_nt) * RBM;
+    w.c0 = ((int)blockIdx.y % n_nt) * RGLay<NH>::BN;
+    w.chunk = blockIdx.x;
+    w.s = seg_at(chunks, w.chunk, rows_per_chunk, n_rows, n_chunks);
+    w.base = w.s.begin & ~(i64)7;
+    w.n_steps = (int)((w.s.end - w.base + RGV - 1) / RGV);
+    const u32 raw = smem_addr(smem);
+    const u32 pad = (1024u - (raw & 1023u)) & 1023u;
+    w.sm = smem + pad;
+    w.sm0 = raw + pad;
+    return w;
+}
+
+// Eight 16-bit values of a basis row times the row's mass (w: the mass in both halves), one
+// rounding per product.
+__device__ __forceinline__ void rwg_scale16(uint4* p, u32 w) {
+    uint4 a = *p;
+    a.x = mul_pair(a.x, w);
+    a.y = mul_pair(a.y, w);
+    a.z = mul_pair(a.z, w);
+    a.w = mul_pair(a.w, w);
+    *p = a;
+}
+
 // One stage's products: this warpgroup's 64 eigenvectors (A block at a_st) × BN channels (the B
 // blocks from b_st), 16 vertices per wgmma, committed as one group.
 template <int NH>
@@ -1456,19 +1498,13 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
     typedef RGLay<NH> L;
     extern __shared__ __align__(128) unsigned char diff_smem[];
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int n_nt = CP / L::BN;
-    const int tile = blockIdx.y;
-    const int e0 = (tile / n_nt) * RBM, c0 = (tile % n_nt) * L::BN;
-    const i64 chunk = blockIdx.x;
-    const Seg s = seg_at(chunks, chunk, rows_per_chunk, n_rows, n_chunks);
-    const i64 base = s.begin & ~(i64)7;
-    const int n_steps = (int)((s.end - base + RGV - 1) / RGV);
+    const RwgCta w = rwg_cta<NH>(diff_smem, chunks, rows_per_chunk, n_rows, n_chunks, CP);
+    const int e0 = w.e0, c0 = w.c0, n_steps = w.n_steps;
+    const Seg s = w.s;
+    const i64 base = w.base;
+    unsigned char* sm = w.sm;
+    const u32 sm0 = w.sm0;
     const bool weighted = mass != nullptr;
-    // Stages start on a 1024-byte boundary (the host allocates 1 KB more than the stages need).
-    const u32 raw = smem_addr(diff_smem);
-    const u32 pad = (1024u - (raw & 1023u)) & 1023u;
-    unsigned char* sm = diff_smem + pad;
-    const u32 sm0 = raw + pad;
 
     // Zeroed once, then every product accumulates (a chunk always has at least one stage).
     float acc[NH][64];
@@ -1495,16 +1531,8 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
         // swizzle only permutes chunks within a vertex's row.
         const unsigned short* m16 = reinterpret_cast<const unsigned short*>(st + L::M_OFF);
         for (int i = tid; i < L::A_BYTES / 16; i += NTHREADS) {
-            const int r = (i >> 3) & (RGV - 1);
-            const u32 m = m16[r];
-            const u32 w = m | (m << 16);
-            uint4* p = reinterpret_cast<uint4*>(st + 16 * i);
-            uint4 a = *p;
-            a.x = mul_pair(a.x, w);
-            a.y = mul_pair(a.y, w);
-            a.z = mul_pair(a.z, w);
-            a.w = mul_pair(a.w, w);
-            *p = a;
+            const u32 m = m16[(i >> 3) & (RGV - 1)];
+            rwg_scale16(reinterpret_cast<uint4*>(st + 16 * i), m | (m << 16));
         }
         ewg_fence_async();  // the scaled basis (generic stores), visible to wgmma
     };
@@ -1544,7 +1572,7 @@ __device__ __forceinline__ void reduce_wg_kernel(const T* __restrict__ basis, co
     for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
     cp_async_wait<0>();
 
-    rwg_store_partial<NH>(acc, ws + chunk * (i64)KP * CP, e0, c0, CP);
+    rwg_store_partial<NH>(acc, ws + w.chunk * (i64)KP * CP, e0, c0, CP);
 }
 
 // ---- v12b: the wgmma reduce fed by TMA (diffusion_reduce_wgt{1,2}; EMBER_DIFFUSION_REDUCE_LOAD=tma) ----
@@ -1565,18 +1593,13 @@ __device__ __forceinline__ void reduce_tma_kernel(const EtmMap* map_b, const Etm
     typedef RGLay<NH> L;
     extern __shared__ __align__(128) unsigned char diff_smem[];
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int n_nt = CP / L::BN;
-    const int tile = blockIdx.y;
-    const int e0 = (tile / n_nt) * RBM, c0 = (tile % n_nt) * L::BN;
-    const i64 chunk = blockIdx.x;
-    const Seg s = seg_at(chunks, chunk, rows_per_chunk, n_rows, n_chunks);
-    const i64 base = s.begin & ~(i64)7;
-    const int n_steps = (int)((s.end - base + RGV - 1) / RGV);
+    const RwgCta w = rwg_cta<NH>(diff_smem, chunks, rows_per_chunk, n_rows, n_chunks, CP);
+    const int e0 = w.e0, c0 = w.c0, n_steps = w.n_steps;
+    const Seg s = w.s;
+    const i64 base = w.base;
+    unsigned char* sm = w.sm;
+    const u32 sm0 = w.sm0;
     const bool weighted = mass != nullptr;
-    const u32 raw = smem_addr(diff_smem);
-    const u32 pad = (1024u - (raw & 1023u)) & 1023u;
-    unsigned char* sm = diff_smem + pad;
-    const u32 sm0 = raw + pad;
     // Slot sl's full barrier sits in its stage's (here unused) mass area.
     auto full = [&](int sl) { return sm0 + (u32)(sl * L::STAGE + L::M_OFF); };
     auto produce = [&](int st) {
@@ -1609,13 +1632,7 @@ __device__ __forceinline__ void reduce_tma_kernel(const EtmMap* map_b, const Etm
                 if (edge && (row0 + r < s.begin || row0 + r >= s.end)) {
                     *p = zero;
                 } else if (weighted) {
-                    const u32 w = r == ra ? wa : wb;
-                    uint4 a = *p;
-                    a.x = mul_pair(a.x, w);
-                    a.y = mul_pair(a.y, w);
-                    a.z = mul_pair(a.z, w);
-                    a.w = mul_pair(a.w, w);
-                    *p = a;
+                    rwg_scale16(p, r == ra ? wa : wb);
                 }
             }
         }
@@ -1667,7 +1684,7 @@ __device__ __forceinline__ void reduce_tma_kernel(const EtmMap* map_b, const Etm
         if (tid == 0 && it + RGNST < n_steps) produce(it + RGNST);
     }
 
-    rwg_store_partial<NH>(acc, ws + chunk * (i64)KP * CP, e0, c0, CP);
+    rwg_store_partial<NH>(acc, ws + w.chunk * (i64)KP * CP, e0, c0, CP);
 }
 
 #define DIFF_REDUCE_WG(NH)                                                                                                     \
