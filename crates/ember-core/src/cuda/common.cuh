@@ -141,4 +141,21 @@ __device__ __forceinline__ float ember_ordered_sum(const float* __restrict__ src
     return s;
 }
 
+// Programmatic dependent launch (sm_90+; no-ops before). A kernel launched as dependent
+// (`Launch::dependent` on the host) may start while the previous kernel still runs: it calls
+// ember_grid_dependency_wait() before touching anything earlier kernels write (the wait returns
+// once they have completed and their writes are visible). A kernel calls ember_launch_dependents()
+// to let the next, dependent kernel be scheduled before it ends (its CTAs can then take SMs as
+// this kernel's CTAs exit, and run their prologue).
+__device__ __forceinline__ void ember_grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ember_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 #endif  // EMBER_COMMON_CUH

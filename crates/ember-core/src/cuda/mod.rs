@@ -211,7 +211,7 @@ impl CudaDevice {
 
     /// Start building a launch of `f` on this device's stream.
     pub fn launch<'a>(&'a self, f: &'a CudaFunction, cfg: LaunchConfig) -> Launch<'a> {
-        Launch { args: self.stream.launch_builder(f), cfg, name: "kernel" }
+        Launch { args: self.stream.launch_builder(f), params: Vec::new(), func: f, stream: &self.stream, cc: self.info.compute_capability, cfg, name: "kernel", pdl: false }
     }
 
     /// Allocate `bytes` of device memory (at least one byte, so empty tensors have a valid pointer).
@@ -254,23 +254,77 @@ impl CudaDevice {
 /// A kernel launch under construction; `run` checks the launch result.
 pub struct Launch<'a> {
     args: cudarc::driver::LaunchArgs<'a>,
+    /// The same arguments as raw parameter pointers, for launches through `cuLaunchKernelEx`.
+    params: Vec<*mut std::ffi::c_void>,
+    func: &'a CudaFunction,
+    stream: &'a Arc<CudaStream>,
+    cc: (i32, i32),
     cfg: LaunchConfig,
     name: &'static str,
+    pdl: bool,
+}
+
+/// Whether launches marked [`Launch::dependent`] use programmatic dependent launch: on (compute
+/// capability 9.0 and newer) unless `EMBER_PDL=0`.
+pub fn pdl_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("EMBER_PDL").map(|v| v != "0").unwrap_or(true))
 }
 
 impl<'a> Launch<'a> {
     pub fn arg<T: cudarc::driver::DeviceRepr>(mut self, v: &'a T) -> Self {
         self.args.arg(v);
+        self.params.push(v as *const T as *mut std::ffi::c_void);
         self
     }
     pub fn named(mut self, name: &'static str) -> Self {
         self.name = name;
         self
     }
+    /// Programmatic dependent launch (Hopper and newer): this kernel may be scheduled while the
+    /// previous kernel on the stream is still running, once every CTA of that kernel has executed
+    /// `griddepcontrol.launch_dependents` (or exited). Contract for the kernel: it executes
+    /// `griddepcontrol.wait` (`ember_grid_dependency_wait` in common.cuh) before it reads anything
+    /// the previous kernels write or writes anything they touch; before that it may only read
+    /// data that no kernel since the last ordinary launch on the stream writes (e.g. an op's
+    /// constant inputs, when the op's first kernel is an ordinary launch). Ignored (an ordinary
+    /// launch) before compute capability 9.0 or with `EMBER_PDL=0`.
+    pub fn dependent(mut self) -> Self {
+        self.pdl = self.cc.0 >= 9 && pdl_enabled();
+        self
+    }
     /// Launch. The caller guarantees that the argument list matches the kernel's signature and that
     /// every pointer covers the extent the kernel touches (ops validate shapes before launching).
     pub fn run(mut self) -> Result<()> {
+        if self.pdl {
+            return self.run_dependent();
+        }
         unsafe { self.args.launch(self.cfg) }.map(|_| ()).map_err(|e| Error::cuda(&format!("launching {}", self.name), e))
+    }
+    fn run_dependent(mut self) -> Result<()> {
+        let what = format!("launching {} (programmatic dependent launch)", self.name);
+        self.stream.context().bind_to_thread().map_err(|e| Error::cuda(&what, e))?;
+        // SAFETY: the attribute union is plain data; only the field the id names is read.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let c = &self.cfg;
+        let config = sys::CUlaunchConfig {
+            gridDimX: c.grid_dim.0,
+            gridDimY: c.grid_dim.1,
+            gridDimZ: c.grid_dim.2,
+            blockDimX: c.block_dim.0,
+            blockDimY: c.block_dim.1,
+            blockDimZ: c.block_dim.2,
+            sharedMemBytes: c.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: as `run`; `params` points at the arguments, which outlive this call ('a).
+        unsafe { sys::cuLaunchKernelEx(&config, self.func.cu_function(), self.params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(|e| Error::cuda(&what, e))
     }
     /// Cooperative launch (cuLaunchCooperativeKernel): every block of the grid is resident at once,
     /// so blocks may wait on each other; a grid larger than the device can hold is an error from the

@@ -950,6 +950,7 @@ fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mas
         .arg(&dt_part)
         .arg(&dt_rows)
         .arg(&d_times)
+        .dependent()
         .named("diffusion_expand")
         .run()
 }
@@ -995,6 +996,7 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem
         .arg(&d_times)
         .arg(&slots)
         .arg(&map)
+        .dependent()
         .named("diffusion_expand")
         .run()
 }
@@ -1022,6 +1024,7 @@ fn launch_finalize_fwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals
         .arg(&s_op)
         .arg(&kpe)
         .arg(&cpe)
+        .dependent()
         .named("diffusion_finalize_fwd")
         .run()
 }
@@ -1046,6 +1049,7 @@ fn launch_finalize_bwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals
         .arg(&kpe)
         .arg(&cpe)
         .arg(&dt_part)
+        .dependent()
         .named("diffusion_finalize_bwd")
         .run()
 }

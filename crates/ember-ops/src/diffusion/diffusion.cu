@@ -371,21 +371,31 @@ __device__ __forceinline__ float ld_cg(const float* p) {
     return v;
 }
 
+// Sum of the chunk partials ch0 .. ch1 − 1 at (e, c): SUM_LANES independent accumulators so that
+// as many L2 loads are in flight per thread (the finalize is bound by their latency: one thread
+// per output, ~130 partials at V = 131072 on 132 SMs), folded in a fixed tree.
+#define SUM_LANES 32
 __device__ __forceinline__ float sum_partials(const float* ws, i64 ch0, i64 ch1, int e, int c, int KP, int CP) {
-    float s[8];
+    float s[SUM_LANES];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) s[j] = 0.0f;
+    for (int j = 0; j < SUM_LANES; ++j) s[j] = 0.0f;
     const i64 stride = (i64)KP * CP;
     const float* p = ws + (ch0 * KP + e) * (i64)CP + c;
     i64 n = ch1 - ch0;
-    for (; n >= 8; n -= 8, p += 8 * stride) {
+    for (; n >= SUM_LANES; n -= SUM_LANES, p += SUM_LANES * stride) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) s[j] += ld_cg(p + j * stride);
+        for (int j = 0; j < SUM_LANES; ++j) s[j] += ld_cg(p + j * stride);
     }
 #pragma unroll
-    for (int j = 0; j < 7; ++j)
+    for (int j = 0; j < SUM_LANES - 1; ++j)
         if (j < n) s[j] += ld_cg(p + j * stride);
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+#pragma unroll
+    for (int j = 0; j < 16; ++j) s[j] += s[j + 16];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) s[j] += s[j + 8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s[j] += s[j + 4];
+    return (s[0] + s[2]) + (s[1] + s[3]);
 }
 
 // Block (bx, by) of the finalize grid, thread (tx, ty) of its 32 × 8.
@@ -413,6 +423,8 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
     const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
     const float* __restrict__ times, int K, int C, int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
     T* __restrict__ s_op, int KPe, int CPe) {
+    ember_launch_dependents();
+    ember_grid_dependency_wait();  // the reduce's partials
     finalize_fwd_block(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved, s_op, KPe, CPe, blockIdx.x,
                        blockIdx.y, threadIdx.x, threadIdx.y);
 }
@@ -454,6 +466,8 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
     const float* __restrict__ times, const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
     int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part) {
     __shared__ float red[8][33];
+    ember_launch_dependents();
+    ember_grid_dependency_wait();  // the reduce's partials
     finalize_bwd_block(ws, chunk_prefix, n_chunks, evals, times, saved, d_spectral, K, C, KPr, CPr, g_op, KPe, CPe, dt_part,
                        blockIdx.x, blockIdx.y, gridDim.y, threadIdx.x, threadIdx.y, red);
 }
@@ -723,12 +737,14 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_w##WN(                                         \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
         int K, int C, int KP, int CP, int vec) {                                                                               \
+        ember_launch_dependents();                                                                                             \
         reduce_kernel<WN>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec, blockIdx.x, blockIdx.y); \
     }
 #define DIFF_EXPAND(WN)                                                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_expand_w##WN(                                         \
         const T* basis, const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C, int KP, \
         int CPs, int vec, const float* dt_part, int dt_rows, float* d_times) {                                                 \
+        ember_grid_dependency_wait(); /* S from the finalize */                                                                \
         expand_kernel<WN>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, d_times,      \
                           blockIdx.x, blockIdx.y, gridDim.x);                                                                  \
     }
@@ -1065,6 +1081,7 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
                                                                    const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C,     \
                                                                    int KP, int CPs, int vec, const float* dt_part, int dt_rows, \
                                                                    float* d_times) {                                            \
+        ember_grid_dependency_wait(); /* S from the finalize */                                                                \
         expand_wg_kernel<NH, NST, BULK>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, \
                                         d_times);                                                                              \
     }
@@ -1199,10 +1216,6 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
     const int c0 = blockIdx.y * BN;
     const i64 bx = blockIdx.x, gx = gridDim.x;
 
-    if (dt_part && bx == 0 && blockIdx.y == 0) {
-        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
-    }
-
     const i64 per = n_tiles / gx, rem = n_tiles % gx;
     const i64 t_lo = bx * per + min(bx, rem);
     const i64 t_hi = t_lo + per + (bx < rem ? 1 : 0);
@@ -1235,7 +1248,15 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
         etm_fence_init();
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
-    if (tid == 0) produce(n_slots);  // first use of every slot: nothing to wait for
+    // First use of every slot: nothing to wait for. The basis and the tile table are inputs no
+    // kernel of this pass writes, so as a dependent launch the CTA loads them while the finalize
+    // (and the reduce before it) still run.
+    if (tid == 0) produce(n_slots);
+    ember_grid_dependency_wait();  // S and the d_times partials from the finalize
+
+    if (dt_part && bx == 0 && blockIdx.y == 0) {
+        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
+    }
 
     float acc[NH][64];
     i64 j = 0;  // tile index within this CTA's range (all segments)
@@ -1691,6 +1712,7 @@ __device__ __forceinline__ void reduce_tma_kernel(const EtmMap* map_b, const Etm
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_wg##NH(                                        \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
         int K, int C, int KP, int CP, int vec) {                                                                               \
+        ember_launch_dependents();                                                                                             \
         reduce_wg_kernel<NH>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec);                \
     }
 DIFF_REDUCE_WG(1)
@@ -1700,6 +1722,7 @@ DIFF_REDUCE_WG(2)
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_wgt##NH(                                       \
         const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, int KP, int CP,             \
         const __grid_constant__ EtmMap map_b, const __grid_constant__ EtmMap map_y) {                                           \
+        ember_launch_dependents();                                                                                             \
         reduce_tma_kernel<NH>(&map_b, &map_y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, KP, CP);                   \
     }
 DIFF_REDUCE_TMA(1)
