@@ -371,44 +371,24 @@ __device__ __forceinline__ float ld_cg(const float* p) {
     return v;
 }
 
-// Sum of the chunk partials ch0 .. ch1 − 1 at (e, c). The finalize is bound by the latency of these
-// L2 loads (one thread per output, ~130 partials at V = 131072 on 132 SMs), so each round issues
-// LANES independent loads in one basic block: a round past the end re-reads the last partial (an
-// address that exists) and adds zero instead of branching around the load, which would make every
-// load of the last round wait for the one before. Lane j sums partials j, j + LANES, … in order;
-// the lanes fold in a fixed tree. The finalize kernels take 32 lanes; the fused kernel and the
-// expand's d_times sum (few partials, registers already scarce) take 8.
-template <int LANES>
 __device__ __forceinline__ float sum_partials(const float* ws, i64 ch0, i64 ch1, int e, int c, int KP, int CP) {
-    static_assert(LANES == 8 || LANES == 16 || LANES == 32, "the fold is written for 8, 16 or 32 lanes");
-    float s[LANES];
+    float s[8];
 #pragma unroll
-    for (int j = 0; j < LANES; ++j) s[j] = 0.0f;
+    for (int j = 0; j < 8; ++j) s[j] = 0.0f;
     const i64 stride = (i64)KP * CP;
     const float* p = ws + (ch0 * KP + e) * (i64)CP + c;
-    const i64 n = ch1 - ch0;
-    for (i64 r = 0; r < n; r += LANES) {
-        float v[LANES];
+    i64 n = ch1 - ch0;
+    for (; n >= 8; n -= 8, p += 8 * stride) {
 #pragma unroll
-        for (int j = 0; j < LANES; ++j) v[j] = ld_cg(p + min(r + j, n - 1) * stride);
-#pragma unroll
-        for (int j = 0; j < LANES; ++j) s[j] += r + j < n ? v[j] : 0.0f;
-    }
-    if constexpr (LANES >= 32) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) s[j] += s[j + 16];
-    }
-    if constexpr (LANES >= 16) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) s[j] += s[j + 8];
+        for (int j = 0; j < 8; ++j) s[j] += ld_cg(p + j * stride);
     }
 #pragma unroll
-    for (int j = 0; j < 4; ++j) s[j] += s[j + 4];
-    return (s[0] + s[2]) + (s[1] + s[3]);
+    for (int j = 0; j < 7; ++j)
+        if (j < n) s[j] += ld_cg(p + j * stride);
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
 // Block (bx, by) of the finalize grid, thread (tx, ty) of its 32 × 8.
-template <int LANES>
 __device__ __forceinline__ void finalize_fwd_block(const float* ws, const i64* __restrict__ chunk_prefix, i64 n_chunks,
                                                    const float* __restrict__ evals, const float* __restrict__ times, int K, int C,
                                                    int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
@@ -420,7 +400,7 @@ __device__ __forceinline__ void finalize_fwd_block(const float* ws, const i64* _
     const i64 ch0 = chunk_prefix ? chunk_prefix[m] : 0, ch1 = chunk_prefix ? chunk_prefix[m + 1] : n_chunks;
     float val = 0.0f;
     if (e < K && c < C) {
-        const float s = sum_partials<LANES>(ws, ch0, ch1, e, c, KPr, CPr);
+        const float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
         val = expf(-evals[m * K + e] * times[c]) * s;
         const i64 o = (m * K + e) * C + c;
         spectral[o] = ember_from_f32<T>(val);
@@ -435,13 +415,12 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
     T* __restrict__ s_op, int KPe, int CPe) {
     ember_launch_dependents();
     ember_grid_dependency_wait();  // the reduce's partials
-    finalize_fwd_block<32>(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved, s_op, KPe, CPe, blockIdx.x,
+    finalize_fwd_block(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved, s_op, KPe, CPe, blockIdx.x,
                        blockIdx.y, threadIdx.x, threadIdx.y);
 }
 
 // dt_part: [mesh · gridDim.y][CPe], the d_times contribution of each block of 8 eigenvectors.
 // gy: the finalize grid's height (eigenvector blocks per mesh); red: 8 × 33 floats of shared memory.
-template <int LANES>
 __device__ __forceinline__ void finalize_bwd_block(const float* ws, const i64* __restrict__ chunk_prefix, i64 n_chunks,
                                                    const float* __restrict__ evals, const float* __restrict__ times,
                                                    const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
@@ -455,7 +434,7 @@ __device__ __forceinline__ void finalize_bwd_block(const float* ws, const i64* _
     float val = 0.0f, dt = 0.0f;
     if (e < K && c < C) {
         const i64 o = (m * K + e) * C + c;
-        float s = sum_partials<LANES>(ws, ch0, ch1, e, c, KPr, CPr);
+        float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
         if (d_spectral) s += ember_to_f32(d_spectral[o]);
         const float ev = evals[m * K + e];
         val = expf(-ev * times[c]) * s;
@@ -479,7 +458,7 @@ extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
     __shared__ float red[8][33];
     ember_launch_dependents();
     ember_grid_dependency_wait();  // the reduce's partials
-    finalize_bwd_block<32>(ws, chunk_prefix, n_chunks, evals, times, saved, d_spectral, K, C, KPr, CPr, g_op, KPe, CPe, dt_part,
+    finalize_bwd_block(ws, chunk_prefix, n_chunks, evals, times, saved, d_spectral, K, C, KPr, CPr, g_op, KPe, CPe, dt_part,
                        blockIdx.x, blockIdx.y, gridDim.y, threadIdx.x, threadIdx.y, red);
 }
 
@@ -676,7 +655,7 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
 
     if (dt_part && bx == 0 && by == 0) {
         // Same fixed-order eight-way sum as the partials (rows are the "chunks" here).
-        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials<8>(dt_part, 0, dt_rows, 0, c, 1, CPs);
+        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
     }
 
     const i64 per = n_tiles / gx, rem = n_tiles % gx;
@@ -1030,7 +1009,7 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
     const i64 bx = blockIdx.x, gx = gridDim.x;
 
     if (dt_part && bx == 0 && blockIdx.y == 0) {
-        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials<8>(dt_part, 0, dt_rows, 0, c, 1, CPs);
+        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
     }
 
     const i64 per = n_tiles / gx, rem = n_tiles % gx;
@@ -1266,7 +1245,7 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
     ember_grid_dependency_wait();  // S and the d_times partials from the finalize
 
     if (dt_part && bx == 0 && blockIdx.y == 0) {
-        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials<8>(dt_part, 0, dt_rows, 0, c, 1, CPs);
+        for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
     }
 
     float acc[NH][64];
@@ -1803,10 +1782,10 @@ __device__ __forceinline__ void fused_kernel(const T* __restrict__ basis, const 
     for (i64 b = blockIdx.x; b < fx * fy; b += gridDim.x) {
         __syncthreads();  // red is free again
         if (BWD)
-            finalize_bwd_block<8>(ws, chunk_prefix, n_chunks, evals, times, saved_in, d_spectral, K, C, KPr, CPr, s_op, KPe, CPe,
+            finalize_bwd_block(ws, chunk_prefix, n_chunks, evals, times, saved_in, d_spectral, K, C, KPr, CPr, s_op, KPe, CPe,
                                dt_part, b % fx, (int)(b / fx), fy, tx, ty, red);
         else
-            finalize_fwd_block<8>(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved_out, s_op, KPe, CPe,
+            finalize_fwd_block(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved_out, s_op, KPe, CPe,
                                b % fx, (int)(b / fx), tx, ty);
     }
     grid_sync(bar);
