@@ -977,6 +977,13 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem
     };
     let es = g.dtype.size() as u64;
     let map = ember_core::cuda::tensor_map_2d_sw128(g.dtype, basis, g.n_rows as u64, g.k as u64, g.k as u64 * es, EBM as u32, ETM_BOX_K as u32)?;
+    // v14: the bulk epilogue with 16-byte rows writes the output by tensor stores (boxes of 16 rows ×
+    // 64 columns, 128-byte swizzle); elsewhere the kernel does not read `map_out` (the basis map fills it).
+    let map_out = if bulk && g.vec {
+        ember_core::cuda::tensor_map_2d_sw128(g.dtype, out, g.n_rows as u64, g.c as u64, g.c as u64 * es, 16, 64)?
+    } else {
+        map
+    };
     let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, smem)?;
     let (n_rows, n_tiles, slots) = (g.n_rows, g.n_tiles as i64, slots as i32);
     let (c, kp, cp, vec, dt_rows) = (g.c as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec), to_i32(g.dt_rows(), "meshes × eigenvector blocks")?);
@@ -996,6 +1003,7 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem
         .arg(&d_times)
         .arg(&slots)
         .arg(&map)
+        .arg(&map_out)
         .dependent()
         .named("diffusion_expand")
         .run()

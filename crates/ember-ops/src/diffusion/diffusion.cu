@@ -969,18 +969,26 @@ __device__ __forceinline__ void ewg_step(float (&acc)[NH][64], u64 da, u32 s_bas
 
 // The warp's 16 rows of tile [rb, re) out of the accumulators: mass weights (backward) in f32, then
 // the bulk epilogue (BULK and 16-byte rows) or the direct one, in the warp's part of `epi`.
-template <int NH, bool BULK>
-__device__ __forceinline__ void ewg_tile_out(const float (&acc)[NH][64], unsigned char* epi, const T* __restrict__ mass, T* __restrict__ out,
-                                             i64 rb, i64 re, int c0, int C, int vec) {
-    constexpr int STG_P = 256 * NH + EWG_STG_PAD;
+// The warp's first row of tile rb (rows rb + wg·64 + wq·16 + {g, g + 8} are the warp's 16), and the
+// weights of this lane's two rows: mass (backward) or 1, 0 past the tile's end.
+__device__ __forceinline__ i64 ewg_warp_rows(i64 rb, i64 re, const T* __restrict__ mass, float& w0, float& w1) {
     const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2;
-    // Rows rb + wg·64 + wq·16 + {g, g + 8} of the tile (the warp's 16).
     const i64 row0 = rb + (warp >> 2) * 64 + (warp & 3) * 16;
-    float w0 = 1.0f, w1 = 1.0f;
+    w0 = 1.0f, w1 = 1.0f;
     if (mass) {
         w0 = row0 + g < re ? ember_to_f32(mass[row0 + g]) : 0.0f;
         w1 = row0 + g + 8 < re ? ember_to_f32(mass[row0 + g + 8]) : 0.0f;
     }
+    return row0;
+}
+
+template <int NH, bool BULK>
+__device__ __forceinline__ void ewg_tile_out(const float (&acc)[NH][64], unsigned char* epi, const T* __restrict__ mass, T* __restrict__ out,
+                                             i64 rb, i64 re, int c0, int C, int vec) {
+    constexpr int STG_P = 256 * NH + EWG_STG_PAD;
+    const int warp = threadIdx.x >> 5;
+    float w0, w1;
+    const i64 row0 = ewg_warp_rows(rb, re, mass, w0, w1);
     if (BULK && vec)
         ewg_epilogue_bulk<NH>(acc, epi + warp * 16 * STG_P, w0, w1, out, row0, re, c0, C);
     else
@@ -1188,11 +1196,69 @@ __device__ __forceinline__ void etm_prefetch_map(const EtmMap* map) {
 // offset 0).
 __device__ __forceinline__ u64 etm_desc(u32 addr) { return ewg_desc(addr, 16, 1024) | (1ull << 62); }
 
+// v14: box (col, row) of the tensor map written from shared memory at `src` (bulk group of this
+// thread; elements outside the map's bounds are not written).
+__device__ __forceinline__ void etm_store_box(const EtmMap* map, int col, int row, u32 src) {
+    EWG_ASM("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(reinterpret_cast<u64>(map)),
+            "r"(col), "r"(row), "r"(src)
+            : "memory");
+}
+
+// v14 epilogue of the TMA expand with bulk stores (16-byte rows): the warp stages its 16 rows × BN
+// as 2·NH boxes of 16 × 64 elements in the 128-byte swizzle (16-byte chunk q of row r at q ^ (r & 7):
+// the lanes' 4-byte stores of one column group hit 32 different banks, no padding needed), and lane 0
+// writes each box with one tensor store (the map of `out`: n_rows × C, boxes 16 × 64). This replaces
+// the per-row bulk copies, which the compiler issued one lane at a time (a 16-round loop per warp and
+// tile). A warp whose rows run past the tile's end inside the tensor (a mesh that ends mid-tile in a
+// batch) writes its rows below `re` from the staging with 16-byte stores instead.
+template <int NH>
+__device__ __forceinline__ void etm_tile_out_boxes(const float (&acc)[NH][64], unsigned char* epi, const T* __restrict__ mass,
+                                                   T* __restrict__ out, i64 rb, i64 re, i64 n_rows, int c0, int C,
+                                                   const EtmMap* map_out) {
+    constexpr int NB = 2 * NH;  // 64-column boxes per warp
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    unsigned char* stg = epi + warp * NB * 2048;  // 1024-byte aligned: the swizzle's period
+    float w0, w1;
+    const i64 row0 = ewg_warp_rows(rb, re, mass, w0, w1);
+    ewg_bulk_wait_read();  // lane 0's stores of one tile ago have read the staging
+    __syncwarp();
+#pragma unroll
+    for (int h = 0; h < NH; ++h)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            const float* a = &acc[h][4 * j];
+            // columns h·128 + j·8 + 2t, +1: box 2h + j / 8, chunk j % 8, byte 4t of it
+            unsigned char* box = stg + (2 * h + (j >> 3)) * 2048;
+            const int q = ((j & 7) ^ g) * 16 + 4 * t;
+            *reinterpret_cast<u32*>(box + g * 128 + q) = ember_pack2<T>(a[0] * w0, a[1] * w0);
+            *reinterpret_cast<u32*>(box + (g + 8) * 128 + q) = ember_pack2<T>(a[2] * w1, a[3] * w1);
+        }
+    if (row0 + 16 <= re || re == n_rows) {
+        ewg_fence_async();  // this lane's staging stores, visible to the tensor stores (async proxy)
+        __syncwarp();       // every lane's
+        if (lane == 0) {
+#pragma unroll
+            for (int b = 0; b < NB; ++b)
+                if (c0 + 64 * b < C) etm_store_box(map_out, c0 + 64 * b, (int)row0, smem_addr(stg + b * 2048));
+        }
+        ewg_bulk_commit();
+    } else {
+        __syncwarp();  // every lane's staging stores, visible to the warp
+        for (int i = lane; i < 16 * NB * 8; i += 32) {
+            const int r = i / (NB * 8), b = (i / 8) % NB, ch = i & 7;
+            const i64 v = row0 + r;
+            const int c = c0 + b * 64 + ch * 8;
+            if (v < re && c < C)
+                *reinterpret_cast<uint4*>(out + v * C + c) = *reinterpret_cast<const uint4*>(stg + b * 2048 + r * 128 + ((ch ^ (r & 7)) * 16));
+        }
+    }
+}
+
 template <int NH, bool BULK>
 __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __restrict__ s_op, const T* __restrict__ mass,
                                                   T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int C,
                                                   int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
-                                                  float* __restrict__ d_times, int n_slots) {
+                                                  float* __restrict__ d_times, int n_slots, const EtmMap* map_out) {
     constexpr int BN = 128 * NH;
     constexpr int EPI_BYTES = BULK ? EBM * (2 * BN + EWG_STG_PAD) : 8 * 16 * EWG_EPI_LD * 2;
     extern __shared__ __align__(128) unsigned char diff_smem[];
@@ -1297,7 +1363,10 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
                 // This warp's products reading the tile's slots have completed.
                 for (int b = 0; b < nb; ++b) etm_arrive(empty0 + 8 * (int)((j * nb + b) % n_slots));
             }
-            ewg_tile_out<NH, BULK>(acc, epi, mass, out, rb, re, c0, C, vec);
+            if (BULK && vec)
+                etm_tile_out_boxes<NH>(acc, epi, mass, out, rb, re, n_rows, c0, C, map_out);
+            else
+                ewg_tile_out<NH, false>(acc, epi, mass, out, rb, re, c0, C, vec);
         }
         t0 = t1;
     }
@@ -1307,9 +1376,10 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
 #define DIFF_EXPAND_TMA(NAME, NH, BULK)                                                                                        \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                                                  \
         NAME(const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int C, int KP, int CPs, int vec, \
-             const float* dt_part, int dt_rows, float* d_times, int n_slots, const __grid_constant__ EtmMap map) {             \
+             const float* dt_part, int dt_rows, float* d_times, int n_slots, const __grid_constant__ EtmMap map,              \
+             const __grid_constant__ EtmMap map_out) {                                                                         \
         expand_tma_kernel<NH, BULK>(&map, s_op, mass, out, tiles, n_rows, n_tiles, C, KP, CPs, vec, dt_part, dt_rows, d_times, \
-                                    n_slots);                                                                                  \
+                                    n_slots, &map_out);                                                                        \
     }
 DIFF_EXPAND_TMA(diffusion_expand_wgt1, 1, false)
 DIFF_EXPAND_TMA(diffusion_expand_wgt2, 2, false)

@@ -424,6 +424,10 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 wgt_few(&[2000], 128, 256, true, Some(Bulk), 2),
                 wgt_few(&[1000], 136, 256, false, None, 3),
                 wgt_few(&[37, 1, 130, 300], 64, 136, true, Some(Direct), 2),
+                // v14 (tensor stores of the bulk epilogue): meshes ending mid-tile (the warps whose
+                // rows cross a mesh end store from the staging), C = 72 (a box past C), a wrapped ring.
+                wgt(&[37, 1, 130, 300], 64, 72, true, Some(Bulk)),
+                wgt_few(&[37, 1, 130, 300, 1000], 128, 256, false, Some(Bulk), 2),
             ],
             Tier::Full => vec![
                 wgt(&[1], 8, 1, true, None),
