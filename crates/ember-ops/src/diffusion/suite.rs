@@ -743,9 +743,14 @@ impl crate::OpFamily for Family {
         let mut rows = Vec::new();
         // EMBER_DIFFUSION_CHECK=rload: only the cases that force the TMA-fed reduce (a short GPU
         // call after a change to it); the properties below are skipped then.
-        let only_rload = std::env::var("EMBER_DIFFUSION_CHECK").is_ok_and(|v| v == "rload");
+        // EMBER_DIFFUSION_CHECK=eload: likewise, only the cases that force the TMA-fed expand.
+        let only = std::env::var("EMBER_DIFFUSION_CHECK").ok();
+        let (only_rload, only_eload) = (only.as_deref() == Some("rload"), only.as_deref() == Some("eload"));
         for c in cases(ctx.tier, ctx.device) {
             if only_rload && !c.tune.as_ref().is_some_and(|(t, _)| t.reduce_load == Some(cuda::ReduceLoad::Tma)) {
+                continue;
+            }
+            if only_eload && !c.tune.as_ref().is_some_and(|(t, _)| t.expand_load == Some(ExpandLoad::Tma)) {
                 continue;
             }
             for &dtype in c.dtypes {
@@ -765,7 +770,7 @@ impl crate::OpFamily for Family {
                 rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " reduce=wgmma rload=tma")))?);
             }
         }
-        if only_rload {
+        if only_rload || only_eload {
             return Ok(rows);
         }
         for dtype in DType::ACTIVATIONS {
