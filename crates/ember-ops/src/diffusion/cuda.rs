@@ -189,11 +189,14 @@ pub enum ExpandStore {
     /// v8 (`diffusion_expand_wgb*`): the tile into a shared-memory staging buffer, then one bulk
     /// copy (cp.async.bulk) per row, drained while the warps run the next tile's products.
     Bulk,
-    /// Bulk where every persistent CTA gets at least [`BULK_MIN_TILES_PER_SM`] tiles, else direct.
+    /// The TMA-fed expand: bulk (tensor stores, v14) wherever it fits with 16-byte rows; the
+    /// cp.async-fed one: bulk where every persistent CTA gets at least [`BULK_MIN_TILES_PER_SM`]
+    /// tiles; else direct.
     Auto,
 }
 
-/// Tiles per SM from which `ExpandStore::Auto` takes the bulk stores. Measured (H100, bf16,
+/// Tiles per SM from which `ExpandStore::Auto` takes the bulk stores of the cp.async-fed expand (the
+/// TMA-fed one takes them wherever they fit, v14). Measured (H100, bf16,
 /// K = 128, C = 256, two runs): bulk ahead at V = 524288 (31 tiles per SM: fwd −1.2 %) and 2M
 /// (124: fwd −2.3 %, fwd+bwd −0.6 %), behind at V = 131072 (7.8: +1.3 %).
 pub const BULK_MIN_TILES_PER_SM: usize = 16;
@@ -576,10 +579,6 @@ struct Geometry {
     /// Some(slots): the wgmma expand is fed by TMA (`diffusion_expand_wgt{NH}` / `wgtb{NH}`) with
     /// this many 16 KB ring slots; `ewg`'s NST is then unused.
     etma: Option<usize>,
-    /// v12: Some((slots, shared memory)) where the automatic store rule chose bulk stores for the
-    /// TMA-fed expand: the backward's expand (mass weights) runs with direct stores instead
-    /// (measured faster in the backward on the H100 and the H200; see [`BULK_MIN_TILES_PER_SM`]).
-    etma_bwd_direct: Option<(usize, usize)>,
     kpe: usize,
     cpe: usize,
     expand_grid: (u32, u32),
@@ -646,10 +645,19 @@ impl Geometry {
         // The store path where the wgmma expand runs: bulk where asked for and its shared memory
         // fits, else direct; forced bulk (a test or bench variant) is an error where it cannot run.
         let store_mode = tune.expand_store.unwrap_or_else(expand_store_mode);
+        let basis_ptr = m.basis.cuda_ptr()?;
+        // v14: the TMA-fed expand's bulk epilogue writes by tensor stores and measured at least as
+        // fast as direct stores at every size and in both passes (H200, V = 131072 … 2M), so Auto
+        // takes it wherever the TMA expand would run with it; the cp.async-fed expand keeps the
+        // per-row bulk copies and the tile rule.
+        let tma_bulk_fits = tune.expand_load.unwrap_or_else(expand_load_mode) == ExpandLoad::Tma
+            && tune.expand_wg != Some(false)
+            && (c * dtype.size()).is_multiple_of(16)
+            && expand_tma_shape(dev, dtype, v, k, c, basis_ptr, true, true).is_ok();
         let bulk = match store_mode {
             ExpandStore::Bulk => true,
             ExpandStore::Direct => false,
-            ExpandStore::Auto => n_tiles >= BULK_MIN_TILES_PER_SM * n_sm,
+            ExpandStore::Auto => tma_bulk_fits || n_tiles >= BULK_MIN_TILES_PER_SM * n_sm,
         };
         let wg_shape = || match bulk {
             true => expand_wg_shape(dev, dtype, k, c, true).or_else(|| expand_wg_shape(dev, dtype, k, c, false)),
@@ -659,7 +667,6 @@ impl Geometry {
         // slots instead of whole-tile stages, so it fits where the cp.async stages may not); from
         // the environment they replace cp.async wherever the wgmma expand runs and they fit with
         // its store path.
-        let basis_ptr = m.basis.cuda_ptr()?;
         let forced_bulk = tune.expand_store == Some(ExpandStore::Bulk);
         let tma_forced = match (tune.expand_load, tune.expand_wg) {
             (Some(ExpandLoad::Tma), Some(false)) => return Err(Error::invalid("expand_load", "TMA loads are a variant of the wgmma expand, which expand_wg = Some(false) excludes")),
@@ -692,12 +699,6 @@ impl Geometry {
             (Some((_, slots, _, smem, _)), _) => Some((slots, smem)),
             (None, Some((_, _, _, _, b))) if tune.expand_load.unwrap_or_else(expand_load_mode) == ExpandLoad::Tma => {
                 expand_tma_shape(dev, dtype, v, k, c, basis_ptr, b, b).ok().map(|(_, slots, _, smem, _)| (slots, smem))
-            }
-            _ => None,
-        };
-        let etma_bwd_direct = match (store_mode, wg, etma) {
-            (ExpandStore::Auto, Some((_, _, _, _, true)), Some(_)) => {
-                expand_tma_shape(dev, dtype, v, k, c, basis_ptr, false, false).ok().map(|(_, slots, _, smem, _)| (slots, smem))
             }
             _ => None,
         };
@@ -769,7 +770,6 @@ impl Geometry {
             ewn,
             ewg: wg.map(|(nh, nst, _, _, bulk)| (nh, nst, bulk)),
             etma: etma.map(|(slots, _)| slots),
-            etma_bwd_direct,
             kpe,
             cpe,
             expand_grid,
@@ -910,12 +910,7 @@ fn launch_reduce_tma(dev: &Arc<CudaDevice>, g: &Geometry, nh: usize, basis: u64,
 #[allow(clippy::too_many_arguments)]
 fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
     if let (Some((nh, _, bulk)), Some(slots)) = (g.ewg, g.etma) {
-        // The backward (mass != 0) takes direct stores where the automatic rule chose bulk.
-        let (bulk, slots, smem) = match g.etma_bwd_direct {
-            Some((slots, smem)) if mass != 0 => (false, slots, smem),
-            _ => (bulk, slots, g.expand_smem),
-        };
-        return launch_expand_tma(dev, g, (nh, bulk, slots, smem), basis, s_op, mass, out, dt_part, d_times);
+        return launch_expand_tma(dev, g, (nh, bulk, slots, g.expand_smem), basis, s_op, mass, out, dt_part, d_times);
     }
     let entry = match (g.ewg, g.ewn) {
         (Some((1, 2, false)), _) => "diffusion_expand_wg1_s2",
