@@ -157,13 +157,5 @@ __device__ __forceinline__ void ember_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
-// Entry of a kernel that touches global memory only after this point: the next dependent kernel may be
-// scheduled at once (its CTAs take SMs as this kernel's CTAs exit and wait there), and this kernel waits
-// for the previous one. Removes the launch gap between kernels without any pre-wait work, so it is safe
-// after any kernel, dependent or not.
-__device__ __forceinline__ void ember_pdl_enter() {
-    ember_launch_dependents();
-    ember_grid_dependency_wait();
-}
 
 #endif  // EMBER_COMMON_CUH

@@ -32,30 +32,6 @@ impl KernelSource {
     pub const fn new(name: &'static str, body: &'static str) -> Self {
         Self { name, body }
     }
-    /// Whether every definition of the kernel `entry` in this source starts with `ember_pdl_enter();`
-    /// (common.cuh), i.e. waits for the kernel before it ahead of any global-memory access, so that it
-    /// may be launched as a programmatic dependent ([`Launch::dependent`]) after any kernel. False
-    /// when the source defines no such kernel. Memoized per (source, entry): launches ask each time.
-    pub fn enters_with_pdl(&self, entry: &str) -> bool {
-        static SEEN: OnceLock<Mutex<HashMap<(usize, String), bool>>> = OnceLock::new();
-        let key = (self.body.as_ptr() as usize, entry.to_string());
-        let seen = SEEN.get_or_init(Default::default);
-        if let Some(&v) = seen.lock().unwrap().get(&key) {
-            return v;
-        }
-        let v = kernel_entries_enter_with_pdl(self.body, entry);
-        seen.lock().unwrap().insert(key, v);
-        v
-    }
-    /// Names of the `__global__` kernels this source defines, as written (in order; repeated where
-    /// `#if` branches define one name several times; a macro-built name keeps its `##` parts).
-    pub fn kernel_names(&self) -> Vec<String> {
-        kernel_definitions(self.body).into_iter().map(|(name, _)| name).collect()
-    }
-    /// The first kernel of this source whose body does not start with `ember_pdl_enter();`, if any.
-    pub fn kernel_not_entering_with_pdl(&self) -> Option<String> {
-        kernel_definitions(self.body).into_iter().find(|&(_, open)| !opens_with_pdl_enter(self.body, open)).map(|(name, _)| name)
-    }
     /// The complete translation unit NVRTC sees.
     pub fn full_code(&self) -> String {
         let mut s = String::with_capacity(COMMON_CUH.len() + self.body.len() + 1);
@@ -64,48 +40,6 @@ impl KernelSource {
         s.push_str(self.body);
         s
     }
-}
-
-/// Each `__global__` definition of `body`: its name (the identifier before the last depth-0 `(` ahead
-/// of the body) and the index of the body's opening brace. Declarations without a body are skipped.
-fn kernel_definitions(body: &str) -> Vec<(String, usize)> {
-    let b = body.as_bytes();
-    let mut defs = Vec::new();
-    let mut from = 0;
-    while let Some(at) = body[from..].find("__global__").map(|i| i + from) {
-        from = at + "__global__".len();
-        let (mut depth, mut k, mut name) = (0i32, from, String::new());
-        while k < b.len() {
-            match b[k] {
-                b'(' => {
-                    if depth == 0 {
-                        let end = body[..k].trim_end().len();
-                        let start = body[..end].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '#')).map_or(0, |i| i + 1);
-                        name = body[start..end].to_string();
-                    }
-                    depth += 1
-                }
-                b')' => depth -= 1,
-                b'{' | b';' if depth == 0 => break,
-                _ => {}
-            }
-            k += 1;
-        }
-        if k < b.len() && b[k] == b'{' {
-            defs.push((name, k));
-        }
-    }
-    defs
-}
-
-fn opens_with_pdl_enter(body: &str, open: usize) -> bool {
-    body[open + 1..].trim_start().starts_with("ember_pdl_enter();")
-}
-
-/// See [`KernelSource::enters_with_pdl`].
-fn kernel_entries_enter_with_pdl(body: &str, entry: &str) -> bool {
-    let defs: Vec<usize> = kernel_definitions(body).into_iter().filter(|(name, _)| name == entry).map(|(_, open)| open).collect();
-    !defs.is_empty() && defs.into_iter().all(|open| opens_with_pdl_enter(body, open))
 }
 
 pub const TENSOR_SOURCE: KernelSource = KernelSource::new("tensor", TENSOR_KERNELS);
@@ -462,44 +396,4 @@ pub fn tensor_map_2d_sw128(dtype: crate::DType, ptr: u64, rows: u64, cols: u64, 
 /// A 1-D launch configuration.
 pub fn cfg_1d(grid: u32, block: u32, smem: u32) -> LaunchConfig {
     LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::kernel_entries_enter_with_pdl as enters;
-
-    #[test]
-    fn pdl_entry_is_found_in_every_definition_of_the_kernel() {
-        let all = "// cl_kernel(x) is documented here; not a definition\n\
-                   #if A\nextern \"C\" __global__ void __launch_bounds__(256, 1) cl_kernel(const float* x,\n    int n) {\n    ember_pdl_enter();\n    x[0];\n}\n\
-                   #else\nextern \"C\" __global__ void cl_kernel(float* x) { ember_pdl_enter(); }\n#endif\n\
-                   __device__ void helper() { cl_kernel_like(); }\n";
-        assert!(enters(all, "cl_kernel"));
-        let one_missing = "extern \"C\" __global__ void k(float* x) { ember_pdl_enter(); }\n\
-                           extern \"C\" __global__ void k(int* x) {\n    x[0] = 1;\n}\n";
-        assert!(!enters(one_missing, "k"), "a definition without the entry");
-        assert!(!enters("extern \"C\" __global__ void k2(float* x) { ember_pdl_enter(); }", "k"), "no definition of k");
-        assert!(!enters("__device__ void k(float* x) { ember_pdl_enter(); }", "k"), "not a kernel");
-        assert!(!enters("extern \"C\" __global__ void k(float* x) { x[0] = 0; ember_pdl_enter(); }", "k"), "not first");
-        assert!(!enters("extern \"C\" __global__ void k(float* x);", "k"), "a declaration only");
-    }
-
-    #[test]
-    fn kernel_names_are_the_defined_globals() {
-        let src = super::KernelSource::new(
-            "t",
-            "extern \"C\" __global__ void __launch_bounds__(256, 1) a_k(const float* x,\n int n) {\n}\n\
-             extern \"C\" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_T, 1) b_k(float* x) { }\n\
-             extern \"C\" __global__ void c_k(float* x);\n__device__ void d(float* x) {}\n",
-        );
-        assert_eq!(src.kernel_names(), ["a_k", "b_k"]);
-        assert_eq!(src.kernel_not_entering_with_pdl().as_deref(), Some("a_k"));
-        let macro_built = super::KernelSource::new(
-            "m",
-            "#define K(NAME) extern \"C\" __global__ void FC_LB fc_fwd_##NAME(P p) { ember_pdl_enter(); f(p); } \\\n\
-             extern \"C\" __global__ void fc_bwd_##NAME(P p) { g(p); }\n",
-        );
-        assert_eq!(macro_built.kernel_names(), ["fc_fwd_##NAME", "fc_bwd_##NAME"]);
-        assert_eq!(macro_built.kernel_not_entering_with_pdl().as_deref(), Some("fc_bwd_##NAME"));
-    }
 }

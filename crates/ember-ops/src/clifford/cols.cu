@@ -108,7 +108,6 @@ extern "C" __global__ void __launch_bounds__(256, CL_COLS_MIN_BLOCKS) cl_kernel(
                                                             const act_t* __restrict__ g, const float* __restrict__ coef, act_t* __restrict__ dx,
                                                             act_t* __restrict__ dy, float* __restrict__ dw_part, i64 B, i64 N, i64 rows_per_chunk,
                                                             int ct CL_FOLD_ARGS) {
-    ember_pdl_enter();
     __shared__ float red[256];
     const int c = threadIdx.x % ct, r = threadIdx.x / ct, rt = blockDim.x / ct;
     const i64 n = (i64)blockIdx.x * ct + c;
@@ -204,7 +203,6 @@ extern "C" __global__ void __launch_bounds__(CL_T, CL_COLS_MIN_BLOCKS) cl_kernel
                                                               const act_t* __restrict__ g, const float* __restrict__ coef, act_t* __restrict__ dx,
                                                               act_t* __restrict__ dy, float* __restrict__ dw_part, i64 B, i64 N, i64 rows_per_chunk,
                                                               int ct, i64 col_tiles, i64 items) {
-    ember_pdl_enter();
     float* ring = cl_dynamic_smem();
     float* red = ring + CL_ST * CL_Q * CL_T;
     const int tid = threadIdx.x;

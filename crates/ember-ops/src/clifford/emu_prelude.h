@@ -99,8 +99,6 @@ const void* ember_emu_cluster_map(const void* p, unsigned rank);
 // KIND 0: m16n8k8 tf32; 1: m16n8k16 bf16; 2: m16n8k16 f16.
 void ember_emu_mma_kind(int kind, float* d, const u32* a, const u32* b);
 
-// Programmatic dependent launch: the emulation runs launches one after another.
-inline void ember_pdl_enter() {}
 inline void __syncthreads() { ember_emu_syncthreads(); }
 inline float __shfl_xor_sync(unsigned, float v, int off) { return ember_emu_shfl_xor(v, off); }
 template <int KIND> inline void ember_emu_mma(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) { ember_emu_mma_kind(KIND, d, a, b); }

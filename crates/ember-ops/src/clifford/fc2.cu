@@ -30,7 +30,6 @@ typedef EMBER_T act_t;
 #if F2_PREP
 // wt[p][n][m] (Npad × Mpad per path, zero padded) = w[p][n][m] in the activation type.
 extern "C" __global__ void __launch_bounds__(F2_THREADS) cl_kernel(const float* __restrict__ w, u16* __restrict__ wt, i64 P, i64 N, i64 Mo, i64 Npad, i64 Mpad) {
-    ember_pdl_enter();
     const i64 total = P * Npad * Mpad;
     for (i64 i = (i64)blockIdx.x * F2_THREADS + threadIdx.x; i < total; i += (i64)gridDim.x * F2_THREADS) {
         const i64 m = i % Mpad, n = (i / Mpad) % Npad, p = i / (Mpad * Npad);
@@ -277,7 +276,6 @@ template <int G> __device__ __forceinline__ void f2_run(const f2_args& A, u16* s
 // x and y of the group are read from HBM about once and then from L2.
 extern "C" __global__ void __launch_bounds__(F2_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const u16* __restrict__ wt,
                                                                       void* __restrict__ dst, i64 B, i64 N, i64 Mo, i64 Npad, i64 Mpad) {
-    ember_pdl_enter();
 #ifdef EMBER_HOST_EMU
     u16* smem = reinterpret_cast<u16*>(ember_emu_dynamic_smem());
 #else

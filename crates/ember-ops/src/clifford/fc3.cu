@@ -65,7 +65,6 @@ typedef EMBER_T act_t;
 // m within a core matrix, so each of the 8 loads reads runs of consecutive columns.
 extern "C" __global__ void __launch_bounds__(256) cl_kernel(const float* __restrict__ w, u16* __restrict__ wt, i64 P, i64 N, i64 Mo, i64 NCH, i64 NCT,
                                                             i64 CW, i64 CN, i64 NW) {
-    ember_pdl_enter();
     constexpr int UNITS = F3_COLS * 2;  // 16-byte units per tile
     const i64 total = P * NCT * NCH * UNITS;
     for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < total; i += (i64)gridDim.x * 256) {
@@ -90,7 +89,6 @@ extern "C" __global__ void __launch_bounds__(256) cl_kernel(const float* __restr
 #elif F3_PREP == 2
 // g[i] = Φ(x₀)·Φ(y₀) of element i = b·N + n (blade 0 is the first B × N plane of x and y).
 extern "C" __global__ void __launch_bounds__(256) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, float* __restrict__ g, i64 BN) {
-    ember_pdl_enter();
     for (i64 i = (i64)blockIdx.x * 256 + threadIdx.x; i < BN; i += (i64)gridDim.x * 256) {
         const float x0 = ember_to_f32(x[i]), y0 = ember_to_f32(y[i]);
         cl_fc_gate(&x0, &y0, g + i);
@@ -647,7 +645,6 @@ extern "C" const unsigned ember_emu_cluster_dims[3] = {1, F3_TYPES, 1};
 extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const u16* __restrict__ wt,
                                                                       const float* __restrict__ g, void* __restrict__ dst, i64 B, i64 N, i64 Mo, i64 NCH,
                                                                       i64 NCT, i64 NW) {
-    ember_pdl_enter();
 #if F3_HAS_WGMMA
 #ifdef EMBER_HOST_EMU
     unsigned char* smem = reinterpret_cast<unsigned char*>(ember_emu_dynamic_smem());

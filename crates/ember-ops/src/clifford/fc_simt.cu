@@ -32,7 +32,6 @@ __device__ __forceinline__ float fs_term(const act_t* __restrict__ x, const act_
 // o[j, b, m] = Σ_n Σ_{pairs q of j} w[p_q, n, m]·Φx·Φy·T_q(b, n); one thread per output element.
 extern "C" __global__ void __launch_bounds__(256) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                             void* __restrict__ out, i64 B, i64 NI, i64 NO) {
-    ember_pdl_enter();
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (i64)CL_M * B * NO) return;
     const int j = (int)(idx / (B * NO));
@@ -58,7 +57,6 @@ extern "C" __global__ void __launch_bounds__(256) cl_kernel(const act_t* __restr
 extern "C" __global__ void __launch_bounds__(256) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                             const void* __restrict__ d_o, act_t* __restrict__ dx, act_t* __restrict__ dy, i64 B, i64 NI,
                                                             i64 NO) {
-    ember_pdl_enter();
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= B * NI) return;
     const i64 b = idx / NI, n = idx % NI, BN = B * NI;
@@ -116,7 +114,6 @@ extern "C" __global__ void __launch_bounds__(256) cl_kernel(const act_t* __restr
 // d_w[p, n, m] = Σ_b Σ_{pairs q of path p} Φx·Φy·T_q(b, n)·d_o[j_q, b, m]; one thread per weight.
 extern "C" __global__ void __launch_bounds__(256) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const void* __restrict__ d_o,
                                                             float* __restrict__ dw, i64 B, i64 NI, i64 NO) {
-    ember_pdl_enter();
     const i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (i64)CL_P * NI * NO) return;
     const int p = (int)(idx / (NI * NO));

@@ -21,7 +21,6 @@ typedef EMBER_T act_t;
 
 #if FB_KIND == 1
 extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* __restrict__ w, act_t* __restrict__ wg, i64 NM) {
-    ember_pdl_enter();
     FB_LOOP(i, (i64)FB_P * NM) {
         const i64 q = i / NM, r = i - q * NM;
         wg[i] = ember_from_f32<act_t>(__ldg(w + (i64)fb_path[q] * NM + r));
@@ -29,7 +28,6 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* 
 }
 #elif FB_KIND == 2
 extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* __restrict__ dwg, float* __restrict__ dw, i64 NM) {
-    ember_pdl_enter();
     FB_LOOP(i, (i64)FB_P * NM) {
         const i64 q = i / NM, r = i - q * NM;
         dw[(i64)fb_path[q] * NM + r] = __ldg(dwg + i);
@@ -38,7 +36,6 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* 
 #elif FB_KIND == 3
 // Consecutive threads take consecutive channels n: every store of a slot is coalesced.
 extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, act_t* __restrict__ T, i64 B, i64 N) {
-    ember_pdl_enter();
     const i64 BN = B * N;
     FB_LOOP(e, BN) {
         const i64 b = e / N, n = e - b * N;
@@ -59,7 +56,6 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const act_t* 
 }
 #elif FB_KIND == 4
 extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ dT, act_t* __restrict__ dx, act_t* __restrict__ dy, i64 B, i64 N) {
-    ember_pdl_enter();
     const i64 BN = B * N;
     FB_LOOP(e, BN) {
         const i64 b = e / N, n = e - b * N;

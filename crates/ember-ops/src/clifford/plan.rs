@@ -159,11 +159,6 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
                 }
             };
         }
-        // Hand-written kernels enter through ember_pdl_enter() and launch as programmatic dependents
-        // (no launch gap after the kernel before them); ember-ga's printed kernels launch plainly.
-        if l.src.enters_with_pdl(&l.entry) {
-            launch = launch.dependent();
-        }
         launch.named(l.name).run()?;
     }
     run_gemms(plan.launches.len())?;

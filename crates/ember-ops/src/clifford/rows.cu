@@ -267,7 +267,6 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 #endif
 extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                       act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team CL_TICKET_ARGS) {
-    ember_pdl_enter();
     float* sw = cl_dynamic_smem();
     act_t* stage = reinterpret_cast<act_t*>(sw + CL_P * CL_WSTRIDE(N));
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
@@ -349,7 +348,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
 // One thread per (row, CL_V channels): grid covers B·N/CL_V threads.
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                    act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
-    ember_pdl_enter();
     const i64 G = N / CL_V;
     const i64 gid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (gid >= B * G) return;
@@ -363,7 +361,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
 #else
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                    act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
-    ember_pdl_enter();
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team;
     const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
@@ -473,7 +470,6 @@ __device__ __forceinline__ void cl_zero_counters(u32* __restrict__ zero, i64 nze
 extern "C" __global__ void __launch_bounds__(CL_THREADS, 2) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                       const act_t* __restrict__ g, const act_t* __restrict__ u, const float* __restrict__ rms,
                                                                       float* __restrict__ coef, i64 B, i64 N, int team CL_ZERO_ARGS) {
-    ember_pdl_enter();
     float* sw = cl_dynamic_smem();
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team, rows = CL_THREADS / team;
@@ -508,7 +504,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 2) cl_kernel(const act_
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                    const act_t* __restrict__ g, const act_t* __restrict__ u, const float* __restrict__ rms,
                                                                    float* __restrict__ coef, i64 B, i64 N, int team CL_ZERO_ARGS) {
-    ember_pdl_enter();
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team;
     const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
@@ -535,7 +530,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
 
 #if CL_KIND == CL_KIND_NORMFWD
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* __restrict__ o, act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
-    ember_pdl_enter();
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team;
     const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
@@ -585,7 +579,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* 
 // d_o = cl_normbwd(g, o, a, c) = (g − o·c)·a with a = 1/r, c = a²·Σ g·o / N.
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ g, const float* __restrict__ o, const float* __restrict__ rms,
                                                                    float* __restrict__ d_o, i64 B, i64 N, int team) {
-    ember_pdl_enter();
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team;
     const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;

@@ -59,7 +59,6 @@ extern "C" __global__ void __launch_bounds__(CL_RW_TMAX, 1)
     cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w, const act_t* __restrict__ g,
               const act_t* __restrict__ out, const float* __restrict__ rms, act_t* __restrict__ dx, act_t* __restrict__ dy,
               float* __restrict__ dw_part, i64 B, i64 N, i64 rows_per_chunk, int S, int team, i64 chunks, int lp) {
-    ember_pdl_enter();
     float* ring = cl_dynamic_smem();
     const int T = (int)blockDim.x, tid = (int)threadIdx.x, nn = (int)N;
     const int stage_words = CL_RW_NA * CL_M * lp;

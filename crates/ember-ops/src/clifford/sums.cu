@@ -3,7 +3,6 @@
 // out[i] = Σ_c part[c·len + i] over c = 0..chunks-1, in order: d_w partials of the fused layer's
 // column kernel, split-K partials of the tile GEMMs.
 extern "C" __global__ void __launch_bounds__(256) cl_sum_chunks(const float* __restrict__ part, float* __restrict__ out, i64 chunks, i64 len) {
-    ember_pdl_enter();
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (i64)blockDim.x * gridDim.x) {
         float s = 0.0f;
         for (i64 c = 0; c < chunks; ++c) s += part[c * len + i];
@@ -18,7 +17,6 @@ extern "C" __global__ void __launch_bounds__(256) cl_sum_chunks(const float* __r
 // GPU and run. The group's loads are issued together (unrolled into registers) before the adds.
 #define CL_SUM_G 16
 extern "C" __global__ void __launch_bounds__(256) cl_sum_tree(const float* __restrict__ part, float* __restrict__ out, i64 chunks, i64 len) {
-    ember_pdl_enter();
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= len) return;
     const i64 c0 = (i64)blockIdx.y * CL_SUM_G;
@@ -46,9 +44,9 @@ __device__ __forceinline__ void cl_col_sums_impl(const T* __restrict__ g, float*
     for (i64 r = r0; r < r1; ++r) s += ember_to_f32(g[r * cols + col]);
     part[(i64)blockIdx.y * cols + col] = s;
 }
-extern "C" __global__ void __launch_bounds__(256) cl_col_sums_f32(const float* g, float* part, i64 rows, i64 cols, i64 rpc) { ember_pdl_enter(); cl_col_sums_impl(g, part, rows, cols, rpc); }
-extern "C" __global__ void __launch_bounds__(256) cl_col_sums_f16(const ember_f16* g, float* part, i64 rows, i64 cols, i64 rpc) { ember_pdl_enter(); cl_col_sums_impl(g, part, rows, cols, rpc); }
-extern "C" __global__ void __launch_bounds__(256) cl_col_sums_bf16(const ember_bf16* g, float* part, i64 rows, i64 cols, i64 rpc) { ember_pdl_enter(); cl_col_sums_impl(g, part, rows, cols, rpc); }
+extern "C" __global__ void __launch_bounds__(256) cl_col_sums_f32(const float* g, float* part, i64 rows, i64 cols, i64 rpc) { cl_col_sums_impl(g, part, rows, cols, rpc); }
+extern "C" __global__ void __launch_bounds__(256) cl_col_sums_f16(const ember_f16* g, float* part, i64 rows, i64 cols, i64 rpc) { cl_col_sums_impl(g, part, rows, cols, rpc); }
+extern "C" __global__ void __launch_bounds__(256) cl_col_sums_bf16(const ember_bf16* g, float* part, i64 rows, i64 cols, i64 rpc) { cl_col_sums_impl(g, part, rows, cols, rpc); }
 
 // MVLinear through cuBLAS. cuBLAS multiplies operands of one type, so half-type activations take
 // the (f32) weights rounded to their type: out[i] = (T) w[i].
@@ -56,8 +54,8 @@ template <typename T>
 __device__ __forceinline__ void cl_round_impl(const float* __restrict__ w, T* __restrict__ out, i64 len) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (i64)blockDim.x * gridDim.x) out[i] = ember_from_f32<T>(w[i]);
 }
-extern "C" __global__ void __launch_bounds__(256) cl_round_f16(const float* w, ember_f16* out, i64 len) { ember_pdl_enter(); cl_round_impl(w, out, len); }
-extern "C" __global__ void __launch_bounds__(256) cl_round_bf16(const float* w, ember_bf16* out, i64 len) { ember_pdl_enter(); cl_round_impl(w, out, len); }
+extern "C" __global__ void __launch_bounds__(256) cl_round_f16(const float* w, ember_f16* out, i64 len) { cl_round_impl(w, out, len); }
+extern "C" __global__ void __launch_bounds__(256) cl_round_bf16(const float* w, ember_bf16* out, i64 len) { cl_round_impl(w, out, len); }
 
 // The bias broadcast over the rows of the scalar blade, out[r][c] = bias[c] (rows × cols), which
 // the scalar grade's GEMM then accumulates into (β = 1).
@@ -65,6 +63,6 @@ template <typename T>
 __device__ __forceinline__ void cl_bias_rows_impl(const float* __restrict__ bias, T* __restrict__ out, i64 rows, i64 cols) {
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (i64)blockDim.x * gridDim.x) out[i] = ember_from_f32<T>(bias[i % cols]);
 }
-extern "C" __global__ void __launch_bounds__(256) cl_bias_rows_f32(const float* b, float* out, i64 rows, i64 cols) { ember_pdl_enter(); cl_bias_rows_impl(b, out, rows, cols); }
-extern "C" __global__ void __launch_bounds__(256) cl_bias_rows_f16(const float* b, ember_f16* out, i64 rows, i64 cols) { ember_pdl_enter(); cl_bias_rows_impl(b, out, rows, cols); }
-extern "C" __global__ void __launch_bounds__(256) cl_bias_rows_bf16(const float* b, ember_bf16* out, i64 rows, i64 cols) { ember_pdl_enter(); cl_bias_rows_impl(b, out, rows, cols); }
+extern "C" __global__ void __launch_bounds__(256) cl_bias_rows_f32(const float* b, float* out, i64 rows, i64 cols) { cl_bias_rows_impl(b, out, rows, cols); }
+extern "C" __global__ void __launch_bounds__(256) cl_bias_rows_f16(const float* b, ember_f16* out, i64 rows, i64 cols) { cl_bias_rows_impl(b, out, rows, cols); }
+extern "C" __global__ void __launch_bounds__(256) cl_bias_rows_bf16(const float* b, ember_bf16* out, i64 rows, i64 cols) { cl_bias_rows_impl(b, out, rows, cols); }

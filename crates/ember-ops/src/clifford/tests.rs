@@ -325,28 +325,3 @@ fn every_named_algebra_has_tile_configs_that_fit() {
     assert!(cuda::tile_cfg(cuda::TileKind::FcFwd, layer.tables(), false).is_none());
     assert!(cuda::tile_cfg(cuda::TileKind::LinFwd, layer.tables(), false).is_some());
 }
-
-/// The plan launches a kernel as a programmatic dependent when its source says it waits at entry
-/// (`KernelSource::enters_with_pdl`); every hand-written kernel of the family does, so that no
-/// launch keeps the gap after the kernel before it. (ember-ga's printed kernels launch plainly.)
-#[test]
-fn every_hand_written_kernel_waits_for_the_previous_at_entry() {
-    use ember_core::cuda::KernelSource;
-    let files = [
-        ("rows.cu", include_str!("rows.cu")),
-        ("cols.cu", include_str!("cols.cu")),
-        ("rowwise.cu", include_str!("rowwise.cu")),
-        ("whole.cu", include_str!("whole.cu")),
-        ("tile.cu", include_str!("tile.cu")),
-        ("fc_simt.cu", include_str!("fc_simt.cu")),
-        ("fc2.cu", include_str!("fc2.cu")),
-        ("fc3.cu", include_str!("fc3.cu")),
-        ("fcb.cu", include_str!("fcb.cu")),
-        ("sums.cu", include_str!("sums.cu")),
-    ];
-    for (file, body) in files {
-        let src = KernelSource::new(file, body);
-        assert!(!src.kernel_names().is_empty(), "{file}: no kernels found");
-        assert_eq!(src.kernel_not_entering_with_pdl(), None, "{file}: a kernel that does not start with ember_pdl_enter()");
-    }
-}

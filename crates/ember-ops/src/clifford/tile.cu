@@ -298,7 +298,6 @@ extern "C" __global__ void __launch_bounds__(TE_THREADS) cl_kernel(const void* _
                                                                    const float* __restrict__ bias, i64 R, i64 C, i64 K, i64 k_split, i64 a_ss, i64 a_sr,
                                                                    i64 a_sk, i64 b_ss, i64 b_sc, i64 b_sk, i64 d_sa, i64 d_sr, i64 d_sc, i64 d_split,
                                                                    i64 xB, i64 xN) {
-    ember_pdl_enter();
 #ifdef EMBER_HOST_EMU
     u32* te_smem = ember_emu_dynamic_smem();
 #else

@@ -280,9 +280,7 @@ fn launch_smem_threads(dev: &Arc<CudaDevice>, block: u32, threads: u32, entry: &
         dev.set_max_dynamic_smem(&f, smem)?;
     }
     let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem as u32 };
-    // Every kernel of the source enters through ember_pdl_enter() (a unit test holds them to it), so
-    // each launches as a programmatic dependent: no launch gap between the passes of a call.
-    dev.launch(&f, cfg).arg(p).named(name).dependent().run()
+    dev.launch(&f, cfg).arg(p).named(name).run()
 }
 
 /// The twiddle tables (see fft.cuh), once per device.

@@ -649,17 +649,17 @@ __device__ void fc_fwd_pair_staged(const FcParams& p) {
 // CTAs per SM: 3 (80 registers; P ≤ 16 spill at most 44 bytes) except P = 32, whose 32 complex
 // values per thread need 128 registers (2 CTAs).
 #define FP_MINB(LOGP) ((LOGP) == 5 ? 2 : 3)
-#define FC_PAIR_ENTRIES(LOGP)                                                                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_bf16(FcParams p) { ember_pdl_enter(); fc_fwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_f32(FcParams p) { ember_pdl_enter(); fc_fwd_pair<LOGP, ember_bf16, float>(p); }
+#define FC_PAIR_ENTRIES(LOGP)                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_f32(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, float>(p); }
 FC_PAIR_ENTRIES(1)
 FC_PAIR_ENTRIES(2)
 FC_PAIR_ENTRIES(3)
 FC_PAIR_ENTRIES(4)
 FC_PAIR_ENTRIES(5)
 // The staged forward where it keeps the plain kernel's occupancy (2 CTAs per SM): P = 32.
-extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_bf16(FcParams p) { ember_pdl_enter(); fc_fwd_pair_staged<5, ember_bf16, ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_f32(FcParams p) { ember_pdl_enter(); fc_fwd_pair_staged<5, ember_bf16, float>(p); }
+extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_bf16(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_f32(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, float>(p); }
 
 // Stage 1 at P = 64 for thread h of column n2 (at `pos`): y[m] = the pair's input at n1 = 2m + h
 // (m < 16; L ≤ N/2). Y = DFT32 of y (two 16-point DFTs: only m < 16 is nonzero), then the radix-2
@@ -817,8 +817,8 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { ember_pdl_enter(); fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { ember_pdl_enter(); fc_fwd_pair64<ember_bf16, float>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { fc_fwd_pair64<ember_bf16, float>(p); }
 
 // =================================================================================================
 // v6 backward (bf16 u, hd = 1, N = 512 … 8192): the backward in pair form, on the forward's engine.
@@ -1122,9 +1122,9 @@ __device__ void fc_bwd_pair(const FcParams& p) {
 #ifndef FC_PAIR_BWD_MINB
 #define FC_PAIR_BWD_MINB 2
 #endif
-#define FC_BWD_PAIR_ENTRIES(LOGP)                                                                                                                                                      \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_bf16(FcParams p) { ember_pdl_enter(); fc_bwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_f32(FcParams p) { ember_pdl_enter(); fc_bwd_pair<LOGP, ember_bf16, float>(p); }
+#define FC_BWD_PAIR_ENTRIES(LOGP)                                                                                              \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, float>(p); }
 FC_BWD_PAIR_ENTRIES(1)
 FC_BWD_PAIR_ENTRIES(2)
 FC_BWD_PAIR_ENTRIES(3)
@@ -1230,14 +1230,13 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_bf16(FcParams p) { ember_pdl_enter(); fc_bwd_pair64<ember_bf16, ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_f32(FcParams p) { ember_pdl_enter(); fc_bwd_pair64<ember_bf16, float>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_bf16(FcParams p) { fc_bwd_pair64<ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_f32(FcParams p) { fc_bwd_pair64<ember_bf16, float>(p); }
 
 // The filter-gradient spectrum of the pair backward, one thread per (head of the launch, bin
 // k ≤ M = N/2): S[k] = 2·(T[k] + conj T[(N − k) mod N]) summed over the head's `parts` partials in
 // order, i.e. 4·Σ_rows G_r·conj(W_r), written where fc_dk (parts = 1) reads it.
 extern "C" __global__ void fc_dk_pair(FcParams p) {
-    ember_pdl_enter();
     const i64 m = (i64)1 << p.logm, n = 2 * m;
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (i64)p.nheads * (m + 1)) return;

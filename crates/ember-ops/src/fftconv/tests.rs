@@ -419,12 +419,3 @@ fn pair_backward_chunk_search_equals_the_exhaustive_one() {
         }
     }
 }
-
-/// Every launch of the family is a programmatic dependent (`cuda.rs`), which is only correct when
-/// each kernel waits for the one before it ahead of any global-memory access.
-#[test]
-fn every_kernel_waits_for_the_previous_at_entry() {
-    let src = super::cuda::SOURCE;
-    assert!(src.kernel_names().len() >= 20, "kernels found: {:?}", src.kernel_names());
-    assert_eq!(src.kernel_not_entering_with_pdl(), None, "a kernel that does not start with ember_pdl_enter()");
-}
