@@ -15,7 +15,7 @@ pub fn run(request: DeviceRequest) -> Result<ExitCode> {
                     Ok(dev) => {
                         let d = dev.info();
                         println!(
-                            "  cuda:{i}    {} — compute capability {}.{} (NVRTC target {}), {} SMs, {:.0} MB L2, {:.1} GiB, {} KiB shared memory per block",
+                            "  cuda:{i}    {} — compute capability {}.{} (NVRTC target {}), {} SMs, {:.0} MB L2, {:.1} GiB, {} KiB shared memory per block, DRAM peak {}",
                             d.name,
                             d.compute_capability.0,
                             d.compute_capability.1,
@@ -23,7 +23,8 @@ pub fn run(request: DeviceRequest) -> Result<ExitCode> {
                             d.multiprocessors,
                             d.l2_bytes as f64 / 1e6,
                             d.total_memory as f64 / (1u64 << 30) as f64,
-                            d.shared_memory_per_block_optin / 1024
+                            d.shared_memory_per_block_optin / 1024,
+                            if d.dram_peak_gbps > 0.0 { format!("{:.0} GB/s", d.dram_peak_gbps) } else { "unknown".into() }
                         );
                         if i == 0 {
                             println!("driver:     CUDA {}.{}", d.driver_version / 1000, (d.driver_version % 1000) / 10);

@@ -57,6 +57,9 @@ pub struct DeviceInfo {
     pub total_memory: usize,
     pub shared_memory_per_block_optin: i32,
     pub driver_version: i32,
+    /// Peak DRAM bandwidth in GB/s (2 transfers per memory clock × bus width); 0 when the driver
+    /// does not report the memory clock or bus width.
+    pub dram_peak_gbps: f64,
 }
 
 /// The NVRTC architecture string for a compute capability.
@@ -146,6 +149,12 @@ impl CudaDevice {
                 total_memory: ctx.total_mem().map_err(|e| Error::cuda("cuDeviceTotalMem", e))?,
                 shared_memory_per_block_optin: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
                 driver_version,
+                dram_peak_gbps: {
+                    // Both attributes are optional in recent drivers: unknown → 0.
+                    let khz = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).unwrap_or(0).max(0) as f64;
+                    let bits = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0).max(0) as f64;
+                    2.0 * khz * 1e3 * bits / 8.0 / 1e9
+                },
             };
             Ok(Arc::new(CudaDevice { ctx, stream, info, modules: Mutex::new(HashMap::new()), functions: Mutex::new(HashMap::new()), work_counters: Mutex::new(None) }))
         })

@@ -128,6 +128,11 @@ const DYNAMIC_OPT: &str = "-DCL_DYN=1";
 /// (4096 × 512 and larger), 2–10 % slower at 7.75 and fewer (1024 × N, 4096 × 128 and 256), where a
 /// step is too short to hide the ticket's round trip to L2.
 pub const DYNAMIC_MIN_STEPS_PER_SM: usize = 12;
+/// Peak DRAM bandwidth (GB/s) from which the default staged forward keeps its fixed step order.
+/// Measured, Cl(3,0) f32, dynamic against fixed order in the same run: H100 SXM (3.35 TB/s peak)
+/// 1–4 % faster at 2^21 … 2^26; H200 (4.8 TB/s) 5–14 % slower (4096 × 512 65.7 / 60.4 µs,
+/// 16384 × 128 61.0 / 58.3 µs, 65536 × 1024 1.755 / 1.542 ms). Not understood yet (NOTES "v11").
+pub const DYNAMIC_MAX_DRAM_GBPS: f64 = 4000.0;
 
 /// Options of the staged row kernels: `EMBER_CLIFFORD_WSTAGE=ldg` stages the weights with v2's
 /// __ldg loop (CL_WCP = 0) instead of cp.async, for comparison.
@@ -161,16 +166,18 @@ pub enum RowVariant {
 
 impl RowVariant {
     pub const ALL: [RowVariant; 3] = [RowVariant::Rows, RowVariant::Staged, RowVariant::Dynamic];
-    /// `EMBER_CLIFFORD_ROWS=rows|staged|dynamic`; otherwise the default for `layer`: dynamic up to
-    /// 8 blades (staged measured faster than rows on an H200: Cl(3,0) forward 40–48% → 66–99% of
-    /// copy bandwidth), rows for 16 blades (staged measured slower there: one CTA per SM is too
-    /// few warps for their arithmetic).
-    pub fn selected(layer: &Layer) -> RowVariant {
+    /// `EMBER_CLIFFORD_ROWS=rows|staged|dynamic`; otherwise the default for `layer` on `gpu`: up to
+    /// 8 blades the staged kernels (measured faster than rows on an H200: Cl(3,0) forward 40–48% →
+    /// 66–99% of copy bandwidth), with the run-time step order only where the DRAM is slower than
+    /// [`DYNAMIC_MAX_DRAM_GBPS`]; rows for 16 blades (staged measured slower there: one CTA per SM
+    /// is too few warps for their arithmetic).
+    pub fn selected(layer: &Layer, gpu: Gpu) -> RowVariant {
         match std::env::var("EMBER_CLIFFORD_ROWS").as_deref() {
             Ok("rows") => RowVariant::Rows,
             Ok("staged") => RowVariant::Staged,
             Ok("dynamic") => RowVariant::Dynamic,
-            _ if layer.blades() <= 8 => RowVariant::Dynamic,
+            _ if layer.blades() <= 8 && gpu.dram_gbps > 0.0 && gpu.dram_gbps < DYNAMIC_MAX_DRAM_GBPS => RowVariant::Dynamic,
+            _ if layer.blades() <= 8 => RowVariant::Staged,
             _ => RowVariant::Rows,
         }
     }
@@ -193,12 +200,14 @@ impl RowVariant {
 pub struct Gpu {
     pub sms: usize,
     pub smem_optin: usize,
+    /// Peak DRAM bandwidth in GB/s; 0 when unknown.
+    pub dram_gbps: f64,
 }
 
 impl Gpu {
     pub fn of(t: &Tensor) -> Result<Gpu> {
         let info = t.cuda_device()?.info();
-        Ok(Gpu { sms: info.multiprocessors.max(1) as usize, smem_optin: info.shared_memory_per_block_optin.max(0) as usize })
+        Ok(Gpu { sms: info.multiprocessors.max(1) as usize, smem_optin: info.shared_memory_per_block_optin.max(0) as usize, dram_gbps: info.dram_peak_gbps })
     }
 }
 
@@ -300,7 +309,7 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var:
 }
 
 pub fn fused_forward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
-    fused_forward_variant(layer, dims, x, y, w, st, RowVariant::selected(layer))
+    fused_forward_variant(layer, dims, x, y, w, st, RowVariant::selected(layer, Gpu::of(x)?))
 }
 
 /// [`fused_forward`] with an explicit kernel variant (the GPU checks run every one).
@@ -739,7 +748,7 @@ fn pipe_opts(norm: bool) -> Vec<String> {
 
 #[allow(clippy::too_many_arguments)]
 pub fn fused_backward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages) -> Result<Grads> {
-    fused_backward_variant(layer, dims, x, y, w, normed, d_out, st, RowVariant::selected(layer))
+    fused_backward_variant(layer, dims, x, y, w, normed, d_out, st, RowVariant::selected(layer, Gpu::of(x)?))
 }
 
 /// [`fused_backward`] with an explicit row-kernel variant (the GPU checks run every one).

@@ -45,7 +45,7 @@ fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
         let tag = format!("{spec} B={nb} N={n} {dtype} gelu={gelu} norm={norm}");
         let (ro, rr) = reference::fused_forward(&alg, dims, &xv, &yv, &wv, gelu, norm);
         // Three multiprocessors: the staged variant's persistent CTAs walk several steps.
-        let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
+        let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
         let mut f = Vec::new();
         let mut fixed_order = Vec::new();
         for var in cuda::RowVariant::ALL {
@@ -123,7 +123,7 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
     let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) = bwd_inputs(spec, (nb, n), 4000 + (nb * 31 + n) as u64);
     let alg = layer.algebra().clone();
     let dtype = DType::F32;
-    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
+    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
         let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm}");
@@ -221,7 +221,7 @@ fn emu_bwd_whole(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usize,
 fn emu_row_backward(spec: &str, (nb, n): (usize, usize), bv: cuda::BwdVariant, geo: impl Fn(&str, &Layer, Dims, bool, cuda::Gpu) -> (usize, Option<usize>)) {
     let seed = if bv == cuda::BwdVariant::Rowwise { 5000 } else { 7000 };
     let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) = bwd_inputs(spec, (nb, n), seed + (nb * 31 + n) as u64);
-    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
+    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
         let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} {}", bv.name());
@@ -234,7 +234,7 @@ fn emu_row_backward(spec: &str, (nb, n): (usize, usize), bv: cuda::BwdVariant, g
         if let Some(grid) = grid {
             assert_eq!(plan(gpu).launches[0].grid, (grid as u32, 1, 1), "{tag}: persistent grid");
         }
-        let one = run_host(&plan(cuda::Gpu { sms: 1, smem_optin: 160 * 1024 }), &inputs);
+        let one = run_host(&plan(cuda::Gpu { sms: 1, smem_optin: 160 * 1024, dram_gbps: 3350.0 }), &inputs);
         assert!((0..3).all(|i| bits(&one[i]) == bits(&got[i])), "{tag}: depends on the device");
     }
 }
@@ -243,7 +243,7 @@ fn emu_row_backward(spec: &str, (nb, n): (usize, usize), bv: cuda::BwdVariant, g
 /// bench sizes.
 #[test]
 fn whole_falls_back_to_the_default() {
-    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024 };
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     for (spec, n, dtype) in [("3,0", 512, DType::BF16), ("3,0", 128, DType::F16), ("1,3", 64, DType::F32), ("2,2,1", 8, DType::F32), ("3,0", 4096, DType::F32)] {
         let layer = Layer::new(spec).unwrap();
         let dims = Dims { m: layer.blades(), b: 64, n };
@@ -279,7 +279,7 @@ fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
     let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) = bwd_inputs(spec, (nb, n), 6000 + (nb * 31 + n) as u64);
     let alg = layer.algebra().clone();
     let dtype = DType::F32;
-    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024 };
+    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
         let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} fold");
@@ -311,7 +311,7 @@ fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
 /// level by level as the tree launches them; two launches (dot, column) instead of four or five.
 #[test]
 fn fold_sizes_at_the_bench_sizes() {
-    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024 };
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     let layer = Layer::new("3,0").unwrap();
     // (B, N) → (chunks, column tiles, sum launches of the default)
     for ((b, n), (chunks, tiles, trees)) in [((4096, 512), (256usize, 4usize, 2usize)), ((16384, 128), (1024, 1, 3)), ((65536, 1024), (128, 8, 2))] {
@@ -339,7 +339,7 @@ fn fold_sizes_at_the_bench_sizes() {
 /// Where the row-oriented backward does not apply, the plan is the default's.
 #[test]
 fn rowwise_falls_back_to_the_default() {
-    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024 };
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     for (spec, n, dtype) in [("3,0", 513, DType::F32), ("3,0", 1024, DType::F32), ("3,0", 512, DType::BF16), ("3,0", 128, DType::F16), ("1,3", 257, DType::F32), ("2,2,1", 8, DType::F32)] {
         let layer = Layer::new(spec).unwrap();
         let dims = Dims { m: layer.blades(), b: 64, n };
@@ -371,7 +371,7 @@ fn emulated_dynamic_forward_takes_its_steps_at_run_time() {
     let layer = Layer::new("2,0").unwrap();
     let (nb, n) = (237, 128);
     let dims = Dims { m: 4, b: nb, n };
-    let gpu = cuda::Gpu { sms: 2, smem_optin: 227 * 1024 };
+    let gpu = cuda::Gpu { sms: 2, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     assert!(nb.div_ceil(8) >= cuda::DYNAMIC_MIN_STEPS_PER_SM * gpu.sms);
     let (x, xv) = input(&[4, nb, n], DType::F32, 71, 1.0);
     let (y, yv) = input(&[4, nb, n], DType::F32, 72, 1.0);
@@ -754,4 +754,19 @@ fn emulated_fc_gemm_backward_matches_the_reference() {
         }
     }
     run_cases(cases);
+}
+
+/// The default row kernels: staged up to 8 blades, with the run-time step order only on devices whose
+/// DRAM peak is below `DYNAMIC_MAX_DRAM_GBPS` (or unknown: fixed order); rows for 16 blades.
+#[test]
+fn default_row_order_follows_the_dram_rate() {
+    if std::env::var("EMBER_CLIFFORD_ROWS").is_ok() {
+        return; // forced by the environment: the rule is not in play (nothing to check)
+    }
+    let gpu = |dram_gbps| cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps };
+    let cl3 = Layer::new("3,0").unwrap();
+    assert_eq!(cuda::RowVariant::selected(&cl3, gpu(3350.0)), cuda::RowVariant::Dynamic, "H100-class DRAM");
+    assert_eq!(cuda::RowVariant::selected(&cl3, gpu(4800.0)), cuda::RowVariant::Staged, "H200-class DRAM");
+    assert_eq!(cuda::RowVariant::selected(&cl3, gpu(0.0)), cuda::RowVariant::Staged, "DRAM rate unknown");
+    assert_eq!(cuda::RowVariant::selected(&Layer::new("1,3").unwrap(), gpu(3350.0)), cuda::RowVariant::Rows, "16 blades");
 }

@@ -335,7 +335,7 @@ fn check_bwd_pipe(r: &mut Rows, layer: &Layer, (nb, n): (usize, usize)) -> Resul
     let g = input(r.ctx, &shape, dtype, seed + 3, 1.0)?;
     let (rdx, rdy, rdw) = reference::fused_backward(alg, dims, &x.v, &y.v, &w.v, &g.v, true, true);
     let st = fused::Stages { gelu: true, norm: true };
-    let var = cuda::RowVariant::selected(layer);
+    let var = cuda::RowVariant::selected(layer, cuda::Gpu::of(&x.t)?);
     let f = cuda::fused_forward_variant(layer, dims, &x.t, &y.t, &w.t, st, var)?;
     let rms = f.rms.as_ref().expect("normed forward");
     let mut pipe = None;
@@ -665,7 +665,7 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
         let (x, y, w, g) = &sets[0];
         let f = fused::forward(&layer, x, y, w, true)?;
         let rms = f.rms.as_ref().expect("normed forward");
-        let plan = cuda::plan_fused_backward(&layer, dims, dtype, st, cuda::RowVariant::selected(&layer), cuda::Gpu::of(x)?)?;
+        let plan = cuda::plan_fused_backward(&layer, dims, dtype, st, cuda::RowVariant::selected(&layer, cuda::Gpu::of(x)?), cuda::Gpu::of(x)?)?;
         for (li, l) in plan.launches.iter().enumerate() {
             let mut one = plan.clone();
             one.launches = vec![l.clone()];
@@ -680,8 +680,8 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
     if ctx.device.is_cuda() {
         let dims = Dims { m, b: nb, n };
         let st = fused::Stages { gelu: true, norm: true };
-        let var = cuda::RowVariant::selected(&layer);
         let gpu = cuda::Gpu::of(&sets[0].0)?;
+        let var = cuda::RowVariant::selected(&layer, gpu);
         // rowwise and whole only where they apply (elsewhere their plan is the default's).
         let applies = |v: cuda::BwdVariant| match v {
             cuda::BwdVariant::Rowwise => cuda::rowwise_geom(&layer, dims, true, dtype, gpu).is_some(),
@@ -726,7 +726,8 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
     if ctx.device.is_cuda() {
         let dims = Dims { m, b: nb, n };
         let st = fused::Stages { gelu: true, norm: true };
-        for var in cuda::RowVariant::ALL.into_iter().filter(|&v| v != cuda::RowVariant::selected(&layer)) {
+        let default = cuda::RowVariant::selected(&layer, cuda::Gpu::of(&sets[0].0)?);
+        for var in cuda::RowVariant::ALL.into_iter().filter(|&v| v != default) {
             let pv = params(&[("layer", json!("fused")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("norm", json!(true)), ("fwd", json!(var.name()))]);
             let ms = ctx.time(300.0, |i| {
                 let (x, y, w, _) = &sets[i % k];
