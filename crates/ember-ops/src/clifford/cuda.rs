@@ -281,8 +281,7 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var:
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(t as i32));
         let mut opts = fwd_opts(dt, v, st.norm, true, true);
-        // The tickets count in f32 (rows.cu, cl_take_ticket): exact below 2^24 steps.
-        if var == RowVariant::Dynamic && steps >= DYNAMIC_MIN_STEPS_PER_SM * gpu.sms && steps < 1 << 24 {
+        if var == RowVariant::Dynamic && steps >= DYNAMIC_MIN_STEPS_PER_SM * gpu.sms {
             opts.push(DYNAMIC_OPT.into());
             args.push(Arg::Counters(0));
         }

@@ -262,29 +262,6 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 #endif
 #if CL_DYN
 #define CL_TICKET_ARGS , u32* __restrict__ tickets
-// One ticket (the step after next, less 2·gridDim.x), its value used only after the step's compute.
-// A float add, written as PTX: NVVM and ptxas turn an integer atomicAdd, even one in PTX, into a
-// warp-aggregated one whose result is broadcast (SHFL) right after the ATOMG, and the warp then waits a
-// whole L2 atomic round trip at the top of every step, before the step's copies and compute (measured on
-// an H200: the run-time order 5–14 % slower than the fixed one). Float atomics are not aggregated. The
-// counts are exact below 2^24 steps (the host plan keeps the dynamic order under that); the counter word
-// holds the count as a float, 0 bits = 0.0f, so the zeroing after the last ticket is unchanged.
-__device__ __forceinline__ float cl_take_ticket(u32* __restrict__ tickets) {
-#ifdef EMBER_HOST_EMU
-    u32 old = __atomic_load_n(tickets, __ATOMIC_SEQ_CST), next;
-    float f;
-    do {
-        std::memcpy(&f, &old, 4);
-        const float g = f + 1.0f;
-        std::memcpy(&next, &g, 4);
-    } while (!__atomic_compare_exchange_n(tickets, &old, next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
-    return f;
-#else
-    float t;
-    asm volatile("atom.global.add.f32 %0, [%1], 0f3F800000;\n" : "=f"(t) : "l"(tickets) : "memory");
-    return t;
-#endif
-}
 #else
 #define CL_TICKET_ARGS
 #endif
@@ -315,16 +292,14 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
     for (int buf = 0, it = 0; s < steps; ++it, buf ^= 1) {
 #if CL_DYN
         const i64 nx = it == 0 ? s + grid : next_step[it & 1];
+        u32 ticket = 0;
+        if (tid == 0 && nx < steps) ticket = atomicAdd(tickets, 1u);
 #else
         const i64 nx = s + gridDim.x;
 #endif
         const i64 bn = nx * rows + tid / team;
         if (nx < steps && bn < B && mine) cl_issue(x, y, my + (buf ^ 1) * 2 * CL_SLOT, BN, bn * N + n0);
         cl_cp_commit();
-#if CL_DYN
-        float ticket = 0.0f;
-        if (tid == 0 && nx < steps) ticket = cl_take_ticket(tickets);
-#endif
         cl_cp_wait<1>();
         const i64 b = s * rows + tid / team;
         const bool live = b < B;
@@ -345,9 +320,8 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
         // Every thread read next_step[it & 1] before the previous step's last barrier, and reads
         // next_step[(it + 1) & 1] after this step's.
         if (tid == 0 && nx < steps) {
-            const i64 t = (i64)ticket;
-            next_step[(it + 1) & 1] = 2 * grid + t;
-            if (t == last_ticket) *tickets = 0u;
+            next_step[(it + 1) & 1] = 2 * grid + ticket;
+            if ((i64)ticket == last_ticket) *tickets = 0u;
         }
 #endif
 #if CL_NORM
