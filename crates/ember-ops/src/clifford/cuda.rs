@@ -176,8 +176,14 @@ impl RowVariant {
             Ok("rows") => RowVariant::Rows,
             Ok("staged") => RowVariant::Staged,
             Ok("dynamic") => RowVariant::Dynamic,
-            _ if layer.blades() <= 8 && gpu.dram_gbps > 0.0 && gpu.dram_gbps < DYNAMIC_MAX_DRAM_GBPS => RowVariant::Dynamic,
-            _ if layer.blades() <= 8 => RowVariant::Staged,
+            _ => RowVariant::default_for(layer, gpu),
+        }
+    }
+    /// The default of [`RowVariant::selected`] (no environment override).
+    pub fn default_for(layer: &Layer, gpu: Gpu) -> RowVariant {
+        match layer.blades() {
+            ..=8 if gpu.dram_gbps > 0.0 && gpu.dram_gbps < DYNAMIC_MAX_DRAM_GBPS => RowVariant::Dynamic,
+            ..=8 => RowVariant::Staged,
             _ => RowVariant::Rows,
         }
     }

@@ -760,13 +760,10 @@ fn emulated_fc_gemm_backward_matches_the_reference() {
 /// DRAM peak is below `DYNAMIC_MAX_DRAM_GBPS` (or unknown: fixed order); rows for 16 blades.
 #[test]
 fn default_row_order_follows_the_dram_rate() {
-    if std::env::var("EMBER_CLIFFORD_ROWS").is_ok() {
-        return; // forced by the environment: the rule is not in play (nothing to check)
-    }
     let gpu = |dram_gbps| cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps };
     let cl3 = Layer::new("3,0").unwrap();
-    assert_eq!(cuda::RowVariant::selected(&cl3, gpu(3350.0)), cuda::RowVariant::Dynamic, "H100-class DRAM");
-    assert_eq!(cuda::RowVariant::selected(&cl3, gpu(4800.0)), cuda::RowVariant::Staged, "H200-class DRAM");
-    assert_eq!(cuda::RowVariant::selected(&cl3, gpu(0.0)), cuda::RowVariant::Staged, "DRAM rate unknown");
-    assert_eq!(cuda::RowVariant::selected(&Layer::new("1,3").unwrap(), gpu(3350.0)), cuda::RowVariant::Rows, "16 blades");
+    assert_eq!(cuda::RowVariant::default_for(&cl3, gpu(3350.0)), cuda::RowVariant::Dynamic, "H100-class DRAM");
+    assert_eq!(cuda::RowVariant::default_for(&cl3, gpu(4800.0)), cuda::RowVariant::Staged, "H200-class DRAM");
+    assert_eq!(cuda::RowVariant::default_for(&cl3, gpu(0.0)), cuda::RowVariant::Staged, "DRAM rate unknown");
+    assert_eq!(cuda::RowVariant::default_for(&Layer::new("1,3").unwrap(), gpu(3350.0)), cuda::RowVariant::Rows, "16 blades");
 }

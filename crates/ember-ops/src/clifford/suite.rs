@@ -665,7 +665,8 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
         let (x, y, w, g) = &sets[0];
         let f = fused::forward(&layer, x, y, w, true)?;
         let rms = f.rms.as_ref().expect("normed forward");
-        let plan = cuda::plan_fused_backward(&layer, dims, dtype, st, cuda::RowVariant::selected(&layer, cuda::Gpu::of(x)?), cuda::Gpu::of(x)?)?;
+        let gpu = cuda::Gpu::of(x)?;
+        let plan = cuda::plan_fused_backward(&layer, dims, dtype, st, cuda::RowVariant::selected(&layer, gpu), gpu)?;
         for (li, l) in plan.launches.iter().enumerate() {
             let mut one = plan.clone();
             one.launches = vec![l.clone()];
