@@ -1,6 +1,7 @@
 //! One Clifford layer call on `cuda:0` after a warm-up, for a profiler (`ncu`, `nsys`) to catch the
-//! kernels of exactly that call: `clifford_once fused|fc [bf16|f32] [B] [N]` (Cl(3,0), with the norm;
-//! defaults: f32 fused, bf16 fc, B = 4096, N = 512).
+//! kernels of exactly that call: `clifford_once fused|fusedbwd|fc [bf16|f32] [B] [N]` (Cl(3,0), with
+//! the norm; `fusedbwd` is the fused forward then its backward; defaults: f32 fused, bf16 fc,
+//! B = 4096, N = 512).
 
 use ember_core::{DType, DeviceRequest, Tensor};
 use ember_ops::clifford::{fc, fused, Layer};
@@ -26,6 +27,12 @@ fn main() -> ember_core::Result<()> {
             "fc" => {
                 let w = Tensor::rand(&[layer.paths(), n, n], -0.05, 0.05, DType::F32, device, 3)?;
                 fc::forward(&layer, &x, &y, &w, true)?.out.to_vec_f64().map(drop)
+            }
+            "fusedbwd" => {
+                let w = Tensor::rand(&[n, layer.paths()], -0.5, 0.5, DType::F32, device, 3)?;
+                let fwd = fused::forward(&layer, &x, &y, &w, true)?;
+                let d_out = Tensor::rand(&[m, nb, n], -1.0, 1.0, dtype, device, 4)?;
+                fused::backward(&layer, &x, &y, &w, &fwd, &d_out)?.d_w.to_vec_f64().map(drop)
             }
             _ => {
                 let w = Tensor::rand(&[n, layer.paths()], -0.5, 0.5, DType::F32, device, 3)?;

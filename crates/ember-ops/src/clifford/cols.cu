@@ -162,24 +162,6 @@ extern "C" __global__ void __launch_bounds__(256, CL_COLS_MIN_BLOCKS) cl_kernel(
 #define CL_ST 3
 #define CL_Q (3 * CL_M)
 #define CL_T 256
-__device__ __forceinline__ void cl_cp4(float* dst, const float* src) {
-#ifdef EMBER_HOST_EMU
-    *dst = *src;
-#else
-    const u32 d = (u32)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
-#endif
-}
-__device__ __forceinline__ void cl_cp_commit() {
-#ifndef EMBER_HOST_EMU
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int PENDING> __device__ __forceinline__ void cl_cp_wait() {
-#ifndef EMBER_HOST_EMU
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-#endif
-}
 
 // Where step k of this CTA's walk lands: item blockIdx.x + (k / spi)·gridDim.x, row step k % spi,
 // the item's column tile item % col_tiles and row chunk item / col_tiles. Counts are 32-bit (the
@@ -232,9 +214,9 @@ extern "C" __global__ void __launch_bounds__(CL_T, CL_COLS_MIN_BLOCKS) cl_kernel
                 float* st = ring + (k % CL_ST) * CL_Q * CL_T + tid;
 #pragma unroll
                 for (int j = 0; j < CL_M; ++j) {
-                    cl_cp4(st + j * CL_T, x + (i64)j * BN + base);
-                    cl_cp4(st + (CL_M + j) * CL_T, y + (i64)j * BN + base);
-                    cl_cp4(st + (2 * CL_M + j) * CL_T, g + (i64)j * BN + base);
+                    cl_cp_async<4>(st + j * CL_T, x + (i64)j * BN + base);
+                    cl_cp_async<4>(st + (CL_M + j) * CL_T, y + (i64)j * BN + base);
+                    cl_cp_async<4>(st + (2 * CL_M + j) * CL_T, g + (i64)j * BN + base);
                 }
             }
         }

@@ -157,28 +157,6 @@ __device__ __forceinline__ void cl_fwd_group(const act_t* __restrict__ x, const 
 #ifndef CL_WCP
 #define CL_WCP 1
 #endif
-template <int BYTES> __device__ __forceinline__ void cl_cp_async(void* dst, const void* src) {
-#ifdef EMBER_HOST_EMU
-    std::memcpy(dst, src, BYTES);
-#else
-    const u32 d = (u32)__cvta_generic_to_shared(dst);
-    if constexpr (BYTES == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-    } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d), "l"(src), "n"(BYTES) : "memory");
-    }
-#endif
-}
-__device__ __forceinline__ void cl_cp_commit() {
-#ifndef EMBER_HOST_EMU
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int PENDING> __device__ __forceinline__ void cl_cp_wait() {
-#ifndef EMBER_HOST_EMU
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-#endif
-}
 // CL_WCP = 1 (default): every weight copied by a 4-byte cp.async, all of them in flight at once
 // (and with the first step's x and y, issued before), then one wait. CL_WCP = 0: __ldg and a
 // transposing store per element, each iteration waiting on the load (v2).

@@ -32,28 +32,6 @@
 #endif
 #define CL_RW_NA (CL_NORM ? 4 : 3)
 
-__device__ __forceinline__ void cl_rw_cp(float* dst, const float* src) {
-#ifdef EMBER_HOST_EMU
-    std::memcpy(dst, src, 4 * CL_RW_VEC);
-#else
-    const u32 d = (u32)__cvta_generic_to_shared(dst);
-#if CL_RW_VEC == 4
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-#else
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
-#endif
-#endif
-}
-__device__ __forceinline__ void cl_rw_commit() {
-#ifndef EMBER_HOST_EMU
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-template <int PENDING> __device__ __forceinline__ void cl_rw_wait() {
-#ifndef EMBER_HOST_EMU
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-#endif
-}
 
 extern "C" __global__ void __launch_bounds__(CL_RW_TMAX, 1)
     cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w, const act_t* __restrict__ g,
@@ -95,11 +73,11 @@ extern "C" __global__ void __launch_bounds__(CL_RW_TMAX, 1)
                 for (int j = 0; j < CL_M; ++j) {
                     const act_t* s = src[a] + (i64)j * BN + b0 * N;
                     float* d = st + (a * CL_M + j) * lp;
-                    for (int e = tid * CL_RW_VEC; e < words; e += T * CL_RW_VEC) cl_rw_cp(d + e, s + e);
+                    for (int e = tid * CL_RW_VEC; e < words; e += T * CL_RW_VEC) cl_cp_async<4 * CL_RW_VEC>(d + e, s + e);
                 }
             }
         }
-        cl_rw_commit();
+        cl_cp_commit();
     };
     // This thread's element of every step: row lane r, channel n (threads past S·N idle there).
     const bool worker = tid < S * nn;
@@ -113,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(CL_RW_TMAX, 1)
     issue(0);
     for (i64 k = 0; k < K; ++k) {
         issue(k + 1);
-        cl_rw_wait<1>();
+        cl_cp_wait<1>();
         __syncthreads();
         i64 b0;
         const int nr = rows_of(k, b0);
@@ -180,5 +158,5 @@ extern "C" __global__ void __launch_bounds__(CL_RW_TMAX, 1)
         // Every read of this stage done before the next iteration copies into it.
         __syncthreads();
     }
-    cl_rw_wait<0>();
+    cl_cp_wait<0>();
 }
