@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const PRELUDE: &str = include_str!("emu_prelude.h");
-const RUNTIME: &str = include_str!("emu_runtime.cpp");
+const RUNTIME: &str = concat!(include_str!("../host_fibers.h"), "\n", include_str!("emu_runtime.cpp"));
 /// Compiler flags of the kernels' units (part of the cache key).
 const FLAGS: [&str; 4] = ["-std=c++17", "-O1", "-w", "-DEMBER_HOST_EMU"];
 

@@ -1,7 +1,7 @@
 // Host emulation of the CUDA features the Clifford kernels use, for tests on machines without a
 // GPU. The kernel sources compile as C++ against these stand-ins; blocks, warps and tensor cores
-// are emulated by emu_runtime.cpp (linked in): the threads of a block run as OS threads,
-// __syncthreads is a barrier of the block, a warp shuffle or an mma.sync exchanges values through
+// are emulated by emu_runtime.cpp (linked in): the threads of a cluster run as fibers of one OS
+// thread (host_fibers.h), __syncthreads is a barrier of the block, a warp shuffle or an mma.sync exchanges values through
 // per-warp buffers between two barriers of the warp.
 #include <cmath>
 #include <cstdint>
@@ -133,9 +133,9 @@ struct ember_emu_wgmma_queue {
     int count[64];
     int head = 0, tail = 0;  // groups [head, tail) committed; group `tail` is open
 };
+void* ember_emu_thread_local(size_t bytes);
 inline ember_emu_wgmma_queue& ember_emu_wgmma_q() {
-    thread_local ember_emu_wgmma_queue q;
-    return q;
+    return *static_cast<ember_emu_wgmma_queue*>(ember_emu_thread_local(sizeof(ember_emu_wgmma_queue)));
 }
 template <int KIND, int N> inline void ember_emu_wgmma(float* d, const u16* a, const u16* b) {
     ember_emu_wgmma_queue& q = ember_emu_wgmma_q();

@@ -1,5 +1,6 @@
 // Host emulation runtime: blocks, warps and tensor cores for the kernels compiled against
-// emu_prelude.h, and the driver that runs one launch over its whole grid.
+// emu_prelude.h, and the driver that runs one launch over its whole grid. host_fibers.h is
+// prepended to this file when it is compiled: the threads of a cluster are fibers of one OS thread.
 //
 // Usage: driver LAUNCH_FILE. The file lists the buffers (path and byte length; each file is read
 // before and written back after the launch), then "gx gy gz block smem nargs", then the arguments,
@@ -7,14 +8,13 @@
 // scalar). Arguments are passed as 64-bit words, which on x86-64 is how the kernels' pointer,
 // long long and int parameters travel. Fragment layouts of mma.sync follow the PTX ISA (m16n8k8
 // .tf32, m16n8k16 .bf16/.f16, row.col, f32 accumulators).
-#include <barrier>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 typedef unsigned long long u64;
@@ -35,8 +35,8 @@ extern "C" const unsigned ember_emu_cluster_dims[3] __attribute__((weak));
 
 namespace {
 struct Block {
-    std::barrier<>* block;
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    host_fibers::Barrier block;
+    std::vector<host_fibers::Barrier> warps;
     float shfl[32][32];
     u32 a[32][32][4];
     u32 b[32][32][2];
@@ -46,7 +46,13 @@ struct Block {
 // The block of the calling thread; the blocks of its cluster (rank order) and their barrier.
 thread_local Block* emu;
 std::vector<Block>* cluster_blocks;
-std::barrier<>* cluster_bar;
+host_fibers::Barrier* cluster_bar;
+// Every emulated thread of a cluster is a fiber of this one OS thread.
+host_fibers::Scheduler sched;
+// Per-thread storage of the kernels' stand-ins (the wgmma queue), one block per fiber, kept from one
+// cluster to the next as a thread_local of an OS thread would be.
+std::vector<std::unique_ptr<unsigned char[]>> fiber_locals;
+size_t fiber_local_bytes = 0;
 
 float bits_f32(u32 u) {
     float f;
@@ -67,9 +73,20 @@ float elem(int kind, u32 word, int half) {
 }
 }  // namespace
 
-void ember_emu_syncthreads() { emu->block->arrive_and_wait(); }
+void ember_emu_syncthreads() { sched.wait(emu->block); }
 u32* ember_emu_dynamic_smem() { return reinterpret_cast<u32*>(emu->dynamic_smem); }
-void ember_emu_cluster_sync() { cluster_bar->arrive_and_wait(); }
+void ember_emu_cluster_sync() { sched.wait(*cluster_bar); }
+// Zero-initialised storage of `bytes` private to the calling emulated thread (the same size on every call).
+void* ember_emu_thread_local(size_t bytes) {
+    const unsigned i = sched.current();
+    if (fiber_locals.size() <= i) fiber_locals.resize(i + 1);
+    if (!fiber_locals[i]) {
+        if (fiber_local_bytes && fiber_local_bytes != bytes) std::abort();
+        fiber_local_bytes = bytes;
+        fiber_locals[i].reset(new unsigned char[bytes]());
+    }
+    return fiber_locals[i].get();
+}
 unsigned ember_emu_cluster_rank() { return emu->rank; }
 // Where `p`, an address in the calling block's dynamic shared memory, lies in block `rank` of the cluster.
 const void* ember_emu_cluster_map(const void* p, unsigned rank) {
@@ -79,9 +96,9 @@ const void* ember_emu_cluster_map(const void* p, unsigned rank) {
 float ember_emu_shfl_xor(float v, int off) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
     emu->shfl[w][l] = v;
-    emu->warps[w]->arrive_and_wait();
+    sched.wait(emu->warps[w]);
     const float r = emu->shfl[w][l ^ off];
-    emu->warps[w]->arrive_and_wait();
+    sched.wait(emu->warps[w]);
     return r;
 }
 
@@ -89,7 +106,7 @@ void ember_emu_mma_kind(int kind, float* d, const u32* a, const u32* b) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
     std::memcpy(emu->a[w][l], a, 16);
     std::memcpy(emu->b[w][l], b, 8);
-    emu->warps[w]->arrive_and_wait();
+    sched.wait(emu->warps[w]);
     const int g = l >> 2, t = l & 3, K = kind == 0 ? 8 : 16;
     for (int e = 0; e < 4; ++e) {
         const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
@@ -109,7 +126,7 @@ void ember_emu_mma_kind(int kind, float* d, const u32* a, const u32* b) {
         }
         d[e] = (float)acc;
     }
-    emu->warps[w]->arrive_and_wait();
+    sched.wait(emu->warps[w]);
 }
 
 typedef void (*kernel_fn)(u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64, u64,
@@ -153,42 +170,43 @@ int main(int argc, char** argv) {
     if (gx % cd[0] || gy % cd[1] || gz % cd[2]) return 10;  // as the driver refuses such a launch
     const unsigned csize = cd[0] * cd[1] * cd[2];
     std::vector<std::vector<unsigned char>> dyn(csize, std::vector<unsigned char>(smem + 64));
-    std::vector<std::unique_ptr<std::barrier<>>> bars;
     std::vector<Block> ctx(csize);
     for (unsigned c = 0; c < csize; ++c) {
-        bars.emplace_back(new std::barrier<>((std::ptrdiff_t)block));
-        ctx[c].block = bars.back().get();
-        for (unsigned w = 0; w < (block + 31) / 32; ++w) ctx[c].warps.emplace_back(new std::barrier<>(32));
-        // Shared memory starts as NaN patterns, like uninitialized memory that tests would notice.
-        std::memset(dyn[c].data(), 0xff, dyn[c].size());
+        ctx[c].block.expected = block;
+        for (unsigned w = 0; w < (block + 31) / 32; ++w) {
+            ctx[c].warps.emplace_back();
+            ctx[c].warps.back().expected = std::min(32u, block - 32 * w);
+        }
         ctx[c].dynamic_smem = dyn[c].data();
         ctx[c].rank = c;
     }
-    std::barrier<> step((std::ptrdiff_t)(block * csize)), cbar((std::ptrdiff_t)(block * csize));
+    host_fibers::Barrier cbar;
+    cbar.expected = block * csize;
     cluster_blocks = &ctx;
     cluster_bar = &cbar;
     const unsigned ncx = gx / cd[0], ncy = gy / cd[1];
     const u64 clusters = (u64)ncx * ncy * (gz / cd[2]);
     kernel_fn k = (kernel_fn)ember_emu_kernel;
-    // Thread t of block `rank` of every cluster in turn (one cluster at a time).
-    auto worker = [&](unsigned rank, unsigned t) {
-        threadIdx = {t, 0, 0};
-        emu = &ctx[rank];
-        const unsigned rx = rank % cd[0], ry = (rank / cd[0]) % cd[1], rz = rank / (cd[0] * cd[1]);
-        for (u64 cl = 0; cl < clusters; ++cl) {
-            const unsigned cx = (unsigned)(cl % ncx), cy = (unsigned)((cl / ncx) % ncy), cz = (unsigned)(cl / ((u64)ncx * ncy));
+    // One cluster at a time; fiber i is thread i % block of block i / block (its rank).
+    for (u64 cl = 0; cl < clusters; ++cl) {
+        const unsigned cx = (unsigned)(cl % ncx), cy = (unsigned)((cl / ncx) % ncy), cz = (unsigned)(cl / ((u64)ncx * ncy));
+        // Shared memory starts as NaN patterns, like uninitialized memory that tests would notice.
+        for (unsigned c = 0; c < csize; ++c) std::memset(dyn[c].data(), 0xff, dyn[c].size());
+        auto resume = [&](unsigned i) {
+            const unsigned rank = i / block, rx = rank % cd[0], ry = (rank / cd[0]) % cd[1], rz = rank / (cd[0] * cd[1]);
+            threadIdx = {i % block, 0, 0};
             blockIdx = {cx * cd[0] + rx, cy * cd[1] + ry, cz * cd[2] + rz};
+            emu = &ctx[rank];
+        };
+        auto body = [&](unsigned) {
             k(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9], args[10], args[11], args[12], args[13],
               args[14], args[15], args[16], args[17], args[18], args[19], args[20], args[21], args[22], args[23], args[24], args[25]);
-            step.arrive_and_wait();
-            if (t == 0) std::memset(dyn[rank].data(), 0xff, dyn[rank].size());
-            step.arrive_and_wait();
+        };
+        if (!sched.run(block * csize, body, resume)) {
+            std::fprintf(stderr, "deadlock: every thread left in cluster %llu waits on a barrier that cannot complete\n", cl);
+            return 11;
         }
-    };
-    std::vector<std::thread> threads;
-    for (unsigned c = 0; c < csize; ++c)
-        for (unsigned t = 0; t < block; ++t) threads.emplace_back(worker, c, t);
-    for (auto& th : threads) th.join();
+    }
     for (int i = 0; i < nb; ++i) {
         FILE* bf = std::fopen(paths[i].c_str(), "wb");
         if (!bf || std::fwrite(bufs[i].data(), 1, bufs[i].size(), bf) != bufs[i].size()) return 9;
