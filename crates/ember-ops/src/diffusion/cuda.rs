@@ -211,6 +211,26 @@ pub fn expand_store_mode() -> ExpandStore {
 /// Bulk stores for large problems (v8, measured: see [`BULK_MIN_TILES_PER_SM`]).
 pub const DEFAULT_EXPAND_STORE: ExpandStore = ExpandStore::Auto;
 
+/// How the two warpgroups of the TMA-fed expand schedule their products (v15).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpandOrder {
+    /// Both warpgroups issue their products as soon as the tile's boxes have landed (v9–v14).
+    Together,
+    /// The warpgroups take turns (named barriers): one's products run while the other converts
+    /// and stores its half of the previous tile. Same products and roundings: the same bits.
+    PingPong,
+}
+
+/// `EMBER_DIFFUSION_EXPAND_ORDER=together|pingpong`: the TMA-fed expand's product order; default
+/// [`DEFAULT_EXPAND_ORDER`].
+pub fn expand_order_mode() -> ExpandOrder {
+    static M: OnceLock<ExpandOrder> = OnceLock::new();
+    env_mode(&M, "EMBER_DIFFUSION_EXPAND_ORDER", &[("together", ExpandOrder::Together), ("pingpong", ExpandOrder::PingPong)], DEFAULT_EXPAND_ORDER)
+}
+
+/// Together until the ping-pong order has been measured on a GPU.
+pub const DEFAULT_EXPAND_ORDER: ExpandOrder = ExpandOrder::Together;
+
 /// When the expand GEMM runs on wgmma (where it can: sm_90a, f16/bf16, the tile fits in shared
 /// memory) instead of mma.sync.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -964,11 +984,16 @@ fn expand_cfg(dev: &Arc<CudaDevice>, g: &Geometry, occ: u32, smem: usize) -> Lau
 /// encoded per launch on the host (no device call) and passed by value.
 #[allow(clippy::too_many_arguments)]
 fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem): (usize, bool, usize, usize), basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
-    let entry = match (nh, bulk) {
-        (1, false) => "diffusion_expand_wgt1",
-        (_, false) => "diffusion_expand_wgt2",
-        (1, true) => "diffusion_expand_wgtb1",
-        (_, true) => "diffusion_expand_wgtb2",
+    // v15: the ping-pong order is built for the bulk epilogue only (the default wherever the TMA
+    // expand runs with 16-byte rows).
+    let pingpong = bulk && expand_order_mode() == ExpandOrder::PingPong;
+    let entry = match (nh, bulk, pingpong) {
+        (1, false, _) => "diffusion_expand_wgt1",
+        (_, false, _) => "diffusion_expand_wgt2",
+        (1, true, false) => "diffusion_expand_wgtb1",
+        (_, true, false) => "diffusion_expand_wgtb2",
+        (1, true, true) => "diffusion_expand_wgtb1_pp",
+        (_, true, true) => "diffusion_expand_wgtb2_pp",
     };
     let es = g.dtype.size() as u64;
     let map = ember_core::cuda::tensor_map_2d_sw128(g.dtype, basis, g.n_rows as u64, g.k as u64, g.k as u64 * es, EBM as u32, ETM_BOX_K as u32)?;

@@ -797,6 +797,14 @@ __device__ __forceinline__ void ewg_commit() {
 __device__ __forceinline__ void ewg_wait0() {
     EWG_ASM("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 }
+// Named barriers 1 and 2 between the two warpgroups of a CTA (256 threads; barrier 0 is
+// __syncthreads): `sync` waits until the other warpgroup has arrived, `arrive` does not wait.
+__device__ __forceinline__ void ewg_named_sync(int id) {
+    EWG_ASM("bar.sync %0, 256;" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void ewg_named_arrive(int id) {
+    EWG_ASM("bar.arrive %0, 256;" ::"r"(id) : "memory");
+}
 // Keep the compiler from moving accumulator accesses across the asynchronous products.
 __device__ __forceinline__ void ewg_fence_regs(float (&d)[64]) {
 #pragma unroll
@@ -1254,7 +1262,7 @@ __device__ __forceinline__ void etm_tile_out_boxes(const float (&acc)[NH][64], u
     }
 }
 
-template <int NH, bool BULK>
+template <int NH, bool BULK, bool PINGPONG>
 __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __restrict__ s_op, const T* __restrict__ mass,
                                                   T* __restrict__ out, const Seg* __restrict__ tiles, i64 n_rows, i64 n_tiles, int C,
                                                   int KP, int CPs, int vec, const float* __restrict__ dt_part, int dt_rows,
@@ -1309,6 +1317,12 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
     // (and the reduce before it) still run.
     if (tid == 0) produce(n_slots);
     ember_grid_dependency_wait();  // S and the d_times partials from the finalize
+    // Ping-pong (PINGPONG): the warpgroups take turns issuing their products, warpgroup 0 first,
+    // so that one's products run on the tensor cores while the other converts and stores its half
+    // of the previous tile (barrier 1: warpgroup 0's turn, 2: warpgroup 1's). Warpgroup 1 gives the
+    // first turn here and gives no turn after its last tile, so every arrival is matched.
+    const i64 my_tiles = t_hi - t_lo;
+    if (PINGPONG && wg == 1 && my_tiles > 0) ewg_named_arrive(1);
 
     if (dt_part && bx == 0 && blockIdx.y == 0) {
         for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
@@ -1344,6 +1358,7 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
                 etm_wait(full0 + 8 * (int)(q % n_slots), (u32)((q / n_slots) & 1));
             }
             __syncwarp();  // converged again before the warpgroup-wide instructions
+            if (PINGPONG) ewg_named_sync(1 + wg);
 #pragma unroll
             for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
             ewg_arrive();
@@ -1359,6 +1374,7 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
             ewg_wait0();
 #pragma unroll
             for (int h = 0; h < NH; ++h) ewg_fence_regs(acc[h]);
+            if (PINGPONG && (wg == 0 || j + 1 < my_tiles)) ewg_named_arrive(2 - wg);
             if ((tid & 31) == 0) {
                 // This warp's products reading the tile's slots have completed.
                 for (int b = 0; b < nb; ++b) etm_arrive(empty0 + 8 * (int)((j * nb + b) % n_slots));
@@ -1373,18 +1389,20 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
     if (BULK) ewg_bulk_wait_all();
 }
 
-#define DIFF_EXPAND_TMA(NAME, NH, BULK)                                                                                        \
+#define DIFF_EXPAND_TMA(NAME, NH, BULK, PINGPONG)                                                                              \
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1)                                                                  \
         NAME(const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int C, int KP, int CPs, int vec, \
              const float* dt_part, int dt_rows, float* d_times, int n_slots, const __grid_constant__ EtmMap map,              \
              const __grid_constant__ EtmMap map_out) {                                                                         \
-        expand_tma_kernel<NH, BULK>(&map, s_op, mass, out, tiles, n_rows, n_tiles, C, KP, CPs, vec, dt_part, dt_rows, d_times, \
-                                    n_slots, &map_out);                                                                        \
+        expand_tma_kernel<NH, BULK, PINGPONG>(&map, s_op, mass, out, tiles, n_rows, n_tiles, C, KP, CPs, vec, dt_part, dt_rows, \
+                                              d_times, n_slots, &map_out);                                                     \
     }
-DIFF_EXPAND_TMA(diffusion_expand_wgt1, 1, false)
-DIFF_EXPAND_TMA(diffusion_expand_wgt2, 2, false)
-DIFF_EXPAND_TMA(diffusion_expand_wgtb1, 1, true)
-DIFF_EXPAND_TMA(diffusion_expand_wgtb2, 2, true)
+DIFF_EXPAND_TMA(diffusion_expand_wgt1, 1, false, false)
+DIFF_EXPAND_TMA(diffusion_expand_wgt2, 2, false, false)
+DIFF_EXPAND_TMA(diffusion_expand_wgtb1, 1, true, false)
+DIFF_EXPAND_TMA(diffusion_expand_wgtb2, 2, true, false)
+DIFF_EXPAND_TMA(diffusion_expand_wgtb1_pp, 1, true, true)
+DIFF_EXPAND_TMA(diffusion_expand_wgtb2_pp, 2, true, true)
 #endif  // DIFF_HALF
 
 // ---- reduce on Hopper warpgroup MMA (wgmma, sm_90a; 16-bit activations) ---------------------------
