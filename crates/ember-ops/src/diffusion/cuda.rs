@@ -219,19 +219,26 @@ pub enum ExpandOrder {
     /// The warpgroups take turns (named barriers): one's products run while the other converts
     /// and stores its half of the previous tile. Same products and roundings: the same bits.
     PingPong,
+    /// Ping-pong where a persistent CTA has at most [`PINGPONG_MAX_TILES_PER_CTA`] tiles, else together.
+    Auto,
 }
+
+/// Tiles per CTA up to which `ExpandOrder::Auto` takes the ping-pong order. Measured on two H200s
+/// (bf16, K = 128, C = 256, together / ping-pong interleaved in one binary): ping-pong faster at
+/// V = 131072 (8 tiles per CTA: fwd −2 to −3 %) and 524288 (31: fwd+bwd −1.7 to −2 %); at V = 2M
+/// (124 tiles per CTA) each expand alone gains 2–4 % but the whole forward lost 2.5 % on one GPU
+/// (0.927 → 0.951 ms) and was level on the other, so large meshes keep the together order.
+pub const PINGPONG_MAX_TILES_PER_CTA: usize = 64;
 
 /// `EMBER_DIFFUSION_EXPAND_ORDER=together|pingpong`: the TMA-fed expand's product order; default
 /// [`DEFAULT_EXPAND_ORDER`].
 pub fn expand_order_mode() -> ExpandOrder {
     static M: OnceLock<ExpandOrder> = OnceLock::new();
-    env_mode(&M, "EMBER_DIFFUSION_EXPAND_ORDER", &[("together", ExpandOrder::Together), ("pingpong", ExpandOrder::PingPong)], DEFAULT_EXPAND_ORDER)
+    env_mode(&M, "EMBER_DIFFUSION_EXPAND_ORDER", &[("together", ExpandOrder::Together), ("pingpong", ExpandOrder::PingPong), ("auto", ExpandOrder::Auto)], DEFAULT_EXPAND_ORDER)
 }
 
-/// Ping-pong. Measured on an H200 (bf16, K = 128, C = 256, two interleaved runs of one binary, each
-/// pass's expand timed alone): forward expand −3 to −6 % (V = 131072 46.2 → 43.5 µs, 2M 476 → 467 µs),
-/// backward expand −4 to −5 % (2M 524 → 506 µs); whole fwd+bwd −2 to −3 % at V ≤ 524288.
-pub const DEFAULT_EXPAND_ORDER: ExpandOrder = ExpandOrder::PingPong;
+/// Auto (see [`PINGPONG_MAX_TILES_PER_CTA`]).
+pub const DEFAULT_EXPAND_ORDER: ExpandOrder = ExpandOrder::Auto;
 
 /// When the expand GEMM runs on wgmma (where it can: sm_90a, f16/bf16, the tile fits in shared
 /// memory) instead of mma.sync.
@@ -988,7 +995,13 @@ fn expand_cfg(dev: &Arc<CudaDevice>, g: &Geometry, occ: u32, smem: usize) -> Lau
 fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem): (usize, bool, usize, usize), basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
     // v15: the ping-pong order is built for the bulk epilogue only (the default wherever the TMA
     // expand runs with 16-byte rows).
-    let pingpong = bulk && expand_order_mode() == ExpandOrder::PingPong;
+    let ctas_per_column_tile = (dev.info().multiprocessors.max(1) as usize / g.expand_grid.1.max(1) as usize).max(1);
+    let pingpong = bulk
+        && match expand_order_mode() {
+            ExpandOrder::PingPong => true,
+            ExpandOrder::Together => false,
+            ExpandOrder::Auto => g.n_tiles.div_ceil(ctas_per_column_tile) <= PINGPONG_MAX_TILES_PER_CTA,
+        };
     let entry = match (nh, bulk, pingpong) {
         (1, false, _) => "diffusion_expand_wgt1",
         (_, false, _) => "diffusion_expand_wgt2",
