@@ -440,7 +440,12 @@ pub fn fused_mode() -> FusedMode {
 pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
 
 /// Vertices per reduce chunk: about one chunk per SM, a multiple of 8 (the stage alignment).
+/// `EMBER_DIFFUSION_CHUNK_ROWS=n` (measurements) sets it for every call.
 pub fn default_chunk_rows(v_total: usize, n_sm: usize) -> usize {
+    static FORCED: OnceLock<Option<usize>> = OnceLock::new();
+    if let Some(rows) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_CHUNK_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&r| r > 0)) {
+        return rows.next_multiple_of(8);
+    }
     v_total.div_ceil(n_sm.max(1)).next_multiple_of(8).max(MIN_CHUNK_ROWS)
 }
 
