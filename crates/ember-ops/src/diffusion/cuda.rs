@@ -439,15 +439,28 @@ pub fn fused_mode() -> FusedMode {
 
 pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
 
-/// Vertices per reduce chunk: about one chunk per SM, a multiple of 8 (the stage alignment).
+/// Vertices per reduce chunk, a multiple of 8 (the stage alignment): about one chunk per SM, but
+/// on small meshes about one per two SMs up to [`SMALL_MESH_CHUNK_ROWS`] rows, since each chunk
+/// writes a K × C f32 partial (128 KB at K = 128, C = 256) that the finalize reads back: at
+/// V = 32768 one chunk per SM moves 17 MB of partials beside 25 MB of input. Sweep (H200, bf16,
+/// K = 128, C = 256, fwd / fwd+bwd; `bench/results/nvidia-h200/diffusion-v15/chunk-sweep/`): V = 16384
+/// 0.0372 / 0.0720 ms at one chunk per SM → 0.0305 / 0.0600 at 256 rows; V = 32768 0.0487 / 0.0938 →
+/// 0.0429 / 0.0836 at 512; V = 65536 0.0705 / 0.1391 → 0.0660 / 0.1252 at 1024; V = 131072 level
+/// at 1024 (0.0898 / 0.1778 vs 0.0896 / 0.1787); larger meshes keep one chunk per SM.
 /// `EMBER_DIFFUSION_CHUNK_ROWS=n` (measurements) sets it for every call.
 pub fn default_chunk_rows(v_total: usize, n_sm: usize) -> usize {
     static FORCED: OnceLock<Option<usize>> = OnceLock::new();
     if let Some(rows) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_CHUNK_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&r| r > 0)) {
         return rows.next_multiple_of(8);
     }
-    v_total.div_ceil(n_sm.max(1)).next_multiple_of(8).max(MIN_CHUNK_ROWS)
+    let per_sm = v_total.div_ceil(n_sm.max(1));
+    let per_two_sms = v_total.div_ceil((n_sm / 2).max(1)).min(SMALL_MESH_CHUNK_ROWS);
+    per_sm.max(per_two_sms).next_multiple_of(8).max(MIN_CHUNK_ROWS)
 }
+
+/// The largest chunk the small-mesh rule of [`default_chunk_rows`] makes (about where one chunk per
+/// SM takes over: V ≈ 135k on 132 SMs).
+pub const SMALL_MESH_CHUNK_ROWS: usize = 1024;
 
 /// `struct Seg` of diffusion.cu: vertex rows [begin, end) of `mesh`; `run_end` is one past the last
 /// entry of the same mesh.

@@ -335,8 +335,8 @@ fn tma_expand_host_and_kernel_agree() {
     // The kernel's epilogue region and barrier block, as the host counts them.
     assert!(src.contains("constexpr int EPI_BYTES = BULK ? EBM * (2 * BN + EWG_STG_PAD) : 8 * 16 * EWG_EPI_LD * 2;"));
     assert!(src.contains("empty0 = full0 + 8 * ETM_MAX_SLOTS;"));
-    for (nh, bulk) in [(1, false), (2, false), (1, true), (2, true)] {
-        let name = format!("DIFF_EXPAND_TMA(diffusion_expand_wgt{}{nh}, {nh}, {bulk})", if bulk { "b" } else { "" });
+    for (nh, bulk, pingpong) in [(1, false, false), (2, false, false), (1, true, false), (2, true, false), (1, true, true), (2, true, true)] {
+        let name = format!("DIFF_EXPAND_TMA(diffusion_expand_wgt{}{nh}{}, {nh}, {bulk}, {pingpong})", if bulk { "b" } else { "" }, if pingpong { "_pp" } else { "" });
         assert!(src.contains(&name), "{name}");
     }
     const OPTIN: usize = 232_448;
