@@ -18,6 +18,20 @@
 #include <memory>
 #include <vector>
 
+// AddressSanitizer (the gradfeat host model is built with it where the compiler has it): a fiber's
+// last frame never returns, so its redzones stay poisoned in the shadow of the stack's memory; each
+// run unpoisons the stacks before reusing them.
+#if defined(__SANITIZE_ADDRESS__)
+#define HOST_FIBERS_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HOST_FIBERS_ASAN 1
+#endif
+#endif
+#ifdef HOST_FIBERS_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 #if defined(__x86_64__) && defined(__linux__)
 #define HOST_FIBERS_ASM 1
 #else
@@ -109,7 +123,12 @@ public:
         body_ = &body;
         while (stacks_.size() < n) stacks_.emplace_back(new unsigned char[kStackBytes]);
         fibers_.assign(n, Fiber{});
-        for (unsigned i = 0; i < n; ++i) make(fibers_[i].ctx, stacks_[i].get(), kStackBytes, &entry);
+        for (unsigned i = 0; i < n; ++i) {
+#ifdef HOST_FIBERS_ASAN
+            __asan_unpoison_memory_region(stacks_[i].get(), kStackBytes);
+#endif
+            make(fibers_[i].ctx, stacks_[i].get(), kStackBytes, &entry);
+        }
         // Sweeps alternate direction, so that between two barriers sometimes the low threads run
         // first and sometimes the high ones: a missing barrier between a write and a read of shared
         // memory then shows as a read of the poisoned contents whichever side reads first.

@@ -1,6 +1,6 @@
 // Host model of the staged kernels (staged.cu): the kernels' own source, compiled as C++ with host
-// versions of the few primitives it writes in PTX, run on the CPU with one std::thread per CUDA
-// thread of a CTA (so __syncthreads is a real barrier) and wgmma computed from its shared-memory
+// versions of the few primitives it writes in PTX, run on the CPU with the threads of a CTA as fibers
+// of one OS thread (host_fibers.h: __syncthreads is a real barrier) and wgmma computed from its shared-memory
 // descriptors by the layouts of the PTX ISA. It checks the index arithmetic of every copy, descriptor
 // and epilogue, and the launch sequence of staged.rs, without a GPU; tests.rs drives it.
 // Two timings of the asynchronous operations: "eager", where cp.async copies land and wgmma products
@@ -10,12 +10,11 @@
 // accumulator used before its wait gives wrong results. What it cannot see: whether the hardware
 // agrees with the documented layouts, and the proxy fences (no-ops here).
 //
-// Build: c++ -std=c++20 -O2 -pthread -fno-strict-aliasing -DGS_DTYPE=1|2 -DGS_NCH=1|2 host_model.cpp
+// Build: c++ -std=c++20 -O2 -fno-strict-aliasing -DGS_DTYPE=1|2 -DGS_NCH=1|2 host_model.cpp (host_fibers.h beside it)
 // Usage: host_model IN OUT [lazy]. IN: the problem, plans and inputs written by tests.rs; OUT: the
 // forward's output and the gradients, as raw 16-bit words.
 
 #include <algorithm>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -23,8 +22,9 @@
 #include <cstring>
 #include <functional>
 #include <new>
-#include <thread>
 #include <vector>
+
+#include "host_fibers.h"
 
 typedef long long i64;
 typedef unsigned long long u64;
@@ -35,7 +35,8 @@ struct ember_f16 { u16 bits; };
 struct uint4 { u32 x, y, z, w; };
 struct model_dim3 { u32 x = 0, y = 0, z = 0; };
 
-static thread_local model_dim3 threadIdx, blockIdx;
+// The running fiber's (set each time the scheduler resumes one).
+static model_dim3 threadIdx, blockIdx;
 static model_dim3 blockDim, gridDim;
 
 static float f32_from_bits(u32 u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -60,10 +61,11 @@ template <> u32 ember_pack2<ember_f16>(float lo, float hi) { return (u32)f16_bit
 #define __launch_bounds__(...)
 #define __align__(n)
 
-// One CTA at a time: its shared memory and its barrier.
+// One CTA at a time: its shared memory and its barrier; its threads are fibers of g_sched.
 static unsigned char* g_smem = nullptr;
 static u32 g_smem_bytes = 0;
-static std::barrier<>* g_barrier = nullptr;
+static host_fibers::Barrier g_barrier;
+static host_fibers::Scheduler g_sched;
 
 // CUDA's fast intrinsics, exactly (glibc declares an __expf of its own: a macro takes precedence).
 #define __expf(x) std::exp((float)(x))
@@ -72,7 +74,7 @@ static std::barrier<>* g_barrier = nullptr;
     std::fprintf(stderr, "__trap in block %u thread %u\n", blockIdx.x, threadIdx.x);
     std::abort();
 }
-static void __syncthreads() { g_barrier->arrive_and_wait(); }
+static void __syncthreads() { g_sched.wait(g_barrier); }
 
 // common.cuh's conversions and its fixed-order sum of split slices (the loads it issues ahead do not
 // change the order of the adds).
@@ -108,8 +110,14 @@ struct Copy {
     u32 dst;
     unsigned char bytes[16];
 };
-static thread_local std::vector<std::vector<Copy>> t_copy_groups;
-static thread_local std::vector<Copy> t_copy_open;
+// Per emulated thread (the running fiber's).
+struct CopyState {
+    std::vector<std::vector<Copy>> groups;
+    std::vector<Copy> open;
+};
+static CopyState* t_copies = nullptr;
+#define t_copy_groups (t_copies->groups)
+#define t_copy_open (t_copies->open)
 static void land(const Copy& c) {
     check_smem(c.dst, 16);
     std::memcpy(g_smem + c.dst, c.bytes, 16);
@@ -186,8 +194,14 @@ static void run_product(const Product& p) {
 }
 // Eager: the product runs at issue; lazy: when wgmma.wait_group retires its group, reading shared
 // memory and updating the accumulators then.
-static thread_local std::vector<std::vector<Product>> t_mma_groups;
-static thread_local std::vector<Product> t_mma_open;
+// Per emulated thread (the running fiber's).
+struct ProductState {
+    std::vector<std::vector<Product>> groups;
+    std::vector<Product> open;
+};
+static ProductState* t_products = nullptr;
+#define t_mma_groups (t_products->groups)
+#define t_mma_open (t_products->open)
 template <int SCALE_A, int TRANS>
 static void gs_mma(float (&d)[64], u64 da, u64 db) {
     const Product p{d, da, db, SCALE_A, TRANS};
@@ -269,22 +283,29 @@ static void launch(u32 grid, u32 threads, u32 smem_bytes, const std::function<vo
         for (u32 i = 0; i + 1 < smem_bytes; i += 2) smem[i] = 0xff, smem[i + 1] = 0x7f;
         g_smem = smem.data();
         g_smem_bytes = smem_bytes;
-        std::barrier<> bar((std::ptrdiff_t)threads);
-        g_barrier = &bar;
-        std::vector<std::thread> ts;
-        for (u32 t = 0; t < threads; ++t)
-            ts.emplace_back([&, t] {
-                threadIdx.x = t;
-                blockIdx.x = b;
-                body();
-                // Every copy and product was waited for before the thread ended.
-                const bool copies = t_copy_open.empty() && std::all_of(t_copy_groups.begin(), t_copy_groups.end(), [](const auto& g) { return g.empty(); });
-                if (!copies || !t_mma_open.empty() || !t_mma_groups.empty()) {
-                    std::fprintf(stderr, "block %u thread %u ended with copies or products not waited for\n", b, t);
-                    std::abort();
-                }
-            });
-        for (auto& t : ts) t.join();
+        g_barrier = host_fibers::Barrier{};
+        g_barrier.expected = threads;
+        std::vector<CopyState> copies(threads);
+        std::vector<ProductState> products(threads);
+        auto resume = [&](unsigned t) {
+            threadIdx.x = t;
+            blockIdx.x = b;
+            t_copies = &copies[t];
+            t_products = &products[t];
+        };
+        auto thread_body = [&](unsigned t) {
+            body();
+            // Every copy and product was waited for before the thread ended.
+            const bool copies_done = t_copy_open.empty() && std::all_of(t_copy_groups.begin(), t_copy_groups.end(), [](const auto& g) { return g.empty(); });
+            if (!copies_done || !t_mma_open.empty() || !t_mma_groups.empty()) {
+                std::fprintf(stderr, "block %u thread %u ended with copies or products not waited for\n", b, t);
+                std::abort();
+            }
+        };
+        if (!g_sched.run(threads, thread_body, resume)) {
+            std::fprintf(stderr, "deadlock in block %u: every thread left waits on a barrier that cannot complete\n", b);
+            std::abort();
+        }
     }
 }
 

@@ -242,7 +242,7 @@ mod host_model {
         let code = if dtype == DType::BF16 { 2 } else { 1 };
         let base = |asan: bool| {
             let mut c = Command::new(cxx());
-            c.args(["-std=c++20", "-O2", "-pthread", "-fno-strict-aliasing", "-w"]).arg(format!("-DGS_DTYPE={code}")).arg(format!("-DGS_NCH={nch}"));
+            c.args(["-std=c++20", "-O2", "-fno-strict-aliasing", "-w"]).arg(format!("-DGS_DTYPE={code}")).arg(format!("-DGS_NCH={nch}"));
             if asan {
                 c.args(["-fsanitize=address", "-fno-omit-frame-pointer"]);
             }
@@ -362,6 +362,7 @@ mod host_model {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("staged.cu"), include_str!("staged.cu")).unwrap();
         std::fs::write(dir.join("host_model.cpp"), include_str!("host_model.cpp")).unwrap();
+        std::fs::write(dir.join("host_fibers.h"), include_str!("../host_fibers.h")).unwrap();
         let cases = [
             // Two 128-channel chunks (64-row tiles, the last one partial), vector loads; rotations.
             (Case::new(150, 24, 200, true, true), DType::BF16),
@@ -405,15 +406,25 @@ mod host_model {
                 }
             };
             let data = Data::new(case, *dtype, 40 + i as u64).unwrap();
-            let (inp, outp) = (dir.join(format!("in{i}")), dir.join(format!("out{i}")));
+            let inp = dir.join(format!("in{i}"));
             let expected = write_input(&inp, case, &data, *dtype);
             // Both timings of the asynchronous copies and products (see host_model.cpp); the same
             // arithmetic in the same order, so the same bits.
+            // Each model run is one OS thread (its CUDA threads are fibers): both timings side by side.
+            let timings = ["eager", "lazy"];
+            let outs: Vec<PathBuf> = timings.iter().map(|t| dir.join(format!("out{i}-{t}"))).collect();
+            let runs: Vec<_> = timings
+                .iter()
+                .zip(&outs)
+                .map(|(timing, out)| {
+                    Command::new(&exe).arg(&inp).arg(out).arg(timing).env("ASAN_OPTIONS", "detect_leaks=0").stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap()
+                })
+                .collect();
             let mut results = Vec::new();
-            for timing in ["eager", "lazy"] {
-                let run = Command::new(&exe).arg(&inp).arg(&outp).arg(timing).env("ASAN_OPTIONS", "detect_leaks=0").output().unwrap();
+            for ((timing, run), outp) in timings.iter().zip(runs).zip(&outs) {
+                let run = run.wait_with_output().unwrap();
                 assert!(run.status.success(), "{} {dtype} {timing}: the host model failed: {}", case.name(), String::from_utf8_lossy(&run.stderr));
-                let words: Vec<u16> = std::fs::read(&outp).unwrap().chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+                let words: Vec<u16> = std::fs::read(outp).unwrap().chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
                 let got = values(&words, *dtype);
                 assert_eq!(got.len(), expected.iter().map(|(_, v)| v.len()).sum::<usize>(), "{}", case.name());
                 let mut at = 0;
