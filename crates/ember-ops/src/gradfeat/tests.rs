@@ -214,7 +214,7 @@ fn bad_input_is_a_clear_error() {
 
 
 /// The staged forward and backward (staged.cu, sm_90a) run on the CPU by their host model (host_model.cpp): the
-/// kernels' own source compiled as C++, one thread per CUDA thread, wgmma computed from the
+/// kernels' own source compiled as C++, one fiber per CUDA thread (host_fibers.h), wgmma computed from the
 /// shared-memory descriptors, with the launch plans of staged.rs; against the f64 reference. This
 /// checks every copy, descriptor and epilogue index of the kernels without a GPU.
 mod host_model {
