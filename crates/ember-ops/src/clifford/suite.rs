@@ -427,7 +427,7 @@ fn check_dynamic_forward(r: &mut Rows, dtype: DType) -> Result<()> {
 
 /// Every op of `layer` at these sizes in these dtypes.
 /// `EMBER_CLIFFORD_CHECK=fused|fc|linear` limits the checks to one layer (re-checking one kernel in a
-/// short device session; a full run leaves it unset).
+/// short GPU run; a full run leaves it unset).
 fn checks_layer(layer: &str) -> bool {
     std::env::var("EMBER_CLIFFORD_CHECK").map_or(true, |only| only == layer)
 }
@@ -533,7 +533,7 @@ impl crate::OpFamily for Family {
         }
         fused_cases.push(("3,0", b0, n0, DType::BF16));
         // EMBER_CLIFFORD_BENCH=fused|fc|linear limits the bench to one layer (comparisons of
-        // variants selected by environment variables in one device session).
+        // variants selected by environment variables in one GPU run).
         let only = std::env::var("EMBER_CLIFFORD_BENCH").ok();
         let want = |layer: &str| only.as_deref().is_none_or(|o| o == layer);
         if !want("fused") {
