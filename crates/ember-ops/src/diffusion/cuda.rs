@@ -230,7 +230,7 @@ pub enum ExpandOrder {
 /// (0.927 → 0.951 ms) and was level on the other, so large meshes keep the together order.
 pub const PINGPONG_MAX_TILES_PER_CTA: usize = 64;
 
-/// `EMBER_DIFFUSION_EXPAND_ORDER=together|pingpong`: the TMA-fed expand's product order; default
+/// `EMBER_DIFFUSION_EXPAND_ORDER=together|pingpong|auto`: the TMA-fed expand's product order; default
 /// [`DEFAULT_EXPAND_ORDER`].
 pub fn expand_order_mode() -> ExpandOrder {
     static M: OnceLock<ExpandOrder> = OnceLock::new();
@@ -450,7 +450,7 @@ pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
 /// `EMBER_DIFFUSION_CHUNK_ROWS=n` (measurements) sets it for every call.
 pub fn default_chunk_rows(v_total: usize, n_sm: usize) -> usize {
     static FORCED: OnceLock<Option<usize>> = OnceLock::new();
-    if let Some(rows) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_CHUNK_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&r| r > 0)) {
+    if let Some(rows) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_CHUNK_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&r| r > 0 && r <= 1 << 30)) {
         return rows.next_multiple_of(8);
     }
     let per_sm = v_total.div_ceil(n_sm.max(1)).next_multiple_of(8);

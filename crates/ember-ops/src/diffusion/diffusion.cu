@@ -1317,10 +1317,12 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
     // (and the reduce before it) still run.
     if (tid == 0) produce(n_slots);
     ember_grid_dependency_wait();  // S and the d_times partials from the finalize
-    // Ping-pong (PINGPONG): the warpgroups take turns issuing their products, warpgroup 0 first,
-    // so that one's products run on the tensor cores while the other converts and stores its half
-    // of the previous tile (barrier 1: warpgroup 0's turn, 2: warpgroup 1's). Warpgroup 1 gives the
-    // first turn here and gives no turn after its last tile, so every arrival is matched.
+    // Ping-pong (PINGPONG): the warpgroups take turns on the tensor cores, warpgroup 0 first; each
+    // hands the turn over once its own products have completed (after the wait: an arrival between
+    // commit and wait serialises the wgmmas, ptxas C7520), so one's products run while the other
+    // converts and stores its half of the previous tile (barrier 1: warpgroup 0's turn, 2:
+    // warpgroup 1's). Warpgroup 1 gives the first turn here and none after its last tile, so every
+    // arrival is matched.
     const i64 my_tiles = t_hi - t_lo;
     if (PINGPONG && wg == 1 && my_tiles > 0) ewg_named_arrive(1);
 

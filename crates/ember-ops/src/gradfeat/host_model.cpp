@@ -110,12 +110,14 @@ struct Copy {
     u32 dst;
     unsigned char bytes[16];
 };
-// Per emulated thread (the running fiber's).
-struct CopyState {
-    std::vector<std::vector<Copy>> groups;
-    std::vector<Copy> open;
+// The committed groups and the open group of one emulated thread's asynchronous operations.
+template <class Op>
+struct AsyncGroups {
+    std::vector<std::vector<Op>> groups;
+    std::vector<Op> open;
 };
-static CopyState* t_copies = nullptr;
+// The running fiber's copies.
+static AsyncGroups<Copy>* t_copies = nullptr;
 #define t_copy_groups (t_copies->groups)
 #define t_copy_open (t_copies->open)
 static void land(const Copy& c) {
@@ -194,12 +196,8 @@ static void run_product(const Product& p) {
 }
 // Eager: the product runs at issue; lazy: when wgmma.wait_group retires its group, reading shared
 // memory and updating the accumulators then.
-// Per emulated thread (the running fiber's).
-struct ProductState {
-    std::vector<std::vector<Product>> groups;
-    std::vector<Product> open;
-};
-static ProductState* t_products = nullptr;
+// The running fiber's products.
+static AsyncGroups<Product>* t_products = nullptr;
 #define t_mma_groups (t_products->groups)
 #define t_mma_open (t_products->open)
 template <int SCALE_A, int TRANS>
@@ -285,8 +283,8 @@ static void launch(u32 grid, u32 threads, u32 smem_bytes, const std::function<vo
         g_smem_bytes = smem_bytes;
         g_barrier = host_fibers::Barrier{};
         g_barrier.expected = threads;
-        std::vector<CopyState> copies(threads);
-        std::vector<ProductState> products(threads);
+        std::vector<AsyncGroups<Copy>> copies(threads);
+        std::vector<AsyncGroups<Product>> products(threads);
         auto resume = [&](unsigned t) {
             threadIdx.x = t;
             blockIdx.x = b;
