@@ -1064,8 +1064,18 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem
         .run()
 }
 
+/// Threads per output in the finalize (blockDim.z): each sums a quarter (or half, or all) of the
+/// mesh's chunk sub-sums (diffusion.cu's FIN_PARTS = 4 parts, combined in a fixed tree, so the bits
+/// do not depend on this). The finalize is bound by L2 latency (one thread per output held 8 loads
+/// in flight over ~130 partials, 8 warps per SM); 4 layers put 32 warps per SM on it.
+/// `EMBER_DIFFUSION_FINALIZE_LAYERS=1|2|4` (measurements); default 4.
+fn finalize_layers() -> u32 {
+    static LAYERS: OnceLock<u32> = OnceLock::new();
+    *LAYERS.get_or_init(|| std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l)).unwrap_or(4))
+}
+
 fn finalize_cfg(g: &Geometry) -> LaunchConfig {
-    LaunchConfig { grid_dim: (g.finalize_grid.0, g.finalize_grid.1, 1), block_dim: (32, 8, 1), shared_mem_bytes: 0 }
+    LaunchConfig { grid_dim: (g.finalize_grid.0, g.finalize_grid.1, 1), block_dim: (32, 8, finalize_layers()), shared_mem_bytes: 0 }
 }
 
 #[allow(clippy::too_many_arguments)]

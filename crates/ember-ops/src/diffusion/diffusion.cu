@@ -388,78 +388,130 @@ __device__ __forceinline__ float sum_partials(const float* ws, i64 ch0, i64 ch1,
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-// Block (bx, by) of the finalize grid, thread (tx, ty) of its 32 × 8.
-__device__ __forceinline__ void finalize_fwd_block(const float* ws, const i64* __restrict__ chunk_prefix, i64 n_chunks,
-                                                   const float* __restrict__ evals, const float* __restrict__ times, int K, int C,
-                                                   int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
-                                                   T* __restrict__ s_op, int KPe, int CPe, i64 bx, int by, int tx, int ty) {
+// A mesh's chunk range is summed as FIN_PARTS sub-ranges (part p: chunks ch0 + n·p/FIN_PARTS up to
+// ch0 + n·(p + 1)/FIN_PARTS), combined in a fixed tree. The standalone finalize gives each part its
+// own thread (blockDim.z of them), so four times the loads are in flight per output; the fused
+// pass sums the parts in one thread. Either way the order depends only on the mesh's chunk count:
+// the same bits from both paths, for any batch, and whatever blockDim.z is.
+#define FIN_PARTS 4
+
+// Block (bx, by) of the finalize grid, thread (tx, ty) of its 32 × 8: which output it owns.
+struct FinIdx {
+    i64 m, ch0, ch1;
+    int e, c;
+    bool live;  // (e, c) inside K × C (the rest write the operand's zero padding)
+};
+
+__device__ __forceinline__ FinIdx fin_idx(const i64* __restrict__ chunk_prefix, i64 n_chunks, int K, int C, int CPe, i64 bx,
+                                          int by, int tx, int ty) {
+    FinIdx f;
     const int cblocks = CPe / 32;
-    const i64 m = bx / cblocks;
-    const int c = (int)(bx % cblocks) * 32 + tx;
-    const int e = by * 8 + ty;
-    const i64 ch0 = chunk_prefix ? chunk_prefix[m] : 0, ch1 = chunk_prefix ? chunk_prefix[m + 1] : n_chunks;
+    f.m = bx / cblocks;
+    f.c = (int)(bx % cblocks) * 32 + tx;
+    f.e = by * 8 + ty;
+    f.ch0 = chunk_prefix ? chunk_prefix[f.m] : 0;
+    f.ch1 = chunk_prefix ? chunk_prefix[f.m + 1] : n_chunks;
+    f.live = f.e < K && f.c < C;
+    return f;
+}
+
+__device__ __forceinline__ float fin_part(const float* ws, const FinIdx& f, int p, int KP, int CP) {
+    const i64 n = f.ch1 - f.ch0;
+    return sum_partials(ws, f.ch0 + n * p / FIN_PARTS, f.ch0 + n * (p + 1) / FIN_PARTS, f.e, f.c, KP, CP);
+}
+
+__device__ __forceinline__ float fin_combine(const float* r) { return (r[0] + r[1]) + (r[2] + r[3]); }
+
+// All parts in this thread (the fused pass).
+__device__ __forceinline__ float fin_sum_serial(const float* ws, const FinIdx& f, int KP, int CP) {
+    float r[FIN_PARTS];
+#pragma unroll
+    for (int p = 0; p < FIN_PARTS; ++p) r[p] = f.live ? fin_part(ws, f, p, KP, CP) : 0.0f;
+    return fin_combine(r);
+}
+
+// Thread z of blockDim.z sums parts z, z + blockDim.z, …; every thread of the block must call it.
+__device__ __forceinline__ float fin_sum_block(const float* ws, const FinIdx& f, int KP, int CP, float (*parts)[8][33]) {
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    for (int p = threadIdx.z; p < FIN_PARTS; p += blockDim.z) parts[p][ty][tx] = f.live ? fin_part(ws, f, p, KP, CP) : 0.0f;
+    __syncthreads();
+    float r[FIN_PARTS];
+#pragma unroll
+    for (int p = 0; p < FIN_PARTS; ++p) r[p] = parts[p][ty][tx];
+    return fin_combine(r);
+}
+
+// s: the combined chunk sum of output f (meaningful where f.live).
+__device__ __forceinline__ void finalize_fwd_block(const FinIdx& f, float s, const float* __restrict__ evals,
+                                                   const float* __restrict__ times, int K, int C, T* __restrict__ spectral,
+                                                   float* __restrict__ saved, T* __restrict__ s_op, int KPe, int CPe) {
     float val = 0.0f;
-    if (e < K && c < C) {
-        const float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
-        val = expf(-evals[m * K + e] * times[c]) * s;
-        const i64 o = (m * K + e) * C + c;
+    if (f.live) {
+        val = expf(-evals[f.m * K + f.e] * times[f.c]) * s;
+        const i64 o = (f.m * K + f.e) * C + f.c;
         spectral[o] = ember_from_f32<T>(val);
         saved[o] = val;
     }
-    s_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
+    s_op[(f.m * KPe + f.e) * CPe + f.c] = ember_from_f32<T>(val);
 }
 
-extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_fwd(
+// The finalize's block: 32 × 8 × (1, 2 or 4) threads; layer z > 0 only helps with the sums.
+#define FIN_MAX_THREADS (32 * 8 * FIN_PARTS)
+
+extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, 1) diffusion_finalize_fwd(
     const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
     const float* __restrict__ times, int K, int C, int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
     T* __restrict__ s_op, int KPe, int CPe) {
+    __shared__ float parts[FIN_PARTS][8][33];
     ember_launch_dependents();
     ember_grid_dependency_wait();  // the reduce's partials
-    finalize_fwd_block(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved, s_op, KPe, CPe, blockIdx.x,
-                       blockIdx.y, threadIdx.x, threadIdx.y);
+    const FinIdx f = fin_idx(chunk_prefix, n_chunks, K, C, CPe, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y);
+    const float s = fin_sum_block(ws, f, KPr, CPr, parts);
+    if (threadIdx.z == 0) finalize_fwd_block(f, s, evals, times, K, C, spectral, saved, s_op, KPe, CPe);
 }
 
 // dt_part: [mesh · gridDim.y][CPe], the d_times contribution of each block of 8 eigenvectors.
 // gy: the finalize grid's height (eigenvector blocks per mesh); red: 8 × 33 floats of shared memory.
-__device__ __forceinline__ void finalize_bwd_block(const float* ws, const i64* __restrict__ chunk_prefix, i64 n_chunks,
-                                                   const float* __restrict__ evals, const float* __restrict__ times,
-                                                   const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
-                                                   int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part,
-                                                   i64 bx, int by, int gy, int tx, int ty, float (*red)[33]) {
-    const int cblocks = CPe / 32;
-    const i64 m = bx / cblocks;
-    const int c = (int)(bx % cblocks) * 32 + tx;
-    const int e = by * 8 + ty;
-    const i64 ch0 = chunk_prefix ? chunk_prefix[m] : 0, ch1 = chunk_prefix ? chunk_prefix[m + 1] : n_chunks;
+// Every thread of the 32 × 8 layer calls it (it synchronises on red).
+__device__ __forceinline__ void finalize_bwd_block(const FinIdx& f, float s, const float* __restrict__ evals,
+                                                   const float* __restrict__ times, const float* __restrict__ saved,
+                                                   const T* __restrict__ d_spectral, int K, int C, T* __restrict__ g_op,
+                                                   int KPe, int CPe, float* __restrict__ dt_part, int by, int gy, int tx, int ty,
+                                                   float (*red)[33]) {
     float val = 0.0f, dt = 0.0f;
-    if (e < K && c < C) {
-        const i64 o = (m * K + e) * C + c;
-        float s = sum_partials(ws, ch0, ch1, e, c, KPr, CPr);
+    if (f.live) {
+        const i64 o = (f.m * K + f.e) * C + f.c;
         if (d_spectral) s += ember_to_f32(d_spectral[o]);
-        const float ev = evals[m * K + e];
-        val = expf(-ev * times[c]) * s;
+        const float ev = evals[f.m * K + f.e];
+        val = expf(-ev * times[f.c]) * s;
         dt = -ev * saved[o] * s;
     }
-    g_op[(m * KPe + e) * CPe + c] = ember_from_f32<T>(val);
+    g_op[(f.m * KPe + f.e) * CPe + f.c] = ember_from_f32<T>(val);
     red[ty][tx] = dt;
-    __syncthreads();
+    // The 256 threads of the layer (the first 8 warps of the block) only: in the standalone
+    // finalize the other layers have exited.
+    asm volatile("bar.sync 1, 256;" ::: "memory");
     if (ty == 0) {
         float s = 0.0f;
 #pragma unroll
         for (int y = 0; y < 8; ++y) s += red[y][tx];
-        dt_part[(m * gy + by) * CPe + c] = s;
+        dt_part[(f.m * gy + by) * CPe + f.c] = s;
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) diffusion_finalize_bwd(
+extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, 1) diffusion_finalize_bwd(
     const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
     const float* __restrict__ times, const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
     int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part) {
+    __shared__ float parts[FIN_PARTS][8][33];
     __shared__ float red[8][33];
     ember_launch_dependents();
     ember_grid_dependency_wait();  // the reduce's partials
-    finalize_bwd_block(ws, chunk_prefix, n_chunks, evals, times, saved, d_spectral, K, C, KPr, CPr, g_op, KPe, CPe, dt_part,
-                       blockIdx.x, blockIdx.y, gridDim.y, threadIdx.x, threadIdx.y, red);
+    const FinIdx f = fin_idx(chunk_prefix, n_chunks, K, C, CPe, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y);
+    const float s = fin_sum_block(ws, f, KPr, CPr, parts);
+    if (threadIdx.z != 0) return;  // layer 0 goes on alone (finalize_bwd_block's barrier counts 256)
+    finalize_bwd_block(f, s, evals, times, saved, d_spectral, K, C, g_op, KPe, CPe, dt_part, blockIdx.y, gridDim.y, threadIdx.x,
+                       threadIdx.y, red);
 }
 
 // ---- pass 2: Y = diag(w)·basis·S over 128-vertex tiles ---------------------------------------------
@@ -1871,12 +1923,13 @@ __device__ __forceinline__ void fused_kernel(const T* __restrict__ basis, const 
     const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     for (i64 b = blockIdx.x; b < fx * fy; b += gridDim.x) {
         __syncthreads();  // red is free again
+        const FinIdx f = fin_idx(chunk_prefix, n_chunks, K, C, CPe, b % fx, (int)(b / fx), tx, ty);
+        const float s = fin_sum_serial(ws, f, KPr, CPr);
         if (BWD)
-            finalize_bwd_block(ws, chunk_prefix, n_chunks, evals, times, saved_in, d_spectral, K, C, KPr, CPr, s_op, KPe, CPe,
-                               dt_part, b % fx, (int)(b / fx), fy, tx, ty, red);
+            finalize_bwd_block(f, s, evals, times, saved_in, d_spectral, K, C, s_op, KPe, CPe, dt_part, (int)(b / fx), fy, tx, ty,
+                               red);
         else
-            finalize_fwd_block(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved_out, s_op, KPe, CPe,
-                               b % fx, (int)(b / fx), tx, ty);
+            finalize_fwd_block(f, s, evals, times, K, C, spectral, saved_out, s_op, KPe, CPe);
     }
     grid_sync(bar);
     // Phase 3: expand, persistent over tiles in each channel tile (the host makes gridDim.x ≥ n_nt).
