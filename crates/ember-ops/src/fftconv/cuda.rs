@@ -2,6 +2,7 @@
 //! launch sequences of the forward, the backward and the filter spectrum.
 
 use super::{Dims, Grads, Options};
+use crate::harness::validate;
 use crate::KernelBuild;
 use ember_core::cuda::{CudaDevice, KernelSource, LaunchConfig};
 use ember_core::{DType, Device, Error, Result, Tensor};
@@ -86,6 +87,7 @@ struct FcParams {
     head0: i32,
     nheads: i32,
     tc: i32,
+    zs: u64,
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's parameter struct.
@@ -452,7 +454,15 @@ fn pairs_per_cta(logm2: u32, row_block: u32) -> usize {
 
 // ---- forward -------------------------------------------------------------------------------------
 
-pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Spectrum)> {
+/// Whether a training forward keeps z for the backward: where the backward runs the pair kernels
+/// (bf16, hd = 1, on chip) and needs z at all (GELU or a postgate).
+fn saves_z(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
+    opts.training && (opts.gelu || opts.postgate.is_some()) && use_pair_bwd(u, opts, path, dims)
+}
+
+/// The output, the filter spectrum (reused by the backward) and, for a training forward where
+/// [`saves_z`], z (u's dtype, u's shape).
+pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Spectrum, Option<Tensor>)> {
     let dev = u.cuda_device()?.clone();
     let mut path = plan(&dims, opts.force_four_step);
     let want_tc = use_tc(u.dtype(), opts, path);
@@ -468,6 +478,8 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let out_dt = super::out_dtype(u.dtype(), opts);
     let out = Tensor::output(u.shape(), out_dt, u.device())?;
     p.out = out.cuda_ptr()?;
+    let z = if want_pair && saves_z(u.dtype(), opts, path, &dims) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
+    p.zs = ptr(z.as_ref())?;
     let sfx = type_suffix(u.dtype(), out_dt)?;
     let m = 1usize << path.logm();
     let heads = dims.heads();
@@ -547,12 +559,15 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
             launch(&dev, 256, &format!("fc_mix_fwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_fwd")?;
         }
     }
-    Ok((out, spec))
+    Ok((out, spec, z))
 }
 
 // ---- backward ------------------------------------------------------------------------------------
 
-pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, saved: Option<&Spectrum>, d_out: &Tensor) -> Result<Grads> {
+/// `z`: the training forward's saved z (see [`saves_z`]); used by the pair backward, which then
+/// skips recomputing it (one of its four transforms).
+#[allow(clippy::too_many_arguments)]
+pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, saved: Option<&Spectrum>, z: Option<&Tensor>, d_out: &Tensor) -> Result<Grads> {
     let dev = u.cuda_device()?.clone();
     let mut path = plan(&dims, opts.force_four_step);
     if use_pair_bwd(u.dtype(), opts, path, &dims) {
@@ -594,6 +609,11 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
 
     match path {
         Path::OnChip { logm, block, pair: true, .. } => {
+            if let Some(z) = z {
+                validate::like("z", z, devc, dt, u.shape(), "the shape of u")?;
+                p.zs = z.cuda_ptr()?;
+                p.need_z = 0;
+            }
             // Pair slots (32/P per CTA of 256 threads; at P = 64 one per CTA of 512), each a
             // chunk of ppc of one head's row pairs (every chunk nonempty).
             let logp = logm - 7;

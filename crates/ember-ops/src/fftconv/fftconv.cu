@@ -48,6 +48,8 @@ struct FcParams {
     int nheads; // heads of this launch
     int tc;     // 1: the filter spectrum is stored in TC order (fft_tc.cuh), for fc_fwd_tc_*;
                 // 2: all N bins in fragment order (pair_tc.cuh), for fc_fwd_pair*
+    u64 zs;     // z saved for the backward (u's dtype, (B, H, L); pair kernels, hd = 1): the
+                // forward writes it, the backward reads it instead of recomputing; 0: none
 };
 
 template <typename T> __device__ __forceinline__ float ld(u64 p, i64 i) { return ember_to_f32(reinterpret_cast<const T*>(p)[i]); }

@@ -80,6 +80,13 @@ pub struct Options<'a> {
     /// where the size allows (complex size 256 ≤ M ≤ 4096); elsewhere ignored. Also switched on
     /// for every call by `EMBER_FFTCONV_TC=1`.
     pub tensor_cores: bool,
+    /// The forward is followed by [`backward`] (a training step): where the backward runs the
+    /// CUDA pair kernels (bf16 u, head_dim = 1, on-chip sizes) and needs z (GELU or a postgate),
+    /// the forward also writes z = y + D·v in u's dtype (one more B·H·L store) and the backward
+    /// reads it instead of recomputing it (one of its four transforms). d_z then sees z rounded to
+    /// u's dtype (≈ 2^−9 relative in bf16, within bf16's tolerance); out is bitwise the same.
+    /// Elsewhere (CPU, other dtypes or sizes) nothing is saved and the backward recomputes z.
+    pub training: bool,
 }
 
 impl Default for Options<'_> {
@@ -95,6 +102,7 @@ impl Default for Options<'_> {
             force_four_step: false,
             four_step_round_bytes: None,
             tensor_cores: false,
+            training: false,
         }
     }
 }
@@ -137,6 +145,10 @@ impl<'a> Options<'a> {
     }
     pub fn force_four_step(mut self, on: bool) -> Self {
         self.force_four_step = on;
+        self
+    }
+    pub fn training(mut self, on: bool) -> Self {
+        self.training = on;
         self
     }
     pub fn tensor_cores(mut self, on: bool) -> Self {
@@ -187,11 +199,17 @@ struct Saved<'a> {
     opts: Options<'a>,
     dims: Dims,
     spectrum: Option<cuda::Spectrum>,
+    /// z of a training forward (see [`Options::training`]), for the backward.
+    z: Option<Tensor>,
 }
 
 impl Forward<'_> {
     pub fn dims(&self) -> Dims {
         self.saved.dims
+    }
+    /// Whether the forward kept z for the backward (a training forward where it applies).
+    pub fn saved_z(&self) -> bool {
+        self.saved.z.is_some()
     }
 }
 
@@ -279,18 +297,18 @@ pub fn validate(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options) -> R
 /// out = fftconv(u, k, D, options); see the module doc for the exact formula.
 pub fn forward<'a>(u: &'a Tensor, k: &'a Tensor, d: Option<&'a Tensor>, opts: &Options<'a>) -> Result<Forward<'a>> {
     let dims = validate(u, k, d, opts)?;
-    let (out, spectrum) = match u.device() {
+    let (out, spectrum, z) = match u.device() {
         Device::Cpu if u.dtype() == DType::F64 => {
             let p = reference_problem(u, k, d, opts, dims)?;
-            (Tensor::from_vec(reference::forward(&p), u.shape())?, None)
+            (Tensor::from_vec(reference::forward(&p), u.shape())?, None, None)
         }
-        Device::Cpu => (cpu::forward(u, k, d, opts, dims)?, None),
+        Device::Cpu => (cpu::forward(u, k, d, opts, dims)?, None, None),
         Device::Cuda(_) => {
-            let (out, spec) = cuda::forward(u, k, d, opts, dims)?;
-            (out, Some(spec))
+            let (out, spec, z) = cuda::forward(u, k, d, opts, dims)?;
+            (out, Some(spec), z)
         }
     };
-    Ok(Forward { out, saved: Saved { u, k, d, opts: *opts, dims, spectrum } })
+    Ok(Forward { out, saved: Saved { u, k, d, opts: *opts, dims, spectrum, z } })
 }
 
 /// Gradients of Σ out·d_out with respect to every input of the forward call.
@@ -313,7 +331,7 @@ pub fn backward(fwd: &Forward, d_out: &Tensor) -> Result<Grads> {
             })
         }
         Device::Cpu => cpu::backward(u, s.k, s.d, &s.opts, s.dims, d_out),
-        Device::Cuda(_) => cuda::backward(u, s.k, s.d, &s.opts, s.dims, s.spectrum.as_ref(), d_out),
+        Device::Cuda(_) => cuda::backward(u, s.k, s.d, &s.opts, s.dims, s.spectrum.as_ref(), s.z.as_ref(), d_out),
     }
 }
 

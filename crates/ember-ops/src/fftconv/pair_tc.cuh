@@ -282,6 +282,7 @@ struct FpRow {
     const T* pre;
     const T* post;
     TO* out;     // hd = 1
+    T* z;        // hd = 1 with z saved for the backward (p.zs): the z row
     float* ws;   // hd > 1: the g_ij row
     float mask;
     int len;     // element n1 exists when n1·256 < len
@@ -295,6 +296,7 @@ __device__ __forceinline__ FpRow<T, TO> fp_row(const FcParams& p, const FcRow& r
     f.pre = reinterpret_cast<const T*>(p.pre) + r.prow + n2;
     f.post = reinterpret_cast<const T*>(p.post) + r.urow + n2;
     f.out = reinterpret_cast<TO*>(p.out) + r.urow + n2;
+    f.z = reinterpret_cast<T*>(p.zs) + r.urow + n2;
     f.ws = reinterpret_cast<float*>(p.wsa) + r.local * p.L + n2;
     f.mask = p.has_mask && r.valid && p.hd == 1 ? reinterpret_cast<const float*>(p.mask)[(i64)r.b * p.H + r.g] : 1.f;
     return f;
@@ -329,15 +331,20 @@ __device__ __forceinline__ void fp_load(float2 (&a)[P], int n, const FpRow<T, TO
 }
 
 // The first `n` outputs of both rows: z = a·s1·ks (D included) → GELU → postgate, mask → store
-// (as fc_epi_fwd). HD1: the output row (hd = 1); else the g_ij workspace row.
+// (as fc_epi_fwd). HD1: the output row (hd = 1); else the g_ij workspace row. ZS (with HD1): z
+// itself also stored, in u's dtype, for the backward.
 // Element n1 sits at offset n1·2^SH from the row pointers (SH = 8: every n1 of the column).
-template <int P, bool GELU, bool POST, bool HD1, int SH = 8, typename T, typename TO>
+template <int P, bool GELU, bool POST, bool HD1, int SH = 8, bool ZS = false, typename T, typename TO>
 __device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float inv1, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
 #pragma unroll
     for (int n1 = 0; n1 < P; ++n1) {
         if (n1 >= n) break;
         const int o = n1 << SH;
         float za = a[n1].x * inv1 * ks, zb = a[n1].y * inv1 * ks;
+        if (ZS) {
+            if (o < fa.len) fp_st(fa.z + o, za);
+            if (o < fb.len) fp_st(fb.z + o, zb);
+        }
         if (GELU) {
             za = fc_gelu(za);
             zb = fc_gelu(zb);
@@ -355,6 +362,31 @@ __device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float i
             if (o < fa.len) fa.ws[o] = za;
             if (o < fb.len) fb.ws[o] = zb;
         }
+    }
+}
+
+// The epilogue's specialization: bit 2 GELU, bit 1 postgate, bit 0 hd = 1, bit 3 z saved (hd = 1,
+// GELU or postgate: the backward's pair kernels then read z instead of recomputing it). One
+// specialization per flag set, so that no flag is tested per element.
+__device__ __forceinline__ int fp_epilogue_flags(const FcParams& p) {
+    const bool zs = p.zs != 0 && p.hd == 1 && (p.gelu || p.has_post);
+    return (zs ? 8 : 0) | (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
+}
+
+template <int P, int SH, typename T, typename TO>
+__device__ __forceinline__ void fp_epilogue_sel(int sel, const float2 (&a)[P], int n, float inv1, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
+    switch (sel) {
+        case 0: fp_epilogue<P, false, false, false, SH>(a, n, inv1, ks, fa, fb); break;
+        case 1: fp_epilogue<P, false, false, true, SH>(a, n, inv1, ks, fa, fb); break;
+        case 2: fp_epilogue<P, false, true, false, SH>(a, n, inv1, ks, fa, fb); break;
+        case 3: fp_epilogue<P, false, true, true, SH>(a, n, inv1, ks, fa, fb); break;
+        case 4: fp_epilogue<P, true, false, false, SH>(a, n, inv1, ks, fa, fb); break;
+        case 5: fp_epilogue<P, true, false, true, SH>(a, n, inv1, ks, fa, fb); break;
+        case 6: fp_epilogue<P, true, true, false, SH>(a, n, inv1, ks, fa, fb); break;
+        case 7: fp_epilogue<P, true, true, true, SH>(a, n, inv1, ks, fa, fb); break;
+        case 11: fp_epilogue<P, false, true, true, SH, true>(a, n, inv1, ks, fa, fb); break;
+        case 13: fp_epilogue<P, true, false, true, SH, true>(a, n, inv1, ks, fa, fb); break;
+        default: fp_epilogue<P, true, true, true, SH, true>(a, n, inv1, ks, fa, fb); break;  // 15
     }
 }
 
@@ -524,8 +556,7 @@ template <int LOGP, typename T, typename TO>
 __device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow* rows, const int* pmax, const float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab) {
     constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
-    // One specialization per (GELU, postgate, hd = 1) so that no flag is tested per element.
-    const int sel = (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
+    const int sel = fp_epilogue_flags(p);
 #pragma unroll 1
     for (int r = 0; r < 32 / P; ++r) {
         const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
@@ -536,16 +567,7 @@ __device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow*
         const float ks = kscale[ra.g];
         float2 a[P];
         const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-        switch (sel) {
-            case 0: fp_epilogue<P, false, false, false>(a, nout, inv1, ks, fa, fb); break;
-            case 1: fp_epilogue<P, false, false, true>(a, nout, inv1, ks, fa, fb); break;
-            case 2: fp_epilogue<P, false, true, false>(a, nout, inv1, ks, fa, fb); break;
-            case 3: fp_epilogue<P, false, true, true>(a, nout, inv1, ks, fa, fb); break;
-            case 4: fp_epilogue<P, true, false, false>(a, nout, inv1, ks, fa, fb); break;
-            case 5: fp_epilogue<P, true, false, true>(a, nout, inv1, ks, fa, fb); break;
-            case 6: fp_epilogue<P, true, true, false>(a, nout, inv1, ks, fa, fb); break;
-            default: fp_epilogue<P, true, true, true>(a, nout, inv1, ks, fa, fb); break;
-        }
+        fp_epilogue_sel<P, 8>(sel, a, nout, inv1, ks, fa, fb);
     }
 }
 
@@ -802,19 +824,9 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
     FpRow<T, TO> ea = fa, eb = fb;
     const int off = h << 8;
     ea.u += off; eb.u += off; ea.pre += off; eb.pre += off; ea.post += off; eb.post += off;
-    ea.out += off; eb.out += off; ea.ws += off; eb.ws += off;
+    ea.out += off; eb.out += off; ea.z += off; eb.z += off; ea.ws += off; eb.ws += off;
     ea.len -= off; eb.len -= off;
-    const int sel = (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
-    switch (sel) {
-        case 0: fp_epilogue<16, false, false, false, 9>(o16, 16, inv1, ks, ea, eb); break;
-        case 1: fp_epilogue<16, false, false, true, 9>(o16, 16, inv1, ks, ea, eb); break;
-        case 2: fp_epilogue<16, false, true, false, 9>(o16, 16, inv1, ks, ea, eb); break;
-        case 3: fp_epilogue<16, false, true, true, 9>(o16, 16, inv1, ks, ea, eb); break;
-        case 4: fp_epilogue<16, true, false, false, 9>(o16, 16, inv1, ks, ea, eb); break;
-        case 5: fp_epilogue<16, true, false, true, 9>(o16, 16, inv1, ks, ea, eb); break;
-        case 6: fp_epilogue<16, true, true, false, 9>(o16, 16, inv1, ks, ea, eb); break;
-        default: fp_epilogue<16, true, true, true, 9>(o16, 16, inv1, ks, ea, eb); break;
-    }
+    fp_epilogue_sel<16, 9>(fp_epilogue_flags(p), o16, 16, inv1, ks, ea, eb);
 }
 
 extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
@@ -860,6 +872,7 @@ struct FbRow {
     __device__ __forceinline__ const T* pre(const FcParams& p) const { return reinterpret_cast<const T*>(p.pre) + off; }
     __device__ __forceinline__ const T* post(const FcParams& p) const { return reinterpret_cast<const T*>(p.post) + off; }
     __device__ __forceinline__ const TO* dout(const FcParams& p) const { return reinterpret_cast<const TO*>(p.dout) + off; }
+    __device__ __forceinline__ const T* z(const FcParams& p) const { return reinterpret_cast<const T*>(p.zs) + off; }
     __device__ __forceinline__ T* du(const FcParams& p) const { return reinterpret_cast<T*>(p.du) + off; }
     __device__ __forceinline__ T* dpre(const FcParams& p) const { return reinterpret_cast<T*>(p.dpre) + off; }
     __device__ __forceinline__ T* dpost(const FcParams& p) const { return reinterpret_cast<T*>(p.dpost) + off; }
@@ -886,8 +899,10 @@ __device__ __forceinline__ float2 fb_unpack(unsigned v) {
 template <int P> constexpr int fb_batch() { return P < 8 ? P : P == 32 ? 4 : 8; }
 
 // d_z of both rows for n1 < n into a[] (zero past L and for n1 ≥ n). With GELU or POST, a[] holds
-// the recomputed z (times inv1·ks, as the forward's epilogue). Element n1 sits at offset n1·2^SH.
-template <int P, bool GELU, bool POST, int SH = 8, typename T, typename TO>
+// the recomputed z (times inv1·ks, as the forward's epilogue); with ZM the forward's saved z (p.zs)
+// is loaded into a[] with the batch's other loads instead (no further registers).
+// Element n1 sits at offset n1·2^SH.
+template <int P, bool GELU, bool POST, int SH = 8, bool ZM = false, typename T, typename TO>
 __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
     constexpr int CH = fb_batch<P>();
 #pragma unroll
@@ -903,6 +918,7 @@ __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, 
                 pa[i] = va ? ember_to_f32(fa.post(p)[o]) : 0.f;
                 pb[i] = vb ? ember_to_f32(fb.post(p)[o]) : 0.f;
             }
+            if (ZM) a[n1] = make_float2(va ? ember_to_f32(fa.z(p)[o]) : 0.f, vb ? ember_to_f32(fb.z(p)[o]) : 0.f);
         }
 #pragma unroll
         for (int i = 0; i < CH; ++i) {
@@ -911,7 +927,7 @@ __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, 
             const float dga = ga[i] * fa.mask, dgb = gb[i] * fb.mask;
             float dza = dga, dzb = dgb;
             if (GELU || POST) {
-                const float za = a[n1].x * inv1 * ks, zb = a[n1].y * inv1 * ks;
+                const float za = ZM ? a[n1].x : a[n1].x * inv1 * ks, zb = ZM ? a[n1].y : a[n1].y * inv1 * ks;
                 float gza = za, gpa = 1.f, gzb = zb, gpb = 1.f;
                 if (GELU) {
                     fc_gelu_grad(za, gza, gpa);
@@ -929,6 +945,26 @@ __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, 
             // Explicit zeros: z past the outputs (n1 ≥ n) was never computed.
             a[n1] = make_float2(va ? dza : 0.f, vb ? dzb : 0.f);
         }
+    }
+}
+
+// fb_dz's specialization: bit 1 GELU, bit 0 postgate, bit 2 z read from the forward's copy (then
+// the host clears need_z: no z is recomputed).
+__device__ __forceinline__ int fb_dz_flags(const FcParams& p) {
+    const bool zm = p.zs != 0 && (p.gelu || p.has_post);
+    return (zm ? 4 : 0) | (p.gelu ? 2 : 0) | (p.has_post ? 1 : 0);
+}
+
+template <int P, int SH, typename T, typename TO>
+__device__ __forceinline__ void fb_dz_sel(const FcParams& p, int sel, float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+    switch (sel) {
+        case 0: fb_dz<P, false, false, SH>(p, a, n, inv1, ks, fa, fb); break;
+        case 1: fb_dz<P, false, true, SH>(p, a, n, inv1, ks, fa, fb); break;
+        case 2: fb_dz<P, true, false, SH>(p, a, n, inv1, ks, fa, fb); break;
+        case 3: fb_dz<P, true, true, SH>(p, a, n, inv1, ks, fa, fb); break;
+        case 5: fb_dz<P, false, true, SH, true>(p, a, n, inv1, ks, fa, fb); break;
+        case 6: fb_dz<P, true, false, SH, true>(p, a, n, inv1, ks, fa, fb); break;
+        default: fb_dz<P, true, true, SH, true>(p, a, n, inv1, ks, fa, fb); break;  // 7
     }
 }
 
@@ -1040,7 +1076,7 @@ __device__ void fc_bwd_pair(const FcParams& p) {
     const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
     const float4* spec = reinterpret_cast<const float4*>(p.spec);
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
-    const int sel_dz = (p.gelu ? 2 : 0) | (p.has_post ? 1 : 0);
+    const int sel_dz = fb_dz_flags(p);
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
         if (threadIdx.x < 2 * R) {
@@ -1079,12 +1115,7 @@ __device__ void fc_bwd_pair(const FcParams& p) {
             float2 a[P];
             int n = half ? P / 2 : P;
             if (need_z) n = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-            switch (sel_dz) {
-                case 0: fb_dz<P, false, false>(p, a, n, inv1, ks, fa, fb); break;
-                case 1: fb_dz<P, false, true>(p, a, n, inv1, ks, fa, fb); break;
-                case 2: fb_dz<P, true, false>(p, a, n, inv1, ks, fa, fb); break;
-                default: fb_dz<P, true, true>(p, a, n, inv1, ks, fa, fb); break;
-            }
+            fb_dz_sel<P, 8>(p, sel_dz, a, n, inv1, ks, fa, fb);
             fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[R + r]);
         }
         __syncthreads();
@@ -1159,7 +1190,7 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
     const float4* spec = reinterpret_cast<const float4*>(p.spec);
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
     float4* tslot = reinterpret_cast<float4*>(p.tbuf) + ((i64)blockIdx.x << (LOGN - 1));
-    const int sel_dz = (p.gelu ? 2 : 0) | (p.has_post ? 1 : 0);
+    const int sel_dz = fb_dz_flags(p);
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
         if (threadIdx.x < 2) {
@@ -1204,12 +1235,7 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
         {
             float2 a[16];
             if (need_z) fp64_stage1_inv(a, h, x, pos, tw, wtab);
-            switch (sel_dz) {
-                case 0: fb_dz<16, false, false, 9>(p, a, 16, inv1, ks, fa, fb); break;
-                case 1: fb_dz<16, false, true, 9>(p, a, 16, inv1, ks, fa, fb); break;
-                case 2: fb_dz<16, true, false, 9>(p, a, 16, inv1, ks, fa, fb); break;
-                default: fb_dz<16, true, true, 9>(p, a, 16, inv1, ks, fa, fb); break;
-            }
+            fb_dz_sel<16, 9>(p, sel_dz, a, 16, inv1, ks, fa, fb);
             fp64_stage1(a, h, x, pos, tw, wtab, &pmax[1]);
         }
         __syncthreads();

@@ -30,12 +30,14 @@ pub struct Case {
     pub rounds1: bool,
     /// Ask for the tensor-core forward (used where it applies: bf16 u, 256 ≤ M ≤ 4096).
     pub tc: bool,
+    /// A training forward (`Options::training`): z saved for the backward where it applies.
+    pub train: bool,
 }
 
 impl Case {
     /// No options, full-length filter.
     pub fn plain(b: usize, h: usize, l: usize) -> Self {
-        Case { b, h, l, lk: l, lkr: 0, hd: 1, d: false, gelu: false, mask: false, pre: false, post: false, out_f32: false, four_step: false, rounds1: false, tc: false }
+        Case { b, h, l, lk: l, lkr: 0, hd: 1, d: false, gelu: false, mask: false, pre: false, post: false, out_f32: false, four_step: false, rounds1: false, tc: false, train: false }
     }
     /// Every option on (output in u's dtype), anticausal filter of half length.
     pub fn all(b: usize, h: usize, l: usize) -> Self {
@@ -56,6 +58,9 @@ impl Case {
     pub fn tc(self) -> Self {
         Case { tc: true, ..self }
     }
+    pub fn train(self) -> Self {
+        Case { train: true, ..self }
+    }
     fn name(&self) -> String {
         let mut s = format!("B={} H={} L={} Lk={}", self.b, self.h, self.l, self.lk);
         if self.lkr > 0 {
@@ -64,7 +69,7 @@ impl Case {
         if self.hd > 1 {
             s += &format!(" hd={}", self.hd);
         }
-        let flags = [(self.d, "D"), (self.gelu, "gelu"), (self.mask, "mask"), (self.pre, "pre"), (self.post, "post"), (self.out_f32, "outf32"), (self.four_step, "4step"), (self.rounds1, "rounds1"), (self.tc, "tc")];
+        let flags = [(self.d, "D"), (self.gelu, "gelu"), (self.mask, "mask"), (self.pre, "pre"), (self.post, "post"), (self.out_f32, "outf32"), (self.four_step, "4step"), (self.rounds1, "rounds1"), (self.tc, "tc"), (self.train, "train")];
         for (on, n) in flags {
             if on {
                 s += " ";
@@ -129,6 +134,14 @@ fn cases(tier: Tier) -> Vec<Case> {
             // Staged pair forward (P = 32, no pregate, L % 8 = 0): 280 groups, more than the
             // persistent grid of 2 CTAs per SM on a 132-SM GPU, so CTAs take several groups.
             Case { gelu: true, d: true, post: true, ..Case::plain(4, 140, 3000) },
+            // Training forward (z saved in bf16, read by the pair backward): P = 4, 32 (L > N/2
+            // with a short filter), the staged forward, P = 64; GELU alone, postgate alone.
+            Case::all(3, 2, 300).train(),
+            Case::all(1, 4, 3000).lk(2000).train(),
+            Case { gelu: true, d: true, post: true, ..Case::plain(4, 140, 3000) }.train(),
+            Case::all(3, 1, 5000).train(),
+            Case { gelu: true, ..Case::plain(3, 2, 1000) }.train(),
+            Case { post: true, ..Case::plain(3, 2, 1000) }.train(),
         ],
         // Every size the issue names, large ones included.
         Tier::Full => {
@@ -186,6 +199,16 @@ fn cases(tier: Tier) -> Vec<Case> {
             // stage 1), an odd row count, mask and postgate.
             v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(16, 40, 3000) });
             v.push(Case { gelu: true, d: true, post: true, ..Case::plain(15, 40, 6000).lk(2000) });
+            // Training forward (z saved): every P, odd rows per head, several pairs per slot,
+            // each option alone, P = 64, the staged forward, out_f32.
+            for (b, l) in [(3, 129), (5, 256), (1, 1000), (3, 2047), (5, 4096), (3, 5000), (2, 8192)] {
+                v.push(Case::all(b, 3, l).train());
+            }
+            v.extend(each_option_alone(3, 5, 1134).into_iter().map(Case::train));
+            v.extend(each_option_alone(3, 5, 6000).into_iter().map(Case::train));
+            v.push(Case { gelu: true, d: true, ..Case::plain(40, 64, 2000) }.train());
+            v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(16, 40, 3000) }.train());
+            v.push(Case { out_f32: true, ..Case::all(3, 5, 1500) }.train());
             v
         }
     }
@@ -264,6 +287,7 @@ impl CaseInputs {
             force_four_step: c.four_step,
             four_step_round_bytes: c.rounds1.then_some(1),
             tensor_cores: c.tc,
+            training: c.train,
         }
     }
 }
@@ -323,6 +347,18 @@ fn cuda_properties(
     refs: &[(&'static str, Vec<f64>)],
 ) -> Result<Vec<CheckRow>> {
     let mut rows = Vec::new();
+    if c.train {
+        // A training forward's out is the plain forward's, bit for bit; in bf16 (the pair kernels at
+        // these sizes) z was saved, so the backward above read it.
+        let opts = dev_inputs.options(c);
+        let f = forward(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?;
+        let plain = forward(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &Options { training: false, ..opts })?;
+        let (a, b) = (f.out.to_vec_f64()?, plain.out.to_vec_f64()?);
+        rows.push(property("fftconv", case, "train out = plain out", dtype, ctx.device, a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())));
+        if dtype == DType::BF16 && c.hd == 1 && !c.four_step && (c.gelu || c.post) {
+            rows.push(property("fftconv", case, "train z saved", dtype, ctx.device, f.saved_z()));
+        }
+    }
     let again = run_all(dev_inputs, c)?;
     let same = got.iter().zip(&again).all(|((_, a), (_, b))| matches!((a.to_vec_f64(), b.to_vec_f64()), (Ok(a), Ok(b)) if a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())));
     rows.push(property("fftconv", case, "bitwise-rerun", dtype, ctx.device, same));
@@ -452,9 +488,31 @@ impl crate::OpFamily for Family {
                 let f = forward(u, k, Some(d), &opts)?;
                 backward(&f, dy).map(drop)
             })?;
-            let row = ctx.row("fftconv", "fwd+bwd", dtype, p, ms, bwd_bytes, bwd_flops);
+            let row = ctx.row("fftconv", "fwd+bwd", dtype, p.clone(), ms, bwd_bytes, bwd_flops);
             progress(&row);
             rows.push(row);
+            // The training forward (z kept for the backward) where it applies, beside the rows above.
+            let topts = opts.training(true);
+            let (u0, k0, d0, _) = &sets_v[0];
+            if forward(u0, k0, Some(d0), &topts)?.saved_z() {
+                let mut pt = p.clone();
+                pt.insert("train".into(), json!(true));
+                let ms = ctx.time(300.0, |i| {
+                    let (u, k, d, _) = &sets_v[i % sets];
+                    forward(u, k, Some(d), &topts).map(drop)
+                })?;
+                let row = ctx.row("fftconv", "fwd", dtype, pt.clone(), ms, fwd_bytes, fwd_flops);
+                progress(&row);
+                rows.push(row);
+                let ms = ctx.time(300.0, |i| {
+                    let (u, k, d, dy) = &sets_v[i % sets];
+                    let f = forward(u, k, Some(d), &topts)?;
+                    backward(&f, dy).map(drop)
+                })?;
+                let row = ctx.row("fftconv", "fwd+bwd", dtype, pt, ms, bwd_bytes, bwd_flops);
+                progress(&row);
+                rows.push(row);
+            }
         }
         Ok(rows)
     }
