@@ -637,7 +637,9 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 p.set_head_round(h0, nh, rph);
                 p.parts = parts as i32;
                 let grid = grid_u32((nh * parts).div_ceil(slots_per_cta), "backward")?;
-                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{logp}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
+                // The `z` entries read the training forward's z (compiled without the recompute).
+                let zsfx = if p.zs != 0 { "z" } else { "" };
+                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{logp}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
                 launch_smem(&dev, 256, "fc_dk_pair", (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1), &p, "fc_dk_pair", 0)?;
                 // fc_dk reads the folded spectrum as a single partial per head.
                 p.parts = 1;

@@ -948,23 +948,16 @@ __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, 
     }
 }
 
-// fb_dz's specialization: bit 1 GELU, bit 0 postgate, bit 2 z read from the forward's copy (then
-// the host clears need_z: no z is recomputed).
-__device__ __forceinline__ int fb_dz_flags(const FcParams& p) {
-    const bool zm = p.zs != 0 && (p.gelu || p.has_post);
-    return (zm ? 4 : 0) | (p.gelu ? 2 : 0) | (p.has_post ? 1 : 0);
-}
-
-template <int P, int SH, typename T, typename TO>
-__device__ __forceinline__ void fb_dz_sel(const FcParams& p, int sel, float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
-    switch (sel) {
+// fb_dz's specialization by (GELU, postgate); ZM: the kernel reads the forward's saved z (its own
+// entry, `fc_bwd_pair*z_*`, so that the recomputing kernel keeps its registers and the reading one
+// has no recompute path).
+template <int P, int SH, bool ZM, typename T, typename TO>
+__device__ __forceinline__ void fb_dz_sel(const FcParams& p, float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+    switch ((p.gelu ? 2 : 0) | (p.has_post ? 1 : 0)) {
         case 0: fb_dz<P, false, false, SH>(p, a, n, inv1, ks, fa, fb); break;
-        case 1: fb_dz<P, false, true, SH>(p, a, n, inv1, ks, fa, fb); break;
-        case 2: fb_dz<P, true, false, SH>(p, a, n, inv1, ks, fa, fb); break;
-        case 3: fb_dz<P, true, true, SH>(p, a, n, inv1, ks, fa, fb); break;
-        case 5: fb_dz<P, false, true, SH, true>(p, a, n, inv1, ks, fa, fb); break;
-        case 6: fb_dz<P, true, false, SH, true>(p, a, n, inv1, ks, fa, fb); break;
-        default: fb_dz<P, true, true, SH, true>(p, a, n, inv1, ks, fa, fb); break;  // 7
+        case 1: fb_dz<P, false, true, SH, ZM>(p, a, n, inv1, ks, fa, fb); break;
+        case 2: fb_dz<P, true, false, SH, ZM>(p, a, n, inv1, ks, fa, fb); break;
+        default: fb_dz<P, true, true, SH, ZM>(p, a, n, inv1, ks, fa, fb); break;
     }
 }
 
@@ -1054,7 +1047,7 @@ __device__ __forceinline__ void fb_segment_g(float2* __restrict__ x, const float
     fp_idft256(x, tab, F, yr, yi);
 }
 
-template <int LOGP, typename T, typename TO>
+template <int LOGP, bool ZM, typename T, typename TO>
 __device__ void fc_bwd_pair(const FcParams& p) {
     constexpr int P = 1 << LOGP, R = 32 >> LOGP, LOGN = LOGP + 8;
     FC_SMEM_DECL
@@ -1069,14 +1062,13 @@ __device__ void fc_bwd_pair(const FcParams& p) {
     const int n2 = threadIdx.x;
     const int pos = fp_idx(n2 >> 4, n2 & 15);
     const bool half = p.L <= (P << 7);  // w[n] = d_z[n] = 0 for n ≥ N/2
-    const bool pre = p.has_pre, need_z = p.need_z;
+    const bool pre = p.has_pre, need_z = !ZM && p.need_z;
     const i64 rph = p.B;  // rows per head (hd = 1)
     const i64 pph = (rph + 1) / 2;
     const i64 ppc = (pph + p.parts - 1) / p.parts;
     const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
     const float4* spec = reinterpret_cast<const float4*>(p.spec);
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
-    const int sel_dz = fb_dz_flags(p);
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
         if (threadIdx.x < 2 * R) {
@@ -1115,7 +1107,7 @@ __device__ void fc_bwd_pair(const FcParams& p) {
             float2 a[P];
             int n = half ? P / 2 : P;
             if (need_z) n = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-            fb_dz_sel<P, 8>(p, sel_dz, a, n, inv1, ks, fa, fb);
+            fb_dz_sel<P, 8, ZM>(p, a, n, inv1, ks, fa, fb);
             fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[R + r]);
         }
         __syncthreads();
@@ -1154,8 +1146,10 @@ __device__ void fc_bwd_pair(const FcParams& p) {
 #define FC_PAIR_BWD_MINB 2
 #endif
 #define FC_BWD_PAIR_ENTRIES(LOGP)                                                                                              \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, ember_bf16, float>(p); }
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, float>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##z_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, true, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##z_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, true, ember_bf16, float>(p); }
 FC_BWD_PAIR_ENTRIES(1)
 FC_BWD_PAIR_ENTRIES(2)
 FC_BWD_PAIR_ENTRIES(3)
@@ -1168,7 +1162,7 @@ FC_BWD_PAIR_ENTRIES(5)
 // epilogues run over 16 elements at stride 2^9 on rows offset by h·256). Slot = CTA: the CTA takes
 // the chunk blockIdx.x mod parts of head blockIdx.x / parts. Shared memory: 64 segments of data
 // (128 KB), their W as f16 pairs (64 KB), the per-lane table, two rows: one CTA (16 warps) per SM.
-template <typename T, typename TO>
+template <bool ZM, typename T, typename TO>
 __device__ void fc_bwd_pair64(const FcParams& p) {
     constexpr int LOGN = 14;  // P = 64
     FC_SMEM_DECL
@@ -1182,7 +1176,7 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
     const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
     const int pos = fp_idx(n2 >> 4, n2 & 15), off = h << 8;
-    const bool pre = p.has_pre, need_z = p.need_z;
+    const bool pre = p.has_pre, need_z = !ZM && p.need_z;
     const i64 rph = p.B;  // rows per head (hd = 1)
     const i64 pph = (rph + 1) / 2;
     const i64 ppc = (pph + p.parts - 1) / p.parts;
@@ -1190,7 +1184,6 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
     const float4* spec = reinterpret_cast<const float4*>(p.spec);
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
     float4* tslot = reinterpret_cast<float4*>(p.tbuf) + ((i64)blockIdx.x << (LOGN - 1));
-    const int sel_dz = fb_dz_flags(p);
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
         if (threadIdx.x < 2) {
@@ -1235,7 +1228,7 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
         {
             float2 a[16];
             if (need_z) fp64_stage1_inv(a, h, x, pos, tw, wtab);
-            fb_dz_sel<16, 9>(p, sel_dz, a, 16, inv1, ks, fa, fb);
+            fb_dz_sel<16, 9, ZM>(p, a, 16, inv1, ks, fa, fb);
             fp64_stage1(a, h, x, pos, tw, wtab, &pmax[1]);
         }
         __syncthreads();
@@ -1256,8 +1249,10 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_bf16(FcParams p) { fc_bwd_pair64<ember_bf16, ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_f32(FcParams p) { fc_bwd_pair64<ember_bf16, float>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_bf16(FcParams p) { fc_bwd_pair64<false, ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_f32(FcParams p) { fc_bwd_pair64<false, ember_bf16, float>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_bf16(FcParams p) { fc_bwd_pair64<true, ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_f32(FcParams p) { fc_bwd_pair64<true, ember_bf16, float>(p); }
 
 // The filter-gradient spectrum of the pair backward, one thread per (head of the launch, bin
 // k ≤ M = N/2): S[k] = 2·(T[k] + conj T[(N − k) mod N]) summed over the head's `parts` partials in
