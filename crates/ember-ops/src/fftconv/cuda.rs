@@ -456,18 +456,19 @@ fn pairs_per_cta(logm2: u32, row_block: u32) -> usize {
 
 /// Whether a training forward keeps z for the backward: where the backward runs the pair kernels
 /// (bf16, hd = 1, on chip), needs z at all (GELU or a postgate), and reading z beats recomputing
-/// it: P ≥ [`SAVE_Z_MIN_LOGP`] columns per segment row.
+/// it: P ≥ 2^[`SAVE_Z_MIN_LOGP`].
 fn saves_z(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     let big_enough = path.logm() >= SAVE_Z_MIN_LOGP + 7;
     opts.training && big_enough && (opts.gelu || opts.postgate.is_some()) && use_pair_bwd(u, opts, path, dims)
 }
 
-/// log2 P from which the training forward saves z (N = P·512 real points: 8192 and up). Measured
-/// on an H200 (B = 16, H = 768, GELU and D, fwd+bwd, saved z against recomputed, same run):
-/// L = 4096 (P = 32) 1.645 → 1.368 ms, L = 5000 (P = 64) 4.14 → 3.64 ms, but L = 1024 (P = 8)
-/// 0.390 → 0.396 and L = 256 (P = 2) 0.163 → 0.166: at small P the transforms are cheap and the
-/// backward's extra read of z and the forward's extra write cost as much as they save.
-const SAVE_Z_MIN_LOGP: u32 = 4;
+/// log2 P from which the training forward saves z (the pair kernels' complex length P·256 = the
+/// real FFT size N: N ≥ 8192). Measured on an H200 (B = 16, H = 768, GELU and D, fwd+bwd, saved z
+/// against recomputed, same runs): L = 4096 (P = 32) 1.645 → 1.368 ms, L = 5000 (P = 64) 4.14 →
+/// 3.64 ms, but L = 2048 (P = 16) 0.695 → 0.739, L = 1024 (P = 8) 0.390 → 0.396 and L = 256
+/// (P = 2) 0.163 → 0.166: at small P the transforms are cheap and the backward's extra read of z
+/// and the forward's extra write cost more than they save.
+const SAVE_Z_MIN_LOGP: u32 = 5;
 
 /// The output, the filter spectrum (reused by the backward) and, for a training forward where
 /// [`saves_z`], z (u's dtype, u's shape).

@@ -81,7 +81,9 @@ pub struct Options<'a> {
     /// for every call by `EMBER_FFTCONV_TC=1`.
     pub tensor_cores: bool,
     /// The forward is followed by [`backward`] (a training step): where the backward runs the
-    /// CUDA pair kernels (bf16 u, head_dim = 1, on-chip sizes) and needs z (GELU or a postgate),
+    /// CUDA pair kernels (bf16 u, head_dim = 1, on-chip sizes) with an FFT of N ≥ 8192 points
+    /// (L + max(Lk, Lkr) − 1 > 4096; below, recomputing was measured faster) and needs z (GELU or
+    /// a postgate),
     /// the forward also writes z = y + D·v in u's dtype (one more B·H·L store) and the backward
     /// reads it instead of recomputing it (one of its four transforms). d_z then sees z rounded to
     /// u's dtype (≈ 2^−9 relative in bf16, within bf16's tolerance); out is bitwise the same.

@@ -134,15 +134,15 @@ fn cases(tier: Tier) -> Vec<Case> {
             // Staged pair forward (P = 32, no pregate, L % 8 = 0): 280 groups, more than the
             // persistent grid of 2 CTAs per SM on a 132-SM GPU, so CTAs take several groups.
             Case { gelu: true, d: true, post: true, ..Case::plain(4, 140, 3000) },
-            // Training forward (z saved in bf16 from P = 16, read by the pair backward): P = 16,
-            // 32 (L > N/2 with a short filter), the staged forward, P = 64; GELU alone, postgate
-            // alone; below P = 16 nothing saved (L = 300).
+            // Training forward (z saved in bf16 from P = 32, read by the pair backward): P = 32
+            // (L > N/2 with a short filter), the staged forward, P = 64; GELU alone, postgate
+            // alone; below P = 32 nothing saved (L = 1500: P = 16, L = 300: P = 2).
             Case::all(3, 2, 1500).train(),
             Case::all(1, 4, 3000).lk(2000).train(),
             Case { gelu: true, d: true, post: true, ..Case::plain(4, 140, 3000) }.train(),
             Case::all(3, 1, 5000).train(),
-            Case { gelu: true, ..Case::plain(3, 2, 2000) }.train(),
-            Case { post: true, ..Case::plain(3, 2, 2000) }.train(),
+            Case { gelu: true, ..Case::plain(3, 2, 3000) }.train(),
+            Case { post: true, ..Case::plain(3, 2, 3000) }.train(),
             Case::all(3, 2, 300).train(),
         ],
         // Every size the issue names, large ones included.
@@ -201,8 +201,8 @@ fn cases(tier: Tier) -> Vec<Case> {
             // stage 1), an odd row count, mask and postgate.
             v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(16, 40, 3000) });
             v.push(Case { gelu: true, d: true, post: true, ..Case::plain(15, 40, 6000).lk(2000) });
-            // Training forward: every P (z saved from P = 16), odd rows per head, several pairs
-            // per slot, each option alone at P = 16 and 64, the staged forward, out_f32.
+            // Training forward: every P (z saved from P = 32), odd rows per head, several pairs
+            // per slot, each option alone at P = 32 and 64, the staged forward, out_f32.
             for (b, l) in [(3, 129), (5, 256), (1, 1000), (3, 2047), (5, 4096), (3, 5000), (2, 8192)] {
                 v.push(Case::all(b, 3, l).train());
             }
@@ -357,7 +357,7 @@ fn cuda_properties(
         let plain = forward(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &Options { training: false, ..opts })?;
         let (a, b) = (f.out.to_vec_f64()?, plain.out.to_vec_f64()?);
         rows.push(property("fftconv", case, "train out = plain out", dtype, ctx.device, a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())));
-        // Saved where the pair backward runs at P ≥ 16 (bf16, hd = 1, N ≥ 8192: at these cases'
+        // Saved where the pair backward runs at P ≥ 32 (bf16, hd = 1, N ≥ 8192: at these cases'
         // on-chip sizes, L + max(Lk, Lkr) − 1 > 4096).
         if dtype == DType::BF16 && c.hd == 1 && !c.four_step && (c.gelu || c.post) {
             let want = c.l + c.lk.max(c.lkr) - 1 > 4096;
