@@ -301,7 +301,11 @@ fn reduce_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, c: usize) -> Option<(usi
         return None;
     }
     let optin = dev.info().shared_memory_per_block_optin as usize;
-    let nh = if c <= 128 { 1 } else { 2 };
+    // EMBER_DIFFUSION_REDUCE_NH=1 (measurements): 128-channel tiles at any C, so each chunk's
+    // partial is split over C/128 CTAs (which each read the chunk's basis).
+    static FORCED_NH: OnceLock<Option<usize>> = OnceLock::new();
+    let forced = *FORCED_NH.get_or_init(|| std::env::var("EMBER_DIFFUSION_REDUCE_NH").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n == 1));
+    let nh = forced.unwrap_or(if c <= 128 { 1 } else { 2 });
     [nh, 1].into_iter().map(|nh| (nh, reduce_wg_smem(nh))).find(|&(_, smem)| smem <= optin)
 }
 
