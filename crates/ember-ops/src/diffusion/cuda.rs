@@ -640,6 +640,8 @@ struct Geometry {
     expand_ctas: Option<usize>,
     // finalize
     finalize_grid: (u32, u32),
+    /// Threads per output of the standalone finalize (its blockDim.z; see [`finalize_layers`]).
+    finalize_layers: u32,
     vec: bool,
 }
 
@@ -796,6 +798,7 @@ impl Geometry {
             (None, None) => expand_smem(dtype, ewn, kpe, st),
         };
         let finalize_grid = (to_u32_grid(meshes * (cpe / 32), i32::MAX as usize, "meshes × channel blocks")?, (kpe / 8) as u32);
+        let finalize_layers = finalize_layers(n_sm, finalize_grid.0 as usize * finalize_grid.1 as usize, n_chunks / meshes.max(1));
         let n_persist_goal = n_sm; // refined by occupancy at launch
         let expand_grid = (to_u32_grid(n_tiles.min(n_persist_goal).max(1), i32::MAX as usize, "expand tiles")?, to_u32_grid(n_nte, 65535, "expand channel tiles")?);
         Ok(Geometry {
@@ -829,6 +832,7 @@ impl Geometry {
             expand_smem,
             expand_ctas: tune.expand_ctas.map(|n| n.max(1)),
             finalize_grid,
+            finalize_layers,
             vec,
         })
     }
@@ -1070,16 +1074,28 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem
 
 /// Threads per output in the finalize (blockDim.z): each sums a quarter (or half, or all) of the
 /// mesh's chunk sub-sums (diffusion.cu's FIN_PARTS = 4 parts, combined in a fixed tree, so the bits
-/// do not depend on this). The finalize is bound by L2 latency (one thread per output held 8 loads
-/// in flight over ~130 partials, 8 warps per SM); 4 layers put 32 warps per SM on it.
-/// `EMBER_DIFFUSION_FINALIZE_LAYERS=1|2|4` (measurements); default 4.
-fn finalize_layers() -> u32 {
-    static LAYERS: OnceLock<u32> = OnceLock::new();
-    *LAYERS.get_or_init(|| std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l)).unwrap_or(4))
+/// do not depend on this). The finalize is bound by L2 latency: one thread per output held 8 loads
+/// in flight over ~130 partials at 8 warps per SM (V = 131072, one mesh); 4 layers put 32 warps
+/// per SM on it (fwd −4.7 % there, V = 16384 −9 %). Only where the one-layer grid leaves the GPU
+/// room for the others (a batch of 16 meshes already has 2048 blocks, which 4 layers made 15 waves
+/// of 1024-thread blocks: fwd+bwd 0.258 → 0.304 ms) and the meshes have chunks enough to share.
+/// `EMBER_DIFFUSION_FINALIZE_LAYERS=1|2|4` (measurements) forces it.
+fn finalize_layers(n_sm: usize, blocks: usize, chunks_per_mesh: usize) -> u32 {
+    static FORCED: OnceLock<Option<u32>> = OnceLock::new();
+    if let Some(l) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l))) {
+        return l;
+    }
+    // Threads the GPU holds at once (2048 per SM) against one layer's.
+    let room = (n_sm * 2048) / (blocks * 256).max(1);
+    match (room, chunks_per_mesh) {
+        (r, c) if r >= 4 && c >= 16 => 4,
+        (r, c) if r >= 2 && c >= 8 => 2,
+        _ => 1,
+    }
 }
 
 fn finalize_cfg(g: &Geometry) -> LaunchConfig {
-    LaunchConfig { grid_dim: (g.finalize_grid.0, g.finalize_grid.1, 1), block_dim: (32, 8, finalize_layers()), shared_mem_bytes: 0 }
+    LaunchConfig { grid_dim: (g.finalize_grid.0, g.finalize_grid.1, 1), block_dim: (32, 8, g.finalize_layers), shared_mem_bytes: 0 }
 }
 
 #[allow(clippy::too_many_arguments)]
