@@ -1078,19 +1078,21 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem
 /// in flight over ~130 partials at 8 warps per SM (V = 131072, one mesh); 4 layers put 32 warps
 /// per SM on it (fwd −4.7 % there, V = 16384 −9 %). Only where the one-layer grid leaves the GPU
 /// room for the others (a batch of 16 meshes already has 2048 blocks, which 4 layers made 15 waves
-/// of 1024-thread blocks: fwd+bwd 0.258 → 0.304 ms) and the meshes have chunks enough to share.
+/// of 1024-thread blocks: fwd+bwd 0.258 → 0.304 ms) and the meshes have chunks enough to share
+/// (16: below, a mesh's chunks are one part).
 /// `EMBER_DIFFUSION_FINALIZE_LAYERS=1|2|4` (measurements) forces it.
 fn finalize_layers(n_sm: usize, blocks: usize, chunks_per_mesh: usize) -> u32 {
     static FORCED: OnceLock<Option<u32>> = OnceLock::new();
     if let Some(l) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l))) {
         return l;
     }
-    // Threads the GPU holds at once (2048 per SM) against one layer's.
+    // Threads the GPU holds at once (2048 per SM) against one layer's; meshes of fewer than 16
+    // chunks (FIN_SPLIT_MIN in diffusion.cu) are summed as one part, which one layer does.
     let room = (n_sm * 2048) / (blocks * 256).max(1);
-    match (room, chunks_per_mesh) {
-        (r, c) if r >= 4 && c >= 16 => 4,
-        (r, c) if r >= 2 && c >= 8 => 2,
-        _ => 1,
+    if room >= 4 && chunks_per_mesh >= 16 {
+        4
+    } else {
+        1
     }
 }
 

@@ -388,12 +388,15 @@ __device__ __forceinline__ float sum_partials(const float* ws, i64 ch0, i64 ch1,
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-// A mesh's chunk range is summed as FIN_PARTS sub-ranges (part p: chunks ch0 + n·p/FIN_PARTS up to
-// ch0 + n·(p + 1)/FIN_PARTS), combined in a fixed tree. The standalone finalize gives each part its
-// own thread (blockDim.z of them), so four times the loads are in flight per output; the fused
-// pass sums the parts in one thread. Either way the order depends only on the mesh's chunk count:
-// the same bits from both paths, for any batch, and whatever blockDim.z is.
+// A mesh of n ≥ FIN_SPLIT_MIN chunks is summed as FIN_PARTS sub-ranges (part p: chunks
+// ch0 + n·p/FIN_PARTS up to ch0 + n·(p + 1)/FIN_PARTS), combined in a fixed tree; fewer chunks are
+// one range (parts of a few chunks each, summed one after another by one thread, cost a latency
+// round trip each: a batch of 16 small meshes got 6 % slower). The standalone finalize gives each
+// part its own thread (blockDim.z of them), so four times the loads are in flight per output; the
+// fused pass sums the parts in one thread. Either way the order depends only on the mesh's chunk
+// count: the same bits from both paths, for any batch, and whatever blockDim.z is.
 #define FIN_PARTS 4
+#define FIN_SPLIT_MIN 16
 
 // Block (bx, by) of the finalize grid, thread (tx, ty) of its 32 × 8: which output it owns.
 struct FinIdx {
@@ -415,30 +418,34 @@ __device__ __forceinline__ FinIdx fin_idx(const i64* __restrict__ chunk_prefix, 
     return f;
 }
 
-__device__ __forceinline__ float fin_part(const float* ws, const FinIdx& f, int p, int KP, int CP) {
+// Parts of a mesh's chunk range (1 or FIN_PARTS; uniform over a block: a block is one mesh's).
+__device__ __forceinline__ int fin_nparts(const FinIdx& f) { return f.ch1 - f.ch0 >= FIN_SPLIT_MIN ? FIN_PARTS : 1; }
+
+__device__ __forceinline__ float fin_part(const float* ws, const FinIdx& f, int p, int np, int KP, int CP) {
     const i64 n = f.ch1 - f.ch0;
-    return sum_partials(ws, f.ch0 + n * p / FIN_PARTS, f.ch0 + n * (p + 1) / FIN_PARTS, f.e, f.c, KP, CP);
+    return sum_partials(ws, f.ch0 + n * p / np, f.ch0 + n * (p + 1) / np, f.e, f.c, KP, CP);
 }
 
-__device__ __forceinline__ float fin_combine(const float* r) { return (r[0] + r[1]) + (r[2] + r[3]); }
+__device__ __forceinline__ float fin_combine(const float* r, int np) { return np == 1 ? r[0] : (r[0] + r[1]) + (r[2] + r[3]); }
 
 // All parts in this thread (the fused pass).
 __device__ __forceinline__ float fin_sum_serial(const float* ws, const FinIdx& f, int KP, int CP) {
+    const int np = fin_nparts(f);
     float r[FIN_PARTS];
 #pragma unroll
-    for (int p = 0; p < FIN_PARTS; ++p) r[p] = f.live ? fin_part(ws, f, p, KP, CP) : 0.0f;
-    return fin_combine(r);
+    for (int p = 0; p < FIN_PARTS; ++p) r[p] = f.live && p < np ? fin_part(ws, f, p, np, KP, CP) : 0.0f;
+    return fin_combine(r, np);
 }
 
 // Thread z of blockDim.z sums parts z, z + blockDim.z, …; every thread of the block must call it.
 __device__ __forceinline__ float fin_sum_block(const float* ws, const FinIdx& f, int KP, int CP, float (*parts)[8][33]) {
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    for (int p = threadIdx.z; p < FIN_PARTS; p += blockDim.z) parts[p][ty][tx] = f.live ? fin_part(ws, f, p, KP, CP) : 0.0f;
+    const int tx = threadIdx.x, ty = threadIdx.y, np = fin_nparts(f);
+    for (int p = threadIdx.z; p < np; p += blockDim.z) parts[p][ty][tx] = f.live ? fin_part(ws, f, p, np, KP, CP) : 0.0f;
     __syncthreads();
     float r[FIN_PARTS];
 #pragma unroll
-    for (int p = 0; p < FIN_PARTS; ++p) r[p] = parts[p][ty][tx];
-    return fin_combine(r);
+    for (int p = 0; p < FIN_PARTS; ++p) r[p] = p < np ? parts[p][ty][tx] : 0.0f;
+    return fin_combine(r, np);
 }
 
 // s: the combined chunk sum of output f (meaningful where f.live).
