@@ -1434,3 +1434,24 @@ pub fn clamp_min(times: &Tensor, lo: f32) -> Result<()> {
     let grid = to_u32_grid(times.numel().div_ceil(256), i32::MAX as usize, "times")?;
     dev.launch(&f, ember_core::cuda::cfg_1d(grid, 256, 0)).arg(&p).arg(&n).arg(&lo).named("diffusion_clamp").run()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four threads per output only where the one-layer finalize grid leaves three quarters of the
+    /// GPU's threads free and meshes have 16 chunks or more (fewer are summed as one part).
+    #[test]
+    fn finalize_layers_follow_the_grid_and_the_chunks() {
+        // One mesh, K = 128, C = 256: 8 × 16 blocks of 256 threads on 132 SMs.
+        assert_eq!(finalize_layers(132, 128, 128), 4);
+        assert_eq!(finalize_layers(132, 128, 64), 4);
+        // Meshes of 15 chunks or fewer: one part per output, one layer.
+        assert_eq!(finalize_layers(132, 128, 15), 1);
+        // A batch of 16 meshes: 2048 blocks already fill the GPU.
+        assert_eq!(finalize_layers(132, 2048, 32), 1);
+        // Exactly a quarter of the threads: 4 layers fill the GPU once.
+        assert_eq!(finalize_layers(132, 264, 16), 4);
+        assert_eq!(finalize_layers(132, 265, 16), 1);
+    }
+}

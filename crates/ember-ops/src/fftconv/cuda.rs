@@ -726,3 +726,34 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
     }
     Ok(Grads { d_u, d_k, d_k_rev: d_kr, d_d, d_pregate: d_pre, d_postgate: d_post })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The training forward keeps z only for the bf16 pair backward with GELU or a postgate, from
+    /// N = 8192 (P = 32), as measured; elsewhere (small P, other dtypes, hd = 8, four-step sizes,
+    /// no GELU and no postgate, inference) it keeps nothing.
+    #[test]
+    fn training_forward_keeps_z_where_the_pair_backward_reads_it() {
+        let dims = |b: usize, h: usize, l: usize, hd: usize| Dims { b, h, l, lk: l, lk_rev: 0, hd };
+        let keeps = |dt: DType, opts: &Options, d: Dims| {
+            let mut path = plan(&d, false);
+            let want_pair = use_pair(dt, opts, path, &d);
+            if let Path::OnChip { ref mut pair, .. } = path {
+                *pair = want_pair;
+            }
+            saves_z(dt, opts, path, &d)
+        };
+        let train = Options::new().gelu(true).training(true);
+        assert!(keeps(DType::BF16, &train, dims(16, 768, 4096, 1)), "L = 4096: P = 32");
+        assert!(keeps(DType::BF16, &train, dims(2, 8, 5000, 1)), "L = 5000: P = 64");
+        assert!(!keeps(DType::BF16, &train, dims(16, 768, 2048, 1)), "L = 2048: P = 16, recomputing was faster");
+        assert!(!keeps(DType::BF16, &train, dims(16, 768, 256, 1)), "L = 256: P = 2");
+        assert!(!keeps(DType::F16, &train, dims(16, 768, 4096, 1)), "f16 runs the v2 backward");
+        assert!(!keeps(DType::BF16, &train, dims(2, 16, 4096, 8)), "hd = 8 runs the v2 backward");
+        assert!(!keeps(DType::BF16, &train, dims(1, 4, 1 << 16, 1)), "four-step sizes");
+        assert!(!keeps(DType::BF16, &Options::new().training(true), dims(16, 768, 4096, 1)), "no GELU, no postgate: z is not needed");
+        assert!(!keeps(DType::BF16, &Options::new().gelu(true), dims(16, 768, 4096, 1)), "inference forward");
+    }
+}

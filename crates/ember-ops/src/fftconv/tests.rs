@@ -419,3 +419,24 @@ fn pair_backward_chunk_search_equals_the_exhaustive_one() {
         }
     }
 }
+
+/// On the CPU a training forward is the plain one (nothing saved) and gives the same output and
+/// gradients, bit for bit.
+#[test]
+fn training_forward_on_the_cpu_is_the_plain_one() {
+    let dev = ember_core::Device::Cpu;
+    let u = ember_core::Tensor::randn(&[2, 3, 300], DType::BF16, dev, 11).unwrap();
+    let k = ember_core::Tensor::randn(&[3, 300], DType::F32, dev, 12).unwrap();
+    let d = ember_core::Tensor::randn(&[3], DType::F32, dev, 13).unwrap();
+    let dy = ember_core::Tensor::randn(&[2, 3, 300], DType::BF16, dev, 14).unwrap();
+    let bits = |t: &ember_core::Tensor| t.to_vec_f64().unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let plain = Options::new().gelu(true);
+    let train = plain.training(true);
+    let (fp, ft) = (forward(&u, &k, Some(&d), &plain).unwrap(), forward(&u, &k, Some(&d), &train).unwrap());
+    assert!(!ft.saved_z());
+    assert_eq!(bits(&fp.out), bits(&ft.out));
+    let (gp, gt) = (backward(&fp, &dy).unwrap(), backward(&ft, &dy).unwrap());
+    assert_eq!(bits(&gp.d_u), bits(&gt.d_u));
+    assert_eq!(bits(&gp.d_k), bits(&gt.d_k));
+    assert_eq!(bits(gp.d_d.as_ref().unwrap()), bits(gt.d_d.as_ref().unwrap()));
+}
