@@ -481,42 +481,33 @@ impl crate::OpFamily for Family {
             let sets_v: Vec<_> = (0..sets).map(mk).collect::<Result<_>>()?;
             let opts = Options::new().gelu(true);
             let p = params(&[("b", json!(b)), ("h", json!(h)), ("l", json!(l)), ("gelu", json!(true)), ("d", json!(true))]);
-            let ms = ctx.time(300.0, |i| {
-                let (u, k, d, _) = &sets_v[i % sets];
-                forward(u, k, Some(d), &opts).map(drop)
-            })?;
-            let row = ctx.row("fftconv", "fwd", dtype, p.clone(), ms, fwd_bytes, fwd_flops);
-            progress(&row);
-            rows.push(row);
-            let ms = ctx.time(300.0, |i| {
-                let (u, k, d, dy) = &sets_v[i % sets];
-                let f = forward(u, k, Some(d), &opts)?;
-                backward(&f, dy).map(drop)
-            })?;
-            let row = ctx.row("fftconv", "fwd+bwd", dtype, p.clone(), ms, bwd_bytes, bwd_flops);
-            progress(&row);
-            rows.push(row);
-            // The training forward (z kept for the backward) where it applies, beside the rows above.
-            let topts = opts.training(true);
-            let (u0, k0, d0, _) = &sets_v[0];
-            if forward(u0, k0, Some(d0), &topts)?.saved_z() {
-                let mut pt = p.clone();
-                pt.insert("train".into(), json!(true));
+            // The fwd and fwd+bwd rows of one set of options.
+            let mut time_both = |opts: &Options, p: serde_json::Map<String, serde_json::Value>| -> Result<()> {
                 let ms = ctx.time(300.0, |i| {
                     let (u, k, d, _) = &sets_v[i % sets];
-                    forward(u, k, Some(d), &topts).map(drop)
+                    forward(u, k, Some(d), opts).map(drop)
                 })?;
-                let row = ctx.row("fftconv", "fwd", dtype, pt.clone(), ms, fwd_bytes, fwd_flops);
+                let row = ctx.row("fftconv", "fwd", dtype, p.clone(), ms, fwd_bytes, fwd_flops);
                 progress(&row);
                 rows.push(row);
                 let ms = ctx.time(300.0, |i| {
                     let (u, k, d, dy) = &sets_v[i % sets];
-                    let f = forward(u, k, Some(d), &topts)?;
+                    let f = forward(u, k, Some(d), opts)?;
                     backward(&f, dy).map(drop)
                 })?;
-                let row = ctx.row("fftconv", "fwd+bwd", dtype, pt, ms, bwd_bytes, bwd_flops);
+                let row = ctx.row("fftconv", "fwd+bwd", dtype, p, ms, bwd_bytes, bwd_flops);
                 progress(&row);
                 rows.push(row);
+                Ok(())
+            };
+            time_both(&opts, p.clone())?;
+            // The training forward (z kept for the backward) where it applies, beside the rows above.
+            let topts = opts.training(true);
+            let (u0, k0, d0, _) = &sets_v[0];
+            if forward(u0, k0, Some(d0), &topts)?.saved_z() {
+                let mut pt = p;
+                pt.insert("train".into(), json!(true));
+                time_both(&topts, pt)?;
             }
         }
         Ok(rows)
