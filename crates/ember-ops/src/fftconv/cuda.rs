@@ -146,9 +146,9 @@ fn use_tc(u: DType, opts: &Options, path: Path) -> bool {
     asked && u == DType::BF16 && matches!(path, Path::OnChip { logm, .. } if TC_LOGM.contains(&logm))
 }
 
-/// Complex sizes of the pair forward: M = N/2 with N = 256·P, P = 2 … 64 (L + Lk − 1 ≤ 16384); at
-/// P = 64 only for L ≤ N/2 (fc_fwd_pair64).
-const PAIR_LOGM: std::ops::RangeInclusive<u32> = 8..=13;
+/// Complex sizes of the pair forward: M = N/2 with N = 256·P, P = 2 … 128 (L + Lk − 1 ≤ 32768); at
+/// P = 64 (fc_fwd_pair64) and P = 128 (fc_fwd_pair128, a cluster of two CTAs) only for L ≤ N/2.
+const PAIR_LOGM: std::ops::RangeInclusive<u32> = 8..=14;
 
 /// Whether the forward runs the v4 pair kernels (pair_tc.cuh): bf16 u on the on-chip sizes they
 /// cover, unless the v3 tensor-core forward is asked for or `EMBER_FFTCONV_PAIR=0`.
@@ -159,7 +159,7 @@ fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
 }
 
 /// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_tc.cuh): wherever the pair
-/// forward runs with hd = 1 (N ≤ 16384, at N = 16384 only L ≤ N/2), unless
+/// forward runs with hd = 1 (N ≤ 32768, at N ≥ 16384 only L ≤ N/2), unless
 /// `EMBER_FFTCONV_PAIR_BWD=0` (the v2 backward, to compare).
 fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     let off = std::env::var("EMBER_FFTCONV_PAIR_BWD").is_ok_and(|v| v == "0");
@@ -199,7 +199,8 @@ pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, cta
 }
 
 /// The model's time of chunks of c pairs (see `pair_bwd_chunk`). `ctas_per_sm`: 2 for P ≤ 32;
-/// 1 for P = 64 (one CTA of 512 threads per SM), where a partial last wave costs a full one.
+/// 1 for P = 64 (one CTA of 512 threads per SM), where a partial last wave costs a full one; at
+/// P = 128 a slot is a cluster of two such CTAs, counted as one CTA on half the SMs.
 pub(super) fn pair_bwd_cost(c: usize, heads: usize, pph: usize, slots_per_cta: usize, ctas_per_sm: usize, sms: usize, n: usize) -> f64 {
     let (sms, per_sm) = (sms.max(1), ctas_per_sm.max(1));
     let parts = pph.div_ceil(c);
@@ -209,20 +210,21 @@ pub(super) fn pair_bwd_cost(c: usize, heads: usize, pph: usize, slots_per_cta: u
     c as f64 * (full as f64 + partial + 0.1) + 5e-8 * (parts * heads * n) as f64 + 1e-3 * parts as f64
 }
 
-/// Shared memory of the pair backward: the forward's segments (32; 64 at P = 64), every segment's
-/// saved spectrum as f16 pairs (1 KB each), the per-lane table, and per pair slot two row
-/// descriptors and two scales.
+/// Shared memory of the pair backward: the forward's segments (32; 64 at P = 64 and per CTA at
+/// P = 128), every segment's saved spectrum as f16 pairs (1 KB each), the per-lane table, and per
+/// pair slot two row descriptors and two scales.
 fn smem_bytes_pair_bwd(logp: u32) -> usize {
-    let (segments, pairs) = if logp == 6 { (64, 1) } else { (32, 32 >> logp) };
+    let (segments, pairs) = if logp >= 6 { (64, 1) } else { (32, 32 >> logp) };
     segments * (256 * 8 + 1024) + 40 * 32 * 4 + pairs * (2 * 48 + 8)
 }
 
-/// Shared memory of the pair forward: 32 segments of 256 float2 (64 at P = 64), the per-lane
+/// Shared memory of the pair forward: 32 segments of 256 float2 (64 at P = 64 and per CTA at
+/// P = 128), the per-lane
 /// table (40 words × 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int
 /// per pair; with `staged_elems` (fc_fwd_pair_staged, P = 32) the rows and ints twice, then the
 /// staged u (bf16) at a 16-byte boundary (FP_STG_OFF in pair_tc.cuh).
 fn smem_bytes_pair(logp: u32, staged_elems: usize) -> usize {
-    let (segments, pairs) = if logp == 6 { (64, 1) } else { (32, 32 >> logp) };
+    let (segments, pairs) = if logp >= 6 { (64, 1) } else { (32, 32 >> logp) };
     let head = segments * 256 * 8 + 40 * 32 * 4;
     if staged_elems == 0 { head + pairs * (2 * 48 + 4) } else { (head + 2 * pairs * (2 * 48 + 4)).next_multiple_of(16) + 2 * staged_elems }
 }
@@ -293,9 +295,9 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
     if let Some(t) = tables.get(&ord) {
         return t.cuda_ptr();
     }
-    // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair forward's N = 8192
-    // and 16384), then the tensor-core kernels' per-lane table (40 words × 32 lanes).
-    const TOTAL: usize = (2 << 15) + 8192 + 16384;
+    // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair kernels' N = 8192,
+    // 16384 and 32768), then the tensor-core kernels' per-lane table (40 words × 32 lanes).
+    const TOTAL: usize = (2 << 15) + 8192 + 16384 + 32768;
     let t = Tensor::zeros(&[2 * TOTAL + 40 * 32], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;
@@ -412,10 +414,22 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
     // forward).
     let pair = matches!(path, Path::OnChip { pair: true, .. });
     let floats = if pair { heads * (4 * m + 1) } else { heads * 2 * (m + 1) };
-    let spec = Tensor::zeros(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))?;
+    // The pair layout is written whole by either kernel below (every bin and scale of every head).
+    let spec = if pair { Tensor::output(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? } else { Tensor::zeros(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? };
     let mut p = *base;
     p.spec = spec.cuda_ptr()?;
     match path {
+        Path::OnChip { logm, pair: true, .. } if use_pair_spectrum(opts) => {
+            // fc_spec_pair*: 32/P heads per CTA of 256 threads; P = 64 one per CTA of 512; P = 128
+            // one per cluster of two CTAs of 512.
+            let logp = logm - 7;
+            let (grid, threads) = match logp {
+                6 => (heads, 512),
+                7 => (2 * heads, 512),
+                _ => (heads.div_ceil(32 >> logp), 256),
+            };
+            launch_smem_threads(dev, 256, threads, &format!("fc_spec_pair{logp}"), (grid_u32(grid, "spectrum")?, 1), &p, "fc_spec_pair", smem_bytes_pair(logp, 0))?;
+        }
         Path::OnChip { logm, block, tc, pair } => {
             let lanes = (PER_THREAD * block as usize) >> logm;
             p.nheads = heads as i32;
@@ -439,6 +453,14 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
         }
     }
     Ok(Spectrum { spec, path })
+}
+
+/// Whether the pair kernels' filter spectrum runs on their own engine (fc_spec_pair*, pair_tc.cuh):
+/// without k_rev (its lags N − m would need the full-length stage 1), unless
+/// `EMBER_FFTCONV_PAIR_SPEC=0` (fc_spectrum's v2 transform, to compare).
+fn use_pair_spectrum(opts: &Options) -> bool {
+    let off = std::env::var("EMBER_FFTCONV_PAIR_SPEC").is_ok_and(|v| v == "0");
+    !off && opts.k_rev.is_none()
 }
 
 /// Column tiles per row of the four-step column passes.
@@ -524,9 +546,10 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 // Row pairs per head ⌈rph/2⌉ (nrows is whole heads here), 32/P pairs per CTA.
                 let logp = logm - 7;
                 let pairs = (nrows / rph) * rph.div_ceil(2);
-                // P ≤ 32: 32/P pairs per CTA of 256 threads; P = 64: one pair per CTA of 512.
-                let (per_cta, threads) = if logp == 6 { (1, 512) } else { (32 >> logp, 256) };
-                let groups = pairs.div_ceil(per_cta);
+                // P ≤ 32: 32/P pairs per CTA of 256 threads; P = 64: one pair per CTA of 512;
+                // P = 128: one pair per cluster of two CTAs of 512 (consecutive CTAs).
+                let (per_cta, threads) = if logp >= 6 { (1, 512) } else { (32 >> logp, 256) };
+                let groups = pairs.div_ceil(per_cta) * if logp == 7 { 2 } else { 1 };
                 let prefetch = use_pair_prefetch(logp, u, opts, &dims)?;
                 let entry = if prefetch { format!("fc_fwd_pair_staged{logp}_{sfx}") } else { format!("fc_fwd_pair{logp}_{sfx}") };
                 // Staged u: 2 rows per pair, the first P/2·256 elements of each (P·256 where
@@ -624,13 +647,15 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 p.zs = z.cuda_ptr()?;
                 p.need_z = 0;
             }
-            // Pair slots (32/P per CTA of 256 threads; at P = 64 one per CTA of 512), each a
-            // chunk of ppc of one head's row pairs (every chunk nonempty).
+            // Pair slots (32/P per CTA of 256 threads; at P = 64 one per CTA of 512, at P = 128
+            // one per cluster of two such CTAs), each a chunk of ppc of one head's row pairs
+            // (every chunk nonempty).
             let logp = logm - 7;
             let n = 2 * m;
-            let (slots_per_cta, ctas_per_sm, threads) = if logp == 6 { (1, 1, 512) } else { (32usize >> logp, 2, 256) };
+            let (slots_per_cta, ctas_per_sm, threads) = if logp >= 6 { (1, 1, 512) } else { (32usize >> logp, 2, 256) };
+            let ctas_per_slot = if logp == 7 { 2 } else { 1 };
             let pph = rph.div_ceil(2);
-            let sms = dev.info().multiprocessors.max(1) as usize;
+            let sms = dev.info().multiprocessors.max(1) as usize / ctas_per_slot;
             let ppc = match std::env::var("EMBER_FFTCONV_PAIR_BWD_PPC").ok().and_then(|v| v.parse::<usize>().ok()) {
                 Some(c) => c.clamp(1, pph),
                 None => pair_bwd_chunk(heads, pph, slots_per_cta, ctas_per_sm, sms, n),
@@ -646,7 +671,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 let nh = chunk.min(heads - h0);
                 p.set_head_round(h0, nh, rph);
                 p.parts = parts as i32;
-                let grid = grid_u32((nh * parts).div_ceil(slots_per_cta), "backward")?;
+                let grid = grid_u32((nh * parts).div_ceil(slots_per_cta) * ctas_per_slot, "backward")?;
                 // The `z` entries read the training forward's z (compiled without the recompute).
                 let zsfx = if p.zs != 0 { "z" } else { "" };
                 launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{logp}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;

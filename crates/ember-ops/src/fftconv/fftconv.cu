@@ -1061,7 +1061,10 @@ extern "C" __global__ void fc_twiddles(float2* tw) {
     if (e >= FC_TW_TOTAL) return;
     // The flat table, or entry r·ns + k of a pass table: the angle −2π·num/den.
     double num = e, den = 1 << FC_TWN_LOG;
-    if (e >= FC_TW_PAIR64) {
+    if (e >= FC_TW_PAIR128) {
+        num = (double)((e - FC_TW_PAIR128) >> 8) * ((e - FC_TW_PAIR128) & 255);
+        den = 32768;
+    } else if (e >= FC_TW_PAIR64) {
         num = (double)((e - FC_TW_PAIR64) >> 8) * ((e - FC_TW_PAIR64) & 255);
         den = 16384;
     } else if (e >= FC_TW_PAIR32) {

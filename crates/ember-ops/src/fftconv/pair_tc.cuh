@@ -683,28 +683,45 @@ FC_PAIR_ENTRIES(5)
 extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_bf16(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, ember_bf16>(p); }
 extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_f32(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, float>(p); }
 
+// The 32-point DFT of y[m] (only m < 16 nonzero) as two 16-point DFTs: a[2j + e] =
+// DFT16(y[m]·W32^(m·e))[j]. Stage 1's first step at P = 64 and 128.
+__device__ __forceinline__ void fp_dft32_half(const float2 (&y)[16], float2 (&a)[32]) {
+    float2 ev[16], od[16];
+#pragma unroll
+    for (int m = 0; m < 16; ++m) {
+        ev[m] = y[m];
+        od[m] = m == 0 ? y[m] : c_mul(y[m], w32<-1>(m));
+    }
+    dft16<-1>(ev);
+    dft16<-1>(od);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        a[2 * j] = ev[j];
+        a[2 * j + 1] = od[j];
+    }
+}
+
+// The first 16 outputs of the inverse 32-point DFT of a[]: o[m] = E[m] + W32^−m·O[m], m < 16.
+__device__ __forceinline__ void fp_idft32_first16(const float2 (&a)[32], float2 (&o)[16]) {
+    float2 ev[16], od[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        ev[j] = a[2 * j];
+        od[j] = a[2 * j + 1];
+    }
+    dft16<1>(ev);
+    dft16<1>(od);
+#pragma unroll
+    for (int m = 0; m < 16; ++m) o[m] = c_add(ev[m], m == 0 ? od[m] : c_mul(od[m], w32<1>(m)));
+}
+
 // Stage 1 at P = 64 for thread h of column n2 (at `pos`): y[m] = the pair's input at n1 = 2m + h
 // (m < 16; L ≤ N/2). Y = DFT32 of y (two 16-point DFTs: only m < 16 is nonzero), then the radix-2
 // step across the two threads: thread h keeps X[k + 32h] = Y0[k] ± W64^k·Y1[k] (the partner's Y by
 // shuffle), times W_N^(n2·k1), stored at x[k1·256 + pos]; the pair's largest component into *pmax.
 __device__ __forceinline__ void fp64_stage1(const float2 (&y)[16], int h, float2* __restrict__ x, int pos, const float2* __restrict__ tw, const float2* __restrict__ wtab, int* pmax) {
     float2 a[32];
-    {
-        // Y[2j + e] = DFT16(y[m]·W32^(m·e))[j]
-        float2 ev[16], od[16];
-#pragma unroll
-        for (int m = 0; m < 16; ++m) {
-            ev[m] = y[m];
-            od[m] = m == 0 ? y[m] : c_mul(y[m], w32<-1>(m));
-        }
-        dft16<-1>(ev);
-        dft16<-1>(od);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            a[2 * j] = ev[j];
-            a[2 * j + 1] = od[j];
-        }
-    }
+    fp_dft32_half(y, a);
     float mx = 0.f;
 #pragma unroll
     for (int k = 0; k < 32; ++k) {
@@ -744,17 +761,7 @@ __device__ __forceinline__ void fp64_stage1_inv(float2 (&o)[16], int h, const fl
             a[k] = k == 0 ? d : c_mulc(d, tw[k << (FC_TWN_LOG - 6)]);
         }
     }
-    // o[m] = E[m] + W32^−m·O[m], m < 16.
-    float2 ev[16], od[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-        ev[j] = a[2 * j];
-        od[j] = a[2 * j + 1];
-    }
-    dft16<1>(ev);
-    dft16<1>(od);
-#pragma unroll
-    for (int m = 0; m < 16; ++m) o[m] = c_add(ev[m], m == 0 ? od[m] : c_mul(od[m], w32<1>(m)));
+    fp_idft32_first16(a, o);
 }
 
 // N = 16384 (P = 64), L ≤ N/2 only: one row pair per CTA of 512 threads, two threads per column
@@ -831,6 +838,205 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
 
 extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
 extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { fc_fwd_pair64<ember_bf16, float>(p); }
+
+// ---- N = 32768 (P = 128, L ≤ N/2): one row pair per cluster of two CTAs ---------------------------
+//
+// The P = 64 design spread over a thread-block cluster of two CTAs of 512 threads: the data of one
+// pair (32768 complex f32, 256 KB) is twice what one SM holds, so CTA c (its rank in the cluster)
+// owns columns n2 ∈ [128c, 128c + 128) in stage 1 and its inverse, and segments k1 ∈ [64c, 64c + 64)
+// in between (128 KB each, as at P = 64). Four threads per column; thread j = 2·j1 + j0 takes
+// n1 = 4m + j (m < 16), a 32-point DFT of its 16 inputs (fp_dft32_half), then two radix-2 steps
+// across the four by shuffles — j1 (xor 2, the 64-point DFTs of each parity), then j0 (xor 1) —
+// after which it holds bins k1 = k + 32·j1 + 64·j0, k < 32: segment k + 32·j1 of CTA j0, written
+// through distributed shared memory (half of each CTA's stores go to its peer). Every twiddle of
+// the two steps is the same for all lanes of a warp but for a factor (−i)^j1 (a swap). The inverse
+// mirrors it, reading both CTAs. The pair scale is the cluster's largest component: each warp's
+// max goes to both CTAs (red.shared::cluster.max). Cluster barriers separate the phases.
+
+__device__ __forceinline__ unsigned fp_cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void fp_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void fp_cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void fp_cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// The shared::cluster address of `p` (this CTA's shared memory) in CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned fp_dsm(const void* p, unsigned rank) {
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
+    return r;
+}
+// The generic address of `p` (this CTA's shared memory) in CTA `rank` of the cluster: plain loads
+// and stores through it, which the compiler schedules as any other (batched ahead of their uses).
+__device__ __forceinline__ float2* fp_peer(float2* p, unsigned rank) {
+    unsigned long long r;
+    asm volatile("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(reinterpret_cast<unsigned long long>(p)), "r"(rank));
+    return reinterpret_cast<float2*>(r);
+}
+__device__ __forceinline__ void fp_max_dsm(unsigned a, int v) { asm volatile("red.shared::cluster.max.s32 [%0], %1;" ::"r"(a), "r"(v) : "memory"); }
+
+// (−i)^s·w for s ∈ {0, 1} (forward) or i^s·w (DIR > 0): a swap and a sign.
+template <int DIR> __device__ __forceinline__ float2 fp_rot(float2 w, int s) {
+    if (!s) return w;
+    return DIR < 0 ? make_float2(w.y, -w.x) : make_float2(-w.y, w.x);
+}
+
+// Stage 1 at P = 128 for thread j = 2·j1 + j0 of column n2 (at `pos`): y[m] = the pair's input at
+// n1 = 4m + j. xg0, xg1: the segments' base in CTA 0 and 1 (generic addresses, fp_peer); pm0, pm1:
+// the pair's max word in each (shared::cluster addresses).
+__device__ __forceinline__ void fp128_stage1(const float2 (&y)[16], int j, float2* xg0, float2* xg1, int pos, const float2* __restrict__ tw, const float2* __restrict__ wtab, unsigned pm0, unsigned pm1) {
+    const int j0 = j & 1, j1 = j >> 1;
+    float2 a[32];
+    fp_dft32_half(y, a);  // D_j[k]: the 32-point DFT of n1 = 4m + j
+    // j1 step (xor 2): E_j0[k + 32·j1] = D_(j0, 0)[k] ± W64^k·D_(j0, 1)[k].
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 2), __shfl_xor_sync(0xffffffffu, a[k].y, 2));
+        const float2 d0 = j1 == 0 ? a[k] : other, d1 = j1 == 0 ? other : a[k];
+        const float2 t = k == 0 ? d1 : c_mul(d1, tw[k << (FC_TWN_LOG - 6)]);
+        a[k] = j1 == 0 ? c_add(d0, t) : c_sub(d0, t);
+    }
+    // j0 step (xor 1): X[κ + 64·j0] = E_0[κ] ± W128^κ·E_1[κ], κ = k + 32·j1 (W128^(32·j1) = (−i)^j1).
+    float2* xg = j0 ? xg1 : xg0;
+    float mx = 0.f;
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
+        const float2 e0 = j0 == 0 ? a[k] : other, e1 = j0 == 0 ? other : a[k];
+        const float2 t = c_mul(e1, fp_rot<-1>(tw[k << (FC_TWN_LOG - 7)], j1));
+        const float2 v0 = j0 == 0 ? c_add(e0, t) : c_sub(e0, t);
+        const int k1 = k + 32 * j1 + 64 * j0;
+        const float2 v = c_mul(v0, wtab[k1 << 8]);
+        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+        xg[(k + 32 * j1) * 256 + pos] = v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) {
+        fp_max_dsm(pm0, __float_as_int(mx));
+        fp_max_dsm(pm1, __float_as_int(mx));
+    }
+}
+
+// Inverse stage 1 at P = 128: thread (j1, j0) reads B[κ + 64·j0]·conj(W_N^(n2·k1)), κ = k + 32·j1;
+// the j0 step forms F_0[κ] = B[κ] + B[κ + 64] (j0 = 0) or F_1[κ] = (B[κ] − B[κ + 64])·W128^−κ; the
+// j1 step G = F[k] + F[k + 32] (j1 = 0) or (F[k] − F[k + 32])·W64^−k; then the first 16 outputs of
+// the inverse 32-point DFT: o[m] = output n1 = 4m + j.
+__device__ __forceinline__ void fp128_stage1_inv(float2 (&o)[16], int j, const float2* xg0, const float2* xg1, int pos, const float2* __restrict__ tw, const float2* __restrict__ wtab) {
+    const int j0 = j & 1, j1 = j >> 1;
+    const float2* xg = (j0 ? xg1 : xg0) + 32 * j1 * 256 + pos;
+    float2 a[32];
+    // All loads first (half of them from the peer, at distributed shared memory's latency).
+#pragma unroll
+    for (int k = 0; k < 32; ++k) a[k] = xg[k * 256];
+#pragma unroll
+    for (int k = 0; k < 32; ++k) a[k] = c_mulc(a[k], wtab[(k + 32 * j1 + 64 * j0) << 8]);
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
+        if (j0 == 0) {
+            a[k] = c_add(a[k], other);
+        } else {
+            const float2 w = tw[k << (FC_TWN_LOG - 7)];
+            a[k] = c_mul(c_sub(other, a[k]), fp_rot<1>(make_float2(w.x, -w.y), j1));
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 2), __shfl_xor_sync(0xffffffffu, a[k].y, 2));
+        if (j1 == 0) {
+            a[k] = c_add(a[k], other);
+        } else {
+            const float2 d = c_sub(other, a[k]);
+            a[k] = k == 0 ? d : c_mulc(d, tw[k << (FC_TWN_LOG - 6)]);
+        }
+    }
+    fp_idft32_first16(a, o);
+}
+
+// Shared memory of the P = 128 kernels, per CTA: as P = 64's (64 segments, in the backward also
+// their W), so smem_bytes_pair / smem_bytes_pair_bwd count logp 6 and 7 alike.
+template <typename T, typename TO>
+__device__ void fc_fwd_pair128(const FcParams& p) {
+    constexpr int LOGN = 15;  // P = 128
+    FC_SMEM_DECL
+    float2* x = fc_smem;  // this CTA's 64 segments
+    unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2);
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    const unsigned rank = fp_cluster_rank();
+    const int j = threadIdx.x & 3, n2 = (int)(rank << 7) + (threadIdx.x >> 2);
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const bool pre = p.has_pre;
+    const i64 rph = p.B * (i64)p.hd * p.hd;
+    const i64 pph = (rph + 1) / 2;
+    if (threadIdx.x < 2) {
+        const i64 Q = blockIdx.x >> 1;  // the cluster's pair (clusters are consecutive CTAs)
+        const i64 gl = Q / pph, qq = Q - gl * pph;
+        FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
+        const bool first_valid = gl * rph + 2 * qq < p.nrows;
+        row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
+        rows[threadIdx.x] = row;
+        if (threadIdx.x == 0) pmax[0] = 0;
+    }
+    // Both CTAs have started, set their rows and zeroed their max before any remote access.
+    fp_cluster_sync();
+    const FcRow ra = rows[0], rb = rows[1];
+    if (!ra.valid) return;  // uniform over the cluster (both CTAs compute the same rows)
+    FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+    // Thread j's elements n1 = 4m + j sit at offset j·256 + m·1024.
+    const int off = j << 8;
+    fa.u += off; fb.u += off; fa.pre += off; fb.pre += off; fa.post += off; fb.post += off;
+    fa.out += off; fb.out += off; fa.z += off; fb.z += off; fa.ws += off; fb.ws += off;
+    fa.len -= off; fb.len -= off;
+    const float2* wtab = tw + FC_TW_PAIR128 + n2;  // W_N^(n2·k1) at k1·256
+    float2* const xg0 = fp_peer(x, 0);
+    float2* const xg1 = fp_peer(x, 1);
+    const unsigned pm0 = fp_dsm(pmax, 0), pm1 = fp_dsm(pmax, 1);
+    // ---- stage 1.
+    {
+        float2 y[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+            const int o = m << 10;
+            float va = o < fa.len ? ember_to_f32(fa.u[o]) : 0.f;
+            float vb = o < fb.len ? ember_to_f32(fb.u[o]) : 0.f;
+            if (pre) {
+                va *= o < fa.len ? ember_to_f32(fa.pre[o]) : 0.f;
+                vb *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
+            }
+            y[m] = make_float2(va, vb);
+        }
+        fp128_stage1(y, j, xg0, xg1, pos, tw, wtab, pm0, pm1);
+    }
+    fp_cluster_sync();
+    // ---- stage 2: this CTA's 64 segments (k1 = 64·rank + sg), 4 per warp.
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
+        const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)ra.g << (LOGN - 1)) + ((int)((rank << 6) + sg) << 7);
+        fp_segment(x + sg * 256, kf, tab, s1);
+    }
+    fp_cluster_sync();
+    // ---- inverse stage 1 (both CTAs' segments), then the epilogue.
+    const float ks = reinterpret_cast<const float*>(p.spec)[((i64)p.heads << (LOGN + 1)) + ra.g];
+    float2 o16[16];
+    fp128_stage1_inv(o16, j, xg0, xg1, pos, tw, wtab);
+    fp_cluster_arrive();  // done reading the peer's shared memory
+    fp_epilogue_sel<16, 10>(fp_epilogue_flags(p), o16, 16, inv1, ks, fa, fb);
+    fp_cluster_wait();  // the peer is done reading ours: both may exit
+}
+
+#define FP128_FWD(TO, SFX) \
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair7_bf16_##SFX(FcParams p) { fc_fwd_pair128<ember_bf16, TO>(p); }
+FP128_FWD(ember_bf16, bf16)
+FP128_FWD(float, f32)
 
 // =================================================================================================
 // v6 backward (bf16 u, hd = 1, N = 512 … 8192): the backward in pair form, on the forward's engine.
@@ -1253,6 +1459,302 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_bf16(FcPa
 extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_f32(FcParams p) { fc_bwd_pair64<false, ember_bf16, float>(p); }
 extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_bf16(FcParams p) { fc_bwd_pair64<true, ember_bf16, ember_bf16>(p); }
 extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_f32(FcParams p) { fc_bwd_pair64<true, ember_bf16, float>(p); }
+
+// The backward at N = 32768 (P = 128, L ≤ N/2): fc_bwd_pair64's phases on a cluster of two CTAs as
+// fc_fwd_pair128 (each CTA: half the columns in stage 1 and its inverse, half the segments and
+// their W in between). Slot = cluster: cluster blockIdx.x / 2 takes chunk (cluster mod parts) of
+// head cluster / parts; its filter-gradient partial is one N-bin slot of tbuf, each CTA writing
+// its own segments' bins. Cluster barriers where a phase reads or writes the peer's shared memory.
+template <bool ZM, typename T, typename TO>
+__device__ void fc_bwd_pair128(const FcParams& p) {
+    constexpr int LOGN = 15;  // P = 128
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    uint4* wsave = reinterpret_cast<uint4*>(x + 64 * 256);  // [segment][j][lane]
+    unsigned* tab = reinterpret_cast<unsigned*>(wsave + 64 * 64);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    const unsigned rank = fp_cluster_rank();
+    const int j = threadIdx.x & 3, n2 = (int)(rank << 7) + (threadIdx.x >> 2);
+    const int pos = fp_idx(n2 >> 4, n2 & 15), off = j << 8;
+    const bool pre = p.has_pre, need_z = !ZM && p.need_z;
+    const i64 rph = p.B;  // rows per head (hd = 1)
+    const i64 pph = (rph + 1) / 2;
+    const i64 ppc = (pph + p.parts - 1) / p.parts;
+    const i64 slot = blockIdx.x >> 1;
+    const float2* wtab = tw + FC_TW_PAIR128 + n2;
+    const float4* spec = reinterpret_cast<const float4*>(p.spec);
+    const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
+    // This CTA's segments k1 = 64·rank + sg in the slot's partial (fragment order, 128 float4 each).
+    float4* tslot = reinterpret_cast<float4*>(p.tbuf) + (slot << (LOGN - 1)) + ((i64)rank << 13);
+    float2* const xg0 = fp_peer(x, 0);
+    float2* const xg1 = fp_peer(x, 1);
+    const unsigned pm0 = fp_dsm(pmax, 0), pm1 = fp_dsm(pmax, 1);
+#pragma unroll 1
+    for (i64 it = 0; it < ppc; ++it) {
+        if (threadIdx.x < 2) {
+            const i64 hh = slot / p.parts, q = (slot - hh * p.parts) * ppc + it;
+            const bool ok = hh < p.nheads && q < pph && (threadIdx.x == 0 || 2 * q + 1 < rph);
+            FcRow row = fc_row(p, hh * rph + 2 * q + threadIdx.x);
+            row.valid = row.valid && ok;
+            rows[threadIdx.x] = row;
+            if (threadIdx.x == 0) pmax[0] = pmax[1] = 0;
+        }
+        // Rows set and maxima zeroed in both CTAs (and the previous pair's phase 3 done) before any
+        // remote access.
+        fp_cluster_sync();
+        const FcRow ra = rows[0], rb = rows[1];
+        // Uniform over the cluster; chunks are consecutive pairs, so no later pair is valid either.
+        if (!ra.valid) break;
+        FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+        fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
+        const i64 kseg = ((i64)ra.g << (LOGN - 1)) + ((i64)rank << 13);
+        // ---- phase 1, stage 1: w.
+        {
+            float2 y[16];
+#pragma unroll
+            for (int m = 0; m < 16; ++m) {
+                const int o = m << 10;
+                float va = o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f;
+                float vb = o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f;
+                if (pre) {
+                    va *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
+                    vb *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
+                }
+                y[m] = make_float2(va, vb);
+            }
+            fp128_stage1(y, j, xg0, xg1, pos, tw, wtab, pm0, pm1);
+        }
+        fp_cluster_sync();
+        // ---- phase 1, segments: W saved; z's spectrum when needed.
+        float s1, inv1;
+        fp_pair_scale(pmax[0], s1, inv1);
+        for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) fb_segment_w(x + sg * 256, spec + kseg + (sg << 7), tab, s1, wsave + sg * 64, need_z);
+        // The peer's segments are done before this CTA reads them (z) or writes d_z's stage 1 there.
+        fp_cluster_sync();
+        // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers: a thread writes
+        // exactly the elements it read.
+        const float ks = kscale[ra.g];
+        {
+            float2 a[16];
+            if (need_z) fp128_stage1_inv(a, j, xg0, xg1, pos, tw, wtab);
+            fb_dz_sel<16, 10, ZM>(p, a, 16, inv1, ks, fa, fb);
+            fp128_stage1(a, j, xg0, xg1, pos, tw, wtab, pm0 + 4, pm1 + 4);
+        }
+        fp_cluster_sync();
+        // ---- phase 2, segments: T, × conj(K̂), inverse.
+        float s2, inv2;
+        fp_pair_scale(pmax[1], s2, inv2);
+        for (int sg = threadIdx.x >> 5; sg < 64; sg += 16)
+            fb_segment_g(x + sg * 256, spec + kseg + (sg << 7), tab, s2, wsave + sg * 64, tslot + (sg << 7), inv1, inv2, it == 0);
+        fp_cluster_sync();
+        // ---- phase 3: inverse stage 1 (d_w, both CTAs' segments) and its epilogue.
+        {
+            float2 a[16];
+            fp128_stage1_inv(a, j, xg0, xg1, pos, tw, wtab);
+            if (pre) fb_dw<16, true, 10>(p, a, 16, inv2, ks, fa, fb);
+            else fb_dw<16, false, 10>(p, a, 16, inv2, ks, fa, fb);
+        }
+    }
+    // The peer is done reading this CTA's shared memory before either exits (also after a break:
+    // both CTAs take it at the same pair).
+    fp_cluster_sync();
+}
+
+#define FP128_BWD(ZM, ZS, TO, SFX) \
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair7##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair128<ZM, ember_bf16, TO>(p); }
+FP128_BWD(false, , ember_bf16, bf16)
+FP128_BWD(false, , float, f32)
+FP128_BWD(true, z, ember_bf16, bf16)
+FP128_BWD(true, z, float, f32)
+
+// ---- The filter spectrum of the pair kernels on their own engine (fc_spec_pair*) -------------------
+//
+// K̂ = DFT_N(k_eff)/N / 2^e per head in fragment order, 2^e after all heads' bins (kscale): the layout
+// and scaling rule of fc_spectrum's pair branch, which ran the v2 CUDA-core FFT at one head per lane
+// group (ncu, H200, 768 heads: ~0.35 ms at N = 16384 and ~0.8 ms at N = 32768, a quarter of the
+// forward). Here a head is a complex signal with zero imaginary part (k_eff = k + D at lag 0 is
+// supported on n < N/2: Lk ≤ L and N ≥ L + Lk − 1), through the pair kernels' stage 1 and the forward
+// DFT-256 of each segment on tensor cores; the result stays in shared memory until the head's
+// largest component is known, then goes out scaled, 16 bytes per thread and access. Half of each
+// transform's work is the zero imaginary part: the spectrum is ~1/(2B) of a forward's transforms.
+// With k_rev (lags N − m) the host keeps fc_spectrum.
+
+// One warp: the forward DFT-256 of segment x (× s1) stored back in place in fragment order (float2
+// 2·((2j + (q >> 1))·32 + lane) + (q & 1), fp_kpos within a segment); returns the lane's largest
+// component.
+__device__ __forceinline__ float fp_spec_segment(float2* __restrict__ x, const unsigned* __restrict__ tab, float s1) {
+    const int lane = threadIdx.x & 31;
+    const FpFrag F = fp_frag(tab);
+    float dr[2][4], di[2][4];
+    fp_dft256(x, tab, F, s1, dr, di);
+    __syncwarp();  // every lane's reads of x are done before the stores overwrite them
+    float mx = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            reinterpret_cast<float4*>(x)[(2 * j + h) * 32 + lane] = make_float4(dr[j][2 * h], di[j][2 * h], dr[j][2 * h + 1], di[j][2 * h + 1]);
+            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(dr[j][2 * h]), fabsf(di[j][2 * h])), fmaxf(fabsf(dr[j][2 * h + 1]), fabsf(di[j][2 * h + 1]))));
+        }
+    return mx;
+}
+
+// The warp's largest of `mx` into the int at shared address *m (non-negative floats order as
+// their bit patterns).
+__device__ __forceinline__ void fp_warp_max_to(float mx, int* m) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(m, __float_as_int(mx));
+}
+
+// Writes `count` float2 of a head's bins (this CTA's, fragment order, at src) to dst scaled to
+// K̂ = D·inv1/N/2^e, e from the head's largest |D| (dmax bits); the thread with `put_scale` stores
+// 2^e at kscale.
+__device__ __forceinline__ void fp_spec_out(const float2* __restrict__ src, float2* __restrict__ dst, int count, int dmax, float inv1, int logn, float* kscale, bool put_scale, int nthreads) {
+    const float inv_n = __int_as_float((127 - logn) << 23);
+    const float kmax = __int_as_float(dmax) * inv1 * inv_n;  // powers of two: exact
+    int ex = ((__float_as_int(kmax) >> 23) & 255) - 126;
+    ex = max(-126, min(126, ex));
+    const float f2 = inv_n * __int_as_float((127 - ex) << 23);
+    const float4* s4 = reinterpret_cast<const float4*>(src);
+    float4* d4 = reinterpret_cast<float4*>(dst);
+    for (int i = threadIdx.x; i < count / 2; i += nthreads) {
+        const float4 v = s4[i];
+        d4[i] = make_float4(v.x * inv1 * f2, v.y * inv1 * f2, v.z * inv1 * f2, v.w * inv1 * f2);
+    }
+    if (put_scale) *kscale = __int_as_float((127 + ex) << 23);
+}
+
+// P ≤ 32: CTA of 256 threads, R = 32/P heads (as the forward's row pairs: thread n2 owns column n2).
+template <int LOGP>
+__device__ void fc_spec_pair(const FcParams& p) {
+    constexpr int P = 1 << LOGP, R = 32 >> LOGP, LOGN = LOGP + 8;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FP_TAB_OFF);
+    int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [r]: stage 1's max, [R + r]: D's
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
+    if (threadIdx.x < 2 * R) pmax[threadIdx.x] = 0;
+    __syncthreads();
+    const int n2 = threadIdx.x, pos = fp_idx(n2 >> 4, n2 & 15);
+    const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
+    const i64 n = (i64)1 << LOGN;
+    const int g0 = blockIdx.x * R;
+#pragma unroll 1
+    for (int r = 0; r < R; ++r) {
+        const int g = g0 + r;
+        if (g >= p.heads) break;  // uniform
+        float2 a[P];
+#pragma unroll
+        for (int n1 = 0; n1 < P; ++n1) a[n1] = make_float2(n1 < P / 2 ? fc_keff(p, g, n1 * 256 + n2, n) : 0.f, 0.f);
+        fp_stage1<P>(a, true, x + r * P * 256, pos, wtab, &pmax[r]);
+    }
+    __syncthreads();
+    for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
+        const int r = sg >> LOGP;
+        if (g0 + r >= p.heads) continue;
+        float s1, inv1;
+        fp_pair_scale(pmax[r], s1, inv1);
+        fp_warp_max_to(fp_spec_segment(x + sg * 256, tab, s1), &pmax[R + r]);
+    }
+    __syncthreads();
+    float* kscale = reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n;
+#pragma unroll 1
+    for (int r = 0; r < R; ++r) {
+        const int g = g0 + r;
+        if (g >= p.heads) break;
+        float s1, inv1;
+        fp_pair_scale(pmax[r], s1, inv1);
+        fp_spec_out(x + r * P * 256, reinterpret_cast<float2*>(p.spec) + (i64)g * n, P * 256, pmax[R + r], inv1, LOGN, kscale + g, threadIdx.x == 0, 256);
+    }
+}
+
+// P = 64: one head per CTA of 512 threads, two per column (fp64_stage1).
+__device__ void fc_spec_pair64(const FcParams& p) {
+    constexpr int LOGN = 14;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
+    int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [0]: stage 1's max, [1]: D's
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
+    __syncthreads();
+    const int g = blockIdx.x, h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const i64 n = (i64)1 << LOGN;
+    {
+        float2 y[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) y[m] = make_float2(fc_keff(p, g, (2 * m + h) * 256 + n2, n), 0.f);
+        fp64_stage1(y, h, x, pos, tw, tw + FC_TW_PAIR64 + n2, &pmax[0]);
+    }
+    __syncthreads();
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) fp_warp_max_to(fp_spec_segment(x + sg * 256, tab, s1), &pmax[1]);
+    __syncthreads();
+    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n, 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, threadIdx.x == 0, 512);
+}
+
+// P = 128: one head per cluster of two CTAs of 512 threads (fp128_stage1); each CTA writes its own
+// 64 segments.
+__device__ void fc_spec_pair128(const FcParams& p) {
+    constexpr int LOGN = 15;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
+    int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [0]: stage 1's max, [1]: D's
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
+    const unsigned rank = fp_cluster_rank();
+    const int g = blockIdx.x >> 1, j = threadIdx.x & 3, n2 = (int)(rank << 7) + (threadIdx.x >> 2);
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const i64 n = (i64)1 << LOGN;
+    float2* const xg0 = fp_peer(x, 0);
+    float2* const xg1 = fp_peer(x, 1);
+    const unsigned pm0 = fp_dsm(pmax, 0), pm1 = fp_dsm(pmax, 1);
+    fp_cluster_sync();  // both CTAs started, maxima zeroed
+    {
+        float2 y[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) y[m] = make_float2(fc_keff(p, g, (4 * m + j) * 256 + n2, n), 0.f);
+        fp128_stage1(y, j, xg0, xg1, pos, tw, tw + FC_TW_PAIR128 + n2, pm0, pm1);
+    }
+    fp_cluster_sync();
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
+        float mx = fp_spec_segment(x + sg * 256, tab, s1);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if ((threadIdx.x & 31) == 0) {
+            fp_max_dsm(pm0 + 4, __float_as_int(mx));
+            fp_max_dsm(pm1 + 4, __float_as_int(mx));
+        }
+    }
+    fp_cluster_sync();  // the head's largest |D| from both CTAs
+    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n + ((i64)rank << 14), 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, rank == 0 && threadIdx.x == 0, 512);
+}
+
+#define FC_SPEC_PAIR_ENTRY(LOGP) \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_spec_pair##LOGP(FcParams p) { fc_spec_pair<LOGP>(p); }
+FC_SPEC_PAIR_ENTRY(1)
+FC_SPEC_PAIR_ENTRY(2)
+FC_SPEC_PAIR_ENTRY(3)
+FC_SPEC_PAIR_ENTRY(4)
+FC_SPEC_PAIR_ENTRY(5)
+extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pair6(FcParams p) { fc_spec_pair64(p); }
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_spec_pair7(FcParams p) { fc_spec_pair128(p); }
 
 // The filter-gradient spectrum of the pair backward, one thread per (head of the launch, bin
 // k ≤ M = N/2): S[k] = 2·(T[k] + conj T[(N − k) mod N]) summed over the head's `parts` partials in

@@ -144,6 +144,15 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case { gelu: true, ..Case::plain(3, 2, 3000) }.train(),
             Case { post: true, ..Case::plain(3, 2, 3000) }.train(),
             Case::all(3, 2, 300).train(),
+            // P = 128 (N = 32768, a cluster of two CTAs per row pair): an odd row count (a pair
+            // half empty), every option, plain and training; 5 × 30 rows so that backward slots
+            // take two pairs each.
+            Case::all(3, 1, 9000),
+            Case::all(3, 1, 9000).train(),
+            Case { gelu: true, d: true, ..Case::plain(5, 30, 16384) },
+            // The pair spectrum kernels (no k_rev): P = 8, 64 (one head per CTA of 512), 128.
+            Case { d: true, ..Case::plain(2, 5, 1000) },
+            Case { gelu: true, d: true, ..Case::plain(3, 2, 5000) },
         ],
         // Every size the issue names, large ones included.
         Tier::Full => {
@@ -211,6 +220,12 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case { gelu: true, d: true, ..Case::plain(40, 64, 2100) }.train());
             v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(16, 40, 3000) }.train());
             v.push(Case { out_f32: true, ..Case::all(3, 5, 2500) }.train());
+            // P = 128 (N = 32768, clusters of two CTAs): each option alone, plain and training;
+            // a slot taking two or three of a head's pairs, the last half empty (15 × 150 rows).
+            v.extend(each_option_alone(3, 5, 12000));
+            v.extend(each_option_alone(3, 5, 12000).into_iter().map(Case::train));
+            v.push(Case { gelu: true, d: true, ..Case::plain(15, 150, 10000) });
+            v.push(Case { gelu: true, d: true, ..Case::plain(15, 150, 10000) }.train());
             v
         }
     }
