@@ -462,7 +462,10 @@ impl crate::OpFamily for Family {
 
     fn check(&self, ctx: &CheckCtx) -> Result<Vec<CheckRow>> {
         let mut rows = Vec::new();
-        for c in cases(ctx.tier) {
+        // For a sanitizer run over a few kernels: EMBER_FFTCONV_CHECK_L=9000,16384 keeps the cases
+        // of those lengths.
+        let only: Option<Vec<usize>> = std::env::var("EMBER_FFTCONV_CHECK_L").ok().map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect());
+        for c in cases(ctx.tier).into_iter().filter(|c| only.as_ref().is_none_or(|ls| ls.contains(&c.l))) {
             for dtype in DType::ACTIVATIONS {
                 rows.extend(check_case(ctx, &c, dtype).map_err(|e| Error::invalid("case", format!("{} {dtype}: {e}", c.name())))?);
             }
