@@ -9,7 +9,7 @@ use ember_core::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh")));
+pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh"), "\n", include_str!("pair_fwd.cuh"), "\n", include_str!("pair_bwd.cuh"), "\n", include_str!("pair_spec.cuh")));
 
 /// Thread-block sizes the module is built for: 256/512/1024 for the on-chip sizes and the real
 /// four-step passes, 32 for the four-step passes at the small sizes the tests force.
@@ -98,7 +98,7 @@ unsafe impl ember_core::cuda::DeviceRepr for FcParams {}
 pub enum Path {
     /// Whole rows in shared memory: complex size M = 2^logm, `block` threads per CTA; `tc`: the
     /// forward's transforms on tensor cores (fft_tc.cuh; the filter spectrum then in TC order);
-    /// `pair`: the v4 forward (pair_tc.cuh: two rows as one complex signal, tensor-core segments;
+    /// `pair`: the v4 forward (pair_fwd.cuh: two rows as one complex signal, tensor-core segments;
     /// the filter spectrum then all N bins in fragment order).
     OnChip { logm: u32, block: u32, tc: bool, pair: bool },
     /// M = M1·M2 = 2^(logm1 + logm2); column passes with `col_block` threads, row passes with
@@ -150,7 +150,7 @@ fn use_tc(u: DType, opts: &Options, path: Path) -> bool {
 /// P = 64 (fc_fwd_pair64) and P = 128 (fc_fwd_pair128, a cluster of two CTAs) only for L ≤ N/2.
 const PAIR_LOGM: std::ops::RangeInclusive<u32> = 8..=14;
 
-/// Whether the forward runs the v4 pair kernels (pair_tc.cuh): bf16 u on the on-chip sizes they
+/// Whether the forward runs the v4 pair kernels (pair_fwd.cuh): bf16 u on the on-chip sizes they
 /// cover, unless the v3 tensor-core forward is asked for or `EMBER_FFTCONV_PAIR=0`.
 fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     let off = std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
@@ -158,7 +158,7 @@ fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
     !off && u == DType::BF16 && fits && !opts.tensor_cores
 }
 
-/// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_tc.cuh): wherever the pair
+/// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_bwd.cuh): wherever the pair
 /// forward runs with hd = 1 (N ≤ 32768, at N ≥ 16384 only L ≤ N/2), unless
 /// `EMBER_FFTCONV_PAIR_BWD=0` (the v2 backward, to compare).
 fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
@@ -222,7 +222,7 @@ fn smem_bytes_pair_bwd(logp: u32) -> usize {
 /// P = 128), the per-lane
 /// table (40 words × 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int
 /// per pair; with `staged_elems` (fc_fwd_pair_staged, P = 32) the rows and ints twice, then the
-/// staged u (bf16) at a 16-byte boundary (FP_STG_OFF in pair_tc.cuh).
+/// staged u (bf16) at a 16-byte boundary (FP_STG_OFF in pair_tc.cuh, used by pair_fwd.cuh).
 fn smem_bytes_pair(logp: u32, staged_elems: usize) -> usize {
     let (segments, pairs) = if logp >= 6 { (64, 1) } else { (32, 32 >> logp) };
     let head = segments * 256 * 8 + 40 * 32 * 4;
@@ -455,7 +455,7 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
     Ok(Spectrum { spec, path })
 }
 
-/// Whether the pair kernels' filter spectrum runs on their own engine (fc_spec_pair*, pair_tc.cuh):
+/// Whether the pair kernels' filter spectrum runs on their own engine (fc_spec_pair*, pair_spec.cuh):
 /// without k_rev (its lags N − m would need the full-length stage 1), unless
 /// `EMBER_FFTCONV_PAIR_SPEC=0` (fc_spectrum's v2 transform, to compare).
 fn use_pair_spectrum(opts: &Options) -> bool {

@@ -1,0 +1,266 @@
+// The pair forwards (pair_tc.cuh's engine): P ≤ 32 (plain and staged), P = 64, P = 128 (a cluster
+// of two CTAs). Compiled after pair_tc.cuh.
+#if FC_BLOCK == 256
+
+// The forward. CTA: 256 threads, one group of R = 32/P row pairs (fp_group_rows), group
+// blockIdx.x.
+template <int LOGP, typename T, typename TO>
+__device__ void fc_fwd_pair(const FcParams& p) {
+    constexpr int P = 1 << LOGP, R = 32 >> LOGP;
+    FC_SMEM_DECL
+    unsigned char* smem = reinterpret_cast<unsigned char*>(fc_smem);
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(smem + FP_TAB_OFF);
+    FcRow* rows = reinterpret_cast<FcRow*>(smem + FP_ROWS_OFF);  // [2r] = row a, [2r + 1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2 * R);            // per pair: largest |component|
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    // The per-lane table, computed once per device after the twiddles (fc_tc_table).
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
+    const int n2 = threadIdx.x;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const bool half = p.L <= (P << 7);  // w[n] = 0 for n ≥ N/2
+    const i64 rph = p.B * (i64)p.hd * p.hd;  // rows per head
+    const i64 pph = (rph + 1) / 2;           // pairs per head
+    // The CTA's rows, computed once (64-bit divisions) and shared.
+    fp_group_rows<R>(p, rows, pmax, blockIdx.x, rph, pph);
+    __syncthreads();
+    // W_N^(n2·k1) = entry k1·256 + n2 of the pass table of shape (ns = 256, R = P) (fft.cuh; for
+    // P = 32 its own table FC_TW_PAIR32): a
+    // warp's loads are contiguous, and the table (N float2) stays in L1 across the CTA's rounds.
+    const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
+    // ---- stage 1: DFT over n1, twiddle, store; the pair's largest component into pmax.
+    fp_stage1_pairs<P, T, TO>(p, rows, x, n2, pos, half, wtab, pmax);
+    __syncthreads();
+    // ---- stage 2: each warp's segments.
+    fp_segments<LOGP>(p, rows, pmax, x, tab);
+    __syncthreads();
+    // ---- inverse stage 1 and the epilogue.
+    fp_inverse_pairs<LOGP, T, TO>(p, rows, pmax, x, n2, pos, half, wtab);
+}
+
+// The staged forward (bf16 u without pregate, L % 8 = 0, 16-byte aligned u): a persistent grid
+// (CTA i takes groups i, i + gridDim.x, …) in which the next group's u is copied by cp.async into
+// shared memory while the current group is transformed, so stage 1 reads it there instead of
+// waiting on global loads (ncu at L = 4096: stage 1's load latency was 44 % of the forward's stall
+// samples). Rows and pair scales are double-buffered so the next group's are set up early. Same
+// arithmetic as fc_fwd_pair: bitwise the same outputs.
+template <int LOGP, typename T, typename TO>
+__device__ void fc_fwd_pair_staged(const FcParams& p) {
+    constexpr int P = 1 << LOGP, R = 32 >> LOGP;
+    FC_SMEM_DECL
+    unsigned char* smem = reinterpret_cast<unsigned char*>(fc_smem);
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(smem + FP_TAB_OFF);
+    FcRow* rows = reinterpret_cast<FcRow*>(smem + FP_ROWS_OFF);  // [buf][2r + s]
+    int* pmax = reinterpret_cast<int*>(rows + 4 * R);            // [buf][r]
+    ember_bf16* stg = reinterpret_cast<ember_bf16*>(smem + FP_STG_OFF(R, 2));
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
+    const int n2 = threadIdx.x;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const bool half = p.L <= (P << 7);
+    const int nin = half ? P / 2 : P;
+    const i64 rph = p.B * (i64)p.hd * p.hd;
+    const i64 pph = (rph + 1) / 2;
+    const i64 ngroups = ((p.nrows / rph) * pph + R - 1) / R;  // nrows is whole heads here
+    const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
+    i64 G = blockIdx.x;
+    int cur = 0;
+    fp_group_rows<R>(p, rows, pmax, G, rph, pph);
+    __syncthreads();
+    fp_prefetch<R>(p, rows, stg, nin);
+#pragma unroll 1
+    for (;;) {
+        const FcRow* rc = rows + cur * 2 * R;
+        int* pc = pmax + cur * R;
+        fp_cp_async_wait_all();
+        __syncthreads();
+        fp_stage1_staged<P>(p, rc, stg, x, n2, pos, half, wtab, pc);
+        const i64 Gn = G + gridDim.x;
+        fp_group_rows<R>(p, rows + (cur ^ 1) * 2 * R, pmax + (cur ^ 1) * R, Gn, rph, pph);
+        __syncthreads();
+        // The staged copy has been read: fetch the next group's while this one is transformed.
+        if (Gn < ngroups) fp_prefetch<R>(p, rows + (cur ^ 1) * 2 * R, stg, nin);
+        fp_segments<LOGP>(p, rc, pc, x, tab);
+        __syncthreads();
+        fp_inverse_pairs<LOGP, T, TO>(p, rc, pc, x, n2, pos, half, wtab);
+        G = Gn;
+        cur ^= 1;
+        if (G >= ngroups) break;  // uniform over the CTA
+    }
+}
+
+// CTAs per SM: 3 (80 registers; P ≤ 16 spill at most 44 bytes) except P = 32, whose 32 complex
+// values per thread need 128 registers (2 CTAs).
+#define FP_MINB(LOGP) ((LOGP) == 5 ? 2 : 3)
+#define FC_PAIR_ENTRIES(LOGP)                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_f32(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, float>(p); }
+FC_PAIR_ENTRIES(1)
+FC_PAIR_ENTRIES(2)
+FC_PAIR_ENTRIES(3)
+FC_PAIR_ENTRIES(4)
+FC_PAIR_ENTRIES(5)
+// The staged forward where it keeps the plain kernel's occupancy (2 CTAs per SM): P = 32.
+extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_bf16(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_f32(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, float>(p); }
+
+// N = 16384 (P = 64), L ≤ N/2 only: one row pair per CTA of 512 threads, two threads per column
+// (thread 2·n2 + h, h = 0/1 in neighbouring lanes). Stage 1 and its inverse by a radix-2 split
+// across the two (fp64_stage1, fp64_stage1_inv). Segments (64 per pair, 4 per warp) and the
+// epilogue as fc_fwd_pair; 128 KB of data, one CTA (16 warps) per SM.
+template <typename T, typename TO>
+__device__ void fc_fwd_pair64(const FcParams& p) {
+    constexpr int LOGN = 14;  // P = 64
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2);
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const bool pre = p.has_pre;
+    const i64 rph = p.B * (i64)p.hd * p.hd;
+    const i64 pph = (rph + 1) / 2;
+    if (threadIdx.x < 2) {
+        const i64 Q = blockIdx.x;
+        const i64 gl = Q / pph, qq = Q - gl * pph;
+        FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
+        const bool first_valid = gl * rph + 2 * qq < p.nrows;
+        row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
+        rows[threadIdx.x] = row;
+        if (threadIdx.x == 0) pmax[0] = 0;
+    }
+    __syncthreads();
+    const FcRow ra = rows[0], rb = rows[1];
+    if (!ra.valid) return;  // uniform over the CTA
+    const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+    const float2* wtab = tw + FC_TW_PAIR64 + n2;  // W_N^(n2·k1) at k1·256
+    // ---- stage 1. y[m] = x[2m + h] (offset (2m + h)·256), m < 16.
+    {
+        float2 y[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+            const int o = (2 * m + h) << 8;
+            float va = o < fa.len ? ember_to_f32(fa.u[o]) : 0.f;
+            float vb = o < fb.len ? ember_to_f32(fb.u[o]) : 0.f;
+            if (pre) {
+                va *= o < fa.len ? ember_to_f32(fa.pre[o]) : 0.f;
+                vb *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
+            }
+            y[m] = make_float2(va, vb);
+        }
+        fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
+    }
+    __syncthreads();
+    // ---- stage 2: 64 segments, 4 per warp.
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
+        const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)ra.g << (LOGN - 1)) + (sg << 7);
+        fp_segment(x + sg * 256, kf, tab, s1);
+    }
+    __syncthreads();
+    // ---- inverse stage 1.
+    const float ks = reinterpret_cast<const float*>(p.spec)[((i64)p.heads << (LOGN + 1)) + ra.g];
+    float2 o16[16];
+    fp64_stage1_inv(o16, h, x, pos, tw, wtab);
+    // Outputs n1 = 2m + h, m < 16: offset h·256 + m·512 — the epilogue over 16 elements at stride 512.
+    FpRow<T, TO> ea = fa, eb = fb;
+    const int off = h << 8;
+    ea.u += off; eb.u += off; ea.pre += off; eb.pre += off; ea.post += off; eb.post += off;
+    ea.out += off; eb.out += off; ea.z += off; eb.z += off; ea.ws += off; eb.ws += off;
+    ea.len -= off; eb.len -= off;
+    fp_epilogue_sel<16, 9>(fp_epilogue_flags(p), o16, 16, inv1, ks, ea, eb);
+}
+
+extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { fc_fwd_pair64<ember_bf16, float>(p); }
+
+// Shared memory of the P = 128 kernels, per CTA: as P = 64's (64 segments, in the backward also
+// their W), so smem_bytes_pair / smem_bytes_pair_bwd count logp 6 and 7 alike.
+template <typename T, typename TO>
+__device__ void fc_fwd_pair128(const FcParams& p) {
+    constexpr int LOGN = 15;  // P = 128
+    FC_SMEM_DECL
+    float2* x = fc_smem;  // this CTA's 64 segments
+    unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2);
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    const unsigned rank = fp_cluster_rank();
+    const int j = threadIdx.x & 3, n2 = (int)(rank << 7) + (threadIdx.x >> 2);
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const bool pre = p.has_pre;
+    const i64 rph = p.B * (i64)p.hd * p.hd;
+    const i64 pph = (rph + 1) / 2;
+    if (threadIdx.x < 2) {
+        const i64 Q = blockIdx.x >> 1;  // the cluster's pair (clusters are consecutive CTAs)
+        const i64 gl = Q / pph, qq = Q - gl * pph;
+        FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
+        const bool first_valid = gl * rph + 2 * qq < p.nrows;
+        row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
+        rows[threadIdx.x] = row;
+        if (threadIdx.x == 0) pmax[0] = 0;
+    }
+    // Both CTAs have started, set their rows and zeroed their max before any remote access.
+    fp_cluster_sync();
+    const FcRow ra = rows[0], rb = rows[1];
+    if (!ra.valid) return;  // uniform over the cluster (both CTAs compute the same rows)
+    FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+    // Thread j's elements n1 = 4m + j sit at offset j·256 + m·1024.
+    const int off = j << 8;
+    fa.u += off; fb.u += off; fa.pre += off; fb.pre += off; fa.post += off; fb.post += off;
+    fa.out += off; fb.out += off; fa.z += off; fb.z += off; fa.ws += off; fb.ws += off;
+    fa.len -= off; fb.len -= off;
+    const float2* wtab = tw + FC_TW_PAIR128 + n2;  // W_N^(n2·k1) at k1·256
+    float2* const xg0 = fp_peer(x, 0);
+    float2* const xg1 = fp_peer(x, 1);
+    const unsigned pm0 = fp_dsm(pmax, 0), pm1 = fp_dsm(pmax, 1);
+    // ---- stage 1.
+    {
+        float2 y[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+            const int o = m << 10;
+            float va = o < fa.len ? ember_to_f32(fa.u[o]) : 0.f;
+            float vb = o < fb.len ? ember_to_f32(fb.u[o]) : 0.f;
+            if (pre) {
+                va *= o < fa.len ? ember_to_f32(fa.pre[o]) : 0.f;
+                vb *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
+            }
+            y[m] = make_float2(va, vb);
+        }
+        fp128_stage1(y, j, xg0, xg1, pos, tw, wtab, pm0, pm1);
+    }
+    fp_cluster_sync();
+    // ---- stage 2: this CTA's 64 segments (k1 = 64·rank + sg), 4 per warp.
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
+        const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)ra.g << (LOGN - 1)) + ((int)((rank << 6) + sg) << 7);
+        fp_segment(x + sg * 256, kf, tab, s1);
+    }
+    fp_cluster_sync();
+    // ---- inverse stage 1 (both CTAs' segments), then the epilogue.
+    const float ks = reinterpret_cast<const float*>(p.spec)[((i64)p.heads << (LOGN + 1)) + ra.g];
+    float2 o16[16];
+    fp128_stage1_inv(o16, j, xg0, xg1, pos, tw, wtab);
+    fp_cluster_arrive();  // done reading the peer's shared memory
+    fp_epilogue_sel<16, 10>(fp_epilogue_flags(p), o16, 16, inv1, ks, fa, fb);
+    fp_cluster_wait();  // the peer is done reading ours: both may exit
+}
+
+#define FP128_FWD(TO, SFX) \
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair7_bf16_##SFX(FcParams p) { fc_fwd_pair128<ember_bf16, TO>(p); }
+FP128_FWD(ember_bf16, bf16)
+FP128_FWD(float, f32)
+
+#endif  // FC_BLOCK == 256

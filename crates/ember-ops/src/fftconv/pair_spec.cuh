@@ -1,0 +1,189 @@
+// The pair kernels' filter spectrum (pair_tc.cuh's engine). Compiled after pair_tc.cuh.
+#if FC_BLOCK == 256
+
+// ---- The filter spectrum of the pair kernels on their own engine (fc_spec_pair*) -------------------
+//
+// K̂ = DFT_N(k_eff)/N / 2^e per head in fragment order, 2^e after all heads' bins (kscale): the layout
+// and scaling rule of fc_spectrum's pair branch, which ran the v2 CUDA-core FFT at one head per lane
+// group (ncu, H200, 768 heads: ~0.35 ms at N = 16384 and ~0.8 ms at N = 32768, a quarter of the
+// forward). Here a head is a complex signal with zero imaginary part (k_eff = k + D at lag 0 is
+// supported on n < N/2: Lk ≤ L and N ≥ L + Lk − 1), through the pair kernels' stage 1 and the forward
+// DFT-256 of each segment on tensor cores; the result stays in shared memory until the head's
+// largest component is known, then goes out scaled, 16 bytes per thread and access. Half of each
+// transform's work is the zero imaginary part: the spectrum is ~1/(2B) of a forward's transforms.
+// With k_rev (lags N − m) the host keeps fc_spectrum.
+
+// One warp: the forward DFT-256 of segment x (× s1) stored back in place in fragment order (float2
+// 2·((2j + (q >> 1))·32 + lane) + (q & 1), fp_kpos within a segment); returns the lane's largest
+// component.
+__device__ __forceinline__ float fp_spec_segment(float2* __restrict__ x, const unsigned* __restrict__ tab, float s1) {
+    const int lane = threadIdx.x & 31;
+    const FpFrag F = fp_frag(tab);
+    float dr[2][4], di[2][4];
+    fp_dft256(x, tab, F, s1, dr, di);
+    __syncwarp();  // every lane's reads of x are done before the stores overwrite them
+    float mx = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            reinterpret_cast<float4*>(x)[(2 * j + h) * 32 + lane] = make_float4(dr[j][2 * h], di[j][2 * h], dr[j][2 * h + 1], di[j][2 * h + 1]);
+            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(dr[j][2 * h]), fabsf(di[j][2 * h])), fmaxf(fabsf(dr[j][2 * h + 1]), fabsf(di[j][2 * h + 1]))));
+        }
+    return mx;
+}
+
+// The warp's largest of `mx` into the int at shared address *m (non-negative floats order as
+// their bit patterns).
+__device__ __forceinline__ void fp_warp_max_to(float mx, int* m) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(m, __float_as_int(mx));
+}
+
+// Writes `count` float2 of a head's bins (this CTA's, fragment order, at src) to dst scaled to
+// K̂ = D·inv1/N/2^e, e from the head's largest |D| (dmax bits); the thread with `put_scale` stores
+// 2^e at kscale.
+__device__ __forceinline__ void fp_spec_out(const float2* __restrict__ src, float2* __restrict__ dst, int count, int dmax, float inv1, int logn, float* kscale, bool put_scale, int nthreads) {
+    const float inv_n = __int_as_float((127 - logn) << 23);
+    const float kmax = __int_as_float(dmax) * inv1 * inv_n;  // powers of two: exact
+    int ex = ((__float_as_int(kmax) >> 23) & 255) - 126;
+    ex = max(-126, min(126, ex));
+    const float f2 = inv_n * __int_as_float((127 - ex) << 23);
+    const float4* s4 = reinterpret_cast<const float4*>(src);
+    float4* d4 = reinterpret_cast<float4*>(dst);
+    for (int i = threadIdx.x; i < count / 2; i += nthreads) {
+        const float4 v = s4[i];
+        d4[i] = make_float4(v.x * inv1 * f2, v.y * inv1 * f2, v.z * inv1 * f2, v.w * inv1 * f2);
+    }
+    if (put_scale) *kscale = __int_as_float((127 + ex) << 23);
+}
+
+// P ≤ 32: CTA of 256 threads, R = 32/P heads (as the forward's row pairs: thread n2 owns column n2).
+template <int LOGP>
+__device__ void fc_spec_pair(const FcParams& p) {
+    constexpr int P = 1 << LOGP, R = 32 >> LOGP, LOGN = LOGP + 8;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FP_TAB_OFF);
+    int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [r]: stage 1's max, [R + r]: D's
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
+    if (threadIdx.x < 2 * R) pmax[threadIdx.x] = 0;
+    __syncthreads();
+    const int n2 = threadIdx.x, pos = fp_idx(n2 >> 4, n2 & 15);
+    const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
+    const i64 n = (i64)1 << LOGN;
+    const int g0 = blockIdx.x * R;
+#pragma unroll 1
+    for (int r = 0; r < R; ++r) {
+        const int g = g0 + r;
+        if (g >= p.heads) break;  // uniform
+        float2 a[P];
+#pragma unroll
+        for (int n1 = 0; n1 < P; ++n1) a[n1] = make_float2(n1 < P / 2 ? fc_keff(p, g, n1 * 256 + n2, n) : 0.f, 0.f);
+        fp_stage1<P>(a, true, x + r * P * 256, pos, wtab, &pmax[r]);
+    }
+    __syncthreads();
+    for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
+        const int r = sg >> LOGP;
+        if (g0 + r >= p.heads) continue;
+        float s1, inv1;
+        fp_pair_scale(pmax[r], s1, inv1);
+        fp_warp_max_to(fp_spec_segment(x + sg * 256, tab, s1), &pmax[R + r]);
+    }
+    __syncthreads();
+    float* kscale = reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n;
+#pragma unroll 1
+    for (int r = 0; r < R; ++r) {
+        const int g = g0 + r;
+        if (g >= p.heads) break;
+        float s1, inv1;
+        fp_pair_scale(pmax[r], s1, inv1);
+        fp_spec_out(x + r * P * 256, reinterpret_cast<float2*>(p.spec) + (i64)g * n, P * 256, pmax[R + r], inv1, LOGN, kscale + g, threadIdx.x == 0, 256);
+    }
+}
+
+// P = 64: one head per CTA of 512 threads, two per column (fp64_stage1).
+__device__ void fc_spec_pair64(const FcParams& p) {
+    constexpr int LOGN = 14;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
+    int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [0]: stage 1's max, [1]: D's
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
+    __syncthreads();
+    const int g = blockIdx.x, h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const i64 n = (i64)1 << LOGN;
+    {
+        float2 y[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) y[m] = make_float2(fc_keff(p, g, (2 * m + h) * 256 + n2, n), 0.f);
+        fp64_stage1(y, h, x, pos, tw, tw + FC_TW_PAIR64 + n2, &pmax[0]);
+    }
+    __syncthreads();
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) fp_warp_max_to(fp_spec_segment(x + sg * 256, tab, s1), &pmax[1]);
+    __syncthreads();
+    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n, 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, threadIdx.x == 0, 512);
+}
+
+// P = 128: one head per cluster of two CTAs of 512 threads (fp128_stage1); each CTA writes its own
+// 64 segments.
+__device__ void fc_spec_pair128(const FcParams& p) {
+    constexpr int LOGN = 15;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
+    int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [0]: stage 1's max, [1]: D's
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
+    const unsigned rank = fp_cluster_rank();
+    const int g = blockIdx.x >> 1, j = threadIdx.x & 3, n2 = (int)(rank << 7) + (threadIdx.x >> 2);
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const i64 n = (i64)1 << LOGN;
+    float2* const xg0 = fp_peer(x, 0);
+    float2* const xg1 = fp_peer(x, 1);
+    const unsigned pm0 = fp_dsm(pmax, 0), pm1 = fp_dsm(pmax, 1);
+    fp_cluster_sync();  // both CTAs started, maxima zeroed
+    {
+        float2 y[16];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) y[m] = make_float2(fc_keff(p, g, (4 * m + j) * 256 + n2, n), 0.f);
+        fp128_stage1(y, j, xg0, xg1, pos, tw, tw + FC_TW_PAIR128 + n2, pm0, pm1);
+    }
+    fp_cluster_sync();
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
+        float mx = fp_spec_segment(x + sg * 256, tab, s1);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if ((threadIdx.x & 31) == 0) {
+            fp_max_dsm(pm0 + 4, __float_as_int(mx));
+            fp_max_dsm(pm1 + 4, __float_as_int(mx));
+        }
+    }
+    fp_cluster_sync();  // the head's largest |D| from both CTAs
+    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n + ((i64)rank << 14), 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, rank == 0 && threadIdx.x == 0, 512);
+}
+
+#define FC_SPEC_PAIR_ENTRY(LOGP) \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_spec_pair##LOGP(FcParams p) { fc_spec_pair<LOGP>(p); }
+FC_SPEC_PAIR_ENTRY(1)
+FC_SPEC_PAIR_ENTRY(2)
+FC_SPEC_PAIR_ENTRY(3)
+FC_SPEC_PAIR_ENTRY(4)
+FC_SPEC_PAIR_ENTRY(5)
+extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pair6(FcParams p) { fc_spec_pair64(p); }
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_spec_pair7(FcParams p) { fc_spec_pair128(p); }
+
+#endif  // FC_BLOCK == 256
