@@ -440,3 +440,84 @@ fn training_forward_on_the_cpu_is_the_plain_one() {
     assert_eq!(bits(&gp.d_k), bits(&gt.d_k));
     assert_eq!(bits(gp.d_d.as_ref().unwrap()), bits(gt.d_d.as_ref().unwrap()));
 }
+
+/// The cluster kernels' stage 1 (fpc_stage1 / fpc_stage1_inv in pair_tc.cuh) as index arithmetic:
+/// P = 32·T points over n1 (only n1 < P/2 nonzero), T lanes per column, lane j holding n1 = T·m + j
+/// (m < 16). A 32-point DFT per lane, then t = log2 T radix-2 steps across lanes (bit t − s of j at
+/// step s, twiddle W_(32·2^s)^k · W_(2^s)^ρ with ρ the bits combined so far, reversed); lane j ends
+/// with bins k + 32·bitrev_t(j). The inverse mirrors it and returns P·x at n1 = T·m + j.
+#[test]
+fn cluster_stage1_model_matches_the_dft() {
+    let add = |a: C64, b: C64| (a.0 + b.0, a.1 + b.1);
+    let sub = |a: C64, b: C64| (a.0 - b.0, a.1 - b.1);
+    for t in 1..=4u32 {
+        let tt = 1usize << t;
+        let p = 32 * tt;
+        let x: Vec<C64> = (0..p).map(|i| if i < p / 2 { (rng::normal(31 + t as u64, 2 * i as u64), rng::normal(31 + t as u64, 2 * i as u64 + 1)) } else { (0.0, 0.0) }).collect();
+        // Lane j: the 32-point DFT of x[T·m + j].
+        let mut lanes: Vec<Vec<C64>> = (0..tt)
+            .map(|j| (0..32).map(|k| (0..16).fold((0.0, 0.0), |acc, m| add(acc, cmul(x[tt * m + j], cis(-1.0, (m * k) % 32, 32))))).collect())
+            .collect();
+        let mut rho = vec![0usize; tt];
+        for s in 1..=t {
+            let b = t - s;
+            let size = 32 << s;
+            let prev = lanes.clone();
+            for j in 0..tt {
+                let jb = (j >> b) & 1;
+                let (lo, hi) = if jb == 0 { (j, j ^ (1 << b)) } else { (j ^ (1 << b), j) };
+                for k in 0..32 {
+                    let w = cmul(cis(-1.0, k, size), cis(-1.0, rho[j] % (1 << s), 1 << s));
+                    let tw = cmul(prev[hi][k], w);
+                    lanes[j][k] = if jb == 0 { add(prev[lo][k], tw) } else { sub(prev[lo][k], tw) };
+                }
+            }
+            for (j, r) in rho.iter_mut().enumerate() {
+                *r += ((j >> b) & 1) << (s - 1);
+            }
+        }
+        let mut worst: f64 = 0.0;
+        for j in 0..tt {
+            let r = (0..t).fold(0, |acc, i| acc | (((j >> i) & 1) << (t - 1 - i)));
+            assert_eq!(rho[j], r, "T = {tt}: lane {j} holds bins k + 32·{}, expected bitrev {r}", rho[j]);
+            for k in 0..32 {
+                let bin = k + 32 * r;
+                let want = x.iter().enumerate().fold((0.0, 0.0), |acc, (n, v)| add(acc, cmul(*v, cis(-1.0, (n * bin) % p, p))));
+                let got = lanes[j][k];
+                worst = worst.max(((got.0 - want.0).powi(2) + (got.1 - want.1).powi(2)).sqrt());
+            }
+        }
+        assert!(worst < 1e-9, "T = {tt}: forward error {worst}");
+        // Inverse: steps s = t … 1, lane j_b = 0 takes F[κ] + F[κ + h], lane j_b = 1
+        // (F[κ] − F[κ + h])·conj(W_(32·2^s)^k·W_(2^s)^ρ) with ρ the lower combined bits.
+        for s in (1..=t).rev() {
+            let b = t - s;
+            for (j, r) in rho.iter_mut().enumerate() {
+                *r -= ((j >> b) & 1) << (s - 1);
+            }
+            let size = 32 << s;
+            let prev = lanes.clone();
+            for j in 0..tt {
+                let jb = (j >> b) & 1;
+                let other = j ^ (1 << b);
+                for k in 0..32 {
+                    lanes[j][k] = if jb == 0 {
+                        add(prev[j][k], prev[other][k])
+                    } else {
+                        let w = cmul(cis(1.0, k, size), cis(1.0, rho[j] % (1 << s), 1 << s));
+                        cmul(sub(prev[other][k], prev[j][k]), w)
+                    };
+                }
+            }
+        }
+        let mut worst: f64 = 0.0;
+        for (j, lane) in lanes.iter().enumerate() {
+            for m in 0..16 {
+                let got = lane.iter().enumerate().fold((0.0, 0.0), |acc, (k, v)| add(acc, cmul(*v, cis(1.0, (m * k) % 32, 32))));
+                let want = x[tt * m + j];
+                worst = worst.max(((got.0 / p as f64 - want.0).powi(2) + (got.1 / p as f64 - want.1).powi(2)).sqrt());
+            }
+        }
+        assert!(worst < 1e-9, "T = {tt}: round-trip error {worst}");
+    }
+}
