@@ -441,7 +441,8 @@ fn training_forward_on_the_cpu_is_the_plain_one() {
     assert_eq!(bits(gp.d_d.as_ref().unwrap()), bits(gt.d_d.as_ref().unwrap()));
 }
 
-/// The cluster kernels' stage 1 (fpc_stage1 / fpc_stage1_inv in pair_tc.cuh) as index arithmetic:
+/// Stage 1 of the P ≥ 64 kernels as index arithmetic (pair_tc.cuh: fp64_stage1 at T = 2,
+/// fp128_stage1 at T = 4 on two CTAs; T = 8, 16 for clusters of 4 and 8 CTAs):
 /// P = 32·T points over n1 (only n1 < P/2 nonzero), T lanes per column, lane j holding n1 = T·m + j
 /// (m < 16). A 32-point DFT per lane, then t = log2 T radix-2 steps across lanes (bit t − s of j at
 /// step s, twiddle W_(32·2^s)^k · W_(2^s)^ρ with ρ the bits combined so far, reversed); lane j ends
