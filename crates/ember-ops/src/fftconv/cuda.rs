@@ -151,19 +151,25 @@ fn use_tc(u: DType, opts: &Options, path: Path) -> bool {
 const PAIR_LOGM: std::ops::RangeInclusive<u32> = 8..=14;
 
 /// Whether the forward runs the v4 pair kernels (pair_fwd.cuh): bf16 u on the on-chip sizes they
-/// cover, unless the v3 tensor-core forward is asked for or `EMBER_FFTCONV_PAIR=0`.
-fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
+/// cover (P = 128 runs on thread-block clusters: `clusters`, sm_90 and later), unless the v3
+/// tensor-core forward is asked for or `EMBER_FFTCONV_PAIR=0`.
+fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -> bool {
     let off = std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
-    let fits = matches!(path, Path::OnChip { logm, tc: false, .. } if PAIR_LOGM.contains(&logm) && (logm < 13 || dims.l <= 1 << logm));
+    let fits = matches!(path, Path::OnChip { logm, tc: false, .. } if PAIR_LOGM.contains(&logm) && (logm < 13 || dims.l <= 1 << logm) && (logm < 14 || clusters));
     !off && u == DType::BF16 && fits && !opts.tensor_cores
+}
+
+/// Whether the device launches thread-block clusters (compute capability 9.0 and later).
+fn has_clusters(dev: &CudaDevice) -> bool {
+    dev.info().compute_capability.0 >= 9
 }
 
 /// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_bwd.cuh): wherever the pair
 /// forward runs with hd = 1 (N ≤ 32768, at N ≥ 16384 only L ≤ N/2), unless
 /// `EMBER_FFTCONV_PAIR_BWD=0` (the v2 backward, to compare).
-fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
+fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -> bool {
     let off = std::env::var("EMBER_FFTCONV_PAIR_BWD").is_ok_and(|v| v == "0");
-    !off && dims.hd == 1 && use_pair(u, opts, path, dims)
+    !off && dims.hd == 1 && use_pair(u, opts, path, dims, clusters)
 }
 
 /// Row pairs per slot of the pair backward (1 ≤ c ≤ pph, the head's pair count), by a model of
@@ -479,9 +485,9 @@ fn pairs_per_cta(logm2: u32, row_block: u32) -> usize {
 /// Whether a training forward keeps z for the backward: where the backward runs the pair kernels
 /// (bf16, hd = 1, on chip), needs z at all (GELU or a postgate), and reading z beats recomputing
 /// it: P ≥ 2^[`SAVE_Z_MIN_LOGP`].
-fn saves_z(u: DType, opts: &Options, path: Path, dims: &Dims) -> bool {
+fn saves_z(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -> bool {
     let big_enough = path.logm() >= SAVE_Z_MIN_LOGP + 7;
-    opts.training && big_enough && (opts.gelu || opts.postgate.is_some()) && use_pair_bwd(u, opts, path, dims)
+    opts.training && big_enough && (opts.gelu || opts.postgate.is_some()) && use_pair_bwd(u, opts, path, dims, clusters)
 }
 
 /// log2 P from which the training forward saves z (the pair kernels' complex length P·256 = the
@@ -498,7 +504,8 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let dev = u.cuda_device()?.clone();
     let mut path = plan(&dims, opts.force_four_step);
     let want_tc = use_tc(u.dtype(), opts, path);
-    let want_pair = !want_tc && use_pair(u.dtype(), opts, path, &dims);
+    let clusters = has_clusters(&dev);
+    let want_pair = !want_tc && use_pair(u.dtype(), opts, path, &dims, clusters);
     if let Path::OnChip { ref mut tc, ref mut pair, .. } = path {
         *tc = want_tc;
         *pair = want_pair;
@@ -510,7 +517,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let out_dt = super::out_dtype(u.dtype(), opts);
     let out = Tensor::output(u.shape(), out_dt, u.device())?;
     p.out = out.cuda_ptr()?;
-    let z = if want_pair && saves_z(u.dtype(), opts, path, &dims) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
+    let z = if want_pair && saves_z(u.dtype(), opts, path, &dims, clusters) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
     p.zs = ptr(z.as_ref())?;
     let sfx = type_suffix(u.dtype(), out_dt)?;
     let m = 1usize << path.logm();
@@ -603,7 +610,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
 pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, saved: Option<&Spectrum>, z: Option<&Tensor>, d_out: &Tensor) -> Result<Grads> {
     let dev = u.cuda_device()?.clone();
     let mut path = plan(&dims, opts.force_four_step);
-    if use_pair_bwd(u.dtype(), opts, path, &dims) {
+    if use_pair_bwd(u.dtype(), opts, path, &dims, has_clusters(&dev)) {
         if let Path::OnChip { ref mut pair, .. } = path {
             *pair = true;
         }
@@ -762,17 +769,20 @@ mod tests {
     #[test]
     fn training_forward_keeps_z_where_the_pair_backward_reads_it() {
         let dims = |b: usize, h: usize, l: usize, hd: usize| Dims { b, h, l, lk: l, lk_rev: 0, hd };
-        let keeps = |dt: DType, opts: &Options, d: Dims| {
+        let keeps_on = |dt: DType, opts: &Options, d: Dims, clusters: bool| {
             let mut path = plan(&d, false);
-            let want_pair = use_pair(dt, opts, path, &d);
+            let want_pair = use_pair(dt, opts, path, &d, clusters);
             if let Path::OnChip { ref mut pair, .. } = path {
                 *pair = want_pair;
             }
-            saves_z(dt, opts, path, &d)
+            saves_z(dt, opts, path, &d, clusters)
         };
+        let keeps = |dt: DType, opts: &Options, d: Dims| keeps_on(dt, opts, d, true);
         let train = Options::new().gelu(true).training(true);
         assert!(keeps(DType::BF16, &train, dims(16, 768, 4096, 1)), "L = 4096: P = 32");
         assert!(keeps(DType::BF16, &train, dims(2, 8, 5000, 1)), "L = 5000: P = 64");
+        assert!(keeps(DType::BF16, &train, dims(2, 8, 16384, 1)), "L = 16384: P = 128 on clusters");
+        assert!(!keeps_on(DType::BF16, &train, dims(2, 8, 16384, 1), false), "L = 16384 without clusters (before sm_90): v2");
         assert!(!keeps(DType::BF16, &train, dims(16, 768, 2048, 1)), "L = 2048: P = 16, recomputing was faster");
         assert!(!keeps(DType::BF16, &train, dims(16, 768, 256, 1)), "L = 256: P = 2");
         assert!(!keeps(DType::F16, &train, dims(16, 768, 4096, 1)), "f16 runs the v2 backward");

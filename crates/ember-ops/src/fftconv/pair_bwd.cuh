@@ -424,6 +424,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_f32(FcPar
 extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_bf16(FcParams p) { fc_bwd_pair64<true, ember_bf16, ember_bf16>(p); }
 extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_f32(FcParams p) { fc_bwd_pair64<true, ember_bf16, float>(p); }
 
+#if __CUDA_ARCH__ >= 900  // clusters (P = 128)
 // The backward at N = 32768 (P = 128, L ≤ N/2): fc_bwd_pair64's phases on a cluster of two CTAs as
 // fc_fwd_pair128 (each CTA: half the columns in stage 1 and its inverse, half the segments and
 // their W in between). Slot = cluster: cluster blockIdx.x / 2 takes chunk (cluster mod parts) of
@@ -534,6 +535,8 @@ FP128_BWD(false, , ember_bf16, bf16)
 FP128_BWD(false, , float, f32)
 FP128_BWD(true, z, ember_bf16, bf16)
 FP128_BWD(true, z, float, f32)
+
+#endif  // __CUDA_ARCH__ >= 900
 
 // The filter-gradient spectrum of the pair backward, one thread per (head of the launch, bin
 // k ≤ M = N/2): S[k] = 2·(T[k] + conj T[(N − k) mod N]) summed over the head's `parts` partials in

@@ -182,6 +182,7 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
 extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
 extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { fc_fwd_pair64<ember_bf16, float>(p); }
 
+#if __CUDA_ARCH__ >= 900  // clusters (P = 128)
 // Shared memory of the P = 128 kernels, per CTA: as P = 64's (64 segments, in the backward also
 // their W), so smem_bytes_pair / smem_bytes_pair_bwd count logp 6 and 7 alike.
 template <typename T, typename TO>
@@ -262,5 +263,7 @@ __device__ void fc_fwd_pair128(const FcParams& p) {
     extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair7_bf16_##SFX(FcParams p) { fc_fwd_pair128<ember_bf16, TO>(p); }
 FP128_FWD(ember_bf16, bf16)
 FP128_FWD(float, f32)
+
+#endif  // __CUDA_ARCH__ >= 900
 
 #endif  // FC_BLOCK == 256

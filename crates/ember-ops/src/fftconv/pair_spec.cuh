@@ -134,6 +134,7 @@ __device__ void fc_spec_pair64(const FcParams& p) {
     fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n, 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, threadIdx.x == 0, 512);
 }
 
+#if __CUDA_ARCH__ >= 900  // clusters (P = 128)
 // P = 128: one head per cluster of two CTAs of 512 threads (fp128_stage1); each CTA writes its own
 // 64 segments.
 __device__ void fc_spec_pair128(const FcParams& p) {
@@ -176,6 +177,8 @@ __device__ void fc_spec_pair128(const FcParams& p) {
     fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n + ((i64)rank << 14), 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, rank == 0 && threadIdx.x == 0, 512);
 }
 
+#endif  // __CUDA_ARCH__ >= 900
+
 #define FC_SPEC_PAIR_ENTRY(LOGP) \
     extern "C" __global__ void __launch_bounds__(256, 2) fc_spec_pair##LOGP(FcParams p) { fc_spec_pair<LOGP>(p); }
 FC_SPEC_PAIR_ENTRY(1)
@@ -184,6 +187,8 @@ FC_SPEC_PAIR_ENTRY(3)
 FC_SPEC_PAIR_ENTRY(4)
 FC_SPEC_PAIR_ENTRY(5)
 extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pair6(FcParams p) { fc_spec_pair64(p); }
+#if __CUDA_ARCH__ >= 900
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_spec_pair7(FcParams p) { fc_spec_pair128(p); }
+#endif
 
 #endif  // FC_BLOCK == 256

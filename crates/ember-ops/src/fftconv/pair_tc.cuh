@@ -662,6 +662,7 @@ __device__ __forceinline__ void fp64_stage1_inv(float2 (&o)[16], int h, const fl
     fp_idft32_first16(a, o);
 }
 
+#if __CUDA_ARCH__ >= 900  // thread-block clusters: sm_90 and later (the host takes P = 128 only there)
 // ---- N = 32768 (P = 128, L ≤ N/2): one row pair per cluster of two CTAs ---------------------------
 //
 // The P = 64 design spread over a thread-block cluster of two CTAs of 512 threads: the data of one
@@ -779,5 +780,7 @@ __device__ __forceinline__ void fp128_stage1_inv(float2 (&o)[16], int j, const f
     }
     fp_idft32_first16(a, o);
 }
+
+#endif  // __CUDA_ARCH__ >= 900
 
 #endif  // FC_BLOCK == 256
