@@ -57,6 +57,23 @@ __device__ __forceinline__ FbRow<T, TO> fb_row(const FcParams& p, const FcRow& r
     return f;
 }
 
+// The 16 inputs w = u (× pregate when `pre`) of both rows at offsets m·2^SH (m < 16) of the P ≥ 64
+// backwards; zero past L.
+template <int SH, typename T, typename TO>
+__device__ __forceinline__ void fb_load16(const FcParams& p, float2 (&y)[16], bool pre, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+#pragma unroll
+    for (int m = 0; m < 16; ++m) {
+        const int o = m << SH;
+        float va = o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f;
+        float vb = o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f;
+        if (pre) {
+            va *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
+            vb *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
+        }
+        y[m] = make_float2(va, vb);
+    }
+}
+
 // f16 pair (low half = real part) → float2.
 __device__ __forceinline__ float2 fb_unpack(unsigned v) {
     float lo, hi;
@@ -374,17 +391,7 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
         // ---- phase 1, stage 1: w.
         {
             float2 y[16];
-#pragma unroll
-            for (int m = 0; m < 16; ++m) {
-                const int o = m << 9;
-                float va = o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f;
-                float vb = o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f;
-                if (pre) {
-                    va *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
-                    vb *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
-                }
-                y[m] = make_float2(va, vb);
-            }
+            fb_load16<9>(p, y, pre, fa, fb);
             fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
         }
         __syncthreads();
@@ -480,17 +487,7 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         // ---- phase 1, stage 1: w.
         {
             float2 y[16];
-#pragma unroll
-            for (int m = 0; m < 16; ++m) {
-                const int o = m << 10;
-                float va = o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f;
-                float vb = o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f;
-                if (pre) {
-                    va *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
-                    vb *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
-                }
-                y[m] = make_float2(va, vb);
-            }
+            fb_load16<10>(p, y, pre, fa, fb);
             fp128_stage1(y, j, xg0, xg1, pos, tw, wtab, pm0, pm1);
         }
         fp_cluster_sync();

@@ -217,10 +217,8 @@ __device__ void fc_fwd_pair128(const FcParams& p) {
     if (!ra.valid) return;  // uniform over the cluster (both CTAs compute the same rows)
     FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
     // Thread j's elements n1 = 4m + j sit at offset j·256 + m·1024.
-    const int off = j << 8;
-    fa.u += off; fb.u += off; fa.pre += off; fb.pre += off; fa.post += off; fb.post += off;
-    fa.out += off; fb.out += off; fa.z += off; fb.z += off; fa.ws += off; fb.ws += off;
-    fa.len -= off; fb.len -= off;
+    fp_row_shift(fa, j << 8);
+    fp_row_shift(fb, j << 8);
     const float2* wtab = tw + FC_TW_PAIR128 + n2;  // W_N^(n2·k1) at k1·256
     float2* const xg0 = fp_peer(x, 0);
     float2* const xg1 = fp_peer(x, 1);
@@ -228,17 +226,7 @@ __device__ void fc_fwd_pair128(const FcParams& p) {
     // ---- stage 1.
     {
         float2 y[16];
-#pragma unroll
-        for (int m = 0; m < 16; ++m) {
-            const int o = m << 10;
-            float va = o < fa.len ? ember_to_f32(fa.u[o]) : 0.f;
-            float vb = o < fb.len ? ember_to_f32(fb.u[o]) : 0.f;
-            if (pre) {
-                va *= o < fa.len ? ember_to_f32(fa.pre[o]) : 0.f;
-                vb *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
-            }
-            y[m] = make_float2(va, vb);
-        }
+        fp_load16<10>(y, pre, fa, fb);
         fp128_stage1(y, j, xg0, xg1, pos, tw, wtab, pm0, pm1);
     }
     fp_cluster_sync();

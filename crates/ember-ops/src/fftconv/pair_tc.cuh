@@ -305,6 +305,35 @@ __device__ __forceinline__ FpRow<T, TO> fp_row(const FcParams& p, const FcRow& r
     return f;
 }
 
+// The row moved on by `off` elements (the thread of a column whose elements start at n1 = off/256).
+template <typename T, typename TO>
+__device__ __forceinline__ void fp_row_shift(FpRow<T, TO>& f, int off) {
+    f.u += off;
+    f.pre += off;
+    f.post += off;
+    f.out += off;
+    f.z += off;
+    f.ws += off;
+    f.len -= off;
+}
+
+// The 16 inputs of both rows at offsets m·2^SH (m < 16) of the P ≥ 64 kernels, times the pregate
+// when `pre`; zero past L.
+template <int SH, typename T, typename TO>
+__device__ __forceinline__ void fp_load16(float2 (&y)[16], bool pre, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
+#pragma unroll
+    for (int m = 0; m < 16; ++m) {
+        const int o = m << SH;
+        float va = o < fa.len ? ember_to_f32(fa.u[o]) : 0.f;
+        float vb = o < fb.len ? ember_to_f32(fb.u[o]) : 0.f;
+        if (pre) {
+            va *= o < fa.len ? ember_to_f32(fa.pre[o]) : 0.f;
+            vb *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
+        }
+        y[m] = make_float2(va, vb);
+    }
+}
+
 // Stores of the output dtype: bf16 by one cvt (round to nearest even, NaN kept).
 __device__ __forceinline__ void fp_st(float* p, float v) { *p = v; }
 __device__ __forceinline__ void fp_st(ember_bf16* p, float v) {
