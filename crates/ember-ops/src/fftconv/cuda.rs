@@ -164,6 +164,17 @@ fn has_clusters(dev: &CudaDevice) -> bool {
     dev.info().compute_capability.0 >= 9
 }
 
+/// The forward on clusters of 4 or 8 CTAs (P = 256, 512: N = 65536, 131072, L ≤ N/2) instead of the
+/// four-step path, when asked for by `EMBER_FFTCONV_PAIR_BIG=1` (built, not yet measured on a GPU):
+/// bf16 u, hd = 1, the pair engine's spectrum (no k_rev). The backward stays four-step.
+fn pair_big(u: DType, opts: &Options, dims: &Dims, clusters: bool) -> Option<Path> {
+    let asked = std::env::var("EMBER_FFTCONV_PAIR_BIG").is_ok_and(|v| v == "1");
+    let n = dims.fft_size();
+    let fits = (n == 1 << 17 || n == 1 << 16) && dims.l <= n / 2;
+    let ok = asked && clusters && fits && u == DType::BF16 && dims.hd == 1 && use_pair_spectrum(opts) && !opts.tensor_cores && !opts.force_four_step;
+    ok.then(|| Path::OnChip { logm: n.trailing_zeros() - 1, block: 1024, tc: false, pair: true })
+}
+
 /// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_bwd.cuh): wherever the pair
 /// forward runs with hd = 1 (N ≤ 32768, at N ≥ 16384 only L ≤ N/2), unless
 /// `EMBER_FFTCONV_PAIR_BWD=0` (the v2 backward, to compare).
@@ -301,9 +312,9 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
     if let Some(t) = tables.get(&ord) {
         return t.cuda_ptr();
     }
-    // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair kernels' N = 8192,
-    // 16384 and 32768), then the tensor-core kernels' per-lane table (40 words × 32 lanes).
-    const TOTAL: usize = (2 << 15) + 8192 + 16384 + 32768;
+    // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair kernels' N = 8192
+    // … 131072), then the tensor-core kernels' per-lane table (40 words × 32 lanes).
+    const TOTAL: usize = (2 << 15) + 8192 + 16384 + 32768 + 65536 + 131072;
     let t = Tensor::zeros(&[2 * TOTAL + 40 * 32], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;
@@ -431,7 +442,7 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
             let logp = logm - 7;
             let (grid, threads) = match logp {
                 6 => (heads, 512),
-                7 => (2 * heads, 512),
+                7.. => (heads << (logp - 6), 512),  // clusters of 2, 4, 8 CTAs
                 _ => (heads.div_ceil(32 >> logp), 256),
             };
             launch_smem_threads(dev, 256, threads, &format!("fc_spec_pair{logp}"), (grid_u32(grid, "spectrum")?, 1), &p, "fc_spec_pair", smem_bytes_pair(logp, 0))?;
@@ -503,6 +514,9 @@ const SAVE_Z_MIN_LOGP: u32 = 5;
 pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Spectrum, Option<Tensor>)> {
     let dev = u.cuda_device()?.clone();
     let mut path = plan(&dims, opts.force_four_step);
+    if let Some(big) = pair_big(u.dtype(), opts, &dims, has_clusters(&dev)) {
+        path = big;
+    }
     let want_tc = use_tc(u.dtype(), opts, path);
     let clusters = has_clusters(&dev);
     let want_pair = !want_tc && use_pair(u.dtype(), opts, path, &dims, clusters);
@@ -554,9 +568,9 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 let logp = logm - 7;
                 let pairs = (nrows / rph) * rph.div_ceil(2);
                 // P ≤ 32: 32/P pairs per CTA of 256 threads; P = 64: one pair per CTA of 512;
-                // P = 128: one pair per cluster of two CTAs of 512 (consecutive CTAs).
+                // P = 64·CS ≥ 128: one pair per cluster of CS CTAs of 512 (consecutive CTAs).
                 let (per_cta, threads) = if logp >= 6 { (1, 512) } else { (32 >> logp, 256) };
-                let groups = pairs.div_ceil(per_cta) * if logp == 7 { 2 } else { 1 };
+                let groups = pairs.div_ceil(per_cta) << logp.saturating_sub(6);
                 let prefetch = use_pair_prefetch(logp, u, opts, &dims)?;
                 let entry = if prefetch { format!("fc_fwd_pair_staged{logp}_{sfx}") } else { format!("fc_fwd_pair{logp}_{sfx}") };
                 // Staged u: 2 rows per pair, the first P/2·256 elements of each (P·256 where

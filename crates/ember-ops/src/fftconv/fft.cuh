@@ -27,12 +27,14 @@
 // entry r·ns + k = exp(−2πi·r·k/(ns·R)), at offset 2^15 + 2^(4a + lr) − 2 (the tables of smaller
 // shapes come first). Passes run radix 16 first, so ns is always a power of 16.
 #define FC_STAGE_TW(logns, logr) ((1 << FC_TWN_LOG) + (1 << ((logns) + (logr))) - 2)
-// Then the tables of the pair kernels' N = 8192, 16384 and 32768 (pair_tc.cuh), shapes (ns = 256,
-// R = 32, 64, 128): entry r·256 + k = exp(−2πi·r·k/N).
+// Then the tables of the pair kernels' N = 8192 … 131072 (pair_tc.cuh), shapes (ns = 256,
+// R = 32 … 512): entry r·256 + k = exp(−2πi·r·k/N).
 #define FC_TW_PAIR32 (2 << FC_TWN_LOG)
 #define FC_TW_PAIR64 (FC_TW_PAIR32 + 8192)
 #define FC_TW_PAIR128 (FC_TW_PAIR64 + 16384)
-#define FC_TW_TOTAL (FC_TW_PAIR128 + 32768)
+#define FC_TW_PAIR256 (FC_TW_PAIR128 + 32768)
+#define FC_TW_PAIR512 (FC_TW_PAIR256 + 65536)
+#define FC_TW_TOTAL (FC_TW_PAIR512 + 131072)
 
 #ifndef FC_SMEM_DECL
 #define FC_SMEM_DECL extern __shared__ float2 fc_smem[];

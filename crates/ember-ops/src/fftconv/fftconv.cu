@@ -1061,15 +1061,15 @@ extern "C" __global__ void fc_twiddles(float2* tw) {
     if (e >= FC_TW_TOTAL) return;
     // The flat table, or entry r·ns + k of a pass table: the angle −2π·num/den.
     double num = e, den = 1 << FC_TWN_LOG;
-    if (e >= FC_TW_PAIR128) {
-        num = (double)((e - FC_TW_PAIR128) >> 8) * ((e - FC_TW_PAIR128) & 255);
-        den = 32768;
-    } else if (e >= FC_TW_PAIR64) {
-        num = (double)((e - FC_TW_PAIR64) >> 8) * ((e - FC_TW_PAIR64) & 255);
-        den = 16384;
-    } else if (e >= FC_TW_PAIR32) {
-        num = (double)((e - FC_TW_PAIR32) >> 8) * ((e - FC_TW_PAIR32) & 255);
-        den = 8192;
+    if (e >= FC_TW_PAIR32) {
+        // The pair tables: N = 8192 << i from offset FC_TW_PAIR32 + (8192 << i) − 8192.
+        int off = FC_TW_PAIR32, size = 8192;
+        while (e >= off + size) {
+            off += size;
+            size <<= 1;
+        }
+        num = (double)((e - off) >> 8) * ((e - off) & 255);
+        den = size;
     } else if (e >= (1 << FC_TWN_LOG)) {
         num = 0.0;  // the 2 unused slots at the end
         for (int a = 0; a <= 3; ++a)

@@ -450,8 +450,8 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
     const unsigned rank = fp_cluster_rank();
-    const int j = threadIdx.x & 3, n2 = (int)(rank << 7) + (threadIdx.x >> 2);
-    const int pos = fp_idx(n2 >> 4, n2 & 15), off = j << 8;
+    const FpcLane<2> l = fpc_lane<2>(x, pmax);
+    const int n2 = l.n2, off = l.j << 8;
     const bool pre = p.has_pre, need_z = !ZM && p.need_z;
     const i64 rph = p.B;  // rows per head (hd = 1)
     const i64 pph = (rph + 1) / 2;
@@ -462,9 +462,6 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
     // This CTA's segments k1 = 64·rank + sg in the slot's partial (fragment order, 128 float4 each).
     float4* tslot = reinterpret_cast<float4*>(p.tbuf) + (slot << (LOGN - 1)) + ((i64)rank << 13);
-    float2* const xg0 = fp_peer(x, 0);
-    float2* const xg1 = fp_peer(x, 1);
-    const unsigned pm0 = fp_dsm(pmax, 0), pm1 = fp_dsm(pmax, 1);
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
         if (threadIdx.x < 2) {
@@ -488,7 +485,7 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         {
             float2 y[16];
             fb_load16<10>(p, y, pre, fa, fb);
-            fp128_stage1(y, j, xg0, xg1, pos, tw, wtab, pm0, pm1);
+            fpc_stage1<2>(y, l, tw, wtab, 0);
         }
         fp_cluster_sync();
         // ---- phase 1, segments: W saved; z's spectrum when needed.
@@ -502,9 +499,9 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         const float ks = kscale[ra.g];
         {
             float2 a[16];
-            if (need_z) fp128_stage1_inv(a, j, xg0, xg1, pos, tw, wtab);
+            if (need_z) fpc_stage1_inv<2>(a, l, tw, wtab);
             fb_dz_sel<16, 10, ZM>(p, a, 16, inv1, ks, fa, fb);
-            fp128_stage1(a, j, xg0, xg1, pos, tw, wtab, pm0 + 4, pm1 + 4);
+            fpc_stage1<2>(a, l, tw, wtab, 4);
         }
         fp_cluster_sync();
         // ---- phase 2, segments: T, × conj(K̂), inverse.
@@ -516,7 +513,7 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         // ---- phase 3: inverse stage 1 (d_w, both CTAs' segments) and its epilogue.
         {
             float2 a[16];
-            fp128_stage1_inv(a, j, xg0, xg1, pos, tw, wtab);
+            fpc_stage1_inv<2>(a, l, tw, wtab);
             if (pre) fb_dw<16, true, 10>(p, a, 16, inv2, ks, fa, fb);
             else fb_dw<16, false, 10>(p, a, 16, inv2, ks, fa, fb);
         }

@@ -182,12 +182,12 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
 extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
 extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { fc_fwd_pair64<ember_bf16, float>(p); }
 
-#if __CUDA_ARCH__ >= 900  // clusters (P = 128)
-// Shared memory of the P = 128 kernels, per CTA: as P = 64's (64 segments, in the backward also
-// their W), so smem_bytes_pair / smem_bytes_pair_bwd count logp 6 and 7 alike.
-template <typename T, typename TO>
-__device__ void fc_fwd_pair128(const FcParams& p) {
-    constexpr int LOGN = 15;  // P = 128
+#if __CUDA_ARCH__ >= 900  // clusters (P = 128 … 512)
+// The forward on a cluster of CS CTAs (P = 64·CS, N = 16384·CS, L ≤ N/2; fpc_lane, fpc_stage1): one
+// row pair per cluster, clusters consecutive CTAs.
+template <int CS, typename T, typename TO>
+__device__ void fc_fwd_pairc(const FcParams& p) {
+    constexpr int LOGN = CS == 2 ? 15 : CS == 4 ? 16 : 17, TL = FpcLane<CS>::TL;
     FC_SMEM_DECL
     float2* x = fc_smem;  // this CTA's 64 segments
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
@@ -197,13 +197,12 @@ __device__ void fc_fwd_pair128(const FcParams& p) {
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
     const unsigned rank = fp_cluster_rank();
-    const int j = threadIdx.x & 3, n2 = (int)(rank << 7) + (threadIdx.x >> 2);
-    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const FpcLane<CS> l = fpc_lane<CS>(x, pmax);
     const bool pre = p.has_pre;
     const i64 rph = p.B * (i64)p.hd * p.hd;
     const i64 pph = (rph + 1) / 2;
     if (threadIdx.x < 2) {
-        const i64 Q = blockIdx.x >> 1;  // the cluster's pair (clusters are consecutive CTAs)
+        const i64 Q = blockIdx.x / CS;  // the cluster's pair (clusters are consecutive CTAs)
         const i64 gl = Q / pph, qq = Q - gl * pph;
         FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
         const bool first_valid = gl * rph + 2 * qq < p.nrows;
@@ -211,46 +210,49 @@ __device__ void fc_fwd_pair128(const FcParams& p) {
         rows[threadIdx.x] = row;
         if (threadIdx.x == 0) pmax[0] = 0;
     }
-    // Both CTAs have started, set their rows and zeroed their max before any remote access.
+    // Every CTA has started, set its rows and zeroed its max before any remote access.
     fp_cluster_sync();
     const FcRow ra = rows[0], rb = rows[1];
-    if (!ra.valid) return;  // uniform over the cluster (both CTAs compute the same rows)
-    FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
-    // Thread j's elements n1 = 4m + j sit at offset j·256 + m·1024.
-    fp_row_shift(fa, j << 8);
-    fp_row_shift(fb, j << 8);
-    const float2* wtab = tw + FC_TW_PAIR128 + n2;  // W_N^(n2·k1) at k1·256
-    float2* const xg0 = fp_peer(x, 0);
-    float2* const xg1 = fp_peer(x, 1);
-    const unsigned pm0 = fp_dsm(pmax, 0), pm1 = fp_dsm(pmax, 1);
+    if (!ra.valid) return;  // uniform over the cluster (every CTA computes the same rows)
+    FpRow<T, TO> fa = fp_row<T, TO>(p, ra, l.n2), fb = fp_row<T, TO>(p, rb, l.n2);
+    // Thread j's elements n1 = T·m + j sit at offset j·256 + m·T·256.
+    fp_row_shift(fa, l.j << 8);
+    fp_row_shift(fb, l.j << 8);
+    const float2* wtab = tw + (CS == 2 ? FC_TW_PAIR128 : CS == 4 ? FC_TW_PAIR256 : FC_TW_PAIR512) + l.n2;  // W_N^(n2·k1) at k1·256
     // ---- stage 1.
     {
         float2 y[16];
-        fp_load16<10>(y, pre, fa, fb);
-        fp128_stage1(y, j, xg0, xg1, pos, tw, wtab, pm0, pm1);
+        fp_load16<8 + TL>(y, pre, fa, fb);
+        fpc_stage1<CS>(y, l, tw, wtab, 0);
     }
     fp_cluster_sync();
     // ---- stage 2: this CTA's 64 segments (k1 = 64·rank + sg), 4 per warp.
     float s1, inv1;
     fp_pair_scale(pmax[0], s1, inv1);
     for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
-        const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)ra.g << (LOGN - 1)) + ((int)((rank << 6) + sg) << 7);
+        const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)ra.g << (LOGN - 1)) + ((i64)((rank << 6) + sg) << 7);
         fp_segment(x + sg * 256, kf, tab, s1);
     }
     fp_cluster_sync();
-    // ---- inverse stage 1 (both CTAs' segments), then the epilogue.
+    // ---- inverse stage 1 (every CTA's segments), then the epilogue.
     const float ks = reinterpret_cast<const float*>(p.spec)[((i64)p.heads << (LOGN + 1)) + ra.g];
     float2 o16[16];
-    fp128_stage1_inv(o16, j, xg0, xg1, pos, tw, wtab);
-    fp_cluster_arrive();  // done reading the peer's shared memory
-    fp_epilogue_sel<16, 10>(fp_epilogue_flags(p), o16, 16, inv1, ks, fa, fb);
-    fp_cluster_wait();  // the peer is done reading ours: both may exit
+    fpc_stage1_inv<CS>(o16, l, tw, wtab);
+    fp_cluster_arrive();  // done reading the other CTAs' shared memory
+    fp_epilogue_sel<16, 8 + TL>(fp_epilogue_flags(p), o16, 16, inv1, ks, fa, fb);
+    fp_cluster_wait();  // the others are done reading ours: all may exit
 }
 
-#define FP128_FWD(TO, SFX) \
-    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair7_bf16_##SFX(FcParams p) { fc_fwd_pair128<ember_bf16, TO>(p); }
-FP128_FWD(ember_bf16, bf16)
-FP128_FWD(float, f32)
+// P = 128 (logp 7, clusters of 2: the default for N = 32768); P = 256 and 512 (logp 8 and 9, clusters
+// of 4 and 8: N = 65536 and 131072, opt-in, EMBER_FFTCONV_PAIR_BIG=1).
+#define FPC_FWD(LOGP, CS, TO, SFX) \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO>(p); }
+FPC_FWD(7, 2, ember_bf16, bf16)
+FPC_FWD(7, 2, float, f32)
+FPC_FWD(8, 4, ember_bf16, bf16)
+FPC_FWD(8, 4, float, f32)
+FPC_FWD(9, 8, ember_bf16, bf16)
+FPC_FWD(9, 8, float, f32)
 
 #endif  // __CUDA_ARCH__ >= 900
 

@@ -134,11 +134,12 @@ __device__ void fc_spec_pair64(const FcParams& p) {
     fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n, 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, threadIdx.x == 0, 512);
 }
 
-#if __CUDA_ARCH__ >= 900  // clusters (P = 128)
-// P = 128: one head per cluster of two CTAs of 512 threads (fp128_stage1); each CTA writes its own
-// 64 segments.
-__device__ void fc_spec_pair128(const FcParams& p) {
-    constexpr int LOGN = 15;
+#if __CUDA_ARCH__ >= 900  // clusters (P = 128 … 512)
+// P = 64·CS: one head per cluster of CS CTAs of 512 threads (fpc_lane, fpc_stage1); each CTA writes
+// its own 64 segments.
+template <int CS>
+__device__ void fc_spec_pairc(const FcParams& p) {
+    constexpr int LOGN = CS == 2 ? 15 : CS == 4 ? 16 : 17, TL = FpcLane<CS>::TL;
     FC_SMEM_DECL
     float2* x = fc_smem;
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
@@ -148,18 +149,15 @@ __device__ void fc_spec_pair128(const FcParams& p) {
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
     if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
     const unsigned rank = fp_cluster_rank();
-    const int g = blockIdx.x >> 1, j = threadIdx.x & 3, n2 = (int)(rank << 7) + (threadIdx.x >> 2);
-    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const FpcLane<CS> l = fpc_lane<CS>(x, pmax);
+    const int g = blockIdx.x / CS;
     const i64 n = (i64)1 << LOGN;
-    float2* const xg0 = fp_peer(x, 0);
-    float2* const xg1 = fp_peer(x, 1);
-    const unsigned pm0 = fp_dsm(pmax, 0), pm1 = fp_dsm(pmax, 1);
-    fp_cluster_sync();  // both CTAs started, maxima zeroed
+    fp_cluster_sync();  // every CTA started, maxima zeroed
     {
         float2 y[16];
 #pragma unroll
-        for (int m = 0; m < 16; ++m) y[m] = make_float2(fc_keff(p, g, (4 * m + j) * 256 + n2, n), 0.f);
-        fp128_stage1(y, j, xg0, xg1, pos, tw, tw + FC_TW_PAIR128 + n2, pm0, pm1);
+        for (int m = 0; m < 16; ++m) y[m] = make_float2(fc_keff(p, g, (i64)((m << TL) + l.j) * 256 + l.n2, n), 0.f);
+        fpc_stage1<CS>(y, l, tw, tw + (CS == 2 ? FC_TW_PAIR128 : CS == 4 ? FC_TW_PAIR256 : FC_TW_PAIR512) + l.n2, 0);
     }
     fp_cluster_sync();
     float s1, inv1;
@@ -168,12 +166,11 @@ __device__ void fc_spec_pair128(const FcParams& p) {
         float mx = fp_spec_segment(x + sg * 256, tab, s1);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        if ((threadIdx.x & 31) == 0) {
-            fp_max_dsm(pm0 + 4, __float_as_int(mx));
-            fp_max_dsm(pm1 + 4, __float_as_int(mx));
-        }
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int c = 0; c < CS; ++c) fp_max_dsm(l.pm[c] + 4, __float_as_int(mx));
     }
-    fp_cluster_sync();  // the head's largest |D| from both CTAs
+    fp_cluster_sync();  // the head's largest |D| from every CTA
     fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n + ((i64)rank << 14), 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, rank == 0 && threadIdx.x == 0, 512);
 }
 
@@ -188,7 +185,9 @@ FC_SPEC_PAIR_ENTRY(4)
 FC_SPEC_PAIR_ENTRY(5)
 extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pair6(FcParams p) { fc_spec_pair64(p); }
 #if __CUDA_ARCH__ >= 900
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_spec_pair7(FcParams p) { fc_spec_pair128(p); }
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_spec_pair7(FcParams p) { fc_spec_pairc<2>(p); }
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512, 1) fc_spec_pair8(FcParams p) { fc_spec_pairc<4>(p); }
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) fc_spec_pair9(FcParams p) { fc_spec_pairc<8>(p); }
 #endif
 
 #endif  // FC_BLOCK == 256

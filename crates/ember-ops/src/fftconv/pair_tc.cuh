@@ -691,8 +691,10 @@ __device__ __forceinline__ void fp64_stage1_inv(float2 (&o)[16], int h, const fl
     fp_idft32_first16(a, o);
 }
 
-#if __CUDA_ARCH__ >= 900  // thread-block clusters: sm_90 and later (the host takes P = 128 only there)
-// ---- N = 32768 (P = 128, L ≤ N/2): one row pair per cluster of two CTAs ---------------------------
+#if __CUDA_ARCH__ >= 900  // thread-block clusters: sm_90 and later (the host takes P ≥ 128 only there)
+// ---- N = 32768 … 131072 (P = 128 … 512, L ≤ N/2): one row pair per cluster of 2, 4 or 8 CTAs ---------
+// (The design below is written for two CTAs, P = 128; fpc_stage1 generalises its two radix-2 steps to
+// log2(2·CS) steps for clusters of CS CTAs.)
 //
 // The P = 64 design spread over a thread-block cluster of two CTAs of 512 threads: the data of one
 // pair (32768 complex f32, 256 KB) is twice what one SM holds, so CTA c (its rank in the cluster)
@@ -737,74 +739,113 @@ template <int DIR> __device__ __forceinline__ float2 fp_rot(float2 w, int s) {
     return DIR < 0 ? make_float2(w.y, -w.x) : make_float2(-w.y, w.x);
 }
 
-// Stage 1 at P = 128 for thread j = 2·j1 + j0 of column n2 (at `pos`): y[m] = the pair's input at
-// n1 = 4m + j. xg0, xg1: the segments' base in CTA 0 and 1 (generic addresses, fp_peer); pm0, pm1:
-// the pair's max word in each (shared::cluster addresses).
-__device__ __forceinline__ void fp128_stage1(const float2 (&y)[16], int j, float2* xg0, float2* xg1, int pos, const float2* __restrict__ tw, const float2* __restrict__ wtab, unsigned pm0, unsigned pm1) {
-    const int j0 = j & 1, j1 = j >> 1;
-    float2 a[32];
-    fp_dft32_half(y, a);  // D_j[k]: the 32-point DFT of n1 = 4m + j
-    // j1 step (xor 2): E_j0[k + 32·j1] = D_(j0, 0)[k] ± W64^k·D_(j0, 1)[k].
+// A thread's place in a cluster kernel (CS = 2, 4, 8 CTAs of 512 threads; P = 64·CS; T = 2·CS threads
+// per column, adjacent lanes j = 0 … T − 1; CTA c holds columns [c·256/CS, (c + 1)·256/CS) and
+// segments k1 ∈ [64c, 64c + 64)): its column n2 and position pos, the bins k + 32·r it holds after
+// stage 1 (r = bitrev_TL(j)), where they live (segment k + 32·(r & 1) of CTA r / 2: xo, the generic
+// address of its k = 0 element) and the pair-max word of every CTA (shared::cluster addresses of
+// this CTA's `pmax`).
+template <int CS>
+struct FpcLane {
+    static constexpr int T = 2 * CS, TL = CS == 2 ? 2 : CS == 4 ? 3 : 4;
+    int j, n2, pos, r;
+    float2* xo;
+    unsigned pm[CS];
+};
+
+template <int CS>
+__device__ __forceinline__ FpcLane<CS> fpc_lane(float2* x, int* pmax) {
+    static_assert(CS == 2 || CS == 4 || CS == 8, "clusters of 2, 4 or 8 CTAs");
+    FpcLane<CS> l;
+    const unsigned rank = fp_cluster_rank();
+    l.j = threadIdx.x & (FpcLane<CS>::T - 1);
+    l.n2 = (int)rank * (256 / CS) + (int)(threadIdx.x >> FpcLane<CS>::TL);
+    l.pos = fp_idx(l.n2 >> 4, l.n2 & 15);
+    l.r = (int)(__brev((unsigned)l.j) >> (32 - FpcLane<CS>::TL));
+    l.xo = fp_peer(x, (unsigned)(l.r >> 1)) + 32 * (l.r & 1) * 256 + l.pos;
 #pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 2), __shfl_xor_sync(0xffffffffu, a[k].y, 2));
-        const float2 d0 = j1 == 0 ? a[k] : other, d1 = j1 == 0 ? other : a[k];
-        const float2 t = k == 0 ? d1 : c_mul(d1, tw[k << (FC_TWN_LOG - 6)]);
-        a[k] = j1 == 0 ? c_add(d0, t) : c_sub(d0, t);
+    for (int c = 0; c < CS; ++c) l.pm[c] = fp_dsm(pmax, (unsigned)c);
+    return l;
+}
+
+// Stage 1 at P = 64·CS for lane l: y[m] = the pair's input at n1 = T·m + j. The 32-point DFT of the
+// lane's 16 inputs (fp_dft32_half), then TL radix-2 steps across the T lanes by shuffles: step s
+// pairs lanes differing in bit TL − s of j and forms the 32·2^s-point DFTs with the twiddle
+// W_(32·2^s)^k·W_(2^s)^ρ, ρ the bits combined so far reversed — the table factor is the same for all
+// lanes of a warp, the lane factor (−i)^ρ at s = 2 is a swap and from s = 3 one complex constant per
+// step (model: tests.rs, cluster_stage1_model_matches_the_dft). Then × W_N^(n2·k1) (wtab offset by
+// n2), stored at the owning CTA (l.xo); the largest component to every CTA's max word at byte
+// offset `pm_off`.
+template <int CS>
+__device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<CS>& l, const float2* __restrict__ tw, const float2* __restrict__ wtab, unsigned pm_off) {
+    constexpr int TL = FpcLane<CS>::TL;
+    float2 a[32];
+    fp_dft32_half(y, a);
+    int rho = 0;
+#pragma unroll
+    for (int s = 1; s <= TL; ++s) {
+        const int b = TL - s, jb = (l.j >> b) & 1;
+        const float2 c = s >= 3 ? tw[rho << (FC_TWN_LOG - s)] : make_float2(1.f, 0.f);
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+            const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1 << b), __shfl_xor_sync(0xffffffffu, a[k].y, 1 << b));
+            const float2 e0 = jb == 0 ? a[k] : other, e1 = jb == 0 ? other : a[k];
+            float2 t;
+            if (s == 1) t = k == 0 ? e1 : c_mul(e1, tw[k << (FC_TWN_LOG - 6)]);
+            else if (s == 2) t = c_mul(e1, fp_rot<-1>(tw[k << (FC_TWN_LOG - 7)], rho));
+            else t = c_mul(e1, c_mul(tw[k << (FC_TWN_LOG - 5 - s)], c));
+            a[k] = jb == 0 ? c_add(e0, t) : c_sub(e0, t);
+        }
+        rho |= jb << (s - 1);
     }
-    // j0 step (xor 1): X[κ + 64·j0] = E_0[κ] ± W128^κ·E_1[κ], κ = k + 32·j1 (W128^(32·j1) = (−i)^j1).
-    float2* xg = j0 ? xg1 : xg0;
     float mx = 0.f;
 #pragma unroll
     for (int k = 0; k < 32; ++k) {
-        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
-        const float2 e0 = j0 == 0 ? a[k] : other, e1 = j0 == 0 ? other : a[k];
-        const float2 t = c_mul(e1, fp_rot<-1>(tw[k << (FC_TWN_LOG - 7)], j1));
-        const float2 v0 = j0 == 0 ? c_add(e0, t) : c_sub(e0, t);
-        const int k1 = k + 32 * j1 + 64 * j0;
-        const float2 v = c_mul(v0, wtab[k1 << 8]);
+        const float2 v = c_mul(a[k], wtab[(k + 32 * l.r) << 8]);
         mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
-        xg[(k + 32 * j1) * 256 + pos] = v;
+        l.xo[k * 256] = v;
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if ((threadIdx.x & 31) == 0) {
-        fp_max_dsm(pm0, __float_as_int(mx));
-        fp_max_dsm(pm1, __float_as_int(mx));
-    }
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int c = 0; c < CS; ++c) fp_max_dsm(l.pm[c] + pm_off, __float_as_int(mx));
 }
 
-// Inverse stage 1 at P = 128: thread (j1, j0) reads B[κ + 64·j0]·conj(W_N^(n2·k1)), κ = k + 32·j1;
-// the j0 step forms F_0[κ] = B[κ] + B[κ + 64] (j0 = 0) or F_1[κ] = (B[κ] − B[κ + 64])·W128^−κ; the
-// j1 step G = F[k] + F[k + 32] (j1 = 0) or (F[k] − F[k + 32])·W64^−k; then the first 16 outputs of
-// the inverse 32-point DFT: o[m] = output n1 = 4m + j.
-__device__ __forceinline__ void fp128_stage1_inv(float2 (&o)[16], int j, const float2* xg0, const float2* xg1, int pos, const float2* __restrict__ tw, const float2* __restrict__ wtab) {
-    const int j0 = j & 1, j1 = j >> 1;
-    const float2* xg = (j0 ? xg1 : xg0) + 32 * j1 * 256 + pos;
+// The inverse of fpc_stage1: lane l reads B[k + 32·r]·conj(W_N^(n2·k1)) (from the owning CTA, all
+// loads first), the steps s = TL … 1 mirrored — the lane with bit TL − s clear forms F[κ] + F[κ + h],
+// the other (F[κ] − F[κ + h])·conj(W_(32·2^s)^k·W_(2^s)^ρ) — then the first 16 outputs of the inverse
+// 32-point DFT: o[m] = output n1 = T·m + j.
+template <int CS>
+__device__ __forceinline__ void fpc_stage1_inv(float2 (&o)[16], const FpcLane<CS>& l, const float2* __restrict__ tw, const float2* __restrict__ wtab) {
+    constexpr int TL = FpcLane<CS>::TL;
     float2 a[32];
-    // All loads first (half of them from the peer, at distributed shared memory's latency).
 #pragma unroll
-    for (int k = 0; k < 32; ++k) a[k] = xg[k * 256];
+    for (int k = 0; k < 32; ++k) a[k] = l.xo[k * 256];
 #pragma unroll
-    for (int k = 0; k < 32; ++k) a[k] = c_mulc(a[k], wtab[(k + 32 * j1 + 64 * j0) << 8]);
+    for (int k = 0; k < 32; ++k) a[k] = c_mulc(a[k], wtab[(k + 32 * l.r) << 8]);
+    int rho = l.r;
 #pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
-        if (j0 == 0) {
-            a[k] = c_add(a[k], other);
-        } else {
-            const float2 w = tw[k << (FC_TWN_LOG - 7)];
-            a[k] = c_mul(c_sub(other, a[k]), fp_rot<1>(make_float2(w.x, -w.y), j1));
-        }
-    }
+    for (int s = TL; s >= 1; --s) {
+        const int b = TL - s, jb = (l.j >> b) & 1;
+        rho &= ~(1 << (s - 1));  // the bits combined before step s
+        const float2 c = s >= 3 ? c_conj(tw[rho << (FC_TWN_LOG - s)]) : make_float2(1.f, 0.f);
 #pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 2), __shfl_xor_sync(0xffffffffu, a[k].y, 2));
-        if (j1 == 0) {
-            a[k] = c_add(a[k], other);
-        } else {
-            const float2 d = c_sub(other, a[k]);
-            a[k] = k == 0 ? d : c_mulc(d, tw[k << (FC_TWN_LOG - 6)]);
+        for (int k = 0; k < 32; ++k) {
+            const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1 << b), __shfl_xor_sync(0xffffffffu, a[k].y, 1 << b));
+            if (jb == 0) {
+                a[k] = c_add(a[k], other);
+            } else {
+                const float2 d = c_sub(other, a[k]);
+                if (s == 1) {
+                    a[k] = k == 0 ? d : c_mulc(d, tw[k << (FC_TWN_LOG - 6)]);
+                } else if (s == 2) {
+                    const float2 w = tw[k << (FC_TWN_LOG - 7)];
+                    a[k] = c_mul(d, fp_rot<1>(make_float2(w.x, -w.y), rho));
+                } else {
+                    a[k] = c_mul(d, c_mul(c_conj(tw[k << (FC_TWN_LOG - 5 - s)]), c));
+                }
+            }
         }
     }
     fp_idft32_first16(a, o);

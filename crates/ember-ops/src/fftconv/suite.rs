@@ -153,6 +153,11 @@ fn cases(tier: Tier) -> Vec<Case> {
             // The pair spectrum kernels (no k_rev): P = 8, 64 (one head per CTA of 512), 128.
             Case { d: true, ..Case::plain(2, 5, 1000) },
             Case { gelu: true, d: true, ..Case::plain(3, 2, 5000) },
+            // N = 65536 and 131072 without k_rev: the four-step path, or with
+            // EMBER_FFTCONV_PAIR_BIG=1 the forward on clusters of 4 and 8 CTAs (an odd row count:
+            // a pair half empty; pregate, postgate, mask, GELU, D).
+            Case { lkr: 0, ..Case::all(3, 1, 20000) },
+            Case { lkr: 0, ..Case::all(3, 2, 40000) },
         ],
         // Every size the issue names, large ones included.
         Tier::Full => {
