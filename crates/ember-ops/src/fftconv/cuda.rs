@@ -165,11 +165,17 @@ fn has_clusters(dev: &CudaDevice) -> bool {
 }
 
 /// The forward on clusters of 4 or 8 CTAs (P = 256, 512: N = 65536, 131072, L ≤ N/2) instead of the
-/// four-step path, when asked for by `EMBER_FFTCONV_PAIR_BIG=1` (built, not yet measured on a GPU):
-/// bf16 u, hd = 1, the pair engine's spectrum (no k_rev). The backward stays four-step.
+/// four-step path: bf16 u, hd = 1, the pair engine's spectrum (no k_rev); the backward stays
+/// four-step. By default only at N = 65536, where it is faster (H200, B = 4, H = 256, L = 32768:
+/// fwd 1.43 → 1.07 ms, fwd+bwd 4.32 → 4.15); at N = 131072 it is not (L = 65536: fwd 2.78 → 2.92),
+/// so there only when asked for. `EMBER_FFTCONV_PAIR_BIG=1` takes it at both sizes, `=0` at neither.
 fn pair_big(u: DType, opts: &Options, dims: &Dims, clusters: bool) -> Option<Path> {
-    let asked = std::env::var("EMBER_FFTCONV_PAIR_BIG").is_ok_and(|v| v == "1");
     let n = dims.fft_size();
+    let asked = match std::env::var("EMBER_FFTCONV_PAIR_BIG").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => n == 1 << 16,
+    };
     let fits = (n == 1 << 17 || n == 1 << 16) && dims.l <= n / 2;
     let ok = asked && clusters && fits && u == DType::BF16 && dims.hd == 1 && use_pair_spectrum(opts) && !opts.tensor_cores && !opts.force_four_step;
     ok.then(|| Path::OnChip { logm: n.trailing_zeros() - 1, block: 1024, tc: false, pair: true })
@@ -513,13 +519,13 @@ const SAVE_Z_MIN_LOGP: u32 = 5;
 /// [`saves_z`], z (u's dtype, u's shape).
 pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Spectrum, Option<Tensor>)> {
     let dev = u.cuda_device()?.clone();
-    let mut path = plan(&dims, opts.force_four_step);
-    if let Some(big) = pair_big(u.dtype(), opts, &dims, has_clusters(&dev)) {
-        path = big;
-    }
-    let want_tc = use_tc(u.dtype(), opts, path);
     let clusters = has_clusters(&dev);
-    let want_pair = !want_tc && use_pair(u.dtype(), opts, path, &dims, clusters);
+    let big = pair_big(u.dtype(), opts, &dims, clusters);
+    let path = big.unwrap_or_else(|| plan(&dims, opts.force_four_step));
+    let want_tc = big.is_none() && use_tc(u.dtype(), opts, path);
+    // pair_big's path is the pair forward by construction (use_pair covers N <= 32768 only).
+    let want_pair = big.is_some() || (!want_tc && use_pair(u.dtype(), opts, path, &dims, clusters));
+    let mut path = path;
     if let Path::OnChip { ref mut tc, ref mut pair, .. } = path {
         *tc = want_tc;
         *pair = want_pair;

@@ -244,7 +244,7 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
 }
 
 // P = 128 (logp 7, clusters of 2: the default for N = 32768); P = 256 and 512 (logp 8 and 9, clusters
-// of 4 and 8: N = 65536 and 131072, opt-in, EMBER_FFTCONV_PAIR_BIG=1).
+// of 4 and 8: N = 65536 by default, 131072 opt-in by EMBER_FFTCONV_PAIR_BIG=1; cuda.rs, pair_big).
 #define FPC_FWD(LOGP, CS, TO, SFX) \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO>(p); }
 FPC_FWD(7, 2, ember_bf16, bf16)

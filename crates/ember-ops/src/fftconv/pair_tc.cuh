@@ -768,6 +768,13 @@ __device__ __forceinline__ FpcLane<CS> fpc_lane(float2* x, int* pmax) {
     return l;
 }
 
+// The lane's own factor W_N^(32·n2·r) of the stage-1 twiddles W_N^(n2·k1), k1 = k + 32·r (wtab
+// offset by n2; row k1 at k1·256).
+template <int CS>
+__device__ __forceinline__ float2 fpc_twiddle(const FpcLane<CS>& l, const float2* __restrict__ wtab) {
+    return wtab[(32 * l.r) << 8];
+}
+
 // Stage 1 at P = 64·CS for lane l: y[m] = the pair's input at n1 = T·m + j. The 32-point DFT of the
 // lane's 16 inputs (fp_dft32_half), then TL radix-2 steps across the T lanes by shuffles: step s
 // pairs lanes differing in bit TL − s of j and forms the 32·2^s-point DFTs with the twiddle
@@ -799,11 +806,30 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
         rho |= jb << (s - 1);
     }
     float mx = 0.f;
+    if constexpr (CS >= 4) {
+        // W_N^(n2·(k + 32r)) = W_N^(n2·k)·W_N^(32·n2·r): the first factor is the same for the T
+        // lanes of a column (one broadcast sector per warp and k instead of T = 8, 16 rows of the
+        // table: at P = 512 those rows were a third of the kernel's L1 wavefronts), the second one
+        // load per lane (fpc_twiddle). All products before the first store: the stores go through a
+        // generic pointer that may alias the table as far as the compiler knows, and a store
+        // between two loads serialises them. ncu, P = 512 forward: 3.48 → 2.90 ms.
+        const float2 wr = fpc_twiddle(l, wtab);
 #pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        const float2 v = c_mul(a[k], wtab[(k + 32 * l.r) << 8]);
-        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
-        l.xo[k * 256] = v;
+        for (int k = 0; k < 32; ++k) {
+            a[k] = c_mul(a[k], k == 0 ? wr : c_mul(wtab[k << 8], wr));
+            mx = fmaxf(mx, fmaxf(fabsf(a[k].x), fabsf(a[k].y)));
+        }
+#pragma unroll
+        for (int k = 0; k < 32; ++k) l.xo[k * 256] = a[k];
+    } else {
+        // P = 128: a warp's 8 columns × 4 lanes read whole sectors of the table's rows (as
+        // measured and validated; the factored form above was not faster there).
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+            const float2 v = c_mul(a[k], wtab[(k + 32 * l.r) << 8]);
+            mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+            l.xo[k * 256] = v;
+        }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -822,8 +848,14 @@ __device__ __forceinline__ void fpc_stage1_inv(float2 (&o)[16], const FpcLane<CS
     float2 a[32];
 #pragma unroll
     for (int k = 0; k < 32; ++k) a[k] = l.xo[k * 256];
+    if constexpr (CS >= 4) {
+        const float2 wr = fpc_twiddle(l, wtab);  // factored as in fpc_stage1
 #pragma unroll
-    for (int k = 0; k < 32; ++k) a[k] = c_mulc(a[k], wtab[(k + 32 * l.r) << 8]);
+        for (int k = 0; k < 32; ++k) a[k] = c_mulc(a[k], k == 0 ? wr : c_mul(wtab[k << 8], wr));
+    } else {
+#pragma unroll
+        for (int k = 0; k < 32; ++k) a[k] = c_mulc(a[k], wtab[(k + 32 * l.r) << 8]);
+    }
     int rho = l.r;
 #pragma unroll
     for (int s = TL; s >= 1; --s) {

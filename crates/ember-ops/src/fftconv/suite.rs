@@ -153,9 +153,9 @@ fn cases(tier: Tier) -> Vec<Case> {
             // The pair spectrum kernels (no k_rev): P = 8, 64 (one head per CTA of 512), 128.
             Case { d: true, ..Case::plain(2, 5, 1000) },
             Case { gelu: true, d: true, ..Case::plain(3, 2, 5000) },
-            // N = 65536 and 131072 without k_rev: the four-step path, or with
-            // EMBER_FFTCONV_PAIR_BIG=1 the forward on clusters of 4 and 8 CTAs (an odd row count:
-            // a pair half empty; pregate, postgate, mask, GELU, D).
+            // N = 65536 and 131072 without k_rev (an odd row count: a pair half empty; pregate,
+            // postgate, mask, GELU, D): the forward on clusters of 4 CTAs at N = 65536 and the
+            // four-step path at 131072; EMBER_FFTCONV_PAIR_BIG=1 clusters at both, =0 at neither.
             Case { lkr: 0, ..Case::all(3, 1, 20000) },
             Case { lkr: 0, ..Case::all(3, 2, 40000) },
         ],
@@ -442,11 +442,18 @@ fn bench_shapes(ctx: &BenchCtx) -> Vec<BenchShape> {
             v
         }
     };
-    // For profiling one shape: EMBER_FFTCONV_BENCH_L=4096,1024 keeps only those lengths.
+    // For profiling one shape: EMBER_FFTCONV_BENCH_L=4096,1024 keeps only those lengths; a length
+    // the list lacks is added (B = 16, H = 768 up to 16384, else B = 4, H = 256 as L = 65536).
     match std::env::var("EMBER_FFTCONV_BENCH_L") {
         Ok(ls) => {
-            let keep: Vec<usize> = ls.split(',').filter_map(|v| v.trim().parse().ok()).collect();
-            shapes.into_iter().filter(|s| keep.contains(&s.l)).collect()
+            let keep: Vec<usize> = ls.split(',').filter_map(|v| v.trim().parse().ok()).filter(|&l| l > 0).collect();
+            let mut v: Vec<_> = shapes.iter().copied().filter(|s| keep.contains(&s.l)).collect();
+            for &l in &keep {
+                if !shapes.iter().any(|s| s.l == l) {
+                    v.push(if l <= 16384 { s(16, 768, l) } else { s(4, 256, l) });
+                }
+            }
+            v
         }
         Err(_) => shapes,
     }
