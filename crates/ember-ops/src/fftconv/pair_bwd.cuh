@@ -61,16 +61,19 @@ __device__ __forceinline__ FbRow<T, TO> fb_row(const FcParams& p, const FcRow& r
 // backwards; zero past L.
 template <int SH, typename T, typename TO>
 __device__ __forceinline__ void fb_load16(const FcParams& p, float2 (&y)[16], bool pre, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+    // All u loads first, in one basic block (as fp_load16).
 #pragma unroll
     for (int m = 0; m < 16; ++m) {
         const int o = m << SH;
-        float va = o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f;
-        float vb = o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f;
-        if (pre) {
-            va *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
-            vb *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
+        y[m] = make_float2(o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f, o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f);
+    }
+    if (pre) {
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+            const int o = m << SH;
+            y[m].x *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
+            y[m].y *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
         }
-        y[m] = make_float2(va, vb);
     }
 }
 

@@ -141,20 +141,13 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
     if (!ra.valid) return;  // uniform over the CTA
     const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
     const float2* wtab = tw + FC_TW_PAIR64 + n2;  // W_N^(n2·k1) at k1·256
-    // ---- stage 1. y[m] = x[2m + h] (offset (2m + h)·256), m < 16.
+    // ---- stage 1. y[m] = x[2m + h] (offset (2m + h)·256), m < 16: the rows moved on by h·256.
     {
         float2 y[16];
-#pragma unroll
-        for (int m = 0; m < 16; ++m) {
-            const int o = (2 * m + h) << 8;
-            float va = o < fa.len ? ember_to_f32(fa.u[o]) : 0.f;
-            float vb = o < fb.len ? ember_to_f32(fb.u[o]) : 0.f;
-            if (pre) {
-                va *= o < fa.len ? ember_to_f32(fa.pre[o]) : 0.f;
-                vb *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
-            }
-            y[m] = make_float2(va, vb);
-        }
+        FpRow<T, TO> ha = fa, hb = fb;
+        fp_row_shift(ha, h << 8);
+        fp_row_shift(hb, h << 8);
+        fp_load16<9>(y, pre, ha, hb);
         fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
     }
     __syncthreads();
