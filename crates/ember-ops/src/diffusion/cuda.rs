@@ -64,8 +64,24 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
         DType::BF16 => 2,
         DType::F64 => unreachable!("f64 never reaches CUDA (validated)"),
     };
-    // Always explicit: the host sizes shared memory and padding from the same values.
-    vec![format!("-DDIFF_DTYPE={code}"), format!("-DRBV={}", st.rbv), format!("-DRNST={}", st.rnst), format!("-DEBK={}", st.ebk), format!("-DENST={}", st.enst)]
+    // Always explicit: the host sizes shared memory and padding from the same values (and picks
+    // the finalize's layers by FIN_SPLIT_MIN).
+    vec![
+        format!("-DDIFF_DTYPE={code}"),
+        format!("-DRBV={}", st.rbv),
+        format!("-DRNST={}", st.rnst),
+        format!("-DEBK={}", st.ebk),
+        format!("-DENST={}", st.enst),
+        format!("-DFIN_SPLIT_MIN={}", fin_split_min()),
+    ]
+}
+
+/// Chunks from which a mesh's partials are summed in FIN_PARTS parts (diffusion.cu), default 16;
+/// `EMBER_DIFFUSION_FIN_SPLIT_MIN=n` (measurements: e.g. 33 sums V = 4096's 32 chunks as one range,
+/// as before v16) changes the summation order, so the bits too.
+pub fn fin_split_min() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| std::env::var("EMBER_DIFFUSION_FIN_SPLIT_MIN").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| (1..=1 << 20).contains(&n)).unwrap_or(16))
 }
 
 /// Build options of the module for activation dtype `dtype` with the stages in use.
@@ -1086,10 +1102,11 @@ fn finalize_layers(n_sm: usize, blocks: usize, chunks_per_mesh: usize) -> u32 {
     if let Some(l) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l))) {
         return l;
     }
-    // Threads the GPU holds at once (2048 per SM) against one layer's; meshes of fewer than 16
-    // chunks (FIN_SPLIT_MIN in diffusion.cu) are summed as one part, which one layer does.
+    // Threads the GPU holds at once (2048 per SM) against one layer's; meshes of fewer than
+    // fin_split_min() chunks (FIN_SPLIT_MIN in diffusion.cu) are summed as one part, which one
+    // layer does.
     let room = (n_sm * 2048) / (blocks * 256).max(1);
-    if room >= 4 && chunks_per_mesh >= 16 {
+    if room >= 4 && chunks_per_mesh >= fin_split_min() {
         4
     } else {
         1

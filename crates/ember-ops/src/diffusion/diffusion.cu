@@ -396,7 +396,9 @@ __device__ __forceinline__ float sum_partials(const float* ws, i64 ch0, i64 ch1,
 // fused pass sums the parts in one thread. Either way the order depends only on the mesh's chunk
 // count: the same bits from both paths, for any batch, and whatever blockDim.z is.
 #define FIN_PARTS 4
+#ifndef FIN_SPLIT_MIN  // the host passes it (cuda.rs, fin_split_min)
 #define FIN_SPLIT_MIN 16
+#endif
 
 // Block (bx, by) of the finalize grid, thread (tx, ty) of its 32 × 8: which output it owns.
 struct FinIdx {
