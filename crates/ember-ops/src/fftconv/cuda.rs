@@ -166,9 +166,10 @@ fn has_clusters(dev: &CudaDevice) -> bool {
 
 /// The forward on clusters of 4 or 8 CTAs (P = 256, 512: N = 65536, 131072, L ≤ N/2) instead of the
 /// four-step path: bf16 u, hd = 1, the pair engine's spectrum (no k_rev); the backward stays
-/// four-step. By default only at N = 65536, where it is faster (H200, B = 4, H = 256, L = 32768:
-/// fwd 1.43 → 1.07 ms, fwd+bwd 4.32 → 4.15); at N = 131072 it is not (L = 65536: fwd 2.78 → 2.92),
-/// so there only when asked for. `EMBER_FFTCONV_PAIR_BIG=1` takes it at both sizes, `=0` at neither.
+/// four-step (recomputing the spectrum in its own layout). By default only at N = 65536, where it
+/// is faster both ways (H200, B = 4, H = 256, L = 32768: fwd 1.43 → 1.07 ms, fwd+bwd 4.32 → 4.15);
+/// at N = 131072 only when asked for (L = 65536 with v9c: fwd 2.79 → 2.72 but fwd+bwd 8.63 → 8.90).
+/// `EMBER_FFTCONV_PAIR_BIG=1` takes it at both sizes, `=0` at neither.
 fn pair_big(u: DType, opts: &Options, dims: &Dims, clusters: bool) -> Option<Path> {
     let n = dims.fft_size();
     let asked = match std::env::var("EMBER_FFTCONV_PAIR_BIG").as_deref() {
