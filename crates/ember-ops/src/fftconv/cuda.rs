@@ -522,11 +522,10 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let dev = u.cuda_device()?.clone();
     let clusters = has_clusters(&dev);
     let big = pair_big(u.dtype(), opts, &dims, clusters);
-    let path = big.unwrap_or_else(|| plan(&dims, opts.force_four_step));
+    let mut path = big.unwrap_or_else(|| plan(&dims, opts.force_four_step));
     let want_tc = big.is_none() && use_tc(u.dtype(), opts, path);
     // pair_big's path is the pair forward by construction (use_pair covers N <= 32768 only).
     let want_pair = big.is_some() || (!want_tc && use_pair(u.dtype(), opts, path, &dims, clusters));
-    let mut path = path;
     if let Path::OnChip { ref mut tc, ref mut pair, .. } = path {
         *tc = want_tc;
         *pair = want_pair;

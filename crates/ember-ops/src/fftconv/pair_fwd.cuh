@@ -180,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcPar
 // row pair per cluster, clusters consecutive CTAs.
 template <int CS, typename T, typename TO>
 __device__ void fc_fwd_pairc(const FcParams& p) {
-    constexpr int LOGN = CS == 2 ? 15 : CS == 4 ? 16 : 17, TL = FpcLane<CS>::TL;
+    constexpr int LOGN = FpcLane<CS>::LOGN, TL = FpcLane<CS>::TL;
     FC_SMEM_DECL
     float2* x = fc_smem;  // this CTA's 64 segments
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
@@ -211,7 +211,7 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     // Thread j's elements n1 = T·m + j sit at offset j·256 + m·T·256.
     fp_row_shift(fa, l.j << 8);
     fp_row_shift(fb, l.j << 8);
-    const float2* wtab = tw + (CS == 2 ? FC_TW_PAIR128 : CS == 4 ? FC_TW_PAIR256 : FC_TW_PAIR512) + l.n2;  // W_N^(n2·k1) at k1·256
+    const float2* wtab = tw + FpcLane<CS>::TW + l.n2;  // W_N^(n2·k1) at k1·256
     // ---- stage 1.
     {
         float2 y[16];

@@ -139,7 +139,7 @@ __device__ void fc_spec_pair64(const FcParams& p) {
 // its own 64 segments.
 template <int CS>
 __device__ void fc_spec_pairc(const FcParams& p) {
-    constexpr int LOGN = CS == 2 ? 15 : CS == 4 ? 16 : 17, TL = FpcLane<CS>::TL;
+    constexpr int LOGN = FpcLane<CS>::LOGN, TL = FpcLane<CS>::TL;
     FC_SMEM_DECL
     float2* x = fc_smem;
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
@@ -157,7 +157,7 @@ __device__ void fc_spec_pairc(const FcParams& p) {
         float2 y[16];
 #pragma unroll
         for (int m = 0; m < 16; ++m) y[m] = make_float2(fc_keff(p, g, (i64)((m << TL) + l.j) * 256 + l.n2, n), 0.f);
-        fpc_stage1<CS>(y, l, tw, tw + (CS == 2 ? FC_TW_PAIR128 : CS == 4 ? FC_TW_PAIR256 : FC_TW_PAIR512) + l.n2, 0);
+        fpc_stage1<CS>(y, l, tw, tw + FpcLane<CS>::TW + l.n2, 0);
     }
     fp_cluster_sync();
     float s1, inv1;

@@ -753,6 +753,8 @@ template <int DIR> __device__ __forceinline__ float2 fp_rot(float2 w, int s) {
 template <int CS>
 struct FpcLane {
     static constexpr int T = 2 * CS, TL = CS == 2 ? 2 : CS == 4 ? 3 : 4;
+    // log2 N (N = 256·P = 16384·CS) and the offset of N's stage-1 twiddle table (fft.cuh).
+    static constexpr int LOGN = 13 + TL, TW = CS == 2 ? FC_TW_PAIR128 : CS == 4 ? FC_TW_PAIR256 : FC_TW_PAIR512;
     int j, n2, pos, r;
     float2* xo;
     unsigned pm[CS];
