@@ -92,6 +92,27 @@ __device__ __forceinline__ float fc_w(const FcParams& p, const FcRow& r, i64 t) 
     return v;
 }
 
+// w at the sample pairs (2n, 2n + 1) of four positions n[i]: the batch's u loads first (predicated),
+// then the pregate's. fc_w per sample puts a branch (the pregate test) between samples, so each
+// sample's load is issued only after the previous one is used (the pattern v9c removed from the pair
+// kernels' loads); this keeps 8 loads in flight. Same products: same bits as fc_w.
+template <typename T>
+__device__ __forceinline__ void fc_w4(const FcParams& p, const FcRow& r, const i64 (&n)[4], float2 (&v)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const i64 t = 2 * n[i];
+        v[i] = make_float2(r.valid && t < p.L ? ld<T>(p.u, r.urow + t) : 0.f, r.valid && t + 1 < p.L ? ld<T>(p.u, r.urow + t + 1) : 0.f);
+    }
+    if (p.has_pre) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const i64 t = 2 * n[i];
+            v[i].x *= r.valid && t < p.L ? ld<T>(p.pre, r.prow + t) : 0.f;
+            v[i].y *= r.valid && t + 1 < p.L ? ld<T>(p.pre, r.prow + t + 1) : 0.f;
+        }
+    }
+}
+
 // k_eff[t] of head g for t in [0, N): k[t] + D·δ[t] + k_rev[(N − t) mod N].
 __device__ __forceinline__ float fc_keff(const FcParams& p, int g, i64 t, i64 n) {
     float v = 0.f;
@@ -151,10 +172,11 @@ __device__ __forceinline__ void fc_epi_fwd(const FcParams& p, const FcRow& r, i6
 
 // Backward epilogue 1 for element t of a valid row: d_z from d_out (and z when need_z); stores the
 // postgate's gradient (hd = 1) or its per-row share (hd > 1).
+// `dout`: d_out at t, loaded by the caller (batched ahead of the arithmetic, see fc_dz4).
 template <typename T, typename TO>
-__device__ __forceinline__ float fc_epi_dz(const FcParams& p, const FcRow& r, i64 t, float z) {
+__device__ __forceinline__ float fc_epi_dz(const FcParams& p, const FcRow& r, i64 t, float z, float dout) {
     const float m = p.has_mask ? reinterpret_cast<const float*>(p.mask)[(i64)r.b * p.H + r.g * p.hd + r.j] : 1.f;
-    const float dg = ld<TO>(p.dout, r.prow + t) * m;
+    const float dg = dout * m;
     float gz = z, gp = 1.f;
     if (p.gelu) {
         fc_gelu_grad(z, gz, gp);
@@ -166,6 +188,27 @@ __device__ __forceinline__ float fc_epi_dz(const FcParams& p, const FcRow& r, i6
         else reinterpret_cast<float*>(p.wsb)[r.local * p.L + t] = dg * gz;
     }
     return dz;
+}
+
+// d_z of four sample pairs (2n[i], 2n[i] + 1) of a row from z[i] (zero where t ≥ L or the row is
+// invalid): the four pairs' d_out loads first, then the arithmetic (one load in flight per sample
+// otherwise, as fc_w4 explains).
+template <typename T, typename TO>
+__device__ __forceinline__ void fc_dz4(const FcParams& p, const FcRow& r, const i64 (&n)[4], float2 (&z)[4]) {
+    float2 g[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const i64 t = 2 * n[i];
+        g[i] = make_float2(r.valid && t < p.L ? ld<TO>(p.dout, r.prow + t) : 0.f, r.valid && t + 1 < p.L ? ld<TO>(p.dout, r.prow + t + 1) : 0.f);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const i64 t = 2 * n[i];
+        float2 dz = make_float2(0.f, 0.f);
+        if (r.valid && t < p.L) dz.x = fc_epi_dz<T, TO>(p, r, t, z[i].x, g[i].x);
+        if (r.valid && t + 1 < p.L) dz.y = fc_epi_dz<T, TO>(p, r, t + 1, z[i].y, g[i].y);
+        z[i] = dz;
+    }
 }
 
 // Backward epilogue 2: d_w → d_u and d_pregate (hd = 1) or the workspace row (hd > 1).
@@ -246,6 +289,22 @@ __device__ __forceinline__ void fc_pack(float2* __restrict__ x, const FcLane& l,
     for (int c = 0; c < FC_E; ++c) {
         const int n = l.lt + l.tpr * c;
         x[FC_P(l.base + n)] = make_float2(src(2 * (i64)n), src(2 * (i64)n + 1));
+    }
+}
+
+// fc_pack of w (u times the pregate) in batches of four pairs (fc_w4).
+template <typename T>
+__device__ __forceinline__ void fc_pack_w(float2* __restrict__ x, const FcLane& l, const FcParams& p, const FcRow& r) {
+    static_assert(FC_E % 4 == 0, "batches of four");
+#pragma unroll 1
+    for (int c0 = 0; c0 < FC_E; c0 += 4) {
+        i64 n[4];
+        float2 v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) n[i] = l.lt + l.tpr * (c0 + i);
+        fc_w4<T>(p, r, n, v);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[FC_P(l.base + (int)n[i])] = v[i];
     }
 }
 
@@ -370,7 +429,7 @@ __device__ void fc_fwd_onchip(const FcParams& p) {
     const FcLane l = fc_lane(p.logm);
     const FcRow r = fc_row(p, (i64)blockIdx.x * l.lanes + l.lane);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    fc_pack(x, l, [&](i64 t) { return fc_w<T>(p, r, t); });
+    fc_pack_w<T>(x, l, p, r);
     __syncthreads();
     const FcSeqs q = fc_rows_layout(p.logm);
     block_fft<-1>(x, q, tw);
@@ -482,7 +541,7 @@ __device__ void fc_bwd_onchip(const FcParams& p) {
         // Rows are numbered within this launch from head0's first row.
         FcRow r = fc_row(p, (i64)h * rph + within);
         r.valid = r.valid && within < rph;
-        fc_pack(x, l, [&](i64 t) { return fc_w<T>(p, r, t); });
+        fc_pack_w<T>(x, l, p, r);
         __syncthreads();
         block_fft<-1>(x, q, tw);
         // Save 2W; with need_z also form Y = 2W·Ks for the recomputation of z.
@@ -512,14 +571,16 @@ __device__ void fc_bwd_onchip(const FcParams& p) {
         __syncthreads();
         if (p.need_z) block_fft<1>(x, q, tw);
         // d_z, packed in place of z.
+        // (Per element: batching the d_out loads as fc_col_dz does took the 256-thread kernel from
+        // 128 to 142 registers, one CTA per SM instead of two.)
 #pragma unroll 2
         for (int c = 0; c < FC_E; ++c) {
             const int n = l.lt + l.tpr * c;
             const float2 z = x[FC_P(l.base + n)];
             const i64 t = 2 * (i64)n;
             float2 dz = make_float2(0.f, 0.f);
-            if (r.valid && t < p.L) dz.x = fc_epi_dz<T, TO>(p, r, t, z.x);
-            if (r.valid && t + 1 < p.L) dz.y = fc_epi_dz<T, TO>(p, r, t + 1, z.y);
+            if (r.valid && t < p.L) dz.x = fc_epi_dz<T, TO>(p, r, t, z.x, ld<TO>(p.dout, r.prow + t));
+            if (r.valid && t + 1 < p.L) dz.y = fc_epi_dz<T, TO>(p, r, t + 1, z.y, ld<TO>(p.dout, r.prow + t + 1));
             x[FC_P(l.base + n)] = dz;
         }
         __syncthreads();
@@ -696,11 +757,15 @@ __device__ void fc_col_data(const FcParams& p) {
     float2* x = fc_smem;
     const FcTile t = fc_tile(p);
     const FcRow r = fc_row(p, t.row);
-#pragma unroll 4
-    for (int c = 0; c < FC_E; ++c) {
-        const int e = threadIdx.x + FC_BLOCK * c;
-        const i64 n = fc_tile_n(p, t, e);
-        x[FC_P(e)] = make_float2(fc_w<T>(p, r, 2 * n), fc_w<T>(p, r, 2 * n + 1));
+#pragma unroll 1
+    for (int c0 = 0; c0 < FC_E; c0 += 4) {
+        i64 n[4];
+        float2 v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) n[i] = fc_tile_n(p, t, threadIdx.x + FC_BLOCK * (c0 + i));
+        fc_w4<T>(p, r, n, v);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[FC_P(threadIdx.x + FC_BLOCK * (c0 + i))] = v[i];
     }
     fc_col_fwd_store(p, x, t, reinterpret_cast<const float2*>(p.tw));
 }
@@ -748,15 +813,19 @@ __device__ void fc_col_dz(const FcParams& p) {
     const FcRow r = fc_row(p, t.row);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     if (p.need_z) fc_col_load_inv(p, x, t, tw);
-#pragma unroll 2
-    for (int c = 0; c < FC_E; ++c) {
-        const int e = threadIdx.x + FC_BLOCK * c;
-        const i64 n = fc_tile_n(p, t, e);
-        const float2 z = p.need_z ? x[FC_P(e)] : make_float2(0.f, 0.f);
-        float2 dz = make_float2(0.f, 0.f);
-        if (2 * n < p.L) dz.x = fc_epi_dz<T, TO>(p, r, 2 * n, z.x);
-        if (2 * n + 1 < p.L) dz.y = fc_epi_dz<T, TO>(p, r, 2 * n + 1, z.y);
-        x[FC_P(e)] = dz;
+#pragma unroll 1
+    for (int c0 = 0; c0 < FC_E; c0 += 4) {
+        i64 n[4];
+        float2 z[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int e = threadIdx.x + FC_BLOCK * (c0 + i);
+            n[i] = fc_tile_n(p, t, e);
+            z[i] = p.need_z ? x[FC_P(e)] : make_float2(0.f, 0.f);
+        }
+        fc_dz4<T, TO>(p, r, n, z);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) x[FC_P(threadIdx.x + FC_BLOCK * (c0 + i))] = z[i];
     }
     fc_col_fwd_store(p, x, t, tw);
 }

@@ -59,6 +59,18 @@ __device__ __forceinline__ void fp_spec_out(const float2* __restrict__ src, floa
     if (put_scale) *kscale = __int_as_float((127 + ex) << 23);
 }
 
+// k_eff[t] on the pair spectrum's path, without D: k[t] for t < Lk (k_rev is never given here, see
+// use_pair_spectrum; D, the tap at t = 0, is added by fp_keff_d). Branch-free, so that a thread's
+// loads of one head are issued together: fc_keff's tests (D, k_rev) split the loads into one basic
+// block each, one in flight at a time (as fp_load16 before v9c).
+__device__ __forceinline__ float fp_keff_k(const FcParams& p, int g, i64 t) {
+    return t < p.lk ? reinterpret_cast<const float*>(p.k)[(i64)g * p.lk + t] : 0.f;
+}
+// D of head g (0 without D): k_eff[0] = k[0] + D.
+__device__ __forceinline__ float fp_keff_d(const FcParams& p, int g) {
+    return p.dd ? reinterpret_cast<const float*>(p.dd)[g] : 0.f;
+}
+
 // P ≤ 32: CTA of 256 threads, R = 32/P heads (as the forward's row pairs: thread n2 owns column n2).
 template <int LOGP>
 __device__ void fc_spec_pair(const FcParams& p) {
@@ -82,7 +94,8 @@ __device__ void fc_spec_pair(const FcParams& p) {
         if (g >= p.heads) break;  // uniform
         float2 a[P];
 #pragma unroll
-        for (int n1 = 0; n1 < P; ++n1) a[n1] = make_float2(n1 < P / 2 ? fc_keff(p, g, n1 * 256 + n2, n) : 0.f, 0.f);
+        for (int n1 = 0; n1 < P; ++n1) a[n1] = make_float2(n1 < P / 2 ? fp_keff_k(p, g, n1 * 256 + n2) : 0.f, 0.f);
+        if (n2 == 0) a[0].x += fp_keff_d(p, g);
         fp_stage1<P>(a, true, x + r * P * 256, pos, wtab, &pmax[r]);
     }
     __syncthreads();
@@ -123,7 +136,8 @@ __device__ void fc_spec_pair64(const FcParams& p) {
     {
         float2 y[16];
 #pragma unroll
-        for (int m = 0; m < 16; ++m) y[m] = make_float2(fc_keff(p, g, (2 * m + h) * 256 + n2, n), 0.f);
+        for (int m = 0; m < 16; ++m) y[m] = make_float2(fp_keff_k(p, g, (2 * m + h) * 256 + n2), 0.f);
+        if (threadIdx.x == 0) y[0].x += fp_keff_d(p, g);  // t = 0: h = 0, n2 = 0
         fp64_stage1(y, h, x, pos, tw, tw + FC_TW_PAIR64 + n2, &pmax[0]);
     }
     __syncthreads();
@@ -156,7 +170,8 @@ __device__ void fc_spec_pairc(const FcParams& p) {
     {
         float2 y[16];
 #pragma unroll
-        for (int m = 0; m < 16; ++m) y[m] = make_float2(fc_keff(p, g, (i64)((m << TL) + l.j) * 256 + l.n2, n), 0.f);
+        for (int m = 0; m < 16; ++m) y[m] = make_float2(fp_keff_k(p, g, (i64)((m << TL) + l.j) * 256 + l.n2), 0.f);
+        if (l.j == 0 && l.n2 == 0) y[0].x += fp_keff_d(p, g);  // t = 0
         fpc_stage1<CS>(y, l, tw, tw + FpcLane<CS>::TW + l.n2, 0);
     }
     fp_cluster_sync();
