@@ -263,6 +263,18 @@ fn use_pair_prefetch(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Resu
     Ok(!off && logp == 5 && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
 }
 
+/// Whether the cluster forward at P = 256, 512 reads u from a copy in shared memory made by 16-byte
+/// loads (fc_fwd_pair_staged8/9, pair_fwd.cuh's fpc_stage_u): bf16 u without a pregate, rows of
+/// 16-byte multiples (L % 8 = 0) from a 16-byte-aligned u; unless `EMBER_FFTCONV_PAIR_STAGE_U=0`.
+fn use_pair_stage_u(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
+    let off = std::env::var("EMBER_FFTCONV_PAIR_STAGE_U").is_ok_and(|v| v == "0");
+    Ok(!off && logp >= 8 && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
+}
+
+/// bf16 elements of fpc_stage_u's copy (both rows, P/2 rows of n1 each padded to 256/CS + 16/CS
+/// bf16): 2 · 32·CS · (256 + 16)/CS = 17408 at every CS (FpcStg::BYTES / 2).
+const PAIR_STAGE_U_ELEMS: usize = 2 * 32 * (256 + 16);
+
 /// The filter spectrum of one call (kept by the forward for the backward).
 pub struct Spectrum {
     spec: Tensor,
@@ -578,12 +590,13 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 let (per_cta, threads) = if logp >= 6 { (1, 512) } else { (32 >> logp, 256) };
                 let groups = pairs.div_ceil(per_cta) << logp.saturating_sub(6);
                 let prefetch = use_pair_prefetch(logp, u, opts, &dims)?;
-                let entry = if prefetch { format!("fc_fwd_pair_staged{logp}_{sfx}") } else { format!("fc_fwd_pair{logp}_{sfx}") };
-                // Staged u: 2 rows per pair, the first P/2·256 elements of each (P·256 where
-                // L > N/2), 32/P pairs: 8192 or 16384 bf16.
+                let stage_u = use_pair_stage_u(logp, u, opts, &dims)?;
+                let entry = if prefetch || stage_u { format!("fc_fwd_pair_staged{logp}_{sfx}") } else { format!("fc_fwd_pair{logp}_{sfx}") };
+                // Staged u (P = 32): 2 rows per pair, the first P/2·256 elements of each (P·256
+                // where L > N/2), 32/P pairs: 8192 or 16384 bf16.
                 let p_len = 1usize << logp;
                 let nin = if dims.l <= p_len << 7 { p_len / 2 } else { p_len };
-                let smem = smem_bytes_pair(logp, if prefetch { 2 * per_cta * nin * 256 } else { 0 });
+                let smem = smem_bytes_pair(logp, if prefetch { 2 * per_cta * nin * 256 } else if stage_u { PAIR_STAGE_U_ELEMS } else { 0 });
                 // Persistent with the prefetch: as many CTAs as fit at once, never more than groups.
                 let grid_x = if prefetch {
                     let f = dev.function(&SOURCE, &options(256), &entry)?;

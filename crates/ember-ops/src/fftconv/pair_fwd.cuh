@@ -178,7 +178,66 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcPar
 #if __CUDA_ARCH__ >= 900  // clusters (P = 128 … 512)
 // The forward on a cluster of CS CTAs (P = 64·CS, N = 16384·CS, L ≤ N/2; fpc_lane, fpc_stage1): one
 // row pair per cluster, clusters consecutive CTAs.
-template <int CS, typename T, typename TO>
+// The staged u of the cluster forwards at CS ≥ 4 (STG). At T = 2·CS = 8 or 16 lanes per column a
+// warp holds 4 or 2 columns, so its 2-byte loads of one m touched 8 or 16 sectors for 64 useful
+// bytes (ncu, CS = 8: the u loads and the output stores were a fifth of the L1 wavefronts). Here
+// the CTA copies its columns [c0, c0 + 256/CS) of both rows, n1 < P/2 (L ≤ N/2 on this path), by
+// 16-byte loads into shared memory (rows of SW words: W = 128/CS words of data plus 8/CS of
+// padding, so that the reads below, lanes j = 0 … T − 1 at word j·SW + w, fall in distinct banks),
+// then each thread reads its 16 elements n1 = T·m + j there. Zero past L (L % 8 = 0: no chunk
+// straddles it) and for an invalid row b.
+template <int CS> struct FpcStg {
+    static constexpr int COLS = 256 / CS, W = COLS / 2, SW = W + 8 / CS, NR = 32 * CS, CPR = COLS / 8;
+    static constexpr int BYTES = 2 * NR * SW * 4;  // both rows
+};
+// After the CTA's segments, table, rows and pair max (with room for two sets, as smem_bytes_pair).
+#define FPC_STG_OFF ((64 * 256 * 8 + TC_TAB_WORDS * 32 * 4 + 2 * (2 * 48 + 4) + 15) & ~15)
+
+template <int CS>
+__device__ __forceinline__ void fpc_stage_u(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, unsigned* __restrict__ stg) {
+    using S = FpcStg<CS>;
+    static_assert(2 * S::NR * S::CPR == 4 * 512, "four 16-byte chunks per thread");
+    const int c0 = (int)rank * S::COLS;
+    const ember_bf16* u = reinterpret_cast<const ember_bf16*>(p.u);
+    uint4 v[4];
+    int dst[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // all four loads before the first store
+        const int w = threadIdx.x + 512 * i, s = w / (S::NR * S::CPR), e = w % (S::NR * S::CPR);
+        const int n1 = e / S::CPR, q = e % S::CPR;
+        // Fields, not a reference to either row: that would put both rows in local memory.
+        const bool valid = s ? rb.valid : ra.valid;
+        const i64 urow = s ? rb.urow : ra.urow;
+        const i64 n = (i64)n1 * 256 + c0 + 8 * q;
+        v[i] = valid && n < p.L ? *reinterpret_cast<const uint4*>(u + urow + n) : make_uint4(0u, 0u, 0u, 0u);
+        dst[i] = (s * S::NR + n1) * S::SW + 4 * q;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        stg[dst[i]] = v[i].x;
+        stg[dst[i] + 1] = v[i].y;
+        stg[dst[i] + 2] = v[i].z;
+        stg[dst[i] + 3] = v[i].w;
+    }
+}
+
+// y[m] = (row a, row b) at n1 = T·m + j of the lane's column, from fpc_stage_u's copy.
+template <int CS>
+__device__ __forceinline__ void fpc_read_u(float2 (&y)[16], const FpcLane<CS>& l, unsigned rank, const unsigned* __restrict__ stg) {
+    using S = FpcStg<CS>;
+    const unsigned short* h = reinterpret_cast<const unsigned short*>(stg);
+    const int c = l.n2 - (int)rank * S::COLS;
+#pragma unroll
+    for (int m = 0; m < 16; ++m) {
+        const int n1 = FpcLane<CS>::T * m + l.j;
+        const unsigned a = h[n1 * 2 * S::SW + c], b = h[(S::NR + n1) * 2 * S::SW + c];
+        y[m] = make_float2(__uint_as_float(a << 16), __uint_as_float(b << 16));
+    }
+}
+
+// STG (CS ≥ 4, bf16 u without pregate, L % 8 = 0, 16-byte aligned u: the host's choice): stage 1
+// reads u from fpc_stage_u's copy in shared memory instead of by 2-byte global loads.
+template <int CS, typename T, typename TO, bool STG = false>
 __device__ void fc_fwd_pairc(const FcParams& p) {
     constexpr int LOGN = FpcLane<CS>::LOGN, TL = FpcLane<CS>::TL;
     FC_SMEM_DECL
@@ -215,7 +274,14 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     // ---- stage 1.
     {
         float2 y[16];
-        fp_load16<8 + TL>(y, pre, fa, fb);
+        if constexpr (STG) {
+            unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
+            fpc_stage_u<CS>(p, ra, rb, rank, stg);
+            __syncthreads();
+            fpc_read_u<CS>(y, l, rank, stg);
+        } else {
+            fp_load16<8 + TL>(y, pre, fa, fb);
+        }
         fpc_stage1<CS>(y, l, tw, wtab, 0);
     }
     fp_cluster_sync();
@@ -246,6 +312,13 @@ FPC_FWD(8, 4, ember_bf16, bf16)
 FPC_FWD(8, 4, float, f32)
 FPC_FWD(9, 8, ember_bf16, bf16)
 FPC_FWD(9, 8, float, f32)
+// The staged-u variants (STG) of P = 256 and 512.
+#define FPC_FWD_STG(LOGP, CS, TO, SFX) \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair_staged##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO, true>(p); }
+FPC_FWD_STG(8, 4, ember_bf16, bf16)
+FPC_FWD_STG(8, 4, float, f32)
+FPC_FWD_STG(9, 8, ember_bf16, bf16)
+FPC_FWD_STG(9, 8, float, f32)
 
 #endif  // __CUDA_ARCH__ >= 900
 

@@ -158,6 +158,13 @@ fn cases(tier: Tier) -> Vec<Case> {
             // four-step path at 131072; EMBER_FFTCONV_PAIR_BIG=1 clusters at both, =0 at neither.
             Case { lkr: 0, ..Case::all(3, 1, 20000) },
             Case { lkr: 0, ..Case::all(3, 2, 40000) },
+            // Without a pregate and with L % 8 = 0 the cluster forwards at P = 256, 512 read u from a
+            // staged copy (fc_fwd_pair_staged8/9); L = 20004 (% 8 ≠ 0) keeps the direct loads. An
+            // odd row count again, f32 output in one.
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 20000) },
+            Case { gelu: true, d: true, out_f32: true, ..Case::plain(1, 3, 24576) },
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 20004) },
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 40000) },
         ],
         // Every size the issue names, large ones included.
         Tier::Full => {
