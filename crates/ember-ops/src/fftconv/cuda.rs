@@ -166,20 +166,21 @@ fn has_clusters(dev: &CudaDevice) -> bool {
 
 /// The forward on clusters of 4 or 8 CTAs (P = 256, 512: N = 65536, 131072, L ≤ N/2) instead of the
 /// four-step path: bf16 u, hd = 1, the pair engine's spectrum (no k_rev); the backward stays
-/// four-step (recomputing the spectrum in its own layout). By default only at N = 65536, where it
-/// is faster both ways (H200, B = 4, H = 256, L = 32768: fwd 1.43 → 1.07 ms, fwd+bwd 4.32 → 4.15);
-/// at N = 131072 only when asked for (L = 65536 with v9c: fwd 2.79 → 2.72 but fwd+bwd 8.63 → 8.90).
+/// four-step (recomputing the spectrum in its own layout). By default at N = 65536, where it is
+/// faster both ways (H200, B = 4, H = 256, L = 32768: fwd 1.43 → 1.07 ms, fwd+bwd 4.32 → 4.15), and
+/// at N = 131072 where u and the output are staged (fc_fwd_pair_staged9: L = 65536 fwd 2.68 → 2.23,
+/// fwd+bwd 8.40 → 8.35 against four-step; unstaged, v9c: fwd 2.79 → 2.72 but fwd+bwd 8.63 → 8.90).
 /// `EMBER_FFTCONV_PAIR_BIG=1` takes it at both sizes, `=0` at neither.
-fn pair_big(u: DType, opts: &Options, dims: &Dims, clusters: bool) -> Option<Path> {
+fn pair_big(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<Option<Path>> {
     let n = dims.fft_size();
     let asked = match std::env::var("EMBER_FFTCONV_PAIR_BIG").as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        _ => n == 1 << 16,
+        _ => n == 1 << 16 || (n == 1 << 17 && use_pair_stage_u(9, true, u, opts, dims)?),
     };
     let fits = (n == 1 << 17 || n == 1 << 16) && dims.l <= n / 2;
-    let ok = asked && clusters && fits && u == DType::BF16 && dims.hd == 1 && use_pair_spectrum(opts) && !opts.tensor_cores && !opts.force_four_step;
-    ok.then(|| Path::OnChip { logm: n.trailing_zeros() - 1, block: 1024, tc: false, pair: true })
+    let ok = asked && clusters && fits && u.dtype() == DType::BF16 && dims.hd == 1 && use_pair_spectrum(opts) && !opts.tensor_cores && !opts.force_four_step;
+    Ok(ok.then(|| Path::OnChip { logm: n.trailing_zeros() - 1, block: 1024, tc: false, pair: true }))
 }
 
 /// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_bwd.cuh): wherever the pair
@@ -263,12 +264,17 @@ fn use_pair_prefetch(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Resu
     Ok(!off && logp == 5 && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
 }
 
-/// Whether the cluster forward at P = 256, 512 reads u from a copy in shared memory made by 16-byte
-/// loads (fc_fwd_pair_staged8/9, pair_fwd.cuh's fpc_stage_u): bf16 u without a pregate, rows of
-/// 16-byte multiples (L % 8 = 0) from a 16-byte-aligned u; unless `EMBER_FFTCONV_PAIR_STAGE_U=0`.
-fn use_pair_stage_u(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
+/// Whether the pair kernels read u from a copy in shared memory made by 16-byte loads (pair_fwd.cuh's
+/// fpc_stage_u): the cluster forwards (P = 128 … 512: fc_fwd_pair_staged7/8/9, which at P = 512
+/// also stage the output) and the backwards at P = 64, 128 (fc_bwd_pair_staged6/7*); not the P = 64
+/// forward, which measured no faster so. bf16 u without a pregate, rows of 16-byte multiples
+/// (L % 8 = 0) from a 16-byte-aligned u; unless `EMBER_FFTCONV_PAIR_STAGE_U=0`. H200, same run
+/// (`bench/results/nvidia-h200/fftconv-stage-u/`): L = 16384 fwd −15 %, fwd+bwd −15 %; L = 5000
+/// fwd+bwd −7.6 %; L = 65536 on clusters of 8 fwd −16 %.
+fn use_pair_stage_u(logp: u32, forward: bool, u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
     let off = std::env::var("EMBER_FFTCONV_PAIR_STAGE_U").is_ok_and(|v| v == "0");
-    Ok(!off && logp >= 8 && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
+    let kernel = if forward { logp >= 7 } else { logp == 6 || logp == 7 };
+    Ok(!off && kernel && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
 }
 
 /// bf16 elements of fpc_stage_u's copy (both rows, P/2 rows of n1 each padded to 256/CS + 16/CS
@@ -533,7 +539,7 @@ const SAVE_Z_MIN_LOGP: u32 = 5;
 pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Spectrum, Option<Tensor>)> {
     let dev = u.cuda_device()?.clone();
     let clusters = has_clusters(&dev);
-    let big = pair_big(u.dtype(), opts, &dims, clusters);
+    let big = pair_big(u, opts, &dims, clusters)?;
     let mut path = big.unwrap_or_else(|| plan(&dims, opts.force_four_step));
     let want_tc = big.is_none() && use_tc(u.dtype(), opts, path);
     // pair_big's path is the pair forward by construction (use_pair covers N <= 32768 only).
@@ -590,7 +596,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 let (per_cta, threads) = if logp >= 6 { (1, 512) } else { (32 >> logp, 256) };
                 let groups = pairs.div_ceil(per_cta) << logp.saturating_sub(6);
                 let prefetch = use_pair_prefetch(logp, u, opts, &dims)?;
-                let stage_u = use_pair_stage_u(logp, u, opts, &dims)?;
+                let stage_u = use_pair_stage_u(logp, true, u, opts, &dims)?;
                 let entry = if prefetch || stage_u { format!("fc_fwd_pair_staged{logp}_{sfx}") } else { format!("fc_fwd_pair{logp}_{sfx}") };
                 // Staged u (P = 32): 2 rows per pair, the first P/2·256 elements of each (P·256
                 // where L > N/2), 32/P pairs: 8192 or 16384 bf16.
@@ -714,7 +720,9 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 let grid = grid_u32((nh * parts).div_ceil(slots_per_cta) * ctas_per_slot, "backward")?;
                 // The `z` entries read the training forward's z (compiled without the recompute).
                 let zsfx = if p.zs != 0 { "z" } else { "" };
-                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{logp}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
+                // P = 64, 128 with u staged by 16-byte loads (fc_bwd_pair_staged6/7*).
+                let stg = if use_pair_stage_u(logp, false, u, opts, &dims)? { "_staged" } else { "" };
+                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{stg}{logp}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
                 launch_smem(&dev, 256, "fc_dk_pair", (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1), &p, "fc_dk_pair", 0)?;
                 // fc_dk reads the folded spectrum as a single partial per head.
                 p.parts = 1;

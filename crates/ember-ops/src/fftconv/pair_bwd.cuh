@@ -352,7 +352,8 @@ FC_BWD_PAIR_ENTRIES(5)
 // epilogues run over 16 elements at stride 2^9 on rows offset by h·256). Slot = CTA: the CTA takes
 // the chunk blockIdx.x mod parts of head blockIdx.x / parts. Shared memory: 64 segments of data
 // (128 KB), their W as f16 pairs (64 KB), the per-lane table, two rows: one CTA (16 warps) per SM.
-template <bool ZM, typename T, typename TO>
+// STG: stage 1 of w reads u from fpc_stage_u<1>'s copy, made in the W area (as fc_bwd_pair128).
+template <bool ZM, typename T, typename TO, bool STG = false>
 __device__ void fc_bwd_pair64(const FcParams& p) {
     constexpr int LOGN = 14;  // P = 64
     FC_SMEM_DECL
@@ -394,7 +395,14 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
         // ---- phase 1, stage 1: w.
         {
             float2 y[16];
-            fb_load16<9>(p, y, pre, fa, fb);
+            if constexpr (STG) {
+                unsigned* stg = reinterpret_cast<unsigned*>(wsave);
+                fpc_stage_u<1>(p, ra, rb, 0, stg);
+                __syncthreads();
+                fpc_read_u<1>(y, n2, h, 0, stg);
+            } else {
+                fb_load16<9>(p, y, pre, fa, fb);
+            }
             fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
         }
         __syncthreads();
@@ -433,6 +441,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_bf16(FcPa
 extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_f32(FcParams p) { fc_bwd_pair64<false, ember_bf16, float>(p); }
 extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_bf16(FcParams p) { fc_bwd_pair64<true, ember_bf16, ember_bf16>(p); }
 extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_f32(FcParams p) { fc_bwd_pair64<true, ember_bf16, float>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6_bf16_bf16(FcParams p) { fc_bwd_pair64<false, ember_bf16, ember_bf16, true>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6_bf16_f32(FcParams p) { fc_bwd_pair64<false, ember_bf16, float, true>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6z_bf16_bf16(FcParams p) { fc_bwd_pair64<true, ember_bf16, ember_bf16, true>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6z_bf16_f32(FcParams p) { fc_bwd_pair64<true, ember_bf16, float, true>(p); }
 
 #if __CUDA_ARCH__ >= 900  // clusters (P = 128)
 // The backward at N = 32768 (P = 128, L ≤ N/2): fc_bwd_pair64's phases on a cluster of two CTAs as
@@ -440,7 +452,10 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_f32(FcPa
 // their W in between). Slot = cluster: cluster blockIdx.x / 2 takes chunk (cluster mod parts) of
 // head cluster / parts; its filter-gradient partial is one N-bin slot of tbuf, each CTA writing
 // its own segments' bins. Cluster barriers where a phase reads or writes the peer's shared memory.
-template <bool ZM, typename T, typename TO>
+// STG (bf16 u without pregate, L % 8 = 0, 16-byte aligned u: the host's choice, as the forward's):
+// stage 1 of w reads u from fpc_stage_u's copy, made in the W area (free until this pair's
+// segments: the previous pair's last reads of it end before the loop's first cluster barrier).
+template <bool ZM, typename T, typename TO, bool STG = false>
 __device__ void fc_bwd_pair128(const FcParams& p) {
     constexpr int LOGN = 15;  // P = 128
     FC_SMEM_DECL
@@ -487,7 +502,14 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         // ---- phase 1, stage 1: w.
         {
             float2 y[16];
-            fb_load16<10>(p, y, pre, fa, fb);
+            if constexpr (STG) {
+                unsigned* stg = reinterpret_cast<unsigned*>(wsave);
+                fpc_stage_u<2>(p, ra, rb, rank, stg);
+                __syncthreads();
+                fpc_read_u<2>(y, l.n2, l.j, rank, stg);
+            } else {
+                fb_load16<10>(p, y, pre, fa, fb);
+            }
             fpc_stage1<2>(y, l, tw, wtab, 0);
         }
         fp_cluster_sync();
@@ -532,6 +554,12 @@ FP128_BWD(false, , ember_bf16, bf16)
 FP128_BWD(false, , float, f32)
 FP128_BWD(true, z, ember_bf16, bf16)
 FP128_BWD(true, z, float, f32)
+#define FP128_BWD_STG(ZM, ZS, TO, SFX) \
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair_staged7##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair128<ZM, ember_bf16, TO, true>(p); }
+FP128_BWD_STG(false, , ember_bf16, bf16)
+FP128_BWD_STG(false, , float, f32)
+FP128_BWD_STG(true, z, ember_bf16, bf16)
+FP128_BWD_STG(true, z, float, f32)
 
 #endif  // __CUDA_ARCH__ >= 900
 

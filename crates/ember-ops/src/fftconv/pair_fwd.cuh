@@ -107,10 +107,102 @@ FC_PAIR_ENTRIES(5)
 extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_bf16(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, ember_bf16>(p); }
 extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_f32(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, float>(p); }
 
+// The staged u (STG) of the backward at P = 64 (CS = 1: one CTA), of the cluster forwards at
+// P = 64·CS and of the cluster backward at P = 128. At T = 2·CS = 2, 4, 8 or 16 lanes per
+// column a warp holds 16, 8, 4 or 2 columns, so its 2-byte loads of one m touched 2, 4, 8 or 16
+// sectors for 64 useful bytes (ncu, CS = 8: the u loads and the output stores were a fifth of the
+// L1 wavefronts), each thread issuing 16 of them. Here
+// the CTA copies its columns [c0, c0 + 256/CS) of both rows, n1 < P/2 (L ≤ N/2 on these paths), by
+// 16-byte loads into shared memory (rows of SW words: W = 128/CS words of data plus 8/CS of
+// padding, so that the reads below, lanes j = 0 … T − 1 at word j·SW + w, fall in distinct banks),
+// then each thread reads its 16 elements n1 = T·m + j there. Zero past L (L % 8 = 0: no chunk
+// straddles it) and for an invalid row b.
+template <int CS> struct FpcStg {
+    static constexpr int COLS = 256 / CS, W = COLS / 2, SW = W + 8 / CS, NR = 32 * CS, CPR = COLS / 8;
+    static constexpr int BYTES = 2 * NR * SW * 4;  // both rows
+};
+// After the CTA's segments, table, rows and pair max (with room for two sets, as smem_bytes_pair).
+#define FPC_STG_OFF ((64 * 256 * 8 + TC_TAB_WORDS * 32 * 4 + 2 * (2 * 48 + 4) + 15) & ~15)
+
+template <int CS>
+__device__ __forceinline__ void fpc_stage_u(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, unsigned* __restrict__ stg) {
+    using S = FpcStg<CS>;
+    static_assert(2 * S::NR * S::CPR == 4 * 512, "four 16-byte chunks per thread");
+    const int c0 = (int)rank * S::COLS;
+    const ember_bf16* u = reinterpret_cast<const ember_bf16*>(p.u);
+    uint4 v[4];
+    int dst[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // all four loads before the first store
+        const int w = threadIdx.x + 512 * i, s = w / (S::NR * S::CPR), e = w % (S::NR * S::CPR);
+        const int n1 = e / S::CPR, q = e % S::CPR;
+        // Fields, not a reference to either row: that would put both rows in local memory.
+        const bool valid = s ? rb.valid : ra.valid;
+        const i64 urow = s ? rb.urow : ra.urow;
+        const i64 n = (i64)n1 * 256 + c0 + 8 * q;
+        v[i] = valid && n < p.L ? *reinterpret_cast<const uint4*>(u + urow + n) : make_uint4(0u, 0u, 0u, 0u);
+        dst[i] = (s * S::NR + n1) * S::SW + 4 * q;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        stg[dst[i]] = v[i].x;
+        stg[dst[i] + 1] = v[i].y;
+        stg[dst[i] + 2] = v[i].z;
+        stg[dst[i] + 3] = v[i].w;
+    }
+}
+
+// y[m] = (row a, row b) at n1 = T·m + j of the lane's column, from fpc_stage_u's copy.
+// Lane j of column n2 (of the whole row; this CTA's columns start at rank·256/CS).
+template <int CS>
+__device__ __forceinline__ void fpc_read_u(float2 (&y)[16], int n2, int j, unsigned rank, const unsigned* __restrict__ stg) {
+    using S = FpcStg<CS>;
+    const unsigned short* h = reinterpret_cast<const unsigned short*>(stg);
+    const int c = n2 - (int)rank * S::COLS;
+#pragma unroll
+    for (int m = 0; m < 16; ++m) {
+        const int n1 = 2 * CS * m + j;
+        const unsigned a = h[n1 * 2 * S::SW + c], b = h[(S::NR + n1) * 2 * S::SW + c];
+        y[m] = make_float2(__uint_as_float(a << 16), __uint_as_float(b << 16));
+    }
+}
+
+// The staged output (STG at CS = 8 with bf16 output, hd = 1): the epilogue writes the lane's outputs into the
+// staging copy at the places fpc_read_u read u from (fp_epilogue with OST = 2·T·SW bf16 per m),
+// then the CTA stores its columns of both rows by 16-byte stores, the reverse of fpc_stage_u (only
+// chunks below L, valid rows). The output rows are u's (hd = 1).
+template <typename X> struct FpIsBf16 { static constexpr bool v = false; };
+template <> struct FpIsBf16<ember_bf16> { static constexpr bool v = true; };
+
+template <int CS>
+__device__ __forceinline__ ember_bf16* fpc_out_slot(int n2, int j, unsigned rank, unsigned* __restrict__ stg) {
+    using S = FpcStg<CS>;
+    return reinterpret_cast<ember_bf16*>(stg) + j * 2 * S::SW + (n2 - (int)rank * S::COLS);
+}
+
+template <int CS>
+__device__ __forceinline__ void fpc_flush_out(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, const unsigned* __restrict__ stg) {
+    using S = FpcStg<CS>;
+    const int c0 = (int)rank * S::COLS;
+    ember_bf16* out = reinterpret_cast<ember_bf16*>(p.out);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int w = threadIdx.x + 512 * i, s = w / (S::NR * S::CPR), e = w % (S::NR * S::CPR);
+        const int n1 = e / S::CPR, q = e % S::CPR;
+        const bool valid = s ? rb.valid : ra.valid;
+        const i64 urow = s ? rb.urow : ra.urow;
+        const i64 n = (i64)n1 * 256 + c0 + 8 * q;
+        const int src = (s * S::NR + n1) * S::SW + 4 * q;
+        if (valid && n < p.L) *reinterpret_cast<uint4*>(out + urow + n) = make_uint4(stg[src], stg[src + 1], stg[src + 2], stg[src + 3]);
+    }
+}
+
 // N = 16384 (P = 64), L ≤ N/2 only: one row pair per CTA of 512 threads, two threads per column
 // (thread 2·n2 + h, h = 0/1 in neighbouring lanes). Stage 1 and its inverse by a radix-2 split
 // across the two (fp64_stage1, fp64_stage1_inv). Segments (64 per pair, 4 per warp) and the
 // epilogue as fc_fwd_pair; 128 KB of data, one CTA (16 warps) per SM.
+// (A staged u, as the cluster forwards read, measured no faster here: the two lanes of a column
+// already load whole 32-byte sectors. The P = 64 backward does stage it.)
 template <typename T, typename TO>
 __device__ void fc_fwd_pair64(const FcParams& p) {
     constexpr int LOGN = 14;  // P = 64
@@ -178,64 +270,7 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcPar
 #if __CUDA_ARCH__ >= 900  // clusters (P = 128 … 512)
 // The forward on a cluster of CS CTAs (P = 64·CS, N = 16384·CS, L ≤ N/2; fpc_lane, fpc_stage1): one
 // row pair per cluster, clusters consecutive CTAs.
-// The staged u of the cluster forwards at CS ≥ 4 (STG). At T = 2·CS = 8 or 16 lanes per column a
-// warp holds 4 or 2 columns, so its 2-byte loads of one m touched 8 or 16 sectors for 64 useful
-// bytes (ncu, CS = 8: the u loads and the output stores were a fifth of the L1 wavefronts). Here
-// the CTA copies its columns [c0, c0 + 256/CS) of both rows, n1 < P/2 (L ≤ N/2 on this path), by
-// 16-byte loads into shared memory (rows of SW words: W = 128/CS words of data plus 8/CS of
-// padding, so that the reads below, lanes j = 0 … T − 1 at word j·SW + w, fall in distinct banks),
-// then each thread reads its 16 elements n1 = T·m + j there. Zero past L (L % 8 = 0: no chunk
-// straddles it) and for an invalid row b.
-template <int CS> struct FpcStg {
-    static constexpr int COLS = 256 / CS, W = COLS / 2, SW = W + 8 / CS, NR = 32 * CS, CPR = COLS / 8;
-    static constexpr int BYTES = 2 * NR * SW * 4;  // both rows
-};
-// After the CTA's segments, table, rows and pair max (with room for two sets, as smem_bytes_pair).
-#define FPC_STG_OFF ((64 * 256 * 8 + TC_TAB_WORDS * 32 * 4 + 2 * (2 * 48 + 4) + 15) & ~15)
-
-template <int CS>
-__device__ __forceinline__ void fpc_stage_u(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, unsigned* __restrict__ stg) {
-    using S = FpcStg<CS>;
-    static_assert(2 * S::NR * S::CPR == 4 * 512, "four 16-byte chunks per thread");
-    const int c0 = (int)rank * S::COLS;
-    const ember_bf16* u = reinterpret_cast<const ember_bf16*>(p.u);
-    uint4 v[4];
-    int dst[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {  // all four loads before the first store
-        const int w = threadIdx.x + 512 * i, s = w / (S::NR * S::CPR), e = w % (S::NR * S::CPR);
-        const int n1 = e / S::CPR, q = e % S::CPR;
-        // Fields, not a reference to either row: that would put both rows in local memory.
-        const bool valid = s ? rb.valid : ra.valid;
-        const i64 urow = s ? rb.urow : ra.urow;
-        const i64 n = (i64)n1 * 256 + c0 + 8 * q;
-        v[i] = valid && n < p.L ? *reinterpret_cast<const uint4*>(u + urow + n) : make_uint4(0u, 0u, 0u, 0u);
-        dst[i] = (s * S::NR + n1) * S::SW + 4 * q;
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        stg[dst[i]] = v[i].x;
-        stg[dst[i] + 1] = v[i].y;
-        stg[dst[i] + 2] = v[i].z;
-        stg[dst[i] + 3] = v[i].w;
-    }
-}
-
-// y[m] = (row a, row b) at n1 = T·m + j of the lane's column, from fpc_stage_u's copy.
-template <int CS>
-__device__ __forceinline__ void fpc_read_u(float2 (&y)[16], const FpcLane<CS>& l, unsigned rank, const unsigned* __restrict__ stg) {
-    using S = FpcStg<CS>;
-    const unsigned short* h = reinterpret_cast<const unsigned short*>(stg);
-    const int c = l.n2 - (int)rank * S::COLS;
-#pragma unroll
-    for (int m = 0; m < 16; ++m) {
-        const int n1 = FpcLane<CS>::T * m + l.j;
-        const unsigned a = h[n1 * 2 * S::SW + c], b = h[(S::NR + n1) * 2 * S::SW + c];
-        y[m] = make_float2(__uint_as_float(a << 16), __uint_as_float(b << 16));
-    }
-}
-
-// STG (CS ≥ 4, bf16 u without pregate, L % 8 = 0, 16-byte aligned u: the host's choice): stage 1
+// STG (bf16 u without pregate, L % 8 = 0, 16-byte aligned u: the host's choice): stage 1
 // reads u from fpc_stage_u's copy in shared memory instead of by 2-byte global loads.
 template <int CS, typename T, typename TO, bool STG = false>
 __device__ void fc_fwd_pairc(const FcParams& p) {
@@ -278,7 +313,7 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
             unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
             fpc_stage_u<CS>(p, ra, rb, rank, stg);
             __syncthreads();
-            fpc_read_u<CS>(y, l, rank, stg);
+            fpc_read_u<CS>(y, l.n2, l.j, rank, stg);
         } else {
             fp_load16<8 + TL>(y, pre, fa, fb);
         }
@@ -298,6 +333,21 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     float2 o16[16];
     fpc_stage1_inv<CS>(o16, l, tw, wtab);
     fp_cluster_arrive();  // done reading the other CTAs' shared memory
+    // Staged output at CS = 8 only (H200, same run: P = 512 fwd −8.7 %; P = 256 +0.7 %, P = 128 +3.5 %:
+    // with 4 or 8 lanes per column the direct 2-byte stores cost less than the extra barrier).
+    if constexpr (STG && FpIsBf16<TO>::v && CS == 8) {
+        if (p.hd == 1) {
+            using S = FpcStg<CS>;
+            unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
+            fa.out = reinterpret_cast<TO*>(fpc_out_slot<CS>(l.n2, l.j, rank, stg));
+            fb.out = fa.out + S::NR * 2 * S::SW;
+            fp_epilogue_sel<16, 8 + TL, 2 * FpcLane<CS>::T * S::SW>(fp_epilogue_flags(p), o16, 16, inv1, ks, fa, fb);
+            __syncthreads();
+            fpc_flush_out<CS>(p, ra, rb, rank, stg);
+            fp_cluster_wait();
+            return;
+        }
+    }
     fp_epilogue_sel<16, 8 + TL>(fp_epilogue_flags(p), o16, 16, inv1, ks, fa, fb);
     fp_cluster_wait();  // the others are done reading ours: all may exit
 }
@@ -312,9 +362,11 @@ FPC_FWD(8, 4, ember_bf16, bf16)
 FPC_FWD(8, 4, float, f32)
 FPC_FWD(9, 8, ember_bf16, bf16)
 FPC_FWD(9, 8, float, f32)
-// The staged-u variants (STG) of P = 256 and 512.
+// The staged-u variants (STG) of P = 128, 256 and 512.
 #define FPC_FWD_STG(LOGP, CS, TO, SFX) \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair_staged##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO, true>(p); }
+FPC_FWD_STG(7, 2, ember_bf16, bf16)
+FPC_FWD_STG(7, 2, float, f32)
 FPC_FWD_STG(8, 4, ember_bf16, bf16)
 FPC_FWD_STG(8, 4, float, f32)
 FPC_FWD_STG(9, 8, ember_bf16, bf16)

@@ -371,7 +371,9 @@ __device__ __forceinline__ void fp_load(float2 (&a)[P], int n, const FpRow<T, TO
 // (as fc_epi_fwd). HD1: the output row (hd = 1); else the g_ij workspace row. ZS (with HD1): z
 // itself also stored, in u's dtype, for the backward.
 // Element n1 sits at offset n1·2^SH from the row pointers (SH = 8: every n1 of the column).
-template <int P, bool GELU, bool POST, bool HD1, int SH = 8, bool ZS = false, typename T, typename TO>
+// OST > 0 (with HD1): the outputs go to a staging copy in shared memory instead, element n1 at
+// out + n1·OST, written whether or not it lies inside the row (the copy's flush skips those).
+template <int P, bool GELU, bool POST, bool HD1, int SH = 8, bool ZS = false, int OST = 0, typename T, typename TO>
 __device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float inv1, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
 #pragma unroll
     for (int n1 = 0; n1 < P; ++n1) {
@@ -393,8 +395,13 @@ __device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float i
                 if (o < fa.len) za *= ember_to_f32(fa.post[o]);
                 if (o < fb.len) zb *= ember_to_f32(fb.post[o]);
             }
-            if (o < fa.len) fp_st(fa.out + o, za);
-            if (o < fb.len) fp_st(fb.out + o, zb);
+            if constexpr (OST > 0) {
+                fp_st(fa.out + n1 * OST, za);
+                fp_st(fb.out + n1 * OST, zb);
+            } else {
+                if (o < fa.len) fp_st(fa.out + o, za);
+                if (o < fb.len) fp_st(fb.out + o, zb);
+            }
         } else {
             if (o < fa.len) fa.ws[o] = za;
             if (o < fb.len) fb.ws[o] = zb;
@@ -410,8 +417,20 @@ __device__ __forceinline__ int fp_epilogue_flags(const FcParams& p) {
     return (zs ? 8 : 0) | (p.gelu ? 4 : 0) | (p.has_post ? 2 : 0) | (p.hd == 1 ? 1 : 0);
 }
 
-template <int P, int SH, typename T, typename TO>
+template <int P, int SH, int OST = 0, typename T, typename TO>
 __device__ __forceinline__ void fp_epilogue_sel(int sel, const float2 (&a)[P], int n, float inv1, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
+    if constexpr (OST > 0) {  // hd = 1 only (the caller's test)
+        switch (sel) {
+            case 1: fp_epilogue<P, false, false, true, SH, false, OST>(a, n, inv1, ks, fa, fb); break;
+            case 3: fp_epilogue<P, false, true, true, SH, false, OST>(a, n, inv1, ks, fa, fb); break;
+            case 5: fp_epilogue<P, true, false, true, SH, false, OST>(a, n, inv1, ks, fa, fb); break;
+            case 7: fp_epilogue<P, true, true, true, SH, false, OST>(a, n, inv1, ks, fa, fb); break;
+            case 11: fp_epilogue<P, false, true, true, SH, true, OST>(a, n, inv1, ks, fa, fb); break;
+            case 13: fp_epilogue<P, true, false, true, SH, true, OST>(a, n, inv1, ks, fa, fb); break;
+            default: fp_epilogue<P, true, true, true, SH, true, OST>(a, n, inv1, ks, fa, fb); break;  // 15
+        }
+        return;
+    }
     switch (sel) {
         case 0: fp_epilogue<P, false, false, false, SH>(a, n, inv1, ks, fa, fb); break;
         case 1: fp_epilogue<P, false, false, true, SH>(a, n, inv1, ks, fa, fb); break;

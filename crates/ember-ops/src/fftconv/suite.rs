@@ -150,21 +150,36 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case::all(3, 1, 9000),
             Case::all(3, 1, 9000).train(),
             Case { gelu: true, d: true, ..Case::plain(5, 30, 16384) },
+            // P = 128 without a pregate and with L % 8 = 0: forward and backward read u from a
+            // staged copy (fc_fwd_pair_staged7, fc_bwd_pair_staged7*); an odd row count, f32 output
+            // in one, training in one; L = 9001 (% 8 ≠ 0) keeps the direct loads.
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 9000) },
+            Case { gelu: true, d: true, post: true, out_f32: true, ..Case::plain(3, 2, 9000) }.train(),
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 9001) },
+            // The staged backward at P = 64 (fc_bwd_pair_staged6*): training with every epilogue
+            // option, an odd row count and f32 output; L = 5001 keeps the direct loads.
+            Case { gelu: true, d: true, mask: true, post: true, out_f32: true, ..Case::plain(3, 1, 5000) }.train(),
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 5001) },
             // The pair spectrum kernels (no k_rev): P = 8, 64 (one head per CTA of 512), 128.
             Case { d: true, ..Case::plain(2, 5, 1000) },
             Case { gelu: true, d: true, ..Case::plain(3, 2, 5000) },
             // N = 65536 and 131072 without k_rev (an odd row count: a pair half empty; pregate,
-            // postgate, mask, GELU, D): the forward on clusters of 4 CTAs at N = 65536 and the
-            // four-step path at 131072; EMBER_FFTCONV_PAIR_BIG=1 clusters at both, =0 at neither.
+            // postgate, mask, GELU, D): the forward on clusters of 4 CTAs at N = 65536 and (with a
+            // pregate) the four-step path at 131072; EMBER_FFTCONV_PAIR_BIG=1 clusters at both, =0
+            // at neither.
             Case { lkr: 0, ..Case::all(3, 1, 20000) },
             Case { lkr: 0, ..Case::all(3, 2, 40000) },
             // Without a pregate and with L % 8 = 0 the cluster forwards at P = 256, 512 read u from a
-            // staged copy (fc_fwd_pair_staged8/9); L = 20004 (% 8 ≠ 0) keeps the direct loads. An
-            // odd row count again, f32 output in one.
+            // staged copy (fc_fwd_pair_staged8/9; at P = 512 the default then, with the bf16 output
+            // staged too); L = 20004 and 40004 (% 8 ≠ 0) keep the direct loads (and 131072
+            // four-step). An odd row count again, f32 output in two.
             Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 20000) },
             Case { gelu: true, d: true, out_f32: true, ..Case::plain(1, 3, 24576) },
             Case { gelu: true, d: true, ..Case::plain(3, 1, 20004) },
             Case { gelu: true, d: true, ..Case::plain(3, 1, 40000) },
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 2, 40000) },
+            Case { gelu: true, d: true, out_f32: true, ..Case::plain(1, 3, 49152) },
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 40004) },
         ],
         // Every size the issue names, large ones included.
         Tier::Full => {
