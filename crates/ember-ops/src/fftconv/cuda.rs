@@ -281,6 +281,10 @@ fn use_pair_stage_u(logp: u32, forward: bool, u: &Tensor, opts: &Options, dims: 
 /// bf16): 2 · 32·CS · (256 + 16)/CS = 17408 at every CS (FpcStg::BYTES / 2).
 const PAIR_STAGE_U_ELEMS: usize = 2 * 32 * (256 + 16);
 
+/// Bytes of fb_stage_dout's half copy at P = 128 (both rows, P/4 rows of n1 each padded as
+/// fpc_stage_u's): 2 · 32 · 68 · 4 = 17408 (FpcStg::BYTES / 2).
+const PAIR_STAGE_DOUT_BYTES: usize = 17408;
+
 /// The filter spectrum of one call (kept by the forward for the backward).
 pub struct Spectrum {
     spec: Tensor,
@@ -720,9 +724,14 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 let grid = grid_u32((nh * parts).div_ceil(slots_per_cta) * ctas_per_slot, "backward")?;
                 // The `z` entries read the training forward's z (compiled without the recompute).
                 let zsfx = if p.zs != 0 { "z" } else { "" };
-                // P = 64, 128 with u staged by 16-byte loads (fc_bwd_pair_staged6/7*).
-                let stg = if use_pair_stage_u(logp, false, u, opts, &dims)? { "_staged" } else { "" };
-                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{stg}{logp}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem_bytes_pair_bwd(logp))?;
+                // P = 64, 128 with u staged by 16-byte loads (fc_bwd_pair_staged6/7*); at P = 128 a
+                // bf16 d_out too, in two halves after the rest (FB_STG_OFF in pair_bwd.cuh; those
+                // entries always stage it, so its rows must be 16-byte aligned as well).
+                let dout_bf16 = logp == 7 && d_out.dtype() == DType::BF16;
+                let staged = use_pair_stage_u(logp, false, u, opts, &dims)? && (!dout_bf16 || d_out.cuda_ptr()?.is_multiple_of(16));
+                let stg = if staged { "_staged" } else { "" };
+                let smem = if staged && dout_bf16 { smem_bytes_pair_bwd(logp).next_multiple_of(16) + PAIR_STAGE_DOUT_BYTES } else { smem_bytes_pair_bwd(logp) };
+                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{stg}{logp}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem)?;
                 launch_smem(&dev, 256, "fc_dk_pair", (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1), &p, "fc_dk_pair", 0)?;
                 // fc_dk reads the folded spectrum as a single partial per head.
                 p.parts = 1;
