@@ -171,35 +171,13 @@ __device__ __forceinline__ void fb_dz_sel(const FcParams& p, float2 (&a)[P], int
 // The staged d_out of the P = 128 backward (STG with bf16 d_out): half hh (n1 < NR/2 or ≥) of
 // both rows' columns of this CTA, laid out as fpc_stage_u's copy (HR = NR/2 rows of SW words per
 // row), after the backward's shared memory (FB_STG_OFF; 17 KB: the whole copy would not fit beside
-// the segments and W). Two 16-byte chunks per thread, both loaded before the stores.
+// the segments and W). Two 16-byte chunks per thread (fpc_copy_rows).
 #define FB_STG_OFF ((64 * (256 * 8 + 1024) + TC_TAB_WORDS * 32 * 4 + 2 * 48 + 8 + 15) & ~15)
 template <int CS>
 __device__ __forceinline__ void fb_stage_dout(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, int hh, unsigned* __restrict__ stg) {
-    using S = FpcStg<CS>;
-    constexpr int HR = S::NR / 2;
-    static_assert(2 * HR * S::CPR == 2 * 512, "two 16-byte chunks per thread");
-    const int c0 = (int)rank * S::COLS;
-    const ember_bf16* g = reinterpret_cast<const ember_bf16*>(p.dout);
+    constexpr int HR = FpcStg<CS>::NR / 2;
     if (hh > 0) __syncthreads();  // every lane has read the first half
-    uint4 v[2];
-    int dst[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int w = threadIdx.x + 512 * i, s = w / (HR * S::CPR), e = w % (HR * S::CPR);
-        const int r = e / S::CPR, q = e % S::CPR;
-        const bool valid = s ? rb.valid : ra.valid;
-        const i64 urow = s ? rb.urow : ra.urow;
-        const i64 n = (i64)(hh * HR + r) * 256 + c0 + 8 * q;
-        v[i] = valid && n < p.L ? *reinterpret_cast<const uint4*>(g + urow + n) : make_uint4(0u, 0u, 0u, 0u);
-        dst[i] = (s * HR + r) * S::SW + 4 * q;
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        stg[dst[i]] = v[i].x;
-        stg[dst[i] + 1] = v[i].y;
-        stg[dst[i] + 2] = v[i].z;
-        stg[dst[i] + 3] = v[i].w;
-    }
+    fpc_copy_rows<CS, HR>(p, reinterpret_cast<const ember_bf16*>(p.dout), ra, rb, rank, hh * HR, stg);
     __syncthreads();
 }
 

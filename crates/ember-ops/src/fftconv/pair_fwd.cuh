@@ -124,32 +124,40 @@ template <int CS> struct FpcStg {
 // After the CTA's segments, table, rows and pair max (with room for two sets, as smem_bytes_pair).
 #define FPC_STG_OFF ((64 * 256 * 8 + TC_TAB_WORDS * 32 * 4 + 2 * (2 * 48 + 4) + 15) & ~15)
 
-template <int CS>
-__device__ __forceinline__ void fpc_stage_u(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, unsigned* __restrict__ stg) {
+// Rows n1 ∈ [n0, n0 + HR) of both rows of `src` (bf16, u's row layout), this CTA's columns, into
+// stg (row r = n1 − n0 of row s at word (s·HR + r)·SW); all of a thread's 16-byte loads before its
+// stores. fpc_stage_u takes all P/2 rows; the P = 128 backward's d_out two halves of them.
+template <int CS, int HR>
+__device__ __forceinline__ void fpc_copy_rows(const FcParams& p, const ember_bf16* __restrict__ src, const FcRow& ra, const FcRow& rb, unsigned rank, int n0, unsigned* __restrict__ stg) {
     using S = FpcStg<CS>;
-    static_assert(2 * S::NR * S::CPR == 4 * 512, "four 16-byte chunks per thread");
+    constexpr int PER = 2 * HR * S::CPR / 512;
+    static_assert(PER * 512 == 2 * HR * S::CPR, "whole 16-byte chunks per thread");
     const int c0 = (int)rank * S::COLS;
-    const ember_bf16* u = reinterpret_cast<const ember_bf16*>(p.u);
-    uint4 v[4];
-    int dst[4];
+    uint4 v[PER];
+    int dst[PER];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {  // all four loads before the first store
-        const int w = threadIdx.x + 512 * i, s = w / (S::NR * S::CPR), e = w % (S::NR * S::CPR);
-        const int n1 = e / S::CPR, q = e % S::CPR;
+    for (int i = 0; i < PER; ++i) {
+        const int w = threadIdx.x + 512 * i, s = w / (HR * S::CPR), e = w % (HR * S::CPR);
+        const int r = e / S::CPR, q = e % S::CPR;
         // Fields, not a reference to either row: that would put both rows in local memory.
         const bool valid = s ? rb.valid : ra.valid;
         const i64 urow = s ? rb.urow : ra.urow;
-        const i64 n = (i64)n1 * 256 + c0 + 8 * q;
-        v[i] = valid && n < p.L ? *reinterpret_cast<const uint4*>(u + urow + n) : make_uint4(0u, 0u, 0u, 0u);
-        dst[i] = (s * S::NR + n1) * S::SW + 4 * q;
+        const i64 n = (i64)(n0 + r) * 256 + c0 + 8 * q;
+        v[i] = valid && n < p.L ? *reinterpret_cast<const uint4*>(src + urow + n) : make_uint4(0u, 0u, 0u, 0u);
+        dst[i] = (s * HR + r) * S::SW + 4 * q;
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < PER; ++i) {
         stg[dst[i]] = v[i].x;
         stg[dst[i] + 1] = v[i].y;
         stg[dst[i] + 2] = v[i].z;
         stg[dst[i] + 3] = v[i].w;
     }
+}
+
+template <int CS>
+__device__ __forceinline__ void fpc_stage_u(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, unsigned* __restrict__ stg) {
+    fpc_copy_rows<CS, FpcStg<CS>::NR>(p, reinterpret_cast<const ember_bf16*>(p.u), ra, rb, rank, 0, stg);
 }
 
 // y[m] = (row a, row b) at n1 = T·m + j of the lane's column, from fpc_stage_u's copy.
