@@ -281,9 +281,9 @@ fn use_pair_stage_u(logp: u32, forward: bool, u: &Tensor, opts: &Options, dims: 
 /// bf16): 2 · 32·CS · (256 + 16)/CS = 17408 at every CS (FpcStg::BYTES / 2).
 const PAIR_STAGE_U_ELEMS: usize = 2 * 32 * (256 + 16);
 
-/// Bytes of fb_stage_dout's half copy at P = 128 (both rows, P/4 rows of n1 each padded as
-/// fpc_stage_u's): 2 · 32 · 68 · 4 = 17408 (FpcStg::BYTES / 2).
-const PAIR_STAGE_DOUT_BYTES: usize = 17408;
+/// Bytes of fb_stage_dout's half copy at P = 128: half of fpc_stage_u's rows, i.e. half its bytes
+/// (2 per element): 17408 (FpcStg::BYTES / 2).
+const PAIR_STAGE_DOUT_BYTES: usize = PAIR_STAGE_U_ELEMS * 2 / 2;
 
 /// The filter spectrum of one call (kept by the forward for the backward).
 pub struct Spectrum {

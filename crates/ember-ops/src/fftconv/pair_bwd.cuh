@@ -446,10 +446,7 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
         {
             float2 y[16];
             if constexpr (STG) {
-                unsigned* stg = reinterpret_cast<unsigned*>(wsave);
-                fpc_stage_u<1>(p, ra, rb, 0, stg);
-                __syncthreads();
-                fpc_read_u<1>(y, n2, h, 0, stg);
+                fpc_load_staged<1>(y, p, ra, rb, 0, n2, h, reinterpret_cast<unsigned*>(wsave));
             } else {
                 fb_load16<9>(p, y, pre, fa, fb);
             }
@@ -487,14 +484,14 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_bf16(FcParams p) { fc_bwd_pair64<false, ember_bf16, ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6_bf16_f32(FcParams p) { fc_bwd_pair64<false, ember_bf16, float>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_bf16(FcParams p) { fc_bwd_pair64<true, ember_bf16, ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6z_bf16_f32(FcParams p) { fc_bwd_pair64<true, ember_bf16, float>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6_bf16_bf16(FcParams p) { fc_bwd_pair64<false, ember_bf16, ember_bf16, true>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6_bf16_f32(FcParams p) { fc_bwd_pair64<false, ember_bf16, float, true>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6z_bf16_bf16(FcParams p) { fc_bwd_pair64<true, ember_bf16, ember_bf16, true>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6z_bf16_f32(FcParams p) { fc_bwd_pair64<true, ember_bf16, float, true>(p); }
+// Each with its staged-u variant (STG; fc_bwd_pair_staged6*, the host's choice).
+#define FP64_BWD(ZM, ZS, TO, SFX) \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair64<ZM, ember_bf16, TO>(p); } \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair64<ZM, ember_bf16, TO, true>(p); }
+FP64_BWD(false, , ember_bf16, bf16)
+FP64_BWD(false, , float, f32)
+FP64_BWD(true, z, ember_bf16, bf16)
+FP64_BWD(true, z, float, f32)
 
 #if __CUDA_ARCH__ >= 900  // clusters (P = 128)
 // The backward at N = 32768 (P = 128, L ≤ N/2): fc_bwd_pair64's phases on a cluster of two CTAs as
@@ -553,10 +550,7 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         {
             float2 y[16];
             if constexpr (STG) {
-                unsigned* stg = reinterpret_cast<unsigned*>(wsave);
-                fpc_stage_u<2>(p, ra, rb, rank, stg);
-                __syncthreads();
-                fpc_read_u<2>(y, l.n2, l.j, rank, stg);
+                fpc_load_staged<2>(y, p, ra, rb, rank, l.n2, l.j, reinterpret_cast<unsigned*>(wsave));
             } else {
                 fb_load16<10>(p, y, pre, fa, fb);
             }
@@ -598,18 +592,14 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
     fp_cluster_sync();
 }
 
+// Each with its staged variant (STG; fc_bwd_pair_staged7*, the host's choice).
 #define FP128_BWD(ZM, ZS, TO, SFX) \
-    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair7##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair128<ZM, ember_bf16, TO>(p); }
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair7##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair128<ZM, ember_bf16, TO>(p); } \
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair_staged7##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair128<ZM, ember_bf16, TO, true>(p); }
 FP128_BWD(false, , ember_bf16, bf16)
 FP128_BWD(false, , float, f32)
 FP128_BWD(true, z, ember_bf16, bf16)
 FP128_BWD(true, z, float, f32)
-#define FP128_BWD_STG(ZM, ZS, TO, SFX) \
-    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair_staged7##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair128<ZM, ember_bf16, TO, true>(p); }
-FP128_BWD_STG(false, , ember_bf16, bf16)
-FP128_BWD_STG(false, , float, f32)
-FP128_BWD_STG(true, z, ember_bf16, bf16)
-FP128_BWD_STG(true, z, float, f32)
 
 #endif  // __CUDA_ARCH__ >= 900
 

@@ -175,6 +175,14 @@ __device__ __forceinline__ void fpc_read_u(float2 (&y)[16], int n2, int j, unsig
     }
 }
 
+// u staged and read back: the copy (fpc_stage_u), a block barrier, the lane's 16 elements.
+template <int CS>
+__device__ __forceinline__ void fpc_load_staged(float2 (&y)[16], const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, int n2, int j, unsigned* __restrict__ stg) {
+    fpc_stage_u<CS>(p, ra, rb, rank, stg);
+    __syncthreads();
+    fpc_read_u<CS>(y, n2, j, rank, stg);
+}
+
 // The staged output (STG at CS = 8 with bf16 output, hd = 1): the epilogue writes the lane's outputs into the
 // staging copy at the places fpc_read_u read u from (fp_epilogue with OST = 2·T·SW bf16 per m),
 // then the CTA stores its columns of both rows by 16-byte stores, the reverse of fpc_stage_u (only
@@ -319,9 +327,7 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
         float2 y[16];
         if constexpr (STG) {
             unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
-            fpc_stage_u<CS>(p, ra, rb, rank, stg);
-            __syncthreads();
-            fpc_read_u<CS>(y, l.n2, l.j, rank, stg);
+            fpc_load_staged<CS>(y, p, ra, rb, rank, l.n2, l.j, stg);
         } else {
             fp_load16<8 + TL>(y, pre, fa, fb);
         }
@@ -362,23 +368,16 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
 
 // P = 128 (logp 7, clusters of 2: the default for N = 32768); P = 256 and 512 (logp 8 and 9, clusters
 // of 4 and 8: N = 65536 by default, 131072 opt-in by EMBER_FFTCONV_PAIR_BIG=1; cuda.rs, pair_big).
+// Each with its staged-u variant (STG; fc_fwd_pair_staged*, the host's choice).
 #define FPC_FWD(LOGP, CS, TO, SFX) \
-    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO>(p); }
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO>(p); } \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair_staged##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO, true>(p); }
 FPC_FWD(7, 2, ember_bf16, bf16)
 FPC_FWD(7, 2, float, f32)
 FPC_FWD(8, 4, ember_bf16, bf16)
 FPC_FWD(8, 4, float, f32)
 FPC_FWD(9, 8, ember_bf16, bf16)
 FPC_FWD(9, 8, float, f32)
-// The staged-u variants (STG) of P = 128, 256 and 512.
-#define FPC_FWD_STG(LOGP, CS, TO, SFX) \
-    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair_staged##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO, true>(p); }
-FPC_FWD_STG(7, 2, ember_bf16, bf16)
-FPC_FWD_STG(7, 2, float, f32)
-FPC_FWD_STG(8, 4, ember_bf16, bf16)
-FPC_FWD_STG(8, 4, float, f32)
-FPC_FWD_STG(9, 8, ember_bf16, bf16)
-FPC_FWD_STG(9, 8, float, f32)
 
 #endif  // __CUDA_ARCH__ >= 900
 
