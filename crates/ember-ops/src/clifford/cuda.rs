@@ -384,16 +384,21 @@ impl BwdVariant {
     }
     /// The backward of `dims`: `EMBER_CLIFFORD_BWD` when set; otherwise, for the normed layer up
     /// to 8 blades:
-    /// - whole at 128 ≤ N ≤ 512 and 2^21 ≤ B·N < 2^22 (measured on an H100, quick bench of 512c425,
-    ///   fwd+bwd in the same run: Cl(3,0) f32 4096 × 512 285.0 → 259.8 µs against pipe, 16384 × 128
-    ///   277.0 → 238.8 µs against rowwise, Cl(2,0) 4096 × 512 155.1 → 138.2 µs against pipe;
-    ///   smaller sizes, where a few slots would leave SMs idle, and larger ones (65536 × 1024:
-    ///   7.660 → 7.616 ms, within run-to-run spread) were not taken);
+    /// - whole at 128 ≤ N ≤ 256 (every B) and at 256 < N ≤ 512 up to B·N = 2^21. H200 full grid of
+    ///   Cl(3,0) f32 fwd+bwd, every variant in the same run (`bench/results/nvidia-h200/clifford.md`
+    ///   of 8a88547), whole against the rule before: 1024 × 128 45.6 / 46.6 µs (rowwise),
+    ///   1024 × 256 46.4 / 63.0, 4096 × 128 61.4 / 77.4, 4096 × 256 108.2 / 144.1, 16384 × 256
+    ///   347.9 / 462.1, 65536 × 128 668 / 733 (cols), 65536 × 256 1302 / 1416, 1024 × 512 73.1 / 88.3
+    ///   (pipe); at N = 512 from 2^23 up it is 1–2 % slower than cols (16384 × 512 733 / 727,
+    ///   65536 × 512 2814 / 2754), at N = 1024 level or slower (first measured on an H100, 512c425:
+    ///   4096 × 512 and 16384 × 128, 9–14 % faster than pipe / rowwise). Cl(2,0) (four blades):
+    ///   whole at every N ≥ 128 (same H200 grid in Cl(2,0), `clifford-v13/`: 3–10 % faster than
+    ///   the old rule's cols/pipe at N = 512 and 1024 from B = 1024 to 65536, e.g. 65536 × 512
+    ///   1442 / 1542 µs, 1024 × 1024 73.8 / 81.8);
     /// - otherwise (H100, Cl(3,0) f32 fwd+bwd over the bench grid, run of ed96cd0) rowwise at
-    ///   N ≤ 256 and B·N ≤ 2^22, where it saves the dot pass's second read of d_out and out: 4–34 %
-    ///   faster than cols at all six such sizes; within ±1.3 % at 2^23 and 2^24, slower at N = 512;
-    /// - pipe at N ≥ 512 and B·N ≤ 2^21: 1–11 % faster than cols there (1024 × 512, 1024 × 1024,
-    ///   4096 × 512), slower from 2^22 up;
+    ///   N < 128 and B·N ≤ 2^22, where it saves the dot pass's second read of d_out and out;
+    /// - pipe at N > 512 and B·N ≤ 2^21: 1–11 % faster than cols there (1024 × 1024), slower from
+    ///   2^22 up;
     /// - cols (v1 column kernel, tree sums) elsewhere and without the norm.
     ///
     /// Whole, rowwise and pipe run f32 only; other dtypes fall back to cols.
@@ -404,7 +409,14 @@ impl BwdVariant {
     pub fn measured_default(layer: &Layer, dims: Dims, norm: bool) -> BwdVariant {
         let elems = dims.b.saturating_mul(dims.n);
         let normed = norm && layer.blades() <= 8;
-        if normed && (128..=512).contains(&dims.n) && (1 << 21..1 << 22).contains(&elems) {
+        let whole = match dims.n {
+            128..=256 => true,
+            // Four blades (Cl(2,0)): whole won at every measured size up to N = 1024.
+            257.. if layer.blades() <= 4 => true,
+            257..=512 => elems <= 1 << 21,
+            _ => false,
+        };
+        if normed && whole {
             return BwdVariant::Whole;
         }
         match (normed, dims.n) {

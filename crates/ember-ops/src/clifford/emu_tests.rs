@@ -399,16 +399,19 @@ fn emulated_dynamic_forward_takes_its_steps_at_run_time() {
 fn backward_defaults_follow_the_measured_rule() {
     let cl3 = Layer::new("3,0").unwrap();
     use cuda::BwdVariant::{Cols, Pipe, Rowwise, Whole};
-    let whole = [((16384, 128), Whole), ((8192, 256), Whole), ((4096, 512), Whole), ((6000, 512), Whole)];
-    let rest = [((1024, 128), Rowwise), ((16384, 256), Rowwise), ((32768, 64), Rowwise), ((65536, 128), Cols), ((2048, 512), Pipe), ((1024, 1024), Pipe), ((2048, 1024), Pipe)];
-    let want = whole.into_iter().chain(rest).chain([((4096, 1024), Cols), ((300, 300), Cols)]);
+    let whole = [(16384, 128), (8192, 256), (4096, 512), (1024, 512), (1024, 128), (16384, 256), (65536, 256), (300, 300), (4096, 300)].map(|d| (d, Whole));
+    let rest = [((32768, 64), Rowwise), ((65536, 64), Rowwise), ((131072, 64), Cols), ((6000, 512), Cols), ((16384, 512), Cols), ((1024, 1024), Pipe), ((2048, 1024), Pipe)];
+    let want = whole.into_iter().chain(rest).chain([((4096, 1024), Cols), ((300, 100), Rowwise)]);
     for ((b, n), v) in want {
         let dims = Dims { m: 8, b, n };
         assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, true), v, "Cl(3,0) B={b} N={n}");
         assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, false), cuda::BwdVariant::Cols, "no norm: no dot pass to save");
     }
     let cl2 = Layer::new("2,0").unwrap();
-    assert_eq!(cuda::BwdVariant::measured_default(&cl2, Dims { m: 4, b: 4096, n: 512 }, true), Whole, "Cl(2,0) 2^21: measured");
+    for (b, n) in [(4096, 512), (65536, 512), (1024, 1024), (65536, 1024), (1024, 128)] {
+        assert_eq!(cuda::BwdVariant::measured_default(&cl2, Dims { m: 4, b, n }, true), Whole, "Cl(2,0) B={b} N={n}: measured");
+    }
+    assert_eq!(cuda::BwdVariant::measured_default(&cl2, Dims { m: 4, b: 4096, n: 64 }, true), Rowwise, "Cl(2,0) N < 128");
     let sta = Layer::new("1,3").unwrap();
     assert_eq!(cuda::BwdVariant::measured_default(&sta, Dims { m: 16, b: 1024, n: 128 }, true), cuda::BwdVariant::Cols, "16 blades: not measured");
 }

@@ -526,7 +526,10 @@ impl crate::OpFamily for Family {
         } else {
             [1024usize, 4096, 16384, 65536].iter().flat_map(|&b| [128usize, 256, 512, 1024].map(|n| (b, n))).collect()
         };
-        let mut fused_cases: Vec<(&str, usize, usize, DType)> = grid.iter().map(|&(b, n)| ("3,0", b, n, DType::F32)).collect();
+        // EMBER_CLIFFORD_BENCH_ALG=2,0: the grid in another named algebra (measurements of the
+        // backward rule; the heatmap is Cl(3,0)'s).
+        let grid_alg = std::env::var("EMBER_CLIFFORD_BENCH_ALG").ok().and_then(|a| ALGEBRAS.iter().copied().find(|&s| s == a)).unwrap_or("3,0");
+        let mut fused_cases: Vec<(&str, usize, usize, DType)> = grid.iter().map(|&(b, n)| (grid_alg, b, n, DType::F32)).collect();
         let (b0, n0) = if cpu { (256, 128) } else { (4096, 512) };
         for spec in ["2,0", "3,0,1", "1,3"] {
             fused_cases.push((spec, b0, n0, DType::F32));
