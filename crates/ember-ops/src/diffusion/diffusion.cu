@@ -1963,3 +1963,87 @@ __device__ __forceinline__ void fused_kernel(const T* __restrict__ basis, const 
 // The 2-wide tiles of both GEMMs (the widths small problems pick; every dtype has them).
 DIFF_FUSED(2, 2, false, diffusion_fused_fwd)
 DIFF_FUSED(2, 2, true, diffusion_fused_bwd)
+
+
+// ---- small problems: one launch per pass on thread-block clusters (sm_90) --------------------------
+//
+// diffusion_cluster{8,16}_{fwd,bwd}: the three phases of a pass in one plain launch, with cluster
+// barriers instead of grid barriers. Cluster q owns channel tile q (64 channels: the 2-wide tiles of
+// both GEMMs, so the reduce's and the expand's tiles are the same columns): its CS CTAs reduce the
+// chunks rank, rank + CS, … of that tile into the partials, meet, finalize the tile's outputs (the
+// same fixed-order chunk sums), meet again, and expand the tile's rows. Clusters never wait on one
+// another, so no cooperative launch and no co-residency of the whole grid is needed; the partials
+// and S go through L2 (ld.global.cg / cp.async.cg) as in the fused pass. Same device functions,
+// tiles and sums as the three launches with the same chunks: the same bits.
+#if __CUDA_ARCH__ >= 900
+// All threads of the cluster; release/acquire at cluster scope orders the global writes before it
+// (partials, S, d_times rows) with the reads of the other CTAs after it.
+__device__ __forceinline__ void diff_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+template <int CS, bool BWD>
+__device__ __forceinline__ void cluster_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
+                                               const float* __restrict__ evals, const float* __restrict__ times,
+                                               const float* __restrict__ saved_in, const T* __restrict__ d_spectral,
+                                               T* __restrict__ spectral, float* __restrict__ saved_out, float* ws, T* s_op,
+                                               T* __restrict__ out, float* dt_part, float* __restrict__ d_times,
+                                               const Seg* __restrict__ chunks, const Seg* __restrict__ tiles,
+                                               const i64* __restrict__ chunk_prefix, i64 rows_per_chunk, i64 n_rows,
+                                               i64 n_chunks, i64 n_tiles, int K, int C, int KPr, int CPr, int KPe, int CPe, int vec,
+                                               i64 meshes) {
+    extern __shared__ __align__(128) unsigned char diff_smem[];
+    float(*red)[33] = reinterpret_cast<float(*)[33]>(diff_smem);
+    const int rank = blockIdx.x % CS, q = blockIdx.x / CS;
+    // Phase 1: partials of (chunk, eigenvector tile) for channel tile q.
+    const int n_nt = CPr / RLay<2>::BN;
+    const i64 n_r = n_chunks * (KPr / RBM);
+    for (i64 b = rank; b < n_r; b += CS) {
+        __syncthreads();  // the previous chunk's stages are no longer read
+        reduce_kernel<2>(basis, y, BWD ? nullptr : mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KPr, CPr, vec,
+                         b % n_chunks, (int)(b / n_chunks) * n_nt + q);
+    }
+    diff_cluster_sync();
+    // Phase 2: the finalize blocks (32 channels × 8 eigenvectors) of tile q, every mesh.
+    constexpr int CB = RLay<2>::BN / 32;
+    const int fy = KPe / 8, cblocks = CPe / 32;
+    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const i64 n_f = meshes * CB * fy;
+    for (i64 b = rank; b < n_f; b += CS) {
+        __syncthreads();  // red is free again
+        const i64 mesh = b / (CB * fy);
+        const int rest = (int)(b % (CB * fy)), by = rest / CB;
+        const i64 bx = mesh * cblocks + q * CB + rest % CB;
+        const FinIdx f = fin_idx(chunk_prefix, n_chunks, K, C, CPe, bx, by, tx, ty);
+        const float s = fin_sum_serial(ws, f, KPr, CPr);
+        if (BWD)
+            finalize_bwd_block(f, s, evals, times, saved_in, d_spectral, K, C, s_op, KPe, CPe, dt_part, by, fy, tx, ty, red);
+        else
+            finalize_fwd_block(f, s, evals, times, K, C, spectral, saved_out, s_op, KPe, CPe);
+    }
+    diff_cluster_sync();
+    // d_times of the tile's channels: the expand's fixed-order fold, restricted to them.
+    if (BWD && rank == 0) {
+        const int c_end = min(C, (q + 1) * RLay<2>::BN);
+        for (int c = q * RLay<2>::BN + threadIdx.x; c < c_end; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, meshes * fy, 0, c, 1, CPe);
+    }
+    // Phase 3: the expand of tile q, the rows' tiles spread over the cluster's CTAs.
+    expand_kernel<2>(basis, s_op, BWD ? mass : nullptr, out, tiles, n_rows, n_tiles, K, C, KPe, CPe, vec, nullptr, 0, nullptr, rank, q,
+                     CS);
+}
+
+#define DIFF_CLUSTER(CS, BWD, NAME)                                                                                            \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(NTHREADS, 1) NAME(                                 \
+        const T* basis, const T* y, const T* mass, const float* evals, const float* times, const float* saved_in,            \
+        const T* d_spectral, T* spectral, float* saved_out, float* ws, T* s_op, T* out, float* dt_part, float* d_times,      \
+        const Seg* chunks, const Seg* tiles, const i64* chunk_prefix, i64 rows_per_chunk, i64 n_rows, i64 n_chunks,          \
+        i64 n_tiles, int K, int C, int KPr, int CPr, int KPe, int CPe, int vec, i64 meshes) {                                \
+        cluster_kernel<CS, BWD>(basis, y, mass, evals, times, saved_in, d_spectral, spectral, saved_out, ws, s_op, out, dt_part, \
+                                d_times, chunks, tiles, chunk_prefix, rows_per_chunk, n_rows, n_chunks, n_tiles, K, C, KPr, CPr, \
+                                KPe, CPe, vec, meshes);                                                                        \
+    }
+DIFF_CLUSTER(8, false, diffusion_cluster8_fwd)
+DIFF_CLUSTER(8, true, diffusion_cluster8_bwd)
+DIFF_CLUSTER(16, false, diffusion_cluster16_fwd)
+DIFF_CLUSTER(16, true, diffusion_cluster16_bwd)
+#endif  // __CUDA_ARCH__ >= 900
