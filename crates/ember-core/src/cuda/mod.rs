@@ -218,12 +218,6 @@ impl CudaDevice {
             .map_err(|e| Error::cuda("cuFuncSetAttribute", e))
     }
 
-    /// Let `f` launch on clusters of more than 8 CTAs (non-portable sizes; Hopper takes 16).
-    pub fn allow_large_clusters(&self, f: &CudaFunction) -> Result<()> {
-        f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-            .map_err(|e| Error::cuda("cuFuncSetAttribute (non-portable cluster size)", e))
-    }
-
     /// Start building a launch of `f` on this device's stream.
     pub fn launch<'a>(&'a self, f: &'a CudaFunction, cfg: LaunchConfig) -> Launch<'a> {
         Launch { args: self.stream.launch_builder(f), params: Vec::new(), func: f, stream: &self.stream, cc: self.info.compute_capability, cfg, name: "kernel", pdl: false }

@@ -118,10 +118,6 @@ pub struct Tuning {
     /// One cooperative launch per pass (`Some(true)`, where the tiles are 2 wide) or three
     /// (`Some(false)`); `None`: [`fused_mode`] decides.
     pub fused: Option<bool>,
-    /// One launch per pass on thread-block clusters (`diffusion_cluster*`, sm_90; `Some(true)`
-    /// forces it with 2-wide tiles, an error where it cannot run), never (`Some(false)`); `None`:
-    /// [`cluster_mode`] decides.
-    pub cluster: Option<bool>,
     /// The expand GEMM on Hopper warpgroup MMA (`diffusion_expand_wg*`, sm_90a, 16-bit) when
     /// `Some(true)` (an error where it cannot run), mma.sync when `Some(false)`; `None`:
     /// [`wgmma_mode`] decides.
@@ -462,28 +458,6 @@ pub fn fused_mode() -> FusedMode {
 }
 
 pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
-
-/// `EMBER_DIFFUSION_CLUSTER=0|auto|1`: the cluster pass never, for single meshes up to
-/// [`CLUSTER_MAX_ROWS`] vertices, or wherever its 2-wide tiles can run; default [`DEFAULT_CLUSTER`].
-pub fn cluster_mode() -> FusedMode {
-    static M: OnceLock<FusedMode> = OnceLock::new();
-    env_mode(&M, "EMBER_DIFFUSION_CLUSTER", &[("0", FusedMode::Never), ("1", FusedMode::Always), ("auto", FusedMode::Auto)], DEFAULT_CLUSTER)
-}
-
-pub const DEFAULT_CLUSTER: FusedMode = FusedMode::Never;
-
-/// The largest single mesh the Auto rule gives the cluster pass.
-pub const CLUSTER_MAX_ROWS: usize = 8192;
-
-/// CTAs per cluster of the cluster pass: 16 (non-portable; H100/H200 launch it), or 8 with
-/// `EMBER_DIFFUSION_CLUSTER_SIZE=8`.
-pub fn cluster_size() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| match std::env::var("EMBER_DIFFUSION_CLUSTER_SIZE").as_deref() {
-        Ok("8") => 8,
-        _ => 16,
-    })
-}
 
 /// Vertices per reduce chunk, a multiple of 8 (the stage alignment): about one chunk per SM, but
 /// on small meshes about one per two SMs up to [`SMALL_MESH_CHUNK_ROWS`] rows, since each chunk
@@ -1250,117 +1224,16 @@ struct FusedArgs {
     d_times: u64,
 }
 
-/// How a one-launch pass runs: cooperatively on `grid` CTAs with grid barriers
-/// (`diffusion_fused_*`), or on clusters of `cs` CTAs, one cluster per 64-channel tile
-/// (`diffusion_cluster{cs}_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum OneLaunch {
-    Cooperative { grid: u32 },
-    Cluster { cs: usize },
-}
-
-/// The one-launch pass of geometry `g`, if any: the cluster pass where [`cluster_tuning`] gave
-/// `g`, else the cooperative pass where [`fused_grid`] takes it.
-fn one_launch(dev: &Arc<CudaDevice>, g: &Geometry, cluster: Option<usize>, tune: &Tuning) -> Result<Option<OneLaunch>> {
-    if let Some(cs) = cluster {
-        return Ok(Some(OneLaunch::Cluster { cs }));
-    }
-    Ok(fused_grid(dev, g, tune)?.map(|grid| OneLaunch::Cooperative { grid }))
-}
-
-/// The tuning the cluster pass runs with on `m`, and its cluster size, or None where the pass is
-/// not taken: [`Tuning::cluster`] or [`cluster_mode`] (Auto: single meshes up to
-/// [`CLUSTER_MAX_ROWS`] vertices), compute capability 9.0 or later. The chunks are about one per
-/// CTA of a cluster (V / CS rows, whole 64-row stages) unless the tuning fixes them.
-fn cluster_tuning(dev: &Arc<CudaDevice>, m: &Meshes, tune: &Tuning) -> Result<Option<(Tuning, usize)>> {
-    // From the environment only where the tuning asks for nothing the cluster pass does not run.
-    let other = tune.fused == Some(true)
-        || tune.expand_wg == Some(true)
-        || matches!(tune.reduce_wg, Some(WgmmaMode::Always))
-        || tune.expand_store.is_some()
-        || tune.expand_load.is_some()
-        || tune.reduce_load.is_some()
-        || tune.expand_ctas.is_some()
-        || [tune.reduce_wn, tune.expand_wn].iter().any(|w| w.is_some_and(|w| w != 2));
-    let mode = match tune.cluster {
-        Some(true) => FusedMode::Always,
-        Some(false) => FusedMode::Never,
-        None if other => FusedMode::Never,
-        None => cluster_mode(),
-    };
-    let sm90 = dev.info().compute_capability.0 >= 9;
-    match mode {
-        FusedMode::Never => return Ok(None),
-        FusedMode::Always if !sm90 => return Err(Error::Unsupported(format!("the cluster pass on {} (needs compute capability 9.0)", dev.info().arch))),
-        FusedMode::Auto if !sm90 || m.meshes() != 1 || m.v() > CLUSTER_MAX_ROWS => return Ok(None),
-        _ => {}
-    }
-    for (what, wn) in [("reduce_wn", tune.reduce_wn), ("expand_wn", tune.expand_wn)] {
-        if wn.is_some_and(|w| w != 2) {
-            return Err(Error::invalid(what, format!("the cluster pass runs 2-wide tiles, got {}", wn.unwrap_or(0))));
-        }
-    }
-    let cs = cluster_size();
-    let rows = tune.chunk_rows.unwrap_or_else(|| m.v().div_ceil(cs).next_multiple_of(64));
-    let t = Tuning {
-        reduce_wn: Some(2),
-        expand_wn: Some(2),
-        chunk_rows: Some(rows),
-        fused: Some(false),
-        cluster: Some(true),
-        expand_wg: Some(false),
-        reduce_wg: Some(WgmmaMode::Never),
-        expand_store: None,
-        expand_load: None,
-        expand_ctas: None,
-        reduce_load: None,
-    };
-    Ok(Some((t, cs)))
-}
-
-/// The geometry of a pass on `m` with `c` channels, and the cluster size where it runs as the
-/// cluster pass.
-fn pass_geometry(dev: &Arc<CudaDevice>, m: &Meshes, c: usize, tune: &Tuning) -> Result<(Geometry, Option<usize>)> {
-    if let Some((t, cs)) = cluster_tuning(dev, m, tune)? {
-        let g = Geometry::new(dev, m, c, &t)?;
-        // The cluster's reduce and expand tiles must be the same 64 columns.
-        if g.rwn == 2 && g.ewn == 2 && g.ewg.is_none() && g.rwg.is_none() && g.cpr == g.cpe {
-            return Ok((g, Some(cs)));
-        }
-        if tune.cluster == Some(true) {
-            return Err(Error::Unsupported(format!("the cluster pass for K = {}, C = {c} (2-wide tiles of equal padding)", m.k())));
-        }
-    }
-    Ok((Geometry::new(dev, m, c, tune)?, None))
-}
-
-fn launch_one(dev: &Arc<CudaDevice>, g: &Geometry, m: &Meshes, times: &Tensor, how: OneLaunch, bwd: bool, a: &FusedArgs) -> Result<()> {
-    let entry = match (how, bwd) {
-        (OneLaunch::Cooperative { .. }, false) => "diffusion_fused_fwd",
-        (OneLaunch::Cooperative { .. }, true) => "diffusion_fused_bwd",
-        (OneLaunch::Cluster { cs: 8 }, false) => "diffusion_cluster8_fwd",
-        (OneLaunch::Cluster { cs: 8 }, true) => "diffusion_cluster8_bwd",
-        (OneLaunch::Cluster { .. }, false) => "diffusion_cluster16_fwd",
-        (OneLaunch::Cluster { .. }, true) => "diffusion_cluster16_bwd",
-    };
+fn launch_fused(dev: &Arc<CudaDevice>, g: &Geometry, m: &Meshes, times: &Tensor, grid: u32, bwd: bool, a: &FusedArgs) -> Result<()> {
+    let entry = if bwd { "diffusion_fused_bwd" } else { "diffusion_fused_fwd" };
     let smem = fused_smem(g);
     let (f, _) = kernel(dev, &SOURCE, g.dtype, entry, smem)?;
-    let grid = match how {
-        OneLaunch::Cooperative { grid } => grid,
-        OneLaunch::Cluster { cs } => {
-            if cs > 8 {
-                dev.allow_large_clusters(&f)?;
-            }
-            let tiles = g.cpe / 32 / 2;
-            to_u32_grid(tiles * cs, i32::MAX as usize, "channel tiles × cluster size")?
-        }
-    };
     let bar = barrier(dev)?;
     let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: smem as u32 };
     let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
     let (rows, n_rows, n_chunks, n_tiles, meshes) = (g.chunk_rows, g.n_rows, g.n_chunks as i64, g.n_tiles as i64, g.meshes as i64);
     let (k, c, kpr, cpr, kpe, cpe, vec) = (g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec));
-    let l = dev.launch(&f, cfg)
+    dev.launch(&f, cfg)
         .arg(&basis)
         .arg(&a.y)
         .arg(&mass)
@@ -1389,11 +1262,10 @@ fn launch_one(dev: &Arc<CudaDevice>, g: &Geometry, m: &Meshes, times: &Tensor, h
         .arg(&kpe)
         .arg(&cpe)
         .arg(&vec)
-        .arg(&meshes);
-    match how {
-        OneLaunch::Cooperative { .. } => l.arg(&bar).named(entry).run_cooperative(),
-        OneLaunch::Cluster { .. } => l.named(entry).run(),
-    }
+        .arg(&meshes)
+        .arg(&bar)
+        .named(entry)
+        .run_cooperative()
 }
 
 pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward> {
@@ -1403,13 +1275,13 @@ pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward>
 pub(crate) fn forward_tuned(m: &Meshes, x: &Tensor, times: &Tensor, tune: &Tuning) -> Result<Forward> {
     let dev = x.cuda_device()?.clone();
     let (c, dtype, device) = (x.dim(1), m.dtype(), m.device());
-    let (g, cluster) = pass_geometry(&dev, m, c, tune)?;
+    let g = Geometry::new(&dev, m, c, tune)?;
     let out = Tensor::output(x.shape(), dtype, device)?;
     let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
     let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes()])?;
     let (partials, s_op) = (ws.part(0), ws.part(1));
-    if let Some(how) = one_launch(&dev, &g, cluster, tune)? {
+    if let Some(grid) = fused_grid(&dev, &g, tune)? {
         let a = FusedArgs {
             y: x.cuda_ptr()?,
             saved_in: 0,
@@ -1422,7 +1294,7 @@ pub(crate) fn forward_tuned(m: &Meshes, x: &Tensor, times: &Tensor, tune: &Tunin
             dt_part: 0,
             d_times: 0,
         };
-        launch_one(&dev, &g, m, times, how, false, &a)?;
+        launch_fused(&dev, &g, m, times, grid, false, &a)?;
         return Ok(Forward { out, spectral, saved });
     }
     let (basis, mass) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?);
@@ -1442,7 +1314,7 @@ pub(crate) fn backward(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor
 pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>, tune: &Tuning) -> Result<Grads> {
     let dev = d_out.cuda_device()?.clone();
     let (c, dtype, device) = (d_out.dim(1), m.dtype(), m.device());
-    let (g, cluster) = pass_geometry(&dev, m, c, tune)?;
+    let g = Geometry::new(&dev, m, c, tune)?;
     let d_x = Tensor::output(d_out.shape(), dtype, device)?;
     let d_times = Tensor::output(&[c], DType::F32, device)?;
     let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
@@ -1452,7 +1324,7 @@ pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &
         Some(t) => t.cuda_ptr()?,
         None => 0u64,
     };
-    if let Some(how) = one_launch(&dev, &g, cluster, tune)? {
+    if let Some(grid) = fused_grid(&dev, &g, tune)? {
         let a = FusedArgs {
             y: d_out.cuda_ptr()?,
             saved_in: fwd.saved.cuda_ptr()?,
@@ -1465,7 +1337,7 @@ pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &
             dt_part,
             d_times: d_times.cuda_ptr()?,
         };
-        launch_one(&dev, &g, m, times, how, true, &a)?;
+        launch_fused(&dev, &g, m, times, grid, true, &a)?;
         return Ok(Grads { d_x, d_times });
     }
 

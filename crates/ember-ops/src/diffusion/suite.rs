@@ -209,7 +209,7 @@ fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize
         reduce_wn: Some(reduce_wn),
         expand_wn: Some(expand_wn),
         chunk_rows: Some(chunk_rows),
-        fused: Some(false), cluster: None,
+        fused: Some(false),
         expand_wg: Some(false),
         reduce_wg: Some(WgmmaMode::Never),
         expand_store: None,
@@ -222,23 +222,8 @@ fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), cluster: None, expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
-}
-
-/// One launch per pass on thread-block clusters (sm_90), `chunk_rows` vertices per reduce chunk
-/// (None: the pass's own, about V / cluster size; batches: their plan's).
-fn cluster(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: Option<usize>) -> Case {
-    let t = Tuning { chunk_rows, cluster: Some(true), ..Tuning::default() };
-    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, chunk_rows)), dtypes: ALL }
-}
-
-/// Whether the device launches thread-block clusters (the cluster pass).
-fn has_clusters(device: Device) -> bool {
-    match device {
-        Device::Cuda(i) => ember_core::cuda::CudaDevice::get(i).is_ok_and(|d| d.info().compute_capability.0 >= 9),
-        Device::Cpu => false,
-    }
 }
 
 /// The expand on wgmma (sm_90a), everything else chosen as by default; 16-bit dtypes.
@@ -378,30 +363,6 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
             ],
         };
         v.extend(wg_cases);
-        // The cluster pass: chunks one per CTA (the pass's own rule) or fewer and longer, several
-        // per CTA (131077 rows in 1000-row chunks), K over two reduce tiles (136, 256), C partial
-        // in its last 64-channel tile (33, 257) or a single column, batches (every mesh's
-        // finalize blocks in each cluster), V = 1.
-        let cluster_cases: Vec<Case> = match tier {
-            _ if !has_clusters(device) => vec![],
-            Tier::Quick => vec![],
-            Tier::Small => vec![
-                cluster(&[77], 5, 33, true, None),
-                cluster(&[300], 136, 64, false, Some(64)),
-                cluster(&[37, 1, 130], 16, 24, true, Some(24)),
-                cluster(&[4109], 128, 256, true, None),
-                cluster(&[1], 8, 1, true, None),
-            ],
-            Tier::Full => vec![
-                cluster(&[4096], 128, 256, true, None),
-                cluster(&[8191], 128, 257, false, None),
-                cluster(&[4109], 256, 256, true, None),
-                cluster(&[7], 64, 1, true, None),
-                cluster(&[131077], 128, 64, true, Some(1000)),
-                cluster(&[5003, 19997, 1, 12000, 7777], 128, 256, true, Some(640)),
-            ],
-        };
-        v.extend(cluster_cases);
         // v8, the wgmma expand with bulk stores: both shapes of each width (NH = 1: 4 stages, and 2
         // at K = 256; NH = 2: 3 stages, and 2 at K = 136), tiles partial in rows (V = 7, 4109,
         // 131077, every mesh of a batch) and in channels (C = 64 of 128, 136 and 264 of 256: a
@@ -704,32 +665,11 @@ fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, d
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), cluster: None, expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
     let label = format!("V={sizes:?} K={k} C={c} fused vs three launches");
-    Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b && c1 == d1 && !a.is_empty()))
-}
-
-/// The cluster pass gives the same bits as the three launches with the same tiles and chunks,
-/// batched and single.
-fn cluster_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType) -> Result<CheckRow> {
-    let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("cluster=launches"))?;
-    let dev = p.on(ctx.device)?;
-    let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
-        let mut v: Vec<u64> = Vec::new();
-        for t in [&f.out, &f.spectral, &f.saved, &g.d_x, &g.d_times] {
-            v.extend(t.to_vec_f64()?.iter().map(|x| x.to_bits()));
-        }
-        Ok(v)
-    };
-    let rows = 64;
-    let t = |cluster| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(false), cluster: Some(cluster), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
-    let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
-    let m1 = p.mesh(0)?.on(ctx.device)?;
-    let (c1, d1) = (bits(m1.run_single(Some(&t(true)))?)?, bits(m1.run_single(Some(&t(false)))?)?);
-    let label = format!("V={sizes:?} K={k} C={c} cluster pass vs three launches");
     Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b && c1 == d1 && !a.is_empty()))
 }
 
@@ -805,14 +745,8 @@ impl crate::OpFamily for Family {
         // call after a change to it); the properties below are skipped then.
         // EMBER_DIFFUSION_CHECK=eload: likewise, only the cases that force the TMA-fed expand.
         let only = std::env::var("EMBER_DIFFUSION_CHECK").ok();
-        // EMBER_DIFFUSION_CHECK=cluster: only the cluster-pass cases, its determinism and its
-        // bits against the three launches.
         let (only_rload, only_eload) = (only.as_deref() == Some("rload"), only.as_deref() == Some("eload"));
-        let only_cluster = only.as_deref() == Some("cluster");
         for c in cases(ctx.tier, ctx.device) {
-            if only_cluster && !c.tune.as_ref().is_some_and(|(t, _)| t.cluster == Some(true)) {
-                continue;
-            }
             if only_rload && !c.tune.as_ref().is_some_and(|(t, _)| t.reduce_load == Some(cuda::ReduceLoad::Tma)) {
                 continue;
             }
@@ -836,14 +770,7 @@ impl crate::OpFamily for Family {
                 rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " reduce=wgmma rload=tma")))?);
             }
         }
-        if only_cluster && has_clusters(ctx.device) {
-            let t = Tuning { cluster: Some(true), ..Tuning::default() };
-            for dtype in DType::ACTIVATIONS {
-                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " cluster")))?);
-                rows.push(cluster_matches_launches(ctx, sizes, k, c, dtype)?);
-            }
-        }
-        if only_rload || only_eload || only_cluster {
+        if only_rload || only_eload {
             return Ok(rows);
         }
         for dtype in DType::ACTIVATIONS {
@@ -863,19 +790,10 @@ impl crate::OpFamily for Family {
                 rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " load=tma")))?);
             }
         }
-        if has_clusters(ctx.device) {
-            let t = Tuning { cluster: Some(true), ..Tuning::default() };
-            for dtype in DType::ACTIVATIONS {
-                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " cluster")))?);
-            }
-        }
         if ctx.device.is_cuda() {
             rows.extend(cuda_properties(ctx.device)?);
             for dtype in DType::ACTIVATIONS {
                 rows.push(fused_matches_launches(ctx, sizes, k, c, dtype)?);
-                if has_clusters(ctx.device) {
-                    rows.push(cluster_matches_launches(ctx, sizes, k, c, dtype)?);
-                }
             }
         }
         Ok(rows)
