@@ -330,8 +330,10 @@ fn column_plan(b: usize, n: usize) -> (usize, usize, usize) {
     let rt = THREADS as usize / ct;
     let col_tiles = n.div_ceil(ct);
     // About 1024 CTAs in all (several waves on any current GPU), independent of the device, so the
-    // d_w summation order is too.
-    let chunks = 1024usize.div_ceil(col_tiles).clamp(1, b.div_ceil(rt).max(1));
+    // d_w summation order is too. `EMBER_CLIFFORD_COL_CTAS=n` (measurements) aims at n instead.
+    static CTAS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let ctas = *CTAS.get_or_init(|| std::env::var("EMBER_CLIFFORD_COL_CTAS").ok().and_then(|v| v.parse().ok()).filter(|&n: &usize| (1..=1 << 20).contains(&n)).unwrap_or(1024));
+    let chunks = ctas.div_ceil(col_tiles).clamp(1, b.div_ceil(rt).max(1));
     let rows = b.div_ceil(chunks);
     (ct, b.div_ceil(rows), rows)
 }
