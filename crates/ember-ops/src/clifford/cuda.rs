@@ -428,8 +428,8 @@ impl BwdVariant {
             return BwdVariant::Whole;
         }
         match (normed, dims.n) {
-            (true, 0..=256) if elems <= 1 << 22 => BwdVariant::Rowwise,
-            (true, 512..) if elems <= 1 << 21 => BwdVariant::Pipe,
+            (true, 0..=127) if elems <= 1 << 22 => BwdVariant::Rowwise,
+            (true, 513..) if elems <= 1 << 21 => BwdVariant::Pipe,
             _ => BwdVariant::Cols,
         }
     }
