@@ -472,9 +472,10 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
             let (grid, threads) = match logp {
                 6 => (heads, 512),
                 7.. => (heads << (logp - 6), 512),  // clusters of 2, 4, 8 CTAs
-                _ => (heads.div_ceil(32 >> logp), 256),
+                _ => (heads.div_ceil(spec_group(logp)), 256),
             };
-            launch_smem_threads(dev, 256, threads, &format!("fc_spec_pair{logp}"), (grid_u32(grid, "spectrum")?, 1), &p, "fc_spec_pair", smem_bytes_pair(logp, 0))?;
+            let entry = if logp <= 5 && spec_group(logp) != 32 >> logp { format!("fc_spec_pair{logp}g{}", spec_group(logp)) } else { format!("fc_spec_pair{logp}") };
+            launch_smem_threads(dev, 256, threads, &entry, (grid_u32(grid, "spectrum")?, 1), &p, "fc_spec_pair", smem_bytes_pair(logp, 0))?;
         }
         Path::OnChip { logm, block, tc, pair } => {
             let lanes = (PER_THREAD * block as usize) >> logm;
@@ -499,6 +500,38 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
         }
     }
     Ok(Spectrum { spec, path })
+}
+
+/// Whether the small-P spectrum and backward take their narrow groups (`spec_group`,
+/// `bwd_slot_group`); `EMBER_FFTCONV_NARROW=0` returns to 32 segments per CTA (measurements).
+fn narrow_groups() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("EMBER_FFTCONV_NARROW").is_ok_and(|v| v == "0"))
+}
+
+/// Heads per CTA of 256 threads of the pair spectrum (fc_spec_pair*) at P = 2^logp ≤ 32. The
+/// spectrum has only H heads: at 32/P heads per CTA (32 DFT-256 segments) small P leaves most SMs
+/// idle (L = 256: 48 CTAs for 768 heads, 15–17 µs). Measured on an H200 (B = 16, H = 768, NOTES.md
+/// v10): 8 segments per CTA at P ≤ 4 (L = 256 fwd −18 %, L = 512 −9 %), 16 at P = 8 (−3.5 %),
+/// 32 from P = 16 (one head per CTA there measured 1 % slower).
+fn spec_group(logp: u32) -> usize {
+    match logp {
+        1 if narrow_groups() => 4,
+        2 | 3 if narrow_groups() => 2,
+        _ => (32usize >> logp.min(5)).max(1),
+    }
+}
+
+/// Pair slots per CTA of 256 threads of the pair backward at P = 2^logp ≤ 32: 16 segments per CTA
+/// at P ≤ 4 (L = 256 fwd+bwd −5 %, the backward alone ~8 %: 768 instead of 384 CTAs at two per SM,
+/// 2.9 waves instead of 1.45), 32 above (narrow groups measured 4–7 % slower from P = 8). The
+/// slot's partial is tbuf's entry blockIdx.x·R + r whatever R is, so the bits are the same.
+fn bwd_slot_group(logp: u32) -> usize {
+    match logp {
+        1 if narrow_groups() => 8,
+        2 if narrow_groups() => 4,
+        _ => (32usize >> logp.min(5)).max(1),
+    }
 }
 
 /// Whether the pair kernels' filter spectrum runs on their own engine (fc_spec_pair*, pair_spec.cuh):
@@ -702,7 +735,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             // (every chunk nonempty).
             let logp = logm - 7;
             let n = 2 * m;
-            let (slots_per_cta, ctas_per_sm, threads) = if logp >= 6 { (1, 1, 512) } else { (32usize >> logp, 2, 256) };
+            let (slots_per_cta, ctas_per_sm, threads) = if logp >= 6 { (1, 1, 512) } else { (bwd_slot_group(logp), 2, 256) };
             let ctas_per_slot = if logp == 7 { 2 } else { 1 };
             let pph = rph.div_ceil(2);
             let sms = dev.info().multiprocessors.max(1) as usize / ctas_per_slot;
@@ -731,7 +764,8 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 let staged = use_pair_stage_u(logp, false, u, opts, &dims)? && (!dout_bf16 || d_out.cuda_ptr()?.is_multiple_of(16));
                 let stg = if staged { "_staged" } else { "" };
                 let smem = if staged && dout_bf16 { smem_bytes_pair_bwd(logp).next_multiple_of(16) + PAIR_STAGE_DOUT_BYTES } else { smem_bytes_pair_bwd(logp) };
-                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{stg}{logp}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem)?;
+                let group = if logp <= 5 && slots_per_cta != 32 >> logp { format!("g{slots_per_cta}") } else { String::new() };
+                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{stg}{logp}{group}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem)?;
                 launch_smem(&dev, 256, "fc_dk_pair", (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1), &p, "fc_dk_pair", 0)?;
                 // fc_dk reads the folded spectrum as a single partial per head.
                 p.parts = 1;

@@ -19,7 +19,7 @@
 // entry owned by one lane, so no synchronisation), and fc_dk_pair folds the partner bins once per
 // head into the half-spectrum fc_dk transforms (no atomics: bitwise deterministic).
 //
-// Work split: R = 32/P pair slots per CTA; slot s = blockIdx.x·R + r is chunk c = s mod parts of
+// Work split: R pair slots per CTA (32/P, or fewer for small P: the `g{R}` entries); slot s = blockIdx.x·R + r is chunk c = s mod parts of
 // head h = s / parts and takes the head's pairs c·ppc … c·ppc + ppc − 1, ppc = ⌈pph/parts⌉ (the
 // host picks parts so that no chunk is empty; the partial of slot s is tbuf's entry s). Per pair
 // four barriers. Shared memory: 32 segments of data (64 KB), every segment's W as f16 pairs
@@ -287,9 +287,9 @@ __device__ __forceinline__ void fb_segment_g(float2* __restrict__ x, const float
     fp_idft256(x, tab, F, yr, yi);
 }
 
-template <int LOGP, bool ZM, typename T, typename TO>
+template <int LOGP, bool ZM, typename T, typename TO, int R = (32 >> LOGP)>
 __device__ void fc_bwd_pair(const FcParams& p) {
-    constexpr int P = 1 << LOGP, R = 32 >> LOGP, LOGN = LOGP + 8;
+    constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
     FC_SMEM_DECL
     float2* x = fc_smem;
     uint4* wsave = reinterpret_cast<uint4*>(x + 32 * 256);  // [segment][j][lane]
@@ -323,10 +323,10 @@ __device__ void fc_bwd_pair(const FcParams& p) {
         }
         __syncthreads();
         // ---- phase 1, stage 1: w.
-        fp_stage1_pairs<P, T, TO>(p, rows, x, n2, pos, half, wtab, pmax);
+        fp_stage1_pairs<P, T, TO, R>(p, rows, x, n2, pos, half, wtab, pmax);
         __syncthreads();
         // ---- phase 1, segments: W saved; z's spectrum when needed.
-        for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
+        for (int sg = threadIdx.x >> 5; sg < R * P; sg += 8) {
             const int r = sg >> LOGP, k1 = sg & (P - 1);
             if (!rows[2 * r].valid) continue;
             float s1, inv1;
@@ -352,7 +352,7 @@ __device__ void fc_bwd_pair(const FcParams& p) {
         }
         __syncthreads();
         // ---- phase 2, segments: T, × conj(K̂), inverse.
-        for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
+        for (int sg = threadIdx.x >> 5; sg < R * P; sg += 8) {
             const int r = sg >> LOGP, k1 = sg & (P - 1);
             if (!rows[2 * r].valid) continue;
             float s1, inv1, s2, inv2;
@@ -395,6 +395,15 @@ FC_BWD_PAIR_ENTRIES(2)
 FC_BWD_PAIR_ENTRIES(3)
 FC_BWD_PAIR_ENTRIES(4)
 FC_BWD_PAIR_ENTRIES(5)
+// Narrow slot groups (R = 16/P slots per CTA: 16 segments) at P = 2 and 4; the partial of
+// slot s is tbuf's entry s whatever R is, so the bits are the wide kernel's.
+#define FC_BWD_PAIR_NARROW(LOGP, R)                                                                                              \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, ember_bf16, R>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, float, R>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##z_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, true, ember_bf16, ember_bf16, R>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##z_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, true, ember_bf16, float, R>(p); }
+FC_BWD_PAIR_NARROW(1, 8)
+FC_BWD_PAIR_NARROW(2, 4)
 
 // The backward at N = 16384 (P = 64, L ≤ N/2): fc_bwd_pair's phases for one row pair per CTA of
 // 512 threads, two threads per column as fc_fwd_pair64 (stage 1 and its inverse by fp64_stage1 /

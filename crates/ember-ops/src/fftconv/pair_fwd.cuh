@@ -3,7 +3,8 @@
 #if FC_BLOCK == 256
 
 // The forward. CTA: 256 threads, one group of R = 32/P row pairs (fp_group_rows), group
-// blockIdx.x.
+// blockIdx.x. (Groups of 8 or 16 segments at P ≤ 16, as the backward and the spectrum take there,
+// measured 3–6 % slower: NOTES.md, v10.)
 template <int LOGP, typename T, typename TO>
 __device__ void fc_fwd_pair(const FcParams& p) {
     constexpr int P = 1 << LOGP, R = 32 >> LOGP;

@@ -71,10 +71,12 @@ __device__ __forceinline__ float fp_keff_d(const FcParams& p, int g) {
     return p.dd ? reinterpret_cast<const float*>(p.dd)[g] : 0.f;
 }
 
-// P ≤ 32: CTA of 256 threads, R = 32/P heads (as the forward's row pairs: thread n2 owns column n2).
-template <int LOGP>
+// P ≤ 32: CTA of 256 threads, R heads (as the forward's row pairs: thread n2 owns column n2); R = 32/P
+// (32 segments) or fewer for small P (fc_spec_pair{LOGP}g{R}): the spectrum has only H heads, and at
+// 32 segments per CTA small P leaves most SMs idle (L = 256: 48 CTAs for 768 heads).
+template <int LOGP, int R = (32 >> LOGP)>
 __device__ void fc_spec_pair(const FcParams& p) {
-    constexpr int P = 1 << LOGP, R = 32 >> LOGP, LOGN = LOGP + 8;
+    constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
     FC_SMEM_DECL
     float2* x = fc_smem;
     unsigned* tab = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FP_TAB_OFF);
@@ -99,7 +101,7 @@ __device__ void fc_spec_pair(const FcParams& p) {
         fp_stage1<P>(a, true, x + r * P * 256, pos, wtab, &pmax[r]);
     }
     __syncthreads();
-    for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
+    for (int sg = threadIdx.x >> 5; sg < R * P; sg += 8) {
         const int r = sg >> LOGP;
         if (g0 + r >= p.heads) continue;
         float s1, inv1;
@@ -198,6 +200,11 @@ FC_SPEC_PAIR_ENTRY(2)
 FC_SPEC_PAIR_ENTRY(3)
 FC_SPEC_PAIR_ENTRY(4)
 FC_SPEC_PAIR_ENTRY(5)
+#define FC_SPEC_PAIR_NARROW(LOGP, R) \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_spec_pair##LOGP##g##R(FcParams p) { fc_spec_pair<LOGP, R>(p); }
+FC_SPEC_PAIR_NARROW(1, 4)
+FC_SPEC_PAIR_NARROW(2, 2)
+FC_SPEC_PAIR_NARROW(3, 2)
 extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pair6(FcParams p) { fc_spec_pair64(p); }
 #if __CUDA_ARCH__ >= 900
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_spec_pair7(FcParams p) { fc_spec_pairc<2>(p); }

@@ -534,13 +534,13 @@ __device__ __forceinline__ void fp_prefetch(const FcParams& p, const FcRow* rows
     fp_cp_async_commit();
 }
 
-// Stage 1 of every valid pair of a CTA (R = 32/P pairs, rows[2r], rows[2r + 1]): thread n2 loads
+// Stage 1 of every valid pair of a CTA (R pairs, 32/P by default; rows[2r], rows[2r + 1]): thread n2 loads
 // its column of w = u (or u·pregate), all loads first (independent), then fp_stage1 into the
 // pair's segments at x + r·P·256; the pair's largest component into pmax[r].
-template <int P, typename T, typename TO>
+template <int P, typename T, typename TO, int R = 32 / P>
 __device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax) {
 #pragma unroll 1
-    for (int r = 0; r < 32 / P; ++r) {
+    for (int r = 0; r < R; ++r) {
         const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
         if (!ra.valid) continue;
         const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);

@@ -162,6 +162,11 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case { gelu: true, d: true, ..Case::plain(3, 1, 5001) },
             // The pair spectrum kernels (no k_rev): P = 8, 64 (one head per CTA of 512), 128.
             Case { d: true, ..Case::plain(2, 5, 1000) },
+            // The narrow spectrum and backward groups (P = 2: 4 heads / 8 slots per CTA; P = 4: 2 /
+            // 4): 13 and 5 heads (a partial last CTA), an odd row count (a pair half empty), every
+            // epilogue option, a pregate in one.
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 13, 256) },
+            Case { gelu: true, d: true, pre: true, ..Case::plain(4, 5, 500) },
             Case { gelu: true, d: true, ..Case::plain(3, 2, 5000) },
             // N = 65536 and 131072 without k_rev (an odd row count: a pair half empty; pregate,
             // postgate, mask, GELU, D): the forward on clusters of 4 CTAs at N = 65536 and (with a
@@ -227,6 +232,10 @@ fn cases(tier: Tier) -> Vec<Case> {
             // 132-SM GPU, an odd row count (the last pair half empty), a partial last chunk.
             v.push(Case::all(33, 300, 1000));
             v.push(Case { gelu: true, d: true, ..Case::plain(40, 64, 2000) });
+            // The same at P = 2 and 4 (narrow slot groups, and the narrow spectrum without k_rev).
+            v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(41, 64, 256) });
+            v.push(Case { gelu: true, d: true, post: true, ..Case::plain(33, 30, 500) });
+            v.push(Case { gelu: true, d: true, ..Case::plain(16, 97, 1000) });
             // Pair backward at P = 64 (N = 16384, one pair per CTA of 512 threads): each option
             // alone (z recomputed only for GELU or the postgate), and 15 × 150 rows so that a
             // slot takes 2 of a head's 8 pairs on a 132-SM GPU, the last pair half empty.
