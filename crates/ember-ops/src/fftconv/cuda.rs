@@ -525,7 +525,10 @@ fn spec_group(logp: u32) -> usize {
 /// Pair slots per CTA of 256 threads of the pair backward at P = 2^logp ≤ 32: 16 segments per CTA
 /// at P ≤ 4 (L = 256 fwd+bwd −5 %, the backward alone ~8 %: 768 instead of 384 CTAs at two per SM,
 /// 2.9 waves instead of 1.45), 32 above (narrow groups measured 4–7 % slower from P = 8). The
-/// slot's partial is tbuf's entry blockIdx.x·R + r whatever R is, so the bits are the same.
+/// slot's partial is tbuf's entry blockIdx.x·R + r whatever R is, so at equal pairs per slot the
+/// bits are the wide kernel's; `pair_bwd_chunk` sees the group size, though, and may pick another
+/// chunk (B = 16, H = 768, L = 500: 2 pairs per slot instead of 1), which sums d_k in another (still
+/// fixed) order.
 fn bwd_slot_group(logp: u32) -> usize {
     match logp {
         1 if narrow_groups() => 8,

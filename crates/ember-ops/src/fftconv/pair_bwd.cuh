@@ -396,7 +396,7 @@ FC_BWD_PAIR_ENTRIES(3)
 FC_BWD_PAIR_ENTRIES(4)
 FC_BWD_PAIR_ENTRIES(5)
 // Narrow slot groups (R = 16/P slots per CTA: 16 segments) at P = 2 and 4; the partial of
-// slot s is tbuf's entry s whatever R is, so the bits are the wide kernel's.
+// slot s is tbuf's entry s whatever R is, so at the same pairs per slot the bits are the wide kernel's.
 #define FC_BWD_PAIR_NARROW(LOGP, R)                                                                                              \
     extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, ember_bf16, R>(p); } \
     extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, float, R>(p); } \
