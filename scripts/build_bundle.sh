@@ -19,6 +19,7 @@ cp "$test_bin" bundle/bin/gpu-tests
 strip bundle/bin/ember bundle/bin/gpu-tests
 cp bench/*.py bundle/bench/
 cp scripts/bundle_run.sh bundle/run.sh
+cp scripts/bench_ab.sh scripts/ncu_profile.sh bundle/
 # Ship the sm_90a kernel cache (Hopper; NVRTC 13.0 as on the GPU machine), so kernels load there
 # without compiling. Needs libnvrtc here (.nvrtc/ as installed by .ci/run, or EMBER_CUDA_LIB_DIR).
 # EMBER_BUNDLE_OPS="a b" limits the cache to those op families (the rest compile at first use).
