@@ -514,7 +514,7 @@ fn narrow_groups() -> bool {
 /// idle (L = 256: 48 CTAs for 768 heads, 15–17 µs). Measured on an H200 (B = 16, H = 768, NOTES.md
 /// v10): 8 segments per CTA at P ≤ 4 (L = 256 fwd −18 %, L = 512 −9 %), 16 at P = 8 (−3.5 %),
 /// 32 from P = 16 (one head per CTA there measured 1 % slower).
-fn spec_group(logp: u32) -> usize {
+pub(super) fn spec_group(logp: u32) -> usize {
     match logp {
         1 if narrow_groups() => 4,
         2 | 3 if narrow_groups() => 2,
@@ -529,7 +529,7 @@ fn spec_group(logp: u32) -> usize {
 /// bits are the wide kernel's; `pair_bwd_chunk` sees the group size, though, and may pick another
 /// chunk (B = 16, H = 768, L = 500: 2 pairs per slot instead of 1), which sums d_k in another (still
 /// fixed) order.
-fn bwd_slot_group(logp: u32) -> usize {
+pub(super) fn bwd_slot_group(logp: u32) -> usize {
     match logp {
         1 if narrow_groups() => 8,
         2 if narrow_groups() => 4,

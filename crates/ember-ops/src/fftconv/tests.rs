@@ -403,6 +403,27 @@ fn pair_backward_chunks_follow_the_wave_model() {
     assert_eq!(pair_bwd_chunk(768, 8, 1, 1, 132, 16384), 8);
 }
 
+/// The narrow groups the host launches at small P (v10) are compiled: every (P, R) that
+/// `spec_group` and `bwd_slot_group` pick other than the wide 32/P has its entry macro in the
+/// kernel source, and the groups hold whole segments (R·P ≤ 32).
+#[test]
+fn narrow_pair_groups_have_kernels() {
+    use super::cuda::{bwd_slot_group, spec_group, SOURCE};
+    for logp in 1..=5u32 {
+        for (r, entry) in [(spec_group(logp), "FC_SPEC_PAIR_NARROW"), (bwd_slot_group(logp), "FC_BWD_PAIR_NARROW")] {
+            assert!(r >= 1 && r << logp <= 32, "P = {}: {r} per CTA", 1 << logp);
+            if r != 32 >> logp {
+                let call = format!("{entry}({logp}, {r})");
+                assert!(SOURCE.body.contains(&call), "{call} missing from the kernel source");
+            }
+        }
+    }
+    // The measured rule (NOTES.md v10): spectrum 4 / 2 / 2 heads at P = 2 / 4 / 8, backward 8 / 4 slots
+    // at P = 2 / 4.
+    assert_eq!((1..=5).map(spec_group).collect::<Vec<_>>(), [4, 2, 2, 2, 1]);
+    assert_eq!((1..=5).map(bwd_slot_group).collect::<Vec<_>>(), [8, 4, 4, 2, 1]);
+}
+
 #[test]
 fn pair_backward_chunk_search_equals_the_exhaustive_one() {
     use super::cuda::{pair_bwd_chunk, pair_bwd_cost};
