@@ -639,21 +639,9 @@ fn whole_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
 }
 
 /// Options of the whole-row backward; the statistics' vector width only matters with the norm.
-/// `EMBER_CLIFFORD_WH_DB=1|2|3` (measurements): each thread loads its next element's x and y (2: x
-/// only) before running the current one's program (`CL_WH_DB`; same bits), 3: also d_w added to
-/// shared memory per element (other d_w bits).
 fn whole_opts(norm: bool, v: usize) -> Vec<String> {
     let v = if norm { v } else { 1 };
-    let mut o = vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}")];
-    if let Some(db) = whole_double_buffer() {
-        o.push(format!("-DCL_WH_DB={db}"));
-    }
-    o
-}
-
-fn whole_double_buffer() -> Option<u8> {
-    static DB: std::sync::OnceLock<Option<u8>> = std::sync::OnceLock::new();
-    *DB.get_or_init(|| std::env::var("EMBER_CLIFFORD_WH_DB").ok().and_then(|v| v.parse().ok()).filter(|&d| (1..=3).contains(&d)))
+    vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}")]
 }
 
 /// The whole-row backward's launch and the tree of its slot sums into `dw`.

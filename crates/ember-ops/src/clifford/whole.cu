@@ -17,16 +17,12 @@
 //
 // Prefix: CL_M, CL_P, CL_NG, cl_dot (norm) and cl_bwd_norm / cl_bwd_plain, then bwd_common.cu.
 // Options: -DEMBER_T=float -DCL_NORM=<0|1> -DCL_WH_V=<1|2|4> (the dot pass's vector width: N is a
-// multiple), -DCL_WH_DB=<0|1|2|3> (1: the next element's x, y loaded before the current one's
-// program; 2: only x; 3: x and y, with d_w added to shared memory per element instead of per channel).
+// multiple).
 //
 // Dynamic shared memory (f32 words): gs[blade][R·N] (the chunk's g, as in global memory), then
 // dws[rt][P][N + 1] (d_w of the slot per row lane), then with the norm cf[R][NG][2] and
 // dred[R][team/32][NG].
 #define CL_WH_T 256
-#ifndef CL_WH_DB
-#define CL_WH_DB 0
-#endif
 
 // V words at p (16-byte aligned where V = 4) into v, and back.
 template <int V> __device__ __forceinline__ void cl_wh_ld(const float* __restrict__ p, float (&v)[V]) {
@@ -93,81 +89,31 @@ extern "C" __global__ void __launch_bounds__(CL_WH_T, 2)
 #endif
             __syncthreads();
             // Phase 2: the gradient program, channel by channel, over this row lane's rows.
-#if CL_WH_DB
-            // x and y of the thread's next element (the next row of its channel, else the first of
-            // its next channel) are loaded before the current element's program runs, so each
-            // thread has two elements' loads in flight instead of one.
-            float xn[CL_M], yn[CL_M];
-            if (c < nn && l < nr) {
-                const i64 base = (b0 + l) * N + c;
-#pragma unroll
-                for (int j = 0; j < CL_M; ++j) {
-                    xn[j] = x[(i64)j * BN + base];
-                    if (CL_WH_DB != 2) yn[j] = y[(i64)j * BN + base];
-                }
-            }
-#endif
             for (int n = c; n < nn; n += ct) {
-                float wi[CL_P];
+                float wi[CL_P], acc[CL_P];
 #pragma unroll
-                for (int p = 0; p < CL_P; ++p) wi[p] = __ldg(w + (i64)n * CL_P + p);
-#if CL_WH_DB != 3
-                float acc[CL_P];
-#pragma unroll
-                for (int p = 0; p < CL_P; ++p) acc[p] = 0.0f;
-#endif
+                for (int p = 0; p < CL_P; ++p) {
+                    wi[p] = __ldg(w + (i64)n * CL_P + p);
+                    acc[p] = 0.0f;
+                }
                 for (int r = l; r < nr; r += rt) {
                     const i64 base = (b0 + r) * N + n;
                     float xi[CL_M], yi[CL_M], gi[CL_M], a[CL_NG], cc[CL_NG];
-#if CL_WH_DB
-#pragma unroll
-                    for (int j = 0; j < CL_M; ++j) {
-                        xi[j] = xn[j];
-                        yi[j] = CL_WH_DB != 2 ? yn[j] : y[(i64)j * BN + base];
-                        gi[j] = gs[j * RN + r * nn + n];
-                    }
-                    {
-                        const bool last_row = r + rt >= nr;
-                        const int n2 = last_row ? n + ct : n, r2 = last_row ? l : r + rt;
-                        if (n2 < nn) {
-                            const i64 base2 = (b0 + r2) * N + n2;
-#pragma unroll
-                            for (int j = 0; j < CL_M; ++j) {
-                                xn[j] = x[(i64)j * BN + base2];
-                                if (CL_WH_DB != 2) yn[j] = y[(i64)j * BN + base2];
-                            }
-                        }
-                    }
-#else
 #pragma unroll
                     for (int j = 0; j < CL_M; ++j) {
                         xi[j] = x[(i64)j * BN + base];
                         yi[j] = y[(i64)j * BN + base];
                         gi[j] = gs[j * RN + r * nn + n];
                     }
-#endif
 #pragma unroll
                     for (int k = 0; k < CL_NG; ++k) {
                         a[k] = CL_NORM ? cf[(r * CL_NG + k) * 2] : 0.0f;
                         cc[k] = CL_NORM ? cf[(r * CL_NG + k) * 2 + 1] : 0.0f;
                     }
-#if CL_WH_DB == 3
-                    // d_w straight into the slot's words (their registers go to the next element's
-                    // x and y): summed per element, another order than the channel's register sum.
-                    float de[CL_P];
-#pragma unroll
-                    for (int p = 0; p < CL_P; ++p) de[p] = 0.0f;
-                    cl_bwd_elem(xi, yi, wi, gi, a, cc, dx, dy, BN, base, de);
-#pragma unroll
-                    for (int p = 0; p < CL_P; ++p) dws[(l * CL_P + p) * ld + n] += de[p];
-#else
                     cl_bwd_elem(xi, yi, wi, gi, a, cc, dx, dy, BN, base, acc);
-#endif
                 }
-#if CL_WH_DB != 3
 #pragma unroll
                 for (int p = 0; p < CL_P; ++p) dws[(l * CL_P + p) * ld + n] += acc[p];
-#endif
             }
             // g and the coefficients are refilled by the next chunk.
             __syncthreads();
