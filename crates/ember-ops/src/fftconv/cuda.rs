@@ -474,7 +474,7 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
                 7.. => (heads << (logp - 6), 512),  // clusters of 2, 4, 8 CTAs
                 _ => (heads.div_ceil(spec_group(logp)), 256),
             };
-            let entry = if logp <= 5 && spec_group(logp) != 32 >> logp { format!("fc_spec_pair{logp}g{}", spec_group(logp)) } else { format!("fc_spec_pair{logp}") };
+            let entry = format!("fc_spec_pair{logp}{}", group_suffix(logp, spec_group(logp)));
             launch_smem_threads(dev, 256, threads, &entry, (grid_u32(grid, "spectrum")?, 1), &p, "fc_spec_pair", smem_bytes_pair(logp, 0))?;
         }
         Path::OnChip { logm, block, tc, pair } => {
@@ -535,6 +535,13 @@ pub(super) fn bwd_slot_group(logp: u32) -> usize {
         2 if narrow_groups() => 4,
         _ => (32usize >> logp.min(5)).max(1),
     }
+}
+
+/// The entry-name suffix of a pair kernel taking `r` heads or slots per CTA at P = 2^logp: none for
+/// the wide group (32/P, and every P ≥ 64), `g{r}` for the narrow ones (FC_SPEC_PAIR_NARROW,
+/// FC_BWD_PAIR_NARROW).
+fn group_suffix(logp: u32, r: usize) -> String {
+    if logp <= 5 && r != 32 >> logp { format!("g{r}") } else { String::new() }
 }
 
 /// Whether the pair kernels' filter spectrum runs on their own engine (fc_spec_pair*, pair_spec.cuh):
@@ -767,7 +774,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 let staged = use_pair_stage_u(logp, false, u, opts, &dims)? && (!dout_bf16 || d_out.cuda_ptr()?.is_multiple_of(16));
                 let stg = if staged { "_staged" } else { "" };
                 let smem = if staged && dout_bf16 { smem_bytes_pair_bwd(logp).next_multiple_of(16) + PAIR_STAGE_DOUT_BYTES } else { smem_bytes_pair_bwd(logp) };
-                let group = if logp <= 5 && slots_per_cta != 32 >> logp { format!("g{slots_per_cta}") } else { String::new() };
+                let group = group_suffix(logp, slots_per_cta);
                 launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{stg}{logp}{group}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem)?;
                 launch_smem(&dev, 256, "fc_dk_pair", (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1), &p, "fc_dk_pair", 0)?;
                 // fc_dk reads the folded spectrum as a single partial per head.
