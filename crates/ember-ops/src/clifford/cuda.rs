@@ -639,9 +639,13 @@ fn whole_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
 }
 
 /// Options of the whole-row backward; the statistics' vector width only matters with the norm.
+/// The weights are loaded as vectors (`CL_WH_WV`, v15; same values); `EMBER_CLIFFORD_WH_WV=0`
+/// returns to one word per load, for measurements.
 fn whole_opts(norm: bool, v: usize) -> Vec<String> {
     let v = if norm { v } else { 1 };
-    vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}")]
+    static WV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let wv = *WV.get_or_init(|| std::env::var("EMBER_CLIFFORD_WH_WV").as_deref() != Ok("0"));
+    vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}"), format!("-DCL_WH_WV={}", u8::from(wv))]
 }
 
 /// The whole-row backward's launch and the tree of its slot sums into `dw`.

@@ -24,11 +24,14 @@
 // dred[R][team/32][NG].
 #define CL_WH_T 256
 
-// V words at p (16-byte aligned where V = 4) into v, and back.
+// V words at p (aligned to 4·V bytes where V = 2, 4) into v, and back.
 template <int V> __device__ __forceinline__ void cl_wh_ld(const float* __restrict__ p, float (&v)[V]) {
     if constexpr (V == 4) {
         const float4 q = __ldg(reinterpret_cast<const float4*>(p));
         v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else if constexpr (V == 2) {
+        const float2 q = __ldg(reinterpret_cast<const float2*>(p));
+        v[0] = q.x, v[1] = q.y;
     } else {
 #pragma unroll
         for (int c = 0; c < V; ++c) v[c] = __ldg(p + c);
@@ -41,6 +44,32 @@ template <int V> __device__ __forceinline__ void cl_wh_st(float* p, const float 
 #pragma unroll
         for (int c = 0; c < V; ++c) p[c] = v[c];
     }
+}
+
+// Channel n's CL_P weights. CL_WH_WV = 1 (the host's default since v15): as CL_WH_WW-word vectors
+// (the widest of 4, 2 dividing CL_P) where w is aligned for them — a warp's request then spans the
+// same lines with a quarter or half of the instructions (at N = 512 the 40 KB of weights do not stay
+// in L1 beside two CTAs' shared memory, so each request goes to L2); the same values either way.
+// CL_WH_WV = 0: one word per load.
+#ifndef CL_WH_WV
+#define CL_WH_WV 0
+#endif
+#define CL_WH_WW (CL_P % 4 == 0 ? 4 : CL_P % 2 == 0 ? 2 : 1)
+__device__ __forceinline__ void cl_wh_weights(const float* __restrict__ w, int n, float (&wi)[CL_P]) {
+#if CL_WH_WV
+    if (CL_WH_WW > 1 && (reinterpret_cast<unsigned long long>(w) & (4 * CL_WH_WW - 1)) == 0) {
+#pragma unroll
+        for (int q = 0; q < CL_P / CL_WH_WW; ++q) {
+            float v[CL_WH_WW];
+            cl_wh_ld<CL_WH_WW>(w + (i64)n * CL_P + q * CL_WH_WW, v);
+#pragma unroll
+            for (int e = 0; e < CL_WH_WW; ++e) wi[q * CL_WH_WW + e] = v[e];
+        }
+        return;
+    }
+#endif
+#pragma unroll
+    for (int p = 0; p < CL_P; ++p) wi[p] = __ldg(w + (i64)n * CL_P + p);
 }
 
 extern "C" __global__ void __launch_bounds__(CL_WH_T, 2)
@@ -91,11 +120,9 @@ extern "C" __global__ void __launch_bounds__(CL_WH_T, 2)
             // Phase 2: the gradient program, channel by channel, over this row lane's rows.
             for (int n = c; n < nn; n += ct) {
                 float wi[CL_P], acc[CL_P];
+                cl_wh_weights(w, n, wi);
 #pragma unroll
-                for (int p = 0; p < CL_P; ++p) {
-                    wi[p] = __ldg(w + (i64)n * CL_P + p);
-                    acc[p] = 0.0f;
-                }
+                for (int p = 0; p < CL_P; ++p) acc[p] = 0.0f;
                 for (int r = l; r < nr; r += rt) {
                     const i64 base = (b0 + r) * N + n;
                     float xi[CL_M], yi[CL_M], gi[CL_M], a[CL_NG], cc[CL_NG];

@@ -9,7 +9,7 @@ use ember_core::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh"), "\n", include_str!("pair_fwd.cuh"), "\n", include_str!("pair_bwd.cuh"), "\n", include_str!("pair_spec.cuh")));
+pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh"), "\n", include_str!("pair_fwd.cuh"), "\n", include_str!("pair_bwd.cuh"), "\n", include_str!("pair_spec.cuh"), "\n", include_str!("direct.cuh")));
 
 /// Thread-block sizes the module is built for: 256/512/1024 for the on-chip sizes and the real
 /// four-step passes, 32 for the four-step passes at the small sizes the tests force.
@@ -581,11 +581,59 @@ fn saves_z(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) ->
 /// and the forward's extra write cost more than they save.
 const SAVE_Z_MIN_LOGP: u32 = 5;
 
-/// The output, the filter spectrum (reused by the backward) and, for a training forward where
-/// [`saves_z`], z (u's dtype, u's shape).
-pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Spectrum, Option<Tensor>)> {
+// ---- direct forward (direct.cuh) -------------------------------------------------------------------
+
+/// Longest L the direct forward takes by default. H200, B = 16, H = 768, GELU and D, same binary
+/// with the FFT path (`bench/results/nvidia-h200/fftconv-direct/`): v1 (hi + lo bf16 filter)
+/// L = 256 44.5 → 21.2 µs, L = 512 61.2 → 45.8 µs; L = 1000 / 1024 102 → 120 µs (slower).
+const DIRECT_MAX_L: usize = 512;
+/// Longest L it takes at all (`EMBER_FFTCONV_DIRECT=1`): its shared memory at Lk = Lkr = L.
+const DIRECT_LIMIT_L: usize = 4096;
+/// Warps per CTA of the direct forward (FD_WARPS), and its staging buffer (FD_ROWS × FD_WS f32 per warp).
+const DIRECT_WARPS: usize = 8;
+const DIRECT_STAGE_WORDS: usize = 16 * 20;
+
+/// Whether the forward runs as a direct convolution on tensor cores (direct.cuh): bf16 u, hd = 1,
+/// no pregate (v = u exactly in bf16), L ≤ [`DIRECT_MAX_L`]. `EMBER_FFTCONV_DIRECT=0` turns it
+/// off, `=1` takes it wherever it can run (up to [`DIRECT_LIMIT_L`]), for measurements.
+fn use_direct(u: DType, opts: &Options, dims: &Dims) -> bool {
+    let able = u == DType::BF16 && dims.hd == 1 && opts.pregate.is_none() && !opts.force_four_step && !opts.tensor_cores && dims.l <= DIRECT_LIMIT_L;
+    match std::env::var("EMBER_FFTCONV_DIRECT").as_deref() {
+        Ok("0") => false,
+        Ok("1") => able,
+        _ => able && dims.l <= DIRECT_MAX_L,
+    }
+}
+
+/// Dynamic shared memory of the direct forward: 16 rows of u (16·⌈L/16⌉ + 8 bf16 each), the
+/// filter's hi and lo pair words over [dmin − 32, dmax + 32], and each warp's staging tile.
+fn direct_smem(dims: &Dims) -> usize {
+    let vstride = 16 * dims.l.div_ceil(16) + 8;
+    let npw = (dims.lk - 1) + dims.lk_rev.saturating_sub(1) + 65;
+    16 * vstride * 2 + 2 * npw * 4 + DIRECT_WARPS * DIRECT_STAGE_WORDS * 4
+}
+
+fn forward_direct(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<Tensor> {
+    let dev = u.cuda_device()?.clone();
+    let path = plan(&dims, false);
+    let mut p = base_params(u, k, d, opts, dims, path, 0)?;
+    let out_dt = super::out_dtype(u.dtype(), opts);
+    let out = Tensor::output(u.shape(), out_dt, u.device())?;
+    p.out = out.cuda_ptr()?;
+    let ctas = dims.heads() * dims.b.div_ceil(16);
+    let entry = format!("fc_fwd_direct_{}", type_suffix(u.dtype(), out_dt)?);
+    launch_smem_threads(&dev, 256, (DIRECT_WARPS * 32) as u32, &entry, (grid_u32(ctas, "forward")?, 1), &p, "fc_fwd_direct", direct_smem(&dims))?;
+    Ok(out)
+}
+
+/// The output, the filter spectrum (reused by the backward; none from the direct forward) and, for
+/// a training forward where [`saves_z`], z (u's dtype, u's shape).
+pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Option<Spectrum>, Option<Tensor>)> {
     let dev = u.cuda_device()?.clone();
     let clusters = has_clusters(&dev);
+    if use_direct(u.dtype(), opts, &dims) && !saves_z(u.dtype(), opts, plan(&dims, false), &dims, clusters) {
+        return Ok((forward_direct(u, k, d, opts, dims)?, None, None));
+    }
     let big = pair_big(u, opts, &dims, clusters)?;
     let mut path = big.unwrap_or_else(|| plan(&dims, opts.force_four_step));
     let want_tc = big.is_none() && use_tc(u.dtype(), opts, path);
@@ -685,7 +733,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
             launch(&dev, 256, &format!("fc_mix_fwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_fwd")?;
         }
     }
-    Ok((out, spec, z))
+    Ok((out, Some(spec), z))
 }
 
 // ---- backward ------------------------------------------------------------------------------------

@@ -35,8 +35,10 @@
 //! Devices: f64 on the CPU runs the reference (every tensor f64 then); f32/f16/bf16 on the CPU run
 //! the fast path (realfft, rayon); CUDA tensors run the fused kernels (`fftconv.cu`): a filter
 //! spectrum computed once per call and read by every row, an on-chip FFT for N ≤ 32768 (one pass
-//! over HBM), a four-step decomposition beyond (three passes). Every input is validated before
-//! any launch.
+//! over HBM), a four-step decomposition beyond (three passes). Short rows (bf16 u, head_dim 1, no
+//! pregate, L ≤ 512) skip the FFT: the forward is then the Toeplitz product y = T(k_eff)·u on
+//! tensor cores (`direct.cuh`), the filter kept to ~2^-17 by a hi + lo split; the backward stays on
+//! the FFT path. Every input is validated before any launch.
 
 pub mod cpu;
 pub mod cuda;
@@ -306,8 +308,7 @@ pub fn forward<'a>(u: &'a Tensor, k: &'a Tensor, d: Option<&'a Tensor>, opts: &O
         }
         Device::Cpu => (cpu::forward(u, k, d, opts, dims)?, None, None),
         Device::Cuda(_) => {
-            let (out, spec, z) = cuda::forward(u, k, d, opts, dims)?;
-            (out, Some(spec), z)
+cuda::forward(u, k, d, opts, dims)?
         }
     };
     Ok(Forward { out, saved: Saved { u, k, d, opts: *opts, dims, spectrum, z } })

@@ -94,6 +94,24 @@ fn each_option_alone(b: usize, h: usize, l: usize) -> Vec<Case> {
     ]
 }
 
+/// The direct forward (bf16, hd = 1, no pregate; L ≤ 512 by default, the L = 1000 and 1024 cases with
+/// EMBER_FFTCONV_DIRECT=1): every other option, k_rev,
+/// Lk < L, L = 1, primes and L % 8 ≠ 0 (element loads and stores), tile ± 1, batches of 16 ± 1 rows
+/// (a CTA's last row block with one row), exactly 16 rows, f32 output, the longest default L.
+fn direct_cases() -> Vec<Case> {
+    let no_pre = |c: Case| Case { pre: false, ..c };
+    vec![
+        no_pre(Case::all(1, 1, 1)),
+        no_pre(Case::all(17, 3, 37)),
+        no_pre(Case::all(3, 2, 256).lk(100)),
+        no_pre(Case { out_f32: true, ..Case::all(16, 2, 1000) }),
+        Case { gelu: true, d: true, post: true, ..Case::plain(5, 3, 1024) },
+        Case { lkr: 5, ..Case::plain(2, 2, 129) },
+        Case { mask: true, ..Case::plain(33, 1, 512) },
+        Case { lkr: 12, d: true, ..Case::plain(15, 2, 15) }.lk(3),
+    ]
+}
+
 fn cases(tier: Tier) -> Vec<Case> {
     match tier {
         // A few seconds on two cores: every option, hd 1 and 8, Lk < L, tiny and awkward lengths.
@@ -107,7 +125,7 @@ fn cases(tier: Tier) -> Vec<Case> {
         }
         // For compute-sanitizer: tiny sizes, but every kernel path (each on-chip block size, the
         // four-step passes, hd = 8, every option).
-        Tier::Small => vec![
+        Tier::Small => [direct_cases(), vec![
             Case::all(1, 1, 1),
             Case::all(2, 3, 17),
             Case::plain(1, 2, 300),
@@ -185,10 +203,11 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 2, 40000) },
             Case { gelu: true, d: true, out_f32: true, ..Case::plain(1, 3, 49152) },
             Case { gelu: true, d: true, ..Case::plain(3, 1, 40004) },
-        ],
+        ]]
+        .concat(),
         // Every size the issue names, large ones included.
         Tier::Full => {
-            let mut v = Vec::new();
+            let mut v = direct_cases();
             for l in [1, 2, 3, 17, 256, 372, 784, 1134, 4096, 8191, 16384, 65539] {
                 v.push(Case::all(4, 7, l));
             }

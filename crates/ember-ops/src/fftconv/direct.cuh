@@ -1,0 +1,196 @@
+// Direct convolution on tensor cores for short rows (fc_fwd_direct_bf16_{bf16,f32}): the forward of
+// bf16 u with hd = 1 and no pregate, where L is small enough that the Toeplitz product costs fewer
+// tensor-core cycles than the FFT path costs CUDA-core ones (the host picks the lengths).
+//
+// One CTA takes 16 rows (batch entries) of one head: y = T·v per row, T[t][s] = f[t − s] with the
+// folded filter f[d] = k[d] (0 ≤ d < Lk) + k_rev[−d] (0 ≤ −d < Lkr) + D·δ[d] — the FFT path's
+// k_eff without the wrap. As one GEMM per CTA: Yᵀ (L × 16) = T (L × L) · Vᵀ (L × 16), on mma.sync
+// m16n8k16 (bf16 operands, f32 accumulation), tiles of 16 outputs t × 16 inputs s.
+// - A (T): a 16 × 16 tile at offset d0 = t0 − s0 holds f[d0 + m − kk]; a lane's four fragment
+//   registers are pairs (f[j], f[j − 1]) at j = d0 + g − 2c + {0, 8, −8, 0} (g = lane / 4,
+//   c = lane % 4), so the CTA keeps one word per j in shared memory and each register is one load.
+//   f is split as f = hi + lo (two bf16, 16 bits of mantissa together) and each tile runs the
+//   products of both: the filter keeps f32 accuracy to ~2^-17 (u is bf16 already, so exact).
+// - B (v): the CTA's 16 rows of u in shared memory (zero past L and past B), one ldmatrix.x4 per
+//   16 inputs for both 8-row halves.
+// - Tiles with no tap of f ((d0 − 15, d0 + 15) outside [dmin, dmax]) are skipped: the causal
+//   filter touches only tiles with s0 ≤ t0, and a short one only a band.
+// Output tiles are dealt to warps in zigzag order (w, 2W − 1 − w, 2W + w, …) so the causal
+// triangle's long and short rows of tiles pair up. Each finished tile goes through the warp's own
+// 16 × 16 staging buffer so that lanes own 8 consecutive outputs of one row: GELU, postgate and
+// mask, then one 16-byte store (or element stores where L % 8 ≠ 0).
+// Fixed order of every sum: deterministic. Dynamic shared memory: see fd_smem_bytes (cuda.rs).
+
+#define FD_WARPS 8
+#define FD_ROWS 16
+// Staging buffer row stride (f32 words): rows 2c and 2c + 1 of a fragment land on distinct banks.
+#define FD_WS 20
+
+struct FdGeom {
+    int tt;       // tiles of 16 along L
+    int vstride;  // bf16 elements per staged row of u (16·tt + 8: conflict-free ldmatrix rows)
+    int dmin, dmax;
+    int pw0;      // j of the first filter-pair word (dmin − 32)
+    int npw;      // filter-pair words per part (hi, lo)
+};
+
+__device__ __forceinline__ FdGeom fd_geom(const FcParams& p) {
+    FdGeom q;
+    q.tt = (int)((p.L + 15) / 16);
+    q.vstride = 16 * q.tt + 8;
+    q.dmin = p.lkr > 0 ? -(p.lkr - 1) : 0;
+    q.dmax = p.lk - 1;
+    q.pw0 = q.dmin - 32;
+    q.npw = q.dmax - q.dmin + 65;
+    return q;
+}
+
+// f[d] of head h (0 outside [dmin, dmax]).
+__device__ __forceinline__ float fd_tap(const FcParams& p, int h, int d) {
+    float v = 0.f;
+    if (d >= 0 && d < p.lk) v += reinterpret_cast<const float*>(p.k)[(i64)h * p.lk + d];
+    if (d == 0 && p.dd) v += reinterpret_cast<const float*>(p.dd)[h];
+    if (p.lkr > 0 && d <= 0 && -d < p.lkr) v += reinterpret_cast<const float*>(p.krev)[(i64)h * p.lkr - d];
+    return v;
+}
+
+__device__ __forceinline__ void fd_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a0), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void fd_ldmatrix4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+template <typename TO>
+__device__ void fc_fwd_direct(const FcParams& p) {
+    extern __shared__ __align__(16) unsigned char fd_smem[];
+    const FdGeom q = fd_geom(p);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const i64 rbs = (p.B + FD_ROWS - 1) / FD_ROWS;
+    const int h = (int)(blockIdx.x / rbs);
+    const i64 b0 = (blockIdx.x - (i64)h * rbs) * FD_ROWS;
+    const int nvalid = (int)min((i64)FD_ROWS, p.B - b0);
+    const i64 L = p.L;
+
+    ember_bf16* vs = reinterpret_cast<ember_bf16*>(fd_smem);                        // [16][vstride]
+    u32* pwh = reinterpret_cast<u32*>(fd_smem + (size_t)FD_ROWS * q.vstride * 2);   // [npw]
+    u32* pwl = pwh + q.npw;                                                         // [npw]
+    float* ws = reinterpret_cast<float*>(pwl + q.npw) + warp * FD_ROWS * FD_WS;  // this warp's [16][FD_WS]
+
+    // Filter pairs (f[j], f[j − 1]) as hi and lo bf16 words.
+    for (int i = tid; i < q.npw; i += blockDim.x) {
+        const int j = q.pw0 + i;
+        const float f0 = (j >= q.dmin && j <= q.dmax) ? fd_tap(p, h, j) : 0.f;
+        const float f1 = (j - 1 >= q.dmin && j - 1 <= q.dmax) ? fd_tap(p, h, j - 1) : 0.f;
+        const u32 hw = ember_pack2<ember_bf16>(f0, f1);
+        pwh[i] = hw;
+        pwl[i] = ember_pack2<ember_bf16>(f0 - ember_bf16_bits_to_f32(hw & 0xffffu), f1 - ember_bf16_bits_to_f32(hw >> 16));
+    }
+    // The rows of u (zero past L and past the batch).
+    const int lpad = 16 * q.tt;
+    if ((L & 7) == 0) {
+        const int per_row = lpad / 8;
+        for (int i = tid; i < FD_ROWS * per_row; i += blockDim.x) {
+            const int r = i / per_row, t = (i - r * per_row) * 8;
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (r < nvalid && t < L) v = *reinterpret_cast<const uint4*>(reinterpret_cast<const ember_bf16*>(p.u) + ((b0 + r) * p.H + h) * L + t);
+            *reinterpret_cast<uint4*>(vs + r * q.vstride + t) = v;
+        }
+    } else {
+        for (int i = tid; i < FD_ROWS * lpad; i += blockDim.x) {
+            const int r = i / lpad, t = i - r * lpad;
+            ember_bf16 v;
+            v.bits = 0;
+            if (r < nvalid && t < L) v = reinterpret_cast<const ember_bf16*>(p.u)[((b0 + r) * p.H + h) * L + t];
+            vs[r * q.vstride + t] = v;
+        }
+    }
+    __syncthreads();
+
+    const int g = lane >> 2, c = lane & 3;
+    // ldmatrix rows: matrix lane / 8 is (rows 0–7 | 8–15) × (inputs s0..+7 | s0+8..+15).
+    const int mq = lane >> 3, mr = lane & 7;
+    const u32 vbase = (u32)__cvta_generic_to_shared(vs + ((mq >> 1) * 8 + mr) * q.vstride + (mq & 1) * 8);
+    const int pbase = g - 2 * c - q.pw0;
+    // Band of tiles with taps: s-tile j of output tile i when 16(i − j) ∈ (dmin − 16, dmax + 16).
+    const int below = (q.dmax + 15) / 16, above = (-q.dmin + 15) / 16;
+    for (int base = 0; base < q.tt; base += 2 * FD_WARPS) {
+#pragma unroll 1
+        for (int half = 0; half < 2; ++half) {
+            const int i = half == 0 ? base + warp : base + 2 * FD_WARPS - 1 - warp;
+            if (i >= q.tt) continue;
+            float acc0[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};
+            const int jlo = max(0, i - below), jhi = min(q.tt - 1, i + above);
+#pragma unroll 2
+            for (int j = jlo; j <= jhi; ++j) {
+                u32 b[4];
+                fd_ldmatrix4(b, vbase + (u32)(j * 16 * 2));
+                const int w = pbase + 16 * (i - j);
+                const u32 h0 = pwh[w], h1 = pwh[w + 8], h2 = pwh[w - 8];
+                const u32 l0 = pwl[w], l1 = pwl[w + 8], l2 = pwl[w - 8];
+                fd_mma(acc0, h0, h1, h2, b[0], b[1]);
+                fd_mma(acc1, h0, h1, h2, b[2], b[3]);
+                fd_mma(acc0, l0, l1, l2, b[0], b[1]);
+                fd_mma(acc1, l0, l1, l2, b[2], b[3]);
+            }
+            // Stage the tile as [row n][t − t0]: acc0 holds rows 2c, 2c + 1 at t0 + g and t0 + g + 8,
+            // acc1 the same for rows 8 + 2c, 8 + 2c + 1.
+            __syncwarp();
+            ws[(2 * c) * FD_WS + g] = acc0[0];
+            ws[(2 * c + 1) * FD_WS + g] = acc0[1];
+            ws[(2 * c) * FD_WS + g + 8] = acc0[2];
+            ws[(2 * c + 1) * FD_WS + g + 8] = acc0[3];
+            ws[(8 + 2 * c) * FD_WS + g] = acc1[0];
+            ws[(8 + 2 * c + 1) * FD_WS + g] = acc1[1];
+            ws[(8 + 2 * c) * FD_WS + g + 8] = acc1[2];
+            ws[(8 + 2 * c + 1) * FD_WS + g + 8] = acc1[3];
+            __syncwarp();
+            // Lane: row n = lane / 2, outputs t0 + 8·(lane % 2) … + 7.
+            const int n = lane >> 1;
+            const i64 t = (i64)i * 16 + (lane & 1) * 8;
+            if (n < nvalid && t < L) {
+                const i64 row = ((b0 + n) * p.H + h) * L;
+                const float m = p.has_mask ? reinterpret_cast<const float*>(p.mask)[(b0 + n) * p.H + h] : 1.f;
+                float z[8];
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const float y = ws[n * FD_WS + (lane & 1) * 8 + e];
+                    z[e] = (p.gelu ? fc_gelu(y) : y) * m;
+                }
+                if ((L & 7) == 0) {
+                    if (p.has_post) {
+                        float gpost[8];
+                        ember_load16(reinterpret_cast<const ember_bf16*>(p.post) + row + t, gpost);
+#pragma unroll
+                        for (int e = 0; e < 8; ++e) z[e] *= gpost[e];
+                    }
+                    if constexpr (sizeof(TO) == 4) {
+                        float* o = reinterpret_cast<float*>(p.out) + row + t;
+                        const float lo4[4] = {z[0], z[1], z[2], z[3]}, hi4[4] = {z[4], z[5], z[6], z[7]};
+                        ember_store16(o, lo4);
+                        ember_store16(o + 4, hi4);
+                    } else {
+                        ember_store16(reinterpret_cast<TO*>(p.out) + row + t, z);
+                    }
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) {
+                        if (t + e < L) {
+                            float o = z[e];
+                            if (p.has_post) o *= ld<ember_bf16>(p.post, row + t + e);
+                            st<TO>(p.out, row + t + e, o);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#if FC_BLOCK == 256  // one copy, in the module the host launches it from
+extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, 2) fc_fwd_direct_bf16_bf16(FcParams p) { fc_fwd_direct<ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, 2) fc_fwd_direct_bf16_f32(FcParams p) { fc_fwd_direct<float>(p); }
+#endif
