@@ -584,8 +584,10 @@ const SAVE_Z_MIN_LOGP: u32 = 5;
 // ---- direct forward (direct.cuh) -------------------------------------------------------------------
 
 /// Longest L the direct forward takes by default. H200, B = 16, H = 768, GELU and D, same binary
-/// with the FFT path (`bench/results/nvidia-h200/fftconv-direct/`): v1 (hi + lo bf16 filter)
-/// L = 256 44.5 → 21.2 µs, L = 512 61.2 → 45.8 µs; L = 1000 / 1024 102 → 120 µs (slower).
+/// with the FFT path (`bench/results/nvidia-h200/fftconv-direct/`), forward / fwd+bwd: v2 (one f16
+/// product) L = 256 44.1 → 21.9 / 138.4 → 122.6 µs, L = 512 60.9 → 40.7 / 210.4 → 197.5; at
+/// L = 1000 / 1024 the forward gains 2–6 % but fwd+bwd loses ~1 % (the backward then computes the
+/// filter spectrum itself), at 2048 both lose (190 → 291 µs forward).
 const DIRECT_MAX_L: usize = 512;
 /// Longest L it takes at all (`EMBER_FFTCONV_DIRECT=1`): its shared memory at Lk = Lkr = L.
 const DIRECT_LIMIT_L: usize = 4096;
@@ -595,9 +597,12 @@ const DIRECT_STAGE_WORDS: usize = 16 * 20;
 
 /// Whether the forward runs as a direct convolution on tensor cores (direct.cuh): bf16 u, hd = 1,
 /// no pregate (v = u exactly in bf16), L ≤ [`DIRECT_MAX_L`]. `EMBER_FFTCONV_DIRECT=0` turns it
-/// off, `=1` takes it wherever it can run (up to [`DIRECT_LIMIT_L`]), for measurements.
+/// off, `=1` takes it wherever it can run, for measurements: up to [`DIRECT_LIMIT_L`] and below the
+/// FFT sizes where a training forward saves z for the pair backward (N < 8192), so that a training
+/// forward and a plain one take the same path and give the same bits.
 fn use_direct(u: DType, opts: &Options, dims: &Dims) -> bool {
-    let able = u == DType::BF16 && dims.hd == 1 && opts.pregate.is_none() && !opts.force_four_step && !opts.tensor_cores && dims.l <= DIRECT_LIMIT_L;
+    let no_saved_z = dims.fft_size() < 2 << (SAVE_Z_MIN_LOGP + 7);
+    let able = u == DType::BF16 && dims.hd == 1 && opts.pregate.is_none() && !opts.force_four_step && !opts.tensor_cores && dims.l <= DIRECT_LIMIT_L && no_saved_z;
     match std::env::var("EMBER_FFTCONV_DIRECT").as_deref() {
         Ok("0") => false,
         Ok("1") => able,
@@ -605,12 +610,13 @@ fn use_direct(u: DType, opts: &Options, dims: &Dims) -> bool {
     }
 }
 
-/// Dynamic shared memory of the direct forward: 16 rows of u (16·⌈L/16⌉ + 8 bf16 each), the
-/// filter's hi and lo pair words over [dmin − 32, dmax + 32], and each warp's staging tile.
+/// Dynamic shared memory of the direct forward: 16 rows of u (16·⌈L/16⌉ + 8 halves each), the
+/// filter's pair words over [dmin − 32, dmax + 32] and its taps (one more), and each warp's staging
+/// tile.
 fn direct_smem(dims: &Dims) -> usize {
     let vstride = 16 * dims.l.div_ceil(16) + 8;
     let npw = (dims.lk - 1) + dims.lk_rev.saturating_sub(1) + 65;
-    16 * vstride * 2 + 2 * npw * 4 + DIRECT_WARPS * DIRECT_STAGE_WORDS * 4
+    16 * vstride * 2 + (2 * npw + 1) * 4 + DIRECT_WARPS * DIRECT_STAGE_WORDS * 4
 }
 
 fn forward_direct(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<Tensor> {
@@ -631,7 +637,7 @@ fn forward_direct(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, di
 pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Option<Spectrum>, Option<Tensor>)> {
     let dev = u.cuda_device()?.clone();
     let clusters = has_clusters(&dev);
-    if use_direct(u.dtype(), opts, &dims) && !saves_z(u.dtype(), opts, plan(&dims, false), &dims, clusters) {
+    if use_direct(u.dtype(), opts, &dims) {
         return Ok((forward_direct(u, k, d, opts, dims)?, None, None));
     }
     let big = pair_big(u, opts, &dims, clusters)?;

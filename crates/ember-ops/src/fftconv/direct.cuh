@@ -5,21 +5,23 @@
 // One CTA takes 16 rows (batch entries) of one head: y = T·v per row, T[t][s] = f[t − s] with the
 // folded filter f[d] = k[d] (0 ≤ d < Lk) + k_rev[−d] (0 ≤ −d < Lkr) + D·δ[d] — the FFT path's
 // k_eff without the wrap. As one GEMM per CTA: Yᵀ (L × 16) = T (L × L) · Vᵀ (L × 16), on mma.sync
-// m16n8k16 (bf16 operands, f32 accumulation), tiles of 16 outputs t × 16 inputs s.
+// m16n8k16 (f16 operands, f32 accumulation), tiles of 16 outputs t × 16 inputs s.
+// - Operands in f16, each scaled by a power of two: u by 2^eu per CTA and f by 2^ef so that the
+//   largest magnitude lands in [2^13, 2^14). A bf16 value (8 significant bits) is then exact in f16
+//   unless it is 2^-27 below the CTA's largest; f rounds at 2^-11 (relative), far below the bf16
+//   output's own rounding. The accumulators are scaled back by 2^-(eu + ef) exactly.
 // - A (T): a 16 × 16 tile at offset d0 = t0 − s0 holds f[d0 + m − kk]; a lane's four fragment
 //   registers are pairs (f[j], f[j − 1]) at j = d0 + g − 2c + {0, 8, −8, 0} (g = lane / 4,
 //   c = lane % 4), so the CTA keeps one word per j in shared memory and each register is one load.
-//   f is split as f = hi + lo (two bf16, 16 bits of mantissa together) and each tile runs the
-//   products of both: the filter keeps f32 accuracy to ~2^-17 (u is bf16 already, so exact).
-// - B (v): the CTA's 16 rows of u in shared memory (zero past L and past B), one ldmatrix.x4 per
-//   16 inputs for both 8-row halves.
+// - B (v): the CTA's 16 rows of u in shared memory (zero past L and past B; copied by cp.async,
+//   then converted in place), one ldmatrix.x4 per 16 inputs for both 8-row halves.
 // - Tiles with no tap of f ((d0 − 15, d0 + 15) outside [dmin, dmax]) are skipped: the causal
 //   filter touches only tiles with s0 ≤ t0, and a short one only a band.
 // Output tiles are dealt to warps in zigzag order (w, 2W − 1 − w, 2W + w, …) so the causal
 // triangle's long and short rows of tiles pair up. Each finished tile goes through the warp's own
 // 16 × 16 staging buffer so that lanes own 8 consecutive outputs of one row: GELU, postgate and
 // mask, then one 16-byte store (or element stores where L % 8 ≠ 0).
-// Fixed order of every sum: deterministic. Dynamic shared memory: see fd_smem_bytes (cuda.rs).
+// Fixed order of every sum: deterministic. Dynamic shared memory: see direct_smem (cuda.rs).
 
 #define FD_WARPS 8
 #define FD_ROWS 16
@@ -31,7 +33,7 @@ struct FdGeom {
     int vstride;  // bf16 elements per staged row of u (16·tt + 8: conflict-free ldmatrix rows)
     int dmin, dmax;
     int pw0;      // j of the first filter-pair word (dmin − 32)
-    int npw;      // filter-pair words per part (hi, lo)
+    int npw;      // filter-pair words
 };
 
 __device__ __forceinline__ FdGeom fd_geom(const FcParams& p) {
@@ -55,7 +57,7 @@ __device__ __forceinline__ float fd_tap(const FcParams& p, int h, int d) {
 }
 
 __device__ __forceinline__ void fd_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a0), "r"(b0), "r"(b1));
 }
@@ -64,9 +66,22 @@ __device__ __forceinline__ void fd_ldmatrix4(u32 (&r)[4], u32 addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
+// 16 bytes global → shared by cp.async; zero-filled when !valid (nothing is read then).
+__device__ __forceinline__ void fd_cp16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+
+// e with mx·2^e in [2^13, 2^14) (clamped to ±100); 0 when mx is 0 or not finite.
+__device__ __forceinline__ int fd_scale_exp(float mx) {
+    if (!(mx > 0.f) || !(mx <= 3.4e38f)) return 0;
+    return max(-100, min(100, 13 - ilogbf(mx)));
+}
+__device__ __forceinline__ float fd_pow2(int e) { return __int_as_float((127 + e) << 23); }
+
 template <typename TO>
 __device__ void fc_fwd_direct(const FcParams& p) {
     extern __shared__ __align__(16) unsigned char fd_smem[];
+    __shared__ float red[2 * FD_WARPS];
     const FdGeom q = fd_geom(p);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const i64 rbs = (p.B + FD_ROWS - 1) / FD_ROWS;
@@ -74,41 +89,80 @@ __device__ void fc_fwd_direct(const FcParams& p) {
     const i64 b0 = (blockIdx.x - (i64)h * rbs) * FD_ROWS;
     const int nvalid = (int)min((i64)FD_ROWS, p.B - b0);
     const i64 L = p.L;
-
-    ember_bf16* vs = reinterpret_cast<ember_bf16*>(fd_smem);                        // [16][vstride]
-    u32* pwh = reinterpret_cast<u32*>(fd_smem + (size_t)FD_ROWS * q.vstride * 2);   // [npw]
-    u32* pwl = pwh + q.npw;                                                         // [npw]
-    float* ws = reinterpret_cast<float*>(pwl + q.npw) + warp * FD_ROWS * FD_WS;  // this warp's [16][FD_WS]
-
-    // Filter pairs (f[j], f[j − 1]) as hi and lo bf16 words.
-    for (int i = tid; i < q.npw; i += blockDim.x) {
-        const int j = q.pw0 + i;
-        const float f0 = (j >= q.dmin && j <= q.dmax) ? fd_tap(p, h, j) : 0.f;
-        const float f1 = (j - 1 >= q.dmin && j - 1 <= q.dmax) ? fd_tap(p, h, j - 1) : 0.f;
-        const u32 hw = ember_pack2<ember_bf16>(f0, f1);
-        pwh[i] = hw;
-        pwl[i] = ember_pack2<ember_bf16>(f0 - ember_bf16_bits_to_f32(hw & 0xffffu), f1 - ember_bf16_bits_to_f32(hw >> 16));
-    }
-    // The rows of u (zero past L and past the batch).
     const int lpad = 16 * q.tt;
+
+    u16* vs = reinterpret_cast<u16*>(fd_smem);                                    // [16][vstride]
+    u32* pw = reinterpret_cast<u32*>(fd_smem + (size_t)FD_ROWS * q.vstride * 2);  // [npw]
+    float* fs = reinterpret_cast<float*>(pw + q.npw);                              // [npw + 1]: f[pw0 − 1 + i]
+    float* ws = fs + q.npw + 1 + warp * FD_ROWS * FD_WS;                           // this warp's [16][FD_WS]
+
+    // The rows of u (zero past L and past the batch), and the filter taps, all loads in flight at once.
+    const ember_bf16* u = reinterpret_cast<const ember_bf16*>(p.u);
     if ((L & 7) == 0) {
         const int per_row = lpad / 8;
         for (int i = tid; i < FD_ROWS * per_row; i += blockDim.x) {
             const int r = i / per_row, t = (i - r * per_row) * 8;
-            uint4 v = make_uint4(0u, 0u, 0u, 0u);
-            if (r < nvalid && t < L) v = *reinterpret_cast<const uint4*>(reinterpret_cast<const ember_bf16*>(p.u) + ((b0 + r) * p.H + h) * L + t);
-            *reinterpret_cast<uint4*>(vs + r * q.vstride + t) = v;
+            const bool valid = r < nvalid && t < L;
+            fd_cp16(vs + r * q.vstride + t, valid ? u + ((b0 + r) * p.H + h) * L + t : u, valid);
         }
+        asm volatile("cp.async.commit_group;");
     } else {
         for (int i = tid; i < FD_ROWS * lpad; i += blockDim.x) {
             const int r = i / lpad, t = i - r * lpad;
-            ember_bf16 v;
-            v.bits = 0;
-            if (r < nvalid && t < L) v = reinterpret_cast<const ember_bf16*>(p.u)[((b0 + r) * p.H + h) * L + t];
-            vs[r * q.vstride + t] = v;
+            vs[r * q.vstride + t] = r < nvalid && t < L ? u[((b0 + r) * p.H + h) * L + t].bits : (u16)0;
         }
     }
+    for (int i = tid; i <= q.npw; i += blockDim.x) {
+        const int j = q.pw0 - 1 + i;
+        fs[i] = (j >= q.dmin && j <= q.dmax) ? fd_tap(p, h, j) : 0.f;
+    }
+    asm volatile("cp.async.wait_all;");
     __syncthreads();
+
+    // The CTA's largest |u| (as bf16 bits: the order of magnitudes) and |f|.
+    u32 mu = 0;
+    float mf = 0.f;
+    for (int i = tid; i < FD_ROWS * lpad / 8; i += blockDim.x) {
+        const int r = i / (lpad / 8), t = (i - r * (lpad / 8)) * 8;
+        const uint4 w = *reinterpret_cast<const uint4*>(vs + r * q.vstride + t);
+        const u32 ws4[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mu = max(mu, max(ws4[e] & 0x7fffu, (ws4[e] >> 16) & 0x7fffu));
+    }
+    for (int i = tid; i <= q.npw; i += blockDim.x) mf = fmaxf(mf, fabsf(fs[i]));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        mu = max(mu, __shfl_xor_sync(0xffffffffu, mu, off));
+        mf = fmaxf(mf, __shfl_xor_sync(0xffffffffu, mf, off));
+    }
+    if (lane == 0) {
+        red[warp] = __uint_as_float(mu);
+        red[FD_WARPS + warp] = mf;
+    }
+    __syncthreads();
+    mu = 0;
+    mf = 0.f;
+#pragma unroll
+    for (int w = 0; w < FD_WARPS; ++w) {
+        mu = max(mu, __float_as_uint(red[w]));
+        mf = fmaxf(mf, red[FD_WARPS + w]);
+    }
+    const int eu = mu > 0x7f80u ? 0 : fd_scale_exp(ember_bf16_bits_to_f32(mu)), ef = fd_scale_exp(mf);
+    // u → f16·2^eu in place; the filter pairs (f[j], f[j − 1])·2^ef.
+    const float su = fd_pow2(eu), sf = fd_pow2(ef);
+    for (int i = tid; i < FD_ROWS * lpad / 8; i += blockDim.x) {
+        const int r = i / (lpad / 8), t = (i - r * (lpad / 8)) * 8;
+        uint4* a = reinterpret_cast<uint4*>(vs + r * q.vstride + t);
+        const uint4 w = *a;
+        const u32 in[4] = {w.x, w.y, w.z, w.w};
+        u32 o[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[e] = ember_pack2<ember_f16>(ember_bf16_bits_to_f32(in[e] & 0xffffu) * su, ember_bf16_bits_to_f32(in[e] >> 16) * su);
+        *a = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    for (int i = tid; i < q.npw; i += blockDim.x) pw[i] = ember_pack2<ember_f16>(fs[i + 1] * sf, fs[i] * sf);
+    __syncthreads();
+    const float back = fd_pow2(-eu) * fd_pow2(-ef);
 
     const int g = lane >> 2, c = lane & 3;
     // ldmatrix rows: matrix lane / 8 is (rows 0–7 | 8–15) × (inputs s0..+7 | s0+8..+15).
@@ -129,12 +183,9 @@ __device__ void fc_fwd_direct(const FcParams& p) {
                 u32 b[4];
                 fd_ldmatrix4(b, vbase + (u32)(j * 16 * 2));
                 const int w = pbase + 16 * (i - j);
-                const u32 h0 = pwh[w], h1 = pwh[w + 8], h2 = pwh[w - 8];
-                const u32 l0 = pwl[w], l1 = pwl[w + 8], l2 = pwl[w - 8];
-                fd_mma(acc0, h0, h1, h2, b[0], b[1]);
-                fd_mma(acc1, h0, h1, h2, b[2], b[3]);
-                fd_mma(acc0, l0, l1, l2, b[0], b[1]);
-                fd_mma(acc1, l0, l1, l2, b[2], b[3]);
+                const u32 a0 = pw[w], a1 = pw[w + 8], a2 = pw[w - 8];
+                fd_mma(acc0, a0, a1, a2, b[0], b[1]);
+                fd_mma(acc1, a0, a1, a2, b[2], b[3]);
             }
             // Stage the tile as [row n][t − t0]: acc0 holds rows 2c, 2c + 1 at t0 + g and t0 + g + 8,
             // acc1 the same for rows 8 + 2c, 8 + 2c + 1.
@@ -157,7 +208,7 @@ __device__ void fc_fwd_direct(const FcParams& p) {
                 float z[8];
 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    const float y = ws[n * FD_WS + (lane & 1) * 8 + e];
+                    const float y = ws[n * FD_WS + (lane & 1) * 8 + e] * back;
                     z[e] = (p.gelu ? fc_gelu(y) : y) * m;
                 }
                 if ((L & 7) == 0) {
