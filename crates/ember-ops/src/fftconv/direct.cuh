@@ -99,17 +99,17 @@ __device__ void fc_fwd_direct(const FcParams& p) {
     // The rows of u (zero past L and past the batch), and the filter taps, all loads in flight at once.
     const ember_bf16* u = reinterpret_cast<const ember_bf16*>(p.u);
     if ((L & 7) == 0) {
-        const int per_row = lpad / 8;
-        for (int i = tid; i < FD_ROWS * per_row; i += blockDim.x) {
-            const int r = i / per_row, t = (i - r * per_row) * 8;
-            const bool valid = r < nvalid && t < L;
-            fd_cp16(vs + r * q.vstride + t, valid ? u + ((b0 + r) * p.H + h) * L + t : u, valid);
+        for (int r = warp; r < FD_ROWS; r += FD_WARPS) {
+            const ember_bf16* src = u + ((b0 + r) * p.H + h) * L;
+            for (int t = lane * 8; t < lpad; t += 256) {
+                const bool valid = r < nvalid && t < L;
+                fd_cp16(vs + r * q.vstride + t, valid ? src + t : u, valid);
+            }
         }
         asm volatile("cp.async.commit_group;");
     } else {
-        for (int i = tid; i < FD_ROWS * lpad; i += blockDim.x) {
-            const int r = i / lpad, t = i - r * lpad;
-            vs[r * q.vstride + t] = r < nvalid && t < L ? u[((b0 + r) * p.H + h) * L + t].bits : (u16)0;
+        for (int r = warp; r < FD_ROWS; r += FD_WARPS) {
+            for (int t = lane; t < lpad; t += 32) vs[r * q.vstride + t] = r < nvalid && t < L ? u[((b0 + r) * p.H + h) * L + t].bits : (u16)0;
         }
     }
     for (int i = tid; i <= q.npw; i += blockDim.x) {
@@ -122,12 +122,14 @@ __device__ void fc_fwd_direct(const FcParams& p) {
     // The CTA's largest |u| (as bf16 bits: the order of magnitudes) and |f|.
     u32 mu = 0;
     float mf = 0.f;
-    for (int i = tid; i < FD_ROWS * lpad / 8; i += blockDim.x) {
-        const int r = i / (lpad / 8), t = (i - r * (lpad / 8)) * 8;
-        const uint4 w = *reinterpret_cast<const uint4*>(vs + r * q.vstride + t);
-        const u32 ws4[4] = {w.x, w.y, w.z, w.w};
+    // (Rows and 8-element chunks without a division: warp w takes rows w, w + 8.)
+    for (int r = warp; r < FD_ROWS; r += FD_WARPS) {
+        for (int t = lane * 8; t < lpad; t += 256) {
+            const uint4 w = *reinterpret_cast<const uint4*>(vs + r * q.vstride + t);
+            const u32 ws4[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) mu = max(mu, max(ws4[e] & 0x7fffu, (ws4[e] >> 16) & 0x7fffu));
+            for (int e = 0; e < 4; ++e) mu = max(mu, max(ws4[e] & 0x7fffu, (ws4[e] >> 16) & 0x7fffu));
+        }
     }
     for (int i = tid; i <= q.npw; i += blockDim.x) mf = fmaxf(mf, fabsf(fs[i]));
 #pragma unroll
@@ -150,15 +152,16 @@ __device__ void fc_fwd_direct(const FcParams& p) {
     const int eu = mu > 0x7f80u ? 0 : fd_scale_exp(ember_bf16_bits_to_f32(mu)), ef = fd_scale_exp(mf);
     // u → f16·2^eu in place; the filter pairs (f[j], f[j − 1])·2^ef.
     const float su = fd_pow2(eu), sf = fd_pow2(ef);
-    for (int i = tid; i < FD_ROWS * lpad / 8; i += blockDim.x) {
-        const int r = i / (lpad / 8), t = (i - r * (lpad / 8)) * 8;
-        uint4* a = reinterpret_cast<uint4*>(vs + r * q.vstride + t);
-        const uint4 w = *a;
-        const u32 in[4] = {w.x, w.y, w.z, w.w};
-        u32 o[4];
+    for (int r = warp; r < FD_ROWS; r += FD_WARPS) {
+        for (int t = lane * 8; t < lpad; t += 256) {
+            uint4* a = reinterpret_cast<uint4*>(vs + r * q.vstride + t);
+            const uint4 w = *a;
+            const u32 in[4] = {w.x, w.y, w.z, w.w};
+            u32 o[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[e] = ember_pack2<ember_f16>(ember_bf16_bits_to_f32(in[e] & 0xffffu) * su, ember_bf16_bits_to_f32(in[e] >> 16) * su);
-        *a = make_uint4(o[0], o[1], o[2], o[3]);
+            for (int e = 0; e < 4; ++e) o[e] = ember_pack2<ember_f16>(ember_bf16_bits_to_f32(in[e] & 0xffffu) * su, ember_bf16_bits_to_f32(in[e] >> 16) * su);
+            *a = make_uint4(o[0], o[1], o[2], o[3]);
+        }
     }
     for (int i = tid; i < q.npw; i += blockDim.x) pw[i] = ember_pack2<ember_f16>(fs[i + 1] * sf, fs[i] * sf);
     __syncthreads();
@@ -242,6 +245,6 @@ __device__ void fc_fwd_direct(const FcParams& p) {
 }
 
 #if FC_BLOCK == 256  // one copy, in the module the host launches it from
-extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, 2) fc_fwd_direct_bf16_bf16(FcParams p) { fc_fwd_direct<ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, 2) fc_fwd_direct_bf16_f32(FcParams p) { fc_fwd_direct<float>(p); }
+extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, 6) fc_fwd_direct_bf16_bf16(FcParams p) { fc_fwd_direct<ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, 6) fc_fwd_direct_bf16_f32(FcParams p) { fc_fwd_direct<float>(p); }
 #endif
