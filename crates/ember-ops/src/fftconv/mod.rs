@@ -37,8 +37,8 @@
 //! spectrum computed once per call and read by every row, an on-chip FFT for N ≤ 32768 (one pass
 //! over HBM), a four-step decomposition beyond (three passes). Short rows (bf16 u, head_dim 1, no
 //! pregate, L ≤ 512) skip the FFT: the forward is then the Toeplitz product y = T(k_eff)·u on
-//! tensor cores (`direct.cuh`), the filter kept to ~2^-17 by a hi + lo split; the backward stays on
-//! the FFT path. Every input is validated before any launch.
+//! tensor cores (`direct.cuh`; f16 operands scaled by powers of two, f32 accumulation: u exact, the
+//! filter rounded at 2^-11, below the bf16 output's rounding); the backward stays on the FFT path. Every input is validated before any launch.
 
 pub mod cpu;
 pub mod cuda;
