@@ -6,10 +6,10 @@
 // folded filter f[d] = k[d] (0 ≤ d < Lk) + k_rev[−d] (0 ≤ −d < Lkr) + D·δ[d] — the FFT path's
 // k_eff without the wrap. As one GEMM per CTA: Yᵀ (L × 16) = T (L × L) · Vᵀ (L × 16), on mma.sync
 // m16n8k16 (f16 operands, f32 accumulation), tiles of 16 outputs t × 16 inputs s.
-// - Operands in f16, each scaled by a power of two: u by 2^eu per CTA and f by 2^ef so that the
-//   largest magnitude lands in [2^13, 2^14). A bf16 value (8 significant bits) is then exact in f16
-//   unless it is 2^-27 below the CTA's largest; f rounds at 2^-11 (relative), far below the bf16
-//   output's own rounding. The accumulators are scaled back by 2^-(eu + ef) exactly.
+// - Operands in f16, each scaled by a power of two: each row of u by its own 2^eu and f by 2^ef so
+//   that the largest magnitude lands in [2^13, 2^14). A bf16 value (8 significant bits) is then exact
+//   in f16 unless it is 2^-27 below its row's largest; f rounds at 2^-11 (relative), far below the
+//   bf16 output's own rounding. Each output row is scaled back by 2^-(eu + ef) exactly.
 // - A (T): a 16 × 16 tile at offset d0 = t0 − s0 holds f[d0 + m − kk]; a lane's four fragment
 //   registers are pairs (f[j], f[j − 1]) at j = d0 + g − 2c + {0, 8, −8, 0} (g = lane / 4,
 //   c = lane % 4), so the CTA keeps one word per j in shared memory and each register is one load.
@@ -81,7 +81,7 @@ __device__ __forceinline__ float fd_pow2(int e) { return __int_as_float((127 + e
 template <typename TO>
 __device__ void fc_fwd_direct(const FcParams& p) {
     extern __shared__ __align__(16) unsigned char fd_smem[];
-    __shared__ float red[2 * FD_WARPS];
+    __shared__ float back_row[FD_ROWS];  // 2^-(eu_row + ef): the accumulators' scale back, per row
     const FdGeom q = fd_geom(p);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const i64 rbs = (p.B + FD_ROWS - 1) / FD_ROWS;
@@ -119,40 +119,30 @@ __device__ void fc_fwd_direct(const FcParams& p) {
     asm volatile("cp.async.wait_all;");
     __syncthreads();
 
-    // The CTA's largest |u| (as bf16 bits: the order of magnitudes) and |f|.
-    u32 mu = 0;
+    // Scales: f's by its largest |f| (every warp finds the same one, so no block reduction), u's per
+    // row by the row's largest |u| (warp w owns rows w and w + 8: a warp reduction), so rows of very
+    // different magnitude keep their own precision and an inf in one row touches no other.
     float mf = 0.f;
-    // (Rows and 8-element chunks without a division: warp w takes rows w, w + 8.)
+    for (int i = lane; i <= q.npw; i += 32) mf = fmaxf(mf, fabsf(fs[i]));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mf = fmaxf(mf, __shfl_xor_sync(0xffffffffu, mf, off));
+    const int ef = fd_scale_exp(mf);
+    const float sf = fd_pow2(ef);
     for (int r = warp; r < FD_ROWS; r += FD_WARPS) {
+        // The row's largest |u| as bf16 bits (their order is that of the magnitudes).
+        u32 mu = 0;
         for (int t = lane * 8; t < lpad; t += 256) {
             const uint4 w = *reinterpret_cast<const uint4*>(vs + r * q.vstride + t);
             const u32 ws4[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) mu = max(mu, max(ws4[e] & 0x7fffu, (ws4[e] >> 16) & 0x7fffu));
         }
-    }
-    for (int i = tid; i <= q.npw; i += blockDim.x) mf = fmaxf(mf, fabsf(fs[i]));
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        mu = max(mu, __shfl_xor_sync(0xffffffffu, mu, off));
-        mf = fmaxf(mf, __shfl_xor_sync(0xffffffffu, mf, off));
-    }
-    if (lane == 0) {
-        red[warp] = __uint_as_float(mu);
-        red[FD_WARPS + warp] = mf;
-    }
-    __syncthreads();
-    mu = 0;
-    mf = 0.f;
-#pragma unroll
-    for (int w = 0; w < FD_WARPS; ++w) {
-        mu = max(mu, __float_as_uint(red[w]));
-        mf = fmaxf(mf, red[FD_WARPS + w]);
-    }
-    const int eu = mu > 0x7f80u ? 0 : fd_scale_exp(ember_bf16_bits_to_f32(mu)), ef = fd_scale_exp(mf);
-    // u → f16·2^eu in place; the filter pairs (f[j], f[j − 1])·2^ef.
-    const float su = fd_pow2(eu), sf = fd_pow2(ef);
-    for (int r = warp; r < FD_ROWS; r += FD_WARPS) {
+        for (int off = 16; off > 0; off >>= 1) mu = max(mu, __shfl_xor_sync(0xffffffffu, mu, off));
+        const int eu = mu > 0x7f80u ? 0 : fd_scale_exp(ember_bf16_bits_to_f32(mu));
+        if (lane == 0) back_row[r] = fd_pow2(-eu) * fd_pow2(-ef);
+        // u → f16·2^eu in place.
+        const float su = fd_pow2(eu);
         for (int t = lane * 8; t < lpad; t += 256) {
             uint4* a = reinterpret_cast<uint4*>(vs + r * q.vstride + t);
             const uint4 w = *a;
@@ -163,9 +153,9 @@ __device__ void fc_fwd_direct(const FcParams& p) {
             *a = make_uint4(o[0], o[1], o[2], o[3]);
         }
     }
+    // The filter pairs (f[j], f[j − 1])·2^ef.
     for (int i = tid; i < q.npw; i += blockDim.x) pw[i] = ember_pack2<ember_f16>(fs[i + 1] * sf, fs[i] * sf);
     __syncthreads();
-    const float back = fd_pow2(-eu) * fd_pow2(-ef);
 
     const int g = lane >> 2, c = lane & 3;
     // ldmatrix rows: matrix lane / 8 is (rows 0–7 | 8–15) × (inputs s0..+7 | s0+8..+15).
@@ -208,6 +198,7 @@ __device__ void fc_fwd_direct(const FcParams& p) {
             if (n < nvalid && t < L) {
                 const i64 row = ((b0 + n) * p.H + h) * L;
                 const float m = p.has_mask ? reinterpret_cast<const float*>(p.mask)[(b0 + n) * p.H + h] : 1.f;
+                const float back = back_row[n];
                 float z[8];
 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
