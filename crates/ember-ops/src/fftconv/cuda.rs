@@ -600,7 +600,7 @@ const DIRECT_STAGE_WORDS: usize = 16 * 20;
 /// off, `=1` takes it wherever it can run, for measurements: up to [`DIRECT_LIMIT_L`] and below the
 /// FFT sizes where a training forward saves z for the pair backward (N < 8192), so that a training
 /// forward and a plain one take the same path and give the same bits.
-fn use_direct(u: DType, opts: &Options, dims: &Dims) -> bool {
+pub(super) fn use_direct(u: DType, opts: &Options, dims: &Dims) -> bool {
     let no_saved_z = dims.fft_size() < 2 << (SAVE_Z_MIN_LOGP + 7);
     let able = u == DType::BF16 && dims.hd == 1 && opts.pregate.is_none() && !opts.force_four_step && !opts.tensor_cores && dims.l <= DIRECT_LIMIT_L && no_saved_z;
     match std::env::var("EMBER_FFTCONV_DIRECT").as_deref() {

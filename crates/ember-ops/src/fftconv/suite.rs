@@ -444,15 +444,19 @@ fn cuda_properties(
         row.tol = 2.0 * f32_err.max(1e-7);
         rows.push(row);
     }
-    // Rows of very different magnitude side by side (the direct forward takes 16 rows of a head per
-    // CTA and scales each by its own power of two): batch entry 0 scaled by 2^-30 (exact), its output
-    // against the f64 reference of the same input, the error over that entry alone.
-    if dtype == DType::BF16 && c.hd == 1 && !c.pre && !c.four_step && !c.tc && c.b > 1 {
+    // Rows of very different magnitude side by side, where the direct forward runs (16 rows of a head
+    // per CTA, each row scaled by its own power of two): batch entry 0 scaled by 2^-30 (exact), its
+    // output against the f64 reference of the same input, the error over that entry alone. The pair
+    // FFT kernels do not hold this (two rows of a head are one complex signal with one scale: the
+    // larger row's f16 rounding reaches the smaller one; NOTES "Missing / weak"), so it is checked
+    // only on the direct path.
+    let opts = dev_inputs.options(c);
+    if dtype == DType::BF16 && c.b > 1 && cuda::use_direct(dtype, &opts, &super::validate(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?) {
         let first = c.h * c.l;
         let mut uv = x.u.to_vec_f64()?;
         uv[..first].iter_mut().for_each(|v| *v *= 2f64.powi(-30));
         let u_dev = Tensor::from_f64(&uv, x.u.shape(), dtype, Device::Cpu)?.to_device(ctx.device)?;
-        let got = forward(&u_dev, &dev_inputs.k, dev_inputs.d.as_ref(), &dev_inputs.options(c))?.out.to_vec_f64()?;
+        let got = forward(&u_dev, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?.out.to_vec_f64()?;
         let r = x.to_f64()?;
         let u_ref = Tensor::from_f64(&uv, x.u.shape(), DType::F64, Device::Cpu)?;
         let want = forward(&u_ref, &r.k, r.d.as_ref(), &r.options(&Case { out_f32: false, ..*c }))?.out.to_vec_f64()?;
