@@ -603,10 +603,16 @@ const DIRECT_STAGE_WORDS: usize = 16 * 20;
 pub(super) fn use_direct(u: DType, opts: &Options, dims: &Dims) -> bool {
     let no_saved_z = dims.fft_size() < 2 << (SAVE_Z_MIN_LOGP + 7);
     let able = u == DType::BF16 && dims.hd == 1 && opts.pregate.is_none() && !opts.force_four_step && !opts.tensor_cores && dims.l <= DIRECT_LIMIT_L && no_saved_z;
-    match std::env::var("EMBER_FFTCONV_DIRECT").as_deref() {
-        Ok("0") => false,
-        Ok("1") => able,
-        _ => able && dims.l <= DIRECT_MAX_L,
+    // The knob, read once per process (this runs on every forward call).
+    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
+    match *KNOB.get_or_init(|| match std::env::var("EMBER_FFTCONV_DIRECT").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    }) {
+        Some(false) => false,
+        Some(true) => able,
+        None => able && dims.l <= DIRECT_MAX_L,
     }
 }
 
