@@ -9,7 +9,7 @@ use ember_core::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh"), "\n", include_str!("pair_fwd.cuh"), "\n", include_str!("pair_bwd.cuh"), "\n", include_str!("pair_spec.cuh"), "\n", include_str!("direct.cuh")));
+pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh"), "\n", include_str!("pair_fwd.cuh"), "\n", include_str!("pair_bwd.cuh"), "\n", include_str!("pair_spec.cuh"), "\n", include_str!("direct.cuh"), "\n", include_str!("direct_bwd.cuh")));
 
 /// Thread-block sizes the module is built for: 256/512/1024 for the on-chip sizes and the real
 /// four-step passes, 32 for the four-step passes at the small sizes the tests force.
@@ -638,6 +638,64 @@ fn forward_direct(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, di
     Ok(out)
 }
 
+/// Whether the backward of a direct-forward case runs direct too (direct_bwd.cuh): wherever its
+/// shared memory fits one CTA (L ≤ 1024 or so; beyond, the FFT backward computes the filter spectrum
+/// itself). `EMBER_FFTCONV_DIRECT_BWD=0` keeps the FFT backward, for measurements.
+fn use_direct_bwd(dev: &CudaDevice, u: DType, opts: &Options, dims: &Dims) -> bool {
+    static KNOB: OnceLock<bool> = OnceLock::new();
+    let on = *KNOB.get_or_init(|| std::env::var("EMBER_FFTCONV_DIRECT_BWD").as_deref() != Ok("0"));
+    on && use_direct(u, opts, dims) && direct_bwd_smem(dims) <= dev.info().shared_memory_per_block_optin.max(0) as usize
+}
+
+/// Dynamic shared memory of the direct backward (`FdbGeom` in direct_bwd.cuh): v, d_z for d_u and
+/// d_z for the filter gradient (16 rows of 16·⌈L/16⌉ + 8 halves each), the filter's pair words both
+/// ways and its taps, the f32 d_z / d_u staging (16 rows of 16·⌈L/16⌉ + 4), the filter-gradient
+/// tiles' diagonal sums (32 per tile offset) and each warp's 16 × 17 staging tile.
+fn direct_bwd_smem(dims: &Dims) -> usize {
+    let tt = dims.l.div_ceil(16) as i64;
+    let vstride = 16 * tt + 8;
+    let dmin = -(dims.lk_rev.saturating_sub(1) as i64);
+    let dmax = dims.lk as i64 - 1;
+    let npw = dmax - dmin + 65;
+    let fs_off = 3 * 16 * vstride * 2 + 2 * npw * 4;
+    let dzf_off = (fs_off + (npw + 2) * 4 + 15) & !15;
+    let acc_off = dzf_off + 16 * (16 * tt + 4) * 4;
+    // Tile offsets P from ⌈(dmin − 15)/16⌉ to ⌊(dmax + 15)/16⌋.
+    let np = (dmax + 15).div_euclid(16) + (15 - dmin).div_euclid(16) + 1;
+    (acc_off + np * 32 * 4 + DIRECT_WARPS as i64 * 16 * 17 * 4) as usize
+}
+
+/// The direct backward: one launch of 16-row CTAs, plus the filter gradients' sum over CTAs where a
+/// head has more than 16 rows.
+fn backward_direct(dev: &Arc<CudaDevice>, u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, d_out: &Tensor) -> Result<Grads> {
+    let path = plan(&dims, false);
+    let mut p = base_params(u, k, d, opts, dims, path, 0)?;
+    let devc = u.device();
+    let dt = u.dtype();
+    let heads = dims.heads();
+    let d_u = Tensor::output(u.shape(), dt, devc)?;
+    let d_post = opts.postgate.map(|_| Tensor::output(u.shape(), dt, devc)).transpose()?;
+    let d_k = Tensor::output(&[heads, dims.lk], DType::F32, devc)?;
+    let d_kr = opts.k_rev.map(|_| Tensor::output(&[heads, dims.lk_rev], DType::F32, devc)).transpose()?;
+    let d_d = d.map(|_| Tensor::output(&[heads], DType::F32, devc)).transpose()?;
+    p.dout = d_out.cuda_ptr()?;
+    p.du = d_u.cuda_ptr()?;
+    p.dpost = ptr(d_post.as_ref())?;
+    p.dk = d_k.cuda_ptr()?;
+    p.dkrev = ptr(d_kr.as_ref())?;
+    p.ddd = ptr(d_d.as_ref())?;
+    let parts = dims.b.div_ceil(16);
+    let ndiag = dims.lk + dims.lk_rev.max(1) - 1;
+    let partials = if parts > 1 { Some(workspace(devc, heads * parts * ndiag)?) } else { None };
+    p.sbuf = ptr(partials.as_ref())?;
+    let entry = format!("fc_bwd_direct_{}", type_suffix(dt, d_out.dtype())?);
+    launch_smem_threads(dev, 256, (DIRECT_WARPS * 32) as u32, &entry, (grid_u32(heads * parts, "backward")?, 1), &p, "fc_bwd_direct", direct_bwd_smem(&dims))?;
+    if parts > 1 {
+        launch_smem(dev, 256, "fc_dk_direct", (grid_u32((heads * ndiag).div_ceil(256), "backward")?, 1), &p, "fc_dk_direct", 0)?;
+    }
+    Ok(Grads { d_u, d_k, d_k_rev: d_kr, d_d, d_pregate: None, d_postgate: d_post })
+}
+
 /// The output, the filter spectrum (reused by the backward; none from the direct forward) and, for
 /// a training forward where [`saves_z`], z (u's dtype, u's shape).
 pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Option<Spectrum>, Option<Tensor>)> {
@@ -755,6 +813,9 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
 #[allow(clippy::too_many_arguments)]
 pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, saved: Option<&Spectrum>, z: Option<&Tensor>, d_out: &Tensor) -> Result<Grads> {
     let dev = u.cuda_device()?.clone();
+    if use_direct_bwd(&dev, u.dtype(), opts, &dims) {
+        return backward_direct(&dev, u, k, d, opts, dims, d_out);
+    }
     let mut path = plan(&dims, opts.force_four_step);
     if use_pair_bwd(u.dtype(), opts, path, &dims, has_clusters(&dev)) {
         if let Path::OnChip { ref mut pair, .. } = path {

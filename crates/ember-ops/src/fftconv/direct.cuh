@@ -78,26 +78,12 @@ __device__ __forceinline__ int fd_scale_exp(float mx) {
 }
 __device__ __forceinline__ float fd_pow2(int e) { return __int_as_float((127 + e) << 23); }
 
-template <typename TO>
-__device__ void fc_fwd_direct(const FcParams& p) {
-    extern __shared__ __align__(16) unsigned char fd_smem[];
-    __shared__ float back_row[FD_ROWS];  // 2^-(eu_row + ef): the accumulators' scale back, per row
-    const FdGeom q = fd_geom(p);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const i64 rbs = (p.B + FD_ROWS - 1) / FD_ROWS;
-    const int h = (int)(blockIdx.x / rbs);
-    const i64 b0 = (blockIdx.x - (i64)h * rbs) * FD_ROWS;
-    const int nvalid = (int)min((i64)FD_ROWS, p.B - b0);
+// The CTA's 16 rows of u (zero past L and past the batch) into vs as bf16 bits: cp.async where
+// L % 8 == 0 (the caller waits), element copies otherwise.
+__device__ __forceinline__ void fd_load_rows(const FcParams& p, const FdGeom& q, u16* vs, int h, i64 b0, int nvalid, int warp, int lane) {
+    const ember_bf16* u = reinterpret_cast<const ember_bf16*>(p.u);
     const i64 L = p.L;
     const int lpad = 16 * q.tt;
-
-    u16* vs = reinterpret_cast<u16*>(fd_smem);                                    // [16][vstride]
-    u32* pw = reinterpret_cast<u32*>(fd_smem + (size_t)FD_ROWS * q.vstride * 2);  // [npw]
-    float* fs = reinterpret_cast<float*>(pw + q.npw);                              // [npw + 1]: f[pw0 − 1 + i]
-    float* ws = fs + q.npw + 1 + warp * FD_ROWS * FD_WS;                           // this warp's [16][FD_WS]
-
-    // The rows of u (zero past L and past the batch), and the filter taps, all loads in flight at once.
-    const ember_bf16* u = reinterpret_cast<const ember_bf16*>(p.u);
     if ((L & 7) == 0) {
         for (int r = warp; r < FD_ROWS; r += FD_WARPS) {
             const ember_bf16* src = u + ((b0 + r) * p.H + h) * L;
@@ -112,22 +98,31 @@ __device__ void fc_fwd_direct(const FcParams& p) {
             for (int t = lane; t < lpad; t += 32) vs[r * q.vstride + t] = r < nvalid && t < L ? u[((b0 + r) * p.H + h) * L + t].bits : (u16)0;
         }
     }
-    for (int i = tid; i <= q.npw; i += blockDim.x) {
+}
+
+// fs[i] = f[pw0 − 1 + i] for i < n (0 outside [dmin, dmax]).
+__device__ __forceinline__ void fd_load_taps(const FcParams& p, const FdGeom& q, float* fs, int n, int h) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int j = q.pw0 - 1 + i;
         fs[i] = (j >= q.dmin && j <= q.dmax) ? fd_tap(p, h, j) : 0.f;
     }
-    asm volatile("cp.async.wait_all;");
-    __syncthreads();
+}
 
-    // Scales: f's by its largest |f| (every warp finds the same one, so no block reduction), u's per
-    // row by the row's largest |u| (warp w owns rows w and w + 8: a warp reduction), so rows of very
-    // different magnitude keep their own precision and an inf in one row touches no other.
+// The filter's scale exponent from its largest |f| (every warp finds the same one, so no block
+// reduction).
+__device__ __forceinline__ int fd_filter_exp(const FdGeom& q, const float* fs, int lane) {
     float mf = 0.f;
     for (int i = lane; i <= q.npw; i += 32) mf = fmaxf(mf, fabsf(fs[i]));
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) mf = fmaxf(mf, __shfl_xor_sync(0xffffffffu, mf, off));
-    const int ef = fd_scale_exp(mf);
-    const float sf = fd_pow2(ef);
+    return fd_scale_exp(mf);
+}
+
+// u's scale per row by the row's largest |u| (warp w owns rows w and w + 8: a warp reduction), so
+// rows of very different magnitude keep their own precision and an inf in one row touches no other;
+// converts the staged rows to f16·2^eu in place. back_row[r] = 2^-(eu + ef); eu_row[r] = eu.
+__device__ __forceinline__ void fd_scale_rows(const FdGeom& q, u16* vs, int ef, float* back_row, int* eu_row, int warp, int lane) {
+    const int lpad = 16 * q.tt;
     for (int r = warp; r < FD_ROWS; r += FD_WARPS) {
         // The row's largest |u| as bf16 bits (their order is that of the magnitudes).
         u32 mu = 0;
@@ -140,8 +135,10 @@ __device__ void fc_fwd_direct(const FcParams& p) {
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) mu = max(mu, __shfl_xor_sync(0xffffffffu, mu, off));
         const int eu = mu > 0x7f80u ? 0 : fd_scale_exp(ember_bf16_bits_to_f32(mu));
-        if (lane == 0) back_row[r] = fd_pow2(-eu) * fd_pow2(-ef);
-        // u → f16·2^eu in place.
+        if (lane == 0) {
+            back_row[r] = fd_pow2(-eu) * fd_pow2(-ef);
+            if (eu_row) eu_row[r] = eu;
+        }
         const float su = fd_pow2(eu);
         for (int t = lane * 8; t < lpad; t += 256) {
             uint4* a = reinterpret_cast<uint4*>(vs + r * q.vstride + t);
@@ -153,6 +150,55 @@ __device__ void fc_fwd_direct(const FcParams& p) {
             *a = make_uint4(o[0], o[1], o[2], o[3]);
         }
     }
+}
+
+// One output tile i (16 outputs × the CTA's 16 rows) of the Toeplitz product: acc0 rows 0–7, acc1
+// rows 8–15, over input tiles jlo..jhi. pw: the filter pairs, pbase = g − 2c − (their first j);
+// vbase: this lane's ldmatrix row address of input tile 0.
+__device__ __forceinline__ void fd_tile(float (&acc0)[4], float (&acc1)[4], int i, int jlo, int jhi, const u32* pw, int pbase, u32 vbase) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc0[e] = acc1[e] = 0.f;
+#pragma unroll 2
+    for (int j = jlo; j <= jhi; ++j) {
+        u32 b[4];
+        fd_ldmatrix4(b, vbase + (u32)(j * 16 * 2));
+        const int w = pbase + 16 * (i - j);
+        const u32 a0 = pw[w], a1 = pw[w + 8], a2 = pw[w - 8];
+        fd_mma(acc0, a0, a1, a2, b[0], b[1]);
+        fd_mma(acc1, a0, a1, a2, b[2], b[3]);
+    }
+}
+
+// Output tiles are dealt to warps in zigzag order: tile of (base, half) for this warp, base a
+// multiple of 2·FD_WARPS.
+__device__ __forceinline__ int fd_zigzag(int base, int half, int warp) { return half == 0 ? base + warp : base + 2 * FD_WARPS - 1 - warp; }
+
+template <typename TO>
+__device__ void fc_fwd_direct(const FcParams& p) {
+    extern __shared__ __align__(16) unsigned char fd_smem[];
+    __shared__ float back_row[FD_ROWS];  // 2^-(eu_row + ef): the accumulators' scale back, per row
+    const FdGeom q = fd_geom(p);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const i64 rbs = (p.B + FD_ROWS - 1) / FD_ROWS;
+    const int h = (int)(blockIdx.x / rbs);
+    const i64 b0 = (blockIdx.x - (i64)h * rbs) * FD_ROWS;
+    const int nvalid = (int)min((i64)FD_ROWS, p.B - b0);
+    const i64 L = p.L;
+
+    u16* vs = reinterpret_cast<u16*>(fd_smem);                                    // [16][vstride]
+    u32* pw = reinterpret_cast<u32*>(fd_smem + (size_t)FD_ROWS * q.vstride * 2);  // [npw]
+    float* fs = reinterpret_cast<float*>(pw + q.npw);                              // [npw + 1]: f[pw0 − 1 + i]
+    float* ws = fs + q.npw + 1 + warp * FD_ROWS * FD_WS;                           // this warp's [16][FD_WS]
+
+    // The rows of u and the filter taps, all loads in flight at once.
+    fd_load_rows(p, q, vs, h, b0, nvalid, warp, lane);
+    fd_load_taps(p, q, fs, q.npw + 1, h);
+    asm volatile("cp.async.wait_all;");
+    __syncthreads();
+
+    const int ef = fd_filter_exp(q, fs, lane);
+    const float sf = fd_pow2(ef);
+    fd_scale_rows(q, vs, ef, back_row, nullptr, warp, lane);
     // The filter pairs (f[j], f[j − 1])·2^ef.
     for (int i = tid; i < q.npw; i += blockDim.x) pw[i] = ember_pack2<ember_f16>(fs[i + 1] * sf, fs[i] * sf);
     __syncthreads();
@@ -167,19 +213,10 @@ __device__ void fc_fwd_direct(const FcParams& p) {
     for (int base = 0; base < q.tt; base += 2 * FD_WARPS) {
 #pragma unroll 1
         for (int half = 0; half < 2; ++half) {
-            const int i = half == 0 ? base + warp : base + 2 * FD_WARPS - 1 - warp;
+            const int i = fd_zigzag(base, half, warp);
             if (i >= q.tt) continue;
-            float acc0[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};
-            const int jlo = max(0, i - below), jhi = min(q.tt - 1, i + above);
-#pragma unroll 2
-            for (int j = jlo; j <= jhi; ++j) {
-                u32 b[4];
-                fd_ldmatrix4(b, vbase + (u32)(j * 16 * 2));
-                const int w = pbase + 16 * (i - j);
-                const u32 a0 = pw[w], a1 = pw[w + 8], a2 = pw[w - 8];
-                fd_mma(acc0, a0, a1, a2, b[0], b[1]);
-                fd_mma(acc1, a0, a1, a2, b[2], b[3]);
-            }
+            float acc0[4], acc1[4];
+            fd_tile(acc0, acc1, i, max(0, i - below), min(q.tt - 1, i + above), pw, pbase, vbase);
             // Stage the tile as [row n][t − t0]: acc0 holds rows 2c, 2c + 1 at t0 + g and t0 + g + 8,
             // acc1 the same for rows 8 + 2c, 8 + 2c + 1.
             __syncwarp();

@@ -38,7 +38,9 @@
 //! over HBM), a four-step decomposition beyond (three passes). Short rows (bf16 u, head_dim 1, no
 //! pregate, L ≤ 512) skip the FFT: the forward is then the Toeplitz product y = T(k_eff)·u on
 //! tensor cores (`direct.cuh`; f16 operands scaled by powers of two, f32 accumulation: u exact, the
-//! filter rounded at 2^-11, below the bf16 output's rounding); the backward stays on the FFT path.
+//! filter rounded at 2^-11, below the bf16 output's rounding), and the backward likewise
+//! (`direct_bwd.cuh`: z again, d_u = Tᵀ·d_z, the filter gradient as per-offset tensor-core products
+//! summed over the batch).
 //! Every input is validated before any launch.
 //!
 //! Precision on CUDA with bf16 u beyond the direct forward's lengths: the pair kernels transform two

@@ -94,7 +94,7 @@ fn each_option_alone(b: usize, h: usize, l: usize) -> Vec<Case> {
     ]
 }
 
-/// The direct forward (bf16, hd = 1, no pregate; L ≤ 512 by default, the L = 1000 and 1024 cases with
+/// The direct forward and backward (bf16, hd = 1, no pregate; L ≤ 512 by default, the L = 1000 and 1024 cases with
 /// EMBER_FFTCONV_DIRECT=1): every other option, k_rev,
 /// Lk < L, L = 1, primes and L % 8 ≠ 0 (element loads and stores), tile ± 1, batches of 16 ± 1 rows
 /// (a CTA's last row block with one row), exactly 16 rows, f32 output, the longest default L.
@@ -109,6 +109,11 @@ fn direct_cases() -> Vec<Case> {
         Case { lkr: 5, ..Case::plain(2, 2, 129) },
         Case { mask: true, ..Case::plain(33, 1, 512) },
         Case { lkr: 12, d: true, ..Case::plain(15, 2, 15) }.lk(3),
+        // The direct backward: two CTAs per head (their filter gradients summed by fc_dk_direct) with
+        // an f32 d_out and the postgate; one tile exactly; a prime length with a last CTA of 2 rows.
+        Case { gelu: true, d: true, post: true, out_f32: true, ..Case::plain(32, 2, 512) },
+        Case { lkr: 16, gelu: true, ..Case::plain(16, 3, 16) },
+        Case { mask: true, lkr: 40, d: true, ..Case::plain(18, 2, 241) }.lk(200),
     ]
 }
 
@@ -464,6 +469,24 @@ fn cuda_properties(
             op: "fftconv".into(),
             case: case.into(),
             quantity: "out, batch 0 at 2^-30".into(),
+            dtype,
+            device: ctx.device.to_string(),
+            rel_err: ember_core::compare::rel_err(&got[..first], &want[..first]),
+            tol: dtype.tolerance(),
+        });
+        // The same for the backward (d_z per row by its own power of two): d_out of batch 0 at 2^-30,
+        // that entry's d_u.
+        let mut dv = x.d_out.to_vec_f64()?;
+        dv[..first].iter_mut().for_each(|v| *v *= 2f64.powi(-30));
+        let d_out_dev = Tensor::from_f64(&dv, x.d_out.shape(), x.d_out.dtype(), Device::Cpu)?.to_device(ctx.device)?;
+        let f = forward(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?;
+        let got = backward(&f, &d_out_dev)?.d_u.to_vec_f64()?;
+        let fr = forward(&r.u, &r.k, r.d.as_ref(), &r.options(&Case { out_f32: false, ..*c }))?;
+        let want = backward(&fr, &Tensor::from_f64(&dv, x.d_out.shape(), DType::F64, Device::Cpu)?)?.d_u.to_vec_f64()?;
+        rows.push(CheckRow {
+            op: "fftconv".into(),
+            case: case.into(),
+            quantity: "d_u, batch 0 d_out at 2^-30".into(),
             dtype,
             device: ctx.device.to_string(),
             rel_err: ember_core::compare::rel_err(&got[..first], &want[..first]),
