@@ -32,6 +32,9 @@ fn options(block: u32) -> Vec<String> {
     if let Some(v) = std::env::var("EMBER_FFTCONV_PAIR_BWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_PAIR_BWD_MINB={v}"));
     }
+    if let Some(v) = std::env::var("EMBER_FFTCONV_DIRECT_BWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
+        o.push(format!("-DFD_BWD_MINB={v}"));
+    }
     o
 }
 
@@ -649,7 +652,7 @@ fn use_direct_bwd(dev: &CudaDevice, u: DType, opts: &Options, dims: &Dims) -> bo
 
 /// Dynamic shared memory of the direct backward (`FdbGeom` in direct_bwd.cuh): v, d_z for d_u and
 /// d_z for the filter gradient (16 rows of 16·⌈L/16⌉ + 8 halves each), the filter's pair words both
-/// ways and its taps, the f32 d_z / d_u staging (16 rows of 16·⌈L/16⌉ + 4), the filter-gradient
+/// ways, the f32 d_z / d_u staging (the taps first) (16 rows of 16·⌈L/16⌉ + 4), the filter-gradient
 /// tiles' diagonal sums (32 per tile offset) and each warp's 16 × 17 staging tile.
 fn direct_bwd_smem(dims: &Dims) -> usize {
     let tt = dims.l.div_ceil(16) as i64;
@@ -657,8 +660,8 @@ fn direct_bwd_smem(dims: &Dims) -> usize {
     let dmin = -(dims.lk_rev.saturating_sub(1) as i64);
     let dmax = dims.lk as i64 - 1;
     let npw = dmax - dmin + 65;
-    let fs_off = 3 * 16 * vstride * 2 + 2 * npw * 4;
-    let dzf_off = (fs_off + (npw + 2) * 4 + 15) & !15;
+    // The taps live in the d_z staging's space (read before it is written).
+    let dzf_off = (3 * 16 * vstride * 2 + 2 * npw * 4 + 15) & !15;
     let acc_off = dzf_off + 16 * (16 * tt + 4) * 4;
     // Tile offsets P from ⌈(dmin − 15)/16⌉ to ⌊(dmax + 15)/16⌋.
     let np = (dmax + 15).div_euclid(16) + (15 - dmin).div_euclid(16) + 1;
@@ -688,7 +691,7 @@ fn backward_direct(dev: &Arc<CudaDevice>, u: &Tensor, k: &Tensor, d: Option<&Ten
     let ndiag = dims.lk + dims.lk_rev.max(1) - 1;
     let partials = if parts > 1 { Some(workspace(devc, heads * parts * ndiag)?) } else { None };
     p.sbuf = ptr(partials.as_ref())?;
-    let entry = format!("fc_bwd_direct_{}", type_suffix(dt, d_out.dtype())?);
+    let entry = format!("fc_bwd_direct{}{}_{}", opts.gelu as u8, opts.postgate.is_some() as u8, type_suffix(dt, d_out.dtype())?);
     launch_smem_threads(dev, 256, (DIRECT_WARPS * 32) as u32, &entry, (grid_u32(heads * parts, "backward")?, 1), &p, "fc_bwd_direct", direct_bwd_smem(&dims))?;
     if parts > 1 {
         launch_smem(dev, 256, "fc_dk_direct", (grid_u32((heads * ndiag).div_ceil(256), "backward")?, 1), &p, "fc_dk_direct", 0)?;
@@ -977,6 +980,17 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The direct backward's shared memory: at L = 256 four CTAs fit an SM of 228 KB (with each
+    /// CTA's static 388 B and the 1 KB the driver reserves), and the longest default length with a
+    /// full-length anticausal filter fits one CTA's 227 KB.
+    #[test]
+    fn direct_backward_shared_memory_fits() {
+        let dims = |l: usize, lk_rev: usize| Dims { b: 16, h: 768, l, lk: l, lk_rev, hd: 1 };
+        assert_eq!(direct_bwd_smem(&dims(256, 0)), 55424);
+        assert!(4 * (direct_bwd_smem(&dims(256, 0)) + 388 + 1024) <= 228 * 1024);
+        assert!(direct_bwd_smem(&dims(DIRECT_MAX_L, DIRECT_MAX_L)) <= 227 * 1024);
+    }
 
     /// The training forward keeps z only for the bf16 pair backward with GELU or a postgate, from
     /// N = 8192 (P = 32), as measured; elsewhere (small P, other dtypes, hd = 8, four-step sizes,

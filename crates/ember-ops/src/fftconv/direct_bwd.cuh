@@ -38,20 +38,15 @@ __device__ __forceinline__ FdbGeom fdb_geom(const FdGeom& q) {
     b.plo = -fdb_floor_div16(15 - q.dmin);  // ⌈(dmin − 15)/16⌉
     b.np = fdb_floor_div16(q.dmax + 15) - b.plo + 1;
     b.pw_off = 3 * FD_ROWS * q.vstride * 2;
-    b.fs_off = b.pw_off + 2 * q.npw * 4;
-    b.dzf_off = (b.fs_off + (q.npw + 2) * 4 + 15) & ~15;
+    // The taps are read only while the pair words are built, before d_z is: they share its space.
+    b.dzf_off = (b.pw_off + 2 * q.npw * 4 + 15) & ~15;
+    b.fs_off = b.dzf_off;
     b.acc_off = b.dzf_off + FD_ROWS * b.dzs * 4;
     return b;
 }
 
 __device__ __forceinline__ void fd_ldmatrix4_trans(u32 (&r)[4], u32 addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-__device__ __forceinline__ void fd_mma4(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // A finished tile (acc0 rows 0–7, acc1 rows 8–15 of 16 outputs from t0) into the staging rows.
@@ -73,8 +68,11 @@ __device__ __forceinline__ void fdb_store_dk(const FcParams& p, int h, int j, fl
     if (j == 0 && p.ddd) reinterpret_cast<float*>(p.ddd)[h] = v;
 }
 
-template <typename TD>
+// GELU, POST: the options (p.gelu, p.has_post), as template arguments so that the per-element
+// epilogue has no branches.
+template <typename TD, bool GELU, bool POST>
 __device__ void fc_bwd_direct(const FcParams& p) {
+    constexpr bool NEED_Z = GELU || POST;
     extern __shared__ __align__(16) unsigned char fd_smem[];
     __shared__ float back_u[FD_ROWS];   // 2^-(eu + ef): z's scale back
     __shared__ int eu_row[FD_ROWS];
@@ -99,7 +97,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
     u16* dzk = dzu + FD_ROWS * q.vstride;         // [16][vstride] d_z·2^(E − eu) (f16)
     u32* pw = reinterpret_cast<u32*>(fd_smem + gb.pw_off);  // [npw] pairs of f
     u32* pwr = pw + q.npw;                                  // [npw] pairs of f'
-    float* fs = reinterpret_cast<float*>(fd_smem + gb.fs_off);    // [npw + 2]: f[pw0 − 1 + i]
+    float* fs = reinterpret_cast<float*>(fd_smem + gb.fs_off);    // [npw + 2]: f[pw0 − 1 + i] (in dzf's space)
     float* dzf = reinterpret_cast<float*>(fd_smem + gb.dzf_off);  // [16][dzs]: z, d_z, then d_u (f32)
     float* accs = reinterpret_cast<float*>(fd_smem + gb.acc_off); // [np][32] the tiles' diagonal sums
     float* tw = accs + gb.np * 32 + warp * 16 * 17;                // this warp's [16][17] staging tile
@@ -126,7 +124,6 @@ __device__ void fc_bwd_direct(const FcParams& p) {
     const u32 row_off = (u32)((((mq >> 1) * 8 + mr) * q.vstride + (mq & 1) * 8) * 2);
     const u32 vbase = (u32)__cvta_generic_to_shared(vs) + row_off;
     const int below = (q.dmax + 15) / 16, above = (-q.dmin + 15) / 16;
-    const bool need_z = p.gelu || p.has_post;
 
     // A. d_z per tile of 16 outputs.
     for (int base = 0; base < q.tt; base += 2 * FD_WARPS) {
@@ -134,75 +131,79 @@ __device__ void fc_bwd_direct(const FcParams& p) {
         for (int half = 0; half < 2; ++half) {
             const int i = fd_zigzag(base, half, warp);
             if (i >= q.tt) continue;
-            if (need_z) {
+            // Lane: row n = lane / 2, outputs t .. t + 7. Its d_out (and postgate) loads are issued
+            // before the tile's products, so that their latency hides behind them.
+            const int n = lane >> 1;
+            const int tl = i * 16 + (lane & 1) * 8;
+            const i64 t = tl;
+            const bool live = n < nvalid && t < L;
+            const bool vec = (L & 7) == 0;
+            const i64 row = ((b0 + (live ? n : 0)) * p.H + h) * L;
+            float dout[8], post[8];
+            uint4 raw_d0 = make_uint4(0, 0, 0, 0), raw_d1 = raw_d0, raw_p = raw_d0;
+            if (live && vec) {
+                if constexpr (sizeof(TD) == 4) {
+                    raw_d0 = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(p.dout) + row + t);
+                    raw_d1 = *reinterpret_cast<const uint4*>(reinterpret_cast<const float*>(p.dout) + row + t + 4);
+                } else {
+                    raw_d0 = *reinterpret_cast<const uint4*>(reinterpret_cast<const TD*>(p.dout) + row + t);
+                }
+                if (POST) raw_p = *reinterpret_cast<const uint4*>(reinterpret_cast<const ember_bf16*>(p.post) + row + t);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; ++e) {
+                    const bool in = live && t + e < L;
+                    dout[e] = in ? ld<TD>(p.dout, row + t + e) : 0.f;
+                    post[e] = in && POST ? ld<ember_bf16>(p.post, row + t + e) : 0.f;
+                }
+            }
+            const float m = live && p.has_mask ? reinterpret_cast<const float*>(p.mask)[(b0 + n) * p.H + h] : 1.f;
+            if (NEED_Z) {
                 float acc0[4], acc1[4];
                 fd_tile(acc0, acc1, i, max(0, i - below), min(q.tt - 1, i + above), pw, g - 2 * c - q.pw0, vbase);
                 fdb_stage(dzf, gb.dzs, i * 16, g, c, acc0, acc1);
             }
             __syncwarp();
-            // Lane: row n = lane / 2, outputs t .. t + 7.
-            const int n = lane >> 1;
-            const int tl = i * 16 + (lane & 1) * 8;
-            const i64 t = tl;
-            float dz[8];
+            if (live && vec) {
+                if constexpr (sizeof(TD) == 4) {
+                    const u32 w[8] = {raw_d0.x, raw_d0.y, raw_d0.z, raw_d0.w, raw_d1.x, raw_d1.y, raw_d1.z, raw_d1.w};
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) dout[e] = __uint_as_float(w[e]);
+                } else {
+                    ember_unpack8(raw_d0, dout, true);
+                }
+                if (POST) ember_unpack8(raw_p, post, true);
+            }
+            float dz[8], dpost[8];
             float mx = 0.f;
             bool nan = false;
-            if (n < nvalid && t < L) {
-                const i64 row = ((b0 + n) * p.H + h) * L;
-                const float m = p.has_mask ? reinterpret_cast<const float*>(p.mask)[(b0 + n) * p.H + h] : 1.f;
-                const float back = back_u[n];
-                float dout[8], post[8];
-                const bool vec = (L & 7) == 0;
-                if (vec) {
-                    if constexpr (sizeof(TD) == 4) {
-                        float lo4[4], hi4[4];
-                        ember_load16(reinterpret_cast<const float*>(p.dout) + row + t, lo4);
-                        ember_load16(reinterpret_cast<const float*>(p.dout) + row + t + 4, hi4);
+            const float back = back_u[n];
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) dout[e] = lo4[e], dout[e + 4] = hi4[e];
-                    } else {
-                        ember_load16(reinterpret_cast<const TD*>(p.dout) + row + t, dout);
-                    }
-                    if (p.has_post) ember_load16(reinterpret_cast<const ember_bf16*>(p.post) + row + t, post);
+            for (int e = 0; e < 8; ++e) {
+                const float dg = dout[e] * m;
+                float gz = 0.f, gp = 1.f;
+                if (NEED_Z) {
+                    const float z = dzf[n * gb.dzs + tl + e] * back;
+                    gz = z;
+                    if (GELU) fc_gelu_grad(z, gz, gp);
+                }
+                float d = dg * gp;
+                if (POST) {
+                    d *= post[e];
+                    dpost[e] = dg * gz;
+                }
+                dz[e] = live && t + e < L ? d : 0.f;
+                mx = fmaxf(mx, fabsf(dz[e]));
+                nan |= dz[e] != dz[e];
+            }
+            if (POST && live) {
+                if (vec) {
+                    ember_store16(reinterpret_cast<ember_bf16*>(p.dpost) + row + t, dpost);
                 } else {
 #pragma unroll
-                    for (int e = 0; e < 8; ++e) {
-                        const bool in = t + e < L;
-                        dout[e] = in ? ld<TD>(p.dout, row + t + e) : 0.f;
-                        post[e] = in && p.has_post ? ld<ember_bf16>(p.post, row + t + e) : 0.f;
-                    }
+                    for (int e = 0; e < 8; ++e)
+                        if (t + e < L) st<ember_bf16>(p.dpost, row + t + e, dpost[e]);
                 }
-                float dpost[8];
-#pragma unroll
-                for (int e = 0; e < 8; ++e) {
-                    const float dg = dout[e] * m;
-                    float gz = 0.f, gp = 1.f;
-                    if (need_z) {
-                        const float z = dzf[n * gb.dzs + tl + e] * back;
-                        gz = z;
-                        if (p.gelu) fc_gelu_grad(z, gz, gp);
-                    }
-                    float d = dg * gp;
-                    if (p.has_post) {
-                        d *= post[e];
-                        dpost[e] = dg * gz;
-                    }
-                    dz[e] = t + e < L ? d : 0.f;
-                    mx = fmaxf(mx, fabsf(dz[e]));
-                    nan |= dz[e] != dz[e];
-                }
-                if (p.has_post) {
-                    if (vec) {
-                        ember_store16(reinterpret_cast<ember_bf16*>(p.dpost) + row + t, dpost);
-                    } else {
-#pragma unroll
-                        for (int e = 0; e < 8; ++e)
-                            if (t + e < L) st<ember_bf16>(p.dpost, row + t + e, dpost[e]);
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int e = 0; e < 8; ++e) dz[e] = 0.f;
             }
 #pragma unroll
             for (int e = 0; e < 8; ++e) dzf[n * gb.dzs + tl + e] = dz[e];
@@ -233,10 +234,8 @@ __device__ void fc_bwd_direct(const FcParams& p) {
         if (lane == 0) e_k = E;
     }
     __syncthreads();
-    {
-        const int chunks = lpad / 8;
-        for (int idx = tid; idx < FD_ROWS * chunks; idx += blockDim.x) {
-            const int n = idx / chunks, t = (idx - n * chunks) * 8;
+    for (int n = warp; n < FD_ROWS; n += FD_WARPS) {
+        for (int t = lane * 8; t < lpad; t += 256) {
             const float* src = dzf + n * gb.dzs + t;
             const float su = sz_row[n];
             const int ek = ek_row[n];
@@ -303,11 +302,15 @@ __device__ void fc_bwd_direct(const FcParams& p) {
                 tw[(g + 8) * 17 + 8 + 2 * c] = acc1[2];
                 tw[(g + 8) * 17 + 8 + 2 * c + 1] = acc1[3];
                 __syncwarp();
-                if (lane < 31) {
+                {
                     const int d = lane - 15;
                     float s = 0.f;
-                    for (int r = max(0, d); r <= min(15, 15 + d); ++r) s += tw[r * 17 + (r - d)];
-                    accs[u * 32 + lane] = s;
+#pragma unroll
+                    for (int r = 0; r < 16; ++r) {
+                        const int col = r - d;
+                        if (col >= 0 && col < 16) s += tw[r * 17 + col];
+                    }
+                    if (lane < 31) accs[u * 32 + lane] = s;
                 }
             }
         }
@@ -315,11 +318,8 @@ __device__ void fc_bwd_direct(const FcParams& p) {
     __syncthreads();
 
     // d_u rows out (u's dtype, bf16).
-    {
-        const int chunks = lpad / 8;
-        for (int idx = tid; idx < FD_ROWS * chunks; idx += blockDim.x) {
-            const int n = idx / chunks, t = (idx - n * chunks) * 8;
-            if (n >= nvalid || t >= L) continue;
+    for (int n = warp; n < nvalid; n += FD_WARPS) {
+        for (int t = lane * 8; t < L; t += 256) {
             const i64 row = ((b0 + n) * p.H + h) * L;
             const float back = back_du[n];
             float o[8];
@@ -349,8 +349,26 @@ __device__ void fc_bwd_direct(const FcParams& p) {
 }
 
 #if FC_BLOCK == 256
-extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, 3) fc_bwd_direct_bf16_bf16(FcParams p) { fc_bwd_direct<ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, 3) fc_bwd_direct_bf16_f32(FcParams p) { fc_bwd_direct<float>(p); }
+// fc_bwd_direct{G}{P}_bf16_{d_out}: G = GELU, P = postgate; MINB: the CTAs per SM the register cap
+// aims at — 4 (64 registers) where ptxas needs no spills for it, else 3 (80 registers, no spills).
+// EMBER_FFTCONV_DIRECT_BWD_MINB (FD_BWD_MINB) sets it for every entry, for measurements.
+#ifdef FD_BWD_MINB
+#define FDB_MINB(m) FD_BWD_MINB
+#else
+#define FDB_MINB(m) m
+#endif
+#define FDB_ENTRY(G, P, NAME, TD, MINB) \
+    extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, FDB_MINB(MINB)) fc_bwd_direct##G##P##_bf16_##NAME(FcParams p) { fc_bwd_direct<TD, G, P>(p); }
+FDB_ENTRY(0, 0, bf16, ember_bf16, 4)
+FDB_ENTRY(0, 1, bf16, ember_bf16, 3)
+FDB_ENTRY(1, 0, bf16, ember_bf16, 4)
+FDB_ENTRY(1, 1, bf16, ember_bf16, 3)
+FDB_ENTRY(0, 0, f32, float, 4)
+FDB_ENTRY(0, 1, f32, float, 3)
+FDB_ENTRY(1, 0, f32, float, 3)
+FDB_ENTRY(1, 1, f32, float, 3)
+#undef FDB_ENTRY
+#undef FDB_MINB
 
 // The filter gradients of heads with several CTAs: the CTAs' partials (sbuf, [head][part][diag])
 // summed in part order.
