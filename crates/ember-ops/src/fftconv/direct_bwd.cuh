@@ -90,6 +90,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
     const i64 b0 = (i64)part * FD_ROWS;
     const int nvalid = (int)min((i64)FD_ROWS, p.B - b0);
     const i64 L = p.L;
+    const int lint = (int)L;
     const int lpad = 16 * q.tt;
 
     u16* vs = reinterpret_cast<u16*>(fd_smem);   // [16][vstride] v·2^eu (f16)
@@ -135,8 +136,8 @@ __device__ void fc_bwd_direct(const FcParams& p) {
             // before the tile's products, so that their latency hides behind them.
             const int n = lane >> 1;
             const int tl = i * 16 + (lane & 1) * 8;
-            const i64 t = tl;
-            const bool live = n < nvalid && t < L;
+            const int t = tl;  // L ≤ 4096 here: 32-bit compares
+            const bool live = n < nvalid && t < lint;
             const bool vec = (L & 7) == 0;
             const i64 row = ((b0 + (live ? n : 0)) * p.H + h) * L;
             float dout[8], post[8];
@@ -152,7 +153,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
             } else {
 #pragma unroll
                 for (int e = 0; e < 8; ++e) {
-                    const bool in = live && t + e < L;
+                    const bool in = live && t + e < lint;
                     dout[e] = in ? ld<TD>(p.dout, row + t + e) : 0.f;
                     post[e] = in && POST ? ld<ember_bf16>(p.post, row + t + e) : 0.f;
                 }
@@ -192,7 +193,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
                     d *= post[e];
                     dpost[e] = dg * gz;
                 }
-                dz[e] = live && t + e < L ? d : 0.f;
+                dz[e] = live && t + e < lint ? d : 0.f;
                 mx = fmaxf(mx, fabsf(dz[e]));
                 nan |= dz[e] != dz[e];
             }
@@ -202,7 +203,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
                 } else {
 #pragma unroll
                     for (int e = 0; e < 8; ++e)
-                        if (t + e < L) st<ember_bf16>(p.dpost, row + t + e, dpost[e]);
+                        if (t + e < lint) st<ember_bf16>(p.dpost, row + t + e, dpost[e]);
                 }
             }
 #pragma unroll
@@ -319,7 +320,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
 
     // d_u rows out (u's dtype, bf16).
     for (int n = warp; n < nvalid; n += FD_WARPS) {
-        for (int t = lane * 8; t < L; t += 256) {
+        for (int t = lane * 8; t < lint; t += 256) {
             const i64 row = ((b0 + n) * p.H + h) * L;
             const float back = back_du[n];
             float o[8];
@@ -330,7 +331,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
             } else {
 #pragma unroll
                 for (int e = 0; e < 8; ++e)
-                    if (t + e < L) st<ember_bf16>(p.du, row + t + e, o[e]);
+                    if (t + e < lint) st<ember_bf16>(p.du, row + t + e, o[e]);
             }
         }
     }
