@@ -676,17 +676,7 @@ fn backward_direct(dev: &Arc<CudaDevice>, u: &Tensor, k: &Tensor, d: Option<&Ten
     let devc = u.device();
     let dt = u.dtype();
     let heads = dims.heads();
-    let d_u = Tensor::output(u.shape(), dt, devc)?;
-    let d_post = opts.postgate.map(|_| Tensor::output(u.shape(), dt, devc)).transpose()?;
-    let d_k = Tensor::output(&[heads, dims.lk], DType::F32, devc)?;
-    let d_kr = opts.k_rev.map(|_| Tensor::output(&[heads, dims.lk_rev], DType::F32, devc)).transpose()?;
-    let d_d = d.map(|_| Tensor::output(&[heads], DType::F32, devc)).transpose()?;
-    p.dout = d_out.cuda_ptr()?;
-    p.du = d_u.cuda_ptr()?;
-    p.dpost = ptr(d_post.as_ref())?;
-    p.dk = d_k.cuda_ptr()?;
-    p.dkrev = ptr(d_kr.as_ref())?;
-    p.ddd = ptr(d_d.as_ref())?;
+    let grads = grad_outputs(u, d, opts, dims, d_out, &mut p)?;
     let parts = dims.b.div_ceil(16);
     let ndiag = dims.lk + dims.lk_rev.max(1) - 1;
     let partials = if parts > 1 { Some(workspace(devc, heads * parts * ndiag)?) } else { None };
@@ -696,7 +686,32 @@ fn backward_direct(dev: &Arc<CudaDevice>, u: &Tensor, k: &Tensor, d: Option<&Ten
     if parts > 1 {
         launch_smem(dev, 256, "fc_dk_direct", (grid_u32((heads * ndiag).div_ceil(256), "backward")?, 1), &p, "fc_dk_direct", 0)?;
     }
-    Ok(Grads { d_u, d_k, d_k_rev: d_kr, d_d, d_pregate: None, d_postgate: d_post })
+    Ok(grads)
+}
+
+/// The backward's outputs (d_u and the gate gradients in u's dtype, the filter gradients in f32),
+/// their pointers and d_out's set in `p`.
+fn grad_outputs(u: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, d_out: &Tensor, p: &mut FcParams) -> Result<Grads> {
+    let devc = u.device();
+    let dt = u.dtype();
+    let heads = dims.heads();
+    let like_u = || Tensor::output(u.shape(), dt, devc);
+    let g = Grads {
+        d_u: like_u()?,
+        d_pregate: opts.pregate.map(|_| like_u()).transpose()?,
+        d_postgate: opts.postgate.map(|_| like_u()).transpose()?,
+        d_k: Tensor::output(&[heads, dims.lk], DType::F32, devc)?,
+        d_k_rev: opts.k_rev.map(|_| Tensor::output(&[heads, dims.lk_rev], DType::F32, devc)).transpose()?,
+        d_d: d.map(|_| Tensor::output(&[heads], DType::F32, devc)).transpose()?,
+    };
+    p.dout = d_out.cuda_ptr()?;
+    p.du = g.d_u.cuda_ptr()?;
+    p.dpre = ptr(g.d_pregate.as_ref())?;
+    p.dpost = ptr(g.d_postgate.as_ref())?;
+    p.dk = g.d_k.cuda_ptr()?;
+    p.dkrev = ptr(g.d_k_rev.as_ref())?;
+    p.ddd = ptr(g.d_d.as_ref())?;
+    Ok(g)
 }
 
 /// The output, the filter spectrum (reused by the backward; none from the direct forward) and, for
@@ -839,19 +854,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
     let devc = u.device();
     let dt = u.dtype();
     let heads = dims.heads();
-    let d_u = Tensor::output(u.shape(), dt, devc)?;
-    let d_pre = opts.pregate.map(|_| Tensor::output(u.shape(), dt, devc)).transpose()?;
-    let d_post = opts.postgate.map(|_| Tensor::output(u.shape(), dt, devc)).transpose()?;
-    let d_k = Tensor::output(&[heads, dims.lk], DType::F32, devc)?;
-    let d_kr = opts.k_rev.map(|_| Tensor::output(&[heads, dims.lk_rev], DType::F32, devc)).transpose()?;
-    let d_d = d.map(|_| Tensor::output(&[heads], DType::F32, devc)).transpose()?;
-    p.dout = d_out.cuda_ptr()?;
-    p.du = d_u.cuda_ptr()?;
-    p.dpre = ptr(d_pre.as_ref())?;
-    p.dpost = ptr(d_post.as_ref())?;
-    p.dk = d_k.cuda_ptr()?;
-    p.dkrev = ptr(d_kr.as_ref())?;
-    p.ddd = ptr(d_d.as_ref())?;
+    let grads = grad_outputs(u, d, opts, dims, d_out, &mut p)?;
     let sfx = type_suffix(dt, d_out.dtype())?;
     let m = 1usize << path.logm();
     let rph = dims.b * dims.hd * dims.hd;
@@ -974,7 +977,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             }
         }
     }
-    Ok(Grads { d_u, d_k, d_k_rev: d_kr, d_d, d_pregate: d_pre, d_postgate: d_post })
+    Ok(grads)
 }
 
 #[cfg(test)]
