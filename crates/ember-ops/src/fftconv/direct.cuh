@@ -175,6 +175,20 @@ __device__ __forceinline__ void fd_tile(float (&acc0)[4], float (&acc1)[4], int 
     }
 }
 
+// A finished tile (acc0 rows 0–7, acc1 rows 8–15 of 16 outputs from t0) into staging rows of
+// `stride` f32 words, as [row n][t]: acc0 holds rows 2c, 2c + 1 at t0 + g and t0 + g + 8, acc1 the
+// same for rows 8 + 2c, 8 + 2c + 1.
+__device__ __forceinline__ void fd_stage(float* dst, int stride, int t0, int g, int c, const float (&acc0)[4], const float (&acc1)[4]) {
+    dst[(2 * c) * stride + t0 + g] = acc0[0];
+    dst[(2 * c + 1) * stride + t0 + g] = acc0[1];
+    dst[(2 * c) * stride + t0 + g + 8] = acc0[2];
+    dst[(2 * c + 1) * stride + t0 + g + 8] = acc0[3];
+    dst[(8 + 2 * c) * stride + t0 + g] = acc1[0];
+    dst[(8 + 2 * c + 1) * stride + t0 + g] = acc1[1];
+    dst[(8 + 2 * c) * stride + t0 + g + 8] = acc1[2];
+    dst[(8 + 2 * c + 1) * stride + t0 + g + 8] = acc1[3];
+}
+
 // Output tiles are dealt to warps in zigzag order: tile of (base, half) for this warp, base a
 // multiple of 2·FD_WARPS.
 __device__ __forceinline__ int fd_zigzag(int base, int half, int warp) { return half == 0 ? base + warp : base + 2 * FD_WARPS - 1 - warp; }
@@ -223,17 +237,9 @@ __device__ void fc_fwd_direct(const FcParams& p) {
             if (i >= q.tt) continue;
             float acc0[4], acc1[4];
             fd_tile(acc0, acc1, i, max(0, i - below), min(q.tt - 1, i + above), pw, pbase, vbase);
-            // Stage the tile as [row n][t − t0]: acc0 holds rows 2c, 2c + 1 at t0 + g and t0 + g + 8,
-            // acc1 the same for rows 8 + 2c, 8 + 2c + 1.
+            // Stage the tile as [row n][t − t0] in the warp's buffer.
             __syncwarp();
-            ws[(2 * c) * FD_WS + g] = acc0[0];
-            ws[(2 * c + 1) * FD_WS + g] = acc0[1];
-            ws[(2 * c) * FD_WS + g + 8] = acc0[2];
-            ws[(2 * c + 1) * FD_WS + g + 8] = acc0[3];
-            ws[(8 + 2 * c) * FD_WS + g] = acc1[0];
-            ws[(8 + 2 * c + 1) * FD_WS + g] = acc1[1];
-            ws[(8 + 2 * c) * FD_WS + g + 8] = acc1[2];
-            ws[(8 + 2 * c + 1) * FD_WS + g + 8] = acc1[3];
+            fd_stage(ws, FD_WS, 0, g, c, acc0, acc1);
             __syncwarp();
             // Lane: row n = lane / 2, outputs t0 + 8·(lane % 2) … + 7.
             const int n = lane >> 1;

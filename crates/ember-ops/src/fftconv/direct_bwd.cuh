@@ -49,18 +49,6 @@ __device__ __forceinline__ void fd_ldmatrix4_trans(u32 (&r)[4], u32 addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
 
-// A finished tile (acc0 rows 0–7, acc1 rows 8–15 of 16 outputs from t0) into the staging rows.
-__device__ __forceinline__ void fdb_stage(float* dzf, int dzs, int t0, int g, int c, const float (&acc0)[4], const float (&acc1)[4]) {
-    dzf[(2 * c) * dzs + t0 + g] = acc0[0];
-    dzf[(2 * c + 1) * dzs + t0 + g] = acc0[1];
-    dzf[(2 * c) * dzs + t0 + g + 8] = acc0[2];
-    dzf[(2 * c + 1) * dzs + t0 + g + 8] = acc0[3];
-    dzf[(8 + 2 * c) * dzs + t0 + g] = acc1[0];
-    dzf[(8 + 2 * c + 1) * dzs + t0 + g] = acc1[1];
-    dzf[(8 + 2 * c) * dzs + t0 + g + 8] = acc1[2];
-    dzf[(8 + 2 * c + 1) * dzs + t0 + g + 8] = acc1[3];
-}
-
 // The filter gradient g[j] (j in [dmin, dmax]) to d_k / d_k_rev / d_D of head h.
 __device__ __forceinline__ void fdb_store_dk(const FcParams& p, int h, int j, float v) {
     if (j >= 0 && j < p.lk) reinterpret_cast<float*>(p.dk)[(i64)h * p.lk + j] = v;
@@ -162,7 +150,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
             if (NEED_Z) {
                 float acc0[4], acc1[4];
                 fd_tile(acc0, acc1, i, max(0, i - below), min(q.tt - 1, i + above), pw, g - 2 * c - q.pw0, vbase);
-                fdb_stage(dzf, gb.dzs, i * 16, g, c, acc0, acc1);
+                fd_stage(dzf, gb.dzs, i * 16, g, c, acc0, acc1);
             }
             __syncwarp();
             if (live && vec) {
@@ -264,7 +252,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
                 if (i >= q.tt) continue;
                 float acc0[4], acc1[4];
                 fd_tile(acc0, acc1, i, max(0, i - above), min(q.tt - 1, i + below), pwr, pbase_r, dzbase);
-                fdb_stage(dzf, gb.dzs, i * 16, g, c, acc0, acc1);
+                fd_stage(dzf, gb.dzs, i * 16, g, c, acc0, acc1);
             }
         }
     }
