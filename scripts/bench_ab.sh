@@ -6,6 +6,8 @@
 # Usage: bash bench_ab.sh OUT_DIR OP REPS SETTING...
 #   SETTING  space-separated VAR=VALUE assignments for one run ("-" for none), e.g.
 #            bash bench_ab.sh out clifford 2 - "EMBER_CLIFFORD_WH_DB=3" "EMBER_CLIFFORD_WH_DB=1"
+#            EMBER_AB_BIN=PATH in a setting runs that binary instead of bin/ember (e.g. a build of the
+#            parent commit copied into the bundle), for A/Bs of code changes in one run.
 # Extra environment for every run (e.g. EMBER_CLIFFORD_BENCH=fused, EMBER_FFTCONV_BENCH_L=256,1024)
 # is taken from the caller. Raw outputs: OUT_DIR/ab-<setting index>-<rep>.txt; table: OUT_DIR/ab.txt.
 set -u
@@ -19,7 +21,11 @@ for rep in $(seq 1 "$reps"); do
     s=${settings[$i]}
     envs=()
     [ "$s" = "-" ] || read -r -a envs <<< "$s"
-    env "${envs[@]}" "$here/bin/ember" bench --op "$op" > "$out/ab-$i-$rep.txt" 2>&1 || echo "setting $i ($s), run $rep: rc=$?" >&2
+    bin="$here/bin/ember"
+    for e in "${envs[@]}"; do
+      case $e in EMBER_AB_BIN=*) bin=${e#EMBER_AB_BIN=}; [[ $bin == /* ]] || bin="$here/$bin" ;; esac
+    done
+    env "${envs[@]}" "$bin" bench --op "$op" > "$out/ab-$i-$rep.txt" 2>&1 || echo "setting $i ($s), run $rep: rc=$?" >&2
   done
 done
 # Rows of the bench table: "op pass dtype shape... ms floor_ms floor% GB/s TFLOP/s"; the shape is

@@ -35,6 +35,9 @@ fn options(block: u32) -> Vec<String> {
     if let Some(v) = std::env::var("EMBER_FFTCONV_DIRECT_BWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFD_BWD_MINB={v}"));
     }
+    if let Some(v) = std::env::var("EMBER_FFTCONV_DIRECT_FWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
+        o.push(format!("-DFD_FWD_MINB={v}"));
+    }
     o
 }
 
@@ -587,11 +590,13 @@ const SAVE_Z_MIN_LOGP: u32 = 5;
 // ---- direct forward (direct.cuh) -------------------------------------------------------------------
 
 /// Longest L the direct forward takes by default. H200, B = 16, H = 768, GELU and D, same binary
-/// with the FFT path (`bench/results/nvidia-h200/fftconv-direct/`), forward / fwd+bwd: v2 (one f16
-/// product) L = 256 44.1 → 21.9 / 138.4 → 122.6 µs, L = 512 60.9 → 40.7 / 210.4 → 197.5; at
-/// L = 1000 / 1024 the forward gains 2–6 % but fwd+bwd loses ~1 % (the backward then computes the
-/// filter spectrum itself), at 2048 both lose (190 → 291 µs forward).
-const DIRECT_MAX_L: usize = 512;
+/// with the FFT path (`bench/results/nvidia-h200/fftconv-direct/`), forward: v2 (one f16 product)
+/// L = 256 44.1 → 21.9 µs, L = 512 60.9 → 40.7; v13 (two output tiles per warp) L = 512 35.2,
+/// L = 1024 102.8 → 77.9 (fwd+bwd with the FFT backward 365 → 348), but L = 2048 191 → 212.
+const DIRECT_MAX_L: usize = 1024;
+/// Longest L the direct backward takes by default: at L = 1024 its shared memory (~195 KB) leaves one
+/// CTA per SM, and direct both ways took 387 µs fwd+bwd against 348 with the FFT backward (v13).
+const DIRECT_BWD_MAX_L: usize = 512;
 /// Longest L it takes at all (`EMBER_FFTCONV_DIRECT=1`): its shared memory at Lk = Lkr = L.
 const DIRECT_LIMIT_L: usize = 4096;
 /// Warps per CTA of the direct forward (FD_WARPS), and its staging buffer (FD_ROWS × FD_WS f32 per warp).
@@ -606,26 +611,30 @@ const DIRECT_STAGE_WORDS: usize = 16 * 20;
 pub(super) fn use_direct(u: DType, opts: &Options, dims: &Dims) -> bool {
     let no_saved_z = dims.fft_size() < 2 << (SAVE_Z_MIN_LOGP + 7);
     let able = u == DType::BF16 && dims.hd == 1 && opts.pregate.is_none() && !opts.force_four_step && !opts.tensor_cores && dims.l <= DIRECT_LIMIT_L && no_saved_z;
-    // The knob, read once per process (this runs on every forward call).
-    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
-    match *KNOB.get_or_init(|| match std::env::var("EMBER_FFTCONV_DIRECT").as_deref() {
-        Ok("0") => Some(false),
-        Ok("1") => Some(true),
-        _ => None,
-    }) {
+    match direct_knob() {
         Some(false) => false,
         Some(true) => able,
         None => able && dims.l <= DIRECT_MAX_L,
     }
 }
 
+/// `EMBER_FFTCONV_DIRECT`, read once per process (the rules run on every call).
+fn direct_knob() -> Option<bool> {
+    static KNOB: OnceLock<Option<bool>> = OnceLock::new();
+    *KNOB.get_or_init(|| match std::env::var("EMBER_FFTCONV_DIRECT").as_deref() {
+        Ok("0") => Some(false),
+        Ok("1") => Some(true),
+        _ => None,
+    })
+}
+
 /// Dynamic shared memory of the direct forward: 16 rows of u (16·⌈L/16⌉ + 8 halves each), the
-/// filter's pair words over [dmin − 32, dmax + 32] and its taps (one more), and each warp's staging
-/// tile.
+/// filter's 64-bit pair table over [dmin − 32, dmax + 32] and its taps (one more), and each warp's
+/// staging tile.
 fn direct_smem(dims: &Dims) -> usize {
     let vstride = 16 * dims.l.div_ceil(16) + 8;
     let npw = (dims.lk - 1) + dims.lk_rev.saturating_sub(1) + 65;
-    16 * vstride * 2 + (2 * npw + 1) * 4 + DIRECT_WARPS * DIRECT_STAGE_WORDS * 4
+    16 * vstride * 2 + npw * 8 + (npw + 1) * 4 + DIRECT_WARPS * DIRECT_STAGE_WORDS * 4
 }
 
 fn forward_direct(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<Tensor> {
@@ -641,13 +650,15 @@ fn forward_direct(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, di
     Ok(out)
 }
 
-/// Whether the backward of a direct-forward case runs direct too (direct_bwd.cuh): wherever its
-/// shared memory fits one CTA (L ≤ 1024 or so; beyond, the FFT backward computes the filter spectrum
-/// itself). `EMBER_FFTCONV_DIRECT_BWD=0` keeps the FFT backward, for measurements.
+/// Whether the backward of a direct-forward case runs direct too (direct_bwd.cuh): up to
+/// [`DIRECT_BWD_MAX_L`] (with `EMBER_FFTCONV_DIRECT=1`, wherever its shared memory fits one CTA);
+/// beyond, the FFT backward computes the filter spectrum itself. `EMBER_FFTCONV_DIRECT_BWD=0` keeps
+/// the FFT backward, for measurements.
 fn use_direct_bwd(dev: &CudaDevice, u: DType, opts: &Options, dims: &Dims) -> bool {
     static KNOB: OnceLock<bool> = OnceLock::new();
     let on = *KNOB.get_or_init(|| std::env::var("EMBER_FFTCONV_DIRECT_BWD").as_deref() != Ok("0"));
-    on && use_direct(u, opts, dims) && direct_bwd_smem(dims) <= dev.info().shared_memory_per_block_optin.max(0) as usize
+    let short = dims.l <= DIRECT_BWD_MAX_L || direct_knob() == Some(true);
+    on && short && use_direct(u, opts, dims) && direct_bwd_smem(dims) <= dev.info().shared_memory_per_block_optin.max(0) as usize
 }
 
 /// Dynamic shared memory of the direct backward (`FdbGeom` in direct_bwd.cuh): v, d_z for d_u and

@@ -36,9 +36,9 @@
 //! the fast path (realfft, rayon); CUDA tensors run the fused kernels (`fftconv.cu`): a filter
 //! spectrum computed once per call and read by every row, an on-chip FFT for N ≤ 32768 (one pass
 //! over HBM), a four-step decomposition beyond (three passes). Short rows (bf16 u, head_dim 1, no
-//! pregate, L ≤ 512) skip the FFT: the forward is then the Toeplitz product y = T(k_eff)·u on
+//! pregate, L ≤ 1024) skip the FFT in the forward: it is then the Toeplitz product y = T(k_eff)·u on
 //! tensor cores (`direct.cuh`; f16 operands scaled by powers of two, f32 accumulation: u exact, the
-//! filter rounded at 2^-11, below the bf16 output's rounding), and the backward likewise
+//! filter rounded at 2^-11, below the bf16 output's rounding), and at L ≤ 512 the backward likewise
 //! (`direct_bwd.cuh`: z again, d_u = Tᵀ·d_z, the filter gradient as per-offset tensor-core products
 //! summed over the batch).
 //! Every input is validated before any launch.

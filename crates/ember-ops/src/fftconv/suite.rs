@@ -94,8 +94,9 @@ fn each_option_alone(b: usize, h: usize, l: usize) -> Vec<Case> {
     ]
 }
 
-/// The direct forward and backward (bf16, hd = 1, no pregate; L ≤ 512 by default, the L = 1000 and 1024 cases with
-/// EMBER_FFTCONV_DIRECT=1): every other option, k_rev,
+/// The direct forward and backward (bf16, hd = 1, no pregate; by default the forward at L ≤ 1024 and the
+/// backward at L ≤ 512, so the L = 1000 and 1024 cases pair the direct forward with the FFT backward; with
+/// EMBER_FFTCONV_DIRECT=1 both directions are direct in every case): every other option, k_rev,
 /// Lk < L, L = 1, primes and L % 8 ≠ 0 (element loads and stores), tile ± 1, batches of 16 ± 1 rows
 /// (a CTA's last row block with one row), exactly 16 rows, f32 output, the longest default L.
 fn direct_cases() -> Vec<Case> {
