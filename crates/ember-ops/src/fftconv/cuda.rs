@@ -654,7 +654,7 @@ fn forward_direct(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, di
 /// [`DIRECT_BWD_MAX_L`] (with `EMBER_FFTCONV_DIRECT=1`, wherever its shared memory fits one CTA);
 /// beyond, the FFT backward computes the filter spectrum itself. `EMBER_FFTCONV_DIRECT_BWD=0` keeps
 /// the FFT backward, for measurements.
-fn use_direct_bwd(dev: &CudaDevice, u: DType, opts: &Options, dims: &Dims) -> bool {
+pub(super) fn use_direct_bwd(dev: &CudaDevice, u: DType, opts: &Options, dims: &Dims) -> bool {
     static KNOB: OnceLock<bool> = OnceLock::new();
     let on = *KNOB.get_or_init(|| std::env::var("EMBER_FFTCONV_DIRECT_BWD").as_deref() != Ok("0"));
     let short = dims.l <= DIRECT_BWD_MAX_L || direct_knob() == Some(true);
