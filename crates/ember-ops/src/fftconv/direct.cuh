@@ -14,7 +14,7 @@
 //   registers are pairs (f[j], f[j − 1]) at j = d0 + g − 2c + {0, 8, −8, 0} (g = lane / 4,
 //   c = lane % 4). The forward keeps 64-bit words q[j] = (pair j, pair j + 8) in shared memory, so
 //   that a quad is q[j], q[j − 8]: two 8-byte loads straight into the mma's registers (the backward
-//   keeps one 32-bit word per j, fd_tile, for its shared-memory budget).
+//   keeps one 32-bit word per j, fd_tile in direct_bwd.cuh, for its shared-memory budget).
 // - B (v): the CTA's 16 rows of u in shared memory (zero past L and past B; copied by cp.async,
 //   then converted in place), one ldmatrix.x4 per 16 inputs for both 8-row halves.
 // - Tiles with no tap of f ((d0 − 15, d0 + 15) outside [dmin, dmax]) are skipped: the causal
@@ -167,27 +167,6 @@ __device__ __forceinline__ void fd_scale_rows(const FdGeom& q, u16* vs, int ef, 
             for (int e = 0; e < 4; ++e) o[e] = ember_pack2<ember_f16>(ember_bf16_bits_to_f32(in[e] & 0xffffu) * su, ember_bf16_bits_to_f32(in[e] >> 16) * su);
             *a = make_uint4(o[0], o[1], o[2], o[3]);
         }
-    }
-}
-
-// One output tile i (16 outputs × the CTA's 16 rows) of the Toeplitz product: acc0 rows 0–7, acc1
-// rows 8–15, over input tiles jlo..jhi. pw: the filter pairs, pbase = g − 2c − (their first j);
-// vbase: this lane's ldmatrix row address of input tile 0.
-__device__ __forceinline__ void fd_tile(float (&acc0)[4], float (&acc1)[4], int i, int jlo, int jhi, const u32* pw, int pbase, u32 vbase) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc0[e] = acc1[e] = 0.f;
-#pragma unroll 2
-    for (int j = jlo; j <= jhi; ++j) {
-        u32 b[4];
-        fd_ldmatrix4(b, vbase + (u32)(j * 16 * 2));
-        const int w = pbase + 16 * (i - j);
-        u32 a[4];
-        a[0] = pw[w];
-        a[1] = pw[w + 8];
-        a[2] = pw[w - 8];
-        a[3] = a[0];
-        fd_mma4(acc0, a, b[0], b[1]);
-        fd_mma4(acc1, a, b[2], b[3]);
     }
 }
 

@@ -56,6 +56,27 @@ __device__ __forceinline__ void fdb_store_dk(const FcParams& p, int h, int j, fl
     if (j == 0 && p.ddd) reinterpret_cast<float*>(p.ddd)[h] = v;
 }
 
+// One output tile i (16 outputs × the CTA's 16 rows) of a Toeplitz product (z again, and d_u): acc0
+// rows 0–7, acc1 rows 8–15, over input tiles jlo..jhi. pw: the filter pairs, pbase = g − 2c − (their
+// first j); vbase: this lane's ldmatrix row address of input tile 0.
+__device__ __forceinline__ void fd_tile(float (&acc0)[4], float (&acc1)[4], int i, int jlo, int jhi, const u32* pw, int pbase, u32 vbase) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc0[e] = acc1[e] = 0.f;
+#pragma unroll 2
+    for (int j = jlo; j <= jhi; ++j) {
+        u32 b[4];
+        fd_ldmatrix4(b, vbase + (u32)(j * 16 * 2));
+        const int w = pbase + 16 * (i - j);
+        u32 a[4];
+        a[0] = pw[w];
+        a[1] = pw[w + 8];
+        a[2] = pw[w - 8];
+        a[3] = a[0];
+        fd_mma4(acc0, a, b[0], b[1]);
+        fd_mma4(acc1, a, b[2], b[3]);
+    }
+}
+
 // GELU, POST: the options (p.gelu, p.has_post), as template arguments so that the per-element
 // epilogue has no branches.
 template <typename TD, bool GELU, bool POST>
