@@ -134,14 +134,36 @@ pub const DYNAMIC_MIN_STEPS_PER_SM: usize = 12;
 /// 16384 × 128 61.0 / 58.3 µs, 65536 × 1024 1.755 / 1.542 ms). Not understood yet (NOTES "v11").
 pub const DYNAMIC_MAX_DRAM_GBPS: f64 = 4000.0;
 
-/// Options of the staged row kernels: `EMBER_CLIFFORD_WSTAGE=ldg` stages the weights with v2's
-/// __ldg loop (CL_WCP = 0) instead of cp.async, for comparison.
+/// Layout of the staged row kernels' weights in shared memory (rows.cu, CL_WGROUP):
+/// `EMBER_CLIFFORD_WSTAGE=transposed` keeps v3's sw[p][n] staged by 4-byte cp.async, `=ldg` v2's
+/// __ldg loop into the same layout, for comparison; by default w's own order in groups of CL_V
+/// channels, copied by 16-byte cp.async (v16).
+fn weights_grouped() -> bool {
+    !matches!(std::env::var("EMBER_CLIFFORD_WSTAGE").as_deref(), Ok("transposed" | "ldg"))
+}
+
 fn staged_opts() -> Vec<String> {
     let mut o = vec!["-DCL_WS=1".to_string()];
-    if std::env::var("EMBER_CLIFFORD_WSTAGE").as_deref() == Ok("ldg") {
-        o.push("-DCL_WCP=0".into());
+    match std::env::var("EMBER_CLIFFORD_WSTAGE").as_deref() {
+        Ok("transposed") => o.push("-DCL_WGROUP=0".into()),
+        Ok("ldg") => o.extend(["-DCL_WGROUP=0".into(), "-DCL_WCP=0".into()]),
+        _ => {}
     }
     o
+}
+
+/// Shared memory of the staged weights (rows.cu, CL_WWORDS): P·N words transposed; grouped (where
+/// v·P is a multiple of 4, else transposed), N / v groups of v·P words at a stride whose quarter is
+/// odd.
+fn staged_weight_bytes(layer: &Layer, n: usize, v: usize) -> usize {
+    let p = layer.paths();
+    if weights_grouped() && (v * p).is_multiple_of(4) {
+        let gw = v * p;
+        let gs = gw + if (gw / 4) % 2 == 0 { 4 } else { 0 };
+        n / v * gs * 4
+    } else {
+        p * n * 4
+    }
 }
 
 /// Variant of the fused layer's row kernels that read the weights (rows.cu): the forward, and the
@@ -219,7 +241,7 @@ impl Gpu {
 
 /// Dynamic shared memory of the staged forward: weights (P·N f32) and two buffers of x and y.
 fn staged_smem(layer: &Layer, n: usize, v: usize, dt: DType) -> usize {
-    layer.paths() * n * 4 + 2 * 2 * layer.blades() * THREADS as usize * v * dt.size()
+    staged_weight_bytes(layer, n, v) + 2 * 2 * layer.blades() * THREADS as usize * v * dt.size()
 }
 
 fn rows_source(layer: &Layer, kind: &str) -> Result<KernelSource> {
@@ -710,7 +732,7 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
         let coef = plan.alloc(&[dims.b, layer.grades(), 2], DType::F32);
         let (mut grid, t) = row_launch(dims.b, dims.n, v)?;
         // Staged: half types only (f32 reads the forward's out, no weights); two CTAs per SM.
-        let smem = layer.paths() * dims.n * 4;
+        let smem = staged_weight_bytes(layer, dims.n, v);
         let staged = var.staged() && dt != DType::F32 && 2 * (smem + 1024) <= gpu.smem_optin;
         if staged {
             grid = grid.min(u32::try_from(2 * gpu.sms).unwrap_or(u32::MAX)).max(1);

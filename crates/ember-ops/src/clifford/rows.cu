@@ -149,20 +149,54 @@ __device__ __forceinline__ void cl_fwd_group(const act_t* __restrict__ x, const 
 }
 
 #if CL_WS
-// The weights of all N channels staged by the CTA in shared memory as sw[p][n] (f32): coalesced
-// global reads once per CTA, then conflict-free CL_V-wide reads per thread. (A row stride of N + 4
-// words, which spreads the transposing stores over the banks, was measured no faster on an H200
-// in a separate run; see NOTES.md.)
-#define CL_WSTRIDE(N) (N)
+// The weights of all N channels staged once per CTA in shared memory, in one of two layouts.
+//
+// CL_WGROUP = 1 (default): w's own order (channel-major, N × P), each group of CL_V channels' CL_V·P
+// words contiguous, the groups CL_WGS words apart with CL_WGS / 4 odd, so the P 16-byte reads of a
+// quarter-warp (8 groups) fall on 8 different bank quads: conflict-free. Copied by 16-byte
+// cp.async straight from w (N·P / 4 units, 10 per thread at N = 512 in Cl(3,0)), all in flight at
+// once with the first step's x and y; 4-byte copies where w is not 16-byte aligned.
+//
+// CL_WGROUP = 0: transposed, sw[p][n], read as CL_V-wide vectors per path (conflict-free too), but
+// staged element by element: a 4-byte cp.async per weight (CL_WCP = 1; 40 per thread at N = 512,
+// each issue waiting on the previous one's address registers: ~12 % of the forward's samples at
+// 4096 × 512 on an H200, ~5 µs before the first step) or v2's __ldg and transposing store
+// (CL_WCP = 0). (A row stride of N + 4 words for the transposing stores was measured no faster.)
+#ifndef CL_WGROUP
+#define CL_WGROUP 1
+#endif
+#if CL_WGROUP && (CL_V * CL_P) % 4 != 0
+#undef CL_WGROUP
+#define CL_WGROUP 0  // groups of 16-byte units only
+#endif
 #ifndef CL_WCP
 #define CL_WCP 1
 #endif
-// CL_WCP = 1 (default): every weight copied by a 4-byte cp.async, all of them in flight at once
-// (and with the first step's x and y, issued before), then one wait. CL_WCP = 0: __ldg and a
-// transposing store per element, each iteration waiting on the load (v2).
+#if CL_WGROUP
+#define CL_WGW (CL_V * CL_P)                                     // words of a group
+#define CL_WGS (CL_WGW + ((CL_WGW / 4) % 2 == 0 ? 4 : 0))        // group stride, CL_WGS / 4 odd
+#define CL_WWORDS(N) ((N) / CL_V * CL_WGS)
+#else
+#define CL_WSTRIDE(N) (N)
+#define CL_WWORDS(N) (CL_P * CL_WSTRIDE(N))
+#endif
 __device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* sw, i64 N) {
     const int total = (int)N * CL_P;
-#if CL_WCP
+#if CL_WGROUP
+    if ((reinterpret_cast<unsigned long long>(w) & 15) == 0) {
+        for (int u = threadIdx.x; u < total / 4; u += blockDim.x) {
+            const int g = u / (CL_WGW / 4);
+            cl_cp_async<16>(sw + g * CL_WGS + 4 * (u - g * (CL_WGW / 4)), w + 4 * u);
+        }
+    } else {
+        for (int i = threadIdx.x; i < total; i += blockDim.x) {
+            const int g = i / CL_WGW;
+            cl_cp_async<4>(sw + g * CL_WGS + (i - g * CL_WGW), w + i);
+        }
+    }
+    cl_cp_commit();
+    cl_cp_wait<0>();
+#elif CL_WCP
     for (int i = threadIdx.x; i < total; i += blockDim.x) {
         const int n = i / CL_P;
         cl_cp_async<4>(sw + (i - n * CL_P) * CL_WSTRIDE(N) + n, w + i);
@@ -180,8 +214,21 @@ __device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* s
 __device__ __forceinline__ void cl_fwd_vals(const float (&xv)[CL_M][CL_V], const float (&yv)[CL_M][CL_V], const float* sw, i64 N, i64 n0,
                                             float (&o)[CL_V][CL_M], float (&ss)[CL_NG]) {
     float wv[CL_P][CL_V];
+#if CL_WGROUP
+    // The group's words are (channel c, path p) at c·P + p.
+    const float* gw = sw + n0 / CL_V * CL_WGS;
+    float f[CL_WGW / 4][4];
+#pragma unroll
+    for (int k = 0; k < CL_WGW / 4; ++k) cl_ldv<4>(gw + 4 * k, f[k]);
+#pragma unroll
+    for (int p = 0; p < CL_P; ++p) {
+#pragma unroll
+        for (int c = 0; c < CL_V; ++c) wv[p][c] = f[(c * CL_P + p) / 4][(c * CL_P + p) % 4];
+    }
+#else
 #pragma unroll
     for (int p = 0; p < CL_P; ++p) cl_ldv<CL_V>(sw + (i64)p * CL_WSTRIDE(N) + n0, wv[p]);
+#endif
 #pragma unroll
     for (int c = 0; c < CL_V; ++c) {
         float xi[CL_M], yi[CL_M], wi[CL_P], s[CL_NG];
@@ -214,7 +261,7 @@ __device__ __forceinline__ void cl_scale_store(act_t* __restrict__ out, i64 BN, 
 // next step's x and y are copied by cp.async into this thread's own slots of a second buffer while
 // the current step computes, reduces and stores, so every thread always has a step's loads in
 // flight. Each thread reads back only the slots it copied itself: no barrier is needed for them.
-// Dynamic shared memory: sw (CL_P·N f32), then stage[2 buffers][x, y][CL_M][CL_THREADS][CL_V].
+// Dynamic shared memory: the weights (CL_WWORDS(N) f32), then stage[2 buffers][x, y][CL_M][CL_THREADS][CL_V].
 #define CL_SLOT (CL_M * CL_THREADS * CL_V)
 // Copy x and y of CL_V channels at `base` into this thread's slots `st` of one buffer.
 __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_t* __restrict__ y, act_t* st, i64 BN, i64 base) {
@@ -246,7 +293,7 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                       act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team CL_TICKET_ARGS) {
     float* sw = cl_dynamic_smem();
-    act_t* stage = reinterpret_cast<act_t*>(sw + CL_P * CL_WSTRIDE(N));
+    act_t* stage = reinterpret_cast<act_t*>(sw + CL_WWORDS(N));
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int tid = threadIdx.x, lt = tid % team, rows = CL_THREADS / team;
     const i64 G = N / CL_V, BN = B * N, steps = (B + rows - 1) / rows, n0 = (i64)lt * CL_V;

@@ -519,7 +519,19 @@ impl crate::OpFamily for Family {
         let cpu = ctx.device == Device::Cpu;
         // The fused layer: Cl(3,0) f32 over the B × N grid (the heatmap), other algebras and bf16 at
         // B·N = 2^21.
-        let grid: Vec<(usize, usize)> = if cpu {
+        // EMBER_CLIFFORD_BENCH_GRID="4096x512,3960x512": those B × N instead (shape probes, e.g. how a
+        // size's steps divide over the SMs).
+        let grid_env: Option<Vec<(usize, usize)>> = std::env::var("EMBER_CLIFFORD_BENCH_GRID").ok().map(|g| {
+            g.split(',')
+                .filter_map(|bn| {
+                    let (b, n) = bn.trim().split_once('x')?;
+                    Some((b.parse().ok()?, n.parse().ok()?))
+                })
+                .collect()
+        });
+        let grid: Vec<(usize, usize)> = if let Some(g) = grid_env.filter(|g| !g.is_empty() && !cpu) {
+            g
+        } else if cpu {
             vec![(256, 128)]
         } else if ctx.quick {
             vec![(4096, 512), (16384, 128), (65536, 1024)]
@@ -531,10 +543,12 @@ impl crate::OpFamily for Family {
         let grid_alg = std::env::var("EMBER_CLIFFORD_BENCH_ALG").ok().and_then(|a| ALGEBRAS.iter().copied().find(|&s| s == a)).unwrap_or("3,0");
         let mut fused_cases: Vec<(&str, usize, usize, DType)> = grid.iter().map(|&(b, n)| (grid_alg, b, n, DType::F32)).collect();
         let (b0, n0) = if cpu { (256, 128) } else { (4096, 512) };
-        for spec in ["2,0", "3,0,1", "1,3"] {
-            fused_cases.push((spec, b0, n0, DType::F32));
+        if bench_variants() {
+            for spec in ["2,0", "3,0,1", "1,3"] {
+                fused_cases.push((spec, b0, n0, DType::F32));
+            }
+            fused_cases.push(("3,0", b0, n0, DType::BF16));
         }
-        fused_cases.push(("3,0", b0, n0, DType::BF16));
         // EMBER_CLIFFORD_BENCH=fused|fc|linear limits the bench to one layer (comparisons of
         // variants selected by environment variables in one GPU run).
         let only = std::env::var("EMBER_CLIFFORD_BENCH").ok();
@@ -611,6 +625,12 @@ fn graph_row(
     }
 }
 
+/// `EMBER_CLIFFORD_BENCH_VARIANTS=0` leaves out the rows of non-default kernels and the fused
+/// layer's other algebras and dtypes (probes of the default kernels over a chosen grid).
+fn bench_variants() -> bool {
+    std::env::var("EMBER_CLIFFORD_BENCH_VARIANTS").as_deref() != Ok("0")
+}
+
 fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -> Result<Vec<BenchRow>> {
     let layer = Layer::new(spec)?;
     let m = layer.blades();
@@ -681,7 +701,7 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
     // The column/sum variants of the backward that are not the default (EMBER_CLIFFORD_BWD), behind
     // the default forward: rows "fwd+bwd" with params bwd = <variant>, and with
     // EMBER_CLIFFORD_PROFILE each of their launches alone ("bwd:<kernel>", params bwd too).
-    if ctx.device.is_cuda() {
+    if ctx.device.is_cuda() && bench_variants() {
         let dims = Dims { m, b: nb, n };
         let st = fused::Stages { gelu: true, norm: true };
         let gpu = cuda::Gpu::of(&sets[0].0)?;
@@ -727,7 +747,7 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
         }
     }
     // The forward variants that are not the default, for comparison in the same run.
-    if ctx.device.is_cuda() {
+    if ctx.device.is_cuda() && bench_variants() {
         let dims = Dims { m, b: nb, n };
         let st = fused::Stages { gelu: true, norm: true };
         let default = cuda::RowVariant::selected(&layer, cuda::Gpu::of(&sets[0].0)?);
