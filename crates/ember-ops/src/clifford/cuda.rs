@@ -113,10 +113,15 @@ fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
     source(layer, &format!("fwd{}", u8::from(gelu)), || Ok(prefix(layer, &[Prog::Fwd { gelu }, Prog::Scale])? + SMEM_CU + ROWS_CU))
 }
 
+/// `EMBER_CLIFFORD_FWD_PREFETCH=1`: the staged forward's prologue copies one step, not two
+/// (rows.cu CL_PRE2 = 0; v16b), for comparison.
 fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<String> {
     let mut o = vec![dtype_opt(dt), "-DCL_KIND=1".into(), format!("-DCL_V={v}"), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_K={}", u8::from(hold))];
     if staged {
         o.extend(staged_opts());
+        if std::env::var("EMBER_CLIFFORD_FWD_PREFETCH").as_deref() == Ok("1") {
+            o.push("-DCL_PRE2=0".into());
+        }
     }
     o
 }

@@ -180,7 +180,8 @@ __device__ __forceinline__ void cl_fwd_group(const act_t* __restrict__ x, const 
 #define CL_WSTRIDE(N) (N)
 #define CL_WWORDS(N) (CL_P * CL_WSTRIDE(N))
 #endif
-__device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* sw, i64 N) {
+// Issues the weights' copies (CL_WCP = 0: copies them); the caller commits and waits.
+__device__ __forceinline__ void cl_stage_w_issue(const float* __restrict__ w, float* sw, i64 N) {
     const int total = (int)N * CL_P;
 #if CL_WGROUP
     if ((reinterpret_cast<unsigned long long>(w) & 15) == 0) {
@@ -194,21 +195,23 @@ __device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* s
             cl_cp_async<4>(sw + g * CL_WGS + (i - g * CL_WGW), w + i);
         }
     }
-    cl_cp_commit();
-    cl_cp_wait<0>();
 #elif CL_WCP
     for (int i = threadIdx.x; i < total; i += blockDim.x) {
         const int n = i / CL_P;
         cl_cp_async<4>(sw + (i - n * CL_P) * CL_WSTRIDE(N) + n, w + i);
     }
-    cl_cp_commit();
-    cl_cp_wait<0>();
 #else
     for (int i = threadIdx.x; i < total; i += blockDim.x) {
         const int n = i / CL_P;
         sw[(i - n * CL_P) * CL_WSTRIDE(N) + n] = __ldg(w + i);
     }
 #endif
+}
+// The weights staged, and every copy this thread issued before landed.
+__device__ __forceinline__ void cl_stage_w(const float* __restrict__ w, float* sw, i64 N) {
+    cl_stage_w_issue(w, sw, N);
+    cl_cp_commit();
+    cl_cp_wait<0>();
 }
 // cl_fwd_group with x and y already loaded and the weights from sw.
 __device__ __forceinline__ void cl_fwd_vals(const float (&xv)[CL_M][CL_V], const float (&yv)[CL_M][CL_V], const float* sw, i64 N, i64 n0,
@@ -285,6 +288,14 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 #ifndef CL_DYN
 #define CL_DYN 0
 #endif
+// CL_PRE2 = 1 (default with the fixed order): the prologue copies the first two steps (v16b);
+// 0: the first step only, the second issued by the loop's first iteration.
+#ifndef CL_PRE2
+#define CL_PRE2 (!CL_DYN)
+#endif
+#if CL_PRE2 && CL_DYN
+#error "CL_PRE2 needs the fixed step order"
+#endif
 #if CL_DYN
 #define CL_TICKET_ARGS , u32* __restrict__ tickets
 #else
@@ -300,11 +311,25 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
     const bool mine = lt < G;
     act_t* my = stage + tid * CL_V;
     i64 s = blockIdx.x;
+#if CL_PRE2
+    // The weights first, then the first two steps into the two (still free) buffers: twice the
+    // bytes in flight while the launch ramps up, and the barrier waits for the weights alone.
+    cl_stage_w_issue(w, sw, N);
+    cl_cp_commit();
+    for (int k = 0; k < 2; ++k) {
+        const i64 sk = s + k * (i64)gridDim.x, b = sk * rows + tid / team;
+        if (sk < steps && b < B && mine) cl_issue(x, y, my + k * 2 * CL_SLOT, BN, b * N + n0);
+        cl_cp_commit();
+    }
+    cl_cp_wait<2>();
+    __syncthreads();
+#else
     {
         const i64 b = s * rows + tid / team;
         if (s < steps && b < B && mine) cl_issue(x, y, my, BN, b * N + n0);
         cl_cp_commit();
     }
+#endif
 #if CL_DYN
     __shared__ i64 next_step[2];
     const i64 grid = gridDim.x;
@@ -312,8 +337,10 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
     const i64 in_range = steps > 2 * grid ? steps - 2 * grid : 0, claimers = steps > 2 * grid ? grid : (steps > grid ? steps - grid : 0);
     const i64 last_ticket = in_range + claimers - 1;
 #endif
+#if !CL_PRE2
     cl_stage_w(w, sw, N);
     __syncthreads();
+#endif
     for (int buf = 0, it = 0; s < steps; ++it, buf ^= 1) {
 #if CL_DYN
         const i64 nx = it == 0 ? s + grid : next_step[it & 1];
@@ -322,9 +349,12 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
 #else
         const i64 nx = s + gridDim.x;
 #endif
-        const i64 bn = nx * rows + tid / team;
-        if (nx < steps && bn < B && mine) cl_issue(x, y, my + (buf ^ 1) * 2 * CL_SLOT, BN, bn * N + n0);
-        cl_cp_commit();
+        // With CL_PRE2 the first step's next one is already in flight.
+        if (!CL_PRE2 || it > 0) {
+            const i64 bn = nx * rows + tid / team;
+            if (nx < steps && bn < B && mine) cl_issue(x, y, my + (buf ^ 1) * 2 * CL_SLOT, BN, bn * N + n0);
+            cl_cp_commit();
+        }
         cl_cp_wait<1>();
         const i64 b = s * rows + tid / team;
         const bool live = b < B;
