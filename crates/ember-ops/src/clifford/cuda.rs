@@ -113,17 +113,28 @@ fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
     source(layer, &format!("fwd{}", u8::from(gelu)), || Ok(prefix(layer, &[Prog::Fwd { gelu }, Prog::Scale])? + SMEM_CU + ROWS_CU))
 }
 
-/// `EMBER_CLIFFORD_FWD_PREFETCH=1`: the staged forward's prologue copies one step, not two
-/// (rows.cu CL_PRE2 = 0; v16b), for comparison.
 fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<String> {
     let mut o = vec![dtype_opt(dt), "-DCL_KIND=1".into(), format!("-DCL_V={v}"), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_K={}", u8::from(hold))];
     if staged {
         o.extend(staged_opts());
-        if std::env::var("EMBER_CLIFFORD_FWD_PREFETCH").as_deref() == Ok("1") {
-            o.push("-DCL_PRE2=0".into());
-        }
     }
     o
+}
+
+/// Steps per SM from which the staged forward (fixed order) copies its first two steps in the
+/// prologue (rows.cu CL_PRE2, v16b). Measured on an H200 (Cl(3,0) f32, two runs, against one step):
+/// 1–2 % faster at 7.75 and 15.5 steps per SM (4096 × 256, 4096 × 512, 16384 × 128), level at 31 and
+/// more, 5 % slower at 3.9 (1024 × 512), where the second step's copies delay the first step's.
+pub const PREFETCH2_MIN_STEPS_PER_SM: usize = 6;
+
+/// Whether the staged forward's prologue copies two steps: `EMBER_CLIFFORD_FWD_PREFETCH=1|2`
+/// forces one or two; by default two from [`PREFETCH2_MIN_STEPS_PER_SM`] steps per SM.
+fn prefetch_two(steps: usize, sms: usize) -> bool {
+    match std::env::var("EMBER_CLIFFORD_FWD_PREFETCH").as_deref() {
+        Ok("1") => false,
+        Ok("2") => true,
+        _ => steps >= PREFETCH2_MIN_STEPS_PER_SM * sms,
+    }
 }
 
 /// The staged forward's run-time step order (rows.cu, CL_DYN; `RowVariant::Dynamic`).
@@ -317,6 +328,8 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var:
         if var == RowVariant::Dynamic && steps >= DYNAMIC_MIN_STEPS_PER_SM * gpu.sms {
             opts.push(DYNAMIC_OPT.into());
             args.push(Arg::Counters(0));
+        } else if !prefetch_two(steps, gpu.sms) {
+            opts.push("-DCL_PRE2=0".into());
         }
         let name = if st.norm { "clifford_fwd_norm_staged" } else { "clifford_fwd_staged" };
         plan.launch(launch(src, opts, (grid, 1, 1), smem, args, name));
@@ -1506,7 +1519,9 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
                     let fixed = fwd_opts(dt, v, norm, true, true);
                     let mut dynamic = fixed.clone();
                     dynamic.push(DYNAMIC_OPT.into());
-                    [KernelBuild { source: src, options: fixed }, KernelBuild { source: src, options: dynamic }]
+                    let mut one_step = fixed.clone();
+                    one_step.push("-DCL_PRE2=0".into());
+                    [fixed, dynamic, one_step].map(|options| KernelBuild { source: src, options })
                 };
                 if v > 1 {
                     out.extend(staged_fwd(false));

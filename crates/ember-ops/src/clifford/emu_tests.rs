@@ -396,6 +396,21 @@ fn emulated_dynamic_forward_takes_its_steps_at_run_time() {
 }
 
 #[test]
+fn forward_prologue_copies_two_steps_where_it_was_measured_faster() {
+    let layer = Layer::new("3,0").unwrap();
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 4800.0 };
+    let st = Stages { gelu: true, norm: true };
+    let one_step = |b: usize, n: usize| {
+        let plan = cuda::plan_fused_forward(&layer, Dims { m: 8, b, n }, DType::F32, st, cuda::RowVariant::Staged, gpu).unwrap();
+        assert_eq!(plan.launches.len(), 1, "{b} x {n}: one staged launch");
+        plan.launches[0].opts.iter().any(|o| o == "-DCL_PRE2=0")
+    };
+    // Steps of 2 rows at N = 512: 15.5 per SM at B = 4096, 3.9 at B = 1024.
+    assert!(!one_step(4096, 512) && !one_step(16384, 128) && !one_step(4096, 256));
+    assert!(one_step(1024, 512) && one_step(1024, 128));
+}
+
+#[test]
 fn backward_defaults_follow_the_measured_rule() {
     let cl3 = Layer::new("3,0").unwrap();
     use cuda::BwdVariant::{Cols, Pipe, Rowwise, Whole};
@@ -528,6 +543,8 @@ fn emulated_fused_kernels_match_the_reference() {
     // Staged forward: persistent CTAs over several steps (the last one partial), both buffers;
     // threads of a team past the row's end (N = 200: 50 groups in a team of 64).
     cases.push(Box::new(|| emu_fused("3,0", (70, 64), DType::F32)));
+    // 19 steps on three SMs: the fixed order's prologue copies two steps (CL_PRE2).
+    cases.push(Box::new(|| emu_fused("3,0", (150, 64), DType::F32)));
     cases.push(Box::new(|| emu_fused("2,0", (29, 200), DType::BF16)));
     // Pipelined column backward: N = 300 (three column tiles of 128, the last 44 wide), B = 1499
     // (300 chunks of 5 rows, the last of 4: three row steps per item; chunk sums 300 → 19 → 2 → 1).
