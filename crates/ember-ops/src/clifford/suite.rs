@@ -519,29 +519,34 @@ impl crate::OpFamily for Family {
         let cpu = ctx.device == Device::Cpu;
         // The fused layer: Cl(3,0) f32 over the B × N grid (the heatmap), other algebras and bf16 at
         // B·N = 2^21.
-        // EMBER_CLIFFORD_BENCH_GRID="4096x512,3960x512": those B × N instead (shape probes, e.g. how a
-        // size's steps divide over the SMs).
-        let grid_env: Option<Vec<(usize, usize)>> = std::env::var("EMBER_CLIFFORD_BENCH_GRID").ok().map(|g| {
+        // EMBER_CLIFFORD_BENCH_GRID="4096x512,3960x512,4096x512xbf16": those B × N (f32 unless a dtype
+        // follows) instead (shape probes, e.g. how a size's steps divide over the SMs).
+        let grid_env: Option<Vec<(usize, usize, DType)>> = std::env::var("EMBER_CLIFFORD_BENCH_GRID").ok().map(|g| {
             g.split(',')
                 .filter_map(|bn| {
-                    let (b, n) = bn.trim().split_once('x')?;
-                    Some((b.parse().ok()?, n.parse().ok()?))
+                    let mut it = bn.trim().split('x');
+                    let (b, n) = (it.next()?.parse().ok()?, it.next()?.parse().ok()?);
+                    let dt = match it.next() {
+                        None => DType::F32,
+                        Some(name) => DType::ACTIVATIONS.into_iter().find(|d| d.name() == name)?,
+                    };
+                    Some((b, n, dt))
                 })
                 .collect()
         });
-        let grid: Vec<(usize, usize)> = if let Some(g) = grid_env.filter(|g| !g.is_empty() && !cpu) {
+        let grid: Vec<(usize, usize, DType)> = if let Some(g) = grid_env.filter(|g| !g.is_empty() && !cpu) {
             g
         } else if cpu {
-            vec![(256, 128)]
+            vec![(256, 128, DType::F32)]
         } else if ctx.quick {
-            vec![(4096, 512), (16384, 128), (65536, 1024)]
+            vec![(4096, 512, DType::F32), (16384, 128, DType::F32), (65536, 1024, DType::F32)]
         } else {
-            [1024usize, 4096, 16384, 65536].iter().flat_map(|&b| [128usize, 256, 512, 1024].map(|n| (b, n))).collect()
+            [1024usize, 4096, 16384, 65536].iter().flat_map(|&b| [128usize, 256, 512, 1024].map(|n| (b, n, DType::F32))).collect()
         };
         // EMBER_CLIFFORD_BENCH_ALG=2,0: the grid in another named algebra (measurements of the
         // backward rule; the heatmap is Cl(3,0)'s).
         let grid_alg = std::env::var("EMBER_CLIFFORD_BENCH_ALG").ok().and_then(|a| ALGEBRAS.iter().copied().find(|&s| s == a)).unwrap_or("3,0");
-        let mut fused_cases: Vec<(&str, usize, usize, DType)> = grid.iter().map(|&(b, n)| (grid_alg, b, n, DType::F32)).collect();
+        let mut fused_cases: Vec<(&str, usize, usize, DType)> = grid.iter().map(|&(b, n, dt)| (grid_alg, b, n, dt)).collect();
         let (b0, n0) = if cpu { (256, 128) } else { (4096, 512) };
         if bench_variants() {
             for spec in ["2,0", "3,0,1", "1,3"] {
