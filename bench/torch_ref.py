@@ -133,6 +133,10 @@ def main():
             res["torch_eager_ms"] = time_ms(lambda i: fn(*inputs[i]), sets, args.budget_ms)
             want = args.compile == "all" or (args.compile == "largest" and largest[(r["op"], r["pass"], r["dtype"])] is r)
             if want:
+                # A fresh dynamo state per row: the references compile one function per shape, and
+                # past dynamo's recompile limit torch.compile silently runs it eagerly (a Clifford run
+                # of 330 rows timed eager as "compile" from its 141st row on).
+                torch._dynamo.reset()
                 cfn = torch.compile(fn, dynamic=False)
                 res["torch_compile_ms"] = time_ms(lambda i: cfn(*inputs[i]), sets, args.budget_ms)
             del inputs
