@@ -175,7 +175,7 @@ fn staged_weight_bytes(layer: &Layer, n: usize, v: usize) -> usize {
     let p = layer.paths();
     if weights_grouped() && (v * p).is_multiple_of(4) {
         let gw = v * p;
-        let gs = gw + if (gw / 4) % 2 == 0 { 4 } else { 0 };
+        let gs = gw + if (gw / 4).is_multiple_of(2) { 4 } else { 0 };
         n / v * gs * 4
     } else {
         p * n * 4

@@ -521,19 +521,7 @@ impl crate::OpFamily for Family {
         // B·N = 2^21.
         // EMBER_CLIFFORD_BENCH_GRID="4096x512,3960x512,4096x512xbf16": those B × N (f32 unless a dtype
         // follows) instead (shape probes, e.g. how a size's steps divide over the SMs).
-        let grid_env: Option<Vec<(usize, usize, DType)>> = std::env::var("EMBER_CLIFFORD_BENCH_GRID").ok().map(|g| {
-            g.split(',')
-                .filter_map(|bn| {
-                    let mut it = bn.trim().split('x');
-                    let (b, n) = (it.next()?.parse().ok()?, it.next()?.parse().ok()?);
-                    let dt = match it.next() {
-                        None => DType::F32,
-                        Some(name) => DType::ACTIVATIONS.into_iter().find(|d| d.name() == name)?,
-                    };
-                    Some((b, n, dt))
-                })
-                .collect()
-        });
+        let grid_env = std::env::var("EMBER_CLIFFORD_BENCH_GRID").ok().map(|g| parse_grid(&g));
         let grid: Vec<(usize, usize, DType)> = if let Some(g) = grid_env.filter(|g| !g.is_empty() && !cpu) {
             g
         } else if cpu {
@@ -628,6 +616,22 @@ fn graph_row(
         }
         Err(e) => eprintln!("clifford {pass}: graph timing failed ({e}); row left out"),
     }
+}
+
+/// "B×N[×dtype]" entries separated by commas ("4096x512,4096x512xbf16"); f32 where no dtype is
+/// named; malformed entries are left out.
+fn parse_grid(spec: &str) -> Vec<(usize, usize, DType)> {
+    spec.split(',')
+        .filter_map(|bn| {
+            let mut it = bn.trim().split('x');
+            let (b, n) = (it.next()?.parse().ok()?, it.next()?.parse().ok()?);
+            let dt = match it.next() {
+                None => DType::F32,
+                Some(name) => DType::ACTIVATIONS.into_iter().find(|d| d.name() == name)?,
+            };
+            it.next().is_none().then_some((b, n, dt))
+        })
+        .collect()
 }
 
 /// `EMBER_CLIFFORD_BENCH_VARIANTS=0` leaves out the rows of non-default kernels and the fused
@@ -915,4 +919,18 @@ fn bench_linear(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -
 
 fn cpu_device(ctx: &BenchCtx) -> bool {
     ctx.device == Device::Cpu
+}
+
+#[cfg(test)]
+mod bench_knob_tests {
+    use super::parse_grid;
+    use ember_core::DType;
+
+    #[test]
+    fn bench_grid_entries_parse_with_an_optional_dtype() {
+        assert_eq!(parse_grid("4096x512, 3960x512xbf16,16384x128xf16"), vec![(4096, 512, DType::F32), (3960, 512, DType::BF16), (16384, 128, DType::F16)]);
+        // Malformed entries are left out, the rest kept.
+        assert_eq!(parse_grid("4096,x512,4096x512xf64,1x2x3x4,7x9"), vec![(7, 9, DType::F32)]);
+        assert!(parse_grid("").is_empty());
+    }
 }
