@@ -255,7 +255,8 @@ impl Gpu {
     }
 }
 
-/// Dynamic shared memory of the staged forward: weights (P·N f32) and two buffers of x and y.
+/// Dynamic shared memory of the staged forward: the weights ([`staged_weight_bytes`]) and two buffers
+/// of x and y.
 fn staged_smem(layer: &Layer, n: usize, v: usize, dt: DType) -> usize {
     staged_weight_bytes(layer, n, v) + 2 * 2 * layer.blades() * THREADS as usize * v * dt.size()
 }
