@@ -763,7 +763,10 @@ pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages
         let mut args: Vec<Arg> = [0, 1, 2, 3, 4, 5, coef].iter().map(|&i| Arg::Buf(i)).collect();
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(t as i32));
-        let (smem, name) = if staged { (smem, "clifford_bwd_dot_staged") } else { (0, "clifford_bwd_dot") };
+        // Two CTAs per SM, as the grid assumes: the launch asks for more than a third of an SM's
+        // shared memory, else the V = 1 builds (48–76 registers, 10–42 KB) can put three or four
+        // on one SM and leave others idle (the forward's v16c, NOTES "v16d").
+        let (smem, name) = if staged { (smem.max(gpu.smem_optin / 3 + 1024), "clifford_bwd_dot_staged") } else { (0, "clifford_bwd_dot") };
         let mut opts = rows_opts(dt, "dot", v, staged);
         if let Some((_, cnt, n)) = fold {
             args.extend([Arg::Buf(cnt), Arg::I64(n as i64)]);
