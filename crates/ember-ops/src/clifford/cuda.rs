@@ -1144,14 +1144,29 @@ fn fc_tensor_cores(layer: &Layer, dt: DType) -> bool {
     [TileKind::FcFwd, TileKind::FcBwdData, TileKind::FcBwdWeight].iter().all(|&k| tile_cfg(k, layer.tables(), half).is_some())
 }
 
-fn plan_rows(plan: &mut Plan, layer: &Layer, kind: &str, dt: DType, rows: usize, n: usize, bufs: &[usize]) -> Result<()> {
+/// The norm of a product computed elsewhere ("normfwd") or its gradient ("normbwd") over `rows` rows
+/// of `n` channels.
+fn plan_norm_rows(plan: &mut Plan, layer: &Layer, kind: &str, dt: DType, rows: usize, n: usize, bufs: &[usize]) -> Result<()> {
     let v = vec_width(layer.blades(), n);
     let (grid, t) = row_launch(rows, n, v)?;
     let mut args: Vec<Arg> = bufs.iter().map(|&b| Arg::Buf(b)).collect();
     args.extend(sizes2(rows, n));
     args.push(Arg::I32(t as i32));
-    plan.launch(launch(rows_source(layer, kind)?, rows_opts(dt, kind, v, false), (grid, 1, 1), 0, args, "clifford_rows"));
+    plan.launch(launch(rows_source(layer, kind)?, norm_opts(dt, kind, v, holds_row(n, v)), (grid, 1, 1), 0, args, "clifford_rows"));
     Ok(())
+}
+
+/// Whether a team of row threads covers a row of `n` channels with one group of `v` each, so a row
+/// kernel can hold its words in registers across the row reduction (`CL_K = 1`).
+fn holds_row(n: usize, v: usize) -> bool {
+    n / v <= THREADS as usize
+}
+
+/// Options of the norm row kernels: `hold` reads each word once (rows.cu `CL_K`).
+fn norm_opts(dt: DType, kind: &str, v: usize, hold: bool) -> Vec<String> {
+    let mut o = rows_opts(dt, kind, v, false);
+    o.push(format!("-DCL_K={}", u8::from(hold)));
+    o
 }
 
 /// Fully connected forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms, o].
@@ -1202,7 +1217,7 @@ pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTyp
         plan_simt(&mut plan, layer, 1, dt, st.norm, dims.m * dims.b * n_out, &[0, 1, 2, o], dims, n_out)?;
     }
     if let Some(rms) = rms {
-        plan_rows(&mut plan, layer, "normfwd", dt, dims.b, n_out, &[o, out, rms])?;
+        plan_norm_rows(&mut plan, layer, "normfwd", dt, dims.b, n_out, &[o, out, rms])?;
     }
     Ok(plan)
 }
@@ -1240,7 +1255,7 @@ pub fn plan_fc_backward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTy
     // The gradient of the product: d_out itself, or the norm's backward of it (f32).
     let g = if norm {
         let d = plan.alloc(&[dims.m, dims.b, n_out], DType::F32);
-        plan_rows(&mut plan, layer, "normbwd", dt, dims.b, n_out, &[3, 4, 5, d])?;
+        plan_norm_rows(&mut plan, layer, "normbwd", dt, dims.b, n_out, &[3, 4, 5, d])?;
         d
     } else {
         3
@@ -1543,22 +1558,24 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
                 }
             }
         }
-        for kind in ["dot", "normfwd", "normbwd"] {
+        for kind in ["normfwd", "normbwd"] {
             let src = rows_source(layer, kind)?;
             for &v in &vs {
-                out.push(KernelBuild { source: src, options: rows_opts(dt, kind, v, false) });
-                if kind == "dot" && dt != DType::F32 {
-                    out.push(KernelBuild { source: src, options: rows_opts(dt, kind, v, true) });
+                for hold in [false, true] {
+                    out.push(KernelBuild { source: src, options: norm_opts(dt, kind, v, hold) });
                 }
-                // The dot pass that zeroes the folded sums' counters (BwdVariant::Fold).
-                if kind == "dot" {
-                    let stagings: &[bool] = if dt != DType::F32 { &[false, true] } else { &[false] };
-                    for &staged in stagings {
-                        let mut o = rows_opts(dt, kind, v, staged);
-                        o.push("-DCL_ZERO=1".into());
-                        out.push(KernelBuild { source: src, options: o });
-                    }
-                }
+            }
+        }
+        let src = rows_source(layer, "dot")?;
+        for &v in &vs {
+            // Plain and (half types) staged, each also as the pass that zeroes the folded sums'
+            // counters (BwdVariant::Fold).
+            let stagings: &[bool] = if dt != DType::F32 { &[false, true] } else { &[false] };
+            for &staged in stagings {
+                let plain = rows_opts(dt, "dot", v, staged);
+                let mut zeroing = plain.clone();
+                zeroing.push("-DCL_ZERO=1".into());
+                out.extend([plain, zeroing].map(|options| KernelBuild { source: src, options }));
             }
         }
         for (gelu, norm) in [(false, false), (true, false), (true, true)] {

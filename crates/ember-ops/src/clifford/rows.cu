@@ -456,12 +456,8 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
 #endif  // CL_KIND_FWD
 
 #if CL_KIND == CL_KIND_DOT || CL_KIND == CL_KIND_NORMBWD
-// Per-grade Σ g·u over CL_V channels at base, added to e.
-template <typename U>
-__device__ __forceinline__ void cl_dot_group(const act_t* __restrict__ g, const U* __restrict__ u, i64 BN, i64 base, float (&e)[CL_NG]) {
-    float gv[CL_M][CL_V], uv[CL_M][CL_V];
-    cl_load_mv(g, BN, base, gv);
-    cl_load_mv(u, BN, base, uv);
+// Per-grade Σ g·u over the CL_V channels of loaded words ([blade][channel]), added to e.
+__device__ __forceinline__ void cl_dot_vals(const float (&gv)[CL_M][CL_V], const float (&uv)[CL_M][CL_V], float (&e)[CL_NG]) {
 #pragma unroll
     for (int c = 0; c < CL_V; ++c) {
         float gi[CL_M], ui[CL_M], s[CL_NG];
@@ -471,6 +467,14 @@ __device__ __forceinline__ void cl_dot_group(const act_t* __restrict__ g, const 
 #pragma unroll
         for (int k = 0; k < CL_NG; ++k) e[k] += s[k];
     }
+}
+// Per-grade Σ g·u over CL_V channels at base, added to e.
+template <typename U>
+__device__ __forceinline__ void cl_dot_group(const act_t* __restrict__ g, const U* __restrict__ u, i64 BN, i64 base, float (&e)[CL_NG]) {
+    float gv[CL_M][CL_V], uv[CL_M][CL_V];
+    cl_load_mv(g, BN, base, gv);
+    cl_load_mv(u, BN, base, uv);
+    cl_dot_vals(gv, uv, e);
 }
 #endif
 
@@ -583,6 +587,16 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
 }
 #endif
 
+#if CL_KIND == CL_KIND_NORMFWD || CL_KIND == CL_KIND_NORMBWD
+// CL_K = 1 (the host's choice where N ≤ team·V: at most one group of CL_V channels per thread): the
+// row's words are read once and held in registers across the row reduction. CL_K = 0 reads them
+// again after it (B = 4096, N = 512: the whole grid of 2048 CTAs is resident at once, and the 67 MB
+// of o do not fit in the L2 between the two reads). Same sums, same bits.
+#ifndef CL_K
+#define CL_K 0
+#endif
+#endif
+
 #if CL_KIND == CL_KIND_NORMFWD
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* __restrict__ o, act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
@@ -593,6 +607,41 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* 
     float ss[CL_NG];
 #pragma unroll
     for (int k = 0; k < CL_NG; ++k) ss[k] = 0.0f;
+#if CL_K
+    const bool mine = live && lt < G;
+    float ov[CL_M][CL_V];
+    if (mine) {
+        cl_load_mv(o, BN, b * N + lt * CL_V, ov);
+#pragma unroll
+        for (int c = 0; c < CL_V; ++c) {
+            float oi[CL_M], s[CL_NG];
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) oi[j] = ov[j][c];
+            cl_dot(oi, oi, s);
+#pragma unroll
+            for (int k = 0; k < CL_NG; ++k) ss[k] += s[k];
+        }
+    }
+    cl_team_sum<CL_NG>(ss, red, team);
+    float a[CL_NG];
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) {
+        const float r = sqrtf(ss[k] / (float)N + CL_EPS);
+        a[k] = 1.0f / r;
+        if (live && lt == 0) rms[b * CL_NG + k] = r;
+    }
+    if (mine) {
+        float s[CL_V][CL_M];
+#pragma unroll
+        for (int c = 0; c < CL_V; ++c) {
+            float oi[CL_M];
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) oi[j] = ov[j][c];
+            cl_scale(oi, a, s[c]);
+        }
+        cl_store_mv(out, BN, b * N + lt * CL_V, s);
+    }
+#else
     for (i64 q = lt; live && q < G; q += team) {
         float ov[CL_M][CL_V];
         cl_load_mv(o, BN, b * N + q * CL_V, ov);
@@ -626,6 +675,7 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* 
         }
         cl_store_mv(out, BN, b * N + q * CL_V, s);
     }
+#endif
 }
 #endif
 
@@ -642,7 +692,17 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
     float e[CL_NG];
 #pragma unroll
     for (int k = 0; k < CL_NG; ++k) e[k] = 0.0f;
+#if CL_K
+    const bool mine = live && lt < G;
+    float gv[CL_M][CL_V], ov[CL_M][CL_V];
+    if (mine) {
+        cl_load_mv(g, BN, b * N + lt * CL_V, gv);
+        cl_load_mv(o, BN, b * N + lt * CL_V, ov);
+        cl_dot_vals(gv, ov, e);
+    }
+#else
     for (i64 q = lt; live && q < G; q += team) cl_dot_group(g, o, BN, b * N + q * CL_V, e);
+#endif
     cl_team_sum<CL_NG>(e, red, team);
     float a[CL_NG], c[CL_NG];
 #pragma unroll
@@ -650,6 +710,19 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
         a[k] = live ? 1.0f / rms[b * CL_NG + k] : 0.0f;
         c[k] = a[k] * a[k] * e[k] / (float)N;
     }
+#if CL_K
+    if (mine) {
+        float d[CL_V][CL_M];
+#pragma unroll
+        for (int cc = 0; cc < CL_V; ++cc) {
+            float gi[CL_M], oi[CL_M];
+#pragma unroll
+            for (int j = 0; j < CL_M; ++j) { gi[j] = gv[j][cc]; oi[j] = ov[j][cc]; }
+            cl_normbwd(gi, oi, a, c, d[cc]);
+        }
+        cl_store_mv(d_o, BN, b * N + lt * CL_V, d);
+    }
+#else
     for (i64 q = lt; live && q < G; q += team) {
         float gv[CL_M][CL_V], ov[CL_M][CL_V], d[CL_V][CL_M];
         cl_load_mv(g, BN, b * N + q * CL_V, gv);
@@ -663,5 +736,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
         }
         cl_store_mv(d_o, BN, b * N + q * CL_V, d);
     }
+#endif
 }
 #endif
