@@ -197,12 +197,12 @@ fn fc3_source(layer: &Layer) -> Result<KernelSource> {
     })
 }
 
-/// Which kernel of fc3.cu a build is: the product, the weights pass or the gate pass.
+/// Which kernel of fc3.cu a build is: the product or the prep pass (weights and gates).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Pass {
     Product = 0,
-    Weights = 1,
-    Gates = 2,
+    /// The weights arranged into tiles and the gates of every element, in one launch.
+    Prep = 1,
 }
 
 /// Build options; `cols` = (CW, CN), the product's two tile widths (the passes take none);
@@ -243,16 +243,16 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let (cw, cn, nw, nct) = col_tiles(n_out);
     let p = layer.paths();
     let wt = plan.alloc(&[p, nct, nch, COLS * 16], dt);
-    // One thread per 16-byte unit of the arranged weights (8 values).
-    let prep_grid = blocks("w", p * nct * nch * COLS * 2, 256)?.min(8192);
+    // The prep pass: one thread per 16-byte unit of the arranged weights (8 values) in the first
+    // blocks, the GELU gates Φ(x₀)·Φ(y₀) of every element (B × N f32) in the rest.
+    let gates = plan.alloc(&[dims.b, dims.n], DType::F32);
+    let weight_blocks = blocks("w", p * nct * nch * COLS * 2, 256)?.min(8192);
+    let gate_blocks = blocks("x", dims.b * dims.n, 256)?.min(8192);
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
     args.extend([p, dims.n, n_out, nch, nct, cw, cn, nw].map(|v| Arg::I64(v as i64)));
-    plan.launch(Launch { src, opts: opts(dt, Pass::Weights, Load::Scalar, false, None, false), entry: "cl_kernel".into(), grid: (prep_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_prep" });
-    // The GELU gates Φ(x₀)·Φ(y₀) of every element (B × N f32).
-    let gates = plan.alloc(&[dims.b, dims.n], DType::F32);
-    let gate_grid = blocks("x", dims.b * dims.n, 256)?.min(8192);
-    let args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64)];
-    plan.launch(Launch { src, opts: opts(dt, Pass::Gates, Load::Scalar, false, None, false), entry: "cl_kernel".into(), grid: (gate_grid, 1, 1), block: 256, smem: 0, args, name: "clifford_fc3_gates" });
+    args.extend([Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64), Arg::I64(weight_blocks as i64)]);
+    let prep_grid = (weight_blocks + gate_blocks, 1, 1);
+    plan.launch(Launch { src, opts: opts(dt, Pass::Prep, Load::Scalar, false, None, false), entry: "cl_kernel".into(), grid: prep_grid, block: 256, smem: 0, args, name: "clifford_fc3_prep" });
     let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
         .ok()
         .filter(|&v| v <= 65535)
@@ -277,10 +277,7 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
         return Ok(Vec::new());
     }
     let src = fc3_source(layer)?;
-    let mut out = vec![
-        KernelBuild { source: src, options: opts(dt, Pass::Weights, Load::Scalar, false, None, false) },
-        KernelBuild { source: src, options: opts(dt, Pass::Gates, Load::Scalar, false, None, false) },
-    ];
+    let mut out = vec![KernelBuild { source: src, options: opts(dt, Pass::Prep, Load::Scalar, false, None, false) }];
     let staged = config(layer.tables()).is_some_and(|c| c.smem_staged.is_some());
     let clustered = config(layer.tables()).is_some_and(|c| cluster_fits(&c));
     // Tile widths of N_out = 512 (176 and 168: two instantiations per type) and of a multiple of 192.
