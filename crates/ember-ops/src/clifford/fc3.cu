@@ -223,11 +223,12 @@ template <int T, int NC> __device__ __forceinline__ void f3_load_w(const f3_args
     using t = f3t<T>;
     const int tid = f3_tid();  // F3_THREADS = 16-byte chunks of a whole tile
     if (NC < F3_COLS && tid >= NC * 2) return;
+    // Tile (path p, column tile ct, chunk c) starts ((p·NCT + ct)·NCH + c) tiles into wt: one base
+    // for the chunk, a constant multiple of the path stride per tile.
+    const u16* src = A.wt + ((i64)A.ct * A.NCH + c) * (F3_COLS * 16) + tid * 8;
+    const i64 path_stride = A.NCT * A.NCH * (F3_COLS * 16);
 #pragma unroll
-    for (int u = 0; u < t::NB; ++u) {
-        const u16* src = A.wt + (((i64)t::bpath(u) * A.NCT + A.ct) * A.NCH + c) * (F3_COLS * 16) + tid * 8;
-        f3_cp16(Bs + u * F3_BTILE + tid * 16, src);
-    }
+    for (int u = 0; u < t::NB; ++u) f3_cp16(Bs + u * F3_BTILE + tid * 16, src + t::bpath(u) * path_stride);
 }
 
 // The path terms of one element pair (channels 2q, 2q + 1 of row r in the chunk) into the A tiles:
@@ -419,9 +420,6 @@ __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, 
     const int owned = (2 * CL_M - rank + F3_TYPES - 1) / F3_TYPES;
     for (int v = tid; v < owned * F3_ROWS * 2; v += F3_THREADS) {
         const int u = (rank + F3_TYPES * (v >> 7)) * (F3_ROWS * 2) + (v & (F3_ROWS * 2 - 1));
-#else
-    for (int u = tid; u < 2 * CL_M * F3_ROWS * 2; u += F3_THREADS) {
-#endif
         const int h = u & 1, r = (u >> 1) & (F3_ROWS - 1), jj = u >> 7;
         const int j = jj % CL_M;
         const u16* base = jj < CL_M ? A.x : A.y;
@@ -429,6 +427,31 @@ __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, 
         const bool ok = b < A.B && n < A.N;
         f3_cp16z(Rt + (u - tid) * 16, ok ? base + j * BN + b * A.N + n : base, ok);
     }
+#else
+    // Unit u = tid + F3_THREADS·k: its row r = (tid >> 1) & 63 and half h = tid & 1 are the thread's
+    // for every k, and its plane jj = u >> 7 = tid / 128 + (F3_THREADS / 128)·k (F3_THREADS a
+    // multiple of 128). So the row's offset is computed once per chunk and each unit adds only its
+    // plane's base: ~8 instructions a unit, where the per-unit index math (64-bit, a division by
+    // CL_M, bounds) was ~47 — 40 % of the product's instructions at B = 4096, N = N_out = 512 (ncu,
+    // H200). Same units, same bytes.
+    static_assert(F3_THREADS % 128 == 0, "a unit's row and half must be the thread's");
+    constexpr int UNITS = 2 * CL_M * F3_ROWS * 2, KMAX = (UNITS + F3_THREADS - 1) / F3_THREADS;
+    const int r = (tid >> 1) & (F3_ROWS - 1), h = tid & 1, wg = tid >> 7;
+    const i64 b = A.b0 + r, n = c * 16 + 8 * h;
+    const bool ok = b < A.B && n < A.N;
+    const i64 off = ok ? b * A.N + n : 0;  // a valid address where nothing is read
+#pragma unroll
+    for (int k = 0; k < KMAX; ++k) {
+        const int jj = wg + (F3_THREADS / 128) * k;
+        // Every thread's unit k exists where (k + 1)·F3_THREADS ≤ UNITS (a constant per k).
+        if ((k + 1) * F3_THREADS <= UNITS || jj < 2 * CL_M) {
+            const bool in_x = jj < CL_M;
+            const u16* base = in_x ? A.x : A.y;
+            const int j = in_x ? jj : jj - CL_M;
+            f3_cp16z(Rt + F3_THREADS * k * 16, base + (j * BN + off), ok);
+        }
+    }
+#endif
     // Gates: unit v = row · 4 + quarter, stored at unit v ^ (((v >> 3) & 1) << 1) (f3_raw_g).
 #if F3_CLUSTER
     if (F3_OWNER(2 * CL_M) != rank) return;
