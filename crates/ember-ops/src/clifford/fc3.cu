@@ -215,6 +215,9 @@ struct f3_args {
     void* dst;
     i64 B, N, Mo, NCH, NCT, b0, ct;
     i64 col0;  // the tile's first output channel
+    // The weight tiles of this column tile: chunk c of path p at wct + p·path_stride + c·(tile).
+    const u16* wct;
+    i64 path_stride;
 };
 
 // Weights of chunk c (the type's NB paths) into the B part of a stage: the first NC columns of each
@@ -223,12 +226,11 @@ template <int T, int NC> __device__ __forceinline__ void f3_load_w(const f3_args
     using t = f3t<T>;
     const int tid = f3_tid();  // F3_THREADS = 16-byte chunks of a whole tile
     if (NC < F3_COLS && tid >= NC * 2) return;
-    // Tile (path p, column tile ct, chunk c) starts ((p·NCT + ct)·NCH + c) tiles into wt: one base
-    // for the chunk, a constant multiple of the path stride per tile.
-    const u16* src = A.wt + ((i64)A.ct * A.NCH + c) * (F3_COLS * 16) + tid * 8;
-    const i64 path_stride = A.NCT * A.NCH * (F3_COLS * 16);
+    // One base for the chunk, a constant multiple of the path stride per tile (the multiples are
+    // the same in every chunk, so they stay out of the chunk loop).
+    const u16* src = A.wct + c * (F3_COLS * 16) + tid * 8;
 #pragma unroll
-    for (int u = 0; u < t::NB; ++u) f3_cp16(Bs + u * F3_BTILE + tid * 16, src + t::bpath(u) * path_stride);
+    for (int u = 0; u < t::NB; ++u) f3_cp16(Bs + u * F3_BTILE + tid * 16, src + t::bpath(u) * A.path_stride);
 }
 
 // The path terms of one element pair (channels 2q, 2q + 1 of row r in the chunk) into the A tiles:
@@ -710,6 +712,9 @@ extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_THREADS, 1) cl_k
     A.b0 = (i64)(blockIdx.y / F3_TYPES) * F3_ROWS;
     A.ct = blockIdx.x;
     A.col0 = A.ct < NW ? A.ct * F3_CW : NW * F3_CW + (A.ct - NW) * F3_CN;
+    // Tile (path p, column tile ct, chunk c) is tile (p·NCT + ct)·NCH + c of wt.
+    A.wct = wt + A.ct * NCH * (F3_COLS * 16);
+    A.path_stride = NCT * NCH * (F3_COLS * 16);
     if (A.b0 >= B) return;
     const int type = (int)(blockIdx.y % F3_TYPES);
     if (F3_CW == F3_CN || A.ct >= NW) {
