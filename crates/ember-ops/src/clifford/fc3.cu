@@ -189,21 +189,29 @@ template <int R> __device__ __forceinline__ void f3_fence_regs(float (&d)[R]) {
 
 // Shared-memory descriptor of a K-major core-matrix tile without swizzle: the two 8-deep halves of
 // k 128 bytes apart (leading offset), 8-row groups 256 bytes apart (stride offset).
-#ifndef EMBER_HOST_EMU
+// The descriptor of a tile `off` bytes into a stage is the stage's plus off / 16 (the address field,
+// bits 0–13, holds shared-memory addresses / 16 below 256 KB, so the sum never carries out of it):
+// one add per product instead of building both descriptors from addresses (~15 instructions).
 __device__ __forceinline__ u64 f3_desc(const unsigned char* p) {
+#ifdef EMBER_HOST_EMU
+    (void)p;
+    return 0;
+#else
     const u32 addr = (u32)__cvta_generic_to_shared(p);
     return (u64)((addr & 0x3FFFFu) >> 4) | ((u64)(128 >> 4) << 16) | ((u64)(256 >> 4) << 32);
-}
 #endif
+}
 
 // d (this thread's NC / 2 accumulators of the warpgroup's 64 × NC block) += A · Bᵀ over 16 of depth,
-// A (64 × 16) at `a` and B (NC × 16) at `b` in shared memory; f3_wgmma<NC> (fc3.rs) is
-// wgmma.m64nNCk16 for each multiple of 8 up to 192.
-template <int NC> __device__ __forceinline__ void f3_mma(float (&d)[NC / 2], const unsigned char* a, const unsigned char* b) {
+// A (64 × 16) and B (NC × 16) at byte offsets a_off and b_off of the stage at st (descriptor sd) in
+// shared memory; f3_wgmma<NC> (fc3.rs) is wgmma.m64nNCk16 for each multiple of 8 up to 192.
+template <int NC>
+__device__ __forceinline__ void f3_mma(float (&d)[NC / 2], const unsigned char* st, u64 sd, u32 a_off, u32 b_off) {
 #ifdef EMBER_HOST_EMU
-    ember_emu_wgmma<F3_BF16 ? 1 : 2, NC>(d, reinterpret_cast<const u16*>(a), reinterpret_cast<const u16*>(b));
+    (void)sd;
+    ember_emu_wgmma<F3_BF16 ? 1 : 2, NC>(d, reinterpret_cast<const u16*>(st + a_off), reinterpret_cast<const u16*>(st + b_off));
 #elif F3_HAS_WGMMA
-    f3_wgmma<NC>(d, f3_desc(a), f3_desc(b));
+    f3_wgmma<NC>(d, sd + (a_off >> 4), sd + (b_off >> 4));
 #endif
 }
 
@@ -519,13 +527,25 @@ template <int T, int PP> __device__ __forceinline__ int f3_btile(int wg) {
 
 template <int T, int NC, int PP> struct f3_issue {
     // Products PP.. of warpgroup wg on stage st (a recursion, so that each PP is a template constant).
-    static __device__ __forceinline__ void run(float (&acc)[NC / 2], const unsigned char* st, int wg) {
+    // sd is the stage's descriptor, wa the warpgroup's first A tile: the A tiles add constants to
+    // sd + wa / 16 (one 64-bit add per chunk that depends on wg), the B tiles to sd.
+    static __device__ __forceinline__ void run(float (&acc)[NC / 2], const unsigned char* st, u64 sd, u64 sa, u32 wa, int wg) {
         using t = f3t<T>;
         if constexpr (PP < t::PR) {
             constexpr int A_BYTES = t::NS * F3_ATILE;
-            f3_mma<NC>(acc, st + (wg * t::PR + PP) * F3_ATILE, st + A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE);
-            f3_issue<T, NC, PP + 1>::run(acc, st, wg);
+#ifdef EMBER_HOST_EMU
+            (void)sa;
+            f3_mma<NC>(acc, st, sd, wa + PP * F3_ATILE, A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE);
+#elif F3_HAS_WGMMA
+            f3_wgmma<NC>(acc, sa + (u32)(PP * F3_ATILE / 16), sd + (u32)((A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE) / 16));
+#endif
+            f3_issue<T, NC, PP + 1>::run(acc, st, sd, sa, wa, wg);
         }
+    }
+    static __device__ __forceinline__ void start(float (&acc)[NC / 2], const unsigned char* st, int wg) {
+        const u64 sd = f3_desc(st);
+        const u32 wa = (u32)(wg * f3t<T>::PR * F3_ATILE);
+        run(acc, st, sd, sd + (wa >> 4), wa, wg);
     }
 };
 
@@ -571,7 +591,7 @@ template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A
         if (active) {
             f3_fence_regs(acc);
             f3_wg_fence();
-            f3_issue<T, NC, 0>::run(acc, st, wg);
+            f3_issue<T, NC, 0>::start(acc, st, wg);
             f3_wg_commit();
             f3_wg_wait<1>();  // the products of chunk c − 1 are done
             f3_fence_regs(acc);
@@ -614,7 +634,7 @@ template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A
         if (active) {
             f3_fence_regs(acc);
             f3_wg_fence();
-            f3_issue<T, NC, 0>::run(acc, st, wg);
+            f3_issue<T, NC, 0>::start(acc, st, wg);
             f3_wg_commit();
             // The products of chunk c − 1 are done; chunk c's run on while the next stage is filled.
             f3_wg_wait<1>();
