@@ -455,7 +455,7 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
 #endif
 #endif  // CL_KIND_FWD
 
-#if CL_KIND == CL_KIND_DOT || CL_KIND == CL_KIND_NORMBWD
+#if CL_KIND == CL_KIND_DOT || CL_KIND == CL_KIND_NORMFWD || CL_KIND == CL_KIND_NORMBWD
 // Per-grade Σ g·u over the CL_V channels of loaded words ([blade][channel]), added to e.
 __device__ __forceinline__ void cl_dot_vals(const float (&gv)[CL_M][CL_V], const float (&uv)[CL_M][CL_V], float (&e)[CL_NG]) {
 #pragma unroll
@@ -598,13 +598,37 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
 #endif
 
 #if CL_KIND == CL_KIND_NORMFWD
+// The per-grade scale factors a = 1/r of a row from its sums of squares (summed over the team here),
+// r stored by the team's first thread.
+__device__ __forceinline__ void cl_norm_scales(float (&ss)[CL_NG], float* red, int team, i64 N, float* __restrict__ rms, i64 b, bool store, float (&a)[CL_NG]) {
+    cl_team_sum<CL_NG>(ss, red, team);
+#pragma unroll
+    for (int k = 0; k < CL_NG; ++k) {
+        const float r = sqrtf(ss[k] / (float)N + CL_EPS);
+        a[k] = 1.0f / r;
+        if (store) rms[b * CL_NG + k] = r;
+    }
+}
+// out = o/r of the CL_V channels of loaded words ([blade][channel]) at base.
+__device__ __forceinline__ void cl_scale_vals_store(act_t* __restrict__ out, i64 BN, i64 base, const float (&ov)[CL_M][CL_V], const float (&a)[CL_NG]) {
+    float s[CL_V][CL_M];
+#pragma unroll
+    for (int c = 0; c < CL_V; ++c) {
+        float oi[CL_M];
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) oi[j] = ov[j][c];
+        cl_scale(oi, a, s[c]);
+    }
+    cl_store_mv(out, BN, base, s);
+}
+
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* __restrict__ o, act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team) {
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team;
     const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
     const bool live = b < B;
     const i64 G = N / CL_V, BN = B * N;
-    float ss[CL_NG];
+    float ss[CL_NG], a[CL_NG];
 #pragma unroll
     for (int k = 0; k < CL_NG; ++k) ss[k] = 0.0f;
 #if CL_K
@@ -612,74 +636,41 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* 
     float ov[CL_M][CL_V];
     if (mine) {
         cl_load_mv(o, BN, b * N + lt * CL_V, ov);
-#pragma unroll
-        for (int c = 0; c < CL_V; ++c) {
-            float oi[CL_M], s[CL_NG];
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) oi[j] = ov[j][c];
-            cl_dot(oi, oi, s);
-#pragma unroll
-            for (int k = 0; k < CL_NG; ++k) ss[k] += s[k];
-        }
+        cl_dot_vals(ov, ov, ss);
     }
-    cl_team_sum<CL_NG>(ss, red, team);
-    float a[CL_NG];
-#pragma unroll
-    for (int k = 0; k < CL_NG; ++k) {
-        const float r = sqrtf(ss[k] / (float)N + CL_EPS);
-        a[k] = 1.0f / r;
-        if (live && lt == 0) rms[b * CL_NG + k] = r;
-    }
-    if (mine) {
-        float s[CL_V][CL_M];
-#pragma unroll
-        for (int c = 0; c < CL_V; ++c) {
-            float oi[CL_M];
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) oi[j] = ov[j][c];
-            cl_scale(oi, a, s[c]);
-        }
-        cl_store_mv(out, BN, b * N + lt * CL_V, s);
-    }
+    cl_norm_scales(ss, red, team, N, rms, b, live && lt == 0, a);
+    if (mine) cl_scale_vals_store(out, BN, b * N + lt * CL_V, ov, a);
 #else
     for (i64 q = lt; live && q < G; q += team) {
         float ov[CL_M][CL_V];
         cl_load_mv(o, BN, b * N + q * CL_V, ov);
-#pragma unroll
-        for (int c = 0; c < CL_V; ++c) {
-            float oi[CL_M], s[CL_NG];
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) oi[j] = ov[j][c];
-            cl_dot(oi, oi, s);
-#pragma unroll
-            for (int k = 0; k < CL_NG; ++k) ss[k] += s[k];
-        }
+        cl_dot_vals(ov, ov, ss);
     }
-    cl_team_sum<CL_NG>(ss, red, team);
-    float a[CL_NG];
-#pragma unroll
-    for (int k = 0; k < CL_NG; ++k) {
-        const float r = sqrtf(ss[k] / (float)N + CL_EPS);
-        a[k] = 1.0f / r;
-        if (live && lt == 0) rms[b * CL_NG + k] = r;
-    }
+    cl_norm_scales(ss, red, team, N, rms, b, live && lt == 0, a);
     for (i64 q = lt; live && q < G; q += team) {
-        float ov[CL_M][CL_V], s[CL_V][CL_M];
+        float ov[CL_M][CL_V];
         cl_load_mv(o, BN, b * N + q * CL_V, ov);
-#pragma unroll
-        for (int c = 0; c < CL_V; ++c) {
-            float oi[CL_M];
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) oi[j] = ov[j][c];
-            cl_scale(oi, a, s[c]);
-        }
-        cl_store_mv(out, BN, b * N + q * CL_V, s);
+        cl_scale_vals_store(out, BN, b * N + q * CL_V, ov, a);
     }
 #endif
 }
 #endif
 
 #if CL_KIND == CL_KIND_NORMBWD
+// d_o = cl_normbwd(g, o, a, c) of the CL_V channels of loaded words at base.
+__device__ __forceinline__ void cl_normbwd_vals_store(float* __restrict__ d_o, i64 BN, i64 base, const float (&gv)[CL_M][CL_V], const float (&ov)[CL_M][CL_V],
+                                                      const float (&a)[CL_NG], const float (&c)[CL_NG]) {
+    float d[CL_V][CL_M];
+#pragma unroll
+    for (int cc = 0; cc < CL_V; ++cc) {
+        float gi[CL_M], oi[CL_M];
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) { gi[j] = gv[j][cc]; oi[j] = ov[j][cc]; }
+        cl_normbwd(gi, oi, a, c, d[cc]);
+    }
+    cl_store_mv(d_o, BN, base, d);
+}
+
 // The gradient of the product o (f32, kept by the forward) from the gradient g of out = o/r:
 // d_o = cl_normbwd(g, o, a, c) = (g − o·c)·a with a = 1/r, c = a²·Σ g·o / N.
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ g, const float* __restrict__ o, const float* __restrict__ rms,
@@ -711,30 +702,13 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
         c[k] = a[k] * a[k] * e[k] / (float)N;
     }
 #if CL_K
-    if (mine) {
-        float d[CL_V][CL_M];
-#pragma unroll
-        for (int cc = 0; cc < CL_V; ++cc) {
-            float gi[CL_M], oi[CL_M];
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) { gi[j] = gv[j][cc]; oi[j] = ov[j][cc]; }
-            cl_normbwd(gi, oi, a, c, d[cc]);
-        }
-        cl_store_mv(d_o, BN, b * N + lt * CL_V, d);
-    }
+    if (mine) cl_normbwd_vals_store(d_o, BN, b * N + lt * CL_V, gv, ov, a, c);
 #else
     for (i64 q = lt; live && q < G; q += team) {
-        float gv[CL_M][CL_V], ov[CL_M][CL_V], d[CL_V][CL_M];
+        float gv[CL_M][CL_V], ov[CL_M][CL_V];
         cl_load_mv(g, BN, b * N + q * CL_V, gv);
         cl_load_mv(o, BN, b * N + q * CL_V, ov);
-#pragma unroll
-        for (int cc = 0; cc < CL_V; ++cc) {
-            float gi[CL_M], oi[CL_M];
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) { gi[j] = gv[j][cc]; oi[j] = ov[j][cc]; }
-            cl_normbwd(gi, oi, a, c, d[cc]);
-        }
-        cl_store_mv(d_o, BN, b * N + q * CL_V, d);
+        cl_normbwd_vals_store(d_o, BN, b * N + q * CL_V, gv, ov, a, c);
     }
 #endif
 }
