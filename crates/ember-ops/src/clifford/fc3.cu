@@ -202,19 +202,6 @@ __device__ __forceinline__ u64 f3_desc(const unsigned char* p) {
 #endif
 }
 
-// d (this thread's NC / 2 accumulators of the warpgroup's 64 × NC block) += A · Bᵀ over 16 of depth,
-// A (64 × 16) and B (NC × 16) at byte offsets a_off and b_off of the stage at st (descriptor sd) in
-// shared memory; f3_wgmma<NC> (fc3.rs) is wgmma.m64nNCk16 for each multiple of 8 up to 192.
-template <int NC>
-__device__ __forceinline__ void f3_mma(float (&d)[NC / 2], const unsigned char* st, u64 sd, u32 a_off, u32 b_off) {
-#ifdef EMBER_HOST_EMU
-    (void)sd;
-    ember_emu_wgmma<F3_BF16 ? 1 : 2, NC>(d, reinterpret_cast<const u16*>(st + a_off), reinterpret_cast<const u16*>(st + b_off));
-#elif F3_HAS_WGMMA
-    f3_wgmma<NC>(d, sd + (a_off >> 4), sd + (b_off >> 4));
-#endif
-}
-
 struct f3_args {
     const u16* x;
     const u16* y;
@@ -441,7 +428,7 @@ __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, 
     // Unit u = tid + F3_THREADS·k: its row r = (tid >> 1) & 63 and half h = tid & 1 are the thread's
     // for every k, and its plane jj = u >> 7 = tid / 128 + (F3_THREADS / 128)·k (F3_THREADS a
     // multiple of 128). So the row's offset is computed once per chunk and each unit adds only its
-    // plane's base: ~8 instructions a unit, where the per-unit index math (64-bit, a division by
+    // plane's base: ~18 instructions a unit, where the per-unit index math (64-bit, a division by
     // CL_M, bounds) was ~47 — 40 % of the product's instructions at B = 4096, N = N_out = 512 (ncu,
     // H200). Same units, same bytes.
     static_assert(F3_THREADS % 128 == 0, "a unit's row and half must be the thread's");
@@ -526,7 +513,10 @@ template <int T, int PP> __device__ __forceinline__ int f3_btile(int wg) {
 }
 
 template <int T, int NC, int PP> struct f3_issue {
-    // Products PP.. of warpgroup wg on stage st (a recursion, so that each PP is a template constant).
+    // Products PP.. of warpgroup wg on stage st (a recursion, so that each PP is a template constant):
+    // acc (this thread's NC / 2 accumulators of the warpgroup's 64 × NC block) += A · Bᵀ over 16 of
+    // depth per product, by f3_wgmma<NC> (fc3.rs: wgmma.m64nNCk16 for each multiple of 8 up to 192)
+    // on the descriptors of A (64 × 16) and B (NC × 16); the host emulation takes their addresses.
     // sd is the stage's descriptor, wa the warpgroup's first A tile: the A tiles add constants to
     // sd + wa / 16 (one 64-bit add per chunk that depends on wg), the B tiles to sd.
     static __device__ __forceinline__ void run(float (&acc)[NC / 2], const unsigned char* st, u64 sd, u64 sa, u32 wa, int wg) {
@@ -535,7 +525,8 @@ template <int T, int NC, int PP> struct f3_issue {
             constexpr int A_BYTES = t::NS * F3_ATILE;
 #ifdef EMBER_HOST_EMU
             (void)sa;
-            f3_mma<NC>(acc, st, sd, wa + PP * F3_ATILE, A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE);
+            ember_emu_wgmma<F3_BF16 ? 1 : 2, NC>(acc, reinterpret_cast<const u16*>(st + wa + PP * F3_ATILE),
+                                                 reinterpret_cast<const u16*>(st + A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE));
 #elif F3_HAS_WGMMA
             f3_wgmma<NC>(acc, sa + (u32)(PP * F3_ATILE / 16), sd + (u32)((A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE) / 16));
 #endif
