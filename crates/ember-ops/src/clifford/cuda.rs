@@ -295,11 +295,10 @@ fn staged_smem(layer: &Layer, n: usize, v: usize, dt: DType, threads: u32) -> us
 }
 
 /// Whether the staged forward runs wide: 512 threads of half the channels each (rows.cu
-/// `CL_THREADS`), 16 warps per SM instead of 8 for the same step (rows and bytes), at v = 4 (a half
-/// type's copies at v = 1 would be 2 bytes, below cp.async's 4). `EMBER_CLIFFORD_FWD_WIDE=1|0`; off
-/// by default.
+/// `CL_THREADS`), 16 warps per SM instead of 8 for the same step (rows and bytes), at v ≥ 2.
+/// `EMBER_CLIFFORD_FWD_WIDE=1|0`; off by default.
 fn fwd_wide(v: usize) -> bool {
-    v >= 4 && std::env::var("EMBER_CLIFFORD_FWD_WIDE").as_deref() == Ok("1")
+    v >= 2 && std::env::var("EMBER_CLIFFORD_FWD_WIDE").as_deref() == Ok("1")
 }
 
 fn rows_source(layer: &Layer, kind: &str) -> Result<KernelSource> {
@@ -2528,7 +2527,7 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
                 });
                 // Each staged forward also wide (`fwd_wide`): half the channels, 512 threads.
                 let staged_fwd = |norm: bool| {
-                    [false, true].into_iter().filter(move |&wide| !wide || v >= 4).flat_map(move |wide| {
+                    [false, true].into_iter().flat_map(move |wide| {
                         let mut fixed =
                             fwd_opts(dt, if wide { v / 2 } else { v }, norm, true, true);
                         if wide {
