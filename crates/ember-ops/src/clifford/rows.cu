@@ -32,11 +32,7 @@
 
 typedef EMBER_T act_t;
 #define CL_EPS 1e-6f
-// Threads per CTA: 256, except the staged forward's wide build (-DCL_THREADS=512, half the channels
-// per thread: 16 warps per SM; cuda.rs `fwd_wide`).
-#ifndef CL_THREADS
 #define CL_THREADS 256
-#endif
 
 // ---- CL_V-wide loads and stores, converted to/from f32 -------------------------------------------
 template <int V> __device__ __forceinline__ void cl_ldv(const float* p, float (&v)[V]) {
