@@ -296,16 +296,6 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 #if CL_PRE2 && CL_DYN
 #error "CL_PRE2 needs the fixed step order"
 #endif
-// CL_EARLY = 1 (fixed order only): step s + 2·grid is copied into the buffer step s was read from as
-// soon as the step's products are computed (each thread reads back only its own slots, so no barrier
-// is needed), instead of at the top of the next iteration: two steps in flight across the team sum,
-// the norm and the stores. 0: v16's order.
-#ifndef CL_EARLY
-#define CL_EARLY 0
-#endif
-#if CL_EARLY && CL_DYN
-#error "CL_EARLY needs the fixed step order"
-#endif
 #if CL_DYN
 #define CL_TICKET_ARGS , u32* __restrict__ tickets
 #else
@@ -359,9 +349,8 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
 #else
         const i64 nx = s + gridDim.x;
 #endif
-        // With CL_PRE2 the first step's next one is already in flight; with CL_EARLY the previous
-        // iteration issued it.
-        if (CL_EARLY ? (!CL_PRE2 && it == 0) : (!CL_PRE2 || it > 0)) {
+        // With CL_PRE2 the first step's next one is already in flight.
+        if (!CL_PRE2 || it > 0) {
             const i64 bn = nx * rows + tid / team;
             if (nx < steps && bn < B && mine) cl_issue(x, y, my + (buf ^ 1) * 2 * CL_SLOT, BN, bn * N + n0);
             cl_cp_commit();
@@ -382,13 +371,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
             }
             cl_fwd_vals(xv, yv, sw, N, n0, o, ss);
         }
-#if CL_EARLY
-        {
-            const i64 n2 = nx + gridDim.x, b2 = n2 * rows + tid / team;
-            if (n2 < steps && b2 < B && mine) cl_issue(x, y, my + buf * 2 * CL_SLOT, BN, b2 * N + n0);
-            cl_cp_commit();
-        }
-#endif
 #if CL_DYN
         // Every thread read next_step[it & 1] before the previous step's last barrier, and reads
         // next_step[(it + 1) & 1] after this step's.
