@@ -105,9 +105,8 @@ template <typename T> __device__ __forceinline__ void cl_store_mv(T* t, i64 BN, 
 
 // Sum NS values over the team of `team` threads (a multiple of 32 dividing the block): warp
 // shuffles, then the team's warps in order through shared memory. Every thread of the block must
-// call it; afterwards every thread holds its team's sums. Deterministic. In two halves for the
-// pipelined forward (CL_PIPE), which puts its own barrier between them.
-template <int NS> __device__ __forceinline__ void cl_warp_partials(float (&v)[NS], float* red) {
+// call it; afterwards every thread holds its team's sums. Deterministic.
+template <int NS> __device__ __forceinline__ void cl_team_sum(float (&v)[NS], float* red, int team) {
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
 #pragma unroll
@@ -118,8 +117,7 @@ template <int NS> __device__ __forceinline__ void cl_warp_partials(float (&v)[NS
 #pragma unroll
         for (int s = 0; s < NS; ++s) red[warp * NS + s] = v[s];
     }
-}
-template <int NS> __device__ __forceinline__ void cl_team_total(float (&v)[NS], const float* red, int team) {
+    __syncthreads();
     const int per = team >> 5, first = (threadIdx.x / team) * per;
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
@@ -127,11 +125,6 @@ template <int NS> __device__ __forceinline__ void cl_team_total(float (&v)[NS], 
         for (int q = 0; q < per; ++q) t += red[(first + q) * NS + s];
         v[s] = t;
     }
-}
-template <int NS> __device__ __forceinline__ void cl_team_sum(float (&v)[NS], float* red, int team) {
-    cl_warp_partials(v, red);
-    __syncthreads();
-    cl_team_total(v, red, team);
     __syncthreads();
 }
 
@@ -263,21 +256,6 @@ __device__ __forceinline__ void cl_scale_store(act_t* __restrict__ out, i64 BN, 
     cl_store_mv(out, BN, base, s);
 }
 
-// The norm of one step from its team's partials at `red`: r per grade (rms when put_rms), then the
-// scaled o stored when store.
-__device__ __forceinline__ void cl_norm_finish(const float* red, int team, i64 N, i64 b, bool put_rms, bool store, act_t* __restrict__ out,
-                                               float* __restrict__ rms, i64 BN, i64 n0, float (&o)[CL_V][CL_M]) {
-    float ss[CL_NG], a[CL_NG];
-    cl_team_total<CL_NG>(ss, red, team);
-#pragma unroll
-    for (int k = 0; k < CL_NG; ++k) {
-        const float r = sqrtf(ss[k] / (float)N + CL_EPS);
-        a[k] = 1.0f / r;
-        if (put_rms) rms[b * CL_NG + k] = r;
-    }
-    if (store) cl_scale_store(out, BN, b * N + n0, o, a);
-}
-
 #if CL_WS
 // Staged variant (CL_WS = 1; CL_K = 1 rows only, CL_V > 1). Persistent CTAs walk steps of
 // CL_THREADS / team rows (grid-stride). The weights are staged once per CTA in shared memory as
@@ -318,18 +296,6 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 #if CL_PRE2 && CL_DYN
 #error "CL_PRE2 needs the fixed step order"
 #endif
-// CL_PIPE = 1 (fixed order, with the norm): a step's row sums are finished in the next iteration.
-// Each iteration computes step s's products and warp partials, then finishes step s − grid (its
-// partials, written before the previous barrier, summed per team; r, rms, the scaled stores from the
-// o it kept in registers), then writes its own partials and meets the CTA at one barrier: one
-// barrier per step instead of two, and the reduction's latency and the previous step's stores
-// overlap this step's products. Partials double-buffered; same sums in the same order: same bits.
-#ifndef CL_PIPE
-#define CL_PIPE 0
-#endif
-#if CL_PIPE && (CL_DYN || !CL_NORM)
-#error "CL_PIPE needs the fixed step order and the norm"
-#endif
 #if CL_DYN
 #define CL_TICKET_ARGS , u32* __restrict__ tickets
 #else
@@ -339,17 +305,12 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
                                                                       act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team CL_TICKET_ARGS) {
     float* sw = cl_dynamic_smem();
     act_t* stage = reinterpret_cast<act_t*>(sw + CL_WWORDS(N));
-    __shared__ float red[(1 + CL_PIPE) * (CL_THREADS / 32) * CL_NG];
+    __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int tid = threadIdx.x, lt = tid % team, rows = CL_THREADS / team;
     const i64 G = N / CL_V, BN = B * N, steps = (B + rows - 1) / rows, n0 = (i64)lt * CL_V;
     const bool mine = lt < G;
     act_t* my = stage + tid * CL_V;
     i64 s = blockIdx.x;
-#if CL_PIPE
-    float po[CL_V][CL_M];  // the previous step's o, its row and whether it is one
-    i64 pb = 0;
-    bool plive = false;
-#endif
 #if CL_PRE2
     // The weights first, then the first two steps into the two (still free) buffers: twice the
     // bytes in flight while the launch ramps up, and the barrier waits for the weights alone.
@@ -418,18 +379,7 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
             if ((i64)ticket == last_ticket) *tickets = 0u;
         }
 #endif
-#if CL_PIPE
-        cl_warp_partials<CL_NG>(ss, red + buf * (CL_THREADS / 32) * CL_NG);
-        if (it > 0) cl_norm_finish(red + (buf ^ 1) * (CL_THREADS / 32) * CL_NG, team, N, pb, plive && lt == 0, plive && mine, out, rms, BN, n0, po);
-        __syncthreads();
-#pragma unroll
-        for (int c = 0; c < CL_V; ++c) {
-#pragma unroll
-            for (int j = 0; j < CL_M; ++j) po[c][j] = o[c][j];
-        }
-        pb = b;
-        plive = live;
-#elif CL_NORM
+#if CL_NORM
         cl_team_sum<CL_NG>(ss, red, team);
         float a[CL_NG];
 #pragma unroll
@@ -447,13 +397,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
 #endif
         s = nx;
     }
-#if CL_PIPE
-    // The last step's partials are in the buffer the loop wrote last (its barrier passed).
-    if (steps > (i64)blockIdx.x) {
-        const int last = (int)(((steps - 1 - blockIdx.x) / gridDim.x) & 1);
-        cl_norm_finish(red + last * (CL_THREADS / 32) * CL_NG, team, N, pb, plive && lt == 0, plive && mine, out, rms, BN, n0, po);
-    }
-#endif
     cl_cp_wait<0>();
 }
 #elif CL_NORM == 0
