@@ -78,7 +78,12 @@ impl Layer {
         let inner = reg
             .entry(alg.signature())
             .or_insert_with(|| {
-                Arc::new(Inner { t: Tables::new(alg), irs: Mutex::new(HashMap::new()), cpu: Mutex::new(HashMap::new()), sources: Mutex::new(HashMap::new()) })
+                Arc::new(Inner {
+                    t: Tables::new(alg),
+                    irs: Mutex::new(HashMap::new()),
+                    cpu: Mutex::new(HashMap::new()),
+                    sources: Mutex::new(HashMap::new()),
+                })
             })
             .clone();
         Layer { inner }

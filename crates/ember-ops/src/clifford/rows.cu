@@ -118,14 +118,29 @@ template <int NS> __device__ __forceinline__ void cl_team_sum(float (&v)[NS], fl
         for (int s = 0; s < NS; ++s) red[warp * NS + s] = v[s];
     }
     __syncthreads();
+    // The team's warps in order, all NS sums in one loop (one pass of loads and one loop test per
+    // warp, not NS loops; each sum still runs over q in order from 0: the same bits).
     const int per = team >> 5, first = (threadIdx.x / team) * per;
+    float t[NS];
 #pragma unroll
-    for (int s = 0; s < NS; ++s) {
-        float t = 0.0f;
-        for (int q = 0; q < per; ++q) t += red[(first + q) * NS + s];
-        v[s] = t;
+    for (int s = 0; s < NS; ++s) t[s] = 0.0f;
+    for (int q = 0; q < per; ++q) {
+#pragma unroll
+        for (int s = 0; s < NS; ++s) t[s] += red[(first + q) * NS + s];
     }
+#pragma unroll
+    for (int s = 0; s < NS; ++s) v[s] = t[s];
     __syncthreads();
+}
+
+// A grade's r = sqrt(ss/N + eps) and its inverse a = 1/r, as one rsqrt (within 2 ulp) and one multiply:
+// the IEEE sqrt and division cost ~25 instructions per grade on the step's serial tail (after the
+// team sum, before the scaled stores). inv_n = 1/N, computed once per kernel.
+__device__ __forceinline__ float cl_inv_rms(float ss, float inv_n, float& r) {
+    const float m = fmaf(ss, inv_n, CL_EPS);
+    const float a = rsqrtf(m);
+    r = m * a;
+    return a;
 }
 
 #if CL_KIND == CL_KIND_FWD || CL_KIND == CL_KIND_DOT
@@ -310,6 +325,7 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
     const i64 G = N / CL_V, BN = B * N, steps = (B + rows - 1) / rows, n0 = (i64)lt * CL_V;
     const bool mine = lt < G;
     act_t* my = stage + tid * CL_V;
+    const float inv_n = 1.0f / (float)N;
     i64 s = blockIdx.x;
 #if CL_PRE2
     // The weights first, then the first two steps into the two (still free) buffers: twice the
@@ -384,8 +400,8 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
         float a[CL_NG];
 #pragma unroll
         for (int k = 0; k < CL_NG; ++k) {
-            const float r = sqrtf(ss[k] / (float)N + CL_EPS);
-            a[k] = 1.0f / r;
+            float r;
+            a[k] = cl_inv_rms(ss[k], inv_n, r);
             if (live && lt == 0) rms[b * CL_NG + k] = r;
         }
         if (live && mine) cl_scale_store(out, BN, b * N + n0, o, a);
@@ -436,10 +452,11 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
 #endif
     cl_team_sum<CL_NG>(ss, red, team);
     float a[CL_NG];
+    const float inv_n = 1.0f / (float)N;
 #pragma unroll
     for (int k = 0; k < CL_NG; ++k) {
-        const float r = sqrtf(ss[k] / (float)N + CL_EPS);
-        a[k] = 1.0f / r;
+        float r;
+        a[k] = cl_inv_rms(ss[k], inv_n, r);
         if (live && lt == 0) rms[b * CL_NG + k] = r;
     }
 #if CL_K == 1
@@ -602,10 +619,11 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
 // r stored by the team's first thread.
 __device__ __forceinline__ void cl_norm_scales(float (&ss)[CL_NG], float* red, int team, i64 N, float* __restrict__ rms, i64 b, bool store, float (&a)[CL_NG]) {
     cl_team_sum<CL_NG>(ss, red, team);
+    const float inv_n = 1.0f / (float)N;
 #pragma unroll
     for (int k = 0; k < CL_NG; ++k) {
-        const float r = sqrtf(ss[k] / (float)N + CL_EPS);
-        a[k] = 1.0f / r;
+        float r;
+        a[k] = cl_inv_rms(ss[k], inv_n, r);
         if (store) rms[b * CL_NG + k] = r;
     }
 }
