@@ -6,12 +6,7 @@ use serde_json::json;
 use std::io::Write;
 use std::process::ExitCode;
 
-pub fn run(
-    request: DeviceRequest,
-    op: Option<&str>,
-    quick: bool,
-    json_path: Option<&str>,
-) -> Result<ExitCode> {
+pub fn run(request: DeviceRequest, op: Option<&str>, quick: bool, json_path: Option<&str>) -> Result<ExitCode> {
     let resolved = request.resolve()?;
     eprintln!("[ember] device: {}", resolved.note);
     let families = match op {
@@ -20,23 +15,12 @@ pub fn run(
     };
     eprintln!("[ember] measuring ceilings (device copy bandwidth, GEMM rate)...");
     let ctx = BenchCtx::new(resolved.device, quick)?;
-    eprintln!(
-        "[ember] copy {:.0} GB/s, bf16 GEMM {:.1} TFLOP/s",
-        ctx.ceilings.copy_gbps, ctx.ceilings.gemm_bf16_tflops
-    );
+    eprintln!("[ember] copy {:.0} GB/s, bf16 GEMM {:.1} TFLOP/s", ctx.ceilings.copy_gbps, ctx.ceilings.gemm_bf16_tflops);
     let mut rows: Vec<BenchRow> = Vec::new();
     let mut failed = Vec::new();
     for fam in families {
         let mut progress = |r: &BenchRow| {
-            eprintln!(
-                "[ember] {:<10} {:<8} {:<5} {:<40} {:>10.4} ms  floor {:>5.1}%",
-                r.op,
-                r.pass,
-                r.dtype.name(),
-                compact(r),
-                r.ms,
-                100.0 * r.floor_frac
-            );
+            eprintln!("[ember] {:<10} {:<8} {:<5} {:<40} {:>10.4} ms  floor {:>5.1}%", r.op, r.pass, r.dtype.name(), compact(r), r.ms, 100.0 * r.floor_frac);
             let _ = std::io::stderr().flush();
         };
         match fam.bench(&ctx, &mut progress) {
@@ -66,34 +50,18 @@ pub fn run(
                 v
             }).collect::<Vec<_>>(),
         });
-        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default()).map_err(
-            |source| Error::Io {
-                path: path.into(),
-                source,
-            },
-        )?;
+        std::fs::write(path, serde_json::to_string_pretty(&doc).unwrap_or_default()).map_err(|source| Error::Io { path: path.into(), source })?;
         eprintln!("[ember] wrote {path}");
     }
-    Ok(if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn compact(r: &BenchRow) -> String {
-    r.params
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    r.params.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
 }
 
 fn print_table(rows: &[BenchRow]) {
-    println!(
-        "{:<10} {:<8} {:<5} {:<40} {:>10} {:>10} {:>7} {:>9} {:>9}",
-        "op", "pass", "dtype", "shape", "ms", "floor_ms", "floor%", "GB/s", "TFLOP/s"
-    );
+    println!("{:<10} {:<8} {:<5} {:<40} {:>10} {:>10} {:>7} {:>9} {:>9}", "op", "pass", "dtype", "shape", "ms", "floor_ms", "floor%", "GB/s", "TFLOP/s");
     for r in rows {
         println!(
             "{:<10} {:<8} {:<5} {:<40} {:>10.4} {:>10.4} {:>6.1}% {:>9.0} {:>9.1}",
@@ -126,10 +94,7 @@ fn commit() -> String {
 
 /// Today's UTC date, YYYY-MM-DD.
 fn today() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let days = (secs / 86_400) as i64;
     // Civil-from-days (proleptic Gregorian).
     let z = days + 719_468;

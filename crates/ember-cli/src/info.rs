@@ -27,11 +27,7 @@ pub fn run(request: DeviceRequest) -> Result<ExitCode> {
                             if d.dram_peak_gbps > 0.0 { format!("{:.0} GB/s", d.dram_peak_gbps) } else { "unknown".into() }
                         );
                         if i == 0 {
-                            println!(
-                                "driver:     CUDA {}.{}",
-                                d.driver_version / 1000,
-                                (d.driver_version % 1000) / 10
-                            );
+                            println!("driver:     CUDA {}.{}", d.driver_version / 1000, (d.driver_version % 1000) / 10);
                         }
                     }
                     Err(e) => println!("  cuda:{i}    unusable: {e}"),
@@ -42,9 +38,7 @@ pub fn run(request: DeviceRequest) -> Result<ExitCode> {
     }
     match nvrtc::version() {
         Ok((maj, min)) => {
-            let from = libs::loaded_from("nvrtc")
-                .map(|p| format!(" ({})", p.display()))
-                .unwrap_or_default();
+            let from = libs::loaded_from("nvrtc").map(|p| format!(" ({})", p.display())).unwrap_or_default();
             println!("nvrtc:      {maj}.{min}{from}");
         }
         Err(e) => println!("nvrtc:      {e}"),
@@ -69,7 +63,5 @@ pub fn run(request: DeviceRequest) -> Result<ExitCode> {
 }
 
 fn rayon_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }

@@ -12,11 +12,7 @@ use ember_core::DeviceRequest;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "ember",
-    version,
-    about = "Fused, differentiable GPU kernels for geometric and long-sequence deep learning"
-)]
+#[command(name = "ember", version, about = "Fused, differentiable GPU kernels for geometric and long-sequence deep learning")]
 struct Cli {
     /// Device: auto (CUDA if usable, else CPU), cpu, cuda or cuda:N.
     #[arg(long, global = true, default_value = "auto")]
@@ -108,28 +104,10 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Info => info::run(device),
-        Command::Check { op, tier, json } => {
-            check::run(device, op.as_deref(), &tier, json.as_deref())
-        }
-        Command::Bench { op, quick, json } => {
-            bench::run(device, op.as_deref(), quick, json.as_deref())
-        }
-        Command::Ga {
-            command:
-                GaCommand::Emit {
-                    algebra,
-                    expr,
-                    grad,
-                    lang,
-                },
-        } => ga::emit_cmd(&algebra, &expr, grad, &lang),
-        Command::Kernels {
-            arch,
-            op,
-            only,
-            save,
-            fill_cache,
-        } => {
+        Command::Check { op, tier, json } => check::run(device, op.as_deref(), &tier, json.as_deref()),
+        Command::Bench { op, quick, json } => bench::run(device, op.as_deref(), quick, json.as_deref()),
+        Command::Ga { command: GaCommand::Emit { algebra, expr, grad, lang } } => ga::emit_cmd(&algebra, &expr, grad, &lang),
+        Command::Kernels { arch, op, only, save, fill_cache } => {
             if fill_cache {
                 kernels::fill_cache(&arch, op.as_deref())
             } else {

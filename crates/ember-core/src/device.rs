@@ -45,16 +45,10 @@ impl FromStr for DeviceRequest {
             _ => {
                 if let Some(n) = s.strip_prefix("cuda:") {
                     n.parse::<usize>().map(DeviceRequest::Cuda).map_err(|_| {
-                        Error::invalid(
-                            "device",
-                            format!("expected auto, cpu, cuda or cuda:N, got `{s}`"),
-                        )
+                        Error::invalid("device", format!("expected auto, cpu, cuda or cuda:N, got `{s}`"))
                     })
                 } else {
-                    Err(Error::invalid(
-                        "device",
-                        format!("expected auto, cpu, cuda or cuda:N, got `{s}`"),
-                    ))
+                    Err(Error::invalid("device", format!("expected auto, cpu, cuda or cuda:N, got `{s}`")))
                 }
             }
         }
@@ -73,26 +67,17 @@ impl DeviceRequest {
     /// falls back to the CPU and says why.
     pub fn resolve(self) -> Result<Resolved> {
         match self {
-            DeviceRequest::Cpu => Ok(Resolved {
-                device: Device::Cpu,
-                note: "cpu (requested)".into(),
-            }),
+            DeviceRequest::Cpu => Ok(Resolved { device: Device::Cpu, note: "cpu (requested)".into() }),
             DeviceRequest::Cuda(i) => {
                 let dev = cuda::CudaDevice::get(i)?;
-                Ok(Resolved {
-                    device: Device::Cuda(i),
-                    note: format!("cuda:{i} {} (requested)", dev.info().name),
-                })
+                Ok(Resolved { device: Device::Cuda(i), note: format!("cuda:{i} {} (requested)", dev.info().name) })
             }
             DeviceRequest::Auto => match cuda::CudaDevice::get(0) {
                 Ok(dev) => Ok(Resolved {
                     device: Device::Cuda(0),
                     note: format!("cuda:0 {} (auto: CUDA is usable)", dev.info().name),
                 }),
-                Err(e) => Ok(Resolved {
-                    device: Device::Cpu,
-                    note: format!("cpu (auto: {e})"),
-                }),
+                Err(e) => Ok(Resolved { device: Device::Cpu, note: format!("cpu (auto: {e})") }),
             },
         }
     }

@@ -5,9 +5,7 @@ use half::{bf16, f16};
 use std::fmt;
 use std::str::FromStr;
 
-#[derive(
-    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
     F64,
@@ -83,10 +81,7 @@ impl FromStr for DType {
             "f32" | "float32" | "float" => Ok(DType::F32),
             "f16" | "float16" | "half" => Ok(DType::F16),
             "bf16" | "bfloat16" => Ok(DType::BF16),
-            _ => Err(crate::Error::invalid(
-                "dtype",
-                format!("expected one of f64, f32, f16, bf16, got `{s}`"),
-            )),
+            _ => Err(crate::Error::invalid("dtype", format!("expected one of f64, f32, f16, bf16, got `{s}`"))),
         }
     }
 }

@@ -11,25 +11,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("argument `{arg}`: expected shape {expected}, got {got:?}")]
-    Shape {
-        arg: String,
-        expected: String,
-        got: Vec<usize>,
-    },
+    Shape { arg: String, expected: String, got: Vec<usize> },
 
     #[error("argument `{arg}`: expected dtype {expected}, got {got}")]
-    DType {
-        arg: String,
-        expected: String,
-        got: DType,
-    },
+    DType { arg: String, expected: String, got: DType },
 
     #[error("argument `{arg}`: expected a tensor on {expected}, got one on {got}")]
-    Device {
-        arg: String,
-        expected: Device,
-        got: Device,
-    },
+    Device { arg: String, expected: Device, got: Device },
 
     #[error("argument `{arg}`: {msg}")]
     Invalid { arg: String, msg: String },
@@ -47,11 +35,7 @@ pub enum Error {
     NvrtcUnavailable(String),
 
     #[error("NVRTC failed to compile kernel `{kernel}` for {arch}:\n{log}")]
-    Compile {
-        kernel: String,
-        arch: String,
-        log: String,
-    },
+    Compile { kernel: String, arch: String, log: String },
 
     #[error("CUDA error in {context}: {msg}")]
     Cuda { context: String, msg: String },
@@ -72,29 +56,15 @@ pub enum Error {
 
 impl Error {
     pub fn shape(arg: &str, expected: impl Into<String>, got: &[usize]) -> Self {
-        Error::Shape {
-            arg: arg.into(),
-            expected: expected.into(),
-            got: got.to_vec(),
-        }
+        Error::Shape { arg: arg.into(), expected: expected.into(), got: got.to_vec() }
     }
     pub fn dtype(arg: &str, expected: impl Into<String>, got: DType) -> Self {
-        Error::DType {
-            arg: arg.into(),
-            expected: expected.into(),
-            got,
-        }
+        Error::DType { arg: arg.into(), expected: expected.into(), got }
     }
     pub fn invalid(arg: &str, msg: impl Into<String>) -> Self {
-        Error::Invalid {
-            arg: arg.into(),
-            msg: msg.into(),
-        }
+        Error::Invalid { arg: arg.into(), msg: msg.into() }
     }
     pub fn cuda(context: &str, err: impl std::fmt::Display) -> Self {
-        Error::Cuda {
-            context: context.into(),
-            msg: err.to_string(),
-        }
+        Error::Cuda { context: context.into(), msg: err.to_string() }
     }
 }

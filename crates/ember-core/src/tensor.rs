@@ -51,16 +51,10 @@ pub fn poison_outputs() -> bool {
 /// Number of elements of `shape`, or an error naming `arg` if the count or its byte size overflows.
 pub fn checked_numel(arg: &str, shape: &[usize], dtype: DType) -> Result<usize> {
     let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-    let n = n.ok_or_else(|| Error::TooLarge {
-        arg: arg.into(),
-        what: format!("shape {shape:?} has more elements than fit in usize"),
-    })?;
+    let n = n.ok_or_else(|| Error::TooLarge { arg: arg.into(), what: format!("shape {shape:?} has more elements than fit in usize") })?;
     match n.checked_mul(dtype.size()) {
         Some(b) if b <= isize::MAX as usize => Ok(n),
-        _ => Err(Error::TooLarge {
-            arg: arg.into(),
-            what: format!("shape {shape:?} of {dtype} needs more bytes than can be addressed"),
-        }),
+        _ => Err(Error::TooLarge { arg: arg.into(), what: format!("shape {shape:?} of {dtype} needs more bytes than can be addressed") }),
     }
 }
 
@@ -93,10 +87,7 @@ impl CpuStorage {
     /// Build storage of `dtype` from f64 values (rounding to nearest).
     pub fn from_f64(values: &[f64], dtype: DType) -> CpuStorage {
         fn conv<T: Element>(v: &[f64]) -> Vec<T> {
-            v.par_iter()
-                .with_min_len(4096)
-                .map(|&x| T::from_f64(x))
-                .collect()
+            v.par_iter().with_min_len(4096).map(|&x| T::from_f64(x)).collect()
         }
         match dtype {
             DType::F64 => CpuStorage::F64(values.to_vec()),
@@ -108,10 +99,7 @@ impl CpuStorage {
     /// Build storage of `dtype` from f32 values (rounding to nearest for half types).
     pub fn from_f32(values: &[f32], dtype: DType) -> CpuStorage {
         fn conv<T: Element>(v: &[f32]) -> Vec<T> {
-            v.par_iter()
-                .with_min_len(4096)
-                .map(|&x| T::from_f32(x))
-                .collect()
+            v.par_iter().with_min_len(4096).map(|&x| T::from_f32(x)).collect()
         }
         match dtype {
             DType::F64 => CpuStorage::F64(conv(values)),
@@ -151,10 +139,7 @@ impl Tensor {
     pub fn from_vec<T: Element>(data: Vec<T>, shape: &[usize]) -> Result<Tensor> {
         let n = checked_numel("shape", shape, T::DTYPE)?;
         if n != data.len() {
-            return Err(Error::invalid(
-                "data",
-                format!("shape {shape:?} needs {n} elements, got {}", data.len()),
-            ));
+            return Err(Error::invalid("data", format!("shape {shape:?} needs {n} elements, got {}", data.len())));
         }
         let any: Box<dyn std::any::Any> = Box::new(data);
         let storage = match T::DTYPE {
@@ -163,26 +148,14 @@ impl Tensor {
             DType::F16 => CpuStorage::F16(*any.downcast::<Vec<f16>>().unwrap()),
             DType::BF16 => CpuStorage::BF16(*any.downcast::<Vec<bf16>>().unwrap()),
         };
-        Ok(Tensor {
-            shape: shape.to_vec(),
-            dtype: T::DTYPE,
-            storage: Storage::Cpu(storage),
-        })
+        Ok(Tensor { shape: shape.to_vec(), dtype: T::DTYPE, storage: Storage::Cpu(storage) })
     }
 
     /// A tensor of `dtype` on `device` holding `values` (rounded to the dtype).
-    pub fn from_f64(
-        values: &[f64],
-        shape: &[usize],
-        dtype: DType,
-        device: Device,
-    ) -> Result<Tensor> {
+    pub fn from_f64(values: &[f64], shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         let n = checked_numel("shape", shape, dtype)?;
         if n != values.len() {
-            return Err(Error::invalid(
-                "values",
-                format!("shape {shape:?} needs {n} elements, got {}", values.len()),
-            ));
+            return Err(Error::invalid("values", format!("shape {shape:?} needs {n} elements, got {}", values.len())));
         }
         Tensor::from_cpu_storage(CpuStorage::from_f64(values, dtype), shape)?.to_device(device)
     }
@@ -192,16 +165,9 @@ impl Tensor {
         let dtype = storage.dtype();
         let n = checked_numel("shape", shape, dtype)?;
         if n != storage.len() {
-            return Err(Error::invalid(
-                "storage",
-                format!("shape {shape:?} needs {n} elements, got {}", storage.len()),
-            ));
+            return Err(Error::invalid("storage", format!("shape {shape:?} needs {n} elements, got {}", storage.len())));
         }
-        Ok(Tensor {
-            shape: shape.to_vec(),
-            dtype,
-            storage: Storage::Cpu(storage),
-        })
+        Ok(Tensor { shape: shape.to_vec(), dtype, storage: Storage::Cpu(storage) })
     }
 
     pub fn zeros(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
@@ -212,16 +178,8 @@ impl Tensor {
         let n = checked_numel("shape", shape, dtype)?;
         match device {
             Device::Cpu => {
-                let s = if value == 0.0 {
-                    CpuStorage::zeros(n, dtype)
-                } else {
-                    CpuStorage::from_f64(&vec![value; n], dtype)
-                };
-                Ok(Tensor {
-                    shape: shape.to_vec(),
-                    dtype,
-                    storage: Storage::Cpu(s),
-                })
+                let s = if value == 0.0 { CpuStorage::zeros(n, dtype) } else { CpuStorage::from_f64(&vec![value; n], dtype) };
+                Ok(Tensor { shape: shape.to_vec(), dtype, storage: Storage::Cpu(s) })
             }
             Device::Cuda(_) => {
                 let mut t = Tensor::uninit(shape, dtype, device)?;
@@ -233,22 +191,11 @@ impl Tensor {
 
     /// Uniform values in [lo, hi) from a counter-based generator: the same seed gives the same
     /// values on every device.
-    pub fn rand(
-        shape: &[usize],
-        lo: f32,
-        hi: f32,
-        dtype: DType,
-        device: Device,
-        seed: u64,
-    ) -> Result<Tensor> {
+    pub fn rand(shape: &[usize], lo: f32, hi: f32, dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
         let n = checked_numel("shape", shape, dtype)?;
         match device {
             Device::Cpu => {
-                let v: Vec<f32> = (0..n)
-                    .into_par_iter()
-                    .with_min_len(4096)
-                    .map(|i| rng::uniform(seed, i as u64, lo, hi))
-                    .collect();
+                let v: Vec<f32> = (0..n).into_par_iter().with_min_len(4096).map(|i| rng::uniform(seed, i as u64, lo, hi)).collect();
                 Tensor::from_cpu_storage(CpuStorage::from_f32(&v, dtype), shape)
             }
             Device::Cuda(_) => {
@@ -257,20 +204,9 @@ impl Tensor {
                 }
                 let t = Tensor::uninit(shape, dtype, device)?;
                 let dev = t.cuda_device()?.clone();
-                let f = dev.function(
-                    &cuda::TENSOR_SOURCE,
-                    &[],
-                    &format!("uniform_{}", dtype.name()),
-                )?;
+                let f = dev.function(&cuda::TENSOR_SOURCE, &[], &format!("uniform_{}", dtype.name()))?;
                 let (ptr, n64) = (t.cuda_ptr()?, n as i64);
-                dev.launch(&f, cuda::cfg_1d(dev.grid_for(n, 256), 256, 0))
-                    .arg(&ptr)
-                    .arg(&n64)
-                    .arg(&seed)
-                    .arg(&lo)
-                    .arg(&hi)
-                    .named("uniform")
-                    .run()?;
+                dev.launch(&f, cuda::cfg_1d(dev.grid_for(n, 256), 256, 0)).arg(&ptr).arg(&n64).arg(&seed).arg(&lo).arg(&hi).named("uniform").run()?;
                 Ok(t)
             }
         }
@@ -279,11 +215,7 @@ impl Tensor {
     /// Standard-normal values (generated on the CPU, then moved to `device`).
     pub fn randn(shape: &[usize], dtype: DType, device: Device, seed: u64) -> Result<Tensor> {
         let n = checked_numel("shape", shape, dtype)?;
-        let v: Vec<f64> = (0..n)
-            .into_par_iter()
-            .with_min_len(4096)
-            .map(|i| rng::normal(seed, i as u64))
-            .collect();
+        let v: Vec<f64> = (0..n).into_par_iter().with_min_len(4096).map(|i| rng::normal(seed, i as u64)).collect();
         Tensor::from_f64(&v, shape, dtype, device)
     }
 
@@ -310,11 +242,7 @@ impl Tensor {
                 Storage::Cuda(CudaStorage { buf, ptr, dev })
             }
         };
-        Ok(Tensor {
-            shape: shape.to_vec(),
-            dtype,
-            storage,
-        })
+        Ok(Tensor { shape: shape.to_vec(), dtype, storage })
     }
 
     // ---- inspection ---------------------------------------------------------------------------
@@ -351,11 +279,7 @@ impl Tensor {
     pub fn reshape(mut self, shape: &[usize]) -> Result<Tensor> {
         let n = checked_numel("shape", shape, self.dtype)?;
         if n != self.numel() {
-            return Err(Error::shape(
-                "shape",
-                format!("a shape with {} elements", self.numel()),
-                shape,
-            ));
+            return Err(Error::shape("shape", format!("a shape with {} elements", self.numel()), shape));
         }
         self.shape = shape.to_vec();
         Ok(self)
@@ -364,11 +288,7 @@ impl Tensor {
     /// Host slice of a CPU tensor of dtype `T`.
     pub fn as_slice<T: Element>(&self) -> Result<&[T]> {
         let Storage::Cpu(s) = &self.storage else {
-            return Err(Error::Device {
-                arg: "tensor".into(),
-                expected: Device::Cpu,
-                got: self.device(),
-            });
+            return Err(Error::Device { arg: "tensor".into(), expected: Device::Cpu, got: self.device() });
         };
         if T::DTYPE != self.dtype {
             return Err(Error::dtype("tensor", T::DTYPE.name(), self.dtype));
@@ -383,11 +303,7 @@ impl Tensor {
         let device = self.device();
         let dtype = self.dtype;
         let Storage::Cpu(s) = &mut self.storage else {
-            return Err(Error::Device {
-                arg: "tensor".into(),
-                expected: Device::Cpu,
-                got: device,
-            });
+            return Err(Error::Device { arg: "tensor".into(), expected: Device::Cpu, got: device });
         };
         if T::DTYPE != dtype {
             return Err(Error::dtype("tensor", T::DTYPE.name(), dtype));
@@ -401,11 +317,7 @@ impl Tensor {
     pub fn cpu_storage(&self) -> Result<&CpuStorage> {
         match &self.storage {
             Storage::Cpu(s) => Ok(s),
-            Storage::Cuda(_) => Err(Error::Device {
-                arg: "tensor".into(),
-                expected: Device::Cpu,
-                got: self.device(),
-            }),
+            Storage::Cuda(_) => Err(Error::Device { arg: "tensor".into(), expected: Device::Cpu, got: self.device() }),
         }
     }
 
@@ -413,22 +325,14 @@ impl Tensor {
     pub fn cuda_ptr(&self) -> Result<u64> {
         match &self.storage {
             Storage::Cuda(c) => Ok(c.ptr),
-            Storage::Cpu(_) => Err(Error::Device {
-                arg: "tensor".into(),
-                expected: Device::Cuda(0),
-                got: Device::Cpu,
-            }),
+            Storage::Cpu(_) => Err(Error::Device { arg: "tensor".into(), expected: Device::Cuda(0), got: Device::Cpu }),
         }
     }
 
     pub fn cuda_device(&self) -> Result<&Arc<CudaDevice>> {
         match &self.storage {
             Storage::Cuda(c) => Ok(&c.dev),
-            Storage::Cpu(_) => Err(Error::Device {
-                arg: "tensor".into(),
-                expected: Device::Cuda(0),
-                got: Device::Cpu,
-            }),
+            Storage::Cpu(_) => Err(Error::Device { arg: "tensor".into(), expected: Device::Cuda(0), got: Device::Cpu }),
         }
     }
 
@@ -436,11 +340,7 @@ impl Tensor {
 
     pub fn to_device(&self, device: Device) -> Result<Tensor> {
         match (&self.storage, device) {
-            (Storage::Cpu(s), Device::Cpu) => Ok(Tensor {
-                shape: self.shape.clone(),
-                dtype: self.dtype,
-                storage: Storage::Cpu(s.clone()),
-            }),
+            (Storage::Cpu(s), Device::Cpu) => Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cpu(s.clone()) }),
             (Storage::Cpu(s), Device::Cuda(i)) => {
                 if self.dtype == DType::F64 {
                     return Err(f64_on_cuda());
@@ -448,32 +348,19 @@ impl Tensor {
                 let dev = CudaDevice::get(i)?;
                 let mut buf = dev.alloc_bytes(self.size_bytes())?;
                 if self.numel() > 0 {
-                    dev.stream()
-                        .memcpy_htod(s.bytes(), &mut buf)
-                        .map_err(|e| Error::cuda("host-to-device copy", e))?;
+                    dev.stream().memcpy_htod(s.bytes(), &mut buf).map_err(|e| Error::cuda("host-to-device copy", e))?;
                 }
                 let ptr = raw_ptr(&buf, &dev);
-                Ok(Tensor {
-                    shape: self.shape.clone(),
-                    dtype: self.dtype,
-                    storage: Storage::Cuda(CudaStorage { buf, ptr, dev }),
-                })
+                Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cuda(CudaStorage { buf, ptr, dev }) })
             }
             (Storage::Cuda(c), Device::Cpu) => {
                 let mut bytes = vec![0u8; self.size_bytes()];
                 if !bytes.is_empty() {
                     let view = c.buf.slice(0..bytes.len());
-                    c.dev
-                        .stream()
-                        .memcpy_dtoh(&view, &mut bytes)
-                        .map_err(|e| Error::cuda("device-to-host copy", e))?;
+                    c.dev.stream().memcpy_dtoh(&view, &mut bytes).map_err(|e| Error::cuda("device-to-host copy", e))?;
                     c.dev.synchronize()?;
                 }
-                Ok(Tensor {
-                    shape: self.shape.clone(),
-                    dtype: self.dtype,
-                    storage: Storage::Cpu(CpuStorage::from_bytes(&bytes, self.dtype)),
-                })
+                Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cpu(CpuStorage::from_bytes(&bytes, self.dtype)) })
             }
             (Storage::Cuda(c), Device::Cuda(i)) if c.dev.info().ordinal == i => self.try_clone(),
             (Storage::Cuda(_), Device::Cuda(_)) => self.to_device(Device::Cpu)?.to_device(device),
@@ -487,31 +374,16 @@ impl Tensor {
     /// A copy in the same place.
     pub fn try_clone(&self) -> Result<Tensor> {
         match &self.storage {
-            Storage::Cpu(s) => Ok(Tensor {
-                shape: self.shape.clone(),
-                dtype: self.dtype,
-                storage: Storage::Cpu(s.clone()),
-            }),
+            Storage::Cpu(s) => Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cpu(s.clone()) }),
             Storage::Cuda(c) => {
                 let mut buf = c.dev.alloc_bytes(self.size_bytes())?;
                 if self.size_bytes() > 0 {
                     let src = c.buf.slice(0..self.size_bytes());
                     let mut dst = buf.slice_mut(0..self.size_bytes());
-                    c.dev
-                        .stream()
-                        .memcpy_dtod(&src, &mut dst)
-                        .map_err(|e| Error::cuda("device-to-device copy", e))?;
+                    c.dev.stream().memcpy_dtod(&src, &mut dst).map_err(|e| Error::cuda("device-to-device copy", e))?;
                 }
                 let ptr = raw_ptr(&buf, &c.dev);
-                Ok(Tensor {
-                    shape: self.shape.clone(),
-                    dtype: self.dtype,
-                    storage: Storage::Cuda(CudaStorage {
-                        buf,
-                        ptr,
-                        dev: c.dev.clone(),
-                    }),
-                })
+                Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cuda(CudaStorage { buf, ptr, dev: c.dev.clone() }) })
             }
         }
     }
@@ -525,16 +397,9 @@ impl Tensor {
             Storage::Cpu(s) => {
                 let storage = match s {
                     CpuStorage::F64(v) => CpuStorage::from_f64(v, dtype),
-                    other => CpuStorage::from_f32(
-                        &cpu_dispatch!(other, v => v.par_iter().with_min_len(4096).map(|x| x.to_f32()).collect::<Vec<f32>>()),
-                        dtype,
-                    ),
+                    other => CpuStorage::from_f32(&cpu_dispatch!(other, v => v.par_iter().with_min_len(4096).map(|x| x.to_f32()).collect::<Vec<f32>>()), dtype),
                 };
-                Ok(Tensor {
-                    shape: self.shape.clone(),
-                    dtype,
-                    storage: Storage::Cpu(storage),
-                })
+                Ok(Tensor { shape: self.shape.clone(), dtype, storage: Storage::Cpu(storage) })
             }
             Storage::Cuda(c) => {
                 if dtype == DType::F64 {
@@ -542,19 +407,9 @@ impl Tensor {
                 }
                 let out = Tensor::uninit(&self.shape, dtype, self.device())?;
                 let n = self.numel();
-                let f = c.dev.function(
-                    &cuda::TENSOR_SOURCE,
-                    &[],
-                    &format!("cast_{}_{}", self.dtype.name(), dtype.name()),
-                )?;
+                let f = c.dev.function(&cuda::TENSOR_SOURCE, &[], &format!("cast_{}_{}", self.dtype.name(), dtype.name()))?;
                 let (src, dst, n64) = (c.ptr, out.cuda_ptr()?, n as i64);
-                c.dev
-                    .launch(&f, cuda::cfg_1d(c.dev.grid_for(n, 256), 256, 0))
-                    .arg(&src)
-                    .arg(&dst)
-                    .arg(&n64)
-                    .named("cast")
-                    .run()?;
+                c.dev.launch(&f, cuda::cfg_1d(c.dev.grid_for(n, 256), 256, 0)).arg(&src).arg(&dst).arg(&n64).named("cast").run()?;
                 Ok(out)
             }
         }
@@ -578,17 +433,9 @@ impl Tensor {
             }
             Storage::Cuda(c) => {
                 let n = self.shape.iter().product::<usize>();
-                let f =
-                    c.dev
-                        .function(&cuda::TENSOR_SOURCE, &[], &format!("fill_{}", dtype.name()))?;
+                let f = c.dev.function(&cuda::TENSOR_SOURCE, &[], &format!("fill_{}", dtype.name()))?;
                 let (ptr, n64, v) = (c.ptr, n as i64, value as f32);
-                c.dev
-                    .launch(&f, cuda::cfg_1d(c.dev.grid_for(n, 256), 256, 0))
-                    .arg(&ptr)
-                    .arg(&n64)
-                    .arg(&v)
-                    .named("fill")
-                    .run()
+                c.dev.launch(&f, cuda::cfg_1d(c.dev.grid_for(n, 256), 256, 0)).arg(&ptr).arg(&n64).arg(&v).named("fill").run()
             }
         }
     }
@@ -600,9 +447,7 @@ impl Tensor {
 }
 
 fn f64_on_cuda() -> Error {
-    Error::Unsupported(
-        "f64 tensors on CUDA (f64 is the CPU reference dtype; use f32, f16 or bf16)".into(),
-    )
+    Error::Unsupported("f64 tensors on CUDA (f64 is the CPU reference dtype; use f32, f16 or bf16)".into())
 }
 
 fn raw_ptr(buf: &cudarc::driver::CudaSlice<u8>, dev: &CudaDevice) -> u64 {
@@ -613,12 +458,6 @@ fn raw_ptr(buf: &cudarc::driver::CudaSlice<u8>, dev: &CudaDevice) -> u64 {
 
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Tensor({:?}, {}, {})",
-            self.shape,
-            self.dtype,
-            self.device()
-        )
+        write!(f, "Tensor({:?}, {}, {})", self.shape, self.dtype, self.device())
     }
 }

@@ -15,22 +15,12 @@ fn main() -> Result<(), ember_ga::GaError> {
         let t_build = t.elapsed();
         let ir = prog.lower("k")?;
         let c = ir.counts();
-        println!(
-            "sandwich even x full Cl({spec}): build {t_build:?}, total {:?}, {} muls / {} adds",
-            t.elapsed(),
-            c.muls,
-            c.adds
-        );
+        println!("sandwich even x full Cl({spec}): build {t_build:?}, total {:?}, {} muls / {} adds", t.elapsed(), c.muls, c.adds);
         let t = Instant::now();
         prog.vjp(&["r", "y"])?;
         let ir = prog.lower("k")?;
         let c = ir.counts();
-        println!(
-            "  with VJP: {:?}, {} muls / {} adds",
-            t.elapsed(),
-            c.muls,
-            c.adds
-        );
+        println!("  with VJP: {:?}, {} muls / {} adds", t.elapsed(), c.muls, c.adds);
     }
     Ok(())
 }

@@ -68,13 +68,7 @@ impl Algebra {
     pub fn new(p: usize, q: usize, r: usize) -> Result<Arc<Algebra>> {
         let n = p + q + r;
         if n > MAX_N {
-            return Err(GaError::TooLarge {
-                p,
-                q,
-                r,
-                n,
-                max: MAX_N,
-            });
+            return Err(GaError::TooLarge { p, q, r, n, max: MAX_N });
         }
         let mut metric = vec![0i8; r];
         metric.extend(std::iter::repeat_n(1i8, p));
@@ -124,31 +118,15 @@ impl Algebra {
         for k in 0..=n {
             grade_start[k + 1] = grade_start[k] + binomial(n, k);
         }
-        Ok(Arc::new(Algebra {
-            p,
-            q,
-            r,
-            n,
-            metric,
-            masks,
-            index_of,
-            names,
-            table,
-            grade_start,
-        }))
+        Ok(Arc::new(Algebra { p, q, r, n, metric, masks, index_of, names, table, grade_start }))
     }
 
     /// Parses `"P,Q"`, `"P,Q,R"`, `"P"` or `"Cl(P,Q,R)"`.
     pub fn parse(spec: &str) -> Result<Arc<Algebra>> {
-        let bad = |reason: String| GaError::BadSpec {
-            spec: spec.to_string(),
-            reason,
-        };
+        let bad = |reason: String| GaError::BadSpec { spec: spec.to_string(), reason };
         let mut s = spec.trim();
         if let Some(inner) = s.strip_prefix("Cl(").or_else(|| s.strip_prefix("cl(")) {
-            s = inner
-                .strip_suffix(')')
-                .ok_or_else(|| bad("a missing closing ')'".into()))?;
+            s = inner.strip_suffix(')').ok_or_else(|| bad("a missing closing ')'".into()))?;
         }
         if s.is_empty() {
             return Err(bad("an empty string".into()));
@@ -159,9 +137,7 @@ impl Algebra {
         }
         let mut v = [0usize; 3];
         for (i, part) in parts.iter().enumerate() {
-            v[i] = part
-                .parse::<usize>()
-                .map_err(|_| bad(format!("{part:?} where a non-negative integer belongs")))?;
+            v[i] = part.parse::<usize>().map_err(|_| bad(format!("{part:?} where a non-negative integer belongs")))?;
         }
         Algebra::new(v[0], v[1], v[2])
     }
@@ -216,14 +192,11 @@ impl Algebra {
     }
     /// Canonical index of a blade given by name (`"e13"`, `"1"`).
     pub fn blade_by_name(&self, name: &str) -> Result<usize> {
-        self.names
-            .iter()
-            .position(|s| s == name)
-            .ok_or_else(|| GaError::Unknown {
-                kind: format!("blade of {self}"),
-                got: name.to_string(),
-                expected: self.names.join(", "),
-            })
+        self.names.iter().position(|s| s == name).ok_or_else(|| GaError::Unknown {
+            kind: format!("blade of {self}"),
+            got: name.to_string(),
+            expected: self.names.join(", "),
+        })
     }
     /// Canonical indices of the blades of grade `k` (contiguous; empty when `k > n`).
     pub fn grade_range(&self, k: usize) -> Range<usize> {
@@ -234,15 +207,11 @@ impl Algebra {
     }
     /// Canonical indices of all blades whose grade is in `grades`.
     pub fn blades_of_grades(&self, grades: &[usize]) -> Vec<usize> {
-        (0..self.dim())
-            .filter(|&i| grades.contains(&self.grade(i)))
-            .collect()
+        (0..self.dim()).filter(|&i| grades.contains(&self.grade(i))).collect()
     }
     /// Canonical indices of the even blades.
     pub fn even_blades(&self) -> Vec<usize> {
-        (0..self.dim())
-            .filter(|&i| self.grade(i) & 1 == 0)
-            .collect()
+        (0..self.dim()).filter(|&i| self.grade(i) & 1 == 0).collect()
     }
     /// Geometric product of canonical blades: `(sign, index)`, sign 0 when the product vanishes.
     pub fn product(&self, i: usize, j: usize) -> (i8, usize) {
@@ -290,10 +259,7 @@ impl Algebra {
         if self == other {
             Ok(())
         } else {
-            Err(GaError::AlgebraMismatch {
-                expected: self.to_string(),
-                got: other.to_string(),
-            })
+            Err(GaError::AlgebraMismatch { expected: self.to_string(), got: other.to_string() })
         }
     }
     /// Grades `k` for which the algebra has blades (`0..=n`).
@@ -349,10 +315,7 @@ mod tests {
     #[test]
     fn canonical_order_and_names() {
         let a = Algebra::new(3, 0, 0).unwrap();
-        assert_eq!(
-            a.blade_names(),
-            &["1", "e1", "e2", "e3", "e12", "e13", "e23", "e123"]
-        );
+        assert_eq!(a.blade_names(), &["1", "e1", "e2", "e3", "e12", "e13", "e23", "e123"]);
         let pga = Algebra::new(3, 0, 1).unwrap();
         assert_eq!(pga.blade_name(1), "e0");
         assert_eq!(pga.blade_name(5), "e01");
@@ -409,13 +372,7 @@ mod tests {
         let e = Algebra::parse("5,2,0").unwrap_err();
         assert!(matches!(e, GaError::TooLarge { n: 7, .. }), "{e}");
         assert!(e.to_string().contains("n <= 6"));
-        assert_eq!(
-            *Algebra::parse("3,0").unwrap(),
-            *Algebra::new(3, 0, 0).unwrap()
-        );
-        assert_eq!(
-            *Algebra::parse(" Cl(3, 0, 1) ").unwrap(),
-            *Algebra::new(3, 0, 1).unwrap()
-        );
+        assert_eq!(*Algebra::parse("3,0").unwrap(), *Algebra::new(3, 0, 0).unwrap());
+        assert_eq!(*Algebra::parse(" Cl(3, 0, 1) ").unwrap(), *Algebra::new(3, 0, 1).unwrap());
     }
 }

@@ -15,37 +15,21 @@ pub const CORPUS_ALGEBRAS: [&str; 5] = ["2,0,0", "3,0,0", "3,0,1", "1,3,0", "4,1
 /// calls the device function on register arrays and stores the outputs, so that
 /// the device function is really compiled.
 pub fn device_function_caller(ir: &Ir) -> String {
-    let mut s = format!(
-        "extern \"C\" __global__ void {}_call(const float* ember_in, float* ember_out) {{\n",
-        ir.name
-    );
+    let mut s = format!("extern \"C\" __global__ void {}_call(const float* ember_in, float* ember_out) {{\n", ir.name);
     let mut off = 0usize;
     for g in &ir.inputs {
         s.push_str(&format!("    float {}[{}];\n", g.name, g.len().max(1)));
-        s.push_str(&format!(
-            "    for (int k = 0; k < {}; ++k) {}[k] = ember_in[{off} + k];\n",
-            g.len(),
-            g.name
-        ));
+        s.push_str(&format!("    for (int k = 0; k < {}; ++k) {}[k] = ember_in[{off} + k];\n", g.len(), g.name));
         off += g.len();
     }
     for g in &ir.outputs {
         s.push_str(&format!("    float {}[{}];\n", g.name, g.len().max(1)));
     }
-    let args: Vec<&str> = ir
-        .inputs
-        .iter()
-        .chain(&ir.outputs)
-        .map(|g| g.name.as_str())
-        .collect();
+    let args: Vec<&str> = ir.inputs.iter().chain(&ir.outputs).map(|g| g.name.as_str()).collect();
     s.push_str(&format!("    {}({});\n", ir.name, args.join(", ")));
     let mut off = 0usize;
     for g in &ir.outputs {
-        s.push_str(&format!(
-            "    for (int k = 0; k < {}; ++k) ember_out[{off} + k] = {}[k];\n",
-            g.len(),
-            g.name
-        ));
+        s.push_str(&format!("    for (int k = 0; k < {}; ++k) ember_out[{off} + k] = {}[k];\n", g.len(), g.name));
         off += g.len();
     }
     s.push_str("}\n");
@@ -56,15 +40,9 @@ pub fn device_function_caller(ir: &Ir) -> String {
 /// division, negation, special constants), for the compile corpus.
 pub fn feature_program() -> Ir {
     let mut b = Builder::new();
-    let a = b
-        .input_group("a", vec!["a0".into(), "a1".into(), "a2".into()])
-        .expect("valid group");
-    let c = b
-        .input_group("c", vec!["c0".into(), "c1".into()])
-        .expect("valid group");
-    let u = b
-        .input_group("u", vec!["u0".into(), "u1".into()])
-        .expect("valid group");
+    let a = b.input_group("a", vec!["a0".into(), "a1".into(), "a2".into()]).expect("valid group");
+    let c = b.input_group("c", vec!["c0".into(), "c1".into()]).expect("valid group");
+    let u = b.input_group("u", vec!["u0".into(), "u1".into()]).expect("valid group");
     let mut vals: Vec<Val> = Vec::new();
     for (k, op) in UnaryOp::ALL.iter().enumerate() {
         // apply to a negated operand so that non-odd functions need an explicit negation
@@ -79,12 +57,9 @@ pub fn feature_program() -> Ir {
     let s = b.sum(&vals);
     let t = b.add(s, lim);
     let m = b.mul(t, u[1]);
-    b.output_group("o", vec!["o0".into(), "o1".into()], vec![m, q.negate()])
-        .expect("valid group");
-    b.output_group("oc", vec!["oc0".into()], vec![t])
-        .expect("valid group");
-    b.output_group("ou", vec!["ou0".into(), "ou1".into()], vec![s, Val::Zero])
-        .expect("valid group");
+    b.output_group("o", vec!["o0".into(), "o1".into()], vec![m, q.negate()]).expect("valid group");
+    b.output_group("oc", vec!["oc0".into()], vec![t]).expect("valid group");
+    b.output_group("ou", vec!["ou0".into(), "ou1".into()], vec![s, Val::Zero]).expect("valid group");
     b.finish("ga_features").expect("valid name")
 }
 
@@ -93,32 +68,14 @@ pub fn feature_spec(dtype: DType) -> KernelSpec {
     KernelSpec {
         name: format!("ga_features_{}", dtype.name()),
         inputs: vec![
-            InSpec {
-                layout: Layout::PerElement,
-                dtype,
-            },
-            InSpec {
-                layout: Layout::PerChannel,
-                dtype,
-            },
-            InSpec {
-                layout: Layout::Uniform,
-                dtype,
-            },
+            InSpec { layout: Layout::PerElement, dtype },
+            InSpec { layout: Layout::PerChannel, dtype },
+            InSpec { layout: Layout::Uniform, dtype },
         ],
         outputs: vec![
-            OutSpec {
-                layout: OutLayout::PerElement,
-                dtype,
-            },
-            OutSpec {
-                layout: OutLayout::PerChannelSum,
-                dtype: DType::F32,
-            },
-            OutSpec {
-                layout: OutLayout::UniformSum,
-                dtype: DType::F32,
-            },
+            OutSpec { layout: OutLayout::PerElement, dtype },
+            OutSpec { layout: OutLayout::PerChannelSum, dtype: DType::F32 },
+            OutSpec { layout: OutLayout::UniformSum, dtype: DType::F32 },
         ],
     }
 }
@@ -154,11 +111,7 @@ pub fn compile_corpus() -> Vec<(String, String)> {
         for (expr, _) in EXPRS {
             for grad in [false, true] {
                 let prog = program(&alg, expr, grad).expect("corpus expression");
-                irs.push((
-                    *expr,
-                    prog.lower(&function_name(&alg, expr, grad))
-                        .expect("corpus lowering"),
-                ));
+                irs.push((*expr, prog.lower(&function_name(&alg, expr, grad)).expect("corpus lowering")));
             }
         }
         let tag = spec.replace(',', "");
@@ -169,10 +122,7 @@ pub fn compile_corpus() -> Vec<(String, String)> {
             dev.push_str(&device_function(ir));
             dev.push_str(&device_function_caller(ir));
             if split && k % 2 == 1 {
-                out.push((
-                    format!("cl{tag}_device_functions_{expr}"),
-                    std::mem::replace(&mut dev, String::from(HELPERS)),
-                ));
+                out.push((format!("cl{tag}_device_functions_{expr}"), std::mem::replace(&mut dev, String::from(HELPERS))));
             }
         }
         if !split {
@@ -184,14 +134,10 @@ pub fn compile_corpus() -> Vec<(String, String)> {
                 if split && !CORPUS_N6_KERNEL_EXPRS.contains(expr) {
                     continue;
                 }
-                let ks =
-                    KernelSpec::elementwise(ir, &format!("{}_{}", ir.name, dtype.name()), dtype);
+                let ks = KernelSpec::elementwise(ir, &format!("{}_{}", ir.name, dtype.name()), dtype);
                 src.push_str(&kernel(ir, &ks).expect("corpus kernel"));
                 if split && k % 2 == 1 {
-                    out.push((
-                        format!("cl{tag}_kernels_{expr}_{}", dtype.name()),
-                        std::mem::take(&mut src),
-                    ));
+                    out.push((format!("cl{tag}_kernels_{expr}_{}", dtype.name()), std::mem::take(&mut src)));
                 }
             }
             if !split {

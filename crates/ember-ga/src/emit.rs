@@ -17,14 +17,8 @@ use crate::wgp::PathTable;
 /// Supported expressions: `(name, description)`.
 pub const EXPRS: &[(&str, &str)] = &[
     ("gp", "geometric product x*y of two full multivectors"),
-    (
-        "wgp",
-        "weighted geometric product: one weight w[p] per (grade_x, grade_y, grade_out) path",
-    ),
-    (
-        "sandwich",
-        "sandwich x*y*~x of an even multivector x and a vector y",
-    ),
+    ("wgp", "weighted geometric product: one weight w[p] per (grade_x, grade_y, grade_out) path"),
+    ("sandwich", "sandwich x*y*~x of an even multivector x and a vector y"),
     ("outer", "outer product x^y"),
     ("inner", "symmetric inner product x|y (grade |gx-gy| part)"),
     ("lcontract", "left contraction of x onto y"),
@@ -32,17 +26,11 @@ pub const EXPRS: &[(&str, &str)] = &[
     ("scalar", "scalar product <x*y>_0"),
     ("commutator", "commutator product (x*y - y*x)/2"),
     ("anticommutator", "anticommutator product (x*y + y*x)/2"),
-    (
-        "regressive",
-        "regressive product x&y = undual(dual(x)^dual(y))",
-    ),
+    ("regressive", "regressive product x&y = undual(dual(x)^dual(y))"),
     ("reverse", "reverse ~x"),
     ("involute", "grade involution of x"),
     ("conjugate", "Clifford conjugate of x"),
-    (
-        "dual",
-        "complement dual of x (well defined for degenerate metrics)",
-    ),
+    ("dual", "complement dual of x (well defined for degenerate metrics)"),
     ("undual", "inverse of dual"),
     ("norm2", "squared norm <x*~x>_0"),
 ];
@@ -204,20 +192,10 @@ pub fn emit(algebra: &str, expr: &str, grad: bool, lang: Lang) -> Result<Emitted
         Lang::Ir => ir.to_text(),
         Lang::Rust => crate::print_rust::function(&ir, crate::print_rust::RustFloat::F32),
         Lang::Cuda => {
-            let spec = crate::print_cuda::KernelSpec::elementwise(
-                &ir,
-                &format!("{}_kernel", ir.name),
-                crate::layout::DType::F32,
-            );
+            let spec = crate::print_cuda::KernelSpec::elementwise(&ir, &format!("{}_kernel", ir.name), crate::layout::DType::F32);
             let kernel = crate::print_cuda::kernel(&ir, &spec)?;
             format!("{}\n{}", crate::print_cuda::device_function(&ir), kernel)
         }
     };
-    Ok(Emitted {
-        name: ir.name.clone(),
-        code,
-        muls: c.muls,
-        adds: c.adds,
-        ir,
-    })
+    Ok(Emitted { name: ir.name.clone(), code, muls: c.muls, adds: c.adds, ir })
 }

@@ -14,13 +14,7 @@ pub enum GaError {
 
     /// The algebra has too many basis vectors.
     #[error("algebra Cl({p},{q},{r}) has n = p+q+r = {n} basis vectors; expected n <= {max}")]
-    TooLarge {
-        p: usize,
-        q: usize,
-        r: usize,
-        n: usize,
-        max: usize,
-    },
+    TooLarge { p: usize, q: usize, r: usize, n: usize, max: usize },
 
     /// Two operands live in different algebras.
     #[error("mismatched algebras: expected {expected}, got {got}")]
@@ -32,19 +26,11 @@ pub enum GaError {
 
     /// A length, count or shape did not match.
     #[error("{what}: expected {expected}, got {got}")]
-    Shape {
-        what: String,
-        expected: String,
-        got: String,
-    },
+    Shape { what: String, expected: String, got: String },
 
     /// A name (expression, language, dtype, symbol group, ...) is unknown.
     #[error("unknown {kind} {got:?}; expected one of: {expected}")]
-    Unknown {
-        kind: String,
-        got: String,
-        expected: String,
-    },
+    Unknown { kind: String, got: String, expected: String },
 
     /// Any other invalid argument.
     #[error("invalid argument: {0}")]
@@ -55,22 +41,10 @@ pub enum GaError {
 pub type Result<T> = std::result::Result<T, GaError>;
 
 impl GaError {
-    pub(crate) fn shape(
-        what: impl Into<String>,
-        expected: impl ToString,
-        got: impl ToString,
-    ) -> Self {
-        GaError::Shape {
-            what: what.into(),
-            expected: expected.to_string(),
-            got: got.to_string(),
-        }
+    pub(crate) fn shape(what: impl Into<String>, expected: impl ToString, got: impl ToString) -> Self {
+        GaError::Shape { what: what.into(), expected: expected.to_string(), got: got.to_string() }
     }
     pub(crate) fn unknown(kind: &str, got: &str, expected: &[&str]) -> Self {
-        GaError::Unknown {
-            kind: kind.to_string(),
-            got: got.to_string(),
-            expected: expected.join(", "),
-        }
+        GaError::Unknown { kind: kind.to_string(), got: got.to_string(), expected: expected.join(", ") }
     }
 }

@@ -84,50 +84,15 @@ real!(f64);
 
 #[derive(Copy, Clone, Debug)]
 enum Op {
-    Load {
-        dst: u32,
-        group: u32,
-        index: u32,
-    },
-    Const {
-        dst: u32,
-        value: f64,
-    },
-    Add {
-        dst: u32,
-        a: u32,
-        b: u32,
-    },
-    Sub {
-        dst: u32,
-        a: u32,
-        b: u32,
-    },
-    Mul {
-        dst: u32,
-        a: u32,
-        b: u32,
-    },
-    Div {
-        dst: u32,
-        a: u32,
-        b: u32,
-    },
-    Neg {
-        dst: u32,
-        a: u32,
-    },
-    Unary {
-        dst: u32,
-        op: UnaryOp,
-        a: u32,
-    },
-    Store {
-        src: u32,
-        group: u32,
-        index: u32,
-        neg: bool,
-    },
+    Load { dst: u32, group: u32, index: u32 },
+    Const { dst: u32, value: f64 },
+    Add { dst: u32, a: u32, b: u32 },
+    Sub { dst: u32, a: u32, b: u32 },
+    Mul { dst: u32, a: u32, b: u32 },
+    Div { dst: u32, a: u32, b: u32 },
+    Neg { dst: u32, a: u32 },
+    Unary { dst: u32, op: UnaryOp, a: u32 },
+    Store { src: u32, group: u32, index: u32, neg: bool },
 }
 
 /// An [`Ir`] compiled for the CPU.
@@ -177,9 +142,7 @@ impl Compiled {
         let operands = |ins: &Instr| -> Vec<u32> {
             match *ins {
                 Instr::Input { .. } | Instr::Const(_) => vec![],
-                Instr::Add(a, b) | Instr::Sub(a, b) | Instr::Mul(a, b) | Instr::Div(a, b) => {
-                    vec![a, b]
-                }
+                Instr::Add(a, b) | Instr::Sub(a, b) | Instr::Mul(a, b) | Instr::Div(a, b) => vec![a, b],
                 Instr::Neg(a) | Instr::Unary(_, a) => vec![a],
             }
         };
@@ -214,36 +177,15 @@ impl Compiled {
             ops.push(match *ins {
                 Instr::Input { group, index } => Op::Load { dst, group, index },
                 Instr::Const(value) => Op::Const { dst, value },
-                Instr::Add(a, b) => Op::Add {
-                    dst,
-                    a: r(a),
-                    b: r(b),
-                },
-                Instr::Sub(a, b) => Op::Sub {
-                    dst,
-                    a: r(a),
-                    b: r(b),
-                },
-                Instr::Mul(a, b) => Op::Mul {
-                    dst,
-                    a: r(a),
-                    b: r(b),
-                },
-                Instr::Div(a, b) => Op::Div {
-                    dst,
-                    a: r(a),
-                    b: r(b),
-                },
+                Instr::Add(a, b) => Op::Add { dst, a: r(a), b: r(b) },
+                Instr::Sub(a, b) => Op::Sub { dst, a: r(a), b: r(b) },
+                Instr::Mul(a, b) => Op::Mul { dst, a: r(a), b: r(b) },
+                Instr::Div(a, b) => Op::Div { dst, a: r(a), b: r(b) },
                 Instr::Neg(a) => Op::Neg { dst, a: r(a) },
                 Instr::Unary(op, a) => Op::Unary { dst, op, a: r(a) },
             });
             for &(group, index, neg) in &stores[i] {
-                ops.push(Op::Store {
-                    src: dst,
-                    group,
-                    index,
-                    neg,
-                });
+                ops.push(Op::Store { src: dst, group, index, neg });
             }
             if last_use[i] == i {
                 // value without later users: its register is free again
@@ -266,111 +208,52 @@ impl Compiled {
 
     /// Evaluates one element: `inputs[g]` holds the scalars of input group `g`.
     pub fn eval(&self, inputs: &[&[f64]]) -> Result<Vec<Vec<f64>>> {
-        let args: Vec<InputArg<f64>> = inputs
-            .iter()
-            .map(|d| InputArg {
-                data: d,
-                layout: Layout::Uniform,
-            })
-            .collect();
+        let args: Vec<InputArg<f64>> = inputs.iter().map(|d| InputArg { data: d, layout: Layout::Uniform }).collect();
         let mut outs: Vec<Vec<f64>> = self.out_lens.iter().map(|&m| vec![0.0; m]).collect();
         {
-            let mut oargs: Vec<OutputArg<f64>> = outs
-                .iter_mut()
-                .map(|d| OutputArg {
-                    data: d.as_mut_slice(),
-                    layout: OutLayout::PerElement,
-                })
-                .collect();
+            let mut oargs: Vec<OutputArg<f64>> =
+                outs.iter_mut().map(|d| OutputArg { data: d.as_mut_slice(), layout: OutLayout::PerElement }).collect();
             self.run(1, 1, &args, &mut oargs)?;
         }
         Ok(outs)
     }
 
-    fn check(
-        &self,
-        b: usize,
-        n: usize,
-        inputs: &[InputArg<'_, impl Real>],
-        outputs: &[OutputArg<'_, impl Real>],
-    ) -> Result<()> {
+    fn check(&self, b: usize, n: usize, inputs: &[InputArg<'_, impl Real>], outputs: &[OutputArg<'_, impl Real>]) -> Result<()> {
         if inputs.len() != self.in_lens.len() {
-            return Err(GaError::shape(
-                "number of input arguments",
-                self.in_lens.len(),
-                inputs.len(),
-            ));
+            return Err(GaError::shape("number of input arguments", self.in_lens.len(), inputs.len()));
         }
         if outputs.len() != self.out_lens.len() {
-            return Err(GaError::shape(
-                "number of output arguments",
-                self.out_lens.len(),
-                outputs.len(),
-            ));
+            return Err(GaError::shape("number of output arguments", self.out_lens.len(), outputs.len()));
         }
         for (g, (a, &m)) in inputs.iter().zip(&self.in_lens).enumerate() {
-            let want = a
-                .layout
-                .len(m, b, n)
-                .ok_or_else(|| GaError::Invalid("batch size overflows usize".into()))?;
+            let want = a.layout.len(m, b, n).ok_or_else(|| GaError::Invalid("batch size overflows usize".into()))?;
             if a.data.len() != want {
-                return Err(GaError::shape(
-                    format!(
-                        "length of input {g} ({:?}, {m} values, B={b}, N={n})",
-                        a.layout
-                    ),
-                    want,
-                    a.data.len(),
-                ));
+                return Err(GaError::shape(format!("length of input {g} ({:?}, {m} values, B={b}, N={n})", a.layout), want, a.data.len()));
             }
         }
         for (g, (a, &m)) in outputs.iter().zip(&self.out_lens).enumerate() {
-            let want = a
-                .layout
-                .len(m, b, n)
-                .ok_or_else(|| GaError::Invalid("batch size overflows usize".into()))?;
+            let want = a.layout.len(m, b, n).ok_or_else(|| GaError::Invalid("batch size overflows usize".into()))?;
             if a.data.len() != want {
-                return Err(GaError::shape(
-                    format!(
-                        "length of output {g} ({:?}, {m} values, B={b}, N={n})",
-                        a.layout
-                    ),
-                    want,
-                    a.data.len(),
-                ));
+                return Err(GaError::shape(format!("length of output {g} ({:?}, {m} values, B={b}, N={n})", a.layout), want, a.data.len()));
             }
         }
         Ok(())
     }
 
     /// Runs over a batch of `b × n` elements (see [`crate::layout`]).
-    pub fn run<T: Real>(
-        &self,
-        b: usize,
-        n: usize,
-        inputs: &[InputArg<'_, T>],
-        outputs: &mut [OutputArg<'_, T>],
-    ) -> Result<()> {
+    pub fn run<T: Real>(&self, b: usize, n: usize, inputs: &[InputArg<'_, T>], outputs: &mut [OutputArg<'_, T>]) -> Result<()> {
         self.check(b, n, inputs, outputs)?;
         let total = b * n;
         if total == 0 {
             return Ok(());
         }
-        let threads = std::thread::available_parallelism()
-            .map(|x| x.get())
-            .unwrap_or(1);
+        let threads = std::thread::available_parallelism().map(|x| x.get()).unwrap_or(1);
         let work = total.saturating_mul(self.ops.len().max(1));
-        let threads = if work < (1 << 18) {
-            1
-        } else {
-            threads.min(total.div_ceil(LANES)).max(1)
-        };
+        let threads = if work < (1 << 18) { 1 } else { threads.min(total.div_ceil(LANES)).max(1) };
         // split lanes into contiguous per-thread ranges (multiples of LANES)
         let per = total.div_ceil(threads).div_ceil(LANES) * LANES;
-        let ranges: Vec<(usize, usize)> = (0..threads)
-            .map(|t| (t * per, ((t + 1) * per).min(total)))
-            .filter(|(s, e)| s < e)
-            .collect();
+        let ranges: Vec<(usize, usize)> =
+            (0..threads).map(|t| (t * per, ((t + 1) * per).min(total))).filter(|(s, e)| s < e).collect();
         let out_layouts: Vec<OutLayout> = outputs.iter().map(|o| o.layout).collect();
         // per-thread views of per-element outputs, and private accumulators for sums
         let mut views: Vec<Vec<Dest<'_, T>>> = ranges.iter().map(|_| Vec::new()).collect();
@@ -408,13 +291,7 @@ impl Compiled {
                 }
             }
         }
-        let ctx = RunCtx {
-            c: self,
-            n,
-            total,
-            inputs,
-            out_layouts: &out_layouts,
-        };
+        let ctx = RunCtx { c: self, n, total, inputs, out_layouts: &out_layouts };
         if ranges.len() == 1 {
             let v = views.pop().expect("one range");
             let a = &mut accs[0];
@@ -432,10 +309,7 @@ impl Compiled {
             if out.layout == OutLayout::PerElement {
                 continue;
             }
-            let slot = out_layouts[..g]
-                .iter()
-                .filter(|l| **l != OutLayout::PerElement)
-                .count();
+            let slot = out_layouts[..g].iter().filter(|l| **l != OutLayout::PerElement).count();
             for acc in &accs {
                 for (d, &v) in out.data.iter_mut().zip(&acc[slot]) {
                     *d = T::add(*d, v);
@@ -462,12 +336,7 @@ struct RunCtx<'c, 'a, T> {
 }
 
 impl<T: Real> RunCtx<'_, '_, T> {
-    fn run_range(
-        &self,
-        (start, end): (usize, usize),
-        mut dest: Vec<Dest<'_, T>>,
-        accs: &mut [Vec<T>],
-    ) {
+    fn run_range(&self, (start, end): (usize, usize), mut dest: Vec<Dest<'_, T>>, accs: &mut [Vec<T>]) {
         let c = self.c;
         let mut regs = vec![T::default(); c.regs.max(1) * LANES];
         // identically-zero per-element outputs
@@ -496,9 +365,7 @@ impl<T: Real> RunCtx<'_, '_, T> {
                         let d = &mut regs[dst as usize * LANES..][..len];
                         match arg.layout {
                             Layout::PerElement => {
-                                d.copy_from_slice(
-                                    &arg.data[index as usize * self.total + i0..][..len],
-                                );
+                                d.copy_from_slice(&arg.data[index as usize * self.total + i0..][..len]);
                             }
                             Layout::PerChannel => {
                                 for (x, &ch) in d.iter_mut().zip(&chan[..len]) {
@@ -508,21 +375,14 @@ impl<T: Real> RunCtx<'_, '_, T> {
                             Layout::Uniform => d.fill(arg.data[index as usize]),
                         }
                     }
-                    Op::Const { dst, value } => {
-                        regs[dst as usize * LANES..][..len].fill(T::from_f64(value))
-                    }
+                    Op::Const { dst, value } => regs[dst as usize * LANES..][..len].fill(T::from_f64(value)),
                     Op::Add { dst, a, b } => bin(&mut regs, dst, a, b, len, T::add),
                     Op::Sub { dst, a, b } => bin(&mut regs, dst, a, b, len, T::sub),
                     Op::Mul { dst, a, b } => bin(&mut regs, dst, a, b, len, T::mul),
                     Op::Div { dst, a, b } => bin(&mut regs, dst, a, b, len, T::div),
                     Op::Neg { dst, a } => un(&mut regs, dst, a, len, T::neg),
                     Op::Unary { dst, op, a } => un(&mut regs, dst, a, len, |x| T::unary(op, x)),
-                    Op::Store {
-                        src,
-                        group,
-                        index,
-                        neg,
-                    } => {
+                    Op::Store { src, group, index, neg } => {
                         let s = &regs[src as usize * LANES..][..len];
                         match &mut dest[group as usize] {
                             Dest::Rows(rows) => {
@@ -538,15 +398,10 @@ impl<T: Real> RunCtx<'_, '_, T> {
                             Dest::Acc(slot, m) => {
                                 let acc = &mut accs[*slot];
                                 let m = *m;
-                                let per_channel =
-                                    self.out_layouts[group as usize] == OutLayout::PerChannelSum;
+                                let per_channel = self.out_layouts[group as usize] == OutLayout::PerChannelSum;
                                 for (&y, &ch) in s.iter().zip(&chan[..len]) {
                                     let y = if neg { T::neg(y) } else { y };
-                                    let at = if per_channel {
-                                        ch * m + index as usize
-                                    } else {
-                                        index as usize
-                                    };
+                                    let at = if per_channel { ch * m + index as usize } else { index as usize };
                                     acc[at] = T::add(acc[at], y);
                                 }
                             }

@@ -59,11 +59,7 @@ fn share_pairs(nodes: &mut Vec<Node>, dedup_new: &mut HashMap<Node, NodeId>, sum
             }
         }
     }
-    let mut table = PairTable {
-        count: HashMap::new(),
-        holders: HashMap::new(),
-        heap: BinaryHeap::new(),
-    };
+    let mut table = PairTable { count: HashMap::new(), holders: HashMap::new(), heap: BinaryHeap::new() };
     for (k, t) in terms.iter().enumerate() {
         for i in 0..t.len() {
             for j in i + 1..t.len() {
@@ -73,12 +69,8 @@ fn share_pairs(nodes: &mut Vec<Node>, dedup_new: &mut HashMap<Node, NodeId>, sum
             }
         }
     }
-    let mut heap: BinaryHeap<(usize, std::cmp::Reverse<PairKey>)> = table
-        .count
-        .iter()
-        .filter(|(_, &c)| c >= 2)
-        .map(|(&p, &c)| (c, std::cmp::Reverse(p)))
-        .collect();
+    let mut heap: BinaryHeap<(usize, std::cmp::Reverse<PairKey>)> =
+        table.count.iter().filter(|(_, &c)| c >= 2).map(|(&p, &c)| (c, std::cmp::Reverse(p))).collect();
     std::mem::swap(&mut table.heap, &mut heap);
     let mut tracked = vec![true; terms.len()];
     let mut changed = vec![false; terms.len()];
@@ -107,19 +99,13 @@ fn share_pairs(nodes: &mut Vec<Node>, dedup_new: &mut HashMap<Node, NodeId>, sum
             let t = &terms[k];
             let ia = t.iter().position(|&(x, _)| x == a);
             let ib = t.iter().position(|&(x, _)| x == b);
-            let (Some(ia), Some(ib)) = (ia, ib) else {
-                continue;
-            };
+            let (Some(ia), Some(ib)) = (ia, ib) else { continue };
             if (t[ia].1 ^ t[ib].1) != rel {
                 continue;
             }
             let (ta, tb) = (t[ia], t[ib]);
-            let others: Vec<(NodeId, bool)> = t
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != ia && *i != ib)
-                .map(|(_, x)| *x)
-                .collect();
+            let others: Vec<(NodeId, bool)> =
+                t.iter().enumerate().filter(|(i, _)| *i != ia && *i != ib).map(|(_, x)| *x).collect();
             table.dec(p);
             for &x in &others {
                 table.dec(pair_key(ta, x));
@@ -157,9 +143,8 @@ fn share_pairs(nodes: &mut Vec<Node>, dedup_new: &mut HashMap<Node, NodeId>, sum
 /// Shares summand pairs among the sums reachable from `roots` (rewriting them in place).
 fn share_live_pairs(nodes: &mut Vec<Node>, roots: &[NodeId]) {
     let live = mark(nodes, roots);
-    let sums: Vec<NodeId> = (0..nodes.len() as NodeId)
-        .filter(|&i| live[i as usize] && matches!(nodes[i as usize], Node::Sum(_)))
-        .collect();
+    let sums: Vec<NodeId> =
+        (0..nodes.len() as NodeId).filter(|&i| live[i as usize] && matches!(nodes[i as usize], Node::Sum(_))).collect();
     let mut dedup_new: HashMap<Node, NodeId> = HashMap::new();
     for &s in &sums {
         dedup_new.insert(nodes[s as usize].clone(), s);
@@ -228,13 +213,7 @@ pub(crate) fn finish(b: Builder, name: &str) -> Result<Ir> {
         })
         .collect();
     let outputs: Vec<GroupDecl> = outputs.into_iter().map(|(g, _)| g).collect();
-    Ok(Ir {
-        name: name.to_string(),
-        inputs,
-        outputs,
-        instrs,
-        results,
-    })
+    Ok(Ir { name: name.to_string(), inputs, outputs, instrs, results })
 }
 
 fn mark(nodes: &[Node], roots: &[NodeId]) -> Vec<bool> {
@@ -269,13 +248,7 @@ fn emit(nodes: &[Node], root: NodeId, index: &mut [Option<u32>], instrs: &mut Ve
         }
         let ix = |i: &NodeId| index[*i as usize].expect("child scheduled");
         let out = match node {
-            Node::Input { group, index } => push(
-                instrs,
-                Instr::Input {
-                    group: *group,
-                    index: *index,
-                },
-            ),
+            Node::Input { group, index } => push(instrs, Instr::Input { group: *group, index: *index }),
             Node::Const(bits) => push(instrs, Instr::Const(f64::from_bits(*bits))),
             Node::Mul(a, b) => push(instrs, Instr::Mul(ix(a), ix(b))),
             Node::Div(a, b) => push(instrs, Instr::Div(ix(a), ix(b))),
@@ -289,14 +262,7 @@ fn emit(nodes: &[Node], root: NodeId, index: &mut [Option<u32>], instrs: &mut Ve
                     order.insert(0, first);
                     let mut acc = ix(&order[0].0);
                     for (c, neg) in &order[1..] {
-                        acc = push(
-                            instrs,
-                            if *neg {
-                                Instr::Sub(acc, ix(c))
-                            } else {
-                                Instr::Add(acc, ix(c))
-                            },
-                        );
+                        acc = push(instrs, if *neg { Instr::Sub(acc, ix(c)) } else { Instr::Add(acc, ix(c)) });
                     }
                     acc
                 } else {

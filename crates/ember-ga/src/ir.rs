@@ -41,16 +41,8 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// All unary functions.
-    pub const ALL: [UnaryOp; 8] = [
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Recip,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Tanh,
-        UnaryOp::Erf,
-        UnaryOp::Abs,
-    ];
+    pub const ALL: [UnaryOp; 8] =
+        [UnaryOp::Sqrt, UnaryOp::Rsqrt, UnaryOp::Recip, UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Erf, UnaryOp::Abs];
     /// Whether `f(-x) = -f(x)`, so a sign can be moved outside.
     pub fn is_odd(self) -> bool {
         matches!(self, UnaryOp::Recip | UnaryOp::Tanh | UnaryOp::Erf)
@@ -155,10 +147,7 @@ impl Val {
 /// A node of the builder graph.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Node {
-    Input {
-        group: u32,
-        index: u32,
-    },
+    Input { group: u32, index: u32 },
     /// A positive constant, stored as `f64` bits.
     Const(u64),
     Mul(NodeId, NodeId),
@@ -212,155 +201,24 @@ impl GroupDecl {
 pub(crate) fn check_ident(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
-        && name
-            .chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     const RESERVED: &[&str] = &[
         // Rust keywords (strict and reserved)
-        "as",
-        "async",
-        "await",
-        "break",
-        "const",
-        "continue",
-        "crate",
-        "dyn",
-        "else",
-        "enum",
-        "extern",
-        "false",
-        "fn",
-        "for",
-        "if",
-        "impl",
-        "in",
-        "let",
-        "loop",
-        "match",
-        "mod",
-        "move",
-        "mut",
-        "pub",
-        "ref",
-        "return",
-        "self",
-        "Self",
-        "static",
-        "struct",
-        "super",
-        "trait",
-        "true",
-        "type",
-        "unsafe",
-        "use",
-        "where",
-        "while",
-        "abstract",
-        "become",
-        "box",
-        "do",
-        "final",
-        "gen",
-        "macro",
-        "override",
-        "priv",
-        "try",
-        "typeof",
-        "unsized",
-        "virtual",
-        "yield",
-        "union",
-        "f32",
-        "f64",
-        "usize",
-        "u16",
-        "i64",
+        "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "false", "fn",
+        "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "self", "Self",
+        "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where", "while", "abstract", "become",
+        "box", "do", "final", "gen", "macro", "override", "priv", "try", "typeof", "unsized", "virtual", "yield", "union",
+        "f32", "f64", "usize", "u16", "i64",
         // C/C++/CUDA keywords and names the printed code relies on
-        "auto",
-        "bool",
-        "case",
-        "char",
-        "class",
-        "default",
-        "delete",
-        "double",
-        "float",
-        "goto",
-        "half",
-        "inline",
-        "int",
-        "long",
-        "namespace",
-        "new",
-        "private",
-        "protected",
-        "public",
-        "register",
-        "short",
-        "signed",
-        "sizeof",
-        "switch",
-        "template",
-        "this",
-        "typedef",
-        "typename",
-        "unsigned",
-        "void",
-        "volatile",
-        "and",
-        "or",
-        "not",
-        "xor",
-        "bitand",
-        "bitor",
-        "compl",
-        "and_eq",
-        "or_eq",
-        "xor_eq",
-        "not_eq",
-        "operator",
-        "friend",
-        "explicit",
-        "mutable",
-        "throw",
-        "catch",
-        "typeid",
-        "nullptr",
-        "constexpr",
-        "decltype",
-        "static_assert",
-        "thread_local",
-        "alignas",
-        "alignof",
-        "noexcept",
-        "export",
-        "concept",
-        "requires",
-        "asm",
-        "using",
-        "const_cast",
-        "dynamic_cast",
-        "reinterpret_cast",
-        "static_cast",
-        "wchar_t",
-        "char16_t",
-        "char32_t",
-        "threadIdx",
-        "blockIdx",
-        "blockDim",
-        "gridDim",
-        "warpSize",
-        "atomicAdd",
-        "sqrtf",
-        "rsqrtf",
-        "expf",
-        "logf",
-        "tanhf",
-        "erff",
-        "fabsf",
-        "main",
+        "auto", "bool", "case", "char", "class", "default", "delete", "double", "float", "goto", "half", "inline", "int",
+        "long", "namespace", "new", "private", "protected", "public", "register", "short", "signed", "sizeof", "switch",
+        "template", "this", "typedef", "typename", "unsigned", "void", "volatile", "and", "or", "not", "xor", "bitand",
+        "bitor", "compl", "and_eq", "or_eq", "xor_eq", "not_eq", "operator", "friend", "explicit", "mutable", "throw",
+        "catch", "typeid", "nullptr", "constexpr", "decltype", "static_assert", "thread_local", "alignas", "alignof",
+        "noexcept", "export", "concept", "requires", "asm", "using", "const_cast", "dynamic_cast", "reinterpret_cast",
+        "static_cast", "wchar_t", "char16_t", "char32_t", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
+        "atomicAdd", "sqrtf", "rsqrtf", "expf", "logf", "tanhf", "erff", "fabsf", "main",
     ];
     if !ok || RESERVED.contains(&name) || name.starts_with("ember_") || name.starts_with("t_") {
         return Err(GaError::Invalid(format!(
@@ -406,63 +264,33 @@ impl Builder {
     /// Declares an input group with one element per label; returns its values.
     pub fn input_group(&mut self, name: &str, labels: Vec<String>) -> Result<Vec<Val>> {
         check_ident(name)?;
-        if self.inputs.iter().any(|g| g.name == name)
-            || self.outputs.iter().any(|(g, _)| g.name == name)
-        {
-            return Err(GaError::Invalid(format!(
-                "group name {name:?} is declared twice; expected unique names"
-            )));
+        if self.inputs.iter().any(|g| g.name == name) || self.outputs.iter().any(|(g, _)| g.name == name) {
+            return Err(GaError::Invalid(format!("group name {name:?} is declared twice; expected unique names")));
         }
         let group = self.inputs.len() as u32;
         let vals: Vec<Val> = (0..labels.len())
-            .map(|i| Val::Ref {
-                id: self.intern(Node::Input {
-                    group,
-                    index: i as u32,
-                }),
-                neg: false,
-            })
+            .map(|i| Val::Ref { id: self.intern(Node::Input { group, index: i as u32 }), neg: false })
             .collect();
-        self.inputs.push(GroupDecl {
-            name: name.to_string(),
-            labels,
-        });
+        self.inputs.push(GroupDecl { name: name.to_string(), labels });
         self.input_vals.push(vals.clone());
         Ok(vals)
     }
 
     /// Values of a declared input group.
     pub fn input_values(&self, name: &str) -> Option<&[Val]> {
-        self.inputs
-            .iter()
-            .position(|g| g.name == name)
-            .map(|i| self.input_vals[i].as_slice())
+        self.inputs.iter().position(|g| g.name == name).map(|i| self.input_vals[i].as_slice())
     }
 
     /// Declares an output group.
     pub fn output_group(&mut self, name: &str, labels: Vec<String>, vals: Vec<Val>) -> Result<()> {
         check_ident(name)?;
         if labels.len() != vals.len() {
-            return Err(GaError::shape(
-                format!("values of output group {name:?}"),
-                labels.len(),
-                vals.len(),
-            ));
+            return Err(GaError::shape(format!("values of output group {name:?}"), labels.len(), vals.len()));
         }
-        if self.inputs.iter().any(|g| g.name == name)
-            || self.outputs.iter().any(|(g, _)| g.name == name)
-        {
-            return Err(GaError::Invalid(format!(
-                "group name {name:?} is declared twice; expected unique names"
-            )));
+        if self.inputs.iter().any(|g| g.name == name) || self.outputs.iter().any(|(g, _)| g.name == name) {
+            return Err(GaError::Invalid(format!("group name {name:?} is declared twice; expected unique names")));
         }
-        self.outputs.push((
-            GroupDecl {
-                name: name.to_string(),
-                labels,
-            },
-            vals,
-        ));
+        self.outputs.push((GroupDecl { name: name.to_string(), labels }, vals));
         Ok(())
     }
 
@@ -479,11 +307,7 @@ impl Builder {
         match v {
             Val::Zero => Some(0.0),
             Val::Ref { id, neg } => match self.nodes[id as usize] {
-                Node::Const(bits) => Some(if neg {
-                    -f64::from_bits(bits)
-                } else {
-                    f64::from_bits(bits)
-                }),
+                Node::Const(bits) => Some(if neg { -f64::from_bits(bits) } else { f64::from_bits(bits) }),
                 _ => None,
             },
         }
@@ -498,16 +322,10 @@ impl Builder {
             return self.constant(ca * cb);
         }
         if self.const_of(Val::Ref { id: x, neg: false }) == Some(1.0) {
-            return Val::Ref {
-                id: y,
-                neg: nx ^ ny,
-            };
+            return Val::Ref { id: y, neg: nx ^ ny };
         }
         if self.const_of(Val::Ref { id: y, neg: false }) == Some(1.0) {
-            return Val::Ref {
-                id: x,
-                neg: nx ^ ny,
-            };
+            return Val::Ref { id: x, neg: nx ^ ny };
         }
         let id = self.intern(Node::Mul(x.min(y), x.max(y)));
         Val::Ref { id, neg: nx ^ ny }
@@ -565,12 +383,7 @@ impl Builder {
             .collect();
         match t.len() {
             0 => return Val::Zero,
-            1 => {
-                return Val::Ref {
-                    id: t[0].0,
-                    neg: t[0].1,
-                }
-            }
+            1 => return Val::Ref { id: t[0].0, neg: t[0].1 },
             _ => {}
         }
         t.sort_unstable();
@@ -589,32 +402,18 @@ impl Builder {
         if let Some(c) = self.const_of(a) {
             return self.constant(op.apply(c));
         }
-        let Val::Ref { id, neg } = a else {
-            unreachable!("zero is a constant")
-        };
+        let Val::Ref { id, neg } = a else { unreachable!("zero is a constant") };
         if !neg {
-            return Val::Ref {
-                id: self.intern(Node::Unary(op, id)),
-                neg: false,
-            };
+            return Val::Ref { id: self.intern(Node::Unary(op, id)), neg: false };
         }
         if op.is_odd() {
-            return Val::Ref {
-                id: self.intern(Node::Unary(op, id)),
-                neg: true,
-            };
+            return Val::Ref { id: self.intern(Node::Unary(op, id)), neg: true };
         }
         if op.is_even() {
-            return Val::Ref {
-                id: self.intern(Node::Unary(op, id)),
-                neg: false,
-            };
+            return Val::Ref { id: self.intern(Node::Unary(op, id)), neg: false };
         }
         let n = self.intern(Node::Neg(id));
-        Val::Ref {
-            id: self.intern(Node::Unary(op, n)),
-            neg: false,
-        }
+        Val::Ref { id: self.intern(Node::Unary(op, n)), neg: false }
     }
 
     /// Counts `(muls, adds, other)` of the nodes reachable from `roots` whose id is at least `from`.
@@ -735,12 +534,7 @@ impl Ir {
                 Instr::Input { .. } | Instr::Const(_) => {}
             }
         }
-        c.negs = self
-            .results
-            .iter()
-            .flatten()
-            .filter(|o| matches!(o, Out::Val { neg: true, .. }))
-            .count();
+        c.negs = self.results.iter().flatten().filter(|o| matches!(o, Out::Val { neg: true, .. })).count();
         c
     }
 
@@ -813,11 +607,7 @@ mod tests {
             (-1.5, -0.9661051464753108),
         ];
         for (x, want) in cases {
-            assert!(
-                (erf(x) - want).abs() < 1e-13,
-                "erf({x}) = {} want {want}",
-                erf(x)
-            );
+            assert!((erf(x) - want).abs() < 1e-13, "erf({x}) = {} want {want}", erf(x));
         }
     }
 
@@ -833,8 +623,7 @@ mod tests {
         assert_eq!(s, s2);
         let z = b.sub(Val::Zero, Val::Zero);
         assert_eq!(z, Val::Zero);
-        b.output_group("o", vec!["p".into(), "s".into()], vec![p1, s.negate()])
-            .unwrap();
+        b.output_group("o", vec!["p".into(), "s".into()], vec![p1, s.negate()]).unwrap();
         let ir = b.finish("k").unwrap();
         let c = ir.counts();
         assert_eq!((c.muls, c.adds), (1, 1));

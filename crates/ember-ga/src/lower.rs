@@ -98,18 +98,14 @@ impl<'e> Lowerer<'e> {
                     }
                 }
             }
-            let mut cands: Vec<(Sym, usize)> =
-                counts.into_iter().filter(|&(_, c)| c >= 2).collect();
+            let mut cands: Vec<(Sym, usize)> = counts.into_iter().filter(|&(_, c)| c >= 2).collect();
             if cands.is_empty() {
                 break;
             }
             cands.sort_unstable();
             let mut best: Option<(u64, Sym, Poly)> = None;
             for &(s, c) in &cands {
-                let q = Poly::from_terms(
-                    rem.iter()
-                        .filter_map(|(m, k)| m.without(s).map(|m2| (m2, *k))),
-                );
+                let q = Poly::from_terms(rem.iter().filter_map(|(m, k)| m.without(s).map(|m2| (m2, *k))));
                 let (_, prim) = q.normalize();
                 let hit = self.memo.contains_key(&prim);
                 let score = (if hit { 1u64 << 40 } else { 0 }) + (c as u64) * 1024;
@@ -183,11 +179,7 @@ impl<'e> Lowerer<'e> {
         let mut found = false;
         for i in 0..syms.len() {
             for j in i + 1..syms.len() {
-                let f = self
-                    .pair_freq
-                    .get(&(syms[i], syms[j]))
-                    .copied()
-                    .unwrap_or(0);
+                let f = self.pair_freq.get(&(syms[i], syms[j])).copied().unwrap_or(0);
                 if !found || f > best.0 {
                     best = (f, syms[i], syms[j]);
                     found = true;
@@ -244,24 +236,12 @@ pub fn lower_system(b: &mut Builder, candidates: &[Vec<Poly>], env: &PolyEnv) ->
 /// combination of "first candidate" / "last candidate" per tier is tried when
 /// there are at most three tiers, so that, say, staged forward outputs can be
 /// combined with expanded gradients even where no single output switch pays off.
-pub fn lower_system_tiered(
-    b: &mut Builder,
-    candidates: &[Vec<Poly>],
-    tiers: &[usize],
-    env: &PolyEnv,
-) -> Result<Vec<Val>> {
+pub fn lower_system_tiered(b: &mut Builder, candidates: &[Vec<Poly>], tiers: &[usize], env: &PolyEnv) -> Result<Vec<Val>> {
     if tiers.len() != candidates.len() {
-        return Err(GaError::shape(
-            "tiers of lower_system_tiered (one per output)",
-            candidates.len(),
-            tiers.len(),
-        ));
+        return Err(GaError::shape("tiers of lower_system_tiered (one per output)", candidates.len(), tiers.len()));
     }
     let bound = |s: &Sym| env.leaves.contains_key(s) || env.temps.contains_key(s);
-    let polys = candidates
-        .iter()
-        .flatten()
-        .chain(env.temps.values().map(|(d, _)| d));
+    let polys = candidates.iter().flatten().chain(env.temps.values().map(|(d, _)| d));
     for p in polys {
         if let Some(s) = p.symbols().into_iter().find(|s| !bound(s)) {
             return Err(GaError::Invalid(format!(
@@ -291,11 +271,7 @@ pub fn lower_system_tiered(
         temp_vals: HashMap::new(),
         pair_freq,
     };
-    fn run<'e>(
-        mut l: Lowerer<'e>,
-        candidates: &[Vec<Poly>],
-        pick: &dyn Fn(usize, &[Poly]) -> usize,
-    ) -> (Lowerer<'e>, Vec<Val>, Vec<usize>) {
+    fn run<'e>(mut l: Lowerer<'e>, candidates: &[Vec<Poly>], pick: &dyn Fn(usize, &[Poly]) -> usize) -> (Lowerer<'e>, Vec<Val>, Vec<usize>) {
         let mut choice = Vec::new();
         let vals: Vec<Val> = candidates
             .iter()
@@ -316,20 +292,10 @@ pub fn lower_system_tiered(
     }
     let ntiers = tiers.iter().max().map_or(1, |m| m + 1);
     // tier masks to try: bit t set = tier t takes its last candidate
-    let masks: Vec<u32> = if ntiers <= 3 {
-        (0..1u32 << ntiers).collect()
-    } else {
-        vec![0, u32::MAX]
-    };
+    let masks: Vec<u32> = if ntiers <= 3 { (0..1u32 << ntiers).collect() } else { vec![0, u32::MAX] };
     let mut runs: Vec<(usize, Lowerer<'_>, Vec<Val>, Vec<usize>)> = Vec::new();
     for mask in masks {
-        let pick = |i: usize, c: &[Poly]| {
-            if mask >> tiers[i].min(31) & 1 == 1 {
-                c.len() - 1
-            } else {
-                0
-            }
-        };
+        let pick = |i: usize, c: &[Poly]| if mask >> tiers[i].min(31) & 1 == 1 { c.len() - 1 } else { 0 };
         let (l, v, ch) = run(base.clone(), candidates, &pick);
         let c = cost_of(l.b.live_cost(&v, start));
         runs.push((c, l, v, ch));

@@ -36,11 +36,7 @@ impl PartialEq for Multivector {
 impl Multivector {
     /// The zero multivector of `alg`.
     pub fn zero(alg: &Arc<Algebra>) -> Multivector {
-        Multivector {
-            alg: alg.clone(),
-            ctx: 0,
-            terms: Vec::new(),
-        }
+        Multivector { alg: alg.clone(), ctx: 0, terms: Vec::new() }
     }
     /// A constant scalar.
     pub fn scalar(alg: &Arc<Algebra>, c: i64) -> Multivector {
@@ -49,22 +45,14 @@ impl Multivector {
     /// The basis blade `i` with coefficient 1.
     pub fn blade(alg: &Arc<Algebra>, i: usize) -> Result<Multivector> {
         if i >= alg.dim() {
-            return Err(GaError::shape(
-                format!("blade index in {alg}"),
-                format!("< {}", alg.dim()),
-                i,
-            ));
+            return Err(GaError::shape(format!("blade index in {alg}"), format!("< {}", alg.dim()), i));
         }
         Ok(Multivector::from_terms(alg, 0, [(i, Poly::constant(1))]))
     }
     /// Builds a multivector from `(blade, coefficient)` pairs of context `ctx`
     /// (use 0 for constants). Duplicate blades are summed; blade indices must be
     /// below `alg.dim()`.
-    pub fn from_terms(
-        alg: &Arc<Algebra>,
-        ctx: u64,
-        terms: impl IntoIterator<Item = (usize, Poly)>,
-    ) -> Multivector {
+    pub fn from_terms(alg: &Arc<Algebra>, ctx: u64, terms: impl IntoIterator<Item = (usize, Poly)>) -> Multivector {
         let mut acc: Vec<Option<Poly>> = vec![None; alg.dim()];
         for (b, p) in terms {
             let slot = &mut acc[b];
@@ -73,16 +61,8 @@ impl Multivector {
                 None => p,
             });
         }
-        let terms = acc
-            .into_iter()
-            .enumerate()
-            .filter_map(|(b, p)| p.filter(|p| !p.is_zero()).map(|p| (b, p)))
-            .collect();
-        Multivector {
-            alg: alg.clone(),
-            ctx,
-            terms,
-        }
+        let terms = acc.into_iter().enumerate().filter_map(|(b, p)| p.filter(|p| !p.is_zero()).map(|p| (b, p))).collect();
+        Multivector { alg: alg.clone(), ctx, terms }
     }
     /// The algebra.
     pub fn algebra(&self) -> &Arc<Algebra> {
@@ -106,10 +86,7 @@ impl Multivector {
     }
     /// Coefficient of blade `i` when present.
     pub fn get(&self, i: usize) -> Option<&Poly> {
-        self.terms
-            .binary_search_by_key(&i, |(b, _)| *b)
-            .ok()
-            .map(|k| &self.terms[k].1)
+        self.terms.binary_search_by_key(&i, |(b, _)| *b).ok().map(|k| &self.terms[k].1)
     }
     /// Whether every coefficient is zero.
     pub fn is_zero(&self) -> bool {
@@ -129,10 +106,7 @@ impl Multivector {
         match (self.ctx, other.ctx) {
             (0, c) | (c, 0) => Ok(c),
             (a, b) if a == b => Ok(a),
-            (a, b) => Err(GaError::ContextMismatch {
-                expected: a,
-                got: b,
-            }),
+            (a, b) => Err(GaError::ContextMismatch { expected: a, got: b }),
         }
     }
 
@@ -145,9 +119,7 @@ impl Multivector {
             for (j, q) in &other.terms {
                 let (s, k) = kind.blade(alg, *i, *j);
                 if s != 0 {
-                    acc[k]
-                        .get_or_insert_with(PolyAcc::default)
-                        .add_poly(&p.mul(q), i64::from(s));
+                    acc[k].get_or_insert_with(PolyAcc::default).add_poly(&p.mul(q), i64::from(s));
                 }
             }
         }
@@ -157,11 +129,7 @@ impl Multivector {
             .filter_map(|(k, a)| a.map(|a| (k, a.finish())))
             .filter(|(_, p)| !p.is_zero())
             .collect();
-        Ok(Multivector {
-            alg: alg.clone(),
-            ctx,
-            terms,
-        })
+        Ok(Multivector { alg: alg.clone(), ctx, terms })
     }
     /// Geometric product `ab`.
     pub fn gp(&self, other: &Multivector) -> Result<Multivector> {
@@ -234,17 +202,8 @@ impl Multivector {
     }
     /// Part of the grades in `ks`.
     pub fn grade_set(&self, ks: &[usize]) -> Multivector {
-        let terms = self
-            .terms
-            .iter()
-            .filter(|(b, _)| ks.contains(&self.alg.grade(*b)))
-            .cloned()
-            .collect();
-        Multivector {
-            alg: self.alg.clone(),
-            ctx: self.ctx,
-            terms,
-        }
+        let terms = self.terms.iter().filter(|(b, _)| ks.contains(&self.alg.grade(*b))).cloned().collect();
+        Multivector { alg: self.alg.clone(), ctx: self.ctx, terms }
     }
     /// Sandwich `x y x̃`, fully expanded.
     pub fn sandwich(&self, y: &Multivector) -> Result<Multivector> {
@@ -252,8 +211,7 @@ impl Multivector {
     }
     /// Squared norm `<x x̃>_0`.
     pub fn norm2(&self) -> Poly {
-        self.scalar_product(&self.rev())
-            .expect("same algebra and context")
+        self.scalar_product(&self.rev()).expect("same algebra and context")
     }
     /// Weighted geometric product with one weight per path of [`crate::wgp::paths`].
     pub fn wgp(&self, y: &Multivector, w: &[Poly]) -> Result<Multivector> {
@@ -261,24 +219,16 @@ impl Multivector {
         let alg = &self.alg;
         let table = PathTable::new(alg);
         if w.len() != table.len() {
-            return Err(GaError::shape(
-                format!("weights of the weighted product in {alg} (one per path)"),
-                table.len(),
-                w.len(),
-            ));
+            return Err(GaError::shape(format!("weights of the weighted product in {alg} (one per path)"), table.len(), w.len()));
         }
         let mut acc: Vec<Option<PolyAcc>> = (0..alg.dim()).map(|_| None).collect();
         for (i, p) in &self.terms {
             for (j, q) in &y.terms {
                 let (s, k) = alg.product(*i, *j);
                 if s != 0 {
-                    let path = table
-                        .index(alg.grade(*i), alg.grade(*j), alg.grade(k))
-                        .expect("nonzero product has a path");
+                    let path = table.index(alg.grade(*i), alg.grade(*j), alg.grade(k)).expect("nonzero product has a path");
                     let t = p.mul(q).mul(&w[path]);
-                    acc[k]
-                        .get_or_insert_with(PolyAcc::default)
-                        .add_poly(&t, i64::from(s));
+                    acc[k].get_or_insert_with(PolyAcc::default).add_poly(&t, i64::from(s));
                 }
             }
         }
@@ -303,11 +253,7 @@ impl Multivector {
     /// `a + b`.
     pub fn add(&self, other: &Multivector) -> Result<Multivector> {
         let ctx = self.join(other)?;
-        Ok(Multivector::from_terms(
-            &self.alg,
-            ctx,
-            self.terms.iter().chain(other.terms.iter()).cloned(),
-        ))
+        Ok(Multivector::from_terms(&self.alg, ctx, self.terms.iter().chain(other.terms.iter()).cloned()))
     }
     /// `a - b`.
     pub fn sub(&self, other: &Multivector) -> Result<Multivector> {
@@ -319,39 +265,17 @@ impl Multivector {
     }
     /// `c a` for an integer `c`.
     pub fn scale(&self, c: i64) -> Multivector {
-        let terms = self
-            .terms
-            .iter()
-            .map(|(b, p)| (*b, p.scale(c)))
-            .filter(|(_, p)| !p.is_zero())
-            .collect();
-        Multivector {
-            alg: self.alg.clone(),
-            ctx: self.ctx,
-            terms,
-        }
+        let terms = self.terms.iter().map(|(b, p)| (*b, p.scale(c))).filter(|(_, p)| !p.is_zero()).collect();
+        Multivector { alg: self.alg.clone(), ctx: self.ctx, terms }
     }
     /// `p a` for a scalar polynomial `p` (of this multivector's context).
     pub fn mul_poly(&self, p: &Poly) -> Multivector {
-        let terms = self
-            .terms
-            .iter()
-            .map(|(b, q)| (*b, q.mul(p)))
-            .filter(|(_, q)| !q.is_zero())
-            .collect();
-        Multivector {
-            alg: self.alg.clone(),
-            ctx: self.ctx,
-            terms,
-        }
+        let terms = self.terms.iter().map(|(b, q)| (*b, q.mul(p))).filter(|(_, q)| !q.is_zero()).collect();
+        Multivector { alg: self.alg.clone(), ctx: self.ctx, terms }
     }
     /// Applies `f` to every coefficient.
     pub fn map(&self, f: impl Fn(&Poly) -> Poly) -> Multivector {
-        Multivector::from_terms(
-            &self.alg,
-            self.ctx,
-            self.terms.iter().map(|(b, p)| (*b, f(p))),
-        )
+        Multivector::from_terms(&self.alg, self.ctx, self.terms.iter().map(|(b, p)| (*b, f(p))))
     }
     /// Evaluates every coefficient to a dense `f64` vector.
     pub fn eval(&self, val: &impl Fn(Sym) -> f64) -> Vec<f64> {
@@ -366,11 +290,8 @@ impl Multivector {
         if self.terms.is_empty() {
             return "0".into();
         }
-        let parts: Vec<String> = self
-            .terms
-            .iter()
-            .map(|(b, p)| format!("({})*{}", p.display_with(name), self.alg.blade_name(*b)))
-            .collect();
+        let parts: Vec<String> =
+            self.terms.iter().map(|(b, p)| format!("({})*{}", p.display_with(name), self.alg.blade_name(*b))).collect();
         parts.join(" + ")
     }
 }

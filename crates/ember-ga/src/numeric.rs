@@ -64,10 +64,7 @@ pub fn reverse(alg: &Algebra, a: &[f64]) -> Result<Vec<f64>> {
 /// Grade-`k` part.
 pub fn grade(alg: &Algebra, a: &[f64], k: usize) -> Result<Vec<f64>> {
     check_len(alg, "operand", a)?;
-    Ok(a.iter()
-        .enumerate()
-        .map(|(i, &v)| if alg.grade(i) == k { v } else { 0.0 })
-        .collect())
+    Ok(a.iter().enumerate().map(|(i, &v)| if alg.grade(i) == k { v } else { 0.0 }).collect())
 }
 
 /// Sandwich `x y x̃`.
@@ -87,20 +84,14 @@ pub fn wgp(alg: &Algebra, x: &[f64], y: &[f64], w: &[f64]) -> Result<Vec<f64>> {
     check_len(alg, "right operand", y)?;
     let table = PathTable::new(alg);
     if w.len() != table.len() {
-        return Err(GaError::shape(
-            format!("weights of the weighted product in {alg} (one per path)"),
-            table.len(),
-            w.len(),
-        ));
+        return Err(GaError::shape(format!("weights of the weighted product in {alg} (one per path)"), table.len(), w.len()));
     }
     let mut out = vec![0.0; alg.dim()];
     for (i, &xi) in x.iter().enumerate() {
         for (j, &yj) in y.iter().enumerate() {
             let (s, k) = alg.product(i, j);
             if s != 0 {
-                let p = table
-                    .index(alg.grade(i), alg.grade(j), alg.grade(k))
-                    .expect("path of a nonzero product");
+                let p = table.index(alg.grade(i), alg.grade(j), alg.grade(k)).expect("path of a nonzero product");
                 out[k] += f64::from(s) * w[p] * xi * yj;
             }
         }

@@ -107,25 +107,19 @@ impl Poly {
         if c == 0 {
             Poly::zero()
         } else {
-            Poly {
-                terms: vec![(Mono::one(), c)],
-            }
+            Poly { terms: vec![(Mono::one(), c)] }
         }
     }
     /// A single symbol.
     pub fn sym(s: Sym) -> Poly {
-        Poly {
-            terms: vec![(Mono::sym(s), 1)],
-        }
+        Poly { terms: vec![(Mono::sym(s), 1)] }
     }
     /// `c * m`.
     pub fn term(m: Mono, c: i64) -> Poly {
         if c == 0 {
             Poly::zero()
         } else {
-            Poly {
-                terms: vec![(m, c)],
-            }
+            Poly { terms: vec![(m, c)] }
         }
     }
     /// Builds a polynomial from unsorted terms, merging duplicates.
@@ -162,37 +156,25 @@ impl Poly {
     }
     /// Largest total degree (0 for zero).
     pub fn degree(&self) -> usize {
-        self.terms
-            .iter()
-            .map(|(m, _)| m.degree())
-            .max()
-            .unwrap_or(0)
+        self.terms.iter().map(|(m, _)| m.degree()).max().unwrap_or(0)
     }
     /// Distinct symbols, sorted.
     pub fn symbols(&self) -> Vec<Sym> {
-        let mut v: Vec<Sym> = self
-            .terms
-            .iter()
-            .flat_map(|(m, _)| m.0.iter().copied())
-            .collect();
+        let mut v: Vec<Sym> = self.terms.iter().flat_map(|(m, _)| m.0.iter().copied()).collect();
         v.sort_unstable();
         v.dedup();
         v
     }
     /// `-self`.
     pub fn neg(&self) -> Poly {
-        Poly {
-            terms: self.terms.iter().map(|(m, c)| (m.clone(), -c)).collect(),
-        }
+        Poly { terms: self.terms.iter().map(|(m, c)| (m.clone(), -c)).collect() }
     }
     /// `c * self`.
     pub fn scale(&self, c: i64) -> Poly {
         if c == 0 {
             return Poly::zero();
         }
-        Poly {
-            terms: self.terms.iter().map(|(m, k)| (m.clone(), k * c)).collect(),
-        }
+        Poly { terms: self.terms.iter().map(|(m, k)| (m.clone(), k * c)).collect() }
     }
     /// `self + other`.
     pub fn add(&self, other: &Poly) -> Poly {
@@ -309,12 +291,7 @@ impl Poly {
         if g == 1 {
             return (1, self.clone());
         }
-        (
-            g,
-            Poly {
-                terms: self.terms.iter().map(|(m, c)| (m.clone(), c / g)).collect(),
-            },
-        )
+        (g, Poly { terms: self.terms.iter().map(|(m, c)| (m.clone(), c / g)).collect() })
     }
 }
 
@@ -408,13 +385,7 @@ mod tests {
         let p = x.mul(&x).mul(&y).scale(3).add(&y); // 3x^2y + y
         assert_eq!(p.derivative(0), x.mul(&y).scale(6));
         assert_eq!(p.derivative(1), x.mul(&x).scale(3).add(&Poly::constant(1)));
-        let q = p.substitute(&mut |s| {
-            if s == 1 {
-                Some(x.add(&Poly::constant(1)))
-            } else {
-                None
-            }
-        });
+        let q = p.substitute(&mut |s| if s == 1 { Some(x.add(&Poly::constant(1))) } else { None });
         // 3x^2(x+1) + x + 1
         let v = q.eval(&|_| 2.0);
         assert_eq!(v, 3.0 * 4.0 * 3.0 + 3.0);

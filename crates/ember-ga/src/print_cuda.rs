@@ -57,11 +57,7 @@ pub fn float_literal(x: f64) -> String {
     if f.is_nan() {
         "__uint_as_float(0x7fc00000u)".into()
     } else if f.is_infinite() {
-        if f > 0.0 {
-            "__uint_as_float(0x7f800000u)".into()
-        } else {
-            "__uint_as_float(0xff800000u)".into()
-        }
+        if f > 0.0 { "__uint_as_float(0x7f800000u)".into() } else { "__uint_as_float(0xff800000u)".into() }
     } else {
         format!("{f:?}f")
     }
@@ -90,12 +86,7 @@ enum Load {
 
 /// Prints the instruction list as `const float t_i = ...;` statements, then the
 /// output statements made by `store(group, index, value)`.
-fn body(
-    ir: &Ir,
-    indent: &str,
-    load: &dyn Fn(u32, u32) -> Load,
-    store: &dyn Fn(usize, usize, &str) -> String,
-) -> String {
+fn body(ir: &Ir, indent: &str, load: &dyn Fn(u32, u32) -> Load, store: &dyn Fn(usize, usize, &str) -> String) -> String {
     let mut s = String::new();
     let mut name: Vec<String> = Vec::with_capacity(ir.instrs.len());
     for (i, ins) in ir.instrs.iter().enumerate() {
@@ -148,22 +139,10 @@ fn header(ir: &Ir) -> String {
     }
     s.push('\n');
     for g in &ir.inputs {
-        let _ = writeln!(
-            s,
-            "//   in  {}[{}]: {}",
-            g.name,
-            g.len(),
-            g.labels.join(" ")
-        );
+        let _ = writeln!(s, "//   in  {}[{}]: {}", g.name, g.len(), g.labels.join(" "));
     }
     for g in &ir.outputs {
-        let _ = writeln!(
-            s,
-            "//   out {}[{}]: {}",
-            g.name,
-            g.len(),
-            g.labels.join(" ")
-        );
+        let _ = writeln!(s, "//   out {}[{}]: {}", g.name, g.len(), g.labels.join(" "));
     }
     s
 }
@@ -172,22 +151,9 @@ fn header(ir: &Ir) -> String {
 /// function over register arrays: inputs first, then outputs, in group order.
 pub fn device_function(ir: &Ir) -> String {
     let mut s = header(ir);
-    let mut params: Vec<String> = ir
-        .inputs
-        .iter()
-        .map(|g| format!("const float* __restrict__ {}", g.name))
-        .collect();
-    params.extend(
-        ir.outputs
-            .iter()
-            .map(|g| format!("float* __restrict__ {}", g.name)),
-    );
-    let _ = writeln!(
-        s,
-        "__device__ __forceinline__ void {}({}) {{",
-        ir.name,
-        params.join(", ")
-    );
+    let mut params: Vec<String> = ir.inputs.iter().map(|g| format!("const float* __restrict__ {}", g.name)).collect();
+    params.extend(ir.outputs.iter().map(|g| format!("float* __restrict__ {}", g.name)));
+    let _ = writeln!(s, "__device__ __forceinline__ void {}({}) {{", ir.name, params.join(", "));
     let load = |g: u32, k: u32| Load::Inline(format!("{}[{}]", ir.inputs[g as usize].name, k));
     let store = |g: usize, k: usize, v: &str| format!("{}[{}] = {};", ir.outputs[g].name, k, v);
     s.push_str(&body(ir, "    ", &load, &store));
@@ -235,15 +201,9 @@ impl KernelSpec {
             .iter()
             .map(|g| {
                 if g.name == "w" {
-                    InSpec {
-                        layout: Layout::PerChannel,
-                        dtype: DType::F32,
-                    }
+                    InSpec { layout: Layout::PerChannel, dtype: DType::F32 }
                 } else {
-                    InSpec {
-                        layout: Layout::PerElement,
-                        dtype,
-                    }
+                    InSpec { layout: Layout::PerElement, dtype }
                 }
             })
             .collect();
@@ -252,23 +212,13 @@ impl KernelSpec {
             .iter()
             .map(|g| {
                 if g.name == "d_w" {
-                    OutSpec {
-                        layout: OutLayout::PerChannelSum,
-                        dtype: DType::F32,
-                    }
+                    OutSpec { layout: OutLayout::PerChannelSum, dtype: DType::F32 }
                 } else {
-                    OutSpec {
-                        layout: OutLayout::PerElement,
-                        dtype,
-                    }
+                    OutSpec { layout: OutLayout::PerElement, dtype }
                 }
             })
             .collect();
-        KernelSpec {
-            name: name.to_string(),
-            inputs,
-            outputs,
-        }
+        KernelSpec { name: name.to_string(), inputs, outputs }
     }
 }
 
@@ -278,18 +228,10 @@ impl KernelSpec {
 pub fn kernel(ir: &Ir, spec: &KernelSpec) -> Result<String> {
     crate::ir::check_ident(&spec.name)?;
     if spec.inputs.len() != ir.inputs.len() {
-        return Err(GaError::shape(
-            format!("input specs of kernel {}", spec.name),
-            ir.inputs.len(),
-            spec.inputs.len(),
-        ));
+        return Err(GaError::shape(format!("input specs of kernel {}", spec.name), ir.inputs.len(), spec.inputs.len()));
     }
     if spec.outputs.len() != ir.outputs.len() {
-        return Err(GaError::shape(
-            format!("output specs of kernel {}", spec.name),
-            ir.outputs.len(),
-            spec.outputs.len(),
-        ));
+        return Err(GaError::shape(format!("output specs of kernel {}", spec.name), ir.outputs.len(), spec.outputs.len()));
     }
     for (g, o) in ir.outputs.iter().zip(&spec.outputs) {
         if o.layout != OutLayout::PerElement && o.dtype != DType::F32 {
@@ -307,32 +249,17 @@ pub fn kernel(ir: &Ir, spec: &KernelSpec) -> Result<String> {
         .zip(&spec.inputs)
         .map(|(g, a)| format!("const {}* __restrict__ {}", c_type(a.dtype), g.name))
         .collect();
-    params.extend(
-        ir.outputs
-            .iter()
-            .zip(&spec.outputs)
-            .map(|(g, a)| format!("{}* __restrict__ {}", c_type(a.dtype), g.name)),
-    );
+    params.extend(ir.outputs.iter().zip(&spec.outputs).map(|(g, a)| format!("{}* __restrict__ {}", c_type(a.dtype), g.name)));
     params.push("long long ember_B".into());
     params.push("long long ember_N".into());
-    let _ = writeln!(
-        s,
-        "extern \"C\" __global__ void {}({}) {{",
-        spec.name,
-        params.join(", ")
-    );
+    let _ = writeln!(s, "extern \"C\" __global__ void {}({}) {{", spec.name, params.join(", "));
     s.push_str("    const long long ember_BN = ember_B * ember_N;\n");
-    s.push_str(
-        "    const long long ember_stride = (long long)blockDim.x * (long long)gridDim.x;\n",
-    );
+    s.push_str("    const long long ember_stride = (long long)blockDim.x * (long long)gridDim.x;\n");
     s.push_str(
         "    for (long long ember_i = (long long)blockIdx.x * (long long)blockDim.x + (long long)threadIdx.x; ember_i < ember_BN; ember_i += ember_stride) {\n",
     );
     let needs_n = spec.inputs.iter().any(|a| a.layout == Layout::PerChannel)
-        || spec
-            .outputs
-            .iter()
-            .any(|a| a.layout == OutLayout::PerChannelSum);
+        || spec.outputs.iter().any(|a| a.layout == OutLayout::PerChannelSum);
     if needs_n {
         s.push_str("        const long long ember_n = ember_i % ember_N;\n");
     }
@@ -351,20 +278,10 @@ pub fn kernel(ir: &Ir, spec: &KernelSpec) -> Result<String> {
         let a = spec.outputs[g];
         match a.layout {
             OutLayout::PerElement => {
-                format!(
-                    "ember_st_{}({} + {}LL * ember_BN + ember_i, {v});",
-                    a.dtype.name(),
-                    grp.name,
-                    k
-                )
+                format!("ember_st_{}({} + {}LL * ember_BN + ember_i, {v});", a.dtype.name(), grp.name, k)
             }
             OutLayout::PerChannelSum => {
-                format!(
-                    "ember_atomic_add_f32({} + ember_n * {}LL + {}, {v});",
-                    grp.name,
-                    grp.len(),
-                    k
-                )
+                format!("ember_atomic_add_f32({} + ember_n * {}LL + {}, {v});", grp.name, grp.len(), k)
             }
             OutLayout::UniformSum => format!("ember_atomic_add_f32({} + {}, {v});", grp.name, k),
         }

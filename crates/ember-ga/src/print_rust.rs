@@ -27,11 +27,7 @@ fn literal(x: f64, t: RustFloat) -> String {
     if x.is_nan() {
         format!("{ty}::NAN")
     } else if x.is_infinite() {
-        if x > 0.0 {
-            format!("{ty}::INFINITY")
-        } else {
-            format!("{ty}::NEG_INFINITY")
-        }
+        if x > 0.0 { format!("{ty}::INFINITY") } else { format!("{ty}::NEG_INFINITY") }
     } else {
         match t {
             RustFloat::F32 => format!("{:?}_f32", x as f32),
@@ -88,23 +84,11 @@ pub fn function(ir: &Ir, t: RustFloat) -> String {
     for g in &ir.outputs {
         let _ = writeln!(s, "///   out `{}`: {}", g.name, g.labels.join(" "));
     }
-    let mut params: Vec<String> = ir
-        .inputs
-        .iter()
-        .map(|g| format!("{}: &[{ty}; {}]", g.name, g.len()))
-        .collect();
-    params.extend(
-        ir.outputs
-            .iter()
-            .map(|g| format!("{}: &mut [{ty}; {}]", g.name, g.len())),
-    );
+    let mut params: Vec<String> = ir.inputs.iter().map(|g| format!("{}: &[{ty}; {}]", g.name, g.len())).collect();
+    params.extend(ir.outputs.iter().map(|g| format!("{}: &mut [{ty}; {}]", g.name, g.len())));
     s.push_str("#[allow(clippy::all, unused_variables, unused_parens, non_snake_case)]\n");
     let _ = writeln!(s, "pub fn {}({}) {{", ir.name, params.join(", "));
-    if ir
-        .instrs
-        .iter()
-        .any(|i| matches!(i, Instr::Unary(UnaryOp::Erf, _)))
-    {
+    if ir.instrs.iter().any(|i| matches!(i, Instr::Unary(UnaryOp::Erf, _))) {
         s.push_str(&erf_helper(t));
     }
     let mut name: Vec<String> = Vec::with_capacity(ir.instrs.len());

@@ -102,14 +102,10 @@ impl fmt::Display for Product {
 impl FromStr for Product {
     type Err = GaError;
     fn from_str(s: &str) -> Result<Product> {
-        Product::ALL
-            .iter()
-            .copied()
-            .find(|p| p.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Product::ALL.iter().map(|p| p.name()).collect();
-                GaError::unknown("product", s, &names)
-            })
+        Product::ALL.iter().copied().find(|p| p.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Product::ALL.iter().map(|p| p.name()).collect();
+            GaError::unknown("product", s, &names)
+        })
     }
 }
 

@@ -62,10 +62,7 @@ impl Shape {
     /// One label per element: blade names, or `name0, name1, ...` for scalars.
     pub fn labels(&self, name: &str) -> Vec<String> {
         match self {
-            Shape::Multivector { alg, blades } => blades
-                .iter()
-                .map(|&b| alg.blade_name(b).to_string())
-                .collect(),
+            Shape::Multivector { alg, blades } => blades.iter().map(|&b| alg.blade_name(b).to_string()).collect(),
             Shape::Scalars(n) => (0..*n).map(|i| format!("{name}{i}")).collect(),
         }
     }
@@ -121,12 +118,7 @@ impl Default for Program {
 impl Program {
     /// An empty program with a fresh symbol context.
     pub fn new() -> Program {
-        Program {
-            ctx: NEXT_CTX.fetch_add(1, Ordering::Relaxed),
-            syms: Vec::new(),
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-        }
+        Program { ctx: NEXT_CTX.fetch_add(1, Ordering::Relaxed), syms: Vec::new(), inputs: Vec::new(), outputs: Vec::new() }
     }
 
     /// The symbol context id carried by this program's multivectors.
@@ -136,12 +128,8 @@ impl Program {
 
     fn check_new_name(&self, name: &str) -> Result<()> {
         check_ident(name)?;
-        if self.inputs.iter().any(|g| g.group.name == name)
-            || self.outputs.iter().any(|g| g.group.name == name)
-        {
-            return Err(GaError::Invalid(format!(
-                "group name {name:?} is declared twice; expected unique names"
-            )));
+        if self.inputs.iter().any(|g| g.group.name == name) || self.outputs.iter().any(|g| g.group.name == name) {
+            return Err(GaError::Invalid(format!("group name {name:?} is declared twice; expected unique names")));
         }
         Ok(())
     }
@@ -154,23 +142,12 @@ impl Program {
         for index in 0..n {
             self.syms.push(SymDef::Input { group, index });
         }
-        self.inputs.push(InGroup {
-            group: Group {
-                name: name.to_string(),
-                shape,
-            },
-            first,
-        });
+        self.inputs.push(InGroup { group: Group { name: name.to_string(), shape }, first });
         Ok((0..n as Sym).map(|i| first + i).collect())
     }
 
     /// A multivector input with one symbol per blade in `blades` (canonical indices).
-    pub fn input(
-        &mut self,
-        name: &str,
-        alg: &Arc<Algebra>,
-        blades: &[usize],
-    ) -> Result<Multivector> {
+    pub fn input(&mut self, name: &str, alg: &Arc<Algebra>, blades: &[usize]) -> Result<Multivector> {
         let mut sorted = blades.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
@@ -181,13 +158,7 @@ impl Program {
                 format!("{blades:?}"),
             ));
         }
-        let syms = self.new_input(
-            name,
-            Shape::Multivector {
-                alg: alg.clone(),
-                blades: blades.to_vec(),
-            },
-        )?;
+        let syms = self.new_input(name, Shape::Multivector { alg: alg.clone(), blades: blades.to_vec() })?;
         let terms = blades.iter().zip(syms).map(|(&b, s)| (b, Poly::sym(s)));
         Ok(Multivector::from_terms(alg, self.ctx, terms))
     }
@@ -199,18 +170,9 @@ impl Program {
     }
 
     /// An input with all blades of the given grades.
-    pub fn input_grades(
-        &mut self,
-        name: &str,
-        alg: &Arc<Algebra>,
-        grades: &[usize],
-    ) -> Result<Multivector> {
+    pub fn input_grades(&mut self, name: &str, alg: &Arc<Algebra>, grades: &[usize]) -> Result<Multivector> {
         if let Some(&g) = grades.iter().find(|&&g| g > alg.n()) {
-            return Err(GaError::shape(
-                format!("grade of input {name:?} in {alg}"),
-                format!("<= {}", alg.n()),
-                g,
-            ));
+            return Err(GaError::shape(format!("grade of input {name:?} in {alg}"), format!("<= {}", alg.n()), g));
         }
         self.input(name, alg, &alg.blades_of_grades(grades))
     }
@@ -222,11 +184,7 @@ impl Program {
 
     /// `len` scalar inputs (e.g. weights).
     pub fn input_scalars(&mut self, name: &str, len: usize) -> Result<Vec<Poly>> {
-        Ok(self
-            .new_input(name, Shape::Scalars(len))?
-            .into_iter()
-            .map(Poly::sym)
-            .collect())
+        Ok(self.new_input(name, Shape::Scalars(len))?.into_iter().map(Poly::sym).collect())
     }
 
     /// Declared input groups, in argument order.
@@ -242,9 +200,7 @@ impl Program {
     /// Name of a symbol: `x[3]` for inputs, `t5` for temporaries.
     pub fn sym_name(&self, s: Sym) -> String {
         match self.syms.get(s as usize) {
-            Some(SymDef::Input { group, index }) => {
-                format!("{}[{}]", self.inputs[*group].group.name, index)
-            }
+            Some(SymDef::Input { group, index }) => format!("{}[{}]", self.inputs[*group].group.name, index),
             Some(SymDef::Temp { .. }) => format!("t{s}"),
             None => format!("?{s}"),
         }
@@ -259,10 +215,7 @@ impl Program {
         match mv.context() {
             0 => Ok(()),
             c if c == self.ctx => Ok(()),
-            c => Err(GaError::ContextMismatch {
-                expected: self.ctx,
-                got: c,
-            }),
+            c => Err(GaError::ContextMismatch { expected: self.ctx, got: c }),
         }
     }
 
@@ -280,10 +233,7 @@ impl Program {
 
     /// Full expansion of `p` over input symbols.
     pub fn expand(&self, p: &Poly) -> Poly {
-        if p.symbols()
-            .iter()
-            .all(|&s| matches!(self.syms.get(s as usize), Some(SymDef::Input { .. }) | None))
-        {
+        if p.symbols().iter().all(|&s| matches!(self.syms.get(s as usize), Some(SymDef::Input { .. }) | None)) {
             return p.clone();
         }
         p.substitute(&mut |s| match self.syms.get(s as usize) {
@@ -300,10 +250,7 @@ impl Program {
         }
         let expanded = self.expand(p);
         let s = self.syms.len() as Sym;
-        self.syms.push(SymDef::Temp {
-            def: p.clone(),
-            expanded,
-        });
+        self.syms.push(SymDef::Temp { def: p.clone(), expanded });
         Ok(Poly::sym(s))
     }
 
@@ -325,24 +272,15 @@ impl Program {
         self.check_ctx(y)?;
         let xy = self.stage(&x.gp(y)?)?;
         let r = xy.gp(&x.rev())?;
-        let terms: Vec<(usize, Poly)> = r
-            .terms()
-            .iter()
-            .filter(|(_, p)| !self.expand(p).is_zero())
-            .cloned()
-            .collect();
+        let terms: Vec<(usize, Poly)> = r.terms().iter().filter(|(_, p)| !self.expand(p).is_zero()).cloned().collect();
         Ok(Multivector::from_terms(x.algebra(), self.ctx, terms))
     }
 
     /// Records a multivector output stored as its structurally nonzero blades.
     pub fn output(&mut self, name: &str, mv: &Multivector) -> Result<()> {
         self.check_ctx(mv)?;
-        let blades: Vec<usize> = mv
-            .terms()
-            .iter()
-            .filter(|(_, p)| !self.expand(p).is_zero())
-            .map(|(b, _)| *b)
-            .collect();
+        let blades: Vec<usize> =
+            mv.terms().iter().filter(|(_, p)| !self.expand(p).is_zero()).map(|(b, _)| *b).collect();
         self.output_blades(name, mv, &blades)
     }
 
@@ -353,11 +291,7 @@ impl Program {
         self.check_new_name(name)?;
         let alg = mv.algebra();
         if let Some(&b) = blades.iter().find(|&&b| b >= alg.dim()) {
-            return Err(GaError::shape(
-                format!("blade of output {name:?} in {alg}"),
-                format!("< {}", alg.dim()),
-                b,
-            ));
+            return Err(GaError::shape(format!("blade of output {name:?} in {alg}"), format!("< {}", alg.dim()), b));
         }
         for (_, p) in mv.terms() {
             self.check_syms(p)?;
@@ -366,30 +300,15 @@ impl Program {
             if !blades.contains(b) && !self.expand(p).is_zero() {
                 return Err(GaError::shape(
                     format!("blades of output {name:?}"),
-                    format!(
-                        "a list containing every nonzero blade ({})",
-                        alg.blade_name(*b)
-                    ),
-                    format!(
-                        "{:?}",
-                        blades
-                            .iter()
-                            .map(|&i| alg.blade_name(i))
-                            .collect::<Vec<_>>()
-                    ),
+                    format!("a list containing every nonzero blade ({})", alg.blade_name(*b)),
+                    format!("{:?}", blades.iter().map(|&i| alg.blade_name(i)).collect::<Vec<_>>()),
                 ));
             }
         }
         let staged: Vec<Poly> = blades.iter().map(|&b| mv.coeff(b)).collect();
         let expanded = staged.iter().map(|p| self.expand(p)).collect();
         self.outputs.push(OutGroup {
-            group: Group {
-                name: name.to_string(),
-                shape: Shape::Multivector {
-                    alg: alg.clone(),
-                    blades: blades.to_vec(),
-                },
-            },
+            group: Group { name: name.to_string(), shape: Shape::Multivector { alg: alg.clone(), blades: blades.to_vec() } },
             staged,
             expanded,
             gradient: false,
@@ -405,10 +324,7 @@ impl Program {
         }
         let expanded = values.iter().map(|p| self.expand(p)).collect();
         self.outputs.push(OutGroup {
-            group: Group {
-                name: name.to_string(),
-                shape: Shape::Scalars(values.len()),
-            },
+            group: Group { name: name.to_string(), shape: Shape::Scalars(values.len()) },
             staged: values.to_vec(),
             expanded,
             gradient: false,
@@ -426,33 +342,17 @@ impl Program {
     pub fn vjp(&mut self, wrt: &[&str]) -> Result<()> {
         let mut targets = Vec::new();
         for &w in wrt {
-            let g = self
-                .inputs
-                .iter()
-                .position(|g| g.group.name == w)
-                .ok_or_else(|| {
-                    let names: Vec<&str> =
-                        self.inputs.iter().map(|g| g.group.name.as_str()).collect();
-                    GaError::unknown("input group", w, &names)
-                })?;
+            let g = self.inputs.iter().position(|g| g.group.name == w).ok_or_else(|| {
+                let names: Vec<&str> = self.inputs.iter().map(|g| g.group.name.as_str()).collect();
+                GaError::unknown("input group", w, &names)
+            })?;
             targets.push(g);
         }
         if self.outputs.is_empty() {
-            return Err(GaError::Invalid(
-                "vjp: expected at least one recorded output, got none".into(),
-            ));
+            return Err(GaError::Invalid("vjp: expected at least one recorded output, got none".into()));
         }
-        let fwd: Vec<(String, Shape, Vec<Poly>)> = self
-            .outputs
-            .iter()
-            .map(|o| {
-                (
-                    o.group.name.clone(),
-                    o.group.shape.clone(),
-                    o.expanded.clone(),
-                )
-            })
-            .collect();
+        let fwd: Vec<(String, Shape, Vec<Poly>)> =
+            self.outputs.iter().map(|o| (o.group.name.clone(), o.group.shape.clone(), o.expanded.clone())).collect();
         let staged_outs: Vec<Vec<Poly>> = self.outputs.iter().map(|o| o.staged.clone()).collect();
         // upstream symbols
         let mut ups: Vec<Vec<Sym>> = Vec::new();
@@ -479,39 +379,25 @@ impl Program {
                         let e = m.exponent(s) as i64;
                         let rest = m.without(s).expect("factor occurs");
                         let t = rest.mul(&Mono::sym(u));
-                        grads[s as usize]
-                            .get_or_insert_with(PolyAcc::default)
-                            .add_term(t, c * e);
+                        grads[s as usize].get_or_insert_with(PolyAcc::default).add_term(t, c * e);
                     }
                 }
             }
         }
-        let mut grads: Vec<Poly> = grads
-            .into_iter()
-            .map(|a| a.map(PolyAcc::finish).unwrap_or_default())
-            .collect();
+        let mut grads: Vec<Poly> = grads.into_iter().map(|a| a.map(PolyAcc::finish).unwrap_or_default()).collect();
         let mut staged = self.staged_vjp(&staged_outs, &ups)?;
         for &g in &targets {
             let ig = self.inputs[g].clone();
             let name = format!("d_{}", ig.group.name);
             self.check_new_name(&name)?;
             let syms = (0..ig.group.shape.len()).map(|k| ig.first as usize + k);
-            let expanded: Vec<Poly> = syms
-                .clone()
-                .map(|s| std::mem::take(&mut grads[s]))
-                .collect();
+            let expanded: Vec<Poly> = syms.clone().map(|s| std::mem::take(&mut grads[s])).collect();
             let st: Vec<Poly> = match staged.as_mut() {
-                Some(m) => syms
-                    .zip(&expanded)
-                    .map(|(s, e)| m.remove(&(s as Sym)).unwrap_or_else(|| e.clone()))
-                    .collect(),
+                Some(m) => syms.zip(&expanded).map(|(s, e)| m.remove(&(s as Sym)).unwrap_or_else(|| e.clone())).collect(),
                 None => expanded.clone(),
             };
             self.outputs.push(OutGroup {
-                group: Group {
-                    name,
-                    shape: ig.group.shape.clone(),
-                },
+                group: Group { name, shape: ig.group.shape.clone() },
                 staged: st,
                 expanded,
                 gradient: true,
@@ -524,15 +410,9 @@ impl Program {
     /// becomes a temporary itself, so gradients can reuse the staged forward
     /// values. Returns the gradient of every symbol the staged outputs depend on,
     /// or `None` when no output uses temporaries.
-    fn staged_vjp(
-        &mut self,
-        outs: &[Vec<Poly>],
-        ups: &[Vec<Sym>],
-    ) -> Result<Option<HashMap<Sym, Poly>>> {
+    fn staged_vjp(&mut self, outs: &[Vec<Poly>], ups: &[Vec<Sym>]) -> Result<Option<HashMap<Sym, Poly>>> {
         let uses_temp = |p: &Poly, syms: &[SymDef]| {
-            p.symbols()
-                .iter()
-                .any(|&s| matches!(syms.get(s as usize), Some(SymDef::Temp { .. })))
+            p.symbols().iter().any(|&s| matches!(syms.get(s as usize), Some(SymDef::Temp { .. })))
         };
         if !outs.iter().flatten().any(|p| uses_temp(p, &self.syms)) {
             return Ok(None);
@@ -556,14 +436,10 @@ impl Program {
                 push_partials(&mut direct, p, &Mono::sym(u), 1);
             }
         }
-        let temps: Vec<Sym> = (0..self.syms.len() as Sym)
-            .rev()
-            .filter(|&s| matches!(self.syms[s as usize], SymDef::Temp { .. }))
-            .collect();
+        let temps: Vec<Sym> =
+            (0..self.syms.len() as Sym).rev().filter(|&s| matches!(self.syms[s as usize], SymDef::Temp { .. })).collect();
         for t in temps {
-            let Some(acc) = direct.remove(&t) else {
-                continue;
-            };
+            let Some(acc) = direct.remove(&t) else { continue };
             let adj = acc.finish();
             if adj.is_zero() {
                 continue;
@@ -578,35 +454,23 @@ impl Program {
                 push_partials(&mut direct, &def, m, *c);
             }
         }
-        Ok(Some(
-            direct
-                .into_iter()
-                .map(|(s, acc)| (s, acc.finish()))
-                .collect(),
-        ))
+        Ok(Some(direct.into_iter().map(|(s, acc)| (s, acc.finish())).collect()))
     }
 
     /// Expanded polynomials of an output group, by name.
     pub fn output_polys(&self, name: &str) -> Option<Vec<Poly>> {
-        self.outputs
-            .iter()
-            .find(|o| o.group.name == name)
-            .map(|o| o.expanded.clone())
+        self.outputs.iter().find(|o| o.group.name == name).map(|o| o.expanded.clone())
     }
 
     /// Symbols of an input group, by name.
     pub fn input_syms(&self, name: &str) -> Option<Vec<Sym>> {
-        self.inputs.iter().find(|g| g.group.name == name).map(|g| {
-            (0..g.group.shape.len() as Sym)
-                .map(|i| g.first + i)
-                .collect()
-        })
+        self.inputs
+            .iter()
+            .find(|g| g.group.name == name)
+            .map(|g| (0..g.group.shape.len() as Sym).map(|i| g.first + i).collect())
     }
 
-    fn env_and_candidates(
-        &self,
-        leaves: HashMap<Sym, Val>,
-    ) -> (PolyEnv, Vec<Vec<Poly>>, Vec<usize>) {
+    fn env_and_candidates(&self, leaves: HashMap<Sym, Val>) -> (PolyEnv, Vec<Vec<Poly>>, Vec<usize>) {
         let mut temps = HashMap::new();
         for (s, d) in self.syms.iter().enumerate() {
             if let SymDef::Temp { def, expanded } = d {
@@ -632,22 +496,14 @@ impl Program {
     /// the given values; the others are declared as inputs of `b`. Returns the
     /// values of every output group by name, without declaring them, so callers
     /// can post-process them (normalization, activations) before declaring outputs.
-    pub fn lower_into(
-        &self,
-        b: &mut Builder,
-        bind: &HashMap<String, Vec<Val>>,
-    ) -> Result<HashMap<String, Vec<Val>>> {
+    pub fn lower_into(&self, b: &mut Builder, bind: &HashMap<String, Vec<Val>>) -> Result<HashMap<String, Vec<Val>>> {
         let mut leaves = HashMap::new();
         for ig in &self.inputs {
             let name = &ig.group.name;
             let vals = match bind.get(name) {
                 Some(v) => {
                     if v.len() != ig.group.shape.len() {
-                        return Err(GaError::shape(
-                            format!("bound values of input {name:?}"),
-                            ig.group.shape.len(),
-                            v.len(),
-                        ));
+                        return Err(GaError::shape(format!("bound values of input {name:?}"), ig.group.shape.len(), v.len()));
                     }
                     v.clone()
                 }

@@ -93,8 +93,7 @@ mod tests {
     #[test]
     fn cl20_matches_flash_kingdon_layout() {
         let alg = Algebra::new(2, 0, 0).unwrap();
-        let got: Vec<(usize, usize, usize)> =
-            paths(&alg).iter().map(|p| (p.gx, p.gy, p.go)).collect();
+        let got: Vec<(usize, usize, usize)> = paths(&alg).iter().map(|p| (p.gx, p.gy, p.go)).collect();
         // w0 X0Y0, w1 X0Y1, w2 X0Y2, w3 X1|Y1, w4 X1Y0, w5 X1Y2, w6 X1^Y1, w7 X2Y2, w8 X2Y1, w9 X2Y0
         let expect = vec![
             (0, 0, 0),
@@ -136,10 +135,7 @@ mod tests {
                         let any = (0..alg.dim()).any(|i| {
                             (0..alg.dim()).any(|j| {
                                 let (s, k) = alg.product(i, j);
-                                s != 0
-                                    && alg.grade(i) == gx
-                                    && alg.grade(j) == gy
-                                    && alg.grade(k) == go
+                                s != 0 && alg.grade(i) == gx && alg.grade(j) == gy && alg.grade(k) == go
                             })
                         });
                         assert_eq!(any, t.index(gx, gy, go).is_some());

@@ -13,14 +13,8 @@ fn corpus_is_self_contained_and_covers_everything() {
     let all: String = corpus.iter().map(|(_, s)| s.as_str()).collect();
     for (name, src) in &corpus {
         assert!(!src.contains("#include"), "{name} must not include headers");
-        assert!(
-            src.contains("extern \"C\" __global__ void"),
-            "{name} has kernels"
-        );
-        assert!(
-            src.contains("#ifndef EMBER_GA_HELPERS"),
-            "{name} carries guarded helpers"
-        );
+        assert!(src.contains("extern \"C\" __global__ void"), "{name} has kernels");
+        assert!(src.contains("#ifndef EMBER_GA_HELPERS"), "{name} carries guarded helpers");
     }
     for spec in ["200", "300", "301", "130", "411"] {
         for (expr, _) in EXPRS {
@@ -42,11 +36,7 @@ fn corpus_is_self_contained_and_covers_everything() {
         assert!(all.contains(&format!("void ga_features_{dtype}(")));
         assert!(all.contains(&format!("ember_ld_{dtype}(")));
     }
-    assert!(
-        all.contains("ember_st_f16(")
-            && all.contains("ember_st_bf16(")
-            && all.contains("ember_atomic_add_f32(")
-    );
+    assert!(all.contains("ember_st_f16(") && all.contains("ember_st_bf16(") && all.contains("ember_atomic_add_f32("));
     // two snippets concatenate: helpers are defined once under the guard
     assert_eq!(HELPERS.matches("#define EMBER_GA_HELPERS").count(), 1);
 }
@@ -60,23 +50,14 @@ fn emit_reports_counts_in_every_language() {
         assert_eq!(e.name, "ga_cl300_wgp");
     }
     let e = emit("3,0,1", "sandwich", true, Lang::Cuda).unwrap();
-    assert!(e
-        .code
-        .contains("__device__ __forceinline__ void ga_cl301_sandwich_grad("));
-    assert!(e
-        .code
-        .contains("extern \"C\" __global__ void ga_cl301_sandwich_grad_kernel("));
+    assert!(e.code.contains("__device__ __forceinline__ void ga_cl301_sandwich_grad("));
+    assert!(e.code.contains("extern \"C\" __global__ void ga_cl301_sandwich_grad_kernel("));
     assert_eq!("CUDA".parse::<Lang>().unwrap(), Lang::Cuda);
     assert_eq!("rs".parse::<Lang>().unwrap(), Lang::Rust);
     let err = "python".parse::<Lang>().unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "unknown language \"python\"; expected one of: cuda, rust, ir"
-    );
+    assert_eq!(err.to_string(), "unknown language \"python\"; expected one of: cuda, rust, ir");
     let err = emit("3,0", "sandwhich", false, Lang::Ir).unwrap_err();
-    assert!(err
-        .to_string()
-        .starts_with("unknown expression \"sandwhich\""));
+    assert!(err.to_string().starts_with("unknown expression \"sandwhich\""));
     let err = emit("7", "gp", false, Lang::Ir).unwrap_err();
     assert!(err.to_string().contains("expected n <= 6"));
 }

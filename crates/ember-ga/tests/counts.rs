@@ -26,20 +26,9 @@ fn op_counts_are_no_worse_than_kingdon() {
     println!("|---|---|---|---|");
     for &(expr, spec, km, ka) in KINGDON {
         let c = lower(spec, expr, false).unwrap().counts();
-        println!(
-            "| {expr} | Cl({spec}) | {km}/{ka} | {}/{} |",
-            c.muls, c.adds
-        );
-        assert!(
-            c.muls <= km,
-            "{expr} Cl({spec}): {} muls, kingdon {km}",
-            c.muls
-        );
-        assert!(
-            c.adds <= ka,
-            "{expr} Cl({spec}): {} adds, kingdon {ka}",
-            c.adds
-        );
+        println!("| {expr} | Cl({spec}) | {km}/{ka} | {}/{} |", c.muls, c.adds);
+        assert!(c.muls <= km, "{expr} Cl({spec}): {} muls, kingdon {km}", c.muls);
+        assert!(c.adds <= ka, "{expr} Cl({spec}): {} adds, kingdon {ka}", c.adds);
         assert_eq!(c.other, 0);
     }
 }
@@ -60,12 +49,7 @@ fn exact_counts_do_not_regress() {
     ];
     for &(expr, spec, m, a) in expect {
         let c = lower(spec, expr, false).unwrap().counts();
-        assert!(
-            c.muls <= m && c.adds <= a,
-            "{expr} Cl({spec}): {}/{} regressed from {m}/{a}",
-            c.muls,
-            c.adds
-        );
+        assert!(c.muls <= m && c.adds <= a, "{expr} Cl({spec}): {}/{} regressed from {m}/{a}", c.muls, c.adds);
     }
 }
 
@@ -77,10 +61,7 @@ fn gradient_counts_table() {
         for spec in ["2,0,0", "3,0,0", "3,0,1", "1,3,0"] {
             let f = lower(spec, expr, false).unwrap().counts();
             let g = lower(spec, expr, true).unwrap().counts();
-            println!(
-                "| {expr} | Cl({spec}) | {}/{} | {}/{} |",
-                f.muls, f.adds, g.muls, g.adds
-            );
+            println!("| {expr} | Cl({spec}) | {}/{} | {}/{} |", f.muls, f.adds, g.muls, g.adds);
             assert!(g.muls > f.muls && g.adds >= f.adds);
         }
     }
@@ -97,14 +78,8 @@ fn generation_is_fast() {
     let t = Instant::now();
     let ir = lower("3,0,0", "wgp", true).unwrap();
     let dt = t.elapsed();
-    println!(
-        "Cl(3,0,0) wgp forward+gradient: {dt:?} ({} instructions)",
-        ir.instrs.len()
-    );
-    assert!(
-        dt < Duration::from_millis(50 * scale),
-        "Cl(3,0) wgp fwd+grad took {dt:?}"
-    );
+    println!("Cl(3,0,0) wgp forward+gradient: {dt:?} ({} instructions)", ir.instrs.len());
+    assert!(dt < Duration::from_millis(50 * scale), "Cl(3,0) wgp fwd+grad took {dt:?}");
     let mut worst = (Duration::ZERO, String::new());
     for spec in ["6,0,0", "4,1,1", "3,3,0", "0,0,6"] {
         for (expr, _) in EXPRS {
@@ -114,10 +89,7 @@ fn generation_is_fast() {
             if dt > worst.0 {
                 worst = (dt, format!("{expr} Cl({spec})"));
             }
-            assert!(
-                dt < Duration::from_secs(scale),
-                "{expr} Cl({spec}) took {dt:?}"
-            );
+            assert!(dt < Duration::from_secs(scale), "{expr} Cl({spec}) took {dt:?}");
         }
     }
     println!("slowest n = 6 expression: {} in {:?}", worst.1, worst.0);

@@ -45,11 +45,7 @@ static inline void ember_atomic_add_f32(float* p, float v) { *p += v; }
 
 fn cxx() -> Option<String> {
     for c in ["c++", "g++", "clang++"] {
-        if Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-        {
+        if Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()) {
             return Some(c.to_string());
         }
     }
@@ -72,10 +68,7 @@ fn f32_to_f16(x: f32) -> u16 {
     let sign = ((u >> 16) & 0x8000) as u16;
     let exp = ((u >> 23) & 0xff) as i32 - 127 + 15;
     let mant = u & 0x7f_ffff;
-    assert!(
-        (1..31).contains(&exp),
-        "value {x} outside the normal f16 range"
-    );
+    assert!((1..31).contains(&exp), "value {x} outside the normal f16 range");
     let mut h = ((exp as u32) << 10) | (mant >> 13);
     let rest = mant & 0x1fff;
     if rest > 0x1000 || (rest == 0x1000 && (h & 1) == 1) {
@@ -95,9 +88,7 @@ fn f16_to_f32(h: u16) -> f32 {
 #[test]
 fn generated_kernels_match_the_evaluator() {
     // A C++ compiler is part of the toolchain this crate is tested with (cc builds need one too).
-    let cxx = cxx().expect(
-        "a C++ compiler (c++, g++ or clang++; or $CXX) to run generated kernels on the host",
-    );
+    let cxx = cxx().expect("a C++ compiler (c++, g++ or clang++; or $CXX) to run generated kernels on the host");
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cuda_on_cpu");
     std::fs::create_dir_all(&dir).unwrap();
     let mut rng = Rng::new(21);
@@ -116,39 +107,20 @@ fn generated_kernels_match_the_evaluator() {
             .inputs
             .iter()
             .map(|g| match g.name.as_str() {
-                "w" => InSpec {
-                    layout: Layout::PerChannel,
-                    dtype: DType::F32,
-                },
-                _ => InSpec {
-                    layout: Layout::PerElement,
-                    dtype,
-                },
+                "w" => InSpec { layout: Layout::PerChannel, dtype: DType::F32 },
+                _ => InSpec { layout: Layout::PerElement, dtype },
             })
             .collect();
         let outs: Vec<OutSpec> = ir
             .outputs
             .iter()
             .map(|g| match g.name.as_str() {
-                "d_w" => OutSpec {
-                    layout: OutLayout::PerChannelSum,
-                    dtype: DType::F32,
-                },
-                "d_x" if grad => OutSpec {
-                    layout: OutLayout::UniformSum,
-                    dtype: DType::F32,
-                },
-                _ => OutSpec {
-                    layout: OutLayout::PerElement,
-                    dtype,
-                },
+                "d_w" => OutSpec { layout: OutLayout::PerChannelSum, dtype: DType::F32 },
+                "d_x" if grad => OutSpec { layout: OutLayout::UniformSum, dtype: DType::F32 },
+                _ => OutSpec { layout: OutLayout::PerElement, dtype },
             })
             .collect();
-        let ks = KernelSpec {
-            name: "k_entry".to_string(),
-            inputs: ins.clone(),
-            outputs: outs.clone(),
-        };
+        let ks = KernelSpec { name: "k_entry".to_string(), inputs: ins.clone(), outputs: outs.clone() };
         let src = kernel(&ir, &ks).unwrap();
         let (b, n) = (5usize, 7usize);
         // input data (already representable in the storage type)
@@ -176,11 +148,7 @@ fn generated_kernels_match_the_evaluator() {
         // harness
         let mut main = String::from("int main() {\n");
         for (k, (a, d)) in ins.iter().zip(&data).enumerate() {
-            let ty = if a.dtype == DType::F32 {
-                "float"
-            } else {
-                "unsigned short"
-            };
+            let ty = if a.dtype == DType::F32 { "float" } else { "unsigned short" };
             let vals: Vec<String> = d
                 .iter()
                 .map(|&x| match a.dtype {
@@ -189,17 +157,10 @@ fn generated_kernels_match_the_evaluator() {
                     DType::F16 => format!("{}", f32_to_f16(x)),
                 })
                 .collect();
-            main.push_str(&format!(
-                "    static {ty} in{k}[] = {{{}}};\n",
-                vals.join(",")
-            ));
+            main.push_str(&format!("    static {ty} in{k}[] = {{{}}};\n", vals.join(",")));
         }
         for (k, (g, a)) in ir.outputs.iter().zip(&outs).enumerate() {
-            let ty = if a.dtype == DType::F32 {
-                "float"
-            } else {
-                "unsigned short"
-            };
+            let ty = if a.dtype == DType::F32 { "float" } else { "unsigned short" };
             let len = a.layout.len(g.len(), b, n).unwrap();
             main.push_str(&format!("    static {ty} out{k}[{len}] = {{0}};\n"));
         }
@@ -218,62 +179,26 @@ fn generated_kernels_match_the_evaluator() {
                 DType::BF16 => format!("ember_ld_bf16(&out{k}[i])"),
                 DType::F16 => format!("ember_ld_f16(&out{k}[i])"),
             };
-            main.push_str(&format!(
-                "    for (int i = 0; i < {len}; ++i) printf(\"%.9e\\n\", (double){conv});\n"
-            ));
+            main.push_str(&format!("    for (int i = 0; i < {len}; ++i) printf(\"%.9e\\n\", (double){conv});\n"));
         }
         main.push_str("    return 0;\n}\n");
         let file = dir.join(format!("{}_{}.cpp", spec.replace(',', ""), expr));
         std::fs::write(&file, format!("{PRELUDE}\n{src}\n{main}")).unwrap();
         let exe = file.with_extension("bin");
-        let st = Command::new(&cxx)
-            .arg("-O1")
-            .arg("-o")
-            .arg(&exe)
-            .arg(&file)
-            .output()
-            .unwrap();
-        assert!(
-            st.status.success(),
-            "C++ build failed: {}",
-            String::from_utf8_lossy(&st.stderr)
-        );
+        let st = Command::new(&cxx).arg("-O1").arg("-o").arg(&exe).arg(&file).output().unwrap();
+        assert!(st.status.success(), "C++ build failed: {}", String::from_utf8_lossy(&st.stderr));
         let run = Command::new(&exe).output().unwrap();
         assert!(run.status.success());
-        let got: Vec<f64> = String::from_utf8(run.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| l.parse().unwrap())
-            .collect();
+        let got: Vec<f64> = String::from_utf8(run.stdout).unwrap().lines().map(|l| l.parse().unwrap()).collect();
         // reference: evaluator in f64 with the same layouts
         let c = Compiled::new(&ir);
-        let data64: Vec<Vec<f64>> = data
-            .iter()
-            .map(|v| v.iter().map(|&x| f64::from(x)).collect())
-            .collect();
-        let iargs: Vec<InputArg<f64>> = data64
-            .iter()
-            .zip(&ins)
-            .map(|(d, a)| InputArg {
-                data: d,
-                layout: a.layout,
-            })
-            .collect();
-        let mut ref_outs: Vec<Vec<f64>> = ir
-            .outputs
-            .iter()
-            .zip(&outs)
-            .map(|(g, a)| vec![0.0; a.layout.len(g.len(), b, n).unwrap()])
-            .collect();
+        let data64: Vec<Vec<f64>> = data.iter().map(|v| v.iter().map(|&x| f64::from(x)).collect()).collect();
+        let iargs: Vec<InputArg<f64>> = data64.iter().zip(&ins).map(|(d, a)| InputArg { data: d, layout: a.layout }).collect();
+        let mut ref_outs: Vec<Vec<f64>> =
+            ir.outputs.iter().zip(&outs).map(|(g, a)| vec![0.0; a.layout.len(g.len(), b, n).unwrap()]).collect();
         {
-            let mut oargs: Vec<OutputArg<f64>> = ref_outs
-                .iter_mut()
-                .zip(&outs)
-                .map(|(d, a)| OutputArg {
-                    data: d,
-                    layout: a.layout,
-                })
-                .collect();
+            let mut oargs: Vec<OutputArg<f64>> =
+                ref_outs.iter_mut().zip(&outs).map(|(d, a)| OutputArg { data: d, layout: a.layout }).collect();
             c.run(b, n, &iargs, &mut oargs).unwrap();
         }
         let want: Vec<f64> = ref_outs.iter().flatten().copied().collect();
@@ -283,11 +208,6 @@ fn generated_kernels_match_the_evaluator() {
             DType::F16 => 4e-3,
             DType::F32 => 1e-5,
         };
-        assert_close(
-            &got,
-            &want,
-            tol,
-            &format!("{spec} {expr} grad={grad} {dtype}"),
-        );
+        assert_close(&got, &want, tol, &format!("{spec} {expr} grad={grad} {dtype}"));
     }
 }

@@ -34,12 +34,7 @@ fn reference(alg: &Algebra, expr: &str, x: &[f64], y: &[f64], w: &[f64]) -> Vec<
         "regressive" => {
             let dx = numeric::linear(alg, Linear::Dual, x).unwrap();
             let dy = numeric::linear(alg, Linear::Dual, y).unwrap();
-            numeric::linear(
-                alg,
-                Linear::Undual,
-                &numeric::product(alg, Product::Outer, &dx, &dy).unwrap(),
-            )
-            .unwrap()
+            numeric::linear(alg, Linear::Undual, &numeric::product(alg, Product::Outer, &dx, &dy).unwrap()).unwrap()
         }
         "reverse" => lin(Linear::Reverse),
         "involute" => lin(Linear::Involute),
@@ -63,11 +58,7 @@ fn every_expression_in_every_algebra_matches_the_oracle() {
             if alg.n() == 0 && *expr == "sandwich" {
                 // no vectors to sandwich: a clear error instead
                 let e = program(&alg, expr, false).unwrap_err();
-                assert!(
-                    e.to_string()
-                        .contains("grade of input \"y\" in Cl(0,0,0): expected <= 0, got 1"),
-                    "{e}"
-                );
+                assert!(e.to_string().contains("grade of input \"y\" in Cl(0,0,0): expected <= 0, got 1"), "{e}");
                 continue;
             }
             let prog = program(&alg, expr, false).unwrap();
@@ -97,12 +88,7 @@ fn every_expression_in_every_algebra_matches_the_oracle() {
                         // components not stored must vanish
                         let stored = gather(shape, &want_dense);
                         let back = dense(&alg, shape, &stored);
-                        assert_close(
-                            &back,
-                            &want_dense,
-                            1e-12,
-                            &format!("{spec} {expr} unstored blades"),
-                        );
+                        assert_close(&back, &want_dense, 1e-12, &format!("{spec} {expr} unstored blades"));
                         stored
                     }
                 };
@@ -130,63 +116,25 @@ fn check_batched(b: usize, n: usize) {
     let mut rng = Rng::new(3);
     let lens: Vec<usize> = ir.inputs.iter().map(|g| g.len()).collect();
     // x, y, g_out per element; w per channel
-    let layouts = [
-        Layout::PerElement,
-        Layout::PerElement,
-        Layout::PerChannel,
-        Layout::PerElement,
-    ];
-    let data: Vec<Vec<f64>> = lens
-        .iter()
-        .zip(&layouts)
-        .map(|(&m, l)| rng.vec(l.len(m, b, n).unwrap()))
-        .collect();
+    let layouts = [Layout::PerElement, Layout::PerElement, Layout::PerChannel, Layout::PerElement];
+    let data: Vec<Vec<f64>> = lens.iter().zip(&layouts).map(|(&m, l)| rng.vec(l.len(m, b, n).unwrap())).collect();
     let out_lens: Vec<usize> = ir.outputs.iter().map(|g| g.len()).collect();
     // out, d_x, d_y per element; d_w summed per channel
-    let olayouts = [
-        OutLayout::PerElement,
-        OutLayout::PerElement,
-        OutLayout::PerElement,
-        OutLayout::PerChannelSum,
-    ];
-    let mut outs: Vec<Vec<f64>> = out_lens
-        .iter()
-        .zip(&olayouts)
-        .map(|(&m, l)| vec![0.0; l.len(m, b, n).unwrap()])
-        .collect();
+    let olayouts = [OutLayout::PerElement, OutLayout::PerElement, OutLayout::PerElement, OutLayout::PerChannelSum];
+    let mut outs: Vec<Vec<f64>> = out_lens.iter().zip(&olayouts).map(|(&m, l)| vec![0.0; l.len(m, b, n).unwrap()]).collect();
     {
-        let ins: Vec<InputArg<f64>> = data
-            .iter()
-            .zip(&layouts)
-            .map(|(d, &l)| InputArg { data: d, layout: l })
-            .collect();
-        let mut os: Vec<OutputArg<f64>> = outs
-            .iter_mut()
-            .zip(&olayouts)
-            .map(|(d, &l)| OutputArg { data: d, layout: l })
-            .collect();
+        let ins: Vec<InputArg<f64>> = data.iter().zip(&layouts).map(|(d, &l)| InputArg { data: d, layout: l }).collect();
+        let mut os: Vec<OutputArg<f64>> =
+            outs.iter_mut().zip(&olayouts).map(|(d, &l)| OutputArg { data: d, layout: l }).collect();
         c.run(b, n, &ins, &mut os).unwrap();
     }
-    let data32: Vec<Vec<f32>> = data
-        .iter()
-        .map(|v| v.iter().map(|&x| x as f32).collect())
-        .collect();
-    let mut outs32: Vec<Vec<f32>> = out_lens
-        .iter()
-        .zip(&olayouts)
-        .map(|(&m, l)| vec![0.0f32; l.len(m, b, n).unwrap()])
-        .collect();
+    let data32: Vec<Vec<f32>> = data.iter().map(|v| v.iter().map(|&x| x as f32).collect()).collect();
+    let mut outs32: Vec<Vec<f32>> =
+        out_lens.iter().zip(&olayouts).map(|(&m, l)| vec![0.0f32; l.len(m, b, n).unwrap()]).collect();
     {
-        let ins: Vec<InputArg<f32>> = data32
-            .iter()
-            .zip(&layouts)
-            .map(|(d, &l)| InputArg { data: d, layout: l })
-            .collect();
-        let mut os: Vec<OutputArg<f32>> = outs32
-            .iter_mut()
-            .zip(&olayouts)
-            .map(|(d, &l)| OutputArg { data: d, layout: l })
-            .collect();
+        let ins: Vec<InputArg<f32>> = data32.iter().zip(&layouts).map(|(d, &l)| InputArg { data: d, layout: l }).collect();
+        let mut os: Vec<OutputArg<f32>> =
+            outs32.iter_mut().zip(&olayouts).map(|(d, &l)| OutputArg { data: d, layout: l }).collect();
         c.run(b, n, &ins, &mut os).unwrap();
     }
     let bn = b * n;
@@ -209,10 +157,7 @@ fn check_batched(b: usize, n: usize) {
             for g in 0..3 {
                 for j in 0..out_lens[g] {
                     assert_eq!(outs[g][j * bn + i], want[g][j]);
-                    assert!(
-                        (f64::from(outs32[g][j * bn + i]) - want[g][j]).abs()
-                            < 1e-4 * (1.0 + want[g][j].abs())
-                    );
+                    assert!((f64::from(outs32[g][j * bn + i]) - want[g][j]).abs() < 1e-4 * (1.0 + want[g][j].abs()));
                 }
             }
             for j in 0..out_lens[3] {
@@ -235,26 +180,10 @@ fn run_checks_argument_shapes() {
     let x = vec![0.0f32; 4 * 6];
     let y = vec![0.0f32; 4 * 5];
     let mut o = vec![0.0f32; 4 * 6];
-    let ins = [
-        InputArg {
-            data: &x,
-            layout: Layout::PerElement,
-        },
-        InputArg {
-            data: &y,
-            layout: Layout::PerElement,
-        },
-    ];
-    let mut os = [OutputArg {
-        data: &mut o,
-        layout: OutLayout::PerElement,
-    }];
+    let ins = [InputArg { data: &x, layout: Layout::PerElement }, InputArg { data: &y, layout: Layout::PerElement }];
+    let mut os = [OutputArg { data: &mut o, layout: OutLayout::PerElement }];
     let e = c.run(2, 3, &ins, &mut os).unwrap_err();
     assert!(e.to_string().contains("expected 24, got 20"), "{e}");
     let e = c.run(2, 3, &ins[..1], &mut os).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("number of input arguments: expected 2, got 1"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("number of input arguments: expected 2, got 1"), "{e}");
 }

@@ -66,16 +66,10 @@ fn gelu_wgp_rmsnorm_forward_and_backward() {
     let y = prog.input_full("y", &alg).unwrap();
     let w = prog.input_scalars("w", p).unwrap();
     let out = x.wgp(&y, &w).unwrap();
-    prog.output_blades("out", &out, &(0..dim).collect::<Vec<_>>())
-        .unwrap();
+    prog.output_blades("out", &out, &(0..dim).collect::<Vec<_>>()).unwrap();
     prog.vjp(&["x", "y", "w"]).unwrap();
-    let bind: HashMap<String, Vec<Val>> = [
-        ("x".to_string(), gx),
-        ("y".to_string(), gy),
-        ("g_out".to_string(), up),
-    ]
-    .into_iter()
-    .collect();
+    let bind: HashMap<String, Vec<Val>> =
+        [("x".to_string(), gx), ("y".to_string(), gy), ("g_out".to_string(), up)].into_iter().collect();
     let vals = prog.lower_into(&mut b, &bind).unwrap();
 
     // per-grade RMS normalization of the forward output
@@ -103,20 +97,9 @@ fn gelu_wgp_rmsnorm_forward_and_backward() {
         })
         .collect();
     b.output_group("d_x_raw", labels.clone(), dx).unwrap();
-    b.output_group(
-        "d_w",
-        (0..p).map(|i| format!("w{i}")).collect(),
-        vals["d_w"].clone(),
-    )
-    .unwrap();
+    b.output_group("d_w", (0..p).map(|i| format!("w{i}")).collect(), vals["d_w"].clone()).unwrap();
     let ir = b.finish("fused").unwrap();
-    assert_eq!(
-        ir.inputs
-            .iter()
-            .map(|g| g.name.as_str())
-            .collect::<Vec<_>>(),
-        ["x_raw", "y_raw", "g_out", "w"]
-    );
+    assert_eq!(ir.inputs.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), ["x_raw", "y_raw", "g_out", "w"]);
     let c = Compiled::new(&ir);
 
     let mut rng = Rng::new(8);
@@ -141,13 +124,7 @@ fn gelu_wgp_rmsnorm_forward_and_backward() {
         }
     }
     assert_close(&got[0], &want, 1e-9, "y_norm");
-    let loss = |xv: &[f64], wv: &[f64]| {
-        fwd(xv, &yv, wv)
-            .iter()
-            .zip(&gv)
-            .map(|(a, b)| a * b)
-            .sum::<f64>()
-    };
+    let loss = |xv: &[f64], wv: &[f64]| fwd(xv, &yv, wv).iter().zip(&gv).map(|(a, b)| a * b).sum::<f64>();
     for j in 0..dim {
         let h = 1e-6;
         let mut xp = xv.clone();
@@ -155,11 +132,7 @@ fn gelu_wgp_rmsnorm_forward_and_backward() {
         let mut xm = xv.clone();
         xm[j] -= h;
         let fd = (loss(&xp, &wv) - loss(&xm, &wv)) / (2.0 * h);
-        assert!(
-            (fd - got[1][j]).abs() < 1e-6,
-            "d_x_raw[{j}]: {} vs {fd}",
-            got[1][j]
-        );
+        assert!((fd - got[1][j]).abs() < 1e-6, "d_x_raw[{j}]: {} vs {fd}", got[1][j]);
     }
     for i in 0..p {
         let h = 1e-6;
@@ -168,15 +141,10 @@ fn gelu_wgp_rmsnorm_forward_and_backward() {
         let mut wm = wv.clone();
         wm[i] -= h;
         let fd = (loss(&xv, &wp) - loss(&xv, &wm)) / (2.0 * h);
-        assert!(
-            (fd - got[2][i]).abs() < 1e-6,
-            "d_w[{i}]: {} vs {fd}",
-            got[2][i]
-        );
+        assert!((fd - got[2][i]).abs() < 1e-6, "d_w[{i}]: {} vs {fd}", got[2][i]);
     }
     // the fused program prints as CUDA and Rust
-    let spec =
-        ember_ga::cuda::KernelSpec::elementwise(&ir, "fused_kernel", ember_ga::layout::DType::BF16);
+    let spec = ember_ga::cuda::KernelSpec::elementwise(&ir, "fused_kernel", ember_ga::layout::DType::BF16);
     let src = ember_ga::cuda::kernel(&ir, &spec).unwrap();
     assert!(src.contains("erff(") && src.contains("rsqrtf(") && src.contains("expf("));
     let rs = ember_ga::print_rust::function(&ir, ember_ga::print_rust::RustFloat::F32);

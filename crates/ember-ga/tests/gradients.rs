@@ -15,31 +15,17 @@ fn check(fwd: &Program, prog: &Program, what: &str, rng: &mut Rng) {
     let g = Compiled::new(&ir);
     let fwd_inputs = fwd.inputs();
     let all_inputs = prog.inputs();
-    let vals: Vec<Vec<f64>> = all_inputs
-        .iter()
-        .map(|grp| rng.vec(grp.shape.len()))
-        .collect();
+    let vals: Vec<Vec<f64>> = all_inputs.iter().map(|grp| rng.vec(grp.shape.len())).collect();
     let refs: Vec<&[f64]> = vals.iter().map(|v| v.as_slice()).collect();
     let got = g.eval(&refs).unwrap();
     let outs = prog.outputs();
     let n_fwd_out = fwd.outputs().len();
-    let upstream: Vec<&Vec<f64>> = fwd
-        .outputs()
-        .iter()
-        .map(|o| {
-            &vals[all_inputs
-                .iter()
-                .position(|i| i.name == format!("g_{}", o.name))
-                .unwrap()]
-        })
-        .collect();
+    let upstream: Vec<&Vec<f64>> =
+        fwd.outputs().iter().map(|o| &vals[all_inputs.iter().position(|i| i.name == format!("g_{}", o.name)).unwrap()]).collect();
     let loss = |x: &[Vec<f64>]| -> f64 {
         let r: Vec<&[f64]> = x.iter().map(|v| v.as_slice()).collect();
         let o = f.eval(&r).unwrap();
-        o.iter()
-            .zip(&upstream)
-            .map(|(oi, gi)| oi.iter().zip(gi.iter()).map(|(a, b)| a * b).sum::<f64>())
-            .sum()
+        o.iter().zip(&upstream).map(|(oi, gi)| oi.iter().zip(gi.iter()).map(|(a, b)| a * b).sum::<f64>()).sum()
     };
     let mut checked = 0;
     for (k, out) in outs.iter().enumerate().skip(n_fwd_out) {
@@ -54,10 +40,7 @@ fn check(fwd: &Program, prog: &Program, what: &str, rng: &mut Rng) {
             let lm = loss(&p);
             let fd = (lp - lm) / (2.0 * h);
             let an = got[k][j];
-            assert!(
-                (fd - an).abs() < 1e-6 * (1.0 + an.abs()),
-                "{what}: d_{wrt}[{j}] analytic {an} vs finite difference {fd}"
-            );
+            assert!((fd - an).abs() < 1e-6 * (1.0 + an.abs()), "{what}: d_{wrt}[{j}] analytic {an} vs finite difference {fd}");
             checked += 1;
         }
     }
@@ -69,17 +52,7 @@ fn named_expressions_have_correct_vjps() {
     let mut rng = Rng::new(11);
     for spec in ["3,0,0", "1,3,0", "3,0,1"] {
         let alg = Algebra::parse(spec).unwrap();
-        for expr in [
-            "gp",
-            "wgp",
-            "sandwich",
-            "norm2",
-            "regressive",
-            "inner",
-            "commutator",
-            "dual",
-            "scalar",
-        ] {
+        for expr in ["gp", "wgp", "sandwich", "norm2", "regressive", "inner", "commutator", "dual", "scalar"] {
             let fwd = program(&alg, expr, false).unwrap();
             let prog = program(&alg, expr, true).unwrap();
             check(&fwd, &prog, &format!("{spec} {expr}"), &mut rng);
@@ -121,11 +94,6 @@ fn staged_expression_gradients() {
             }
             prog
         };
-        check(
-            &build(false),
-            &build(true),
-            &format!("{spec} staged"),
-            &mut rng,
-        );
+        check(&build(false), &build(true), &format!("{spec} staged"), &mut rng);
     }
 }

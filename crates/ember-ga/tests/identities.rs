@@ -43,12 +43,7 @@ fn basis_vectors_square_to_the_metric_and_anticommute() {
             let ei = Multivector::blade(&alg, i).unwrap();
             let sq = (&ei * &ei).unwrap();
             let m = alg.vector_square(bi) as i64;
-            assert_eq!(
-                sq,
-                Multivector::scalar(&alg, m),
-                "{spec}: {}^2",
-                alg.blade_name(i)
-            );
+            assert_eq!(sq, Multivector::scalar(&alg, m), "{spec}: {}^2", alg.blade_name(i));
             for &j in &vecs {
                 if i == j {
                     continue;
@@ -73,15 +68,9 @@ fn reverse_of_product_is_product_of_reverses() {
         assert_eq!(a.involute().involute(), a);
         // conjugate = reverse ∘ involution, and an anti-automorphism
         assert_eq!(a.conjugate(), a.rev().involute());
-        assert_eq!(
-            (&a * &b).unwrap().conjugate(),
-            (b.conjugate() * a.conjugate()).unwrap()
-        );
+        assert_eq!((&a * &b).unwrap().conjugate(), (b.conjugate() * a.conjugate()).unwrap());
         // involution is an automorphism
-        assert_eq!(
-            (&a * &b).unwrap().involute(),
-            (a.involute() * b.involute()).unwrap()
-        );
+        assert_eq!((&a * &b).unwrap().involute(), (a.involute() * b.involute()).unwrap());
     }
 }
 
@@ -97,12 +86,7 @@ fn dual_undual_are_inverse_also_for_degenerate_metrics() {
     let ps = Multivector::blade(&alg, alg.dim() - 1).unwrap();
     for i in 0..alg.dim() {
         let e = Multivector::blade(&alg, i).unwrap();
-        assert_eq!(
-            (&e ^ &e.dual()).unwrap(),
-            ps,
-            "{} ∧ dual",
-            alg.blade_name(i)
-        );
+        assert_eq!((&e ^ &e.dual()).unwrap(), ps, "{} ∧ dual", alg.blade_name(i));
     }
 }
 
@@ -196,10 +180,7 @@ fn mismatched_algebras_and_contexts_are_errors() {
     let y = p.input_full("y", &a2).unwrap();
     let e = (&x * &y).unwrap_err();
     assert!(matches!(e, GaError::AlgebraMismatch { .. }));
-    assert_eq!(
-        e.to_string(),
-        "mismatched algebras: expected Cl(3,0,0), got Cl(2,0,0)"
-    );
+    assert_eq!(e.to_string(), "mismatched algebras: expected Cl(3,0,0), got Cl(2,0,0)");
     let e = (&x ^ &y).unwrap_err();
     assert!(e.to_string().contains("mismatched algebras"));
     let e = x.wgp(&y, &[]).unwrap_err();
@@ -219,35 +200,19 @@ fn mismatched_algebras_and_contexts_are_errors() {
     let e = x.wgp(&x, &w).unwrap_err();
     assert!(e.to_string().contains("expected 20, got 3"), "{e}");
     // duplicate and invalid names
-    assert!(p
-        .input_full("x", &a3)
-        .unwrap_err()
-        .to_string()
-        .contains("declared twice"));
-    assert!(p
-        .input_full("1x", &a3)
-        .unwrap_err()
-        .to_string()
-        .contains("expected an identifier"));
+    assert!(p.input_full("x", &a3).unwrap_err().to_string().contains("declared twice"));
+    assert!(p.input_full("1x", &a3).unwrap_err().to_string().contains("expected an identifier"));
     // polynomials of another program cannot be recorded or lowered
     let mut big = Program::new();
     let many = big.input_scalars("m", 100).unwrap();
     let e = p.output_scalars("o", &[many[99].clone()]).unwrap_err();
-    assert!(
-        e.to_string().contains("expected symbols of this program"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("expected symbols of this program"), "{e}");
     let mut b = ember_ga::Builder::new();
-    let e = ember_ga::lower::lower_system(&mut b, &[vec![many[5].clone()]], &Default::default())
-        .unwrap_err();
+    let e = ember_ga::lower::lower_system(&mut b, &[vec![many[5].clone()]], &Default::default()).unwrap_err();
     assert!(e.to_string().contains("neither bound"), "{e}");
     // unknown expression, bad spec via emit
     let e = program(&a3, "gpp", false).unwrap_err();
-    assert!(
-        e.to_string()
-            .contains("unknown expression \"gpp\"; expected one of: gp, wgp"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("unknown expression \"gpp\"; expected one of: gp, wgp"), "{e}");
     let e = ember_ga::emit::lower("3,0,x", "gp", false).unwrap_err();
     assert!(matches!(e, GaError::BadSpec { .. }));
     let e = ember_ga::emit::lower("4,3,0", "gp", false).unwrap_err();
@@ -280,10 +245,7 @@ fn cse_preserves_values() {
             let got = c.eval(&refs).unwrap();
             for (k, o) in prog.outputs().iter().enumerate() {
                 let polys = prog.output_polys(&o.name).unwrap();
-                let want: Vec<f64> = polys
-                    .iter()
-                    .map(|p: &Poly| p.eval(&|s| symval[s as usize]))
-                    .collect();
+                let want: Vec<f64> = polys.iter().map(|p: &Poly| p.eval(&|s| symval[s as usize])).collect();
                 assert_close(&got[k], &want, 1e-12, &format!("{spec} {expr} {}", o.name));
             }
         }
@@ -292,11 +254,7 @@ fn cse_preserves_values() {
 
 #[test]
 fn generation_is_deterministic_and_displayable() {
-    for (spec, expr) in [
-        ("3,0,1", "sandwich"),
-        ("1,3,0", "wgp"),
-        ("2,0,0", "regressive"),
-    ] {
+    for (spec, expr) in [("3,0,1", "sandwich"), ("1,3,0", "wgp"), ("2,0,0", "regressive")] {
         let alg = Algebra::parse(spec).unwrap();
         let a = program(&alg, expr, true).unwrap().lower("k").unwrap();
         let b = program(&alg, expr, true).unwrap().lower("k").unwrap();

@@ -26,34 +26,22 @@ fn main() -> ember_core::Result<()> {
         match layer_kind {
             "fc" => {
                 let w = Tensor::rand(&[layer.paths(), n, n], -0.05, 0.05, DType::F32, device, 3)?;
-                fc::forward(&layer, &x, &y, &w, true)?
-                    .out
-                    .to_vec_f64()
-                    .map(drop)
+                fc::forward(&layer, &x, &y, &w, true)?.out.to_vec_f64().map(drop)
             }
             "fusedbwd" => {
                 let w = Tensor::rand(&[n, layer.paths()], -0.5, 0.5, DType::F32, device, 3)?;
                 let fwd = fused::forward(&layer, &x, &y, &w, true)?;
                 let d_out = Tensor::rand(&[m, nb, n], -1.0, 1.0, dtype, device, 4)?;
-                fused::backward(&layer, &x, &y, &w, &fwd, &d_out)?
-                    .d_w
-                    .to_vec_f64()
-                    .map(drop)
+                fused::backward(&layer, &x, &y, &w, &fwd, &d_out)?.d_w.to_vec_f64().map(drop)
             }
             _ => {
                 let w = Tensor::rand(&[n, layer.paths()], -0.5, 0.5, DType::F32, device, 3)?;
-                fused::forward(&layer, &x, &y, &w, true)?
-                    .out
-                    .to_vec_f64()
-                    .map(drop)
+                fused::forward(&layer, &x, &y, &w, true)?.out.to_vec_f64().map(drop)
             }
         }
     };
     run()?;
     run()?;
-    eprintln!(
-        "clifford_once: {layer_kind} {} B = {nb} N = {n}: two calls done (profile the second)",
-        dtype.name()
-    );
+    eprintln!("clifford_once: {layer_kind} {} B = {nb} N = {n}: two calls done (profile the second)", dtype.name());
     Ok(())
 }

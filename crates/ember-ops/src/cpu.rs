@@ -7,93 +7,25 @@ use rayon::prelude::*;
 
 /// C (m×n) = alpha·A (m×k)·B (k×n) + beta·C, f32, with row and column strides for each matrix.
 #[allow(clippy::too_many_arguments)]
-pub fn sgemm(
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: f32,
-    a: &[f32],
-    rsa: usize,
-    csa: usize,
-    b: &[f32],
-    rsb: usize,
-    csb: usize,
-    beta: f32,
-    c: &mut [f32],
-    rsc: usize,
-    csc: usize,
-) {
+pub fn sgemm(m: usize, k: usize, n: usize, alpha: f32, a: &[f32], rsa: usize, csa: usize, b: &[f32], rsb: usize, csb: usize, beta: f32, c: &mut [f32], rsc: usize, csc: usize) {
     if m == 0 || n == 0 {
         return;
     }
-    assert!(
-        a.len() >= extent(m, k, rsa, csa)
-            && b.len() >= extent(k, n, rsb, csb)
-            && c.len() >= extent(m, n, rsc, csc)
-    );
+    assert!(a.len() >= extent(m, k, rsa, csa) && b.len() >= extent(k, n, rsb, csb) && c.len() >= extent(m, n, rsc, csc));
     unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.as_ptr(),
-            rsa as isize,
-            csa as isize,
-            b.as_ptr(),
-            rsb as isize,
-            csb as isize,
-            beta,
-            c.as_mut_ptr(),
-            rsc as isize,
-            csc as isize,
-        );
+        matrixmultiply::sgemm(m, k, n, alpha, a.as_ptr(), rsa as isize, csa as isize, b.as_ptr(), rsb as isize, csb as isize, beta, c.as_mut_ptr(), rsc as isize, csc as isize);
     }
 }
 
 /// The f64 version of [`sgemm`].
 #[allow(clippy::too_many_arguments)]
-pub fn dgemm(
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: f64,
-    a: &[f64],
-    rsa: usize,
-    csa: usize,
-    b: &[f64],
-    rsb: usize,
-    csb: usize,
-    beta: f64,
-    c: &mut [f64],
-    rsc: usize,
-    csc: usize,
-) {
+pub fn dgemm(m: usize, k: usize, n: usize, alpha: f64, a: &[f64], rsa: usize, csa: usize, b: &[f64], rsb: usize, csb: usize, beta: f64, c: &mut [f64], rsc: usize, csc: usize) {
     if m == 0 || n == 0 {
         return;
     }
-    assert!(
-        a.len() >= extent(m, k, rsa, csa)
-            && b.len() >= extent(k, n, rsb, csb)
-            && c.len() >= extent(m, n, rsc, csc)
-    );
+    assert!(a.len() >= extent(m, k, rsa, csa) && b.len() >= extent(k, n, rsb, csb) && c.len() >= extent(m, n, rsc, csc));
     unsafe {
-        matrixmultiply::dgemm(
-            m,
-            k,
-            n,
-            alpha,
-            a.as_ptr(),
-            rsa as isize,
-            csa as isize,
-            b.as_ptr(),
-            rsb as isize,
-            csb as isize,
-            beta,
-            c.as_mut_ptr(),
-            rsc as isize,
-            csc as isize,
-        );
+        matrixmultiply::dgemm(m, k, n, alpha, a.as_ptr(), rsa as isize, csa as isize, b.as_ptr(), rsb as isize, csb as isize, beta, c.as_mut_ptr(), rsc as isize, csc as isize);
     }
 }
 
@@ -110,16 +42,8 @@ pub fn to_f32(t: &Tensor) -> Result<Vec<f32>> {
     Ok(match t.cpu_storage()? {
         CpuStorage::F32(v) => v.clone(),
         CpuStorage::F64(v) => v.par_iter().with_min_len(4096).map(|&x| x as f32).collect(),
-        CpuStorage::F16(v) => v
-            .par_iter()
-            .with_min_len(4096)
-            .map(|x| x.to_f32())
-            .collect(),
-        CpuStorage::BF16(v) => v
-            .par_iter()
-            .with_min_len(4096)
-            .map(|x| x.to_f32())
-            .collect(),
+        CpuStorage::F16(v) => v.par_iter().with_min_len(4096).map(|x| x.to_f32()).collect(),
+        CpuStorage::BF16(v) => v.par_iter().with_min_len(4096).map(|x| x.to_f32()).collect(),
     })
 }
 

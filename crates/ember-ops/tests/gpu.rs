@@ -11,21 +11,10 @@ use ember_ops::harness::check::{print_table, property, run_families, CheckCtx, C
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let small = args.iter().any(|a| a == "--small");
-    let op = args
-        .iter()
-        .position(|a| a == "--op")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
-    let json = args
-        .iter()
-        .position(|a| a == "--json")
-        .and_then(|i| args.get(i + 1))
-        .cloned();
+    let op = args.iter().position(|a| a == "--op").and_then(|i| args.get(i + 1)).cloned();
+    let json = args.iter().position(|a| a == "--json").and_then(|i| args.get(i + 1)).cloned();
     let required = std::env::var("EMBER_REQUIRE_GPU").is_ok_and(|v| v == "1");
-    let families: Vec<_> = ember_ops::families()
-        .into_iter()
-        .filter(|f| op.as_deref().is_none_or(|o| o == f.name()))
-        .collect();
+    let families: Vec<_> = ember_ops::families().into_iter().filter(|f| op.as_deref().is_none_or(|o| o == f.name())).collect();
 
     let device = match DeviceRequest::Cuda(0).resolve() {
         Ok(r) => r.device,
@@ -48,11 +37,7 @@ fn main() {
     if let Some(path) = json {
         let _ = std::fs::write(&path, serde_json::to_string_pretty(&rows).unwrap());
     }
-    println!(
-        "{} passed, {} failed",
-        rows.len() + errors - failures,
-        failures
-    );
+    println!("{} passed, {} failed", rows.len() + errors - failures, failures);
     if failures > 0 {
         std::process::exit(1);
     }
@@ -65,50 +50,21 @@ fn runtime_properties(device: Device) -> Vec<CheckRow> {
     // Counter-based random numbers are bit-identical on both sides.
     for dtype in DType::ACTIVATIONS {
         let a = Tensor::rand(&[100_003], -2.0, 3.0, dtype, device, 99).and_then(|t| t.to_vec_f64());
-        let b = Tensor::rand(&[100_003], -2.0, 3.0, dtype, Device::Cpu, 99)
-            .and_then(|t| t.to_vec_f64());
-        rows.push(property(
-            "runtime",
-            "rand cpu == cuda",
-            "bitwise",
-            dtype,
-            device,
-            matches!((a, b), (Ok(a), Ok(b)) if a == b),
-        ));
+        let b = Tensor::rand(&[100_003], -2.0, 3.0, dtype, Device::Cpu, 99).and_then(|t| t.to_vec_f64());
+        rows.push(property("runtime", "rand cpu == cuda", "bitwise", dtype, device, matches!((a, b), (Ok(a), Ok(b)) if a == b)));
         // dtype conversion on the device equals the host's.
         let x = Tensor::randn(&[4099], DType::F32, Device::Cpu, 5).unwrap();
         let host = x.to_dtype(dtype).and_then(|t| t.to_vec_f64());
-        let dev = x
-            .to_device(device)
-            .and_then(|t| t.to_dtype(dtype))
-            .and_then(|t| t.to_vec_f64());
-        rows.push(property(
-            "runtime",
-            "cast cpu == cuda",
-            "bitwise",
-            dtype,
-            device,
-            matches!((host, dev), (Ok(a), Ok(b)) if a == b),
-        ));
+        let dev = x.to_device(device).and_then(|t| t.to_dtype(dtype)).and_then(|t| t.to_vec_f64());
+        rows.push(property("runtime", "cast cpu == cuda", "bitwise", dtype, device, matches!((host, dev), (Ok(a), Ok(b)) if a == b)));
     }
     // A CPU tensor handed to an op with a CUDA tensor is a clear error, and the context stays usable.
     let x = Tensor::rand(&[64], -1.0, 1.0, DType::F32, device, 1).unwrap();
     let dy_cpu = Tensor::rand(&[64], -1.0, 1.0, DType::F32, Device::Cpu, 2).unwrap();
     let e = ember_ops::gelu::backward(&x, &dy_cpu);
-    rows.push(p(
-        "device mismatch is Err(Device)",
-        matches!(e, Err(Error::Device { .. })),
-    ));
-    rows.push(p(
-        "no sticky error after bad input",
-        ember_ops::gelu::forward(&x)
-            .and_then(|y| y.to_vec_f64())
-            .is_ok(),
-    ));
+    rows.push(p("device mismatch is Err(Device)", matches!(e, Err(Error::Device { .. }))));
+    rows.push(p("no sticky error after bad input", ember_ops::gelu::forward(&x).and_then(|y| y.to_vec_f64()).is_ok()));
     // f64 is the CPU reference dtype only.
-    rows.push(p(
-        "f64 on cuda is Err",
-        Tensor::zeros(&[4], DType::F64, device).is_err(),
-    ));
+    rows.push(p("f64 on cuda is Err", Tensor::zeros(&[4], DType::F64, device).is_err()));
     rows
 }

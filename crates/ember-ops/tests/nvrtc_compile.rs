@@ -13,9 +13,7 @@ fn main() {
         Ok(v) => v,
         Err(e) => {
             if required {
-                eprintln!(
-                    "nvrtc_compile: NVRTC is required (EMBER_REQUIRE_NVRTC=1) but not usable: {e}"
-                );
+                eprintln!("nvrtc_compile: NVRTC is required (EMBER_REQUIRE_NVRTC=1) but not usable: {e}");
                 println!("0 passed, 1 failed");
                 std::process::exit(1);
             }
@@ -25,47 +23,27 @@ fn main() {
         }
     };
     println!("nvrtc_compile: NVRTC {}.{}", version.0, version.1);
-    let mut builds = vec![KernelBuild {
-        source: TENSOR_SOURCE,
-        options: vec![],
-    }];
+    let mut builds = vec![KernelBuild { source: TENSOR_SOURCE, options: vec![] }];
     for fam in ember_ops::families() {
         builds.extend(fam.kernels());
     }
     let mut units: Vec<(String, String, Vec<String>)> = builds
         .iter()
-        .map(|b| {
-            (
-                format!("{} {}", b.source.name, b.options.join(" ")),
-                b.source.full_code(),
-                b.options.clone(),
-            )
-        })
+        .map(|b| (format!("{} {}", b.source.name, b.options.join(" ")), b.source.full_code(), b.options.clone()))
         .collect();
-    units.extend(
-        ember_ops::generated_cuda_corpus()
-            .into_iter()
-            .map(|(name, code)| (name, code, vec![])),
-    );
+    units.extend(ember_ops::generated_cuda_corpus().into_iter().map(|(name, code)| (name, code, vec![])));
     // NVRTC programs are independent: compile on every core.
     type Unit = (String, String, Vec<String>);
-    let jobs: Vec<(&str, &Unit)> = ["sm_90a", "sm_80"]
-        .iter()
-        .flat_map(|a| units.iter().map(move |u| (*a, u)))
-        .collect();
+    let jobs: Vec<(&str, &Unit)> = ["sm_90a", "sm_80"].iter().flat_map(|a| units.iter().map(move |u| (*a, u))).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::<String>::new());
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2);
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
     let t0 = std::time::Instant::now();
     std::thread::scope(|s| {
         for _ in 0..workers {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some((arch, (name, code, options))) = jobs.get(i) else {
-                    break;
-                };
+                let Some((arch, (name, code, options))) = jobs.get(i) else { break };
                 let mut opts = nvrtc::base_options(arch);
                 opts.extend(options.iter().cloned());
                 let err = match nvrtc::compile_uncached(name, code, &opts, arch) {
@@ -73,10 +51,7 @@ fn main() {
                     Ok(_) => "empty CUBIN".to_string(),
                     Err(e) => e.to_string(),
                 };
-                failures
-                    .lock()
-                    .unwrap()
-                    .push(format!("FAIL {name} [{arch}]: {err}"));
+                failures.lock().unwrap().push(format!("FAIL {name} [{arch}]: {err}"));
             });
         }
     });
@@ -85,11 +60,7 @@ fn main() {
         eprintln!("{f}");
     }
     let (passed, failed) = (jobs.len() - failures.len(), failures.len());
-    println!(
-        "nvrtc_compile: {} units × 2 architectures in {:.1} s",
-        units.len(),
-        t0.elapsed().as_secs_f64()
-    );
+    println!("nvrtc_compile: {} units × 2 architectures in {:.1} s", units.len(), t0.elapsed().as_secs_f64());
     println!("{passed} passed, {failed} failed");
     if failed > 0 || passed == 0 {
         std::process::exit(1);

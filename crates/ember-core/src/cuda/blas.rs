@@ -46,16 +46,11 @@ fn data_type(d: DType) -> Result<sys::cudaDataType> {
 impl Blas {
     pub fn new(dev: &CudaDevice) -> Result<Self> {
         super::libs::ensure_cublas().map_err(|e| Error::Unsupported(format!("cuBLAS ({e})")))?;
-        dev.context()
-            .bind_to_thread()
-            .map_err(|e| Error::cuda("binding context", e))?;
+        dev.context().bind_to_thread().map_err(|e| Error::cuda("binding context", e))?;
         let handle = result::create_handle().map_err(|e| Error::cuda("cublasCreate", e))?;
         unsafe { result::set_stream(handle, dev.stream().cu_stream() as sys::cudaStream_t) }
             .map_err(|e| Error::cuda("cublasSetStream", e))?;
-        Ok(Blas {
-            handle,
-            ctx: dev.context().clone(),
-        })
+        Ok(Blas { handle, ctx: dev.context().clone() })
     }
 
     /// The handle of `dev`, created on first use and kept for the life of the process (devices
@@ -63,10 +58,7 @@ impl Blas {
     pub fn shared(dev: &CudaDevice) -> Result<Arc<Blas>> {
         static HANDLES: OnceLock<Mutex<HashMap<usize, Arc<Blas>>>> = OnceLock::new();
         let key = Arc::as_ptr(dev.context()) as usize;
-        let mut map = HANDLES
-            .get_or_init(|| Mutex::new(HashMap::new()))
-            .lock()
-            .unwrap();
+        let mut map = HANDLES.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap();
         if let Some(b) = map.get(&key) {
             return Ok(b.clone());
         }
@@ -77,29 +69,16 @@ impl Blas {
 
     /// Run `g` (see [`GemmDesc`]) on the handle's stream.
     pub fn gemm(&self, g: &GemmDesc, a: u64, b: u64, c: u64) -> Result<()> {
-        let dim = |v: usize, what: &str| {
-            i32::try_from(v).map_err(|_| Error::TooLarge {
-                arg: what.into(),
-                what: format!("GEMM dimension {v} exceeds i32"),
-            })
-        };
+        let dim = |v: usize, what: &str| i32::try_from(v).map_err(|_| Error::TooLarge { arg: what.into(), what: format!("GEMM dimension {v} exceeds i32") });
         let (m, n, k) = (dim(g.m, "m")?, dim(g.n, "n")?, dim(g.k, "k")?);
         let (ab, cty) = (data_type(g.ab)?, data_type(g.c)?);
-        let op = |t: bool| {
-            if t {
-                sys::cublasOperation_t::CUBLAS_OP_T
-            } else {
-                sys::cublasOperation_t::CUBLAS_OP_N
-            }
-        };
+        let op = |t: bool| if t { sys::cublasOperation_t::CUBLAS_OP_T } else { sys::cublasOperation_t::CUBLAS_OP_N };
         // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: B goes first. A row-major
         // matrix read column-major is its transpose, so the flags carry over unchanged; leading
         // dimensions are the stored row lengths.
         let lda = if g.ta { m } else { k };
         let ldb = if g.tb { k } else { n };
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| Error::cuda("binding context", e))?;
+        self.ctx.bind_to_thread().map_err(|e| Error::cuda("binding context", e))?;
         let alpha = 1.0f32;
         unsafe {
             result::gemm_ex(
@@ -130,17 +109,7 @@ impl Blas {
     /// Row-major C (m×n) = A (m×k) · B (k×n), all of `dtype`, f32 accumulation (TF32 tensor cores
     /// for f32 when `tf32`). Pointers are raw device addresses of contiguous row-major buffers.
     #[allow(clippy::too_many_arguments)]
-    pub fn gemm_rowmajor(
-        &self,
-        dtype: DType,
-        tf32: bool,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: u64,
-        b: u64,
-        c: u64,
-    ) -> Result<()> {
+    pub fn gemm_rowmajor(&self, dtype: DType, tf32: bool, m: usize, n: usize, k: usize, a: u64, b: u64, c: u64) -> Result<()> {
         let ty = match dtype {
             DType::BF16 => sys::cudaDataType::CUDA_R_16BF,
             DType::F16 => sys::cudaDataType::CUDA_R_16F,

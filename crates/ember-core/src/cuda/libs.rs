@@ -35,13 +35,7 @@ pub fn search_dirs() -> Vec<PathBuf> {
             dirs.push(root.join("targets/x86_64-linux/lib"));
         }
     }
-    for d in [
-        "/usr/local/cuda/lib64",
-        "/usr/local/cuda/targets/x86_64-linux/lib",
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib64",
-        "/usr/local/nvidia/lib64",
-    ] {
+    for d in ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/nvidia/lib64"] {
         dirs.push(PathBuf::from(d));
     }
     // NVIDIA's pip wheels (nvidia-cuda-nvrtc, nvidia-cublas, ...) inside a virtual environment or on PYTHONPATH.
@@ -57,12 +51,7 @@ pub fn search_dirs() -> Vec<PathBuf> {
         site_roots.extend(v.split(':').filter(|p| !p.is_empty()).map(PathBuf::from));
     }
     for root in site_roots {
-        for sub in [
-            "nvidia/cu13/lib",
-            "nvidia/cuda_nvrtc/lib",
-            "nvidia/cublas/lib",
-            "nvidia/cufft/lib",
-        ] {
+        for sub in ["nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib", "nvidia/cublas/lib", "nvidia/cufft/lib"] {
             dirs.push(root.join(sub));
         }
     }
@@ -103,18 +92,12 @@ pub fn ensure(stem: &str, companions: &[&str], present: impl Fn() -> bool) -> Re
         for comp in companions {
             if let Some(c) = candidates_in(dir, comp).first() {
                 if let Ok(lib) = unsafe { libloading::Library::new(c) } {
-                    pinned()
-                        .lock()
-                        .unwrap()
-                        .push((comp.to_string(), c.clone(), lib));
+                    pinned().lock().unwrap().push((comp.to_string(), c.clone(), lib));
                 }
             }
         }
         if let Ok(lib) = unsafe { libloading::Library::new(main) } {
-            pinned()
-                .lock()
-                .unwrap()
-                .push((stem.to_string(), main.clone(), lib));
+            pinned().lock().unwrap().push((stem.to_string(), main.clone(), lib));
             if present() {
                 return Ok(());
             }
@@ -129,38 +112,23 @@ pub fn ensure(stem: &str, companions: &[&str], present: impl Fn() -> bool) -> Re
 
 /// Where a library ember loaded by absolute path came from (for `ember info`).
 pub fn loaded_from(stem: &str) -> Option<PathBuf> {
-    pinned()
-        .lock()
-        .unwrap()
-        .iter()
-        .find(|(s, _, _)| s == stem)
-        .map(|(_, p, _)| p.clone())
+    pinned().lock().unwrap().iter().find(|(s, _, _)| s == stem).map(|(_, p, _)| p.clone())
 }
 
 pub fn ensure_driver() -> Result<(), String> {
-    ensure("cuda", &[], || unsafe {
-        cudarc::driver::sys::is_culib_present()
-    })
-    .map_err(|_| "no NVIDIA driver (libcuda.so could not be opened)".to_string())
+    ensure("cuda", &[], || unsafe { cudarc::driver::sys::is_culib_present() })
+        .map_err(|_| "no NVIDIA driver (libcuda.so could not be opened)".to_string())
 }
 
 pub fn ensure_nvrtc() -> Result<(), String> {
-    ensure("nvrtc", &["nvrtc-builtins"], || unsafe {
-        cudarc::nvrtc::sys::is_culib_present()
-    })
+    ensure("nvrtc", &["nvrtc-builtins"], || unsafe { cudarc::nvrtc::sys::is_culib_present() })
 }
 
 pub fn ensure_cublas() -> Result<(), String> {
-    ensure("cublasLt", &[], || unsafe {
-        cudarc::cublaslt::sys::is_culib_present()
-    })?;
-    ensure("cublas", &[], || unsafe {
-        cudarc::cublas::sys::is_culib_present()
-    })
+    ensure("cublasLt", &[], || unsafe { cudarc::cublaslt::sys::is_culib_present() })?;
+    ensure("cublas", &[], || unsafe { cudarc::cublas::sys::is_culib_present() })
 }
 
 pub fn ensure_cufft() -> Result<(), String> {
-    ensure("cufft", &[], || unsafe {
-        cudarc::cufft::sys::is_culib_present()
-    })
+    ensure("cufft", &[], || unsafe { cudarc::cufft::sys::is_culib_present() })
 }

@@ -95,24 +95,17 @@ fn registry() -> &'static Registry {
 /// Number of CUDA devices, or why CUDA is not usable.
 pub fn device_count() -> Result<usize> {
     libs::ensure_driver().map_err(Error::CudaUnavailable)?;
-    guard("cuInit", || {
-        cudarc::driver::result::init()
-            .map_err(|e| Error::CudaUnavailable(format!("cuInit failed: {e}")))
-    })?;
+    guard("cuInit", || cudarc::driver::result::init().map_err(|e| Error::CudaUnavailable(format!("cuInit failed: {e}"))))?;
     let n = guard("cuDeviceGetCount", || {
-        CudaContext::device_count()
-            .map_err(|e| Error::CudaUnavailable(format!("cuDeviceGetCount failed: {e}")))
+        CudaContext::device_count().map_err(|e| Error::CudaUnavailable(format!("cuDeviceGetCount failed: {e}")))
     })?;
     Ok(n.max(0) as usize)
 }
 
 /// Run a cudarc call, turning a panic inside it (a symbol missing from an old driver) into an error.
 fn guard<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        Err(Error::CudaUnavailable(format!(
-            "{what} failed inside the CUDA bindings (driver too old?)"
-        )))
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|_| Err(Error::CudaUnavailable(format!("{what} failed inside the CUDA bindings (driver too old?)"))))
 }
 
 impl CudaDevice {
@@ -123,45 +116,25 @@ impl CudaDevice {
             return r.clone().map_err(Error::CudaUnavailable);
         }
         let made = Self::init(ordinal);
-        reg.insert(
-            ordinal,
-            made.as_ref().map(Arc::clone).map_err(|e| {
-                e.to_string()
-                    .trim_start_matches("CUDA is not usable: ")
-                    .to_string()
-            }),
-        );
+        reg.insert(ordinal, made.as_ref().map(Arc::clone).map_err(|e| e.to_string().trim_start_matches("CUDA is not usable: ").to_string()));
         made
     }
 
     fn init(ordinal: usize) -> Result<Arc<CudaDevice>> {
         let n = device_count()?;
         if n == 0 {
-            return Err(Error::CudaUnavailable(
-                "the driver reports no CUDA device".into(),
-            ));
+            return Err(Error::CudaUnavailable("the driver reports no CUDA device".into()));
         }
         if ordinal >= n {
-            return Err(Error::CudaUnavailable(format!(
-                "cuda:{ordinal} requested but only {n} device(s) exist"
-            )));
+            return Err(Error::CudaUnavailable(format!("cuda:{ordinal} requested but only {n} device(s) exist")));
         }
         guard("context creation", || {
-            let ctx = CudaContext::new(ordinal).map_err(|e| {
-                Error::CudaUnavailable(format!("cannot create a context on cuda:{ordinal}: {e}"))
-            })?;
+            let ctx = CudaContext::new(ordinal).map_err(|e| Error::CudaUnavailable(format!("cannot create a context on cuda:{ordinal}: {e}")))?;
             // One stream per device: cudarc's per-buffer event tracking is not needed.
             unsafe { ctx.disable_event_tracking() };
-            let stream = ctx
-                .new_stream()
-                .map_err(|e| Error::cuda("cuStreamCreate", e))?;
-            let attr = |a: sys::CUdevice_attribute| {
-                ctx.attribute(a)
-                    .map_err(|e| Error::cuda("cuDeviceGetAttribute", e))
-            };
-            let cc = ctx
-                .compute_capability()
-                .map_err(|e| Error::cuda("compute capability", e))?;
+            let stream = ctx.new_stream().map_err(|e| Error::cuda("cuStreamCreate", e))?;
+            let attr = |a: sys::CUdevice_attribute| ctx.attribute(a).map_err(|e| Error::cuda("cuDeviceGetAttribute", e));
+            let cc = ctx.compute_capability().map_err(|e| Error::cuda("compute capability", e))?;
             let mut driver_version = 0;
             unsafe {
                 let _ = cudarc::driver::sys::cuDriverGetVersion(&mut driver_version);
@@ -171,37 +144,19 @@ impl CudaDevice {
                 name: ctx.name().map_err(|e| Error::cuda("cuDeviceGetName", e))?,
                 compute_capability: cc,
                 arch: arch_for(cc),
-                multiprocessors: attr(
-                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                )?,
+                multiprocessors: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
                 l2_bytes: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?,
-                total_memory: ctx
-                    .total_mem()
-                    .map_err(|e| Error::cuda("cuDeviceTotalMem", e))?,
-                shared_memory_per_block_optin: attr(
-                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                )?,
+                total_memory: ctx.total_mem().map_err(|e| Error::cuda("cuDeviceTotalMem", e))?,
+                shared_memory_per_block_optin: attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
                 driver_version,
                 dram_peak_gbps: {
                     // Both attributes are optional in recent drivers: unknown → 0.
-                    let khz = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
-                        .unwrap_or(0)
-                        .max(0) as f64;
-                    let bits =
-                        attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)
-                            .unwrap_or(0)
-                            .max(0) as f64;
+                    let khz = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE).unwrap_or(0).max(0) as f64;
+                    let bits = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH).unwrap_or(0).max(0) as f64;
                     2.0 * khz * 1e3 * bits / 8.0 / 1e9
                 },
             };
-            Ok(Arc::new(CudaDevice {
-                ctx,
-                stream,
-                info,
-                modules: Mutex::new(HashMap::new()),
-                functions: Mutex::new(HashMap::new()),
-                work_counters: Mutex::new(None),
-            }))
+            Ok(Arc::new(CudaDevice { ctx, stream, info, modules: Mutex::new(HashMap::new()), functions: Mutex::new(HashMap::new()), work_counters: Mutex::new(None) }))
         })
     }
 
@@ -217,19 +172,12 @@ impl CudaDevice {
 
     /// Wait for all queued work and report any asynchronous error.
     pub fn synchronize(&self) -> Result<()> {
-        self.stream
-            .synchronize()
-            .map_err(|e| Error::cuda("stream synchronize", e))
+        self.stream.synchronize().map_err(|e| Error::cuda("stream synchronize", e))
     }
 
     /// Load (compiling with NVRTC on first use) the module of `src` built with `options` (e.g.
     /// `-DTILE=64`), and return its function `entry`.
-    pub fn function(
-        &self,
-        src: &KernelSource,
-        options: &[String],
-        entry: &str,
-    ) -> Result<CudaFunction> {
+    pub fn function(&self, src: &KernelSource, options: &[String], entry: &str) -> Result<CudaFunction> {
         let module_key = format!("{}|{}", src.name, options.join(" "));
         let fkey = (module_key.clone(), entry.to_string());
         if let Some(f) = self.functions.lock().unwrap().get(&fkey) {
@@ -240,17 +188,9 @@ impl CudaDevice {
             match modules.get(&module_key) {
                 Some(m) => m.clone(),
                 None => {
-                    let compiled =
-                        nvrtc::compile(src.name, &src.full_code(), &self.info.arch, options)?;
-                    if !compiled.log.trim().is_empty()
-                        && std::env::var("EMBER_PTXAS_VERBOSE").is_ok_and(|v| v == "1")
-                    {
-                        eprintln!(
-                            "[ember] nvrtc log for {} {}:\n{}",
-                            src.name,
-                            options.join(" "),
-                            compiled.log
-                        );
+                    let compiled = nvrtc::compile(src.name, &src.full_code(), &self.info.arch, options)?;
+                    if !compiled.log.trim().is_empty() && std::env::var("EMBER_PTXAS_VERBOSE").is_ok_and(|v| v == "1") {
+                        eprintln!("[ember] nvrtc log for {} {}:\n{}", src.name, options.join(" "), compiled.log);
                     }
                     let m = self
                         .ctx
@@ -261,9 +201,7 @@ impl CudaDevice {
                 }
             }
         };
-        let f = module
-            .load_function(entry)
-            .map_err(|e| Error::cuda(&format!("kernel {entry} in {}", src.name), e))?;
+        let f = module.load_function(entry).map_err(|e| Error::cuda(&format!("kernel {entry} in {}", src.name), e))?;
         self.functions.lock().unwrap().insert(fkey, f.clone());
         Ok(f)
     }
@@ -276,31 +214,18 @@ impl CudaDevice {
                 self.info.shared_memory_per_block_optin
             )));
         }
-        f.set_attribute(
-            sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            bytes as i32,
-        )
-        .map_err(|e| Error::cuda("cuFuncSetAttribute", e))
+        f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
+            .map_err(|e| Error::cuda("cuFuncSetAttribute", e))
     }
 
     /// Start building a launch of `f` on this device's stream.
     pub fn launch<'a>(&'a self, f: &'a CudaFunction, cfg: LaunchConfig) -> Launch<'a> {
-        Launch {
-            args: self.stream.launch_builder(f),
-            params: Vec::new(),
-            func: f,
-            stream: &self.stream,
-            cc: self.info.compute_capability,
-            cfg,
-            name: "kernel",
-            pdl: false,
-        }
+        Launch { args: self.stream.launch_builder(f), params: Vec::new(), func: f, stream: &self.stream, cc: self.info.compute_capability, cfg, name: "kernel", pdl: false }
     }
 
     /// Allocate `bytes` of device memory (at least one byte, so empty tensors have a valid pointer).
     pub fn alloc_bytes(&self, bytes: usize) -> Result<cudarc::driver::CudaSlice<u8>> {
-        unsafe { self.stream.alloc::<u8>(bytes.max(1)) }
-            .map_err(|e| Error::cuda(&format!("allocating {bytes} bytes"), e))
+        unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| Error::cuda(&format!("allocating {bytes} bytes"), e))
     }
 
     /// Address of [`WORK_COUNTERS`] zeroed u32 words kept for the device's lifetime, for kernels that
@@ -313,10 +238,7 @@ impl CudaDevice {
         if let Some((_, ptr)) = slot.as_ref() {
             return Ok(*ptr);
         }
-        let buf = self
-            .stream
-            .alloc_zeros::<u8>(WORK_COUNTERS * 4)
-            .map_err(|e| Error::cuda("allocating the work counters", e))?;
+        let buf = self.stream.alloc_zeros::<u8>(WORK_COUNTERS * 4).map_err(|e| Error::cuda("allocating the work counters", e))?;
         let ptr = {
             let (p, _sync) = cudarc::driver::DevicePtr::device_ptr(&buf, &self.stream);
             p
@@ -327,10 +249,8 @@ impl CudaDevice {
 
     /// Asynchronous device-to-device copy of `bytes` between raw addresses on this device.
     pub fn copy_raw(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
-        unsafe {
-            cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream())
-        }
-        .map_err(|e| Error::cuda("device-to-device copy", e))
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, bytes, self.stream.cu_stream()) }
+            .map_err(|e| Error::cuda("device-to-device copy", e))
     }
 
     /// Number of blocks for a grid-stride loop over `n` elements.
@@ -388,16 +308,11 @@ impl<'a> Launch<'a> {
         if self.pdl {
             return self.run_dependent();
         }
-        unsafe { self.args.launch(self.cfg) }
-            .map(|_| ())
-            .map_err(|e| Error::cuda(&format!("launching {}", self.name), e))
+        unsafe { self.args.launch(self.cfg) }.map(|_| ()).map_err(|e| Error::cuda(&format!("launching {}", self.name), e))
     }
     fn run_dependent(mut self) -> Result<()> {
         let what = format!("launching {} (programmatic dependent launch)", self.name);
-        self.stream
-            .context()
-            .bind_to_thread()
-            .map_err(|e| Error::cuda(&what, e))?;
+        self.stream.context().bind_to_thread().map_err(|e| Error::cuda(&what, e))?;
         // SAFETY: the attribute union is plain data; only the field the id names is read.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -416,24 +331,15 @@ impl<'a> Launch<'a> {
             numAttrs: 1,
         };
         // SAFETY: as `run`; `params` points at the arguments, which outlive this call ('a).
-        unsafe {
-            sys::cuLaunchKernelEx(
-                &config,
-                self.func.cu_function(),
-                self.params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        }
-        .result()
-        .map_err(|e| Error::cuda(&what, e))
+        unsafe { sys::cuLaunchKernelEx(&config, self.func.cu_function(), self.params.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(|e| Error::cuda(&what, e))
     }
     /// Cooperative launch (cuLaunchCooperativeKernel): every block of the grid is resident at once,
     /// so blocks may wait on each other; a grid larger than the device can hold is an error from the
     /// driver, not a hang. Same contract as [`Launch::run`].
     pub fn run_cooperative(mut self) -> Result<()> {
-        unsafe { self.args.launch_cooperative(self.cfg) }
-            .map(|_| ())
-            .map_err(|e| Error::cuda(&format!("launching {} (cooperative)", self.name), e))
+        unsafe { self.args.launch_cooperative(self.cfg) }.map(|_| ()).map_err(|e| Error::cuda(&format!("launching {} (cooperative)", self.name), e))
     }
 }
 
@@ -453,54 +359,18 @@ unsafe impl DeviceRepr for TensorMap {}
 /// driver's rules, checked here so that a violation is an error naming the rule rather than an
 /// opaque launch failure: `ptr` 16-byte aligned, `row_bytes` a multiple of 16 below 2^40,
 /// `box_cols · 2` ≤ 128 (the swizzle span) and a multiple of 16, boxes of 1 to 256 per dimension.
-pub fn tensor_map_2d_sw128(
-    dtype: crate::DType,
-    ptr: u64,
-    rows: u64,
-    cols: u64,
-    row_bytes: u64,
-    box_rows: u32,
-    box_cols: u32,
-) -> Result<TensorMap> {
-    use sys::{
-        CUtensorMapDataType as Ty, CUtensorMapFloatOOBfill as Fill, CUtensorMapInterleave as Il,
-        CUtensorMapL2promotion as L2, CUtensorMapSwizzle as Sw,
-    };
+pub fn tensor_map_2d_sw128(dtype: crate::DType, ptr: u64, rows: u64, cols: u64, row_bytes: u64, box_rows: u32, box_cols: u32) -> Result<TensorMap> {
+    use sys::{CUtensorMapDataType as Ty, CUtensorMapFloatOOBfill as Fill, CUtensorMapInterleave as Il, CUtensorMapL2promotion as L2, CUtensorMapSwizzle as Sw};
     let ty = match dtype {
         crate::DType::F16 => Ty::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         crate::DType::BF16 => Ty::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        other => {
-            return Err(Error::Unsupported(format!(
-                "a 16-bit tensor map of {other} elements"
-            )))
-        }
+        other => return Err(Error::Unsupported(format!("a 16-bit tensor map of {other} elements"))),
     };
-    let rule = |ok: bool, what: String| {
-        if ok {
-            Ok(())
-        } else {
-            Err(Error::Unsupported(format!("TMA tensor map: {what}")))
-        }
-    };
-    rule(
-        ptr.is_multiple_of(16),
-        format!("global address {ptr:#x} is not 16-byte aligned"),
-    )?;
-    rule(
-        row_bytes.is_multiple_of(16) && row_bytes < 1 << 40,
-        format!("row stride of {row_bytes} bytes (must be a multiple of 16 below 2^40)"),
-    )?;
-    rule(
-        (1..=1u64 << 32).contains(&rows) && (1..=1u64 << 32).contains(&cols),
-        format!("extent {rows} × {cols} (each 1 to 2^32)"),
-    )?;
-    rule(
-        (1..=256).contains(&box_rows)
-            && box_cols * 2 <= 128
-            && (box_cols * 2).is_multiple_of(16)
-            && box_cols > 0,
-        format!("box {box_rows} × {box_cols}"),
-    )?;
+    let rule = |ok: bool, what: String| if ok { Ok(()) } else { Err(Error::Unsupported(format!("TMA tensor map: {what}"))) };
+    rule(ptr.is_multiple_of(16), format!("global address {ptr:#x} is not 16-byte aligned"))?;
+    rule(row_bytes.is_multiple_of(16) && row_bytes < 1 << 40, format!("row stride of {row_bytes} bytes (must be a multiple of 16 below 2^40)"))?;
+    rule((1..=1u64 << 32).contains(&rows) && (1..=1u64 << 32).contains(&cols), format!("extent {rows} × {cols} (each 1 to 2^32)"))?;
+    rule((1..=256).contains(&box_rows) && box_cols * 2 <= 128 && (box_cols * 2).is_multiple_of(16) && box_cols > 0, format!("box {box_rows} × {box_cols}"))?;
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     let dims = [cols, rows];
     let strides = [row_bytes]; // rank − 1 strides: dimension 0 is contiguous
@@ -534,9 +404,5 @@ pub fn tensor_map_2d_sw128(
 
 /// A 1-D launch configuration.
 pub fn cfg_1d(grid: u32, block: u32, smem: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (grid, 1, 1),
-        block_dim: (block, 1, 1),
-        shared_mem_bytes: smem,
-    }
+    LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem }
 }

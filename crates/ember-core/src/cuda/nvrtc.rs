@@ -16,9 +16,7 @@ pub fn version() -> Result<(i32, i32)> {
     let (mut major, mut minor) = (0, 0);
     let rc = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
     if rc != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
-        return Err(Error::NvrtcUnavailable(format!(
-            "nvrtcVersion failed: {rc:?}"
-        )));
+        return Err(Error::NvrtcUnavailable(format!("nvrtcVersion failed: {rc:?}")));
     }
     Ok((major, minor))
 }
@@ -34,19 +32,12 @@ pub fn cache_dir() -> Option<PathBuf> {
     if let Ok(d) = std::env::var("XDG_CACHE_HOME") {
         return Some(PathBuf::from(d).join("ember/kernels"));
     }
-    std::env::var("HOME")
-        .ok()
-        .map(|h| PathBuf::from(h).join(".cache/ember/kernels"))
+    std::env::var("HOME").ok().map(|h| PathBuf::from(h).join(".cache/ember/kernels"))
 }
 
 /// Options every ember kernel is compiled with, besides the architecture.
 pub fn base_options(arch: &str) -> Vec<String> {
-    vec![
-        format!("--gpu-architecture={arch}"),
-        "-std=c++17".into(),
-        "-lineinfo".into(),
-        "--device-as-default-execution-space".into(),
-    ]
+    vec![format!("--gpu-architecture={arch}"), "-std=c++17".into(), "-lineinfo".into(), "--device-as-default-execution-space".into()]
 }
 
 pub struct Compiled {
@@ -75,20 +66,11 @@ pub fn compile(kernel: &str, code: &str, arch: &str, extra_options: &[String]) -
         options.push("--ptxas-options=-v".into());
     }
     let nvrtc = version()?;
-    let path = cache_dir().map(|d| {
-        d.join(format!(
-            "{}-{kernel}-{arch}.cubin",
-            &cache_key(code, &options, nvrtc)[..32]
-        ))
-    });
+    let path = cache_dir().map(|d| d.join(format!("{}-{kernel}-{arch}.cubin", &cache_key(code, &options, nvrtc)[..32])));
     if let Some(p) = &path {
         if let Ok(cubin) = std::fs::read(p) {
             if !cubin.is_empty() {
-                return Ok(Compiled {
-                    cubin,
-                    log: String::new(),
-                    from_disk_cache: true,
-                });
+                return Ok(Compiled { cubin, log: String::new(), from_disk_cache: true });
             }
         }
     }
@@ -108,37 +90,21 @@ pub fn compile(kernel: &str, code: &str, arch: &str, extra_options: &[String]) -
 }
 
 /// Compile without touching any cache. `options` must include the architecture.
-pub fn compile_uncached(
-    kernel: &str,
-    code: &str,
-    options: &[String],
-    arch: &str,
-) -> Result<Compiled> {
+pub fn compile_uncached(kernel: &str, code: &str, options: &[String], arch: &str) -> Result<Compiled> {
     use cudarc::nvrtc::{result, sys};
     super::libs::ensure_nvrtc().map_err(Error::NvrtcUnavailable)?;
-    let src =
-        CString::new(code).map_err(|_| Error::invalid("kernel source", "contains a NUL byte"))?;
-    let name = CString::new(format!("{kernel}.cu"))
-        .map_err(|_| Error::invalid("kernel name", "contains a NUL byte"))?;
-    let prog = result::create_program(&src, Some(&name))
-        .map_err(|e| Error::cuda("nvrtcCreateProgram", e))?;
+    let src = CString::new(code).map_err(|_| Error::invalid("kernel source", "contains a NUL byte"))?;
+    let name = CString::new(format!("{kernel}.cu")).map_err(|_| Error::invalid("kernel name", "contains a NUL byte"))?;
+    let prog = result::create_program(&src, Some(&name)).map_err(|e| Error::cuda("nvrtcCreateProgram", e))?;
     let status = unsafe { result::compile_program(prog, options) };
     let log = unsafe { result::get_program_log(prog) }
         .map(|v| {
-            let bytes: Vec<u8> = v
-                .iter()
-                .take_while(|&&c| c != 0)
-                .map(|&c| c as u8)
-                .collect();
+            let bytes: Vec<u8> = v.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
             String::from_utf8_lossy(&bytes).into_owned()
         })
         .unwrap_or_default();
     let out = match status {
-        Err(_) => Err(Error::Compile {
-            kernel: kernel.into(),
-            arch: arch.into(),
-            log: log.clone(),
-        }),
+        Err(_) => Err(Error::Compile { kernel: kernel.into(), arch: arch.into(), log: log.clone() }),
         Ok(()) => unsafe {
             let mut size = 0usize;
             let rc = sys::nvrtcGetCUBINSize(prog, &mut size);
@@ -146,9 +112,7 @@ pub fn compile_uncached(
                 Err(Error::Compile {
                     kernel: kernel.into(),
                     arch: arch.into(),
-                    log: format!(
-                        "no CUBIN produced ({rc:?}); is `{arch}` a real architecture?\n{log}"
-                    ),
+                    log: format!("no CUBIN produced ({rc:?}); is `{arch}` a real architecture?\n{log}"),
                 })
             } else {
                 let mut cubin = vec![0u8; size];
@@ -156,11 +120,7 @@ pub fn compile_uncached(
                 if rc != sys::nvrtcResult::NVRTC_SUCCESS {
                     Err(Error::cuda("nvrtcGetCUBIN", format!("{rc:?}")))
                 } else {
-                    Ok(Compiled {
-                        cubin,
-                        log: log.clone(),
-                        from_disk_cache: false,
-                    })
+                    Ok(Compiled { cubin, log: log.clone(), from_disk_cache: false })
                 }
             }
         },

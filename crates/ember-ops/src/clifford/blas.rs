@@ -37,34 +37,20 @@ fn grade_ranges(layer: &Layer) -> Result<Vec<(usize, usize)>> {
         } else if k == grades {
             out.push((j, 1));
         } else {
-            return Err(Error::invalid(
-                "layer",
-                format!("{}: blades are not grade-ordered", layer.name()),
-            ));
+            return Err(Error::invalid("layer", format!("{}: blades are not grade-ordered", layer.name())));
         }
     }
     if out.len() != layer.grades() || out[0] != (0, 1) {
-        return Err(Error::invalid(
-            "layer",
-            format!("{}: blades are not grade-ordered", layer.name()),
-        ));
+        return Err(Error::invalid("layer", format!("{}: blades are not grade-ordered", layer.name())));
     }
     Ok(out)
 }
 
 /// cuBLAS takes i32 dimensions.
 fn fits(dims: Dims, n_out: usize) -> Result<()> {
-    let big = [dims.m * dims.b, dims.n, n_out]
-        .into_iter()
-        .any(|v| v > i32::MAX as usize);
+    let big = [dims.m * dims.b, dims.n, n_out].into_iter().any(|v| v > i32::MAX as usize);
     if big {
-        return Err(Error::TooLarge {
-            arg: "x".into(),
-            what: format!(
-                "blades·B = {} or N exceed the i32 dimensions of a cuBLAS GEMM",
-                dims.m * dims.b
-            ),
-        });
+        return Err(Error::TooLarge { arg: "x".into(), what: format!("blades·B = {} or N exceed the i32 dimensions of a cuBLAS GEMM", dims.m * dims.b) });
     }
     Ok(())
 }
@@ -74,82 +60,32 @@ fn grid(len: usize) -> u32 {
 }
 
 /// The weights as GEMM operands: buffer `w` itself for f32, else a rounded copy in `dt`.
-fn weights_as(
-    plan: &mut Plan,
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    w: usize,
-) -> usize {
+fn weights_as(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, w: usize) -> usize {
     if dt == DType::F32 {
         return w;
     }
     let len = layer.grades() * dims.n * n_out;
     let wb = plan.alloc(&[layer.grades(), dims.n, n_out], dt);
     let args = vec![Arg::Buf(w), Arg::Buf(wb), Arg::I64(len as i64)];
-    plan.launch(Launch {
-        src: SUMS,
-        opts: vec![],
-        entry: format!("cl_round_{}", dt.name()),
-        grid: (grid(len), 1, 1),
-        block: THREADS,
-        smem: 0,
-        args,
-        name: "clifford_linear_round_w",
-    });
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_round_{}", dt.name()), grid: (grid(len), 1, 1), block: THREADS, smem: 0, args, name: "clifford_linear_round_w" });
     wb
 }
 
 /// Forward: inputs [x, w] or [x, w, bias]; output [out].
-pub fn plan_forward(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    bias: bool,
-) -> Result<Plan> {
+pub fn plan_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bool) -> Result<Plan> {
     fits(dims, n_out)?;
     let ranges = grade_ranges(layer)?;
     let mut plan = Plan::new(if bias { 3 } else { 2 });
     let out = plan.output(&[dims.m, dims.b, n_out], dt);
     let wb = weights_as(&mut plan, layer, dims, n_out, dt, 1);
     if bias {
-        let args = vec![
-            Arg::Buf(2),
-            Arg::Buf(out),
-            Arg::I64(dims.b as i64),
-            Arg::I64(n_out as i64),
-        ];
+        let args = vec![Arg::Buf(2), Arg::Buf(out), Arg::I64(dims.b as i64), Arg::I64(n_out as i64)];
         let g = grid(dims.b * n_out);
-        plan.launch(Launch {
-            src: SUMS,
-            opts: vec![],
-            entry: format!("cl_bias_rows_{}", dt.name()),
-            grid: (g, 1, 1),
-            block: THREADS,
-            smem: 0,
-            args,
-            name: "clifford_linear_bias",
-        });
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_bias_rows_{}", dt.name()), grid: (g, 1, 1), block: THREADS, smem: 0, args, name: "clifford_linear_bias" });
     }
     for (k, &(j0, nb)) in ranges.iter().enumerate() {
-        let desc = GemmDesc {
-            ab: dt,
-            c: dt,
-            ta: false,
-            tb: false,
-            m: nb * dims.b,
-            n: n_out,
-            k: dims.n,
-            beta: if k == 0 && bias { 1.0 } else { 0.0 },
-        };
-        plan.gemm(Gemm {
-            desc,
-            a: (0, j0 * dims.b * dims.n),
-            b: (wb, k * dims.n * n_out),
-            c: (out, j0 * dims.b * n_out),
-        });
+        let desc = GemmDesc { ab: dt, c: dt, ta: false, tb: false, m: nb * dims.b, n: n_out, k: dims.n, beta: if k == 0 && bias { 1.0 } else { 0.0 } };
+        plan.gemm(Gemm { desc, a: (0, j0 * dims.b * dims.n), b: (wb, k * dims.n * n_out), c: (out, j0 * dims.b * n_out) });
     }
     Ok(plan)
 }
@@ -166,38 +102,10 @@ pub fn plan_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType) -> Resu
     plan_bias_grad(&mut plan, dims, n_out, dt, 2, db)?;
     for (k, &(j0, nb)) in ranges.iter().enumerate() {
         let rows = nb * dims.b;
-        let data = GemmDesc {
-            ab: dt,
-            c: dt,
-            ta: false,
-            tb: true,
-            m: rows,
-            n: dims.n,
-            k: n_out,
-            beta: 0.0,
-        };
-        plan.gemm(Gemm {
-            desc: data,
-            a: (2, j0 * dims.b * n_out),
-            b: (wb, k * dims.n * n_out),
-            c: (dx, j0 * dims.b * dims.n),
-        });
-        let weight = GemmDesc {
-            ab: dt,
-            c: DType::F32,
-            ta: true,
-            tb: false,
-            m: dims.n,
-            n: n_out,
-            k: rows,
-            beta: 0.0,
-        };
-        plan.gemm(Gemm {
-            desc: weight,
-            a: (0, j0 * dims.b * dims.n),
-            b: (2, j0 * dims.b * n_out),
-            c: (dw, k * dims.n * n_out),
-        });
+        let data = GemmDesc { ab: dt, c: dt, ta: false, tb: true, m: rows, n: dims.n, k: n_out, beta: 0.0 };
+        plan.gemm(Gemm { desc: data, a: (2, j0 * dims.b * n_out), b: (wb, k * dims.n * n_out), c: (dx, j0 * dims.b * dims.n) });
+        let weight = GemmDesc { ab: dt, c: DType::F32, ta: true, tb: false, m: dims.n, n: n_out, k: rows, beta: 0.0 };
+        plan.gemm(Gemm { desc: weight, a: (0, j0 * dims.b * dims.n), b: (2, j0 * dims.b * n_out), c: (dw, k * dims.n * n_out) });
     }
     Ok(plan)
 }

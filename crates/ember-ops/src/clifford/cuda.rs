@@ -43,19 +43,12 @@ fn leak(s: String) -> &'static str {
 }
 
 /// The module `key` of `layer`'s algebra, generated on first use.
-pub(super) fn source(
-    layer: &Layer,
-    key: &str,
-    make: impl FnOnce() -> Result<String>,
-) -> Result<KernelSource> {
+pub(super) fn source(layer: &Layer, key: &str, make: impl FnOnce() -> Result<String>) -> Result<KernelSource> {
     let mut map = layer.inner.sources.lock().unwrap();
     if let Some(s) = map.get(key) {
         return Ok(*s);
     }
-    let src = KernelSource::new(
-        leak(format!("clifford_{}_{}", layer.tag(), key)),
-        leak(make()?),
-    );
+    let src = KernelSource::new(leak(format!("clifford_{}_{}", layer.tag(), key)), leak(make()?));
     map.insert(key.to_string(), src);
     Ok(src)
 }
@@ -63,13 +56,7 @@ pub(super) fn source(
 /// Sizes of the algebra and the device functions of `progs`.
 pub(super) fn prefix(layer: &Layer, progs: &[Prog]) -> Result<String> {
     let t = layer.tables();
-    let mut s = format!(
-        "#define CL_M {}\n#define CL_P {}\n#define CL_NG {}\n#define CL_NT {}\n",
-        t.m(),
-        t.p(),
-        t.ng(),
-        t.nt()
-    );
+    let mut s = format!("#define CL_M {}\n#define CL_P {}\n#define CL_NG {}\n#define CL_NT {}\n", t.m(), t.p(), t.ng(), t.nt());
     for &p in progs {
         s.push_str(&device_function(&*layer.ir(p)?));
     }
@@ -117,28 +104,26 @@ pub(super) fn blocks(arg: &str, items: usize, per_block: usize) -> Result<u32> {
     u32::try_from(items.div_ceil(per_block).max(1))
         .ok()
         .filter(|&g| g <= i32::MAX as u32)
-        .ok_or_else(|| Error::TooLarge {
-            arg: arg.into(),
-            what: format!("{items} work items exceed one launch's grid"),
-        })
+        .ok_or_else(|| Error::TooLarge { arg: arg.into(), what: format!("{items} work items exceed one launch's grid") })
 }
 
 // ---- fused layer ---------------------------------------------------------------------------------
 
 fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
-    source(layer, &format!("fwd{}", u8::from(gelu)), || {
-        Ok(prefix(layer, &[Prog::Fwd { gelu }, Prog::Scale])? + SMEM_CU + ROWS_CU)
-    })
+    source(layer, &format!("fwd{}", u8::from(gelu)), || Ok(prefix(layer, &[Prog::Fwd { gelu }, Prog::Scale])? + SMEM_CU + ROWS_CU))
+}
+
+/// The row kernels' shorter norm tail (rows.cu CL_FAST_NORM) for the half types, where it was measured
+/// faster on an H200 (staged forward −19 to −25 %); f32 keeps the IEEE sqrt and division.
+fn fast_norm_opt(dt: DType, o: &mut Vec<String>) {
+    if dt != DType::F32 {
+        o.push("-DCL_FAST_NORM=1".into());
+    }
 }
 
 fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<String> {
-    let mut o = vec![
-        dtype_opt(dt),
-        "-DCL_KIND=1".into(),
-        format!("-DCL_V={v}"),
-        format!("-DCL_NORM={}", u8::from(norm)),
-        format!("-DCL_K={}", u8::from(hold)),
-    ];
+    let mut o = vec![dtype_opt(dt), "-DCL_KIND=1".into(), format!("-DCL_V={v}"), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_K={}", u8::from(hold))];
+    fast_norm_opt(dt, &mut o);
     if staged {
         o.extend(staged_opts());
     }
@@ -179,10 +164,7 @@ pub const DYNAMIC_MAX_DRAM_GBPS: f64 = 4000.0;
 /// __ldg loop into the same layout, for comparison; by default w's own order in groups of CL_V
 /// channels, copied by 16-byte cp.async (v16).
 fn weights_grouped() -> bool {
-    !matches!(
-        std::env::var("EMBER_CLIFFORD_WSTAGE").as_deref(),
-        Ok("transposed" | "ldg")
-    )
+    !matches!(std::env::var("EMBER_CLIFFORD_WSTAGE").as_deref(), Ok("transposed" | "ldg"))
 }
 
 fn staged_opts() -> Vec<String> {
@@ -247,9 +229,7 @@ impl RowVariant {
     /// The default of [`RowVariant::selected`] (no environment override).
     pub fn default_for(layer: &Layer, gpu: Gpu) -> RowVariant {
         match layer.blades() {
-            ..=8 if gpu.dram_gbps > 0.0 && gpu.dram_gbps < DYNAMIC_MAX_DRAM_GBPS => {
-                RowVariant::Dynamic
-            }
+            ..=8 if gpu.dram_gbps > 0.0 && gpu.dram_gbps < DYNAMIC_MAX_DRAM_GBPS => RowVariant::Dynamic,
             ..=8 => RowVariant::Staged,
             _ => RowVariant::Rows,
         }
@@ -280,11 +260,7 @@ pub struct Gpu {
 impl Gpu {
     pub fn of(t: &Tensor) -> Result<Gpu> {
         let info = t.cuda_device()?.info();
-        Ok(Gpu {
-            sms: info.multiprocessors.max(1) as usize,
-            smem_optin: info.shared_memory_per_block_optin.max(0) as usize,
-            dram_gbps: info.dram_peak_gbps,
-        })
+        Ok(Gpu { sms: info.multiprocessors.max(1) as usize, smem_optin: info.shared_memory_per_block_optin.max(0) as usize, dram_gbps: info.dram_peak_gbps })
     }
 }
 
@@ -300,9 +276,7 @@ fn rows_source(layer: &Layer, kind: &str) -> Result<KernelSource> {
         "normfwd" => &[Prog::Dot, Prog::Scale],
         _ => &[Prog::Dot, Prog::NormBwd],
     };
-    source(layer, kind, || {
-        Ok(prefix(layer, progs)? + SMEM_CU + ROWS_CU)
-    })
+    source(layer, kind, || Ok(prefix(layer, progs)? + SMEM_CU + ROWS_CU))
 }
 
 fn rows_opts(dt: DType, kind: &str, v: usize, staged: bool) -> Vec<String> {
@@ -311,11 +285,8 @@ fn rows_opts(dt: DType, kind: &str, v: usize, staged: bool) -> Vec<String> {
         "normfwd" => 3,
         _ => 4,
     };
-    let mut o = vec![
-        dtype_opt(dt),
-        format!("-DCL_KIND={k}"),
-        format!("-DCL_V={v}"),
-    ];
+    let mut o = vec![dtype_opt(dt), format!("-DCL_KIND={k}"), format!("-DCL_V={v}")];
+    fast_norm_opt(dt, &mut o);
     if kind == "dot" {
         // Half types recompute o in f32 rather than read their rounded `out`.
         o.push(format!("-DCL_DOT_O={}", u8::from(dt != DType::F32)));
@@ -327,11 +298,7 @@ fn rows_opts(dt: DType, kind: &str, v: usize, staged: bool) -> Vec<String> {
 }
 
 fn bwd_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
-    source(
-        layer,
-        &format!("bwd{}{}", u8::from(gelu), u8::from(norm)),
-        || Ok(prefix(layer, &[Prog::Bwd { gelu, norm }])? + SMEM_CU + BWD_COMMON_CU + COLS_CU),
-    )
+    source(layer, &format!("bwd{}{}", u8::from(gelu), u8::from(norm)), || Ok(prefix(layer, &[Prog::Bwd { gelu, norm }])? + SMEM_CU + BWD_COMMON_CU + COLS_CU))
 }
 
 fn bwd_opts(dt: DType, norm: bool) -> Vec<String> {
@@ -344,24 +311,8 @@ fn row_launch(rows: usize, n: usize, v: usize) -> Result<(u32, u32)> {
     Ok((blocks("x", rows, (THREADS / t) as usize)?, t))
 }
 
-pub(super) fn launch(
-    src: KernelSource,
-    opts: Vec<String>,
-    grid: (u32, u32, u32),
-    smem: usize,
-    args: Vec<Arg>,
-    name: &'static str,
-) -> Launch {
-    Launch {
-        src,
-        opts,
-        entry: "cl_kernel".into(),
-        grid,
-        block: THREADS,
-        smem,
-        args,
-        name,
-    }
+pub(super) fn launch(src: KernelSource, opts: Vec<String>, grid: (u32, u32, u32), smem: usize, args: Vec<Arg>, name: &'static str) -> Launch {
+    Launch { src, opts, entry: "cl_kernel".into(), grid, block: THREADS, smem, args, name }
 }
 
 fn sizes2(b: usize, n: usize) -> [Arg; 2] {
@@ -369,14 +320,7 @@ fn sizes2(b: usize, n: usize) -> [Arg; 2] {
 }
 
 /// Fused forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms].
-pub fn plan_fused_forward(
-    layer: &Layer,
-    dims: Dims,
-    dt: DType,
-    st: Stages,
-    var: RowVariant,
-    gpu: Gpu,
-) -> Result<Plan> {
+pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var: RowVariant, gpu: Gpu) -> Result<Plan> {
     let mut plan = Plan::new(3);
     let v = vec_width(dims.m, dims.n);
     let groups = dims.n / v;
@@ -386,13 +330,8 @@ pub fn plan_fused_forward(
     if var.staged() && v > 1 && groups <= THREADS as usize && smem + 1024 <= gpu.smem_optin {
         let t = team(groups);
         let steps = dims.b.div_ceil((THREADS / t) as usize);
-        let grid = u32::try_from(steps.min(gpu.sms).max(1))
-            .map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
-        let rms = if st.norm {
-            Arg::Buf(plan.output(&[dims.b, layer.grades()], DType::F32))
-        } else {
-            Arg::Null
-        };
+        let grid = u32::try_from(steps.min(gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
+        let rms = if st.norm { Arg::Buf(plan.output(&[dims.b, layer.grades()], DType::F32)) } else { Arg::Null };
         let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), rms];
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(t as i32));
@@ -403,11 +342,7 @@ pub fn plan_fused_forward(
         } else if !prefetch_two(steps, gpu.sms) {
             opts.push("-DCL_PRE2=0".into());
         }
-        let name = if st.norm {
-            "clifford_fwd_norm_staged"
-        } else {
-            "clifford_fwd_staged"
-        };
+        let name = if st.norm { "clifford_fwd_norm_staged" } else { "clifford_fwd_staged" };
         // One CTA per SM, as the grid assumes: the launch asks for more than half of an SM's shared
         // memory, else two CTAs can share an SM and leave another idle (half types at N = 512 with
         // v16's 112 registers: bf16 4096 × 512 53.2 µs against 48.6 under ncu).
@@ -417,88 +352,31 @@ pub fn plan_fused_forward(
     }
     if !st.norm {
         let grid = blocks("x", dims.b * groups, THREADS as usize)?;
-        let mut args = vec![
-            Arg::Buf(0),
-            Arg::Buf(1),
-            Arg::Buf(2),
-            Arg::Buf(out),
-            Arg::Null,
-        ];
+        let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), Arg::Null];
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(0));
-        plan.launch(launch(
-            src,
-            fwd_opts(dt, v, false, false, false),
-            (grid, 1, 1),
-            0,
-            args,
-            "clifford_fwd",
-        ));
+        plan.launch(launch(src, fwd_opts(dt, v, false, false, false), (grid, 1, 1), 0, args, "clifford_fwd"));
         return Ok(plan);
     }
     // Hold o in registers across the row reduction when one step per thread covers the row.
     let hold = v > 1 && groups <= THREADS as usize;
     let rms = plan.output(&[dims.b, layer.grades()], DType::F32);
     let (grid, t) = row_launch(dims.b, dims.n, v)?;
-    let mut args = vec![
-        Arg::Buf(0),
-        Arg::Buf(1),
-        Arg::Buf(2),
-        Arg::Buf(out),
-        Arg::Buf(rms),
-    ];
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), Arg::Buf(rms)];
     args.extend(sizes2(dims.b, dims.n));
     args.push(Arg::I32(t as i32));
-    plan.launch(launch(
-        src,
-        fwd_opts(dt, v, true, hold, false),
-        (grid, 1, 1),
-        0,
-        args,
-        "clifford_fwd_norm",
-    ));
+    plan.launch(launch(src, fwd_opts(dt, v, true, hold, false), (grid, 1, 1), 0, args, "clifford_fwd_norm"));
     Ok(plan)
 }
 
-pub fn fused_forward(
-    layer: &Layer,
-    dims: Dims,
-    x: &Tensor,
-    y: &Tensor,
-    w: &Tensor,
-    st: Stages,
-) -> Result<Forward> {
-    fused_forward_variant(
-        layer,
-        dims,
-        x,
-        y,
-        w,
-        st,
-        RowVariant::selected(layer, Gpu::of(x)?),
-    )
+pub fn fused_forward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
+    fused_forward_variant(layer, dims, x, y, w, st, RowVariant::selected(layer, Gpu::of(x)?))
 }
 
 /// [`fused_forward`] with an explicit kernel variant (the GPU checks run every one).
-pub fn fused_forward_variant(
-    layer: &Layer,
-    dims: Dims,
-    x: &Tensor,
-    y: &Tensor,
-    w: &Tensor,
-    st: Stages,
-    var: RowVariant,
-) -> Result<Forward> {
-    let mut outs = run_cuda(
-        plan_fused_forward(layer, dims, x.dtype(), st, var, Gpu::of(x)?)?,
-        &[x, y, w],
-    )?
-    .into_iter();
-    Ok(Forward {
-        out: outs.next().expect("out"),
-        rms: outs.next(),
-        o: None,
-    })
+pub fn fused_forward_variant(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages, var: RowVariant) -> Result<Forward> {
+    let mut outs = run_cuda(plan_fused_forward(layer, dims, x.dtype(), st, var, Gpu::of(x)?)?, &[x, y, w])?.into_iter();
+    Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: None })
 }
 
 /// Channels per CTA of the column kernel and row chunks: (ct, chunks, rows per chunk).
@@ -514,13 +392,7 @@ fn column_plan(b: usize, n: usize) -> (usize, usize, usize) {
     // 134.3, 131.4), level from 2^24 (±0.3 %), slower at 2048 everywhere; hence 256.
     // `EMBER_CLIFFORD_COL_CTAS=n` (measurements) aims at n instead.
     static CTAS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let ctas = *CTAS.get_or_init(|| {
-        std::env::var("EMBER_CLIFFORD_COL_CTAS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&n: &usize| (1..=1 << 20).contains(&n))
-            .unwrap_or(256)
-    });
+    let ctas = *CTAS.get_or_init(|| std::env::var("EMBER_CLIFFORD_COL_CTAS").ok().and_then(|v| v.parse().ok()).filter(|&n: &usize| (1..=1 << 20).contains(&n)).unwrap_or(256));
     let chunks = ctas.div_ceil(col_tiles).clamp(1, b.div_ceil(rt).max(1));
     let rows = b.div_ceil(chunks);
     (ct, b.div_ceil(rows), rows)
@@ -559,14 +431,7 @@ pub enum BwdVariant {
 }
 
 impl BwdVariant {
-    pub const ALL: [BwdVariant; 6] = [
-        BwdVariant::Cols,
-        BwdVariant::Pipe,
-        BwdVariant::Serial,
-        BwdVariant::Rowwise,
-        BwdVariant::Fold,
-        BwdVariant::Whole,
-    ];
+    pub const ALL: [BwdVariant; 6] = [BwdVariant::Cols, BwdVariant::Pipe, BwdVariant::Serial, BwdVariant::Rowwise, BwdVariant::Fold, BwdVariant::Whole];
     /// `EMBER_CLIFFORD_BWD=cols|pipe|serial|rowwise|fold|whole`, if set.
     pub fn from_env() -> Option<BwdVariant> {
         match std::env::var("EMBER_CLIFFORD_BWD").as_deref() {
@@ -679,13 +544,7 @@ pub(super) struct RowwiseGeom {
 /// Where the row-oriented backward runs: f32, up to 16 blades, N ≤ 512 (≤ 8 blades; 256 with 16
 /// blades: one channel per thread, a whole row per CTA step), and the ring of two steps plus the
 /// reduction buffers in the shared memory one CTA may opt in to. `None`: the default runs instead.
-pub(super) fn rowwise_geom(
-    layer: &Layer,
-    dims: Dims,
-    norm: bool,
-    dt: DType,
-    gpu: Gpu,
-) -> Option<RowwiseGeom> {
+pub(super) fn rowwise_geom(layer: &Layer, dims: Dims, norm: bool, dt: DType, gpu: Gpu) -> Option<RowwiseGeom> {
     let (m, n, b) = (layer.blades(), dims.n, dims.b);
     let tmax = match m {
         0..=8 => 512,
@@ -695,11 +554,7 @@ pub(super) fn rowwise_geom(
     if dt != DType::F32 || n == 0 || b == 0 || n > tmax || b >= 1 << 40 {
         return None;
     }
-    let rows = if n <= THREADS as usize {
-        THREADS as usize / n
-    } else {
-        1
-    };
+    let rows = if n <= THREADS as usize { THREADS as usize / n } else { 1 };
     let v = vec_width(m, n);
     let team = team(n / v) as usize;
     // At least one team of the row statistics (N = 129 in scalars: a team of 256).
@@ -709,121 +564,50 @@ pub(super) fn rowwise_geom(
     let rows_per_chunk = b.div_ceil(ROWWISE_CHUNKS).next_multiple_of(rows);
     let chunks = b.div_ceil(rows_per_chunk);
     let arrays = if norm { 4 } else { 3 };
-    let stats = if norm {
-        rows * layer.grades() * (2 + team / 32)
-    } else {
-        0
-    };
+    let stats = if norm { rows * layer.grades() * (2 + team / 32) } else { 0 };
     let wred = if rows > 1 { layer.paths() * threads } else { 0 };
     let smem = (2 * arrays * m * lp + stats + wred) * 4;
-    (smem + 1024 <= gpu.smem_optin).then_some(RowwiseGeom {
-        rows,
-        threads,
-        team,
-        v,
-        vec,
-        lp,
-        rows_per_chunk,
-        chunks,
-        smem,
-    })
+    (smem + 1024 <= gpu.smem_optin).then_some(RowwiseGeom { rows, threads, team, v, vec, lp, rows_per_chunk, chunks, smem })
 }
 
 fn rowwise_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
-    source(
-        layer,
-        &format!("rw{}{}", u8::from(gelu), u8::from(norm)),
-        || Ok(stats_prefix(layer, gelu, norm)? + ROWWISE_CU),
-    )
+    source(layer, &format!("rw{}{}", u8::from(gelu), u8::from(norm)), || Ok(stats_prefix(layer, gelu, norm)? + ROWWISE_CU))
 }
 
 /// The prefix of a backward kernel that takes the row statistics itself: the algebra, cl_dot with
 /// the norm, the gradient program, `BWD_COMMON_CU` with its statistics.
 fn stats_prefix(layer: &Layer, gelu: bool, norm: bool) -> Result<String> {
     let bwd = Prog::Bwd { gelu, norm };
-    let progs: Vec<Prog> = if norm {
-        vec![Prog::Dot, bwd]
-    } else {
-        vec![bwd]
-    };
+    let progs: Vec<Prog> = if norm { vec![Prog::Dot, bwd] } else { vec![bwd] };
     Ok(prefix(layer, &progs)? + BWD_STATS + SMEM_CU + BWD_COMMON_CU)
 }
 
 /// Options of the row-oriented backward; the statistics' vector width only matters with the norm.
 fn rowwise_opts(norm: bool, v: usize, vec: usize) -> Vec<String> {
     let v = if norm { v } else { 1 };
-    vec![
-        dtype_opt(DType::F32),
-        format!("-DCL_NORM={}", u8::from(norm)),
-        format!("-DCL_RW_V={v}"),
-        format!("-DCL_RW_VEC={vec}"),
-    ]
+    vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_RW_V={v}"), format!("-DCL_RW_VEC={vec}")]
 }
 
 /// The buffer of `parts` d_w partials (d_w itself where 1) and the leading arguments of a backward
 /// kernel whose CTAs own whole rows (rowwise.cu, whole.cu): x, y, w, g, out, rms, d_x, d_y, the
 /// partials, B, N.
-fn row_bwd_args(
-    plan: &mut Plan,
-    layer: &Layer,
-    dims: Dims,
-    st: Stages,
-    parts: usize,
-    [dx, dy, dw]: [usize; 3],
-) -> (usize, Vec<Arg>) {
-    let part = if parts > 1 {
-        plan.alloc(&[parts, dims.n, layer.paths()], DType::F32)
-    } else {
-        dw
-    };
-    let (out, rms) = if st.norm {
-        (Arg::Buf(4), Arg::Buf(5))
-    } else {
-        (Arg::Null, Arg::Null)
-    };
-    let mut args = vec![
-        Arg::Buf(0),
-        Arg::Buf(1),
-        Arg::Buf(2),
-        Arg::Buf(3),
-        out,
-        rms,
-        Arg::Buf(dx),
-        Arg::Buf(dy),
-        Arg::Buf(part),
-    ];
+fn row_bwd_args(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, parts: usize, [dx, dy, dw]: [usize; 3]) -> (usize, Vec<Arg>) {
+    let part = if parts > 1 { plan.alloc(&[parts, dims.n, layer.paths()], DType::F32) } else { dw };
+    let (out, rms) = if st.norm { (Arg::Buf(4), Arg::Buf(5)) } else { (Arg::Null, Arg::Null) };
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), out, rms, Arg::Buf(dx), Arg::Buf(dy), Arg::Buf(part)];
     args.extend(sizes2(dims.b, dims.n));
     (part, args)
 }
 
 /// The row-oriented backward's launch and the tree of its chunk sums into `dw`.
-fn plan_rowwise(
-    plan: &mut Plan,
-    layer: &Layer,
-    dims: Dims,
-    st: Stages,
-    geo: RowwiseGeom,
-    gpu: Gpu,
-    [dx, dy, dw]: [usize; 3],
-) -> Result<()> {
+fn plan_rowwise(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, geo: RowwiseGeom, gpu: Gpu, [dx, dy, dw]: [usize; 3]) -> Result<()> {
     let (part, mut args) = row_bwd_args(plan, layer, dims, st, geo.chunks, [dx, dy, dw]);
-    args.extend([
-        Arg::I64(geo.rows_per_chunk as i64),
-        Arg::I32(geo.rows as i32),
-        Arg::I32(geo.team as i32),
-        Arg::I64(geo.chunks as i64),
-        Arg::I32(geo.lp as i32),
-    ]);
+    args.extend([Arg::I64(geo.rows_per_chunk as i64), Arg::I32(geo.rows as i32), Arg::I32(geo.team as i32), Arg::I64(geo.chunks as i64), Arg::I32(geo.lp as i32)]);
     // Persistent: as many CTAs as fit at once (128 registers per thread up to 8 blades; one CTA
     // per SM with 16); the chunks, and so the partials, are the same whatever the grid.
-    let by_regs = if layer.blades() <= 8 {
-        (65536 / (128 * geo.threads)).max(1)
-    } else {
-        1
-    };
+    let by_regs = if layer.blades() <= 8 { (65536 / (128 * geo.threads)).max(1) } else { 1 };
     let by_smem = ((gpu.smem_optin + 1024) / (geo.smem + 1024)).max(1);
-    let grid = u32::try_from(geo.chunks.min(by_regs.min(by_smem) * gpu.sms).max(1))
-        .map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
+    let grid = u32::try_from(geo.chunks.min(by_regs.min(by_smem) * gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
     let src = rowwise_source(layer, st.gelu, st.norm)?;
     plan.launch(Launch {
         src,
@@ -879,13 +663,7 @@ pub(super) struct WholeGeom {
 /// a chunk, the slot's d_w per row lane, the row statistics) within what a CTA may opt in to.
 /// `None`: the default runs instead. Everything but `per_sm` depends on (B, N) and the algebra only.
 pub(super) fn whole_geom(layer: &Layer, dims: Dims, dt: DType, gpu: Gpu) -> Option<WholeGeom> {
-    let (m, n, b, p, ng) = (
-        layer.blades(),
-        dims.n,
-        dims.b,
-        layer.paths(),
-        layer.grades(),
-    );
+    let (m, n, b, p, ng) = (layer.blades(), dims.n, dims.b, layer.paths(), layer.grades());
     if dt != DType::F32 || m > 8 || n == 0 || b == 0 || n >= 1 << 24 || b >= 1 << 40 {
         return None;
     }
@@ -896,11 +674,7 @@ pub(super) fn whole_geom(layer: &Layer, dims: Dims, dt: DType, gpu: Gpu) -> Opti
     let dws = lanes * p * (n + 1);
     let stats = |r: usize| r * ng * (2 + team / 32);
     let fit = WHOLE_WORDS.saturating_sub(dws) / (m * n + stats(1));
-    let rows = if fit >= 2 {
-        1 << fit.min(WHOLE_ROWS_MAX).ilog2()
-    } else {
-        1
-    };
+    let rows = if fit >= 2 { 1 << fit.min(WHOLE_ROWS_MAX).ilog2() } else { 1 };
     let chunks = b.div_ceil(rows);
     let chunks_per_slot = chunks.div_ceil(WHOLE_SLOTS);
     let slots = chunks.div_ceil(chunks_per_slot);
@@ -912,25 +686,11 @@ pub(super) fn whole_geom(layer: &Layer, dims: Dims, dt: DType, gpu: Gpu) -> Opti
     } else {
         return None;
     };
-    Some(WholeGeom {
-        rows,
-        ct,
-        team,
-        v,
-        chunks,
-        slots,
-        chunks_per_slot,
-        smem,
-        per_sm,
-    })
+    Some(WholeGeom { rows, ct, team, v, chunks, slots, chunks_per_slot, smem, per_sm })
 }
 
 fn whole_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
-    source(
-        layer,
-        &format!("wh{}{}", u8::from(gelu), u8::from(norm)),
-        || Ok(stats_prefix(layer, gelu, norm)? + WHOLE_CU),
-    )
+    source(layer, &format!("wh{}{}", u8::from(gelu), u8::from(norm)), || Ok(stats_prefix(layer, gelu, norm)? + WHOLE_CU))
 }
 
 /// Options of the whole-row backward; the statistics' vector width only matters with the norm.
@@ -940,44 +700,17 @@ fn whole_opts(norm: bool, v: usize) -> Vec<String> {
     let v = if norm { v } else { 1 };
     static WV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let wv = *WV.get_or_init(|| std::env::var("EMBER_CLIFFORD_WH_WV").as_deref() != Ok("0"));
-    vec![
-        dtype_opt(DType::F32),
-        format!("-DCL_NORM={}", u8::from(norm)),
-        format!("-DCL_WH_V={v}"),
-        format!("-DCL_WH_WV={}", u8::from(wv)),
-    ]
+    vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}"), format!("-DCL_WH_WV={}", u8::from(wv))]
 }
 
 /// The whole-row backward's launch and the tree of its slot sums into `dw`.
-fn plan_whole(
-    plan: &mut Plan,
-    layer: &Layer,
-    dims: Dims,
-    st: Stages,
-    geo: WholeGeom,
-    gpu: Gpu,
-    [dx, dy, dw]: [usize; 3],
-) -> Result<()> {
+fn plan_whole(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, geo: WholeGeom, gpu: Gpu, [dx, dy, dw]: [usize; 3]) -> Result<()> {
     let (part, mut args) = row_bwd_args(plan, layer, dims, st, geo.slots, [dx, dy, dw]);
-    args.extend([
-        Arg::I32(geo.rows as i32),
-        Arg::I32(geo.ct as i32),
-        Arg::I32(geo.team as i32),
-        Arg::I64(geo.slots as i64),
-        Arg::I64(geo.chunks_per_slot as i64),
-    ]);
+    args.extend([Arg::I32(geo.rows as i32), Arg::I32(geo.ct as i32), Arg::I32(geo.team as i32), Arg::I64(geo.slots as i64), Arg::I64(geo.chunks_per_slot as i64)]);
     // Persistent: as many CTAs as fit at once (at most one per slot); the slots, and so the
     // partials, are the same whatever the grid.
-    let grid = u32::try_from(geo.slots.min(geo.per_sm * gpu.sms).max(1))
-        .map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
-    plan.launch(launch(
-        whole_source(layer, st.gelu, st.norm)?,
-        whole_opts(st.norm, geo.v),
-        (grid, 1, 1),
-        geo.smem,
-        args,
-        "clifford_bwd_whole",
-    ));
+    let grid = u32::try_from(geo.slots.min(geo.per_sm * gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
+    plan.launch(launch(whole_source(layer, st.gelu, st.norm)?, whole_opts(st.norm, geo.v), (grid, 1, 1), geo.smem, args, "clifford_bwd_whole"));
     if geo.slots > 1 {
         sum_tree(plan, part, dw, geo.slots, dims.n * layer.paths())?;
     }
@@ -995,35 +728,12 @@ fn pipe_smem(layer: &Layer) -> usize {
 
 /// Fused backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, out, rms];
 /// outputs [d_x, d_y, d_w].
-pub fn plan_fused_backward(
-    layer: &Layer,
-    dims: Dims,
-    dt: DType,
-    st: Stages,
-    var: RowVariant,
-    gpu: Gpu,
-) -> Result<Plan> {
-    plan_fused_backward_with(
-        layer,
-        dims,
-        dt,
-        st,
-        var,
-        BwdVariant::default_for(layer, dims, st.norm),
-        gpu,
-    )
+pub fn plan_fused_backward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var: RowVariant, gpu: Gpu) -> Result<Plan> {
+    plan_fused_backward_with(layer, dims, dt, st, var, BwdVariant::default_for(layer, dims, st.norm), gpu)
 }
 
 /// [`plan_fused_backward`] with an explicit column/sum variant.
-pub fn plan_fused_backward_with(
-    layer: &Layer,
-    dims: Dims,
-    dt: DType,
-    st: Stages,
-    var: RowVariant,
-    bwd: BwdVariant,
-    gpu: Gpu,
-) -> Result<Plan> {
+pub fn plan_fused_backward_with(layer: &Layer, dims: Dims, dt: DType, st: Stages, var: RowVariant, bwd: BwdVariant, gpu: Gpu) -> Result<Plan> {
     let mut plan = Plan::new(if st.norm { 6 } else { 4 });
     let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
@@ -1046,11 +756,7 @@ pub fn plan_fused_backward_with(
     // The folded sums: counters zeroed by the dot pass (so the norm is needed), several chunks.
     let fold = (bwd == BwdVariant::Fold && st.norm && chunks > 1).then(|| {
         let (lvl, cnt) = fold_sizes(chunks, len, col_tiles as usize);
-        let lvl = if lvl > 0 {
-            Arg::Buf(plan.alloc(&[lvl], DType::F32))
-        } else {
-            Arg::Null
-        };
+        let lvl = if lvl > 0 { Arg::Buf(plan.alloc(&[lvl], DType::F32)) } else { Arg::Null };
         // u32 counters in a 4-byte buffer.
         (lvl, plan.alloc(&[cnt], DType::F32), cnt)
     });
@@ -1062,124 +768,53 @@ pub fn plan_fused_backward_with(
         let smem = staged_weight_bytes(layer, dims.n, v);
         let staged = var.staged() && dt != DType::F32 && 2 * (smem + 1024) <= gpu.smem_optin;
         if staged {
-            grid = grid
-                .min(u32::try_from(2 * gpu.sms).unwrap_or(u32::MAX))
-                .max(1);
+            grid = grid.min(u32::try_from(2 * gpu.sms).unwrap_or(u32::MAX)).max(1);
         }
-        let mut args: Vec<Arg> = [0, 1, 2, 3, 4, 5, coef]
-            .iter()
-            .map(|&i| Arg::Buf(i))
-            .collect();
+        let mut args: Vec<Arg> = [0, 1, 2, 3, 4, 5, coef].iter().map(|&i| Arg::Buf(i)).collect();
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(t as i32));
         // Two CTAs per SM, as the grid assumes: the launch asks for more than a third of an SM's
         // shared memory, else the V = 1 builds (48–76 registers, 10–42 KB) can put three or four
         // on one SM and leave others idle (the forward's v16c, NOTES "v16d").
-        let (smem, name) = if staged {
-            (
-                smem.max(gpu.smem_optin / 3 + 1024),
-                "clifford_bwd_dot_staged",
-            )
-        } else {
-            (0, "clifford_bwd_dot")
-        };
+        let (smem, name) = if staged { (smem.max(gpu.smem_optin / 3 + 1024), "clifford_bwd_dot_staged") } else { (0, "clifford_bwd_dot") };
         let mut opts = rows_opts(dt, "dot", v, staged);
         if let Some((_, cnt, n)) = fold {
             args.extend([Arg::Buf(cnt), Arg::I64(n as i64)]);
             opts.push("-DCL_ZERO=1".into());
         }
-        plan.launch(launch(
-            rows_source(layer, "dot")?,
-            opts,
-            (grid, 1, 1),
-            smem,
-            args,
-            name,
-        ));
+        plan.launch(launch(rows_source(layer, "dot")?, opts, (grid, 1, 1), smem, args, name));
         Arg::Buf(coef)
     } else {
         Arg::Null
     };
-    let part = if chunks > 1 {
-        plan.alloc(&[chunks, dims.n, layer.paths()], DType::F32)
-    } else {
-        dw
-    };
-    let mut args = vec![
-        Arg::Buf(0),
-        Arg::Buf(1),
-        Arg::Buf(2),
-        Arg::Buf(3),
-        coef,
-        Arg::Buf(dx),
-        Arg::Buf(dy),
-        Arg::Buf(part),
-    ];
+    let part = if chunks > 1 { plan.alloc(&[chunks, dims.n, layer.paths()], DType::F32) } else { dw };
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(3), coef, Arg::Buf(dx), Arg::Buf(dy), Arg::Buf(part)];
     args.extend(sizes2(dims.b, dims.n));
     args.extend([Arg::I64(rows as i64), Arg::I32(ct as i32)]);
     let src = bwd_source(layer, st.gelu, st.norm)?;
     if let Some((lvl, cnt, _)) = fold {
         args.extend([Arg::Buf(dw), lvl, Arg::Buf(cnt), Arg::I64(chunks as i64)]);
-        plan.launch(launch(
-            src,
-            fold_opts(dt),
-            (col_tiles, chunks as u32, 1),
-            0,
-            args,
-            "clifford_bwd_fold",
-        ));
+        plan.launch(launch(src, fold_opts(dt), (col_tiles, chunks as u32, 1), 0, args, "clifford_bwd_fold"));
         return Ok(plan);
     }
     let smem = pipe_smem(layer);
     // The pipelined kernel counts items, rows and steps in 32 bits.
-    let fits32 = (col_tiles as usize * chunks)
-        .checked_mul(rows.div_ceil(THREADS as usize / ct))
-        .is_some_and(|k| k <= i32::MAX as usize)
-        && dims.b < 1 << 30
-        && dims.n < 1 << 30;
-    if bwd == BwdVariant::Pipe
-        && dt == DType::F32
-        && layer.blades() <= 8
-        && smem + 1024 <= gpu.smem_optin
-        && fits32
-    {
+    let fits32 = (col_tiles as usize * chunks).checked_mul(rows.div_ceil(THREADS as usize / ct)).is_some_and(|k| k <= i32::MAX as usize) && dims.b < 1 << 30 && dims.n < 1 << 30;
+    if bwd == BwdVariant::Pipe && dt == DType::F32 && layer.blades() <= 8 && smem + 1024 <= gpu.smem_optin && fits32 {
         // Persistent: two CTAs per SM where two rings fit, else one; the items (and so the d_w
         // partials and their order) are v1's whatever the grid.
         let items = col_tiles as usize * chunks;
-        let per_sm = if 2 * (smem + 1024) <= gpu.smem_optin + 1024 {
-            2
-        } else {
-            1
-        };
-        let grid = u32::try_from(items.min(per_sm * gpu.sms).max(1))
-            .map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
+        let per_sm = if 2 * (smem + 1024) <= gpu.smem_optin + 1024 { 2 } else { 1 };
+        let grid = u32::try_from(items.min(per_sm * gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
         args.extend([Arg::I64(col_tiles as i64), Arg::I64(items as i64)]);
-        plan.launch(launch(
-            src,
-            pipe_opts(st.norm),
-            (grid, 1, 1),
-            smem,
-            args,
-            "clifford_bwd_pipe",
-        ));
+        plan.launch(launch(src, pipe_opts(st.norm), (grid, 1, 1), smem, args, "clifford_bwd_pipe"));
     } else {
-        plan.launch(launch(
-            src,
-            bwd_opts(dt, st.norm),
-            (col_tiles, chunks as u32, 1),
-            0,
-            args,
-            "clifford_bwd",
-        ));
+        plan.launch(launch(src, bwd_opts(dt, st.norm), (col_tiles, chunks as u32, 1), 0, args, "clifford_bwd"));
     }
     if chunks > 1 {
         match bwd {
             BwdVariant::Serial => sum_chunks(&mut plan, part, dw, chunks, len),
-            BwdVariant::Cols
-            | BwdVariant::Pipe
-            | BwdVariant::Rowwise
-            | BwdVariant::Fold
-            | BwdVariant::Whole => sum_tree(&mut plan, part, dw, chunks, len)?,
+            BwdVariant::Cols | BwdVariant::Pipe | BwdVariant::Rowwise | BwdVariant::Fold | BwdVariant::Whole => sum_tree(&mut plan, part, dw, chunks, len)?,
         }
     }
     Ok(plan)
@@ -1199,102 +834,33 @@ fn pipe_opts(norm: bool) -> Vec<String> {
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn fused_backward(
-    layer: &Layer,
-    dims: Dims,
-    x: &Tensor,
-    y: &Tensor,
-    w: &Tensor,
-    normed: Option<(&Tensor, &Tensor)>,
-    d_out: &Tensor,
-    st: Stages,
-) -> Result<Grads> {
-    fused_backward_variant(
-        layer,
-        dims,
-        x,
-        y,
-        w,
-        normed,
-        d_out,
-        st,
-        RowVariant::selected(layer, Gpu::of(x)?),
-    )
+pub fn fused_backward(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages) -> Result<Grads> {
+    fused_backward_variant(layer, dims, x, y, w, normed, d_out, st, RowVariant::selected(layer, Gpu::of(x)?))
 }
 
 /// [`fused_backward`] with an explicit row-kernel variant (the GPU checks run every one).
 #[allow(clippy::too_many_arguments)]
-pub fn fused_backward_variant(
-    layer: &Layer,
-    dims: Dims,
-    x: &Tensor,
-    y: &Tensor,
-    w: &Tensor,
-    normed: Option<(&Tensor, &Tensor)>,
-    d_out: &Tensor,
-    st: Stages,
-    var: RowVariant,
-) -> Result<Grads> {
-    fused_backward_with(
-        layer,
-        dims,
-        x,
-        y,
-        w,
-        normed,
-        d_out,
-        st,
-        var,
-        BwdVariant::default_for(layer, dims, st.norm),
-    )
+pub fn fused_backward_variant(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages, var: RowVariant) -> Result<Grads> {
+    fused_backward_with(layer, dims, x, y, w, normed, d_out, st, var, BwdVariant::default_for(layer, dims, st.norm))
 }
 
 /// [`fused_backward_variant`] with an explicit column/sum variant too.
 #[allow(clippy::too_many_arguments)]
-pub fn fused_backward_with(
-    layer: &Layer,
-    dims: Dims,
-    x: &Tensor,
-    y: &Tensor,
-    w: &Tensor,
-    normed: Option<(&Tensor, &Tensor)>,
-    d_out: &Tensor,
-    st: Stages,
-    var: RowVariant,
-    bwd: BwdVariant,
-) -> Result<Grads> {
+pub fn fused_backward_with(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, st: Stages, var: RowVariant, bwd: BwdVariant) -> Result<Grads> {
     let plan = plan_fused_backward_with(layer, dims, x.dtype(), st, var, bwd, Gpu::of(x)?)?;
     let outs = match normed {
         Some((out, rms)) => run_cuda(plan, &[x, y, w, d_out, out, rms])?,
         None => run_cuda(plan, &[x, y, w, d_out])?,
     };
     let mut it = outs.into_iter();
-    Ok(Grads {
-        d_x: it.next().expect("d_x"),
-        d_y: it.next().expect("d_y"),
-        d_w: it.next().expect("d_w"),
-    })
+    Ok(Grads { d_x: it.next().expect("d_x"), d_y: it.next().expect("d_y"), d_w: it.next().expect("d_w") })
 }
 
 /// out[i] = Σ_c part[c][i], in order.
 fn sum_chunks(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize) {
     let grid = len.div_ceil(THREADS as usize).clamp(1, 4096) as u32;
-    let args = vec![
-        Arg::Buf(part),
-        Arg::Buf(out),
-        Arg::I64(chunks as i64),
-        Arg::I64(len as i64),
-    ];
-    plan.launch(Launch {
-        src: SUMS,
-        opts: vec![],
-        entry: "cl_sum_chunks".into(),
-        grid: (grid, 1, 1),
-        block: THREADS,
-        smem: 0,
-        args,
-        name: "clifford_sum_chunks",
-    });
+    let args = vec![Arg::Buf(part), Arg::Buf(out), Arg::I64(chunks as i64), Arg::I64(len as i64)];
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_chunks".into(), grid: (grid, 1, 1), block: THREADS, smem: 0, args, name: "clifford_sum_chunks" });
 }
 
 /// Chunks summed per group at each level of [`sum_tree`] (CL_SUM_G in sums.cu).
@@ -1306,34 +872,10 @@ fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize)
     let (mut src, mut n) = (part, chunks);
     while n > 1 {
         let groups = n.div_ceil(SUM_GROUP);
-        let dst = if groups == 1 {
-            out
-        } else {
-            plan.alloc(&[groups, len], DType::F32)
-        };
-        let gy = u32::try_from(groups)
-            .ok()
-            .filter(|&g| g <= 65535)
-            .ok_or_else(|| Error::TooLarge {
-                arg: "x".into(),
-                what: format!("{groups} groups of d_w partials"),
-            })?;
-        let args = vec![
-            Arg::Buf(src),
-            Arg::Buf(dst),
-            Arg::I64(n as i64),
-            Arg::I64(len as i64),
-        ];
-        plan.launch(Launch {
-            src: SUMS,
-            opts: vec![],
-            entry: "cl_sum_tree".into(),
-            grid: (blocks("w", len, THREADS as usize)?, gy, 1),
-            block: THREADS,
-            smem: 0,
-            args,
-            name: "clifford_sum_tree",
-        });
+        let dst = if groups == 1 { out } else { plan.alloc(&[groups, len], DType::F32) };
+        let gy = u32::try_from(groups).ok().filter(|&g| g <= 65535).ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{groups} groups of d_w partials") })?;
+        let args = vec![Arg::Buf(src), Arg::Buf(dst), Arg::I64(n as i64), Arg::I64(len as i64)];
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_tree".into(), grid: (blocks("w", len, THREADS as usize)?, gy, 1), block: THREADS, smem: 0, args, name: "clifford_sum_tree" });
         (src, n) = (dst, groups);
     }
     Ok(())
@@ -1360,14 +902,7 @@ pub fn plan_gelu(layer: &Layer, prog: Prog, dims: Dims, dt: DType) -> Result<Pla
     args.push(Arg::Buf(out));
     args.extend(sizes2(dims.b, dims.n));
     let grid = (dims.b * dims.n).div_ceil(THREADS as usize).clamp(1, 65536) as u32;
-    plan.launch(launch(
-        gelu_source(layer, prog, dt)?,
-        vec![],
-        (grid, 1, 1),
-        0,
-        args,
-        "clifford_mvgelu",
-    ));
+    plan.launch(launch(gelu_source(layer, prog, dt)?, vec![], (grid, 1, 1), 0, args, "clifford_mvgelu"));
     Ok(plan)
 }
 
@@ -1376,11 +911,7 @@ pub fn mvgelu_forward(layer: &Layer, dims: Dims, x: &Tensor) -> Result<Tensor> {
 }
 
 pub fn mvgelu_backward(layer: &Layer, dims: Dims, x: &Tensor, d_out: &Tensor) -> Result<Tensor> {
-    Ok(run_cuda(
-        plan_gelu(layer, Prog::GeluBwd, dims, x.dtype())?,
-        &[x, d_out],
-    )?
-    .remove(0))
+    Ok(run_cuda(plan_gelu(layer, Prog::GeluBwd, dims, x.dtype())?, &[x, d_out])?.remove(0))
 }
 
 // ---- tensor-core tiles ---------------------------------------------------------------------------
@@ -1403,14 +934,7 @@ pub enum TileKind {
 }
 
 impl TileKind {
-    pub const ALL: [TileKind; 6] = [
-        TileKind::FcFwd,
-        TileKind::FcBwdData,
-        TileKind::FcBwdWeight,
-        TileKind::LinFwd,
-        TileKind::LinBwdData,
-        TileKind::LinBwdWeight,
-    ];
+    pub const ALL: [TileKind; 6] = [TileKind::FcFwd, TileKind::FcBwdData, TileKind::FcBwdWeight, TileKind::LinFwd, TileKind::LinBwdData, TileKind::LinBwdWeight];
     fn tag(self) -> &'static str {
         match self {
             TileKind::FcFwd => "fcfwd",
@@ -1436,30 +960,15 @@ impl TileKind {
         let mut tri = Vec::new();
         match self {
             TileKind::FcFwd => {
-                tri.extend(
-                    t.pairs
-                        .iter()
-                        .enumerate()
-                        .map(|(q, pr)| (pr.blade, q, pr.path)),
-                );
+                tri.extend(t.pairs.iter().enumerate().map(|(q, pr)| (pr.blade, q, pr.path)));
                 (nt, p, m, sorted(tri))
             }
             TileKind::FcBwdData => {
-                tri.extend(
-                    t.pairs
-                        .iter()
-                        .enumerate()
-                        .map(|(q, pr)| (q, pr.blade, pr.path)),
-                );
+                tri.extend(t.pairs.iter().enumerate().map(|(q, pr)| (q, pr.blade, pr.path)));
                 (m, p, nt, sorted(tri))
             }
             TileKind::FcBwdWeight => {
-                tri.extend(
-                    t.pairs
-                        .iter()
-                        .enumerate()
-                        .map(|(q, pr)| (pr.path, q, pr.blade)),
-                );
+                tri.extend(t.pairs.iter().enumerate().map(|(q, pr)| (pr.path, q, pr.blade)));
                 (nt, m, p, sorted(tri))
             }
             TileKind::LinFwd | TileKind::LinBwdData => {
@@ -1501,26 +1010,14 @@ pub fn tile_cfg(kind: TileKind, t: &Tables, half: bool) -> Option<TileCfg> {
     let a_plain = a_mode == 3;
     const SMEM_MAX: usize = 200 * 1024;
     for strict in [true, false] {
-        for (rows, cols) in [
-            (32, 64),
-            (32, 32),
-            (16, 64),
-            (16, 32),
-            (32, 16),
-            (16, 16),
-            (16, 8),
-        ] {
+        for (rows, cols) in [(32, 64), (32, 32), (16, 64), (16, 32), (32, 16), (16, 16), (16, 8)] {
             let mut smem = (na * rows + nb * cols) * 48;
             if epi == 2 {
                 smem = smem.max(nacc * rows * cols * 4);
             }
             // Registers of the next chunk's operands: whole lines of kc values.
             let epb = (nb * cols).div_ceil(THREADS as usize) * kc;
-            let epa = if a_plain {
-                (na * rows).div_ceil(THREADS as usize) * kc
-            } else {
-                0
-            };
+            let epa = if a_plain { (na * rows).div_ceil(THREADS as usize) * kc } else { 0 };
             if smem > SMEM_MAX || epb > 48 || epa > 48 {
                 continue;
             }
@@ -1533,14 +1030,7 @@ pub fn tile_cfg(kind: TileKind, t: &Tables, half: bool) -> Option<TileCfg> {
                 let regs = upw * (rows / 16) * cb * 4;
                 // Strict: at most a quarter of the warps' unit slots idle.
                 if regs <= 64 && (!strict || (upw * 8 - units) * 4 <= upw * 8) {
-                    return Some(TileCfg {
-                        rows,
-                        cols,
-                        cb,
-                        units,
-                        upw,
-                        smem,
-                    });
+                    return Some(TileCfg { rows, cols, cb, units, upw, smem });
                 }
             }
         }
@@ -1558,30 +1048,11 @@ pub struct TileIo {
     pub bias: bool,
 }
 
-fn tile_source(
-    layer: &Layer,
-    kind: TileKind,
-    dt: DType,
-    io: TileIo,
-) -> Result<(KernelSource, TileCfg)> {
+fn tile_source(layer: &Layer, kind: TileKind, dt: DType, io: TileIo) -> Result<(KernelSource, TileCfg)> {
     let t = layer.tables();
     let half = dt != DType::F32;
-    let cfg = tile_cfg(kind, t, half).ok_or_else(|| {
-        Error::Unsupported(format!(
-            "tensor-core tiles of {:?} in {}",
-            kind,
-            layer.name()
-        ))
-    })?;
-    let key = format!(
-        "{}_{}_{}{}{}{}",
-        kind.tag(),
-        dt.name(),
-        u8::from(io.a_f32),
-        u8::from(io.b_f32),
-        u8::from(io.d_f32),
-        u8::from(io.bias)
-    );
+    let cfg = tile_cfg(kind, t, half).ok_or_else(|| Error::Unsupported(format!("tensor-core tiles of {:?} in {}", kind, layer.name())))?;
+    let key = format!("{}_{}_{}{}{}{}", kind.tag(), dt.name(), u8::from(io.a_f32), u8::from(io.b_f32), u8::from(io.d_f32), u8::from(io.bias));
     let src = source(layer, &key, || {
         let (na, nb, nacc, tri) = kind.structure(t);
         let (a_mode, epi) = kind.modes();
@@ -1610,24 +1081,10 @@ fn tile_source(
         for i in 0..nacc {
             start[i + 1] += start[i];
         }
-        let list = |v: &mut dyn Iterator<Item = usize>| {
-            v.map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
-        };
-        s.push_str(&format!(
-            "__constant__ unsigned short te_tri_start[{}] = {{{}}};\n",
-            nacc + 1,
-            list(&mut start.iter().copied())
-        ));
-        s.push_str(&format!(
-            "__constant__ unsigned short te_tri_a[{}] = {{{}}};\n",
-            tri.len(),
-            list(&mut tri.iter().map(|t| t.1))
-        ));
-        s.push_str(&format!(
-            "__constant__ unsigned short te_tri_b[{}] = {{{}}};\n",
-            tri.len(),
-            list(&mut tri.iter().map(|t| t.2))
-        ));
+        let list = |v: &mut dyn Iterator<Item = usize>| v.map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+        s.push_str(&format!("__constant__ unsigned short te_tri_start[{}] = {{{}}};\n", nacc + 1, list(&mut start.iter().copied())));
+        s.push_str(&format!("__constant__ unsigned short te_tri_a[{}] = {{{}}};\n", tri.len(), list(&mut tri.iter().map(|t| t.1))));
+        s.push_str(&format!("__constant__ unsigned short te_tri_b[{}] = {{{}}};\n", tri.len(), list(&mut tri.iter().map(|t| t.2))));
         let progs: &[Prog] = match kind {
             TileKind::FcFwd | TileKind::FcBwdWeight => &[Prog::Terms],
             TileKind::FcBwdData => &[Prog::TermsVjp],
@@ -1639,11 +1096,7 @@ fn tile_source(
 }
 
 fn tile_opts(dt: DType) -> Vec<String> {
-    vec![
-        dtype_opt(dt),
-        format!("-DTE_HALF={}", u8::from(dt != DType::F32)),
-        format!("-DTE_BF16={}", u8::from(dt == DType::BF16)),
-    ]
+    vec![dtype_opt(dt), format!("-DTE_HALF={}", u8::from(dt != DType::F32)), format!("-DTE_BF16={}", u8::from(dt == DType::BF16))]
 }
 
 /// One tile GEMM (see tile.cu): operands, output and sizes, by plan buffer.
@@ -1674,53 +1127,20 @@ fn k_splits(tiles: usize, k: usize, kc: usize) -> usize {
     want.clamp(1, (k / (8 * kc)).max(1))
 }
 
-fn plan_tile(
-    plan: &mut Plan,
-    layer: &Layer,
-    kind: TileKind,
-    dt: DType,
-    io: TileIo,
-    c: TileCall,
-) -> Result<()> {
+fn plan_tile(plan: &mut Plan, layer: &Layer, kind: TileKind, dt: DType, io: TileIo, c: TileCall) -> Result<()> {
     let (src, cfg) = tile_source(layer, kind, dt, io)?;
     let row_tiles = blocks("x", c.rows, cfg.rows)?;
-    let col_tiles = u32::try_from(c.cols.div_ceil(cfg.cols))
-        .ok()
-        .filter(|&v| v <= 65535)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "w".into(),
-            what: format!("{} output channels", c.cols),
-        })?;
+    let col_tiles = u32::try_from(c.cols.div_ceil(cfg.cols)).ok().filter(|&v| v <= 65535).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{} output channels", c.cols) })?;
     let kc = if dt == DType::F32 { 8 } else { 16 };
     let weight_grad = kind == TileKind::FcBwdWeight || kind == TileKind::LinBwdWeight;
-    let splits = if weight_grad {
-        k_splits(row_tiles as usize * col_tiles as usize, c.k, kc)
-    } else {
-        1
-    };
+    let splits = if weight_grad { k_splits(row_tiles as usize * col_tiles as usize, c.k, kc) } else { 1 };
     let k_split = c.k.div_ceil(splits).div_ceil(kc) * kc;
     let splits = c.k.div_ceil(k_split);
-    let dst = if splits > 1 {
-        plan.alloc(&[splits, c.out_len], DType::F32)
-    } else {
-        c.dst
-    };
+    let dst = if splits > 1 { plan.alloc(&[splits, c.out_len], DType::F32) } else { c.dst };
     let mut args = vec![c.a, c.b, c.x, c.y, Arg::Buf(dst), c.dst2, c.bias];
-    let scalars = [c.rows, c.cols, c.k, k_split]
-        .into_iter()
-        .chain(c.a_strides)
-        .chain(c.b_strides)
-        .chain(c.d_strides)
-        .chain([c.out_len, c.x_dims.0, c.x_dims.1]);
+    let scalars = [c.rows, c.cols, c.k, k_split].into_iter().chain(c.a_strides).chain(c.b_strides).chain(c.d_strides).chain([c.out_len, c.x_dims.0, c.x_dims.1]);
     args.extend(scalars.map(|v| Arg::I64(v as i64)));
-    plan.launch(launch(
-        src,
-        tile_opts(dt),
-        (row_tiles, col_tiles, splits as u32),
-        cfg.smem,
-        args,
-        "clifford_tile",
-    ));
+    plan.launch(launch(src, tile_opts(dt), (row_tiles, col_tiles, splits as u32), cfg.smem, args, "clifford_tile"));
     if splits > 1 {
         sum_chunks(plan, dst, c.dst, splits, c.out_len);
     }
@@ -1731,35 +1151,18 @@ fn plan_tile(
 
 fn fc_tensor_cores(layer: &Layer, dt: DType) -> bool {
     let half = dt != DType::F32;
-    [TileKind::FcFwd, TileKind::FcBwdData, TileKind::FcBwdWeight]
-        .iter()
-        .all(|&k| tile_cfg(k, layer.tables(), half).is_some())
+    [TileKind::FcFwd, TileKind::FcBwdData, TileKind::FcBwdWeight].iter().all(|&k| tile_cfg(k, layer.tables(), half).is_some())
 }
 
 /// The norm of a product computed elsewhere ("normfwd") or its gradient ("normbwd") over `rows` rows
 /// of `n` channels.
-fn plan_norm_rows(
-    plan: &mut Plan,
-    layer: &Layer,
-    kind: &str,
-    dt: DType,
-    rows: usize,
-    n: usize,
-    bufs: &[usize],
-) -> Result<()> {
+fn plan_norm_rows(plan: &mut Plan, layer: &Layer, kind: &str, dt: DType, rows: usize, n: usize, bufs: &[usize]) -> Result<()> {
     let v = vec_width(layer.blades(), n);
     let (grid, t) = row_launch(rows, n, v)?;
     let mut args: Vec<Arg> = bufs.iter().map(|&b| Arg::Buf(b)).collect();
     args.extend(sizes2(rows, n));
     args.push(Arg::I32(t as i32));
-    plan.launch(launch(
-        rows_source(layer, kind)?,
-        norm_opts(dt, kind, v, holds_row(n, v)),
-        (grid, 1, 1),
-        0,
-        args,
-        "clifford_rows",
-    ));
+    plan.launch(launch(rows_source(layer, kind)?, norm_opts(dt, kind, v, holds_row(n, v)), (grid, 1, 1), 0, args, "clifford_rows"));
     Ok(())
 }
 
@@ -1777,28 +1180,14 @@ fn norm_opts(dt: DType, kind: &str, v: usize, hold: bool) -> Vec<String> {
 }
 
 /// Fully connected forward: inputs [x, y, w]; outputs [out] or, with the norm, [out, rms, o].
-pub fn plan_fc_forward(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    st: Stages,
-) -> Result<Plan> {
+pub fn plan_fc_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: Stages) -> Result<Plan> {
     plan_fc_forward_variant(layer, dims, n_out, dt, st, FcVariant::selected(), true)
 }
 
 /// [`plan_fc_forward`] with the forward kernel `var` (v2 where it applies to the algebra and dtype,
 /// the cuBLAS forward up to 16 blades, else the tile engine); `aligned`: x and y start at 16-byte
 /// boundaries (wider loads where N allows).
-pub fn plan_fc_forward_variant(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    st: Stages,
-    var: FcVariant,
-    aligned: bool,
-) -> Result<Plan> {
+pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DType, st: Stages, var: FcVariant, aligned: bool) -> Result<Plan> {
     let mut plan = Plan::new(3);
     let out_shape = [dims.m, dims.b, n_out];
     let out = plan.output(&out_shape, dt);
@@ -1812,30 +1201,9 @@ pub fn plan_fc_forward_variant(
     if var == FcVariant::Blas && fcb::applies(layer) {
         fcb::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm)?;
     } else if matches!(var, FcVariant::Wgmma | FcVariant::Cluster) && fc3::applies(layer, dt) {
-        fc3::plan_forward(
-            &mut plan,
-            layer,
-            dims,
-            n_out,
-            dt,
-            o,
-            st.norm,
-            aligned,
-            var == FcVariant::Cluster,
-        )?;
-    } else if matches!(var, FcVariant::Gemm | FcVariant::Wgmma | FcVariant::Cluster)
-        && fc2::applies(layer, dt)
-    {
-        fc2::plan_forward(
-            &mut plan,
-            layer,
-            dims,
-            n_out,
-            dt,
-            o,
-            st.norm,
-            aligned && dims.n.is_multiple_of(2),
-        )?;
+        fc3::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned, var == FcVariant::Cluster)?;
+    } else if matches!(var, FcVariant::Gemm | FcVariant::Wgmma | FcVariant::Cluster) && fc2::applies(layer, dt) {
+        fc2::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
     } else if fc_tensor_cores(layer, dt) {
         let call = TileCall {
             a: Arg::Null,
@@ -1854,114 +1222,42 @@ pub fn plan_fc_forward_variant(
             x_dims: (dims.b, dims.n),
             out_len: dims.m * dims.b * n_out,
         };
-        plan_tile(
-            &mut plan,
-            layer,
-            TileKind::FcFwd,
-            dt,
-            TileIo {
-                a_f32: false,
-                b_f32: true,
-                d_f32: st.norm,
-                bias: false,
-            },
-            call,
-        )?;
+        plan_tile(&mut plan, layer, TileKind::FcFwd, dt, TileIo { a_f32: false, b_f32: true, d_f32: st.norm, bias: false }, call)?;
     } else {
-        plan_simt(
-            &mut plan,
-            layer,
-            1,
-            dt,
-            st.norm,
-            dims.m * dims.b * n_out,
-            &[0, 1, 2, o],
-            dims,
-            n_out,
-        )?;
+        plan_simt(&mut plan, layer, 1, dt, st.norm, dims.m * dims.b * n_out, &[0, 1, 2, o], dims, n_out)?;
     }
     if let Some(rms) = rms {
-        plan_norm_rows(
-            &mut plan,
-            layer,
-            "normfwd",
-            dt,
-            dims.b,
-            n_out,
-            &[o, out, rms],
-        )?;
+        plan_norm_rows(&mut plan, layer, "normfwd", dt, dims.b, n_out, &[o, out, rms])?;
     }
     Ok(plan)
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn fc_forward(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    x: &Tensor,
-    y: &Tensor,
-    w: &Tensor,
-    st: Stages,
-) -> Result<Forward> {
+pub fn fc_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages) -> Result<Forward> {
     fc_forward_variant(layer, dims, n_out, x, y, w, st, FcVariant::selected())
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn fc_forward_variant(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    x: &Tensor,
-    y: &Tensor,
-    w: &Tensor,
-    st: Stages,
-    var: FcVariant,
-) -> Result<Forward> {
+pub fn fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, st: Stages, var: FcVariant) -> Result<Forward> {
     let aligned = x.cuda_ptr()? % 16 == 0 && y.cuda_ptr()? % 16 == 0;
     let var = match var {
         FcVariant::Blas if !super::blas::available(x) => FcVariant::Gemm,
-        FcVariant::Wgmma | FcVariant::Cluster
-            if !fc3::arch_has_wgmma(&x.cuda_device()?.info().arch) =>
-        {
-            FcVariant::Gemm
-        }
+        FcVariant::Wgmma | FcVariant::Cluster if !fc3::arch_has_wgmma(&x.cuda_device()?.info().arch) => FcVariant::Gemm,
         v => v,
     };
-    let mut outs = run_cuda(
-        plan_fc_forward_variant(layer, dims, n_out, x.dtype(), st, var, aligned)?,
-        &[x, y, w],
-    )?
-    .into_iter();
-    Ok(Forward {
-        out: outs.next().expect("out"),
-        rms: outs.next(),
-        o: outs.next(),
-    })
+    let mut outs = run_cuda(plan_fc_forward_variant(layer, dims, n_out, x.dtype(), st, var, aligned)?, &[x, y, w])?.into_iter();
+    Ok(Forward { out: outs.next().expect("out"), rms: outs.next(), o: outs.next() })
 }
 
 /// Fully connected backward: inputs [x, y, w, d_out] or, with the norm, [x, y, w, d_out, o, rms];
 /// outputs [d_x, d_y, d_w].
-pub fn plan_fc_backward(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    norm: bool,
-) -> Result<Plan> {
+pub fn plan_fc_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm: bool) -> Result<Plan> {
     plan_fc_backward_variant(layer, dims, n_out, dt, norm, FcBwdVariant::selected())
 }
 
 /// [`plan_fc_backward`] with the backward `var` (the GEMM variant where it applies to the algebra,
 /// else the tile engine).
-pub fn plan_fc_backward_variant(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    norm: bool,
-    var: FcBwdVariant,
-) -> Result<Plan> {
+pub fn plan_fc_backward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DType, norm: bool, var: FcBwdVariant) -> Result<Plan> {
     let mut plan = Plan::new(if norm { 6 } else { 4 });
     let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
@@ -1969,15 +1265,7 @@ pub fn plan_fc_backward_variant(
     // The gradient of the product: d_out itself, or the norm's backward of it (f32).
     let g = if norm {
         let d = plan.alloc(&[dims.m, dims.b, n_out], DType::F32);
-        plan_norm_rows(
-            &mut plan,
-            layer,
-            "normbwd",
-            dt,
-            dims.b,
-            n_out,
-            &[3, 4, 5, d],
-        )?;
+        plan_norm_rows(&mut plan, layer, "normbwd", dt, dims.b, n_out, &[3, 4, 5, d])?;
         d
     } else {
         3
@@ -2004,19 +1292,7 @@ pub fn plan_fc_backward_variant(
             x_dims: (dims.b, dims.n),
             out_len: dims.m * dims.b * dims.n,
         };
-        plan_tile(
-            &mut plan,
-            layer,
-            TileKind::FcBwdData,
-            dt,
-            TileIo {
-                a_f32: norm,
-                b_f32: true,
-                d_f32: false,
-                bias: false,
-            },
-            data,
-        )?;
+        plan_tile(&mut plan, layer, TileKind::FcBwdData, dt, TileIo { a_f32: norm, b_f32: true, d_f32: false, bias: false }, data)?;
         let weight = TileCall {
             a: Arg::Null,
             b: Arg::Buf(g),
@@ -2034,100 +1310,31 @@ pub fn plan_fc_backward_variant(
             x_dims: (dims.b, dims.n),
             out_len: layer.paths() * dims.n * n_out,
         };
-        plan_tile(
-            &mut plan,
-            layer,
-            TileKind::FcBwdWeight,
-            dt,
-            TileIo {
-                a_f32: false,
-                b_f32: norm,
-                d_f32: true,
-                bias: false,
-            },
-            weight,
-        )?;
+        plan_tile(&mut plan, layer, TileKind::FcBwdWeight, dt, TileIo { a_f32: false, b_f32: norm, d_f32: true, bias: false }, weight)?;
     } else {
-        plan_simt(
-            &mut plan,
-            layer,
-            2,
-            dt,
-            norm,
-            dims.b * dims.n,
-            &[0, 1, 2, g, dx, dy],
-            dims,
-            n_out,
-        )?;
-        plan_simt(
-            &mut plan,
-            layer,
-            3,
-            dt,
-            norm,
-            layer.paths() * dims.n * n_out,
-            &[0, 1, g, dw],
-            dims,
-            n_out,
-        )?;
+        plan_simt(&mut plan, layer, 2, dt, norm, dims.b * dims.n, &[0, 1, 2, g, dx, dy], dims, n_out)?;
+        plan_simt(&mut plan, layer, 3, dt, norm, layer.paths() * dims.n * n_out, &[0, 1, g, dw], dims, n_out)?;
     }
     Ok(plan)
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn fc_backward(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    x: &Tensor,
-    y: &Tensor,
-    w: &Tensor,
-    normed: Option<(&Tensor, &Tensor)>,
-    d_out: &Tensor,
-) -> Result<Grads> {
-    fc_backward_variant(
-        layer,
-        dims,
-        n_out,
-        x,
-        y,
-        w,
-        normed,
-        d_out,
-        FcBwdVariant::selected(),
-    )
+pub fn fc_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor) -> Result<Grads> {
+    fc_backward_variant(layer, dims, n_out, x, y, w, normed, d_out, FcBwdVariant::selected())
 }
 
 /// [`fc_backward`] with an explicit backward (the GPU checks and the bench run both); the GEMM
 /// variant runs the tile engine where cuBLAS does not load.
 #[allow(clippy::too_many_arguments)]
-pub fn fc_backward_variant(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    x: &Tensor,
-    y: &Tensor,
-    w: &Tensor,
-    normed: Option<(&Tensor, &Tensor)>,
-    d_out: &Tensor,
-    var: FcBwdVariant,
-) -> Result<Grads> {
-    let var = if var == FcBwdVariant::Gemm && !super::blas::available(x) {
-        FcBwdVariant::Tile
-    } else {
-        var
-    };
+pub fn fc_backward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y: &Tensor, w: &Tensor, normed: Option<(&Tensor, &Tensor)>, d_out: &Tensor, var: FcBwdVariant) -> Result<Grads> {
+    let var = if var == FcBwdVariant::Gemm && !super::blas::available(x) { FcBwdVariant::Tile } else { var };
     let plan = plan_fc_backward_variant(layer, dims, n_out, x.dtype(), normed.is_some(), var)?;
     let outs = match normed {
         Some((o, rms)) => run_cuda(plan, &[x, y, w, d_out, o, rms])?,
         None => run_cuda(plan, &[x, y, w, d_out])?,
     };
     let mut it = outs.into_iter();
-    Ok(Grads {
-        d_x: it.next().expect("d_x"),
-        d_y: it.next().expect("d_y"),
-        d_w: it.next().expect("d_w"),
-    })
+    Ok(Grads { d_x: it.next().expect("d_x"), d_y: it.next().expect("d_y"), d_w: it.next().expect("d_w") })
 }
 
 fn simt_source(layer: &Layer) -> Result<KernelSource> {
@@ -2135,27 +1342,17 @@ fn simt_source(layer: &Layer) -> Result<KernelSource> {
         let t = layer.tables();
         let alg = &t.alg;
         let mut prods: Vec<Vec<u32>> = vec![Vec::new(); t.nt()];
-        let index: std::collections::HashMap<(usize, usize), usize> = t
-            .pairs
-            .iter()
-            .enumerate()
-            .map(|(q, p)| ((p.blade, p.path), q))
-            .collect();
+        let index: std::collections::HashMap<(usize, usize), usize> = t.pairs.iter().enumerate().map(|(q, p)| ((p.blade, p.path), q)).collect();
         for i in 0..t.m() {
             for l in 0..t.m() {
                 let (s, k) = alg.product(i, l);
                 if s != 0 {
-                    let p = t
-                        .table
-                        .index(t.grade_of[i], t.grade_of[l], t.grade_of[k])
-                        .expect("nonzero product has a path");
+                    let p = t.table.index(t.grade_of[i], t.grade_of[l], t.grade_of[k]).expect("nonzero product has a path");
                     prods[index[&(k, p)]].push(i as u32 | (l as u32) << 8 | u32::from(s < 0) << 16);
                 }
             }
         }
-        let list = |v: &mut dyn Iterator<Item = usize>| {
-            v.map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
-        };
+        let list = |v: &mut dyn Iterator<Item = usize>| v.map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
         let mut start = vec![0usize];
         for p in &prods {
             start.push(start.last().unwrap() + p.len());
@@ -2168,73 +1365,26 @@ fn simt_source(layer: &Layer) -> Result<KernelSource> {
             bstart[j + 1] += bstart[j];
         }
         let all: Vec<u32> = prods.concat();
-        let mut s = format!(
-            "#define CL_M {}\n#define CL_P {}\n#define CL_NT {}\n#define CL_NPROD {}\n",
-            t.m(),
-            t.p(),
-            t.nt(),
-            all.len()
-        );
-        s += &format!(
-            "__constant__ unsigned short fs_pair_blade[{}] = {{{}}};\n",
-            t.nt(),
-            list(&mut t.pairs.iter().map(|p| p.blade))
-        );
-        s += &format!(
-            "__constant__ unsigned short fs_pair_path[{}] = {{{}}};\n",
-            t.nt(),
-            list(&mut t.pairs.iter().map(|p| p.path))
-        );
-        s += &format!(
-            "__constant__ unsigned short fs_pair_start[{}] = {{{}}};\n",
-            t.nt() + 1,
-            list(&mut start.iter().copied())
-        );
-        s += &format!(
-            "__constant__ unsigned short fs_blade_start[{}] = {{{}}};\n",
-            t.m() + 1,
-            list(&mut bstart.iter().copied())
-        );
-        s += &format!(
-            "__constant__ unsigned int fs_prod[{}] = {{{}}};\n",
-            all.len(),
-            list(&mut all.iter().map(|&v| v as usize))
-        );
+        let mut s = format!("#define CL_M {}\n#define CL_P {}\n#define CL_NT {}\n#define CL_NPROD {}\n", t.m(), t.p(), t.nt(), all.len());
+        s += &format!("__constant__ unsigned short fs_pair_blade[{}] = {{{}}};\n", t.nt(), list(&mut t.pairs.iter().map(|p| p.blade)));
+        s += &format!("__constant__ unsigned short fs_pair_path[{}] = {{{}}};\n", t.nt(), list(&mut t.pairs.iter().map(|p| p.path)));
+        s += &format!("__constant__ unsigned short fs_pair_start[{}] = {{{}}};\n", t.nt() + 1, list(&mut start.iter().copied()));
+        s += &format!("__constant__ unsigned short fs_blade_start[{}] = {{{}}};\n", t.m() + 1, list(&mut bstart.iter().copied()));
+        s += &format!("__constant__ unsigned int fs_prod[{}] = {{{}}};\n", all.len(), list(&mut all.iter().map(|&v| v as usize)));
         Ok(s + SIMT_CU)
     })
 }
 
 fn simt_opts(dt: DType, kind: u8, f32_io: bool) -> Vec<String> {
-    vec![
-        dtype_opt(dt),
-        format!("-DFS_KIND={kind}"),
-        format!("-DFS_F32={}", u8::from(f32_io)),
-    ]
+    vec![dtype_opt(dt), format!("-DFS_KIND={kind}"), format!("-DFS_F32={}", u8::from(f32_io))]
 }
 
 #[allow(clippy::too_many_arguments)]
-fn plan_simt(
-    plan: &mut Plan,
-    layer: &Layer,
-    kind: u8,
-    dt: DType,
-    f32_io: bool,
-    threads: usize,
-    bufs: &[usize],
-    dims: Dims,
-    n_out: usize,
-) -> Result<()> {
+fn plan_simt(plan: &mut Plan, layer: &Layer, kind: u8, dt: DType, f32_io: bool, threads: usize, bufs: &[usize], dims: Dims, n_out: usize) -> Result<()> {
     let mut args: Vec<Arg> = bufs.iter().map(|&b| Arg::Buf(b)).collect();
     args.extend([dims.b, dims.n, n_out].map(|v| Arg::I64(v as i64)));
     let grid = blocks("x", threads, THREADS as usize)?;
-    plan.launch(launch(
-        simt_source(layer)?,
-        simt_opts(dt, kind, f32_io),
-        (grid, 1, 1),
-        0,
-        args,
-        "clifford_fc_simt",
-    ));
+    plan.launch(launch(simt_source(layer)?, simt_opts(dt, kind, f32_io), (grid, 1, 1), 0, args, "clifford_fc_simt"));
     Ok(())
 }
 
@@ -2269,13 +1419,7 @@ impl LinearVariant {
 }
 
 /// MVLinear forward: inputs [x, w] or [x, w, bias]; output [out].
-pub fn plan_linear_forward(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    bias: bool,
-) -> Result<Plan> {
+pub fn plan_linear_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bool) -> Result<Plan> {
     let mut plan = Plan::new(if bias { 3 } else { 2 });
     let out = plan.output(&[dims.m, dims.b, n_out], dt);
     let call = TileCall {
@@ -2295,48 +1439,19 @@ pub fn plan_linear_forward(
         x_dims: (dims.b, dims.n),
         out_len: dims.m * dims.b * n_out,
     };
-    plan_tile(
-        &mut plan,
-        layer,
-        TileKind::LinFwd,
-        dt,
-        TileIo {
-            a_f32: false,
-            b_f32: true,
-            d_f32: false,
-            bias,
-        },
-        call,
-    )?;
+    plan_tile(&mut plan, layer, TileKind::LinFwd, dt, TileIo { a_f32: false, b_f32: true, d_f32: false, bias }, call)?;
     Ok(plan)
 }
 
-pub fn linear_forward(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    x: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-) -> Result<Tensor> {
+pub fn linear_forward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     linear_forward_variant(layer, dims, n_out, x, w, bias, LinearVariant::selected(x))
 }
 
 /// [`linear_forward`] with an explicit variant (the GPU checks run every one).
 #[allow(clippy::too_many_arguments)]
-pub fn linear_forward_variant(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    x: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-    var: LinearVariant,
-) -> Result<Tensor> {
+pub fn linear_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, var: LinearVariant) -> Result<Tensor> {
     let plan = match var {
-        LinearVariant::Blas => {
-            super::blas::plan_forward(layer, dims, n_out, x.dtype(), bias.is_some())?
-        }
+        LinearVariant::Blas => super::blas::plan_forward(layer, dims, n_out, x.dtype(), bias.is_some())?,
         LinearVariant::Tiles => plan_linear_forward(layer, dims, n_out, x.dtype(), bias.is_some())?,
     };
     let outs = match bias {
@@ -2369,19 +1484,7 @@ pub fn plan_linear_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType) 
         x_dims: (dims.b, dims.n),
         out_len: dims.m * dims.b * dims.n,
     };
-    plan_tile(
-        &mut plan,
-        layer,
-        TileKind::LinBwdData,
-        dt,
-        TileIo {
-            a_f32: false,
-            b_f32: true,
-            d_f32: false,
-            bias: false,
-        },
-        data,
-    )?;
+    plan_tile(&mut plan, layer, TileKind::LinBwdData, dt, TileIo { a_f32: false, b_f32: true, d_f32: false, bias: false }, data)?;
     let weight = TileCall {
         a: Arg::Buf(0),
         b: Arg::Buf(2),
@@ -2399,91 +1502,38 @@ pub fn plan_linear_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType) 
         x_dims: (dims.b, dims.n),
         out_len: layer.grades() * dims.n * n_out,
     };
-    plan_tile(
-        &mut plan,
-        layer,
-        TileKind::LinBwdWeight,
-        dt,
-        TileIo {
-            a_f32: false,
-            b_f32: false,
-            d_f32: true,
-            bias: false,
-        },
-        weight,
-    )?;
+    plan_tile(&mut plan, layer, TileKind::LinBwdWeight, dt, TileIo { a_f32: false, b_f32: false, d_f32: true, bias: false }, weight)?;
     plan_bias_grad(&mut plan, dims, n_out, dt, 2, db)?;
     Ok(plan)
 }
 
 /// d_bias (buffer `db`): column sums of the scalar blade's gradient (the first B × N_out of buffer
 /// `g`), in row chunks, in order.
-pub(super) fn plan_bias_grad(
-    plan: &mut Plan,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    g: usize,
-    db: usize,
-) -> Result<()> {
+pub(super) fn plan_bias_grad(plan: &mut Plan, dims: Dims, n_out: usize, dt: DType, g: usize, db: usize) -> Result<()> {
     let chunks = dims.b.div_ceil(256).clamp(1, 64);
     let rpc = dims.b.div_ceil(chunks);
     let chunks = dims.b.div_ceil(rpc);
     let part = plan.alloc(&[chunks, n_out], DType::F32);
-    let args = vec![
-        Arg::Buf(g),
-        Arg::Buf(part),
-        Arg::I64(dims.b as i64),
-        Arg::I64(n_out as i64),
-        Arg::I64(rpc as i64),
-    ];
+    let args = vec![Arg::Buf(g), Arg::Buf(part), Arg::I64(dims.b as i64), Arg::I64(n_out as i64), Arg::I64(rpc as i64)];
     let grid = (blocks("w", n_out, THREADS as usize)?, chunks as u32, 1);
-    plan.launch(Launch {
-        src: SUMS,
-        opts: vec![],
-        entry: format!("cl_col_sums_{}", dt.name()),
-        grid,
-        block: THREADS,
-        smem: 0,
-        args,
-        name: "clifford_col_sums",
-    });
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_col_sums_{}", dt.name()), grid, block: THREADS, smem: 0, args, name: "clifford_col_sums" });
     sum_chunks(plan, part, db, chunks, n_out);
     Ok(())
 }
 
-pub fn linear_backward(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    x: &Tensor,
-    w: &Tensor,
-    d_out: &Tensor,
-) -> Result<LinearGrads> {
+pub fn linear_backward(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, d_out: &Tensor) -> Result<LinearGrads> {
     linear_backward_variant(layer, dims, n_out, x, w, d_out, LinearVariant::selected(x))
 }
 
 /// [`linear_backward`] with an explicit variant (the GPU checks run every one).
 #[allow(clippy::too_many_arguments)]
-pub fn linear_backward_variant(
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    x: &Tensor,
-    w: &Tensor,
-    d_out: &Tensor,
-    var: LinearVariant,
-) -> Result<LinearGrads> {
+pub fn linear_backward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, w: &Tensor, d_out: &Tensor, var: LinearVariant) -> Result<LinearGrads> {
     let plan = match var {
         LinearVariant::Blas => super::blas::plan_backward(layer, dims, n_out, x.dtype())?,
         LinearVariant::Tiles => plan_linear_backward(layer, dims, n_out, x.dtype())?,
     };
     let mut it = run_cuda(plan, &[x, w, d_out])?.into_iter();
-    Ok(LinearGrads {
-        d_x: it.next().expect("d_x"),
-        d_w: it.next().expect("d_w"),
-        d_bias: it.next().expect("d_bias"),
-    })
+    Ok(LinearGrads { d_x: it.next().expect("d_x"), d_w: it.next().expect("d_w"), d_bias: it.next().expect("d_bias") })
 }
 
 // ---- every specialization, for the NVRTC compile test --------------------------------------------
@@ -2492,43 +1542,27 @@ pub fn linear_backward_variant(
 pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
     let mut out = Vec::new();
     let m = layer.blades();
-    let vs: Vec<usize> = if vec_max(m) > 1 {
-        vec![vec_max(m), 1]
-    } else {
-        vec![1]
-    };
+    let vs: Vec<usize> = if vec_max(m) > 1 { vec![vec_max(m), 1] } else { vec![1] };
     for dt in DType::ACTIVATIONS {
         for gelu in [false, true] {
             let src = fwd_source(layer, gelu)?;
             for &v in &vs {
-                out.push(KernelBuild {
-                    source: src,
-                    options: fwd_opts(dt, v, false, false, false),
-                });
+                out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, false, false) });
                 let staged_fwd = |norm: bool| {
                     let fixed = fwd_opts(dt, v, norm, true, true);
                     let mut dynamic = fixed.clone();
                     dynamic.push(DYNAMIC_OPT.into());
                     let mut one_step = fixed.clone();
                     one_step.push("-DCL_PRE2=0".into());
-                    [fixed, dynamic, one_step].map(|options| KernelBuild {
-                        source: src,
-                        options,
-                    })
+                    [fixed, dynamic, one_step].map(|options| KernelBuild { source: src, options })
                 };
                 if v > 1 {
                     out.extend(staged_fwd(false));
                 }
                 if gelu {
-                    out.push(KernelBuild {
-                        source: src,
-                        options: fwd_opts(dt, v, true, false, false),
-                    });
+                    out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, false, false) });
                     if v > 1 {
-                        out.push(KernelBuild {
-                            source: src,
-                            options: fwd_opts(dt, v, true, true, false),
-                        });
+                        out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, true, false) });
                         out.extend(staged_fwd(true));
                     }
                 }
@@ -2538,10 +1572,7 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             let src = rows_source(layer, kind)?;
             for &v in &vs {
                 for hold in [false, true] {
-                    out.push(KernelBuild {
-                        source: src,
-                        options: norm_opts(dt, kind, v, hold),
-                    });
+                    out.push(KernelBuild { source: src, options: norm_opts(dt, kind, v, hold) });
                 }
             }
         }
@@ -2549,140 +1580,60 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
         for &v in &vs {
             // Plain and (half types) staged, each also as the pass that zeroes the folded sums'
             // counters (BwdVariant::Fold).
-            let stagings: &[bool] = if dt != DType::F32 {
-                &[false, true]
-            } else {
-                &[false]
-            };
+            let stagings: &[bool] = if dt != DType::F32 { &[false, true] } else { &[false] };
             for &staged in stagings {
                 let plain = rows_opts(dt, "dot", v, staged);
                 let mut zeroing = plain.clone();
                 zeroing.push("-DCL_ZERO=1".into());
-                out.extend([plain, zeroing].map(|options| KernelBuild {
-                    source: src,
-                    options,
-                }));
+                out.extend([plain, zeroing].map(|options| KernelBuild { source: src, options }));
             }
         }
         for (gelu, norm) in [(false, false), (true, false), (true, true)] {
-            out.push(KernelBuild {
-                source: bwd_source(layer, gelu, norm)?,
-                options: bwd_opts(dt, norm),
-            });
+            out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: bwd_opts(dt, norm) });
             if norm {
-                out.push(KernelBuild {
-                    source: bwd_source(layer, gelu, norm)?,
-                    options: fold_opts(dt),
-                });
+                out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: fold_opts(dt) });
             }
             if dt == DType::F32 && m <= 8 {
-                out.push(KernelBuild {
-                    source: bwd_source(layer, gelu, norm)?,
-                    options: pipe_opts(norm),
-                });
+                out.push(KernelBuild { source: bwd_source(layer, gelu, norm)?, options: pipe_opts(norm) });
             }
             if dt == DType::F32 && m <= 8 {
                 let v_opts: &[usize] = if norm { &vs } else { &[1] };
                 for &v in v_opts {
-                    out.push(KernelBuild {
-                        source: whole_source(layer, gelu, norm)?,
-                        options: whole_opts(norm, v),
-                    });
+                    out.push(KernelBuild { source: whole_source(layer, gelu, norm)?, options: whole_opts(norm, v) });
                 }
             }
             if dt == DType::F32 && m <= 16 {
                 let v_opts: &[usize] = if norm { &vs } else { &[1] };
                 for &v in v_opts {
                     for vec in [4, 1] {
-                        out.push(KernelBuild {
-                            source: rowwise_source(layer, gelu, norm)?,
-                            options: rowwise_opts(norm, v, vec),
-                        });
+                        out.push(KernelBuild { source: rowwise_source(layer, gelu, norm)?, options: rowwise_opts(norm, v, vec) });
                     }
                 }
             }
         }
         for prog in [Prog::GeluFwd, Prog::GeluBwd] {
-            out.push(KernelBuild {
-                source: gelu_source(layer, prog, dt)?,
-                options: vec![],
-            });
+            out.push(KernelBuild { source: gelu_source(layer, prog, dt)?, options: vec![] });
         }
         let fc_tc = fc_tensor_cores(layer, dt);
         for kind in TileKind::ALL {
             let ios: Vec<TileIo> = match kind {
-                TileKind::FcFwd if fc_tc => [false, true]
-                    .iter()
-                    .map(|&d| TileIo {
-                        a_f32: false,
-                        b_f32: true,
-                        d_f32: d,
-                        bias: false,
-                    })
-                    .collect(),
-                TileKind::FcBwdData if fc_tc => [false, true]
-                    .iter()
-                    .map(|&a| TileIo {
-                        a_f32: a,
-                        b_f32: true,
-                        d_f32: false,
-                        bias: false,
-                    })
-                    .collect(),
-                TileKind::FcBwdWeight if fc_tc => [false, true]
-                    .iter()
-                    .map(|&b| TileIo {
-                        a_f32: false,
-                        b_f32: b,
-                        d_f32: true,
-                        bias: false,
-                    })
-                    .collect(),
-                TileKind::LinFwd => [false, true]
-                    .iter()
-                    .map(|&bias| TileIo {
-                        a_f32: false,
-                        b_f32: true,
-                        d_f32: false,
-                        bias,
-                    })
-                    .collect(),
-                TileKind::LinBwdData => vec![TileIo {
-                    a_f32: false,
-                    b_f32: true,
-                    d_f32: false,
-                    bias: false,
-                }],
-                TileKind::LinBwdWeight => vec![TileIo {
-                    a_f32: false,
-                    b_f32: false,
-                    d_f32: true,
-                    bias: false,
-                }],
+                TileKind::FcFwd if fc_tc => [false, true].iter().map(|&d| TileIo { a_f32: false, b_f32: true, d_f32: d, bias: false }).collect(),
+                TileKind::FcBwdData if fc_tc => [false, true].iter().map(|&a| TileIo { a_f32: a, b_f32: true, d_f32: false, bias: false }).collect(),
+                TileKind::FcBwdWeight if fc_tc => [false, true].iter().map(|&b| TileIo { a_f32: false, b_f32: b, d_f32: true, bias: false }).collect(),
+                TileKind::LinFwd => [false, true].iter().map(|&bias| TileIo { a_f32: false, b_f32: true, d_f32: false, bias }).collect(),
+                TileKind::LinBwdData => vec![TileIo { a_f32: false, b_f32: true, d_f32: false, bias: false }],
+                TileKind::LinBwdWeight => vec![TileIo { a_f32: false, b_f32: false, d_f32: true, bias: false }],
                 _ => vec![],
             };
             for io in ios {
-                out.push(KernelBuild {
-                    source: tile_source(layer, kind, dt, io)?.0,
-                    options: tile_opts(dt),
-                });
+                out.push(KernelBuild { source: tile_source(layer, kind, dt, io)?.0, options: tile_opts(dt) });
             }
         }
         out.extend(fc2::kernels(layer, dt)?);
         out.extend(fc3::kernels(layer, dt)?);
         if !fc_tc {
-            for (kind, f) in [
-                (1, false),
-                (1, true),
-                (2, false),
-                (2, true),
-                (3, false),
-                (3, true),
-            ] {
-                out.push(KernelBuild {
-                    source: simt_source(layer)?,
-                    options: simt_opts(dt, kind, f),
-                });
+            for (kind, f) in [(1, false), (1, true), (2, false), (2, true), (3, false), (3, true)] {
+                out.push(KernelBuild { source: simt_source(layer)?, options: simt_opts(dt, kind, f) });
             }
         }
     }
@@ -2691,19 +1642,11 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
     let ws = "-DCL_WS=1".to_string();
     let mut other: Vec<KernelBuild> = Vec::new();
     for b in out.iter().filter(|b| b.options.contains(&ws)) {
-        let mut o: Vec<String> = b
-            .options
-            .iter()
-            .filter(|s| !s.starts_with("-DCL_WCP"))
-            .cloned()
-            .collect();
+        let mut o: Vec<String> = b.options.iter().filter(|s| !s.starts_with("-DCL_WCP")).cloned().collect();
         if o.len() == b.options.len() {
             o.push("-DCL_WCP=0".into());
         }
-        other.push(KernelBuild {
-            source: b.source,
-            options: o,
-        });
+        other.push(KernelBuild { source: b.source, options: o });
     }
     out.extend(other);
     Ok(out)

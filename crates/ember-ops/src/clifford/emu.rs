@@ -14,11 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const PRELUDE: &str = include_str!("emu_prelude.h");
-const RUNTIME: &str = concat!(
-    include_str!("../host_fibers.h"),
-    "\n",
-    include_str!("emu_runtime.cpp")
-);
+const RUNTIME: &str = concat!(include_str!("../host_fibers.h"), "\n", include_str!("emu_runtime.cpp"));
 /// Compiler flags of the kernels' units (part of the cache key).
 const FLAGS: [&str; 4] = ["-std=c++17", "-O1", "-w", "-DEMBER_HOST_EMU"];
 
@@ -26,12 +22,7 @@ const FLAGS: [&str; 4] = ["-std=c++17", "-O1", "-w", "-DEMBER_HOST_EMU"];
 pub fn cxx() -> Option<&'static str> {
     static CXX: OnceLock<Option<&'static str>> = OnceLock::new();
     *CXX.get_or_init(|| {
-        ["c++", "g++", "clang++"].into_iter().find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
+        ["c++", "g++", "clang++"].into_iter().find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
     })
 }
 
@@ -55,19 +46,8 @@ fn hash_of(parts: &[&str]) -> u64 {
 }
 
 fn compile(args: &[String], what: &str) {
-    let out = Command::new(cxx().expect("a C++ compiler"))
-        .args(args)
-        .output()
-        .expect("run the C++ compiler");
-    assert!(
-        out.status.success(),
-        "compiling {what} for the host failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-            .lines()
-            .take(40)
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let out = Command::new(cxx().expect("a C++ compiler")).args(args).output().expect("run the C++ compiler");
+    assert!(out.status.success(), "compiling {what} for the host failed:\n{}", String::from_utf8_lossy(&out.stderr).lines().take(40).collect::<Vec<_>>().join("\n"));
 }
 
 /// The runtime object (heavy headers: compiled once).
@@ -80,17 +60,7 @@ fn runtime_object() -> PathBuf {
             let src = work_dir().join("emu_runtime.cpp");
             std::fs::write(&src, RUNTIME).expect("write the emulation runtime");
             let tmp = work_dir().join("runtime.o");
-            compile(
-                &[
-                    "-std=c++20".into(),
-                    "-O2".into(),
-                    "-c".into(),
-                    src.display().to_string(),
-                    "-o".into(),
-                    tmp.display().to_string(),
-                ],
-                "the emulation runtime",
-            );
+            compile(&["-std=c++20".into(), "-O2".into(), "-c".into(), src.display().to_string(), "-o".into(), tmp.display().to_string()], "the emulation runtime");
             let _ = std::fs::remove_file(&src);
             std::fs::rename(&tmp, &obj).expect("cache the emulation runtime");
         }
@@ -104,13 +74,7 @@ fn executable(source: &str, name: &str, opts: &[String], entry: &str) -> PathBuf
     static CACHE: OnceLock<Mutex<HashMap<u64, Arc<OnceLock<PathBuf>>>>> = OnceLock::new();
     let joined = opts.join(" ");
     let key = hash_of(&[PRELUDE, RUNTIME, &FLAGS.join(" "), source, &joined, entry]);
-    let cell = CACHE
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .unwrap()
-        .entry(key)
-        .or_default()
-        .clone();
+    let cell = CACHE.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap().entry(key).or_default().clone();
     cell.get_or_init(|| {
         let t0 = std::time::Instant::now();
         let exe = cache_dir().join(format!("{name}-{key:016x}"));
@@ -119,31 +83,16 @@ fn executable(source: &str, name: &str, opts: &[String], entry: &str) -> PathBuf
         }
         let runtime = runtime_object();
         let src = work_dir().join(format!("{name}-{key:016x}.cpp"));
-        std::fs::write(
-            &src,
-            format!(
-                "{PRELUDE}\n{source}\nextern \"C\" void* ember_emu_kernel = (void*)&{entry};\n"
-            ),
-        )
-        .expect("write emulation source");
+        std::fs::write(&src, format!("{PRELUDE}\n{source}\nextern \"C\" void* ember_emu_kernel = (void*)&{entry};\n")).expect("write emulation source");
         let tmp = work_dir().join(format!("{name}-{key:016x}"));
         let mut args: Vec<String> = FLAGS.iter().map(|s| s.to_string()).collect();
         args.extend(opts.iter().cloned());
-        args.extend([
-            src.display().to_string(),
-            runtime.display().to_string(),
-            "-pthread".into(),
-            "-o".into(),
-            tmp.display().to_string(),
-        ]);
+        args.extend([src.display().to_string(), runtime.display().to_string(), "-pthread".into(), "-o".into(), tmp.display().to_string()]);
         compile(&args, &format!("{name} {opts:?}"));
         let _ = std::fs::remove_file(&src);
         std::fs::rename(&tmp, &exe).expect("cache the emulated kernel");
         if std::env::var("EMBER_EMU_TIMES").is_ok() {
-            eprintln!(
-                "compiled {name} {opts:?}: {:.2} s",
-                t0.elapsed().as_secs_f64()
-            );
+            eprintln!("compiled {name} {opts:?}: {:.2} s", t0.elapsed().as_secs_f64());
         }
         exe
     })
@@ -161,21 +110,9 @@ fn to_bytes(t: &Tensor) -> Vec<u8> {
 
 fn from_bytes(b: &[u8], shape: &[usize], dtype: DType) -> Tensor {
     let s = match dtype {
-        DType::F32 => CpuStorage::F32(
-            b.chunks(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        ),
-        DType::F16 => CpuStorage::F16(
-            b.chunks(2)
-                .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-        ),
-        DType::BF16 => CpuStorage::BF16(
-            b.chunks(2)
-                .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-        ),
+        DType::F32 => CpuStorage::F32(b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+        DType::F16 => CpuStorage::F16(b.chunks(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()),
+        DType::BF16 => CpuStorage::BF16(b.chunks(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]]))).collect()),
         DType::F64 => panic!("f64 does not run on CUDA"),
     };
     Tensor::from_cpu_storage(s, shape).expect("shape")
@@ -188,11 +125,7 @@ fn poison(len: usize, dtype: DType) -> Vec<u8> {
         DType::F16 => &[0x00, 0x7e],
         _ => &[0xc0, 0x7f],
     };
-    word.iter()
-        .copied()
-        .cycle()
-        .take(len * dtype.size())
-        .collect()
+    word.iter().copied().cycle().take(len * dtype.size()).collect()
 }
 
 /// Run `plan` on the host; inputs are CPU tensors in the dtypes the plan expects.
@@ -220,8 +153,7 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
             if let Arg::Counters(word) = *a {
                 counters.entry(word).or_insert_with(|| {
                     let p = dir.join(format!("counters{word}.bin"));
-                    std::fs::write(&p, vec![0u8; (ember_core::cuda::WORK_COUNTERS - word) * 4])
-                        .unwrap();
+                    std::fs::write(&p, vec![0u8; (ember_core::cuda::WORK_COUNTERS - word) * 4]).unwrap();
                     files.push(p);
                     files.len() - 1
                 });
@@ -237,15 +169,7 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
         for p in &files {
             spec += &format!("{} {}\n", p.display(), std::fs::metadata(p).unwrap().len());
         }
-        spec += &format!(
-            "{} {} {} {} {} {}\n",
-            l.grid.0,
-            l.grid.1,
-            l.grid.2,
-            l.block,
-            l.smem,
-            l.args.len()
-        );
+        spec += &format!("{} {} {} {} {} {}\n", l.grid.0, l.grid.1, l.grid.2, l.block, l.smem, l.args.len());
         for a in &l.args {
             spec += &match a {
                 Arg::Buf(i) => format!("B {i}\n"),
@@ -258,35 +182,13 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
         let lf = dir.join(format!("launch{li}.txt"));
         std::fs::write(&lf, spec).unwrap();
         let t0 = std::time::Instant::now();
-        let out = Command::new(&exe)
-            .arg(&lf)
-            .output()
-            .expect("run the emulated kernel");
+        let out = Command::new(&exe).arg(&lf).output().expect("run the emulated kernel");
         if std::env::var("EMBER_EMU_TIMES").is_ok() {
-            eprintln!(
-                "emulated {} {} {:?} grid {:?}: {:.2} s",
-                l.name,
-                l.src.name,
-                l.opts,
-                l.grid,
-                t0.elapsed().as_secs_f64()
-            );
+            eprintln!("emulated {} {} {:?} grid {:?}: {:.2} s", l.name, l.src.name, l.opts, l.grid, t0.elapsed().as_secs_f64());
         }
-        assert!(
-            out.status.success(),
-            "emulated launch {} ({} {:?}) failed: {:?} {}",
-            l.name,
-            l.src.name,
-            l.opts,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "emulated launch {} ({} {:?}) failed: {:?} {}", l.name, l.src.name, l.opts, out.status, String::from_utf8_lossy(&out.stderr));
         for &f in counters.values() {
-            assert!(
-                std::fs::read(&files[f]).unwrap().iter().all(|&b| b == 0),
-                "emulated launch {} left its work counters non-zero",
-                l.name
-            );
+            assert!(std::fs::read(&files[f]).unwrap().iter().all(|&b| b == 0), "emulated launch {} left its work counters non-zero", l.name);
         }
     }
     for g in plan.gemms_before(plan.launches.len()) {
@@ -306,18 +208,9 @@ pub fn run_host(plan: &Plan, inputs: &[&Tensor]) -> Vec<Tensor> {
 
 fn read_words(b: &[u8], dt: DType) -> Vec<f64> {
     match dt {
-        DType::F32 => b
-            .chunks(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect(),
-        DType::F16 => b
-            .chunks(2)
-            .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
-            .collect(),
-        DType::BF16 => b
-            .chunks(2)
-            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
-            .collect(),
+        DType::F32 => b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
+        DType::F16 => b.chunks(2).map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
+        DType::BF16 => b.chunks(2).map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64()).collect(),
         DType::F64 => panic!("f64 does not run on CUDA"),
     }
 }
@@ -345,16 +238,8 @@ fn host_gemm(g: &super::plan::Gemm, files: &[PathBuf]) {
         for j in 0..n {
             let mut s = 0.0;
             for l in 0..k {
-                let av = if d.ta {
-                    a[g.a.1 + l * m + i]
-                } else {
-                    a[g.a.1 + i * k + l]
-                };
-                let bv = if d.tb {
-                    b[g.b.1 + j * k + l]
-                } else {
-                    b[g.b.1 + l * n + j]
-                };
+                let av = if d.ta { a[g.a.1 + l * m + i] } else { a[g.a.1 + i * k + l] };
+                let bv = if d.tb { b[g.b.1 + j * k + l] } else { b[g.b.1 + l * n + j] };
                 s += av * bv;
             }
             let ci = g.c.1 + i * n + j;

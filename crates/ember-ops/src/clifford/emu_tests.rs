@@ -15,13 +15,7 @@ use super::{blas, cuda, Layer};
 use ember_core::{DType, Device, Tensor};
 
 fn input(shape: &[usize], dtype: DType, seed: u64, scale: f64) -> (Tensor, Vec<f64>) {
-    let v: Vec<f64> = Tensor::randn(shape, DType::F64, Device::Cpu, seed)
-        .unwrap()
-        .to_vec_f64()
-        .unwrap()
-        .iter()
-        .map(|x| x * scale)
-        .collect();
+    let v: Vec<f64> = Tensor::randn(shape, DType::F64, Device::Cpu, seed).unwrap().to_vec_f64().unwrap().iter().map(|x| x * scale).collect();
     let t = Tensor::from_f64(&v, shape, dtype, Device::Cpu).unwrap();
     let v = t.to_vec_f64().unwrap();
     (t, v)
@@ -29,10 +23,7 @@ fn input(shape: &[usize], dtype: DType, seed: u64, scale: f64) -> (Tensor, Vec<f
 
 fn close(what: &str, got: &Tensor, want: &[f64], tol: f64) {
     let err = ember_core::compare::rel_err(&got.to_vec_f64().unwrap(), want);
-    assert!(
-        err.is_finite() && err <= tol,
-        "{what}: relative error {err:e} (tolerance {tol:e})"
-    );
+    assert!(err.is_finite() && err <= tol, "{what}: relative error {err:e} (tolerance {tol:e})");
 }
 
 /// Every named algebra in every dtype, unless `EMBER_EMU_FULL=0`.
@@ -43,11 +34,7 @@ fn full() -> bool {
 fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
     let layer = Layer::new(spec).unwrap();
     let alg = layer.algebra().clone();
-    let dims = Dims {
-        m: layer.blades(),
-        b: nb,
-        n,
-    };
+    let dims = Dims { m: layer.blades(), b: nb, n };
     let shape = [dims.m, nb, n];
     let seed = 1000 + (nb * 31 + n) as u64;
     let (x, xv) = input(&shape, dtype, seed, 1.0);
@@ -60,11 +47,7 @@ fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
         let tag = format!("{spec} B={nb} N={n} {dtype} gelu={gelu} norm={norm}");
         let (ro, rr) = reference::fused_forward(&alg, dims, &xv, &yv, &wv, gelu, norm);
         // Three multiprocessors: the staged variant's persistent CTAs walk several steps.
-        let gpu = cuda::Gpu {
-            sms: 3,
-            smem_optin: 227 * 1024,
-            dram_gbps: 3350.0,
-        };
+        let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
         let mut f = Vec::new();
         let mut fixed_order = Vec::new();
         for var in cuda::RowVariant::ALL {
@@ -75,12 +58,7 @@ fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
                 _ => 1,
             };
             let staged = var.staged() && vmax > 1 && n % vmax == 0 && n / vmax <= 256;
-            assert_eq!(
-                plan.launches[0].name.contains("staged"),
-                staged,
-                "{tag}: {} plan",
-                var.name()
-            );
+            assert_eq!(plan.launches[0].name.contains("staged"), staged, "{tag}: {} plan", var.name());
             f = run_host(&plan, &[&x, &y, &w]);
             close(&format!("{tag} {} out", var.name()), &f[0], &ro, tol);
             if let Some(rr) = &rr {
@@ -101,27 +79,12 @@ fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
         // The backward of `Dynamic` is `Staged`'s plan.
         for var in [cuda::RowVariant::Rows, cuda::RowVariant::Staged] {
             for bv in cuda::BwdVariant::ALL {
-                let bwd =
-                    cuda::plan_fused_backward_with(&layer, dims, dtype, st, var, bv, gpu).unwrap();
+                let bwd = cuda::plan_fused_backward_with(&layer, dims, dtype, st, var, bv, gpu).unwrap();
                 let staged = var.staged() && norm && dtype != DType::F32;
-                assert_eq!(
-                    bwd.launches[0].name.contains("staged"),
-                    staged,
-                    "{tag}: {} backward plan",
-                    var.name()
-                );
+                assert_eq!(bwd.launches[0].name.contains("staged"), staged, "{tag}: {} backward plan", var.name());
                 let pipe = bv == cuda::BwdVariant::Pipe && dtype == DType::F32 && dims.m <= 8;
-                assert_eq!(
-                    bwd.launches.iter().any(|l| l.name == "clifford_bwd_pipe"),
-                    pipe,
-                    "{tag}: {} backward plan",
-                    bv.name()
-                );
-                let gr = if norm {
-                    run_host(&bwd, &[&x, &y, &w, &g, &f[0], &f[1]])
-                } else {
-                    run_host(&bwd, &[&x, &y, &w, &g])
-                };
+                assert_eq!(bwd.launches.iter().any(|l| l.name == "clifford_bwd_pipe"), pipe, "{tag}: {} backward plan", bv.name());
+                let gr = if norm { run_host(&bwd, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&bwd, &[&x, &y, &w, &g]) };
                 let tag = format!("{tag} {} {}", var.name(), bv.name());
                 close(&format!("{tag} d_x"), &gr[0], &dx, tol);
                 close(&format!("{tag} d_y"), &gr[1], &dy, tol);
@@ -129,49 +92,21 @@ fn emu_fused(spec: &str, (nb, n): (usize, usize), dtype: DType) {
             }
         }
     }
-    let o = run_host(
-        &cuda::plan_gelu(&layer, super::Prog::GeluFwd, dims, dtype).unwrap(),
-        &[&x],
-    );
-    close(
-        &format!("{spec} {dtype} mvgelu"),
-        &o[0],
-        &reference::mvgelu(dims, &xv),
-        tol,
-    );
-    let d = run_host(
-        &cuda::plan_gelu(&layer, super::Prog::GeluBwd, dims, dtype).unwrap(),
-        &[&x, &g],
-    );
-    close(
-        &format!("{spec} {dtype} mvgelu d_x"),
-        &d[0],
-        &reference::mvgelu_bwd(dims, &xv, &gv),
-        tol,
-    );
+    let o = run_host(&cuda::plan_gelu(&layer, super::Prog::GeluFwd, dims, dtype).unwrap(), &[&x]);
+    close(&format!("{spec} {dtype} mvgelu"), &o[0], &reference::mvgelu(dims, &xv), tol);
+    let d = run_host(&cuda::plan_gelu(&layer, super::Prog::GeluBwd, dims, dtype).unwrap(), &[&x, &g]);
+    close(&format!("{spec} {dtype} mvgelu d_x"), &d[0], &reference::mvgelu_bwd(dims, &xv, &gv), tol);
 }
 
 fn bits(t: &Tensor) -> Vec<u64> {
-    t.to_vec_f64()
-        .unwrap()
-        .iter()
-        .map(|v| v.to_bits())
-        .collect()
+    t.to_vec_f64().unwrap().iter().map(|v| v.to_bits()).collect()
 }
 
 /// The f32 inputs of a fused backward case, x, y, w and d_out (seeds `seed` ..= `seed + 3`), as
 /// tensors and as the reference's values.
-fn bwd_inputs(
-    spec: &str,
-    (nb, n): (usize, usize),
-    seed: u64,
-) -> (Layer, Dims, [Tensor; 4], [Vec<f64>; 4]) {
+fn bwd_inputs(spec: &str, (nb, n): (usize, usize), seed: u64) -> (Layer, Dims, [Tensor; 4], [Vec<f64>; 4]) {
     let layer = Layer::new(spec).unwrap();
-    let dims = Dims {
-        m: layer.blades(),
-        b: nb,
-        n,
-    };
+    let dims = Dims { m: layer.blades(), b: nb, n };
     let shape = [dims.m, nb, n];
     let (x, xv) = input(&shape, DType::F32, seed, 1.0);
     let (y, yv) = input(&shape, DType::F32, seed + 1, 1.0);
@@ -187,68 +122,30 @@ fn bwd_inputs(
 /// same gradient program per element on the same words, so d_x and d_y must be bitwise v1's; d_w
 /// differs from v1 only by the order of the chunk sums.
 fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
-    let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) =
-        bwd_inputs(spec, (nb, n), 4000 + (nb * 31 + n) as u64);
+    let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) = bwd_inputs(spec, (nb, n), 4000 + (nb * 31 + n) as u64);
     let alg = layer.algebra().clone();
     let dtype = DType::F32;
-    let gpu = cuda::Gpu {
-        sms: 3,
-        smem_optin: 227 * 1024,
-        dram_gbps: 3350.0,
-    };
+    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
         let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm}");
-        let f = run_host(
-            &cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, gpu)
-                .unwrap(),
-            &[&x, &y, &w],
-        );
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, gpu).unwrap(), &[&x, &y, &w]);
         let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
         let mut got = Vec::new();
-        for bv in [
-            cuda::BwdVariant::Cols,
-            cuda::BwdVariant::Pipe,
-            cuda::BwdVariant::Serial,
-        ] {
-            let plan = cuda::plan_fused_backward_with(
-                &layer,
-                dims,
-                dtype,
-                st,
-                cuda::RowVariant::Dynamic,
-                bv,
-                gpu,
-            )
-            .unwrap();
-            let trees = plan
-                .launches
-                .iter()
-                .filter(|l| l.name == "clifford_sum_tree")
-                .count();
-            let serial = plan
-                .launches
-                .iter()
-                .filter(|l| l.name == "clifford_sum_chunks")
-                .count();
+        for bv in [cuda::BwdVariant::Cols, cuda::BwdVariant::Pipe, cuda::BwdVariant::Serial] {
+            let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
+            let trees = plan.launches.iter().filter(|l| l.name == "clifford_sum_tree").count();
+            let serial = plan.launches.iter().filter(|l| l.name == "clifford_sum_chunks").count();
             if bv == cuda::BwdVariant::Serial {
                 assert_eq!((trees, serial), (0, 1), "{tag}: serial chunk sums");
             } else {
                 assert!(trees >= 2 && serial == 0, "{tag}: {trees} tree levels");
             }
             if bv == cuda::BwdVariant::Pipe {
-                let col = plan
-                    .launches
-                    .iter()
-                    .find(|l| l.name == "clifford_bwd_pipe")
-                    .expect("pipelined column launch");
+                let col = plan.launches.iter().find(|l| l.name == "clifford_bwd_pipe").expect("pipelined column launch");
                 assert_eq!(col.grid, (6, 1, 1), "{tag}: persistent grid");
             }
-            let gr = if norm {
-                run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]])
-            } else {
-                run_host(&plan, &[&x, &y, &w, &g])
-            };
+            let gr = if norm { run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&plan, &[&x, &y, &w, &g]) };
             let tag = format!("{tag} {}", bv.name());
             close(&format!("{tag} d_x"), &gr[0], &dx, 1e-5);
             close(&format!("{tag} d_y"), &gr[1], &dy, 1e-5);
@@ -259,37 +156,14 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
         // same words: d_x and d_y bitwise equal. The pipe's d_w partials are v1's, summed by the same
         // tree: bitwise the default's d_w.
         for (i, name) in [(1, "pipe"), (2, "serial")] {
-            assert!(
-                bits(&got[0][0]) == bits(&got[i][0]) && bits(&got[0][1]) == bits(&got[i][1]),
-                "{tag}: {name} d_x/d_y not bitwise the default's"
-            );
+            assert!(bits(&got[0][0]) == bits(&got[i][0]) && bits(&got[0][1]) == bits(&got[i][1]), "{tag}: {name} d_x/d_y not bitwise the default's");
         }
-        assert!(
-            bits(&got[0][2]) == bits(&got[1][2]),
-            "{tag}: pipe d_w not bitwise the default's"
-        );
+        assert!(bits(&got[0][2]) == bits(&got[1][2]), "{tag}: pipe d_w not bitwise the default's");
         // The tree order is fixed: a second run gives the same bits.
         for (i, bv) in [(0, cuda::BwdVariant::Cols), (1, cuda::BwdVariant::Pipe)] {
-            let plan = cuda::plan_fused_backward_with(
-                &layer,
-                dims,
-                dtype,
-                st,
-                cuda::RowVariant::Dynamic,
-                bv,
-                gpu,
-            )
-            .unwrap();
-            let again = if norm {
-                run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]])
-            } else {
-                run_host(&plan, &[&x, &y, &w, &g])
-            };
-            assert!(
-                bits(&again[2]) == bits(&got[i][2]),
-                "{tag}: {} tree d_w not repeatable",
-                bv.name()
-            );
+            let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
+            let again = if norm { run_host(&plan, &[&x, &y, &w, &g, &f[0], &f[1]]) } else { run_host(&plan, &[&x, &y, &w, &g]) };
+            assert!(bits(&again[2]) == bits(&got[i][2]), "{tag}: {} tree d_w not repeatable", bv.name());
         }
     }
 }
@@ -298,73 +172,20 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
 /// and the tree over `parts` partials (none where 1), its outputs within 1e-5 of the reference
 /// (`want`), bitwise the same on a second run, d_x and d_y bitwise the default's. Returns them.
 #[allow(clippy::too_many_arguments)]
-fn row_backward_matches(
-    tag: &str,
-    layer: &Layer,
-    dims: Dims,
-    st: Stages,
-    bv: cuda::BwdVariant,
-    gpu: cuda::Gpu,
-    inputs: &[&Tensor],
-    want: (&[f64], &[f64], &[f64]),
-    parts: usize,
-) -> Vec<Tensor> {
-    let plan = cuda::plan_fused_backward_with(
-        layer,
-        dims,
-        DType::F32,
-        st,
-        cuda::RowVariant::Dynamic,
-        bv,
-        gpu,
-    )
-    .unwrap();
+fn row_backward_matches(tag: &str, layer: &Layer, dims: Dims, st: Stages, bv: cuda::BwdVariant, gpu: cuda::Gpu, inputs: &[&Tensor], want: (&[f64], &[f64], &[f64]), parts: usize) -> Vec<Tensor> {
+    let plan = cuda::plan_fused_backward_with(layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
     let names: Vec<&str> = plan.launches.iter().map(|l| l.name).collect();
-    assert_eq!(
-        names[0],
-        format!("clifford_bwd_{}", bv.name()),
-        "{tag}: plan {names:?}"
-    );
-    assert!(
-        names[1..].iter().all(|&l| l == "clifford_sum_tree") && (parts == 1) == (names.len() == 1),
-        "{tag}: plan {names:?}"
-    );
+    assert_eq!(names[0], format!("clifford_bwd_{}", bv.name()), "{tag}: plan {names:?}");
+    assert!(names[1..].iter().all(|&l| l == "clifford_sum_tree") && (parts == 1) == (names.len() == 1), "{tag}: plan {names:?}");
     let got = run_host(&plan, inputs);
-    for (i, (what, want)) in [("d_x", want.0), ("d_y", want.1), ("d_w", want.2)]
-        .into_iter()
-        .enumerate()
-    {
+    for (i, (what, want)) in [("d_x", want.0), ("d_y", want.1), ("d_w", want.2)].into_iter().enumerate() {
         close(&format!("{tag} {what}"), &got[i], want, 1e-5);
     }
     let again = run_host(&plan, inputs);
-    assert!(
-        (0..3).all(|i| bits(&again[i]) == bits(&got[i])),
-        "{tag}: not repeatable"
-    );
-    let cols = run_host(
-        &cuda::plan_fused_backward_with(
-            layer,
-            dims,
-            DType::F32,
-            st,
-            cuda::RowVariant::Dynamic,
-            cuda::BwdVariant::Cols,
-            gpu,
-        )
-        .unwrap(),
-        inputs,
-    );
-    assert!(
-        bits(&cols[0]) == bits(&got[0]) && bits(&cols[1]) == bits(&got[1]),
-        "{tag}: d_x/d_y not bitwise the default's"
-    );
-    let diff = got[2]
-        .to_vec_f64()
-        .unwrap()
-        .iter()
-        .zip(cols[2].to_vec_f64().unwrap())
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
+    assert!((0..3).all(|i| bits(&again[i]) == bits(&got[i])), "{tag}: not repeatable");
+    let cols = run_host(&cuda::plan_fused_backward_with(layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap(), inputs);
+    assert!(bits(&cols[0]) == bits(&got[0]) && bits(&cols[1]) == bits(&got[1]), "{tag}: d_x/d_y not bitwise the default's");
+    let diff = got[2].to_vec_f64().unwrap().iter().zip(cols[2].to_vec_f64().unwrap()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
     eprintln!("{tag}: ok (d_w vs cols max |diff| {diff:e})");
     got
 }
@@ -375,17 +196,11 @@ fn row_backward_matches(
 /// expected (rows per step, threads, chunks). Three multiprocessors: the persistent CTAs walk several
 /// chunks, the ring runs across chunk boundaries.
 fn emu_bwd_rowwise(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usize)) {
-    emu_row_backward(
-        spec,
-        (nb, n),
-        cuda::BwdVariant::Rowwise,
-        |tag, layer, dims, norm, gpu| {
-            let g0 =
-                cuda::rowwise_geom(layer, dims, norm, DType::F32, gpu).expect("rowwise applies");
-            assert_eq!((g0.rows, g0.threads, g0.chunks), geo, "{tag}: geometry");
-            (g0.chunks, None)
-        },
-    );
+    emu_row_backward(spec, (nb, n), cuda::BwdVariant::Rowwise, |tag, layer, dims, norm, gpu| {
+        let g0 = cuda::rowwise_geom(layer, dims, norm, DType::F32, gpu).expect("rowwise applies");
+        assert_eq!((g0.rows, g0.threads, g0.chunks), geo, "{tag}: geometry");
+        (g0.chunks, None)
+    });
 }
 
 /// The whole-row backward (`BwdVariant::Whole`, whole.cu) against the f64 reference (1e-5), with
@@ -394,102 +209,35 @@ fn emu_bwd_rowwise(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usiz
 /// runs. `geo`: the expected (rows per chunk, channels side by side, chunks, slots). Three
 /// multiprocessors: the persistent CTAs walk several slots, a slot several chunks.
 fn emu_bwd_whole(spec: &str, (nb, n): (usize, usize), geo: (usize, usize, usize, usize)) {
-    emu_row_backward(
-        spec,
-        (nb, n),
-        cuda::BwdVariant::Whole,
-        |tag, layer, dims, _, gpu| {
-            let g0 = cuda::whole_geom(layer, dims, DType::F32, gpu).expect("whole applies");
-            assert_eq!(
-                (g0.rows, g0.ct, g0.chunks, g0.slots),
-                geo,
-                "{tag}: geometry"
-            );
-            assert_eq!(g0.per_sm, 2, "{tag}: two CTAs per SM");
-            (g0.slots, Some(g0.slots.min(6)))
-        },
-    );
+    emu_row_backward(spec, (nb, n), cuda::BwdVariant::Whole, |tag, layer, dims, _, gpu| {
+        let g0 = cuda::whole_geom(layer, dims, DType::F32, gpu).expect("whole applies");
+        assert_eq!((g0.rows, g0.ct, g0.chunks, g0.slots), geo, "{tag}: geometry");
+        assert_eq!(g0.per_sm, 2, "{tag}: two CTAs per SM");
+        (g0.slots, Some(g0.slots.min(6)))
+    });
 }
 
 /// `emu_bwd_rowwise` and `emu_bwd_whole`, gelu+norm and plain: `geo(tag, layer, dims, norm, gpu)`
 /// checks the geometry and gives the partials (and the CTAs, where checked). On another device (one SM, other shared memory)
 /// the partials, and so the bits, are the same.
-fn emu_row_backward(
-    spec: &str,
-    (nb, n): (usize, usize),
-    bv: cuda::BwdVariant,
-    geo: impl Fn(&str, &Layer, Dims, bool, cuda::Gpu) -> (usize, Option<usize>),
-) {
-    let seed = if bv == cuda::BwdVariant::Rowwise {
-        5000
-    } else {
-        7000
-    };
-    let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) =
-        bwd_inputs(spec, (nb, n), seed + (nb * 31 + n) as u64);
-    let gpu = cuda::Gpu {
-        sms: 3,
-        smem_optin: 227 * 1024,
-        dram_gbps: 3350.0,
-    };
+fn emu_row_backward(spec: &str, (nb, n): (usize, usize), bv: cuda::BwdVariant, geo: impl Fn(&str, &Layer, Dims, bool, cuda::Gpu) -> (usize, Option<usize>)) {
+    let seed = if bv == cuda::BwdVariant::Rowwise { 5000 } else { 7000 };
+    let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) = bwd_inputs(spec, (nb, n), seed + (nb * 31 + n) as u64);
+    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
         let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} {}", bv.name());
         let (parts, grid) = geo(&tag, &layer, dims, norm, gpu);
-        let f = run_host(
-            &cuda::plan_fused_forward(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, gpu)
-                .unwrap(),
-            &[&x, &y, &w],
-        );
-        let inputs: Vec<&Tensor> = if norm {
-            vec![&x, &y, &w, &g, &f[0], &f[1]]
-        } else {
-            vec![&x, &y, &w, &g]
-        };
-        let (dx, dy, dw) =
-            reference::fused_backward(layer.algebra(), dims, &xv, &yv, &wv, &gv, gelu, norm);
-        let got = row_backward_matches(
-            &tag,
-            &layer,
-            dims,
-            st,
-            bv,
-            gpu,
-            &inputs,
-            (&dx, &dy, &dw),
-            parts,
-        );
-        let plan = |gpu| {
-            cuda::plan_fused_backward_with(
-                &layer,
-                dims,
-                DType::F32,
-                st,
-                cuda::RowVariant::Dynamic,
-                bv,
-                gpu,
-            )
-            .unwrap()
-        };
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, gpu).unwrap(), &[&x, &y, &w]);
+        let inputs: Vec<&Tensor> = if norm { vec![&x, &y, &w, &g, &f[0], &f[1]] } else { vec![&x, &y, &w, &g] };
+        let (dx, dy, dw) = reference::fused_backward(layer.algebra(), dims, &xv, &yv, &wv, &gv, gelu, norm);
+        let got = row_backward_matches(&tag, &layer, dims, st, bv, gpu, &inputs, (&dx, &dy, &dw), parts);
+        let plan = |gpu| cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
         if let Some(grid) = grid {
-            assert_eq!(
-                plan(gpu).launches[0].grid,
-                (grid as u32, 1, 1),
-                "{tag}: persistent grid"
-            );
+            assert_eq!(plan(gpu).launches[0].grid, (grid as u32, 1, 1), "{tag}: persistent grid");
         }
-        let one = run_host(
-            &plan(cuda::Gpu {
-                sms: 1,
-                smem_optin: 160 * 1024,
-                dram_gbps: 3350.0,
-            }),
-            &inputs,
-        );
-        assert!(
-            (0..3).all(|i| bits(&one[i]) == bits(&got[i])),
-            "{tag}: depends on the device"
-        );
+        let one = run_host(&plan(cuda::Gpu { sms: 1, smem_optin: 160 * 1024, dram_gbps: 3350.0 }), &inputs);
+        assert!((0..3).all(|i| bits(&one[i]) == bits(&got[i])), "{tag}: depends on the device");
     }
 }
 
@@ -497,56 +245,16 @@ fn emu_row_backward(
 /// bench sizes.
 #[test]
 fn whole_falls_back_to_the_default() {
-    let gpu = cuda::Gpu {
-        sms: 132,
-        smem_optin: 227 * 1024,
-        dram_gbps: 3350.0,
-    };
-    for (spec, n, dtype) in [
-        ("3,0", 512, DType::BF16),
-        ("3,0", 128, DType::F16),
-        ("1,3", 64, DType::F32),
-        ("2,2,1", 8, DType::F32),
-        ("3,0", 4096, DType::F32),
-    ] {
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
+    for (spec, n, dtype) in [("3,0", 512, DType::BF16), ("3,0", 128, DType::F16), ("1,3", 64, DType::F32), ("2,2,1", 8, DType::F32), ("3,0", 4096, DType::F32)] {
         let layer = Layer::new(spec).unwrap();
-        let dims = Dims {
-            m: layer.blades(),
-            b: 64,
-            n,
-        };
-        assert!(
-            cuda::whole_geom(&layer, dims, dtype, gpu).is_none(),
-            "{spec} N={n} {dtype}"
-        );
+        let dims = Dims { m: layer.blades(), b: 64, n };
+        assert!(cuda::whole_geom(&layer, dims, dtype, gpu).is_none(), "{spec} N={n} {dtype}");
         for norm in [false, true] {
             let st = Stages { gelu: true, norm };
-            let a = cuda::plan_fused_backward_with(
-                &layer,
-                dims,
-                dtype,
-                st,
-                cuda::RowVariant::Dynamic,
-                cuda::BwdVariant::Whole,
-                gpu,
-            )
-            .unwrap();
-            let b = cuda::plan_fused_backward_with(
-                &layer,
-                dims,
-                dtype,
-                st,
-                cuda::RowVariant::Dynamic,
-                cuda::BwdVariant::Cols,
-                gpu,
-            )
-            .unwrap();
-            let names = |p: &super::plan::Plan| {
-                p.launches
-                    .iter()
-                    .map(|l| (l.name, l.grid, l.opts.clone()))
-                    .collect::<Vec<_>>()
-            };
+            let a = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Whole, gpu).unwrap();
+            let b = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap();
+            let names = |p: &super::plan::Plan| p.launches.iter().map(|l| (l.name, l.grid, l.opts.clone())).collect::<Vec<_>>();
             assert_eq!(names(&a), names(&b), "{spec} N={n} {dtype} norm={norm}");
         }
     }
@@ -558,22 +266,10 @@ fn whole_falls_back_to_the_default() {
         ("2,0", (4096, 512), (8, 512, 256, 2)),
     ] {
         let layer = Layer::new(spec).unwrap();
-        let dims = Dims {
-            m: layer.blades(),
-            b,
-            n,
-        };
+        let dims = Dims { m: layer.blades(), b, n };
         let g = cuda::whole_geom(&layer, dims, DType::F32, gpu).expect("applies");
-        assert_eq!(
-            (g.rows, g.chunks, g.slots, g.per_sm),
-            want,
-            "{spec} B={b} N={n}"
-        );
-        assert!(
-            2 * (g.smem + 1024) <= 228 * 1024,
-            "{spec} B={b} N={n}: {} bytes",
-            g.smem
-        );
+        assert_eq!((g.rows, g.chunks, g.slots, g.per_sm), want, "{spec} B={b} N={n}");
+        assert!(2 * (g.smem + 1024) <= 228 * 1024, "{spec} B={b} N={n}: {} bytes", g.smem);
     }
 }
 
@@ -582,62 +278,24 @@ fn whole_falls_back_to_the_default() {
 /// the same order, so d_x, d_y and d_w are bitwise the default's; no sum launch in its plan.
 /// `levels`: the tree levels the kernel climbs. Without the norm the plan is the default's.
 fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
-    let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) =
-        bwd_inputs(spec, (nb, n), 6000 + (nb * 31 + n) as u64);
+    let (layer, dims, [x, y, w, g], [xv, yv, wv, gv]) = bwd_inputs(spec, (nb, n), 6000 + (nb * 31 + n) as u64);
     let alg = layer.algebra().clone();
     let dtype = DType::F32;
-    let gpu = cuda::Gpu {
-        sms: 3,
-        smem_optin: 227 * 1024,
-        dram_gbps: 3350.0,
-    };
+    let gpu = cuda::Gpu { sms: 3, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     for (gelu, norm) in [(true, true), (false, false)] {
         let st = Stages { gelu, norm };
         let tag = format!("{spec} B={nb} N={n} gelu={gelu} norm={norm} fold");
-        let f = run_host(
-            &cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, gpu)
-                .unwrap(),
-            &[&x, &y, &w],
-        );
-        let inputs: Vec<&Tensor> = if norm {
-            vec![&x, &y, &w, &g, &f[0], &f[1]]
-        } else {
-            vec![&x, &y, &w, &g]
-        };
-        let plan = cuda::plan_fused_backward_with(
-            &layer,
-            dims,
-            dtype,
-            st,
-            cuda::RowVariant::Dynamic,
-            cuda::BwdVariant::Fold,
-            gpu,
-        )
-        .unwrap();
-        let cols_plan = cuda::plan_fused_backward_with(
-            &layer,
-            dims,
-            dtype,
-            st,
-            cuda::RowVariant::Dynamic,
-            cuda::BwdVariant::Cols,
-            gpu,
-        )
-        .unwrap();
+        let f = run_host(&cuda::plan_fused_forward(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, gpu).unwrap(), &[&x, &y, &w]);
+        let inputs: Vec<&Tensor> = if norm { vec![&x, &y, &w, &g, &f[0], &f[1]] } else { vec![&x, &y, &w, &g] };
+        let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Fold, gpu).unwrap();
+        let cols_plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap();
         let names = |p: &super::plan::Plan| p.launches.iter().map(|l| l.name).collect::<Vec<_>>();
-        let trees = names(&cols_plan)
-            .iter()
-            .filter(|&&l| l == "clifford_sum_tree")
-            .count();
+        let trees = names(&cols_plan).iter().filter(|&&l| l == "clifford_sum_tree").count();
         if !norm {
             assert_eq!(names(&plan), names(&cols_plan), "{tag}: the default's plan");
             continue;
         }
-        assert_eq!(
-            names(&plan),
-            ["clifford_bwd_dot", "clifford_bwd_fold"],
-            "{tag}: plan"
-        );
+        assert_eq!(names(&plan), ["clifford_bwd_dot", "clifford_bwd_fold"], "{tag}: plan");
         assert_eq!(trees, levels, "{tag}: the default's tree levels");
         let (dx, dy, dw) = reference::fused_backward(&alg, dims, &xv, &yv, &wv, &gv, gelu, norm);
         let fo = run_host(&plan, &inputs);
@@ -646,10 +304,7 @@ fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
         close(&format!("{tag} d_w"), &fo[2], &dw, 1e-5);
         let cols = run_host(&cols_plan, &inputs);
         for (i, what) in ["d_x", "d_y", "d_w"].into_iter().enumerate() {
-            assert!(
-                bits(&cols[i]) == bits(&fo[i]),
-                "{tag}: {what} not bitwise the default's"
-            );
+            assert!(bits(&cols[i]) == bits(&fo[i]), "{tag}: {what} not bitwise the default's");
         }
     }
 }
@@ -658,23 +313,12 @@ fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
 /// level by level as the tree launches them; two launches (dot, column) instead of four or five.
 #[test]
 fn fold_sizes_at_the_bench_sizes() {
-    let gpu = cuda::Gpu {
-        sms: 132,
-        smem_optin: 227 * 1024,
-        dram_gbps: 3350.0,
-    };
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     let layer = Layer::new("3,0").unwrap();
     // (B, N) → (chunks, column tiles, sum launches of the default)
-    for ((b, n), (chunks, tiles, trees)) in [
-        ((4096, 512), (64usize, 4usize, 2usize)),
-        ((16384, 128), (256, 1, 2)),
-        ((65536, 1024), (32, 8, 2)),
-    ] {
+    for ((b, n), (chunks, tiles, trees)) in [((4096, 512), (64usize, 4usize, 2usize)), ((16384, 128), (256, 1, 2)), ((65536, 1024), (32, 8, 2))] {
         let dims = Dims { m: 8, b, n };
-        let st = Stages {
-            gelu: true,
-            norm: true,
-        };
+        let st = Stages { gelu: true, norm: true };
         let len = n * 20;
         let mut lvl = 0;
         let mut cnt = 0;
@@ -684,38 +328,12 @@ fn fold_sizes_at_the_bench_sizes() {
             lvl += if c > 1 { c * len } else { 0 };
             cnt += c * tiles;
         }
-        assert_eq!(
-            cuda::fold_sizes(chunks, len, tiles),
-            (lvl, cnt),
-            "B={b} N={n}"
-        );
-        let fold = cuda::plan_fused_backward_with(
-            &layer,
-            dims,
-            DType::F32,
-            st,
-            cuda::RowVariant::Dynamic,
-            cuda::BwdVariant::Fold,
-            gpu,
-        )
-        .unwrap();
-        let cols = cuda::plan_fused_backward_with(
-            &layer,
-            dims,
-            DType::F32,
-            st,
-            cuda::RowVariant::Dynamic,
-            cuda::BwdVariant::Cols,
-            gpu,
-        )
-        .unwrap();
+        assert_eq!(cuda::fold_sizes(chunks, len, tiles), (lvl, cnt), "B={b} N={n}");
+        let fold = cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Fold, gpu).unwrap();
+        let cols = cuda::plan_fused_backward_with(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap();
         assert_eq!(fold.launches.len(), 2, "B={b} N={n}");
         assert_eq!(cols.launches.len(), 2 + trees, "B={b} N={n}");
-        assert_eq!(
-            fold.launches[1].grid,
-            (tiles as u32, chunks as u32, 1),
-            "B={b} N={n}"
-        );
+        assert_eq!(fold.launches[1].grid, (tiles as u32, chunks as u32, 1), "B={b} N={n}");
         assert_eq!(fold.launches[1].grid, cols.launches[1].grid, "B={b} N={n}");
     }
 }
@@ -723,72 +341,25 @@ fn fold_sizes_at_the_bench_sizes() {
 /// Where the row-oriented backward does not apply, the plan is the default's.
 #[test]
 fn rowwise_falls_back_to_the_default() {
-    let gpu = cuda::Gpu {
-        sms: 132,
-        smem_optin: 227 * 1024,
-        dram_gbps: 3350.0,
-    };
-    for (spec, n, dtype) in [
-        ("3,0", 513, DType::F32),
-        ("3,0", 1024, DType::F32),
-        ("3,0", 512, DType::BF16),
-        ("3,0", 128, DType::F16),
-        ("1,3", 257, DType::F32),
-        ("2,2,1", 8, DType::F32),
-    ] {
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
+    for (spec, n, dtype) in [("3,0", 513, DType::F32), ("3,0", 1024, DType::F32), ("3,0", 512, DType::BF16), ("3,0", 128, DType::F16), ("1,3", 257, DType::F32), ("2,2,1", 8, DType::F32)] {
         let layer = Layer::new(spec).unwrap();
-        let dims = Dims {
-            m: layer.blades(),
-            b: 64,
-            n,
-        };
+        let dims = Dims { m: layer.blades(), b: 64, n };
         for norm in [false, true] {
             let st = Stages { gelu: true, norm };
-            assert!(
-                cuda::rowwise_geom(&layer, dims, norm, dtype, gpu).is_none(),
-                "{spec} N={n} {dtype}"
-            );
-            let a = cuda::plan_fused_backward_with(
-                &layer,
-                dims,
-                dtype,
-                st,
-                cuda::RowVariant::Dynamic,
-                cuda::BwdVariant::Rowwise,
-                gpu,
-            )
-            .unwrap();
-            let b = cuda::plan_fused_backward_with(
-                &layer,
-                dims,
-                dtype,
-                st,
-                cuda::RowVariant::Dynamic,
-                cuda::BwdVariant::Cols,
-                gpu,
-            )
-            .unwrap();
-            let names = |p: &super::plan::Plan| {
-                p.launches
-                    .iter()
-                    .map(|l| (l.name, l.grid, l.opts.clone()))
-                    .collect::<Vec<_>>()
-            };
+            assert!(cuda::rowwise_geom(&layer, dims, norm, dtype, gpu).is_none(), "{spec} N={n} {dtype}");
+            let a = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Rowwise, gpu).unwrap();
+            let b = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap();
+            let names = |p: &super::plan::Plan| p.launches.iter().map(|l| (l.name, l.grid, l.opts.clone())).collect::<Vec<_>>();
             assert_eq!(names(&a), names(&b), "{spec} N={n} {dtype} norm={norm}");
         }
     }
     // The sizes the bench reads: 2^21 as one row per step of 512 threads, 16384 × 128 as two rows of
     // 128 per step, both 256 chunks.
     let layer = Layer::new("3,0").unwrap();
-    for ((b, n), want) in [
-        ((4096, 512), (1, 512, 256)),
-        ((16384, 128), (2, 256, 256)),
-        ((65536, 1024), (0, 0, 0)),
-    ] {
+    for ((b, n), want) in [((4096, 512), (1, 512, 256)), ((16384, 128), (2, 256, 256)), ((65536, 1024), (0, 0, 0))] {
         let dims = Dims { m: 8, b, n };
-        let g = cuda::rowwise_geom(&layer, dims, true, DType::F32, gpu)
-            .map(|g| (g.rows, g.threads, g.chunks))
-            .unwrap_or((0, 0, 0));
+        let g = cuda::rowwise_geom(&layer, dims, true, DType::F32, gpu).map(|g| (g.rows, g.threads, g.chunks)).unwrap_or((0, 0, 0));
         assert_eq!(g, want, "B={b} N={n}");
     }
 }
@@ -802,41 +373,24 @@ fn emulated_dynamic_forward_takes_its_steps_at_run_time() {
     let layer = Layer::new("2,0").unwrap();
     let (nb, n) = (237, 128);
     let dims = Dims { m: 4, b: nb, n };
-    let gpu = cuda::Gpu {
-        sms: 2,
-        smem_optin: 227 * 1024,
-        dram_gbps: 3350.0,
-    };
+    let gpu = cuda::Gpu { sms: 2, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     assert!(nb.div_ceil(8) >= cuda::DYNAMIC_MIN_STEPS_PER_SM * gpu.sms);
     let (x, xv) = input(&[4, nb, n], DType::F32, 71, 1.0);
     let (y, yv) = input(&[4, nb, n], DType::F32, 72, 1.0);
     let (w, wv) = input(&[n, layer.paths()], DType::F32, 73, 0.5);
     for norm in [true, false] {
         let st = Stages { gelu: true, norm };
-        let dynamic =
-            cuda::plan_fused_forward(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, gpu)
-                .unwrap();
-        assert!(
-            dynamic.launches[0].opts.iter().any(|o| o == "-DCL_DYN=1"),
-            "norm={norm}: the dynamic order applies"
-        );
-        let fixed =
-            cuda::plan_fused_forward(&layer, dims, DType::F32, st, cuda::RowVariant::Staged, gpu)
-                .unwrap();
-        let (a, b) = (
-            run_host(&dynamic, &[&x, &y, &w]),
-            run_host(&fixed, &[&x, &y, &w]),
-        );
+        let dynamic = cuda::plan_fused_forward(&layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, gpu).unwrap();
+        assert!(dynamic.launches[0].opts.iter().any(|o| o == "-DCL_DYN=1"), "norm={norm}: the dynamic order applies");
+        let fixed = cuda::plan_fused_forward(&layer, dims, DType::F32, st, cuda::RowVariant::Staged, gpu).unwrap();
+        let (a, b) = (run_host(&dynamic, &[&x, &y, &w]), run_host(&fixed, &[&x, &y, &w]));
         let (ro, rr) = reference::fused_forward(layer.algebra(), dims, &xv, &yv, &wv, true, norm);
         close(&format!("dynamic out norm={norm}"), &a[0], &ro, 1e-5);
         if let Some(rr) = rr {
             close("dynamic rms", &a[1], &rr, 1e-5);
         }
         for (p, q) in a.iter().zip(&b) {
-            assert!(
-                bits(p) == bits(q),
-                "norm={norm}: dynamic bits = staged bits"
-            );
+            assert!(bits(p) == bits(q), "norm={norm}: dynamic bits = staged bits");
         }
     }
 }
@@ -844,25 +398,10 @@ fn emulated_dynamic_forward_takes_its_steps_at_run_time() {
 #[test]
 fn forward_prologue_copies_two_steps_where_it_was_measured_faster() {
     let layer = Layer::new("3,0").unwrap();
-    let gpu = cuda::Gpu {
-        sms: 132,
-        smem_optin: 227 * 1024,
-        dram_gbps: 4800.0,
-    };
-    let st = Stages {
-        gelu: true,
-        norm: true,
-    };
+    let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 4800.0 };
+    let st = Stages { gelu: true, norm: true };
     let one_step = |b: usize, n: usize| {
-        let plan = cuda::plan_fused_forward(
-            &layer,
-            Dims { m: 8, b, n },
-            DType::F32,
-            st,
-            cuda::RowVariant::Staged,
-            gpu,
-        )
-        .unwrap();
+        let plan = cuda::plan_fused_forward(&layer, Dims { m: 8, b, n }, DType::F32, st, cuda::RowVariant::Staged, gpu).unwrap();
         assert_eq!(plan.launches.len(), 1, "{b} x {n}: one staged launch");
         plan.launches[0].opts.iter().any(|o| o == "-DCL_PRE2=0")
     };
@@ -875,120 +414,39 @@ fn forward_prologue_copies_two_steps_where_it_was_measured_faster() {
 fn backward_defaults_follow_the_measured_rule() {
     let cl3 = Layer::new("3,0").unwrap();
     use cuda::BwdVariant::{Cols, Pipe, Rowwise, Whole};
-    let whole = [
-        (16384, 128),
-        (8192, 256),
-        (4096, 512),
-        (1024, 512),
-        (1024, 128),
-        (16384, 256),
-        (65536, 256),
-        (300, 300),
-        (4096, 300),
-    ]
-    .map(|d| (d, Whole));
-    let rest = [
-        ((32768, 64), Rowwise),
-        ((65536, 64), Rowwise),
-        ((131072, 64), Cols),
-        ((6000, 512), Cols),
-        ((16384, 512), Cols),
-        ((1024, 1024), Pipe),
-        ((2048, 1024), Pipe),
-    ];
-    let want = whole
-        .into_iter()
-        .chain(rest)
-        .chain([((4096, 1024), Cols), ((300, 100), Rowwise)]);
+    let whole = [(16384, 128), (8192, 256), (4096, 512), (1024, 512), (1024, 128), (16384, 256), (65536, 256), (300, 300), (4096, 300)].map(|d| (d, Whole));
+    let rest = [((32768, 64), Rowwise), ((65536, 64), Rowwise), ((131072, 64), Cols), ((6000, 512), Cols), ((16384, 512), Cols), ((1024, 1024), Pipe), ((2048, 1024), Pipe)];
+    let want = whole.into_iter().chain(rest).chain([((4096, 1024), Cols), ((300, 100), Rowwise)]);
     for ((b, n), v) in want {
         let dims = Dims { m: 8, b, n };
-        assert_eq!(
-            cuda::BwdVariant::measured_default(&cl3, dims, true),
-            v,
-            "Cl(3,0) B={b} N={n}"
-        );
-        assert_eq!(
-            cuda::BwdVariant::measured_default(&cl3, dims, false),
-            cuda::BwdVariant::Cols,
-            "no norm: no dot pass to save"
-        );
+        assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, true), v, "Cl(3,0) B={b} N={n}");
+        assert_eq!(cuda::BwdVariant::measured_default(&cl3, dims, false), cuda::BwdVariant::Cols, "no norm: no dot pass to save");
     }
     let cl2 = Layer::new("2,0").unwrap();
-    for (b, n) in [
-        (4096, 512),
-        (65536, 512),
-        (1024, 1024),
-        (65536, 1024),
-        (1024, 128),
-    ] {
-        assert_eq!(
-            cuda::BwdVariant::measured_default(&cl2, Dims { m: 4, b, n }, true),
-            Whole,
-            "Cl(2,0) B={b} N={n}: measured"
-        );
+    for (b, n) in [(4096, 512), (65536, 512), (1024, 1024), (65536, 1024), (1024, 128)] {
+        assert_eq!(cuda::BwdVariant::measured_default(&cl2, Dims { m: 4, b, n }, true), Whole, "Cl(2,0) B={b} N={n}: measured");
     }
-    assert_eq!(
-        cuda::BwdVariant::measured_default(
-            &cl2,
-            Dims {
-                m: 4,
-                b: 4096,
-                n: 64
-            },
-            true
-        ),
-        Rowwise,
-        "Cl(2,0) N < 128"
-    );
+    assert_eq!(cuda::BwdVariant::measured_default(&cl2, Dims { m: 4, b: 4096, n: 64 }, true), Rowwise, "Cl(2,0) N < 128");
     let sta = Layer::new("1,3").unwrap();
-    assert_eq!(
-        cuda::BwdVariant::measured_default(
-            &sta,
-            Dims {
-                m: 16,
-                b: 1024,
-                n: 128
-            },
-            true
-        ),
-        cuda::BwdVariant::Cols,
-        "16 blades: not measured"
-    );
+    assert_eq!(cuda::BwdVariant::measured_default(&sta, Dims { m: 16, b: 1024, n: 128 }, true), cuda::BwdVariant::Cols, "16 blades: not measured");
 }
 
 fn emu_fc(spec: &str, dims: (usize, usize, usize), dtype: DType) {
     // The cluster build of fc3 runs in its own test (it emulates three blocks at once).
-    let vars: Vec<FcVariant> = FcVariant::ALL
-        .into_iter()
-        .filter(|&v| v != FcVariant::Cluster)
-        .collect();
+    let vars: Vec<FcVariant> = FcVariant::ALL.into_iter().filter(|&v| v != FcVariant::Cluster).collect();
     emu_fc_variants(spec, dims, dtype, &vars);
 }
 
 /// The fully connected forward through each of `variants` (and the tile backward) against the f64
 /// reference, with and without the norm.
-fn emu_fc_variants(
-    spec: &str,
-    (nb, nin, nout): (usize, usize, usize),
-    dtype: DType,
-    variants: &[FcVariant],
-) {
+fn emu_fc_variants(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType, variants: &[FcVariant]) {
     let layer = Layer::new(spec).unwrap();
     let alg = layer.algebra().clone();
-    let dims = Dims {
-        m: layer.blades(),
-        b: nb,
-        n: nin,
-    };
+    let dims = Dims { m: layer.blades(), b: nb, n: nin };
     let seed = 2000 + (nb * 131 + nin * 7 + nout) as u64;
     let (x, xv) = input(&[dims.m, nb, nin], dtype, seed, 1.0);
     let (y, yv) = input(&[dims.m, nb, nin], dtype, seed + 1, 1.0);
-    let (w, wv) = input(
-        &[layer.paths(), nin, nout],
-        DType::F32,
-        seed + 2,
-        1.0 / ((nin * layer.paths()) as f64).sqrt(),
-    );
+    let (w, wv) = input(&[layer.paths(), nin, nout], DType::F32, seed + 2, 1.0 / ((nin * layer.paths()) as f64).sqrt());
     let (g, gv) = input(&[dims.m, nb, nout], dtype, seed + 3, 1.0);
     let tol = dtype.tolerance();
     for norm in [false, true] {
@@ -999,45 +457,15 @@ fn emu_fc_variants(
         let mut f = Vec::new();
         for &var in variants {
             for aligned in [true, false] {
-                f = run_host(
-                    &cuda::plan_fc_forward_variant(
-                        &layer,
-                        dims,
-                        nout,
-                        dtype,
-                        Stages { gelu: true, norm },
-                        var,
-                        aligned,
-                    )
-                    .unwrap(),
-                    &[&x, &y, &w],
-                );
-                close(
-                    &format!("{tag} {} aligned={aligned} out", var.name()),
-                    &f[0],
-                    &ro,
-                    tol,
-                );
+                f = run_host(&cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, Stages { gelu: true, norm }, var, aligned).unwrap(), &[&x, &y, &w]);
+                close(&format!("{tag} {} aligned={aligned} out", var.name()), &f[0], &ro, tol);
                 if let Some(rr) = &rr {
-                    close(
-                        &format!("{tag} {} aligned={aligned} rms", var.name()),
-                        &f[1],
-                        rr,
-                        tol,
-                    );
+                    close(&format!("{tag} {} aligned={aligned} rms", var.name()), &f[1], rr, tol);
                 }
             }
         }
         // The tile engine explicitly (the GEMM backward, the default, has its own emulated test).
-        let bwd = cuda::plan_fc_backward_variant(
-            &layer,
-            dims,
-            nout,
-            dtype,
-            norm,
-            super::fcb::FcBwdVariant::Tile,
-        )
-        .unwrap();
+        let bwd = cuda::plan_fc_backward_variant(&layer, dims, nout, dtype, norm, super::fcb::FcBwdVariant::Tile).unwrap();
         let gr = if let Some(rr) = rr {
             close(&format!("{tag} rms"), &f[1], &rr, tol);
             run_host(&bwd, &[&x, &y, &w, &g, &f[2], &f[1]])
@@ -1054,19 +482,10 @@ fn emu_fc_variants(
 fn emu_linear(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) {
     let layer = Layer::new(spec).unwrap();
     let alg = layer.algebra().clone();
-    let dims = Dims {
-        m: layer.blades(),
-        b: nb,
-        n: nin,
-    };
+    let dims = Dims { m: layer.blades(), b: nb, n: nin };
     let seed = 3000 + (nb * 131 + nin * 7 + nout) as u64;
     let (x, xv) = input(&[dims.m, nb, nin], dtype, seed, 1.0);
-    let (w, wv) = input(
-        &[layer.grades(), nin, nout],
-        DType::F32,
-        seed + 1,
-        1.0 / (nin as f64).sqrt(),
-    );
+    let (w, wv) = input(&[layer.grades(), nin, nout], DType::F32, seed + 1, 1.0 / (nin as f64).sqrt());
     let (bias, bv) = input(&[nout], DType::F32, seed + 2, 1.0);
     let (g, gv) = input(&[dims.m, nb, nout], dtype, seed + 3, 1.0);
     let tol = dtype.tolerance();
@@ -1074,33 +493,17 @@ fn emu_linear(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) 
     for var in cuda::LinearVariant::ALL {
         let tag = format!("{tag} ({})", var.name());
         let fwd = |bias: bool| match var {
-            cuda::LinearVariant::Tiles => {
-                cuda::plan_linear_forward(&layer, dims, nout, dtype, bias).unwrap()
-            }
-            cuda::LinearVariant::Blas => {
-                blas::plan_forward(&layer, dims, nout, dtype, bias).unwrap()
-            }
+            cuda::LinearVariant::Tiles => cuda::plan_linear_forward(&layer, dims, nout, dtype, bias).unwrap(),
+            cuda::LinearVariant::Blas => blas::plan_forward(&layer, dims, nout, dtype, bias).unwrap(),
         };
         let bwd = match var {
-            cuda::LinearVariant::Tiles => {
-                cuda::plan_linear_backward(&layer, dims, nout, dtype).unwrap()
-            }
+            cuda::LinearVariant::Tiles => cuda::plan_linear_backward(&layer, dims, nout, dtype).unwrap(),
             cuda::LinearVariant::Blas => blas::plan_backward(&layer, dims, nout, dtype).unwrap(),
         };
         let o = run_host(&fwd(true), &[&x, &w, &bias]);
-        close(
-            &format!("{tag} out"),
-            &o[0],
-            &reference::linear_forward(&alg, dims, nout, &xv, &wv, Some(&bv)),
-            tol,
-        );
+        close(&format!("{tag} out"), &o[0], &reference::linear_forward(&alg, dims, nout, &xv, &wv, Some(&bv)), tol);
         let o = run_host(&fwd(false), &[&x, &w]);
-        close(
-            &format!("{tag} out without bias"),
-            &o[0],
-            &reference::linear_forward(&alg, dims, nout, &xv, &wv, None),
-            tol,
-        );
+        close(&format!("{tag} out without bias"), &o[0], &reference::linear_forward(&alg, dims, nout, &xv, &wv, None), tol);
         let gr = run_host(&bwd, &[&x, &w, &g]);
         let (dx, dw, db) = reference::linear_backward(&alg, dims, nout, &xv, &wv, &gv);
         close(&format!("{tag} d_x"), &gr[0], &dx, tol);
@@ -1111,10 +514,7 @@ fn emu_linear(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) 
 
 /// Run cases on two threads (the machine's cores; each emulated launch runs 256 threads itself).
 fn run_cases(cases: Vec<Box<dyn Fn() + Send + Sync>>) {
-    assert!(
-        cxx().is_some(),
-        "the host emulation of the CUDA kernels needs a C++ compiler (c++, g++ or clang++)"
-    );
+    assert!(cxx().is_some(), "the host emulation of the CUDA kernels needs a C++ compiler (c++, g++ or clang++)");
     let next = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..2 {
@@ -1290,48 +690,25 @@ fn emulated_fc_cluster_matches_the_reference_and_fc3() {
 fn emu_fc_cluster(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) {
     let layer = Layer::new(spec).unwrap();
     let alg = layer.algebra().clone();
-    let dims = Dims {
-        m: layer.blades(),
-        b: nb,
-        n: nin,
-    };
+    let dims = Dims { m: layer.blades(), b: nb, n: nin };
     let seed = 2500 + (nb * 131 + nin * 7 + nout) as u64;
     let (x, xv) = input(&[dims.m, nb, nin], dtype, seed, 1.0);
     let (y, yv) = input(&[dims.m, nb, nin], dtype, seed + 1, 1.0);
-    let (w, wv) = input(
-        &[layer.paths(), nin, nout],
-        DType::F32,
-        seed + 2,
-        1.0 / ((nin * layer.paths()) as f64).sqrt(),
-    );
+    let (w, wv) = input(&[layer.paths(), nin, nout], DType::F32, seed + 2, 1.0 / ((nin * layer.paths()) as f64).sqrt());
     for norm in [false, true] {
         let tag = format!("{spec} fc cluster B={nb} N={nin}->{nout} {dtype} norm={norm}");
         let st = Stages { gelu: true, norm };
-        let plan =
-            cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, st, FcVariant::Cluster, true)
-                .unwrap();
-        assert!(
-            plan.launches
-                .iter()
-                .any(|l| l.name == "clifford_fc3_cluster"),
-            "{tag}: the cluster product is planned"
-        );
+        let plan = cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, st, FcVariant::Cluster, true).unwrap();
+        assert!(plan.launches.iter().any(|l| l.name == "clifford_fc3_cluster"), "{tag}: the cluster product is planned");
         let f = run_host(&plan, &[&x, &y, &w]);
-        let plain = run_host(
-            &cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, st, FcVariant::Wgmma, true)
-                .unwrap(),
-            &[&x, &y, &w],
-        );
+        let plain = run_host(&cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, st, FcVariant::Wgmma, true).unwrap(), &[&x, &y, &w]);
         let (ro, rr) = reference::fc_forward(&alg, dims, nout, &xv, &yv, &wv, norm);
         close(&format!("{tag} out"), &f[0], &ro, dtype.tolerance());
         if let Some(rr) = &rr {
             close(&format!("{tag} rms"), &f[1], rr, dtype.tolerance());
         }
         for (i, (a, b)) in f.iter().zip(&plain).enumerate() {
-            assert!(
-                a.to_vec_f64().unwrap() == b.to_vec_f64().unwrap(),
-                "{tag}: output {i} differs from the plain staged product"
-            );
+            assert!(a.to_vec_f64().unwrap() == b.to_vec_f64().unwrap(), "{tag}: output {i} differs from the plain staged product");
         }
     }
 }
@@ -1342,63 +719,32 @@ fn emu_fc_cluster(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DTy
 fn emu_fc_gemm_bwd(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DType) {
     let layer = Layer::new(spec).unwrap();
     let alg = layer.algebra().clone();
-    let dims = Dims {
-        m: layer.blades(),
-        b: nb,
-        n: nin,
-    };
+    let dims = Dims { m: layer.blades(), b: nb, n: nin };
     let seed = 4000 + (nb * 131 + nin * 7 + nout) as u64;
     let (x, xv) = input(&[dims.m, nb, nin], dtype, seed, 1.0);
     let (y, yv) = input(&[dims.m, nb, nin], dtype, seed + 1, 1.0);
-    let (w, wv) = input(
-        &[layer.paths(), nin, nout],
-        DType::F32,
-        seed + 2,
-        1.0 / ((nin * layer.paths()) as f64).sqrt(),
-    );
+    let (w, wv) = input(&[layer.paths(), nin, nout], DType::F32, seed + 2, 1.0 / ((nin * layer.paths()) as f64).sqrt());
     let (g, gv) = input(&[dims.m, nb, nout], dtype, seed + 3, 1.0);
     let tol = dtype.tolerance();
     // The norm from N_out = 7, as in the GPU suite's `check_fc` (below that it is ill-conditioned).
     for norm in [false, true].into_iter().filter(|&nm| !nm || nout >= 7) {
         let tag = format!("{spec} fc gemm backward B={nb} N={nin}->{nout} {dtype} norm={norm}");
         // The forward through the same terms and per-grade GEMMs (EMBER_CLIFFORD_FC=blas).
-        let fplan = cuda::plan_fc_forward_variant(
-            &layer,
-            dims,
-            nout,
-            dtype,
-            Stages { gelu: true, norm },
-            FcVariant::Blas,
-            true,
-        )
-        .unwrap();
-        assert_eq!(
-            fplan.gemms.len(),
-            layer.grades(),
-            "{tag}: the cuBLAS forward plan"
-        );
+        let fplan = cuda::plan_fc_forward_variant(&layer, dims, nout, dtype, Stages { gelu: true, norm }, FcVariant::Blas, true).unwrap();
+        assert_eq!(fplan.gemms.len(), layer.grades(), "{tag}: the cuBLAS forward plan");
         let f = run_host(&fplan, &[&x, &y, &w]);
         let (ro, rr) = reference::fc_forward(&alg, dims, nout, &xv, &yv, &wv, norm);
         close(&format!("{tag} blas forward out"), &f[0], &ro, tol);
         if let Some(rr) = &rr {
             close(&format!("{tag} blas forward rms"), &f[1], rr, tol);
         }
-        let plan = cuda::plan_fc_backward_variant(
-            &layer,
-            dims,
-            nout,
-            dtype,
-            norm,
-            super::fcb::FcBwdVariant::Gemm,
-        )
-        .unwrap();
+        let plan = cuda::plan_fc_backward_variant(&layer, dims, nout, dtype, norm, super::fcb::FcBwdVariant::Gemm).unwrap();
         assert!(!plan.gemms.is_empty(), "{tag}: the GEMM plan");
         let gr = if norm {
             let o = reference::fc_layer(&alg, dims, nout, &xv, &yv, &wv);
             let (_, r) = reference::fc_forward(&alg, dims, nout, &xv, &yv, &wv, true);
             let o = Tensor::from_f64(&o, &[dims.m, nb, nout], DType::F32, Device::Cpu).unwrap();
-            let r = Tensor::from_f64(&r.unwrap(), &[nb, layer.grades()], DType::F32, Device::Cpu)
-                .unwrap();
+            let r = Tensor::from_f64(&r.unwrap(), &[nb, layer.grades()], DType::F32, Device::Cpu).unwrap();
             run_host(&plan, &[&x, &y, &w, &g, &o, &r])
         } else {
             run_host(&plan, &[&x, &y, &w, &g])
@@ -1421,9 +767,7 @@ fn emulated_fc_gemm_backward_matches_the_reference() {
     cases.push(Box::new(|| emu_fc_gemm_bwd("3,0", (1, 1, 3), DType::BF16)));
     cases.push(Box::new(|| emu_fc_gemm_bwd("1,3", (3, 5, 4), DType::F16)));
     // The GPU checks' normed size with 3 output channels (the norm's conditioning, see suite.rs).
-    cases.push(Box::new(|| {
-        emu_fc_gemm_bwd("3,0", (127, 129, 9), DType::BF16)
-    }));
+    cases.push(Box::new(|| emu_fc_gemm_bwd("3,0", (127, 129, 9), DType::BF16)));
     if full() {
         for spec in ["3,0,1", "1,3"] {
             for dtype in DType::ACTIVATIONS {
@@ -1438,30 +782,10 @@ fn emulated_fc_gemm_backward_matches_the_reference() {
 /// DRAM peak is below `DYNAMIC_MAX_DRAM_GBPS` (or unknown: fixed order); rows for 16 blades.
 #[test]
 fn default_row_order_follows_the_dram_rate() {
-    let gpu = |dram_gbps| cuda::Gpu {
-        sms: 132,
-        smem_optin: 227 * 1024,
-        dram_gbps,
-    };
+    let gpu = |dram_gbps| cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps };
     let cl3 = Layer::new("3,0").unwrap();
-    assert_eq!(
-        cuda::RowVariant::default_for(&cl3, gpu(3350.0)),
-        cuda::RowVariant::Dynamic,
-        "H100-class DRAM"
-    );
-    assert_eq!(
-        cuda::RowVariant::default_for(&cl3, gpu(4800.0)),
-        cuda::RowVariant::Staged,
-        "H200-class DRAM"
-    );
-    assert_eq!(
-        cuda::RowVariant::default_for(&cl3, gpu(0.0)),
-        cuda::RowVariant::Staged,
-        "DRAM rate unknown"
-    );
-    assert_eq!(
-        cuda::RowVariant::default_for(&Layer::new("1,3").unwrap(), gpu(3350.0)),
-        cuda::RowVariant::Rows,
-        "16 blades"
-    );
+    assert_eq!(cuda::RowVariant::default_for(&cl3, gpu(3350.0)), cuda::RowVariant::Dynamic, "H100-class DRAM");
+    assert_eq!(cuda::RowVariant::default_for(&cl3, gpu(4800.0)), cuda::RowVariant::Staged, "H200-class DRAM");
+    assert_eq!(cuda::RowVariant::default_for(&cl3, gpu(0.0)), cuda::RowVariant::Staged, "DRAM rate unknown");
+    assert_eq!(cuda::RowVariant::default_for(&Layer::new("1,3").unwrap(), gpu(3350.0)), cuda::RowVariant::Rows, "16 blades");
 }

@@ -38,13 +38,7 @@ pub enum FcVariant {
 }
 
 impl FcVariant {
-    pub const ALL: [FcVariant; 5] = [
-        FcVariant::Tile,
-        FcVariant::Gemm,
-        FcVariant::Blas,
-        FcVariant::Wgmma,
-        FcVariant::Cluster,
-    ];
+    pub const ALL: [FcVariant; 5] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas, FcVariant::Wgmma, FcVariant::Cluster];
     /// `EMBER_CLIFFORD_FC=tile|gemm|blas|wgmma|cluster`; otherwise the default.
     pub fn selected() -> FcVariant {
         match std::env::var("EMBER_CLIFFORD_FC").as_deref() {
@@ -116,14 +110,7 @@ pub fn config(t: &Tables) -> Option<Fc2Cfg> {
                 slots.push(t.pairs.iter().position(|pr| pr.blade == j && pr.path == p));
             }
         }
-        grades.push(GradeCfg {
-            grade: g,
-            c,
-            j0: range.start,
-            paths,
-            bw: if c == 1 { 2 } else { 1 },
-            slots,
-        });
+        grades.push(GradeCfg { grade: g, c, j0: range.start, paths, bw: if c == 1 { 2 } else { 1 }, slots });
     }
     let smem = 2 * grades.iter().map(GradeCfg::stage_bytes).max()?;
     if smem > SMEM_MAX {
@@ -132,10 +119,7 @@ pub fn config(t: &Tables) -> Option<Fc2Cfg> {
     // Heavier grades first within a group.
     let mut order: Vec<&GradeCfg> = grades.iter().collect();
     order.sort_by_key(|g| std::cmp::Reverse(g.c * g.paths.len()));
-    let subs = order
-        .iter()
-        .flat_map(|g| (0..GROUP / g.bt()).map(move |i| (g.grade, i * g.bt())))
-        .collect();
+    let subs = order.iter().flat_map(|g| (0..GROUP / g.bt()).map(move |i| (g.grade, i * g.bt()))).collect();
     Some(Fc2Cfg { grades, subs, smem })
 }
 
@@ -157,30 +141,20 @@ pub(super) fn chain(vals: &[usize], var: &str) -> String {
 }
 
 fn fc2_source(layer: &Layer) -> Result<KernelSource> {
-    let cfg = config(layer.tables())
-        .ok_or_else(|| Error::Unsupported(format!("fc v2 for {}", layer.name())))?;
+    let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v2 for {}", layer.name())))?;
     source(layer, "fc2", || {
         let mut s = prefix(layer, &[Prog::Terms])?;
         s.push_str(&format!("#define F2_SUBS {}\n", cfg.subs.len()));
         let sg: Vec<usize> = cfg.subs.iter().map(|s| s.0).collect();
         let so: Vec<usize> = cfg.subs.iter().map(|s| s.1).collect();
-        s.push_str(&format!(
-            "__device__ __forceinline__ int f2_sub_grade(int s) {{ return {}; }}\n",
-            chain(&sg, "s")
-        ));
-        s.push_str(&format!(
-            "__device__ __forceinline__ int f2_sub_off(int s) {{ return {}; }}\n",
-            chain(&so, "s")
-        ));
+        s.push_str(&format!("__device__ __forceinline__ int f2_sub_grade(int s) {{ return {}; }}\n", chain(&sg, "s")));
+        s.push_str(&format!("__device__ __forceinline__ int f2_sub_off(int s) {{ return {}; }}\n", chain(&so, "s")));
         s.push_str("template <int G> struct f2g;\n");
         let mut sw = String::from("#define F2_SWITCH(g, CALL) switch (g) {");
         for g in &cfg.grades {
             let p = g.paths.len();
             s.push_str(&format!("template <> struct f2g<{}> {{\n    static constexpr int C = {}, P = {p}, J0 = {}, BW = {};\n", g.grade, g.c, g.j0, g.bw));
-            s.push_str(&format!(
-                "    __device__ static __forceinline__ int path(int pp) {{ return {}; }}\n",
-                chain(&g.paths, "pp")
-            ));
+            s.push_str(&format!("    __device__ static __forceinline__ int path(int pp) {{ return {}; }}\n", chain(&g.paths, "pp")));
             s.push_str(&format!("    __device__ static __forceinline__ void pick(const float (&t)[CL_NT], float (&a)[{}]) {{\n", g.slots.len()));
             for (i, q) in g.slots.iter().enumerate() {
                 match q {
@@ -210,18 +184,8 @@ fn opts(dt: DType, prep: bool, vec: bool, d_f32: bool) -> Vec<String> {
 /// The forward product into `dst` (M × B × N_out, f32 when `d_f32`, else `dt`) from plan buffers
 /// x = 0, y = 1, w = 2. `vec`: x and y may be read as pairs of channels (N even, 4-byte aligned).
 #[allow(clippy::too_many_arguments)]
-pub fn plan_forward(
-    plan: &mut Plan,
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    dst: usize,
-    d_f32: bool,
-    vec: bool,
-) -> Result<()> {
-    let cfg = config(layer.tables())
-        .ok_or_else(|| Error::Unsupported(format!("fc v2 for {}", layer.name())))?;
+pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, vec: bool) -> Result<()> {
+    let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v2 for {}", layer.name())))?;
     let src = fc2_source(layer)?;
     let (npad, mpad) = (dims.n.div_ceil(16) * 16, n_out.div_ceil(COLS) * COLS);
     let p = layer.paths();
@@ -231,39 +195,13 @@ pub fn plan_forward(
     let sizes = [p, dims.n, n_out, npad, mpad].map(|v| Arg::I64(v as i64));
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
     args.extend(sizes);
-    plan.launch(launch(
-        src,
-        opts(dt, true, false, false),
-        (prep_grid, 1, 1),
-        0,
-        args,
-        "clifford_fc2_prep",
-    ));
+    plan.launch(launch(src, opts(dt, true, false, false), (prep_grid, 1, 1), 0, args, "clifford_fc2_prep"));
     let groups = dims.b.div_ceil(GROUP);
-    let gy = u32::try_from(groups * cfg.subs.len())
-        .ok()
-        .filter(|&v| v <= 65535)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "x".into(),
-            what: format!("{} batch rows", dims.b),
-        })?;
-    let gx = u32::try_from(mpad / COLS)
-        .ok()
-        .filter(|&v| v <= i32::MAX as u32)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "w".into(),
-            what: format!("{n_out} output channels"),
-        })?;
+    let gy = u32::try_from(groups * cfg.subs.len()).ok().filter(|&v| v <= 65535).ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{} batch rows", dims.b) })?;
+    let gx = u32::try_from(mpad / COLS).ok().filter(|&v| v <= i32::MAX as u32).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{n_out} output channels") })?;
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(wt), Arg::Buf(dst)];
     args.extend([dims.b, dims.n, n_out, npad, mpad].map(|v| Arg::I64(v as i64)));
-    plan.launch(launch(
-        src,
-        opts(dt, false, vec, d_f32),
-        (gx, gy, 1),
-        cfg.smem,
-        args,
-        "clifford_fc2",
-    ));
+    plan.launch(launch(src, opts(dt, false, vec, d_f32), (gx, gy, 1), cfg.smem, args, "clifford_fc2"));
     Ok(())
 }
 
@@ -273,16 +211,10 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
         return Ok(Vec::new());
     }
     let src = fc2_source(layer)?;
-    let mut out = vec![KernelBuild {
-        source: src,
-        options: opts(dt, true, false, false),
-    }];
+    let mut out = vec![KernelBuild { source: src, options: opts(dt, true, false, false) }];
     for vec in [false, true] {
         for d_f32 in [false, true] {
-            out.push(KernelBuild {
-                source: src,
-                options: opts(dt, false, vec, d_f32),
-            });
+            out.push(KernelBuild { source: src, options: opts(dt, false, vec, d_f32) });
         }
     }
     Ok(out)

@@ -89,10 +89,7 @@ pub fn config(t: &Tables) -> Option<Fc3Cfg> {
             return None;
         }
         for j in t.alg.grade_range(g) {
-            by_paths
-                .entry(paths.len())
-                .or_default()
-                .push((j, paths.clone()));
+            by_paths.entry(paths.len()).or_default().push((j, paths.clone()));
         }
     }
     let mut types = Vec::new();
@@ -110,19 +107,8 @@ pub fn config(t: &Tables) -> Option<Fc3Cfg> {
                 .iter()
                 .map(|(j, paths)| RowBlock {
                     blade: *j,
-                    terms: paths
-                        .iter()
-                        .map(|&p| t.pairs.iter().position(|pr| pr.blade == *j && pr.path == p))
-                        .collect(),
-                    btiles: paths
-                        .iter()
-                        .map(|p| {
-                            bpaths
-                                .iter()
-                                .position(|q| q == p)
-                                .expect("path of the type")
-                        })
-                        .collect(),
+                    terms: paths.iter().map(|&p| t.pairs.iter().position(|pr| pr.blade == *j && pr.path == p)).collect(),
+                    btiles: paths.iter().map(|p| bpaths.iter().position(|q| q == p).expect("path of the type")).collect(),
                 })
                 .collect();
             types.push(TypeCfg { rbs, pr, bpaths });
@@ -131,11 +117,7 @@ pub fn config(t: &Tables) -> Option<Fc3Cfg> {
     let stage = types.iter().map(TypeCfg::stage_bytes).max()?;
     let smem = STAGES * stage;
     let staged = 2 * stage + 2 * raw_bytes(t.m());
-    (smem <= SMEM_MAX).then_some(Fc3Cfg {
-        types,
-        smem,
-        smem_staged: (staged <= SMEM_MAX).then_some(staged),
-    })
+    (smem <= SMEM_MAX).then_some(Fc3Cfg { types, smem, smem_staged: (staged <= SMEM_MAX).then_some(staged) })
 }
 
 /// Whether v3 can run the forward of `layer` in `dt` (the caller also needs an sm_90a device).
@@ -163,14 +145,8 @@ fn wgmma_fns() -> String {
     );
     for nc in (8..=COLS).step_by(8) {
         let (r, r1) = (nc / 2, nc / 2 + 1);
-        let regs = (0..r)
-            .map(|i| format!("%{i}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let outs = (0..r)
-            .map(|i| format!("\"+f\"(d[{i}])"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let regs = (0..r).map(|i| format!("%{i}")).collect::<Vec<_>>().join(", ");
+        let outs = (0..r).map(|i| format!("\"+f\"(d[{i}])")).collect::<Vec<_>>().join(", ");
         s.push_str(&format!(
             "template <> __device__ __forceinline__ void f3_wgmma<{nc}>(float (&d)[{r}], u64 da, u64 db) {{\n    asm volatile(\"wgmma.mma_async.sync.aligned.m64n{nc}k16.f32.\" F3_WG_TY \".\" F3_WG_TY \" {{{regs}}}, %{r}, %{r1}, 1, 1, 1, 0, 0;\\n\"\n                 : {outs}\n                 : \"l\"(da), \"l\"(db));\n}}\n"
         ));
@@ -185,14 +161,10 @@ pub fn arch_has_wgmma(arch: &str) -> bool {
 }
 
 fn fc3_source(layer: &Layer) -> Result<KernelSource> {
-    let cfg = config(layer.tables())
-        .ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
+    let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     source(layer, "fc3", || {
         let mut s = prefix(layer, &[Prog::TermsRaw, Prog::FcGate])?;
-        s.push_str(&format!(
-            "#define F3_TYPES {}\ntemplate <int T> struct f3t;\n",
-            cfg.types.len()
-        ));
+        s.push_str(&format!("#define F3_TYPES {}\ntemplate <int T> struct f3t;\n", cfg.types.len()));
         let mut sw = String::from("#define F3_SWITCH(t, CALL) switch (t) {");
         for (i, ty) in cfg.types.iter().enumerate() {
             let ns = ty.rbs.len() * ty.pr;
@@ -203,24 +175,11 @@ fn fc3_source(layer: &Layer) -> Result<KernelSource> {
                 ty.bpaths.len()
             ));
             let blades: Vec<usize> = ty.rbs.iter().map(|r| r.blade).collect();
-            let btiles: Vec<usize> = ty
-                .rbs
-                .iter()
-                .flat_map(|r| r.btiles.iter().copied())
-                .collect();
-            s.push_str(&format!(
-                "    __device__ static __forceinline__ int blade(int rb) {{ return {}; }}\n",
-                chain(&blades, "rb")
-            ));
-            s.push_str(&format!(
-                "    __device__ static __forceinline__ int bpath(int i) {{ return {}; }}\n",
-                chain(&ty.bpaths, "i")
-            ));
+            let btiles: Vec<usize> = ty.rbs.iter().flat_map(|r| r.btiles.iter().copied()).collect();
+            s.push_str(&format!("    __device__ static __forceinline__ int blade(int rb) {{ return {}; }}\n", chain(&blades, "rb")));
+            s.push_str(&format!("    __device__ static __forceinline__ int bpath(int i) {{ return {}; }}\n", chain(&ty.bpaths, "i")));
             // constexpr: fc3.cu folds btile of a compile-time slot to a constant (f3_btile).
-            s.push_str(&format!(
-                "    __device__ static constexpr int btile(int s) {{ return {}; }}\n",
-                chain(&btiles, "s")
-            ));
+            s.push_str(&format!("    __device__ static constexpr int btile(int s) {{ return {}; }}\n", chain(&btiles, "s")));
             s.push_str(&format!("    __device__ static __forceinline__ void pick(const float (&t)[CL_NT], float (&a)[{ns}]) {{\n"));
             for (k, q) in ty.rbs.iter().flat_map(|r| r.terms.iter()).enumerate() {
                 match q {
@@ -248,14 +207,7 @@ enum Pass {
 
 /// Build options; `cols` = (CW, CN), the product's two tile widths (the passes take none);
 /// `cluster`: the types of a row block share the staged loads (`F3_CLUSTER`).
-fn opts(
-    dt: DType,
-    pass: Pass,
-    load: Load,
-    d_f32: bool,
-    cols: Option<(usize, usize)>,
-    cluster: bool,
-) -> Vec<String> {
+fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usize)>, cluster: bool) -> Vec<String> {
     let mut o = vec![
         dtype_opt(dt),
         format!("-DF3_BF16={}", u8::from(dt == DType::BF16)),
@@ -284,19 +236,8 @@ fn cluster_fits(cfg: &Fc3Cfg) -> bool {
 /// a multiple of 8 can stage them by cp.async and a multiple of 4 read them as quads. `cluster`:
 /// the staged loads shared by the types of a row block (where they are staged and it fits).
 #[allow(clippy::too_many_arguments)]
-pub fn plan_forward(
-    plan: &mut Plan,
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    dst: usize,
-    d_f32: bool,
-    aligned: bool,
-    cluster: bool,
-) -> Result<()> {
-    let cfg = config(layer.tables())
-        .ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
+pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, aligned: bool, cluster: bool) -> Result<()> {
+    let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     let src = fc3_source(layer)?;
     let nch = dims.n.div_ceil(16);
     let (cw, cn, nw, nct) = col_tiles(n_out);
@@ -309,45 +250,15 @@ pub fn plan_forward(
     let gate_blocks = blocks("x", dims.b * dims.n, 256)?.min(8192);
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
     args.extend([p, dims.n, n_out, nch, nct, cw, cn, nw].map(|v| Arg::I64(v as i64)));
-    args.extend([
-        Arg::Buf(0),
-        Arg::Buf(1),
-        Arg::Buf(gates),
-        Arg::I64((dims.b * dims.n) as i64),
-        Arg::I64(weight_blocks as i64),
-    ]);
+    args.extend([Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64), Arg::I64(weight_blocks as i64)]);
     let prep_grid = (weight_blocks + gate_blocks, 1, 1);
-    plan.launch(Launch {
-        src,
-        opts: opts(dt, Pass::Prep, Load::Scalar, false, None, false),
-        entry: "cl_kernel".into(),
-        grid: prep_grid,
-        block: 256,
-        smem: 0,
-        args,
-        name: "clifford_fc3_prep",
-    });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Prep, Load::Scalar, false, None, false), entry: "cl_kernel".into(), grid: prep_grid, block: 256, smem: 0, args, name: "clifford_fc3_prep" });
     let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
         .ok()
         .filter(|&v| v <= 65535)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "x".into(),
-            what: format!("{} batch rows", dims.b),
-        })?;
-    let gx = u32::try_from(nct)
-        .ok()
-        .filter(|&v| v <= i32::MAX as u32)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "w".into(),
-            what: format!("{n_out} output channels"),
-        })?;
-    let mut args = vec![
-        Arg::Buf(0),
-        Arg::Buf(1),
-        Arg::Buf(wt),
-        Arg::Buf(gates),
-        Arg::Buf(dst),
-    ];
+        .ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{} batch rows", dims.b) })?;
+    let gx = u32::try_from(nct).ok().filter(|&v| v <= i32::MAX as u32).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{n_out} output channels") })?;
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(wt), Arg::Buf(gates), Arg::Buf(dst)];
     args.extend([dims.b, dims.n, n_out, nch, nct, nw].map(|v| Arg::I64(v as i64)));
     let (load, smem) = match cfg.smem_staged {
         Some(sm) if aligned && dims.n.is_multiple_of(8) => (Load::Staged, sm),
@@ -355,21 +266,8 @@ pub fn plan_forward(
         _ => (Load::Scalar, cfg.smem),
     };
     let cluster = cluster && load == Load::Staged && cluster_fits(&cfg);
-    let name = if cluster {
-        "clifford_fc3_cluster"
-    } else {
-        "clifford_fc3"
-    };
-    plan.launch(Launch {
-        src,
-        opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn)), cluster),
-        entry: "cl_kernel".into(),
-        grid: (gx, gy, 1),
-        block: THREADS,
-        smem,
-        args,
-        name,
-    });
+    let name = if cluster { "clifford_fc3_cluster" } else { "clifford_fc3" };
+    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn)), cluster), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name });
     Ok(())
 }
 
@@ -379,29 +277,17 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
         return Ok(Vec::new());
     }
     let src = fc3_source(layer)?;
-    let mut out = vec![KernelBuild {
-        source: src,
-        options: opts(dt, Pass::Prep, Load::Scalar, false, None, false),
-    }];
+    let mut out = vec![KernelBuild { source: src, options: opts(dt, Pass::Prep, Load::Scalar, false, None, false) }];
     let staged = config(layer.tables()).is_some_and(|c| c.smem_staged.is_some());
     let clustered = config(layer.tables()).is_some_and(|c| cluster_fits(&c));
     // Tile widths of N_out = 512 (176 and 168: two instantiations per type) and of a multiple of 192.
     let (cw, cn, _, _) = col_tiles(512);
-    for load in [Load::Scalar, Load::Quads, Load::Staged]
-        .into_iter()
-        .filter(|&l| l != Load::Staged || staged)
-    {
+    for load in [Load::Scalar, Load::Quads, Load::Staged].into_iter().filter(|&l| l != Load::Staged || staged) {
         for d_f32 in [false, true] {
             for cols in [(cw, cn), (COLS, COLS)] {
-                out.push(KernelBuild {
-                    source: src,
-                    options: opts(dt, Pass::Product, load, d_f32, Some(cols), false),
-                });
+                out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), false) });
                 if load == Load::Staged && clustered {
-                    out.push(KernelBuild {
-                        source: src,
-                        options: opts(dt, Pass::Product, load, d_f32, Some(cols), true),
-                    });
+                    out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), true) });
                 }
             }
         }
@@ -422,10 +308,7 @@ mod tests {
         assert_eq!(col_tiles(200), (104, 96, 1, 2));
         for n_out in 1..2000 {
             let (cw, cn, nw, nct) = col_tiles(n_out);
-            assert!(
-                cw % 8 == 0 && cn % 8 == 0 && cn > 0 && cw <= COLS && (cw == cn || cw == cn + 8),
-                "{n_out}"
-            );
+            assert!(cw % 8 == 0 && cn % 8 == 0 && cn > 0 && cw <= COLS && (cw == cn || cw == cn + 8), "{n_out}");
             assert!(nw < nct && nct == n_out.div_ceil(COLS), "{n_out}");
             let total = nw * cw + (nct - nw) * cn;
             assert!(total >= n_out && total < n_out + 8, "{n_out}: {total}");
@@ -437,18 +320,11 @@ mod tests {
     fn cl30_types_cover_every_blade_once() {
         let layer = Layer::new("3,0").unwrap();
         let cfg = config(layer.tables()).expect("Cl(3,0) fits");
-        let mut blades: Vec<usize> = cfg
-            .types
-            .iter()
-            .flat_map(|t| t.rbs.iter().map(|r| r.blade))
-            .collect();
+        let mut blades: Vec<usize> = cfg.types.iter().flat_map(|t| t.rbs.iter().map(|r| r.blade)).collect();
         blades.sort_unstable();
         assert_eq!(blades, (0..8).collect::<Vec<_>>());
         assert_eq!(cfg.types.len(), 3);
-        assert!(cfg.types.iter().all(|t| t
-            .rbs
-            .iter()
-            .all(|r| r.terms.len() == t.pr && r.btiles.len() == t.pr)));
+        assert!(cfg.types.iter().all(|t| t.rbs.iter().all(|r| r.terms.len() == t.pr && r.btiles.len() == t.pr)));
         assert!(cfg.smem <= SMEM_MAX, "{} bytes", cfg.smem);
         // Each row block's slots name terms of its own blade only.
         let t = layer.tables();

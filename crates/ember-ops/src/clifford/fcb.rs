@@ -94,41 +94,22 @@ pub fn layout(t: &Tables) -> Result<Layout> {
     for g in 0..t.ng() {
         let range = t.alg.grade_range(g);
         if range.start != grades.last().map_or(0, |m: &GradeMat| m.j0 + m.c) {
-            return Err(Error::invalid(
-                "layer",
-                format!("{}: blades are not grade-ordered", t.alg),
-            ));
+            return Err(Error::invalid("layer", format!("{}: blades are not grade-ordered", t.alg)));
         }
         let paths: Vec<usize> = (0..t.p()).filter(|&p| t.paths[p].go == g).collect();
         // Every grade is reached (at least by scalar · grade g), so no GEMM is empty.
         if paths.is_empty() {
-            return Err(Error::invalid(
-                "layer",
-                format!("{}: no path reaches grade {g}", t.alg),
-            ));
+            return Err(Error::invalid("layer", format!("{}: no path reaches grade {g}", t.alg)));
         }
-        let m = GradeMat {
-            j0: range.start,
-            c: range.len(),
-            q0: path_of.len(),
-            s0,
-            paths: paths.clone(),
-        };
+        let m = GradeMat { j0: range.start, c: range.len(), q0: path_of.len(), s0, paths: paths.clone() };
         s0 += m.c * paths.len();
         path_of.extend(paths);
         grades.push(m);
     }
     if path_of.len() != t.p() || grades.last().map(|m| m.j0 + m.c) != Some(t.m()) {
-        return Err(Error::invalid(
-            "layer",
-            format!("{}: paths or blades do not cover the algebra", t.alg),
-        ));
+        return Err(Error::invalid("layer", format!("{}: paths or blades do not cover the algebra", t.alg)));
     }
-    Ok(Layout {
-        grades,
-        path_of,
-        slots: s0,
-    })
+    Ok(Layout { grades, path_of, slots: s0 })
 }
 
 fn fcb_source(layer: &Layer, kind: u8) -> Result<KernelSource> {
@@ -143,25 +124,14 @@ fn fcb_source(layer: &Layer, kind: u8) -> Result<KernelSource> {
         let mut s = prefix(layer, progs)?;
         s.push_str(&format!("#define FB_P {}\n", t.p()));
         let list: Vec<String> = lay.path_of.iter().map(|p| p.to_string()).collect();
-        s.push_str(&format!(
-            "__constant__ int fb_path[{}] = {{{}}};\n",
-            t.p(),
-            list.join(", ")
-        ));
-        let (mut slots, mut zeros) = (
-            String::from("#define FB_SLOTS(X)"),
-            String::from("#define FB_ZEROS(X)"),
-        );
+        s.push_str(&format!("__constant__ int fb_path[{}] = {{{}}};\n", t.p(), list.join(", ")));
+        let (mut slots, mut zeros) = (String::from("#define FB_SLOTS(X)"), String::from("#define FB_ZEROS(X)"));
         for g in &lay.grades {
             let pg = g.paths.len();
             for jj in 0..g.c {
                 for (pp, &p) in g.paths.iter().enumerate() {
                     let c1 = g.s0 + jj * pg;
-                    match t
-                        .pairs
-                        .iter()
-                        .position(|pr| pr.blade == g.j0 + jj && pr.path == p)
-                    {
+                    match t.pairs.iter().position(|pr| pr.blade == g.j0 + jj && pr.path == p) {
                         Some(q) => slots.push_str(&format!(" X({q}, {c1}, {pg}, {pp})")),
                         None => zeros.push_str(&format!(" X({c1}, {pg}, {pp})")),
                     }
@@ -185,13 +155,7 @@ fn grid(arg: &str, items: usize) -> Result<(u32, u32, u32)> {
 }
 
 fn elems(dims: &[usize], what: &str) -> Result<usize> {
-    dims.iter()
-        .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .filter(|&v| v.checked_mul(4).is_some())
-        .ok_or_else(|| Error::TooLarge {
-            arg: "x".into(),
-            what: format!("{what} of {dims:?} elements"),
-        })
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).filter(|&v| v.checked_mul(4).is_some()).ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{what} of {dims:?} elements") })
 }
 
 /// The workspace layout of `layer` and the workspace's element count, after the checks both plans
@@ -199,28 +163,14 @@ fn elems(dims: &[usize], what: &str) -> Result<usize> {
 /// K = N_out).
 fn checked_layout(layer: &Layer, dims: Dims, n_out: usize, what: &str) -> Result<(Layout, usize)> {
     if !applies(layer) {
-        return Err(Error::Unsupported(format!(
-            "{what} of the fully connected product in {} (more than 16 blades)",
-            layer.name()
-        )));
+        return Err(Error::Unsupported(format!("{what} of the fully connected product in {} (more than 16 blades)", layer.name())));
     }
     let t = layer.tables();
     let lay = layout(t)?;
     let (b, n) = (dims.b, dims.n);
-    let widest = lay
-        .grades
-        .iter()
-        .map(|m| (m.c * b).max(m.paths.len() * n))
-        .max()
-        .unwrap_or(0)
-        .max(n_out);
+    let widest = lay.grades.iter().map(|m| (m.c * b).max(m.paths.len() * n)).max().unwrap_or(0).max(n_out);
     if widest > i32::MAX as usize {
-        return Err(Error::TooLarge {
-            arg: "x".into(),
-            what: format!(
-                "a GEMM dimension of {widest} (blades·B or paths·N_in) exceeds cuBLAS's i32"
-            ),
-        });
+        return Err(Error::TooLarge { arg: "x".into(), what: format!("a GEMM dimension of {widest} (blades·B or paths·N_in) exceeds cuBLAS's i32") });
     }
     let ws = elems(&[lay.slots, b, n], "the path-term workspace")?;
     elems(&[t.p(), n, n_out], "the weights")?;
@@ -230,16 +180,7 @@ fn checked_layout(layer: &Layer, dims: Dims, n_out: usize, what: &str) -> Result
 /// The GEMM backward into plan buffers d_x, d_y (activation type), d_w (f32) from x = 0, y = 1,
 /// w = 2 and the product's gradient `g` (buffer; f32 when `g_f32`, else the activation type).
 #[allow(clippy::too_many_arguments)]
-pub fn plan_backward(
-    plan: &mut Plan,
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    g: usize,
-    g_f32: bool,
-    (dx, dy, dw): (usize, usize, usize),
-) -> Result<()> {
+pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, g: usize, g_f32: bool, (dx, dy, dw): (usize, usize, usize)) -> Result<()> {
     let (lay, ws) = checked_layout(layer, dims, n_out, "the GEMM backward")?;
     let (b, n, p) = (dims.b, dims.n, layer.tables().p());
     // The product's gradient in the GEMMs' operand type.
@@ -247,30 +188,14 @@ pub fn plan_backward(
         let len = dims.m * b * n_out;
         let h = plan.alloc(&[dims.m, b, n_out], dt);
         let args = vec![Arg::Buf(g), Arg::Buf(h), Arg::I64(len as i64)];
-        plan.launch(Launch {
-            src: SUMS,
-            opts: vec![],
-            entry: format!("cl_round_{}", dt.name()),
-            grid: grid("x", len)?,
-            block: THREADS as u32,
-            smem: 0,
-            args,
-            name: "clifford_fcb_round_g",
-        });
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_round_{}", dt.name()), grid: grid("x", len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_round_g" });
         h
     } else {
         g
     };
     let nm = n * n_out;
     let wg = plan.alloc(&[p, n, n_out], dt);
-    plan.launch(launch(
-        fcb_source(layer, 1)?,
-        opts(dt, 1),
-        grid("w", p * nm)?,
-        0,
-        vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)],
-        "clifford_fcb_weights",
-    ));
+    plan.launch(launch(fcb_source(layer, 1)?, opts(dt, 1), grid("w", p * nm)?, 0, vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)], "clifford_fcb_weights"));
     let tt = plan.alloc(&[ws], dt);
     // dT stays f32: the VJP sums up to 44 (path, blade) products per element, and with few
     // channels those sums cancel enough that dT rounded to bf16 put d_x 3.6e-2 off the reference
@@ -279,75 +204,20 @@ pub fn plan_backward(
     let sizes = [Arg::I64(b as i64), Arg::I64(n as i64)];
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(tt)];
     args.extend(sizes);
-    plan.launch(launch(
-        fcb_source(layer, 3)?,
-        opts(dt, 3),
-        grid("x", b * n)?,
-        0,
-        args,
-        "clifford_fcb_terms",
-    ));
+    plan.launch(launch(fcb_source(layer, 3)?, opts(dt, 3), grid("x", b * n)?, 0, args, "clifford_fcb_terms"));
     let dwg = plan.alloc(&[p, n, n_out], DType::F32);
     for m in &lay.grades {
         let (rows, cols) = (m.c * b, m.paths.len() * n);
         let (t_off, g_off, w_off) = (m.s0 * b * n, m.j0 * b * n_out, m.q0 * nm);
-        let data = GemmDesc {
-            ab: dt,
-            c: DType::F32,
-            ta: false,
-            tb: true,
-            m: rows,
-            n: cols,
-            k: n_out,
-            beta: 0.0,
-        };
-        plan.gemm(Gemm {
-            desc: data,
-            a: (go, g_off),
-            b: (wg, w_off),
-            c: (dtt, t_off),
-        });
-        let weight = GemmDesc {
-            ab: dt,
-            c: DType::F32,
-            ta: true,
-            tb: false,
-            m: cols,
-            n: n_out,
-            k: rows,
-            beta: 0.0,
-        };
-        plan.gemm(Gemm {
-            desc: weight,
-            a: (tt, t_off),
-            b: (go, g_off),
-            c: (dwg, w_off),
-        });
+        let data = GemmDesc { ab: dt, c: DType::F32, ta: false, tb: true, m: rows, n: cols, k: n_out, beta: 0.0 };
+        plan.gemm(Gemm { desc: data, a: (go, g_off), b: (wg, w_off), c: (dtt, t_off) });
+        let weight = GemmDesc { ab: dt, c: DType::F32, ta: true, tb: false, m: cols, n: n_out, k: rows, beta: 0.0 };
+        plan.gemm(Gemm { desc: weight, a: (tt, t_off), b: (go, g_off), c: (dwg, w_off) });
     }
-    let mut args = vec![
-        Arg::Buf(0),
-        Arg::Buf(1),
-        Arg::Buf(dtt),
-        Arg::Buf(dx),
-        Arg::Buf(dy),
-    ];
+    let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(dtt), Arg::Buf(dx), Arg::Buf(dy)];
     args.extend(sizes);
-    plan.launch(launch(
-        fcb_source(layer, 4)?,
-        opts(dt, 4),
-        grid("x", b * n)?,
-        0,
-        args,
-        "clifford_fcb_vjp",
-    ));
-    plan.launch(launch(
-        fcb_source(layer, 2)?,
-        opts(DType::F32, 2),
-        grid("w", p * nm)?,
-        0,
-        vec![Arg::Buf(dwg), Arg::Buf(dw), Arg::I64(nm as i64)],
-        "clifford_fcb_dw",
-    ));
+    plan.launch(launch(fcb_source(layer, 4)?, opts(dt, 4), grid("x", b * n)?, 0, args, "clifford_fcb_vjp"));
+    plan.launch(launch(fcb_source(layer, 2)?, opts(DType::F32, 2), grid("w", p * nm)?, 0, vec![Arg::Buf(dwg), Arg::Buf(dw), Arg::I64(nm as i64)], "clifford_fcb_dw"));
     Ok(())
 }
 
@@ -355,61 +225,19 @@ pub fn plan_backward(
 /// comparison with fc2, which keeps them on chip): o = T_G · W_G per grade (K = P_G·N_in) into `dst`
 /// (M × B × N_out; f32 when `d_f32`, else the activation type) from x = 0, y = 1, w = 2.
 #[allow(clippy::too_many_arguments)]
-pub fn plan_forward(
-    plan: &mut Plan,
-    layer: &Layer,
-    dims: Dims,
-    n_out: usize,
-    dt: DType,
-    dst: usize,
-    d_f32: bool,
-) -> Result<()> {
+pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool) -> Result<()> {
     let (lay, ws) = checked_layout(layer, dims, n_out, "the cuBLAS forward")?;
     let (b, n, p) = (dims.b, dims.n, layer.tables().p());
     let nm = n * n_out;
     let wg = plan.alloc(&[p, n, n_out], dt);
-    plan.launch(launch(
-        fcb_source(layer, 1)?,
-        opts(dt, 1),
-        grid("w", p * nm)?,
-        0,
-        vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)],
-        "clifford_fcb_weights",
-    ));
+    plan.launch(launch(fcb_source(layer, 1)?, opts(dt, 1), grid("w", p * nm)?, 0, vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)], "clifford_fcb_weights"));
     let tt = plan.alloc(&[ws], dt);
-    plan.launch(launch(
-        fcb_source(layer, 3)?,
-        opts(dt, 3),
-        grid("x", b * n)?,
-        0,
-        vec![
-            Arg::Buf(0),
-            Arg::Buf(1),
-            Arg::Buf(tt),
-            Arg::I64(b as i64),
-            Arg::I64(n as i64),
-        ],
-        "clifford_fcb_terms",
-    ));
+    plan.launch(launch(fcb_source(layer, 3)?, opts(dt, 3), grid("x", b * n)?, 0, vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(tt), Arg::I64(b as i64), Arg::I64(n as i64)], "clifford_fcb_terms"));
     let c = if d_f32 { DType::F32 } else { dt };
     for m in &lay.grades {
         let (rows, k) = (m.c * b, m.paths.len() * n);
-        let desc = GemmDesc {
-            ab: dt,
-            c,
-            ta: false,
-            tb: false,
-            m: rows,
-            n: n_out,
-            k,
-            beta: 0.0,
-        };
-        plan.gemm(Gemm {
-            desc,
-            a: (tt, m.s0 * b * n),
-            b: (wg, m.q0 * nm),
-            c: (dst, m.j0 * b * n_out),
-        });
+        let desc = GemmDesc { ab: dt, c, ta: false, tb: false, m: rows, n: n_out, k, beta: 0.0 };
+        plan.gemm(Gemm { desc, a: (tt, m.s0 * b * n), b: (wg, m.q0 * nm), c: (dst, m.j0 * b * n_out) });
     }
     Ok(())
 }
@@ -419,16 +247,10 @@ pub fn kernels(layer: &Layer) -> Result<Vec<KernelBuild>> {
     if !applies(layer) {
         return Ok(Vec::new());
     }
-    let mut out = vec![KernelBuild {
-        source: fcb_source(layer, 2)?,
-        options: opts(DType::F32, 2),
-    }];
+    let mut out = vec![KernelBuild { source: fcb_source(layer, 2)?, options: opts(DType::F32, 2) }];
     for dt in DType::ACTIVATIONS {
         for kind in [1, 3, 4] {
-            out.push(KernelBuild {
-                source: fcb_source(layer, kind)?,
-                options: opts(dt, kind),
-            });
+            out.push(KernelBuild { source: fcb_source(layer, kind)?, options: opts(dt, kind) });
         }
     }
     Ok(out)
@@ -449,15 +271,8 @@ mod tests {
             seen.sort();
             assert_eq!(seen, (0..t.p()).collect::<Vec<_>>(), "{spec}");
             for (g, m) in lay.grades.iter().enumerate() {
-                assert_eq!(
-                    &lay.path_of[m.q0..m.q0 + m.paths.len()],
-                    &m.paths[..],
-                    "{spec} grade {g}"
-                );
-                assert!(
-                    m.paths.iter().all(|&p| t.paths[p].go == g),
-                    "{spec} grade {g}"
-                );
+                assert_eq!(&lay.path_of[m.q0..m.q0 + m.paths.len()], &m.paths[..], "{spec} grade {g}");
+                assert!(m.paths.iter().all(|&p| t.paths[p].go == g), "{spec} grade {g}");
                 assert_eq!(t.alg.grade_range(g), m.j0..m.j0 + m.c, "{spec} grade {g}");
             }
             // Every pair has a slot in its blade's grade; slots cover at least the pairs.
@@ -485,33 +300,15 @@ mod tests {
         let layer = Layer::new("3,0").unwrap();
         let dims = Dims { m: 8, b: 5, n: 7 };
         for (dt, norm) in [(DType::BF16, true), (DType::F32, false)] {
-            let plan = super::super::cuda::plan_fc_backward_variant(
-                &layer,
-                dims,
-                9,
-                dt,
-                norm,
-                FcBwdVariant::Gemm,
-            )
-            .unwrap();
+            let plan = super::super::cuda::plan_fc_backward_variant(&layer, dims, 9, dt, norm, FcBwdVariant::Gemm).unwrap();
             let names: Vec<&str> = plan.launches.iter().map(|l| l.name).collect();
-            let terms = names
-                .iter()
-                .position(|&n| n == "clifford_fcb_terms")
-                .unwrap();
+            let terms = names.iter().position(|&n| n == "clifford_fcb_terms").unwrap();
             let vjp = names.iter().position(|&n| n == "clifford_fcb_vjp").unwrap();
             // Two GEMMs per grade, all after the terms and before their VJP.
             assert_eq!(plan.gemms.len(), 2 * layer.grades());
-            assert!(
-                plan.gemm_at.iter().all(|&at| at == terms + 1 && at == vjp),
-                "{names:?} {:?}",
-                plan.gemm_at
-            );
+            assert!(plan.gemm_at.iter().all(|&at| at == terms + 1 && at == vjp), "{names:?} {:?}", plan.gemm_at);
             // Half types with the norm round the norm's f32 gradient first.
-            assert_eq!(
-                names.contains(&"clifford_fcb_round_g"),
-                dt != DType::F32 && norm
-            );
+            assert_eq!(names.contains(&"clifford_fcb_round_g"), dt != DType::F32 && norm);
             assert_eq!(plan.outputs.len(), 3);
         }
     }
@@ -520,13 +317,8 @@ mod tests {
     fn too_large_problems_are_errors_naming_the_argument() {
         let layer = Layer::new("3,0").unwrap();
         let mut plan = Plan::new(4);
-        let dims = Dims {
-            m: 8,
-            b: 1 << 29,
-            n: 1 << 20,
-        };
-        let e = plan_backward(&mut plan, &layer, dims, 4, DType::BF16, 3, false, (4, 5, 6))
-            .unwrap_err();
+        let dims = Dims { m: 8, b: 1 << 29, n: 1 << 20 };
+        let e = plan_backward(&mut plan, &layer, dims, 4, DType::BF16, 3, false, (4, 5, 6)).unwrap_err();
         assert!(e.to_string().contains("`x`"), "{e}");
         assert!(!applies(&Layer::new("2,2,1").unwrap()));
     }

@@ -64,28 +64,13 @@ impl Tables {
             for l in 0..alg.dim() {
                 let (s, k) = alg.product(i, l);
                 if s != 0 {
-                    let p = table
-                        .index(grade_of[i], grade_of[l], grade_of[k])
-                        .expect("nonzero product has a path");
+                    let p = table.index(grade_of[i], grade_of[l], grade_of[k]).expect("nonzero product has a path");
                     present[k][p] = true;
                 }
             }
         }
-        let pairs = (0..alg.dim())
-            .flat_map(|j| {
-                (0..paths.len())
-                    .filter(|&p| present[j][p])
-                    .map(move |p| Pair { blade: j, path: p })
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        Tables {
-            alg: alg.clone(),
-            paths,
-            table,
-            pairs,
-            grade_of,
-        }
+        let pairs = (0..alg.dim()).flat_map(|j| (0..paths.len()).filter(|&p| present[j][p]).map(move |p| Pair { blade: j, path: p }).collect::<Vec<_>>()).collect();
+        Tables { alg: alg.clone(), paths, table, pairs, grade_of }
     }
     pub fn m(&self) -> usize {
         self.alg.dim()
@@ -102,10 +87,7 @@ impl Tables {
 }
 
 fn ga(e: ember_ga::GaError) -> Error {
-    Error::invalid(
-        "algebra",
-        format!("generating the layer's program failed: {e}"),
-    )
+    Error::invalid("algebra", format!("generating the layer's program failed: {e}"))
 }
 
 fn labels(prefix: &str, n: usize) -> Vec<String> {
@@ -146,11 +128,7 @@ fn mvgelu_vjp(b: &mut Builder, x: &[Val], d: &[Val]) -> Vec<Val> {
 }
 
 /// Σ over the blades of each grade of f(j).
-fn per_grade(
-    b: &mut Builder,
-    t: &Tables,
-    mut f: impl FnMut(&mut Builder, usize) -> Val,
-) -> Vec<Val> {
+fn per_grade(b: &mut Builder, t: &Tables, mut f: impl FnMut(&mut Builder, usize) -> Val) -> Vec<Val> {
     (0..t.ng())
         .map(|k| {
             let terms: Vec<Val> = t.alg.grade_range(k).map(|j| f(b, j)).collect();
@@ -187,11 +165,7 @@ fn terms_program(t: &Tables, grad: bool) -> Result<Program> {
         let part = match cache.get(&pair.path) {
             Some(m) => m.clone(),
             None => {
-                let m = x
-                    .grade(path.gx)
-                    .gp(&y.grade(path.gy))
-                    .map_err(ga)?
-                    .grade(path.go);
+                let m = x.grade(path.gx).gp(&y.grade(path.gy)).map_err(ga)?.grade(path.go);
                 cache.insert(pair.path, m.clone());
                 m
             }
@@ -206,10 +180,7 @@ fn terms_program(t: &Tables, grad: bool) -> Result<Program> {
 }
 
 fn bind(pairs: &[(&str, &[Val])]) -> HashMap<String, Vec<Val>> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_vec()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect()
 }
 
 fn finish(b: Builder, name: &str) -> Result<Ir> {
@@ -219,25 +190,14 @@ fn finish(b: Builder, name: &str) -> Result<Ir> {
 /// `cl_fwd`: o = wgp(act x, act y, w) and the per-grade sums of squares of o.
 pub fn fwd(t: &Tables, gelu: bool) -> Result<Ir> {
     let mut b = Builder::new();
-    let x = b
-        .input_group("x", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let y = b
-        .input_group("y", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
+    let x = b.input_group("x", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let y = b.input_group("y", t.alg.blade_names().to_vec()).map_err(ga)?;
     let w = b.input_group("w", labels("w", t.p())).map_err(ga)?;
-    let (gx, gy) = if gelu {
-        (mvgelu(&mut b, &x), mvgelu(&mut b, &y))
-    } else {
-        (x.clone(), y.clone())
-    };
-    let vals = wgp_program(t, false)?
-        .lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy), ("w", &w)]))
-        .map_err(ga)?;
+    let (gx, gy) = if gelu { (mvgelu(&mut b, &x), mvgelu(&mut b, &y)) } else { (x.clone(), y.clone()) };
+    let vals = wgp_program(t, false)?.lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy), ("w", &w)])).map_err(ga)?;
     let o = vals["out"].clone();
     let ss = per_grade(&mut b, t, |b, j| b.mul(o[j], o[j]));
-    b.output_group("o", t.alg.blade_names().to_vec(), o)
-        .map_err(ga)?;
+    b.output_group("o", t.alg.blade_names().to_vec(), o).map_err(ga)?;
     b.output_group("ss", labels("k", t.ng()), ss).map_err(ga)?;
     finish(b, "cl_fwd")
 }
@@ -246,28 +206,15 @@ pub fn fwd(t: &Tables, gelu: bool) -> Result<Ir> {
 /// of o (`norm` off) or of the normalized output (`norm` on, with the row coefficients a, c).
 pub fn bwd(t: &Tables, gelu: bool, norm: bool) -> Result<Ir> {
     let mut b = Builder::new();
-    let x = b
-        .input_group("x", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let y = b
-        .input_group("y", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
+    let x = b.input_group("x", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let y = b.input_group("y", t.alg.blade_names().to_vec()).map_err(ga)?;
     let w = b.input_group("w", labels("w", t.p())).map_err(ga)?;
-    let g = b
-        .input_group("g", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let (gx, gy) = if gelu {
-        (mvgelu(&mut b, &x), mvgelu(&mut b, &y))
-    } else {
-        (x.clone(), y.clone())
-    };
+    let g = b.input_group("g", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let (gx, gy) = if gelu { (mvgelu(&mut b, &x), mvgelu(&mut b, &y)) } else { (x.clone(), y.clone()) };
     let d_o: Vec<Val> = if norm {
         let a = b.input_group("a", labels("k", t.ng())).map_err(ga)?;
         let c = b.input_group("c", labels("k", t.ng())).map_err(ga)?;
-        let o = wgp_program(t, false)?
-            .lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy), ("w", &w)]))
-            .map_err(ga)?["out"]
-            .clone();
+        let o = wgp_program(t, false)?.lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy), ("w", &w)])).map_err(ga)?["out"].clone();
         (0..t.m())
             .map(|j| {
                 let k = t.grade_of[j];
@@ -279,36 +226,20 @@ pub fn bwd(t: &Tables, gelu: bool, norm: bool) -> Result<Ir> {
     } else {
         g.clone()
     };
-    let vals = wgp_program(t, true)?
-        .lower_into(
-            &mut b,
-            &bind(&[("x", &gx), ("y", &gy), ("w", &w), ("g_out", &d_o)]),
-        )
-        .map_err(ga)?;
+    let vals = wgp_program(t, true)?.lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy), ("w", &w), ("g_out", &d_o)])).map_err(ga)?;
     let (dgx, dgy) = (vals["d_x"].clone(), vals["d_y"].clone());
-    let (dx, dy) = if gelu {
-        (mvgelu_vjp(&mut b, &x, &dgx), mvgelu_vjp(&mut b, &y, &dgy))
-    } else {
-        (dgx, dgy)
-    };
-    b.output_group("dx", t.alg.blade_names().to_vec(), dx)
-        .map_err(ga)?;
-    b.output_group("dy", t.alg.blade_names().to_vec(), dy)
-        .map_err(ga)?;
-    b.output_group("dw", labels("w", t.p()), vals["d_w"].clone())
-        .map_err(ga)?;
+    let (dx, dy) = if gelu { (mvgelu_vjp(&mut b, &x, &dgx), mvgelu_vjp(&mut b, &y, &dgy)) } else { (dgx, dgy) };
+    b.output_group("dx", t.alg.blade_names().to_vec(), dx).map_err(ga)?;
+    b.output_group("dy", t.alg.blade_names().to_vec(), dy).map_err(ga)?;
+    b.output_group("dw", labels("w", t.p()), vals["d_w"].clone()).map_err(ga)?;
     finish(b, if norm { "cl_bwd_norm" } else { "cl_bwd_plain" })
 }
 
 /// `cl_dot`: per-grade Σ g_j·u_j.
 pub fn dot(t: &Tables) -> Result<Ir> {
     let mut b = Builder::new();
-    let g = b
-        .input_group("g", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let u = b
-        .input_group("u", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
+    let g = b.input_group("g", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let u = b.input_group("u", t.alg.blade_names().to_vec()).map_err(ga)?;
     let e = per_grade(&mut b, t, |b, j| b.mul(g[j], u[j]));
     b.output_group("e", labels("k", t.ng()), e).map_err(ga)?;
     finish(b, "cl_dot")
@@ -317,25 +248,18 @@ pub fn dot(t: &Tables) -> Result<Ir> {
 /// `cl_scale`: out_j = o_j·a_{grade j}.
 pub fn scale(t: &Tables) -> Result<Ir> {
     let mut b = Builder::new();
-    let o = b
-        .input_group("o", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
+    let o = b.input_group("o", t.alg.blade_names().to_vec()).map_err(ga)?;
     let a = b.input_group("a", labels("k", t.ng())).map_err(ga)?;
     let out: Vec<Val> = (0..t.m()).map(|j| b.mul(o[j], a[t.grade_of[j]])).collect();
-    b.output_group("out", t.alg.blade_names().to_vec(), out)
-        .map_err(ga)?;
+    b.output_group("out", t.alg.blade_names().to_vec(), out).map_err(ga)?;
     finish(b, "cl_scale")
 }
 
 /// `cl_normbwd`: d_j = (g_j − u_j·c_k)·a_k, the gradient of o given the normalized output u.
 pub fn normbwd(t: &Tables) -> Result<Ir> {
     let mut b = Builder::new();
-    let g = b
-        .input_group("g", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let u = b
-        .input_group("u", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
+    let g = b.input_group("g", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let u = b.input_group("u", t.alg.blade_names().to_vec()).map_err(ga)?;
     let a = b.input_group("a", labels("k", t.ng())).map_err(ga)?;
     let c = b.input_group("c", labels("k", t.ng())).map_err(ga)?;
     let d: Vec<Val> = (0..t.m())
@@ -346,70 +270,47 @@ pub fn normbwd(t: &Tables) -> Result<Ir> {
             b.mul(diff, a[k])
         })
         .collect();
-    b.output_group("d", t.alg.blade_names().to_vec(), d)
-        .map_err(ga)?;
+    b.output_group("d", t.alg.blade_names().to_vec(), d).map_err(ga)?;
     finish(b, "cl_normbwd")
 }
 
 /// `cl_gelu`: the multivector GELU.
 pub fn gelu_fwd(t: &Tables) -> Result<Ir> {
     let mut b = Builder::new();
-    let x = b
-        .input_group("x", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
+    let x = b.input_group("x", t.alg.blade_names().to_vec()).map_err(ga)?;
     let out = mvgelu(&mut b, &x);
-    b.output_group("out", t.alg.blade_names().to_vec(), out)
-        .map_err(ga)?;
+    b.output_group("out", t.alg.blade_names().to_vec(), out).map_err(ga)?;
     finish(b, "cl_gelu")
 }
 
 /// `cl_gelu_bwd`: its VJP.
 pub fn gelu_bwd(t: &Tables) -> Result<Ir> {
     let mut b = Builder::new();
-    let x = b
-        .input_group("x", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let g = b
-        .input_group("g", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
+    let x = b.input_group("x", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let g = b.input_group("g", t.alg.blade_names().to_vec()).map_err(ga)?;
     let dx = mvgelu_vjp(&mut b, &x, &g);
-    b.output_group("dx", t.alg.blade_names().to_vec(), dx)
-        .map_err(ga)?;
+    b.output_group("dx", t.alg.blade_names().to_vec(), dx).map_err(ga)?;
     finish(b, "cl_gelu_bwd")
 }
 
 /// `cl_terms`: the path term of every (blade, path) pair, with the GELU applied to x and y.
 pub fn terms(t: &Tables) -> Result<Ir> {
     let mut b = Builder::new();
-    let x = b
-        .input_group("x", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let y = b
-        .input_group("y", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
+    let x = b.input_group("x", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let y = b.input_group("y", t.alg.blade_names().to_vec()).map_err(ga)?;
     let (gx, gy) = (mvgelu(&mut b, &x), mvgelu(&mut b, &y));
-    let vals = terms_program(t, false)?
-        .lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy)]))
-        .map_err(ga)?;
-    b.output_group("t", labels("t", t.nt()), vals["t"].clone())
-        .map_err(ga)?;
+    let vals = terms_program(t, false)?.lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy)])).map_err(ga)?;
+    b.output_group("t", labels("t", t.nt()), vals["t"].clone()).map_err(ga)?;
     finish(b, "cl_terms")
 }
 
 /// `cl_terms_raw`: the path term of every (blade, path) pair of x and y as given (no GELU).
 pub fn terms_raw(t: &Tables) -> Result<Ir> {
     let mut b = Builder::new();
-    let x = b
-        .input_group("x", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let y = b
-        .input_group("y", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let vals = terms_program(t, false)?
-        .lower_into(&mut b, &bind(&[("x", &x), ("y", &y)]))
-        .map_err(ga)?;
-    b.output_group("t", labels("t", t.nt()), vals["t"].clone())
-        .map_err(ga)?;
+    let x = b.input_group("x", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let y = b.input_group("y", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let vals = terms_program(t, false)?.lower_into(&mut b, &bind(&[("x", &x), ("y", &y)])).map_err(ga)?;
+    b.output_group("t", labels("t", t.nt()), vals["t"].clone()).map_err(ga)?;
     finish(b, "cl_terms_raw")
 }
 
@@ -420,30 +321,21 @@ pub fn fc_gate() -> Result<Ir> {
     let y = b.input_group("y", vec!["y0".to_string()]).map_err(ga)?;
     let (gx, gy) = (gate(&mut b, x[0]), gate(&mut b, y[0]));
     let g = b.mul(gx, gy);
-    b.output_group("g", vec!["g".to_string()], vec![g])
-        .map_err(ga)?;
+    b.output_group("g", vec!["g".to_string()], vec![g]).map_err(ga)?;
     finish(b, "cl_fc_gate")
 }
 
 /// `cl_terms_vjp`: gradients of x and y (through the GELU) given the gradient `gt` of every term.
 pub fn terms_vjp(t: &Tables) -> Result<Ir> {
     let mut b = Builder::new();
-    let x = b
-        .input_group("x", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
-    let y = b
-        .input_group("y", t.alg.blade_names().to_vec())
-        .map_err(ga)?;
+    let x = b.input_group("x", t.alg.blade_names().to_vec()).map_err(ga)?;
+    let y = b.input_group("y", t.alg.blade_names().to_vec()).map_err(ga)?;
     let gt = b.input_group("gt", labels("t", t.nt())).map_err(ga)?;
     let (gx, gy) = (mvgelu(&mut b, &x), mvgelu(&mut b, &y));
-    let vals = terms_program(t, true)?
-        .lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy), ("g_t", &gt)]))
-        .map_err(ga)?;
+    let vals = terms_program(t, true)?.lower_into(&mut b, &bind(&[("x", &gx), ("y", &gy), ("g_t", &gt)])).map_err(ga)?;
     let dx = mvgelu_vjp(&mut b, &x, &vals["d_x"]);
     let dy = mvgelu_vjp(&mut b, &y, &vals["d_y"]);
-    b.output_group("dx", t.alg.blade_names().to_vec(), dx)
-        .map_err(ga)?;
-    b.output_group("dy", t.alg.blade_names().to_vec(), dy)
-        .map_err(ga)?;
+    b.output_group("dx", t.alg.blade_names().to_vec(), dx).map_err(ga)?;
+    b.output_group("dy", t.alg.blade_names().to_vec(), dy).map_err(ga)?;
     finish(b, "cl_terms_vjp")
 }

@@ -78,12 +78,7 @@ impl Layer {
         let inner = reg
             .entry(alg.signature())
             .or_insert_with(|| {
-                Arc::new(Inner {
-                    t: Tables::new(alg),
-                    irs: Mutex::new(HashMap::new()),
-                    cpu: Mutex::new(HashMap::new()),
-                    sources: Mutex::new(HashMap::new()),
-                })
+                Arc::new(Inner { t: Tables::new(alg), irs: Mutex::new(HashMap::new()), cpu: Mutex::new(HashMap::new()), sources: Mutex::new(HashMap::new()) })
             })
             .clone();
         Layer { inner }

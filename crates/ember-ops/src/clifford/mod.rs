@@ -83,21 +83,12 @@ pub(crate) fn activation(layer: &Layer, arg: &str, t: &Tensor) -> Result<Dims> {
     if t.dim(0) != m {
         return Err(Error::invalid(
             arg,
-            format!(
-                "blade count (first dimension) expected {m} for {}, got {} (shape {:?})",
-                layer.name(),
-                t.dim(0),
-                t.shape()
-            ),
+            format!("blade count (first dimension) expected {m} for {}, got {} (shape {:?})", layer.name(), t.dim(0), t.shape()),
         ));
     }
     validate::non_empty(arg, t)?;
     validate::activation_dtype(arg, t)?;
-    Ok(Dims {
-        m,
-        b: t.dim(1),
-        n: t.dim(2),
-    })
+    Ok(Dims { m, b: t.dim(1), n: t.dim(2) })
 }
 
 /// `t` must be like `x` (device, dtype, shape).
@@ -115,31 +106,15 @@ pub(crate) fn weight_dtype(act: DType) -> DType {
 }
 
 /// Weights on x's device in the weight dtype with shape `expected`.
-pub(crate) fn weights(
-    arg: &str,
-    w: &Tensor,
-    x: &Tensor,
-    expected: &[usize],
-    what: &str,
-) -> Result<()> {
+pub(crate) fn weights(arg: &str, w: &Tensor, x: &Tensor, expected: &[usize], what: &str) -> Result<()> {
     validate::device(arg, w, x.device())?;
     validate::dtype(arg, w, weight_dtype(x.dtype()))?;
     validate::shape(arg, w, expected, what)
 }
 
 /// The forward's r, when the norm is on: (B × (n+1)) in the weight dtype.
-pub(crate) fn rms_of<'a>(
-    layer: &Layer,
-    fwd: &'a Forward,
-    x: &Tensor,
-    rows: usize,
-) -> Result<&'a Tensor> {
-    let r = fwd.rms.as_ref().ok_or_else(|| {
-        Error::invalid(
-            "fwd",
-            "expected the Forward of a normalized layer (rms present), got one without rms",
-        )
-    })?;
+pub(crate) fn rms_of<'a>(layer: &Layer, fwd: &'a Forward, x: &Tensor, rows: usize) -> Result<&'a Tensor> {
+    let r = fwd.rms.as_ref().ok_or_else(|| Error::invalid("fwd", "expected the Forward of a normalized layer (rms present), got one without rms"))?;
     weights("fwd.rms", r, x, &[rows, layer.grades()], "(B, n+1)")?;
     Ok(r)
 }

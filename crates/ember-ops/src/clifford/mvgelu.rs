@@ -22,10 +22,7 @@ pub fn backward(layer: &Layer, x: &Tensor, d_out: &Tensor) -> Result<Tensor> {
     let dims = activation(layer, "x", x)?;
     like_x("d_out", d_out, x)?;
     if is_f64_cpu(x) {
-        return Tensor::from_vec(
-            reference::mvgelu_bwd(dims, &x.to_vec_f64()?, &d_out.to_vec_f64()?),
-            x.shape(),
-        );
+        return Tensor::from_vec(reference::mvgelu_bwd(dims, &x.to_vec_f64()?, &d_out.to_vec_f64()?), x.shape());
     }
     match x.device() {
         Device::Cpu => cpu::mvgelu_backward(layer, dims, x, d_out),

@@ -65,21 +65,11 @@ pub struct Plan {
 
 impl Plan {
     pub fn new(inputs: usize) -> Plan {
-        Plan {
-            inputs,
-            allocs: Vec::new(),
-            launches: Vec::new(),
-            gemms: Vec::new(),
-            gemm_at: Vec::new(),
-            outputs: Vec::new(),
-        }
+        Plan { inputs, allocs: Vec::new(), launches: Vec::new(), gemms: Vec::new(), gemm_at: Vec::new(), outputs: Vec::new() }
     }
     /// A new buffer; returns its id.
     pub fn alloc(&mut self, shape: &[usize], dtype: DType) -> usize {
-        self.allocs.push(BufSpec {
-            shape: shape.to_vec(),
-            dtype,
-        });
+        self.allocs.push(BufSpec { shape: shape.to_vec(), dtype });
         self.inputs + self.allocs.len() - 1
     }
     /// An allocated buffer that the op returns.
@@ -99,21 +89,13 @@ impl Plan {
     /// for `before == launches.len()`).
     pub fn gemms_before(&self, before: usize) -> impl Iterator<Item = &Gemm> {
         let last = before == self.launches.len();
-        self.gemms
-            .iter()
-            .zip(&self.gemm_at)
-            .filter(move |(_, &at)| at == before || (last && at > before))
-            .map(|(g, _)| g)
+        self.gemms.iter().zip(&self.gemm_at).filter(move |(_, &at)| at == before || (last && at > before)).map(|(g, _)| g)
     }
 }
 
 /// Run `plan` on the CUDA device of `inputs[0]`; returns the output buffers in order.
 pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-    assert_eq!(
-        inputs.len(),
-        plan.inputs,
-        "plan built for another input count"
-    );
+    assert_eq!(inputs.len(), plan.inputs, "plan built for another input count");
     let dev = inputs[0].cuda_device()?.clone();
     let device = inputs[0].device();
     let mut bufs: Vec<Option<Tensor>> = Vec::with_capacity(plan.allocs.len());
@@ -124,30 +106,14 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         if id < plan.inputs {
             inputs[id].cuda_ptr()
         } else {
-            bufs[id - plan.inputs]
-                .as_ref()
-                .expect("buffer alive")
-                .cuda_ptr()
+            bufs[id - plan.inputs].as_ref().expect("buffer alive").cuda_ptr()
         }
     };
-    let blas = if plan.gemms.is_empty() {
-        None
-    } else {
-        Some(Blas::shared(&dev)?)
-    };
+    let blas = if plan.gemms.is_empty() { None } else { Some(Blas::shared(&dev)?) };
     let run_gemms = |before: usize| -> Result<()> {
         for g in plan.gemms_before(before) {
-            let at = |(id, off): (usize, usize), dt: DType| -> Result<u64> {
-                Ok(ptr(id)? + (off * dt.size()) as u64)
-            };
-            blas.as_ref()
-                .expect("handle created when the plan has GEMMs")
-                .gemm(
-                    &g.desc,
-                    at(g.a, g.desc.ab)?,
-                    at(g.b, g.desc.ab)?,
-                    at(g.c, g.desc.c)?,
-                )?;
+            let at = |(id, off): (usize, usize), dt: DType| -> Result<u64> { Ok(ptr(id)? + (off * dt.size()) as u64) };
+            blas.as_ref().expect("handle created when the plan has GEMMs").gemm(&g.desc, at(g.a, g.desc.ab)?, at(g.b, g.desc.ab)?, at(g.c, g.desc.c)?)?;
         }
         Ok(())
     };
@@ -166,23 +132,15 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
                 Arg::Buf(id) => u64s.push(ptr(id)?),
                 Arg::Null => u64s.push(0),
                 Arg::Counters(word) => {
-                    assert!(
-                        word < ember_core::cuda::WORK_COUNTERS,
-                        "work counter {word} out of range"
-                    );
+                    assert!(word < ember_core::cuda::WORK_COUNTERS, "work counter {word} out of range");
                     u64s.push(dev.work_counters()? + 4 * word as u64)
                 }
                 Arg::I64(v) => i64s.push(v),
                 Arg::I32(v) => i32s.push(v),
             }
         }
-        let smem = u32::try_from(l.smem)
-            .map_err(|_| Error::invalid("clifford", "shared memory size overflows u32"))?;
-        let cfg = LaunchConfig {
-            grid_dim: l.grid,
-            block_dim: (l.block, 1, 1),
-            shared_mem_bytes: smem,
-        };
+        let smem = u32::try_from(l.smem).map_err(|_| Error::invalid("clifford", "shared memory size overflows u32"))?;
+        let cfg = LaunchConfig { grid_dim: l.grid, block_dim: (l.block, 1, 1), shared_mem_bytes: smem };
         let mut launch = dev.launch(&f, cfg);
         let (mut iu, mut ii, mut ij) = (0, 0, 0);
         for a in &l.args {
@@ -206,11 +164,7 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
     run_gemms(plan.launches.len())?;
     let mut out = Vec::new();
     for &id in &plan.outputs {
-        out.push(
-            bufs[id - plan.inputs]
-                .take()
-                .expect("each output returned once"),
-        );
+        out.push(bufs[id - plan.inputs].take().expect("each output returned once"));
     }
     Ok(out)
 }

@@ -71,10 +71,7 @@ pub fn mvgelu_bwd(dims: Dims, x: &[f64], g: &[f64]) -> Vec<f64> {
     let mut out = vec![0.0; x.len()];
     for b in 0..dims.b {
         for n in 0..dims.n {
-            for (j, v) in mvgelu1_vjp(&dims.gather(x, b, n), &dims.gather(g, b, n))
-                .into_iter()
-                .enumerate()
-            {
+            for (j, v) in mvgelu1_vjp(&dims.gather(x, b, n), &dims.gather(g, b, n)).into_iter().enumerate() {
                 out[dims.at(j, b, n)] = v;
             }
         }
@@ -134,14 +131,7 @@ pub fn rms_norm_bwd(alg: &Algebra, dims: Dims, o: &[f64], g: &[f64]) -> Vec<f64>
 }
 
 /// o = wgp(act x, act y, w[n, ·]) for every element, `act` the GELU when `gelu`.
-pub fn wgp_layer(
-    alg: &Algebra,
-    dims: Dims,
-    x: &[f64],
-    y: &[f64],
-    w: &[f64],
-    gelu: bool,
-) -> Vec<f64> {
+pub fn wgp_layer(alg: &Algebra, dims: Dims, x: &[f64], y: &[f64], w: &[f64], gelu: bool) -> Vec<f64> {
     let p = PathTable::new(alg).len();
     let mut o = vec![0.0; x.len()];
     for b in 0..dims.b {
@@ -161,15 +151,7 @@ pub fn wgp_layer(
 }
 
 /// The fused layer: act → weighted product → optional per-grade RMS norm. Returns (out, r).
-pub fn fused_forward(
-    alg: &Algebra,
-    dims: Dims,
-    x: &[f64],
-    y: &[f64],
-    w: &[f64],
-    gelu: bool,
-    norm: bool,
-) -> (Vec<f64>, Option<Vec<f64>>) {
+pub fn fused_forward(alg: &Algebra, dims: Dims, x: &[f64], y: &[f64], w: &[f64], gelu: bool, norm: bool) -> (Vec<f64>, Option<Vec<f64>>) {
     let o = wgp_layer(alg, dims, x, y, w, gelu);
     if norm {
         let (out, r) = rms_norm(alg, dims, &o);
@@ -181,32 +163,15 @@ pub fn fused_forward(
 
 /// Gradients (d_x, d_y, d_w) of the fused layer for the upstream gradient `g` of its output.
 #[allow(clippy::too_many_arguments)]
-pub fn fused_backward(
-    alg: &Algebra,
-    dims: Dims,
-    x: &[f64],
-    y: &[f64],
-    w: &[f64],
-    g: &[f64],
-    gelu: bool,
-    norm: bool,
-) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+pub fn fused_backward(alg: &Algebra, dims: Dims, x: &[f64], y: &[f64], w: &[f64], g: &[f64], gelu: bool, norm: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let table = PathTable::new(alg);
     let p = table.len();
-    let d_o = if norm {
-        rms_norm_bwd(alg, dims, &wgp_layer(alg, dims, x, y, w, gelu), g)
-    } else {
-        g.to_vec()
-    };
+    let d_o = if norm { rms_norm_bwd(alg, dims, &wgp_layer(alg, dims, x, y, w, gelu), g) } else { g.to_vec() };
     let (mut dx, mut dy, mut dw) = (vec![0.0; x.len()], vec![0.0; y.len()], vec![0.0; w.len()]);
     for b in 0..dims.b {
         for n in 0..dims.n {
             let (xr, yr) = (dims.gather(x, b, n), dims.gather(y, b, n));
-            let (xe, ye) = if gelu {
-                (mvgelu1(&xr), mvgelu1(&yr))
-            } else {
-                (xr.clone(), yr.clone())
-            };
+            let (xe, ye) = if gelu { (mvgelu1(&xr), mvgelu1(&yr)) } else { (xr.clone(), yr.clone()) };
             let de = dims.gather(&d_o, b, n);
             let (mut dxe, mut dye) = (vec![0.0; dims.m], vec![0.0; dims.m]);
             for i in 0..dims.m {
@@ -215,9 +180,7 @@ pub fn fused_backward(
                     if s == 0 {
                         continue;
                     }
-                    let path = table
-                        .index(alg.grade(i), alg.grade(l), alg.grade(k))
-                        .expect("nonzero product has a path");
+                    let path = table.index(alg.grade(i), alg.grade(l), alg.grade(k)).expect("nonzero product has a path");
                     let s = f64::from(s);
                     dxe[i] += s * w[n * p + path] * ye[l] * de[k];
                     dye[l] += s * w[n * p + path] * xe[i] * de[k];
@@ -240,21 +203,10 @@ pub fn fused_backward(
 /// The fully connected product: o[j, b, m] = Σ_n Σ_{i,l} s·w[path, n, m]·gx[i, b, n]·gy[l, b, n]
 /// over the blade pairs (i, l) whose product is ±blade j; weights (P × N_in × N_out). x, y have
 /// `dims_in`; o has (M × B × N_out).
-pub fn fc_layer(
-    alg: &Algebra,
-    dims_in: Dims,
-    n_out: usize,
-    x: &[f64],
-    y: &[f64],
-    w: &[f64],
-) -> Vec<f64> {
+pub fn fc_layer(alg: &Algebra, dims_in: Dims, n_out: usize, x: &[f64], y: &[f64], w: &[f64]) -> Vec<f64> {
     let table = PathTable::new(alg);
     let m = dims_in.m;
-    let dims_out = Dims {
-        m,
-        b: dims_in.b,
-        n: n_out,
-    };
+    let dims_out = Dims { m, b: dims_in.b, n: n_out };
     // Rows b are independent: one task each, writing its own (M × N_out) block.
     let rows: Vec<Vec<f64>> = (0..dims_in.b)
         .into_par_iter()
@@ -269,9 +221,7 @@ pub fn fc_layer(
                         if s == 0 {
                             continue;
                         }
-                        let path = table
-                            .index(alg.grade(i), alg.grade(l), alg.grade(k))
-                            .expect("nonzero product has a path");
+                        let path = table.index(alg.grade(i), alg.grade(l), alg.grade(k)).expect("nonzero product has a path");
                         let c = f64::from(s) * xe[i] * ye[l];
                         let wrow = &w[(path * dims_in.n + n) * n_out..][..n_out];
                         for (om, wv) in o[k * n_out..(k + 1) * n_out].iter_mut().zip(wrow) {
@@ -293,26 +243,10 @@ pub fn fc_layer(
 }
 
 /// Forward of the fully connected layer with the optional norm (over the N_out channels).
-pub fn fc_forward(
-    alg: &Algebra,
-    dims_in: Dims,
-    n_out: usize,
-    x: &[f64],
-    y: &[f64],
-    w: &[f64],
-    norm: bool,
-) -> (Vec<f64>, Option<Vec<f64>>) {
+pub fn fc_forward(alg: &Algebra, dims_in: Dims, n_out: usize, x: &[f64], y: &[f64], w: &[f64], norm: bool) -> (Vec<f64>, Option<Vec<f64>>) {
     let o = fc_layer(alg, dims_in, n_out, x, y, w);
     if norm {
-        let (out, r) = rms_norm(
-            alg,
-            Dims {
-                m: dims_in.m,
-                b: dims_in.b,
-                n: n_out,
-            },
-            &o,
-        );
+        let (out, r) = rms_norm(alg, Dims { m: dims_in.m, b: dims_in.b, n: n_out }, &o);
         (out, Some(r))
     } else {
         (o, None)
@@ -321,26 +255,13 @@ pub fn fc_forward(
 
 /// Gradients (d_x, d_y, d_w) of the fully connected layer for the upstream gradient `g`.
 #[allow(clippy::too_many_arguments)]
-pub fn fc_backward(
-    alg: &Algebra,
-    dims_in: Dims,
-    n_out: usize,
-    x: &[f64],
-    y: &[f64],
-    w: &[f64],
-    g: &[f64],
-    norm: bool,
-) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+pub fn fc_backward(alg: &Algebra, dims_in: Dims, n_out: usize, x: &[f64], y: &[f64], w: &[f64], g: &[f64], norm: bool) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let table = PathTable::new(alg);
     let p = table.len();
     let m = dims_in.m;
     let (nb, nin) = (dims_in.b, dims_in.n);
     let dims_out = Dims { m, b: nb, n: n_out };
-    let d_o = if norm {
-        rms_norm_bwd(alg, dims_out, &fc_layer(alg, dims_in, n_out, x, y, w), g)
-    } else {
-        g.to_vec()
-    };
+    let d_o = if norm { rms_norm_bwd(alg, dims_out, &fc_layer(alg, dims_in, n_out, x, y, w), g) } else { g.to_vec() };
     // d_x, d_y: one task per row b; d_w: one task per path p (each owns its slice).
     let rows: Vec<(Vec<f64>, Vec<f64>)> = (0..nb)
         .into_par_iter()
@@ -356,9 +277,7 @@ pub fn fc_backward(
                         if s == 0 {
                             continue;
                         }
-                        let path = table
-                            .index(alg.grade(i), alg.grade(l), alg.grade(k))
-                            .expect("nonzero product has a path");
+                        let path = table.index(alg.grade(i), alg.grade(l), alg.grade(k)).expect("nonzero product has a path");
                         // u = Σ_m w[path, n, m]·d_o[k, b, m]
                         let wrow = &w[(path * nin + n) * n_out..][..n_out];
                         let grow = &d_o[dims_out.at(k, b, 0)..][..n_out];
@@ -387,10 +306,7 @@ pub fn fc_backward(
     let acts: Vec<(Vec<f64>, Vec<f64>)> = (0..nb * nin)
         .map(|e| {
             let (b, n) = (e / nin, e % nin);
-            (
-                mvgelu1(&dims_in.gather(x, b, n)),
-                mvgelu1(&dims_in.gather(y, b, n)),
-            )
+            (mvgelu1(&dims_in.gather(x, b, n)), mvgelu1(&dims_in.gather(y, b, n)))
         })
         .collect();
     let dw_paths: Vec<Vec<f64>> = (0..p)
@@ -403,10 +319,7 @@ pub fn fc_backward(
                     for i in 0..m {
                         for l in 0..m {
                             let (s, k) = alg.product(i, l);
-                            if s == 0
-                                || table.index(alg.grade(i), alg.grade(l), alg.grade(k))
-                                    != Some(path)
-                            {
+                            if s == 0 || table.index(alg.grade(i), alg.grade(l), alg.grade(k)) != Some(path) {
                                 continue;
                             }
                             let c = f64::from(s) * xe[i] * ye[l];
@@ -425,30 +338,15 @@ pub fn fc_backward(
 }
 
 /// MVLinear: O[j, b, m] = Σ_n X[j, b, n]·W[grade j, n, m] (+ bias[m] on the scalar blade).
-pub fn linear_forward(
-    alg: &Algebra,
-    dims_in: Dims,
-    n_out: usize,
-    x: &[f64],
-    w: &[f64],
-    bias: Option<&[f64]>,
-) -> Vec<f64> {
+pub fn linear_forward(alg: &Algebra, dims_in: Dims, n_out: usize, x: &[f64], w: &[f64], bias: Option<&[f64]>) -> Vec<f64> {
     let (nb, nin) = (dims_in.b, dims_in.n);
-    let dims_out = Dims {
-        m: dims_in.m,
-        b: nb,
-        n: n_out,
-    };
+    let dims_out = Dims { m: dims_in.m, b: nb, n: n_out };
     let mut o = vec![0.0; dims_in.m * nb * n_out];
     for j in 0..dims_in.m {
         let g = alg.grade(j);
         for b in 0..nb {
             for mo in 0..n_out {
-                let mut s = if j == 0 {
-                    bias.map_or(0.0, |v| v[mo])
-                } else {
-                    0.0
-                };
+                let mut s = if j == 0 { bias.map_or(0.0, |v| v[mo]) } else { 0.0 };
                 for n in 0..nin {
                     s += x[dims_in.at(j, b, n)] * w[(g * nin + n) * n_out + mo];
                 }
@@ -460,20 +358,9 @@ pub fn linear_forward(
 }
 
 /// Gradients (d_x, d_w, d_bias) of MVLinear for the upstream gradient `g`.
-pub fn linear_backward(
-    alg: &Algebra,
-    dims_in: Dims,
-    n_out: usize,
-    x: &[f64],
-    w: &[f64],
-    g: &[f64],
-) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+pub fn linear_backward(alg: &Algebra, dims_in: Dims, n_out: usize, x: &[f64], w: &[f64], g: &[f64]) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let (nb, nin, ng) = (dims_in.b, dims_in.n, alg.n() + 1);
-    let dims_out = Dims {
-        m: dims_in.m,
-        b: nb,
-        n: n_out,
-    };
+    let dims_out = Dims { m: dims_in.m, b: nb, n: n_out };
     let mut dx = vec![0.0; x.len()];
     let mut dw = vec![0.0; ng * nin * n_out];
     let mut db = vec![0.0; n_out];
@@ -484,8 +371,7 @@ pub fn linear_backward(
                 let mut s = 0.0;
                 for mo in 0..n_out {
                     s += g[dims_out.at(j, b, mo)] * w[(gr * nin + n) * n_out + mo];
-                    dw[(gr * nin + n) * n_out + mo] +=
-                        x[dims_in.at(j, b, n)] * g[dims_out.at(j, b, mo)];
+                    dw[(gr * nin + n) * n_out + mo] += x[dims_in.at(j, b, n)] * g[dims_out.at(j, b, mo)];
                 }
                 dx[dims_in.at(j, b, n)] = s;
             }

@@ -7,12 +7,7 @@ use ember_core::{Result, Tensor};
 use rayon::prelude::*;
 
 /// e[k,c] = exp(−evals[mesh,k]·times[c]) for one mesh, K×C.
-fn decay<'a>(
-    evals: &'a [f32],
-    times: &'a [f32],
-    mesh: usize,
-    k: usize,
-) -> impl Fn(usize, usize) -> f32 + Sync + 'a {
+fn decay<'a>(evals: &'a [f32], times: &'a [f32], mesh: usize, k: usize) -> impl Fn(usize, usize) -> f32 + Sync + 'a {
     let ev = &evals[mesh * k..(mesh + 1) * k];
     move |kk, cc| (-ev[kk] * times[cc]).exp()
 }
@@ -24,53 +19,17 @@ pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward>
     let (evals, times) = (m.evals.as_slice::<f32>()?, times.as_slice::<f32>()?);
     // mass ⊙ x, in place on the f32 copy of x.
     let mut xm = to_f32(x)?;
-    xm.par_chunks_mut(c)
-        .zip(mass.par_iter())
-        .for_each(|(row, &w)| row.iter_mut().for_each(|v| *v *= w));
+    xm.par_chunks_mut(c).zip(mass.par_iter()).for_each(|(row, &w)| row.iter_mut().for_each(|v| *v *= w));
     let mut spectral = vec![0f32; m.meshes() * k * c];
     let mut out = vec![0f32; m.v() * c];
     for (mesh, s) in spectral.chunks_mut(k * c).enumerate() {
         let (lo, hi) = (m.offsets[mesh], m.offsets[mesh + 1]);
         let b = &basis[lo * k..hi * k];
         // s = bᵀ·xm: b is n×K row-major, so bᵀ has row stride 1 and column stride K.
-        sgemm(
-            k,
-            hi - lo,
-            c,
-            1.0,
-            b,
-            1,
-            k,
-            &xm[lo * c..hi * c],
-            c,
-            1,
-            0.0,
-            s,
-            c,
-            1,
-        );
+        sgemm(k, hi - lo, c, 1.0, b, 1, k, &xm[lo * c..hi * c], c, 1, 0.0, s, c, 1);
         let e = decay(evals, times, mesh, k);
-        s.par_chunks_mut(c).enumerate().for_each(|(kk, row)| {
-            row.iter_mut()
-                .enumerate()
-                .for_each(|(cc, v)| *v *= e(kk, cc))
-        });
-        sgemm(
-            hi - lo,
-            k,
-            c,
-            1.0,
-            b,
-            k,
-            1,
-            s,
-            c,
-            1,
-            0.0,
-            &mut out[lo * c..hi * c],
-            c,
-            1,
-        );
+        s.par_chunks_mut(c).enumerate().for_each(|(kk, row)| row.iter_mut().enumerate().for_each(|(cc, v)| *v *= e(kk, cc)));
+        sgemm(hi - lo, k, c, 1.0, b, k, 1, s, c, 1, 0.0, &mut out[lo * c..hi * c], c, 1);
     }
     Ok(Forward {
         out: from_f32(&out, x.shape(), dtype)?,
@@ -79,13 +38,7 @@ pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward>
     })
 }
 
-pub(crate) fn backward(
-    m: &Meshes,
-    times: &Tensor,
-    fwd: &Forward,
-    d_out: &Tensor,
-    d_spectral: Option<&Tensor>,
-) -> Result<Grads> {
+pub(crate) fn backward(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>) -> Result<Grads> {
     let (k, c, dtype) = (m.k(), d_out.dim(1), m.dtype());
     let basis = to_f32(m.basis)?;
     let mass = to_f32(m.mass)?;
@@ -106,22 +59,7 @@ pub(crate) fn backward(
             Some(ds) => gm.copy_from_slice(&ds[range.clone()]),
             None => gm.fill(0.0),
         }
-        sgemm(
-            k,
-            hi - lo,
-            c,
-            1.0,
-            b,
-            1,
-            k,
-            &dy[lo * c..hi * c],
-            c,
-            1,
-            1.0,
-            gm,
-            c,
-            1,
-        );
+        sgemm(k, hi - lo, c, 1.0, b, 1, k, &dy[lo * c..hi * c], c, 1, 1.0, gm, c, 1);
         let (ev, sp) = (&evals[mesh * k..(mesh + 1) * k], &spectral[range]);
         for (kk, row) in gm.chunks(c).enumerate() {
             for (cc, &sg) in row.iter().enumerate() {
@@ -129,34 +67,11 @@ pub(crate) fn backward(
             }
         }
         let e = decay(evals, times, mesh, k);
-        gm.par_chunks_mut(c).enumerate().for_each(|(kk, row)| {
-            row.iter_mut()
-                .enumerate()
-                .for_each(|(cc, v)| *v *= e(kk, cc))
-        });
-        sgemm(
-            hi - lo,
-            k,
-            c,
-            1.0,
-            b,
-            k,
-            1,
-            gm,
-            c,
-            1,
-            0.0,
-            &mut d_x[lo * c..hi * c],
-            c,
-            1,
-        );
+        gm.par_chunks_mut(c).enumerate().for_each(|(kk, row)| row.iter_mut().enumerate().for_each(|(cc, v)| *v *= e(kk, cc)));
+        sgemm(hi - lo, k, c, 1.0, b, k, 1, gm, c, 1, 0.0, &mut d_x[lo * c..hi * c], c, 1);
     }
-    d_x.par_chunks_mut(c)
-        .zip(mass.par_iter())
-        .for_each(|(row, &w)| row.iter_mut().for_each(|v| *v *= w));
+    d_x.par_chunks_mut(c).zip(mass.par_iter()).for_each(|(row, &w)| row.iter_mut().for_each(|v| *v *= w));
     let d_times: Vec<f32> = d_times.iter().map(|&v| v as f32).collect();
-    Ok(Grads {
-        d_x: from_f32(&d_x, d_out.shape(), dtype)?,
-        d_times: Tensor::from_vec(d_times, &[c])?,
-    })
+    Ok(Grads { d_x: from_f32(&d_x, d_out.shape(), dtype)?, d_times: Tensor::from_vec(d_times, &[c])? })
 }
+

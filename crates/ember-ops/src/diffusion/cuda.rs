@@ -15,8 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub const SOURCE: KernelSource = KernelSource::new("diffusion", include_str!("diffusion.cu"));
-pub const LAYER_SOURCE: KernelSource =
-    KernelSource::new("diffusion_layer", include_str!("layer.cu"));
+pub const LAYER_SOURCE: KernelSource = KernelSource::new("diffusion_layer", include_str!("layer.cu"));
 
 // Tile constants shared with diffusion.cu.
 const NTHREADS: u32 = 256;
@@ -37,12 +36,7 @@ pub struct Stages {
 
 /// Measured on an H200 (bf16, K = 128, C = 256, V = 524288): 64-row stages cut the barriers per
 /// tensor-core instruction in half; 32/4/32/4 was 17% slower, 64/4/64/3 equal.
-pub const DEFAULT_STAGES: Stages = Stages {
-    rbv: 64,
-    rnst: 3,
-    ebk: 64,
-    enst: 3,
-};
+pub const DEFAULT_STAGES: Stages = Stages { rbv: 64, rnst: 3, ebk: 64, enst: 3 };
 
 /// The stages in use: the default, or `EMBER_DIFFUSION_STAGES=rbv,rnst,ebk,enst` (for tuning runs;
 /// each value a multiple of 16 for rbv/ebk, 2..=4 stages).
@@ -52,20 +46,8 @@ pub fn stages() -> Stages {
         let parsed = std::env::var("EMBER_DIFFUSION_STAGES").ok().and_then(|v| {
             let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
             match n[..] {
-                [rbv, rnst, ebk, enst]
-                    if rbv % 16 == 0
-                        && ebk % 16 == 0
-                        && (16..=128).contains(&rbv)
-                        && (16..=128).contains(&ebk)
-                        && (2..=4).contains(&rnst)
-                        && (2..=4).contains(&enst) =>
-                {
-                    Some(Stages {
-                        rbv,
-                        rnst,
-                        ebk,
-                        enst,
-                    })
+                [rbv, rnst, ebk, enst] if rbv % 16 == 0 && ebk % 16 == 0 && (16..=128).contains(&rbv) && (16..=128).contains(&ebk) && (2..=4).contains(&rnst) && (2..=4).contains(&enst) => {
+                    Some(Stages { rbv, rnst, ebk, enst })
                 }
                 _ => None,
             }
@@ -99,13 +81,7 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
 /// as before v16) changes the summation order, so the bits too.
 pub fn fin_split_min() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| {
-        std::env::var("EMBER_DIFFUSION_FIN_SPLIT_MIN")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| (1..=1 << 20).contains(&n))
-            .unwrap_or(16)
-    })
+    *N.get_or_init(|| std::env::var("EMBER_DIFFUSION_FIN_SPLIT_MIN").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| (1..=1 << 20).contains(&n)).unwrap_or(16))
 }
 
 /// Build options of the module for activation dtype `dtype` with the stages in use.
@@ -184,12 +160,7 @@ pub enum ReduceLoad {
 /// TMA can (K, C multiples of 8); default [`DEFAULT_REDUCE_LOAD`].
 pub fn reduce_load_mode() -> ReduceLoad {
     static M: OnceLock<ReduceLoad> = OnceLock::new();
-    env_mode(
-        &M,
-        "EMBER_DIFFUSION_REDUCE_LOAD",
-        &[("tma", ReduceLoad::Tma), ("cp.async", ReduceLoad::CpAsync)],
-        DEFAULT_REDUCE_LOAD,
-    )
+    env_mode(&M, "EMBER_DIFFUSION_REDUCE_LOAD", &[("tma", ReduceLoad::Tma), ("cp.async", ReduceLoad::CpAsync)], DEFAULT_REDUCE_LOAD)
 }
 
 /// TMA since v12b's checks passed on the H200 (ring-wrapping chunks, the Full tier with it as the
@@ -198,18 +169,8 @@ pub const DEFAULT_REDUCE_LOAD: ReduceLoad = ReduceLoad::Tma;
 
 /// A mode chosen by environment variable `var`, read once into `cell`: the entry of `table` whose
 /// spelling the variable holds, else `default` (unset or unrecognised).
-fn env_mode<T: Copy + Send + Sync>(
-    cell: &'static OnceLock<T>,
-    var: &str,
-    table: &[(&str, T)],
-    default: T,
-) -> T {
-    *cell.get_or_init(|| {
-        std::env::var(var)
-            .ok()
-            .and_then(|v| table.iter().find(|(k, _)| *k == v).map(|&(_, m)| m))
-            .unwrap_or(default)
-    })
+fn env_mode<T: Copy + Send + Sync>(cell: &'static OnceLock<T>, var: &str, table: &[(&str, T)], default: T) -> T {
+    *cell.get_or_init(|| std::env::var(var).ok().and_then(|v| table.iter().find(|(k, _)| *k == v).map(|&(_, m)| m)).unwrap_or(default))
 }
 
 /// How the wgmma expand fills its basis tiles.
@@ -227,12 +188,7 @@ pub enum ExpandLoad {
 /// [`DEFAULT_EXPAND_LOAD`].
 pub fn expand_load_mode() -> ExpandLoad {
     static M: OnceLock<ExpandLoad> = OnceLock::new();
-    env_mode(
-        &M,
-        "EMBER_DIFFUSION_EXPAND_LOAD",
-        &[("tma", ExpandLoad::Tma), ("cp.async", ExpandLoad::CpAsync)],
-        DEFAULT_EXPAND_LOAD,
-    )
+    env_mode(&M, "EMBER_DIFFUSION_EXPAND_LOAD", &[("tma", ExpandLoad::Tma), ("cp.async", ExpandLoad::CpAsync)], DEFAULT_EXPAND_LOAD)
 }
 
 /// TMA. The TMA-fed expand (v9) measured faster on an H100 (bf16, K = 128, C = 256, same run:
@@ -265,16 +221,7 @@ pub const BULK_MIN_TILES_PER_SM: usize = 16;
 /// (bulk where its shared memory fits, else direct); default [`DEFAULT_EXPAND_STORE`].
 pub fn expand_store_mode() -> ExpandStore {
     static M: OnceLock<ExpandStore> = OnceLock::new();
-    env_mode(
-        &M,
-        "EMBER_DIFFUSION_EXPAND_STORE",
-        &[
-            ("bulk", ExpandStore::Bulk),
-            ("direct", ExpandStore::Direct),
-            ("auto", ExpandStore::Auto),
-        ],
-        DEFAULT_EXPAND_STORE,
-    )
+    env_mode(&M, "EMBER_DIFFUSION_EXPAND_STORE", &[("bulk", ExpandStore::Bulk), ("direct", ExpandStore::Direct), ("auto", ExpandStore::Auto)], DEFAULT_EXPAND_STORE)
 }
 
 /// Bulk stores for large problems (v8, measured: see [`BULK_MIN_TILES_PER_SM`]).
@@ -303,16 +250,7 @@ pub const PINGPONG_MAX_TILES_PER_CTA: usize = 64;
 /// [`DEFAULT_EXPAND_ORDER`].
 pub fn expand_order_mode() -> ExpandOrder {
     static M: OnceLock<ExpandOrder> = OnceLock::new();
-    env_mode(
-        &M,
-        "EMBER_DIFFUSION_EXPAND_ORDER",
-        &[
-            ("together", ExpandOrder::Together),
-            ("pingpong", ExpandOrder::PingPong),
-            ("auto", ExpandOrder::Auto),
-        ],
-        DEFAULT_EXPAND_ORDER,
-    )
+    env_mode(&M, "EMBER_DIFFUSION_EXPAND_ORDER", &[("together", ExpandOrder::Together), ("pingpong", ExpandOrder::PingPong), ("auto", ExpandOrder::Auto)], DEFAULT_EXPAND_ORDER)
 }
 
 /// Auto (see [`PINGPONG_MAX_TILES_PER_CTA`]).
@@ -333,16 +271,7 @@ pub enum WgmmaMode {
 /// `EMBER_DIFFUSION_WGMMA=0|auto|1`; default [`DEFAULT_WGMMA`].
 pub fn wgmma_mode() -> WgmmaMode {
     static M: OnceLock<WgmmaMode> = OnceLock::new();
-    env_mode(
-        &M,
-        "EMBER_DIFFUSION_WGMMA",
-        &[
-            ("1", WgmmaMode::Always),
-            ("0", WgmmaMode::Never),
-            ("auto", WgmmaMode::Auto),
-        ],
-        DEFAULT_WGMMA,
-    )
+    env_mode(&M, "EMBER_DIFFUSION_WGMMA", &[("1", WgmmaMode::Always), ("0", WgmmaMode::Never), ("auto", WgmmaMode::Auto)], DEFAULT_WGMMA)
 }
 
 /// Measured on an H200 (v5): expand 201 → 156 µs at V = 524288, fwd 354 → 307 µs.
@@ -355,16 +284,7 @@ pub const WG_MIN_TILES_PER_SM: usize = 4;
 /// variant can be measured with the other held fixed.
 pub fn wgmma_reduce_mode() -> WgmmaMode {
     static M: OnceLock<WgmmaMode> = OnceLock::new();
-    env_mode(
-        &M,
-        "EMBER_DIFFUSION_WGMMA_REDUCE",
-        &[
-            ("1", WgmmaMode::Always),
-            ("0", WgmmaMode::Never),
-            ("auto", WgmmaMode::Auto),
-        ],
-        DEFAULT_WGMMA_REDUCE,
-    )
+    env_mode(&M, "EMBER_DIFFUSION_WGMMA_REDUCE", &[("1", WgmmaMode::Always), ("0", WgmmaMode::Never), ("auto", WgmmaMode::Auto)], DEFAULT_WGMMA_REDUCE)
 }
 
 /// Auto: v6 of the wgmma reduce measured slower (H200, V = 524288: 207.6 against 151.1 µs per
@@ -400,17 +320,9 @@ fn reduce_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, c: usize) -> Option<(usi
     // EMBER_DIFFUSION_REDUCE_NH=1 (measurements): 128-channel tiles at any C, so each chunk's
     // partial is split over C/128 CTAs (which each read the chunk's basis).
     static FORCED_NH: OnceLock<Option<usize>> = OnceLock::new();
-    let forced = *FORCED_NH.get_or_init(|| {
-        std::env::var("EMBER_DIFFUSION_REDUCE_NH")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&n| n == 1)
-    });
+    let forced = *FORCED_NH.get_or_init(|| std::env::var("EMBER_DIFFUSION_REDUCE_NH").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n == 1));
     let nh = forced.unwrap_or(if c <= 128 { 1 } else { 2 });
-    [nh, 1]
-        .into_iter()
-        .map(|nh| (nh, reduce_wg_smem(nh)))
-        .find(|&(_, smem)| smem <= optin)
+    [nh, 1].into_iter().map(|nh| (nh, reduce_wg_smem(nh))).find(|&(_, smem)| smem <= optin)
 }
 
 /// Whether the wgmma reduce can run for `dtype` and C channels on `dev` (the bench's variant rows).
@@ -444,13 +356,7 @@ pub(crate) fn expand_wgb_stages(nh: usize) -> &'static [usize] {
 
 /// (NH, NST, KP, shared memory, bulk) of the wgmma expand for K, C, with bulk stores or not, or
 /// None where it does not apply (f32, not sm_90a, or no stage count fits in shared memory).
-fn expand_wg_shape(
-    dev: &Arc<CudaDevice>,
-    dtype: DType,
-    k: usize,
-    c: usize,
-    bulk: bool,
-) -> Option<(usize, usize, usize, usize, bool)> {
+fn expand_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize, bulk: bool) -> Option<(usize, usize, usize, usize, bool)> {
     if dtype == DType::F32 || dev.info().compute_capability != (9, 0) {
         return None;
     }
@@ -458,15 +364,9 @@ fn expand_wg_shape(
     let nh = if c <= 128 { 1 } else { 2 };
     let kp = k.next_multiple_of(16);
     if bulk {
-        expand_wgb_stages(nh)
-            .iter()
-            .map(|&nst| (nh, nst, kp, expand_wgb_smem(kp, nh, nst), true))
-            .find(|s| s.3 <= optin)
+        expand_wgb_stages(nh).iter().map(|&nst| (nh, nst, kp, expand_wgb_smem(kp, nh, nst), true)).find(|s| s.3 <= optin)
     } else {
-        [4, 2]
-            .into_iter()
-            .map(|nst| (nh, nst, kp, expand_wg_smem(kp, nh, nst), false))
-            .find(|s| s.3 <= optin)
+        [4, 2].into_iter().map(|nst| (nh, nst, kp, expand_wg_smem(kp, nh, nst), false)).find(|s| s.3 <= optin)
     }
 }
 
@@ -480,11 +380,7 @@ pub(crate) const ETM_MAX_SLOTS: usize = 16;
 /// to align the slots on the swizzle's 1024-byte period, the slots, S (KP × 128·NH), the epilogue
 /// slices (direct) or the 128-row staging buffer (bulk), then full and empty barriers.
 pub(crate) fn expand_tma_smem(kp: usize, nh: usize, slots: usize, bulk: bool) -> usize {
-    let epi = if bulk {
-        EBM * (256 * nh + EWG_STG_PAD)
-    } else {
-        2 * 8 * 16 * 72
-    };
+    let epi = if bulk { EBM * (256 * nh + EWG_STG_PAD) } else { 2 * 8 * 16 * 72 };
     1024 + slots * ETM_BOX_BYTES + 2 * kp * 128 * nh + epi + 2 * 8 * ETM_MAX_SLOTS
 }
 
@@ -492,40 +388,24 @@ pub(crate) fn expand_tma_smem(kp: usize, nh: usize, slots: usize, bulk: bool) ->
 /// boxes (⌈KP/64⌉, which the ring must hold at once) do.
 pub(crate) fn expand_tma_slots(optin: usize, kp: usize, nh: usize, bulk: bool) -> Option<usize> {
     let nb = kp.div_ceil(ETM_BOX_K);
-    (nb..=ETM_MAX_SLOTS)
-        .rev()
-        .find(|&n| expand_tma_smem(kp, nh, n, bulk) <= optin)
+    (nb..=ETM_MAX_SLOTS).rev().find(|&n| expand_tma_smem(kp, nh, n, bulk) <= optin)
 }
 
 /// (NH, slots, KP, shared memory, bulk) of the TMA-fed expand with bulk stores (where `bulk` and
 /// they fit; `force_bulk`: only with them) or the direct epilogue, or why it cannot run.
 #[allow(clippy::too_many_arguments)]
-fn expand_tma_shape(
-    dev: &Arc<CudaDevice>,
-    dtype: DType,
-    v: usize,
-    k: usize,
-    c: usize,
-    basis: u64,
-    bulk: bool,
-    force_bulk: bool,
-) -> std::result::Result<(usize, usize, usize, usize, bool), String> {
+fn expand_tma_shape(dev: &Arc<CudaDevice>, dtype: DType, v: usize, k: usize, c: usize, basis: u64, bulk: bool, force_bulk: bool) -> std::result::Result<(usize, usize, usize, usize, bool), String> {
     if dtype == DType::F32 {
         return Err("needs 16-bit activations".into());
     }
     if dev.info().compute_capability != (9, 0) {
-        return Err(format!(
-            "needs sm_90a (TMA and wgmma), not {}",
-            dev.info().arch
-        ));
+        return Err(format!("needs sm_90a (TMA and wgmma), not {}", dev.info().arch));
     }
     if !(k * dtype.size()).is_multiple_of(16) {
         return Err(format!("basis rows of K·2 = {} bytes: TMA needs a row stride that is a multiple of 16 bytes (K a multiple of 8)", k * dtype.size()));
     }
     if !basis.is_multiple_of(16) {
-        return Err(format!(
-            "the basis at {basis:#x}: TMA needs a 16-byte aligned global address"
-        ));
+        return Err(format!("the basis at {basis:#x}: TMA needs a 16-byte aligned global address"));
     }
     if v > i32::MAX as usize {
         return Err(format!("V = {v}: TMA row coordinates are 32-bit"));
@@ -533,9 +413,7 @@ fn expand_tma_shape(
     let optin = dev.info().shared_memory_per_block_optin as usize;
     let nh = if c <= 128 { 1 } else { 2 };
     let kp = k.next_multiple_of(16);
-    let pick = |b: bool| {
-        expand_tma_slots(optin, kp, nh, b).map(|n| (nh, n, kp, expand_tma_smem(kp, nh, n, b), b))
-    };
+    let pick = |b: bool| expand_tma_slots(optin, kp, nh, b).map(|n| (nh, n, kp, expand_tma_smem(kp, nh, n, b), b));
     let shape = match (bulk && (c * dtype.size()).is_multiple_of(16), force_bulk) {
         (_, true) => pick(true),
         (true, false) => pick(true).or_else(|| pick(false)),
@@ -552,25 +430,13 @@ fn expand_tma_shape(
 }
 
 /// Whether the TMA-fed wgmma expand can run for `dtype`, K and C on `dev` (the bench's variant rows).
-pub fn expand_tma_available(
-    dev: &Arc<CudaDevice>,
-    dtype: DType,
-    k: usize,
-    c: usize,
-    bulk: bool,
-) -> bool {
+pub fn expand_tma_available(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize, bulk: bool) -> bool {
     expand_tma_shape(dev, dtype, 1, k, c, 0, bulk, bulk).is_ok()
 }
 
 /// Whether the wgmma expand (with bulk stores or not) can run for `dtype`, K and C on `dev` (the
 /// bench's variant rows).
-pub fn expand_wg_available(
-    dev: &Arc<CudaDevice>,
-    dtype: DType,
-    k: usize,
-    c: usize,
-    bulk: bool,
-) -> bool {
+pub fn expand_wg_available(dev: &Arc<CudaDevice>, dtype: DType, k: usize, c: usize, bulk: bool) -> bool {
     expand_wg_shape(dev, dtype, k, c, bulk).is_some()
 }
 
@@ -588,16 +454,7 @@ pub enum FusedMode {
 /// `EMBER_DIFFUSION_FUSED=0|auto|1`; default [`DEFAULT_FUSED`].
 pub fn fused_mode() -> FusedMode {
     static M: OnceLock<FusedMode> = OnceLock::new();
-    env_mode(
-        &M,
-        "EMBER_DIFFUSION_FUSED",
-        &[
-            ("0", FusedMode::Never),
-            ("1", FusedMode::Always),
-            ("auto", FusedMode::Auto),
-        ],
-        DEFAULT_FUSED,
-    )
+    env_mode(&M, "EMBER_DIFFUSION_FUSED", &[("0", FusedMode::Never), ("1", FusedMode::Always), ("auto", FusedMode::Auto)], DEFAULT_FUSED)
 }
 
 pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
@@ -613,21 +470,13 @@ pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
 /// `EMBER_DIFFUSION_CHUNK_ROWS=n` (measurements) sets it for every call.
 pub fn default_chunk_rows(v_total: usize, n_sm: usize) -> usize {
     static FORCED: OnceLock<Option<usize>> = OnceLock::new();
-    if let Some(rows) = *FORCED.get_or_init(|| {
-        std::env::var("EMBER_DIFFUSION_CHUNK_ROWS")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&r| r > 0 && r <= 1 << 30)
-    }) {
+    if let Some(rows) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_CHUNK_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&r| r > 0 && r <= 1 << 30)) {
         return rows.next_multiple_of(8);
     }
     let per_sm = v_total.div_ceil(n_sm.max(1)).next_multiple_of(8);
     // Whole 64-row stages: at V = 32768, 504-row chunks (66, the last of 8 rows) ran the forward's
     // reduce in 25.3 µs, 512-row chunks (64) in 18.2 µs (same GPU, same run).
-    let per_two_sms = v_total
-        .div_ceil((n_sm / 2).max(1))
-        .next_multiple_of(64)
-        .min(SMALL_MESH_CHUNK_ROWS);
+    let per_two_sms = v_total.div_ceil((n_sm / 2).max(1)).next_multiple_of(64).min(SMALL_MESH_CHUNK_ROWS);
     per_sm.max(per_two_sms).max(MIN_CHUNK_ROWS)
 }
 
@@ -665,12 +514,7 @@ fn segments(offsets: &[usize], rows: usize) -> (Vec<Seg>, Vec<i64>) {
         let mut b = offsets[m];
         while b < offsets[m + 1] {
             let e = (b + rows).min(offsets[m + 1]);
-            segs.push(Seg {
-                begin: b as i64,
-                end: e as i64,
-                mesh: m as i64,
-                run_end: 0,
-            });
+            segs.push(Seg { begin: b as i64, end: e as i64, mesh: m as i64, run_end: 0 });
             b = e;
         }
         let run_end = segs.len() as i64;
@@ -683,32 +527,19 @@ fn segments(offsets: &[usize], rows: usize) -> (Vec<Seg>, Vec<i64>) {
 impl Plan {
     pub fn new(basis: &Tensor, offsets: &[usize]) -> Result<Plan> {
         let n_sm = basis.cuda_device()?.info().multiprocessors as usize;
-        Plan::with_chunk_rows(
-            basis,
-            offsets,
-            default_chunk_rows(*offsets.last().unwrap(), n_sm),
-        )
+        Plan::with_chunk_rows(basis, offsets, default_chunk_rows(*offsets.last().unwrap(), n_sm))
     }
 
     pub fn with_chunk_rows(basis: &Tensor, offsets: &[usize], chunk_rows: usize) -> Result<Plan> {
         let (chunks, prefix) = segments(offsets, chunk_rows);
         let (tiles, _) = segments(offsets, EBM);
         // i64 words, stored as the bits of an f32 tensor (little-endian on both sides).
-        let mut words: Vec<i64> =
-            Vec::with_capacity(4 * (chunks.len() + tiles.len()) + prefix.len());
+        let mut words: Vec<i64> = Vec::with_capacity(4 * (chunks.len() + tiles.len()) + prefix.len());
         for s in chunks.iter().chain(&tiles) {
             words.extend([s.begin, s.end, s.mesh, s.run_end]);
         }
         words.extend(&prefix);
-        let bits: Vec<f32> = words
-            .iter()
-            .flat_map(|&w| {
-                [
-                    f32::from_bits(w as u64 as u32),
-                    f32::from_bits((w as u64 >> 32) as u32),
-                ]
-            })
-            .collect();
+        let bits: Vec<f32> = words.iter().flat_map(|&w| [f32::from_bits(w as u64 as u32), f32::from_bits((w as u64 >> 32) as u32)]).collect();
         let n = bits.len();
         let tables = Tensor::from_vec(bits, &[n])?.to_device(basis.device())?;
         let base = tables.cuda_ptr()?;
@@ -734,52 +565,27 @@ impl Plan {
 
 /// Kernels, with the dynamic shared memory limit raised once and the occupancy at a given shared
 /// memory size cached (both are driver calls we keep off the per-call path).
-fn kernel(
-    dev: &Arc<CudaDevice>,
-    source: &KernelSource,
-    dtype: DType,
-    entry: &'static str,
-    smem: usize,
-) -> Result<(CudaFunction, u32)> {
+fn kernel(dev: &Arc<CudaDevice>, source: &KernelSource, dtype: DType, entry: &'static str, smem: usize) -> Result<(CudaFunction, u32)> {
     type Key = (usize, DType, &'static str, usize);
     static CACHE: OnceLock<Mutex<HashMap<Key, (CudaFunction, u32)>>> = OnceLock::new();
     let key = (dev.info().ordinal, dtype, entry, smem);
-    if let Some(hit) = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap()
-        .get(&key)
-    {
+    if let Some(hit) = CACHE.get_or_init(Default::default).lock().unwrap().get(&key) {
         return Ok(hit.clone());
     }
-    let opts = if source.name == SOURCE.name {
-        options(dtype)
-    } else {
-        Vec::new()
-    };
+    let opts = if source.name == SOURCE.name { options(dtype) } else { Vec::new() };
     let f = dev.function(source, &opts, entry)?;
     let optin = dev.info().shared_memory_per_block_optin as usize;
     if smem > optin {
-        return Err(Error::Unsupported(format!(
-            "{entry} with {smem} bytes of shared memory (the device allows {optin})"
-        )));
+        return Err(Error::Unsupported(format!("{entry} with {smem} bytes of shared memory (the device allows {optin})")));
     }
     if smem > 48 * 1024 {
         dev.set_max_dynamic_smem(&f, optin)?;
     }
-    let occ = f
-        .occupancy_max_active_blocks_per_multiprocessor(NTHREADS, smem, None)
-        .map_err(|e| Error::cuda("occupancy query", e))?;
+    let occ = f.occupancy_max_active_blocks_per_multiprocessor(NTHREADS, smem, None).map_err(|e| Error::cuda("occupancy query", e))?;
     if occ == 0 {
-        return Err(Error::Unsupported(format!(
-            "{entry} with {smem} bytes of shared memory: no block fits on an SM"
-        )));
+        return Err(Error::Unsupported(format!("{entry} with {smem} bytes of shared memory: no block fits on an SM")));
     }
-    CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap()
-        .insert(key, (f.clone(), occ));
+    CACHE.get_or_init(Default::default).lock().unwrap().insert(key, (f.clone(), occ));
     Ok((f, occ))
 }
 
@@ -792,34 +598,21 @@ fn expand_smem(dtype: DType, wn: usize, kp: usize, st: Stages) -> usize {
     let bn = 32 * wn;
     let half = dtype != DType::F32;
     let lda = st.ebk + if half { 8 } else { 4 };
-    let epi = if half {
-        8 * 64 * (wn.min(4) * 8 + 8)
-    } else {
-        0
-    };
+    let epi = if half { 8 * 64 * (wn.min(4) * 8 + 8) } else { 0 };
     (kp * (bn + 8) + st.enst * EBM * lda + epi) * dtype.size()
 }
 
 fn too_large(what: String) -> Error {
-    Error::TooLarge {
-        arg: "x".into(),
-        what,
-    }
+    Error::TooLarge { arg: "x".into(), what }
 }
 
 fn to_i32(v: usize, what: &str) -> Result<i32> {
-    i32::try_from(v).map_err(|_| {
-        too_large(format!(
-            "{what} = {v} exceeds the kernels' 32-bit size parameters"
-        ))
-    })
+    i32::try_from(v).map_err(|_| too_large(format!("{what} = {v} exceeds the kernels' 32-bit size parameters")))
 }
 
 fn to_u32_grid(v: usize, limit: usize, what: &str) -> Result<u32> {
     if v == 0 || v > limit {
-        return Err(too_large(format!(
-            "{what} = {v} exceeds one launch's grid ({limit})"
-        )));
+        return Err(too_large(format!("{what} = {v} exceeds one launch's grid ({limit})")));
     }
     Ok(v as u32)
 }
@@ -877,56 +670,37 @@ impl Geometry {
         let st = stages();
         let forced = |wn: Option<usize>, choices: &[usize], what: &str| -> Result<Option<usize>> {
             match wn {
-                Some(w) if !choices.contains(&w) => Err(Error::invalid(
-                    what,
-                    format!("expected one of {choices:?} for {dtype}, got {w}"),
-                )),
+                Some(w) if !choices.contains(&w) => Err(Error::invalid(what, format!("expected one of {choices:?} for {dtype}, got {w}"))),
                 other => Ok(other),
             }
         };
         let (chunk_rows, n_chunks, chunk_table, chunk_prefix, n_tiles, tile_table) = match m.plan {
             Some(p) => {
                 debug_assert_eq!(p.device(), m.device());
-                (
-                    p.chunk_rows,
-                    p.n_chunks,
-                    p.chunk_off,
-                    p.prefix_off,
-                    p.n_tiles,
-                    p.tile_off,
-                )
+                (p.chunk_rows, p.n_chunks, p.chunk_off, p.prefix_off, p.n_tiles, p.tile_off)
             }
             None => {
-                let rows = tune
-                    .chunk_rows
-                    .unwrap_or_else(|| default_chunk_rows(v, n_sm))
-                    .max(1);
+                let rows = tune.chunk_rows.unwrap_or_else(|| default_chunk_rows(v, n_sm)).max(1);
                 (rows, v.div_ceil(rows), 0, 0, v.div_ceil(EBM), 0)
             }
         };
         let n_mt = k.div_ceil(RBM);
         // Tile width: the narrowest that still covers C in one tile, then narrower while the grid
         // would leave most SMs idle (small meshes).
-        let shrink =
-            |mut wn: usize, choices: &[usize], ctas: &dyn Fn(usize) -> usize, goal: usize| {
-                let smallest = *choices.last().unwrap();
-                while wn > smallest && 16 * wn >= c {
-                    wn /= 2;
-                }
-                while wn > smallest && ctas(wn) < goal {
-                    wn /= 2;
-                }
-                wn
-            };
+        let shrink = |mut wn: usize, choices: &[usize], ctas: &dyn Fn(usize) -> usize, goal: usize| {
+            let smallest = *choices.last().unwrap();
+            while wn > smallest && 16 * wn >= c {
+                wn /= 2;
+            }
+            while wn > smallest && ctas(wn) < goal {
+                wn /= 2;
+            }
+            wn
+        };
         let (rc, ec) = (reduce_wn_choices(dtype), expand_wn_choices(dtype));
         let rwn = match forced(tune.reduce_wn, rc, "reduce_wn")? {
             Some(w) => w,
-            None => shrink(
-                rc[0],
-                rc,
-                &|wn| n_chunks * n_mt * c.div_ceil(32 * wn),
-                n_sm / 2,
-            ),
+            None => shrink(rc[0], rc, &|wn| n_chunks * n_mt * c.div_ceil(32 * wn), n_sm / 2),
         };
         let kpe = k.next_multiple_of(st.ebk);
         let ewn = match forced(tune.expand_wn, ec, "expand_wn")? {
@@ -957,8 +731,7 @@ impl Geometry {
             ExpandStore::Auto => tma_bulk_fits || n_tiles >= BULK_MIN_TILES_PER_SM * n_sm,
         };
         let wg_shape = || match bulk {
-            true => expand_wg_shape(dev, dtype, k, c, true)
-                .or_else(|| expand_wg_shape(dev, dtype, k, c, false)),
+            true => expand_wg_shape(dev, dtype, k, c, true).or_else(|| expand_wg_shape(dev, dtype, k, c, false)),
             false => expand_wg_shape(dev, dtype, k, c, false),
         };
         // v9: forced TMA loads imply the wgmma expand and take their own shape (a ring of 16 KB
@@ -995,12 +768,8 @@ impl Geometry {
         // (slots, shared memory) of the TMA-fed expand, with the store path `wg` has.
         let etma = match (tma_forced, wg) {
             (Some((_, slots, _, smem, _)), _) => Some((slots, smem)),
-            (None, Some((_, _, _, _, b)))
-                if tune.expand_load.unwrap_or_else(expand_load_mode) == ExpandLoad::Tma =>
-            {
-                expand_tma_shape(dev, dtype, v, k, c, basis_ptr, b, b)
-                    .ok()
-                    .map(|(_, slots, _, smem, _)| (slots, smem))
+            (None, Some((_, _, _, _, b))) if tune.expand_load.unwrap_or_else(expand_load_mode) == ExpandLoad::Tma => {
+                expand_tma_shape(dev, dtype, v, k, c, basis_ptr, b, b).ok().map(|(_, slots, _, smem, _)| (slots, smem))
             }
             _ => None,
         };
@@ -1011,14 +780,8 @@ impl Geometry {
         let rmode = tune.reduce_wg.unwrap_or_else(wgmma_reduce_mode);
         // Whether the wgmma reduce, where it runs, would be fed by TMA: the Auto rule's threshold
         // depends on it (the TMA-fed reduce pays off on shorter chunks).
-        let rtma_wanted = tune.reduce_load.unwrap_or_else(reduce_load_mode) == ReduceLoad::Tma
-            && k % 8 == 0
-            && c % 8 == 0;
-        let rwg_min_rows = if rtma_wanted {
-            RWG_MIN_CHUNK_ROWS_TMA
-        } else {
-            RWG_MIN_CHUNK_ROWS
-        };
+        let rtma_wanted = tune.reduce_load.unwrap_or_else(reduce_load_mode) == ReduceLoad::Tma && k % 8 == 0 && c % 8 == 0;
+        let rwg_min_rows = if rtma_wanted { RWG_MIN_CHUNK_ROWS_TMA } else { RWG_MIN_CHUNK_ROWS };
         let rwg = match rmode {
             WgmmaMode::Never => None,
             WgmmaMode::Always => Some(reduce_wg_shape(dev, dtype, c).ok_or_else(|| {
@@ -1044,37 +807,16 @@ impl Geometry {
         to_i32(cpr.max(cpe), "C padded to the tile width")?;
         let es = dtype.size();
         let vec = (k * es).is_multiple_of(16) && (c * es).is_multiple_of(16);
-        let reduce_grid = (
-            to_u32_grid(n_chunks, i32::MAX as usize, "reduce chunks")?,
-            to_u32_grid(n_mt * n_ntr, 65535, "reduce tiles per chunk")?,
-        );
+        let reduce_grid = (to_u32_grid(n_chunks, i32::MAX as usize, "reduce chunks")?, to_u32_grid(n_mt * n_ntr, 65535, "reduce tiles per chunk")?);
         let expand_smem = match (etma, wg) {
             (Some((_, smem)), _) => smem,
             (None, Some((_, _, _, smem, _))) => smem,
             (None, None) => expand_smem(dtype, ewn, kpe, st),
         };
-        let finalize_grid = (
-            to_u32_grid(
-                meshes * (cpe / 32),
-                i32::MAX as usize,
-                "meshes × channel blocks",
-            )?,
-            (kpe / 8) as u32,
-        );
-        let finalize_layers = finalize_layers(
-            n_sm,
-            finalize_grid.0 as usize * finalize_grid.1 as usize,
-            n_chunks / meshes.max(1),
-        );
+        let finalize_grid = (to_u32_grid(meshes * (cpe / 32), i32::MAX as usize, "meshes × channel blocks")?, (kpe / 8) as u32);
+        let finalize_layers = finalize_layers(n_sm, finalize_grid.0 as usize * finalize_grid.1 as usize, n_chunks / meshes.max(1));
         let n_persist_goal = n_sm; // refined by occupancy at launch
-        let expand_grid = (
-            to_u32_grid(
-                n_tiles.min(n_persist_goal).max(1),
-                i32::MAX as usize,
-                "expand tiles",
-            )?,
-            to_u32_grid(n_nte, 65535, "expand channel tiles")?,
-        );
+        let expand_grid = (to_u32_grid(n_tiles.min(n_persist_goal).max(1), i32::MAX as usize, "expand tiles")?, to_u32_grid(n_nte, 65535, "expand channel tiles")?);
         Ok(Geometry {
             dtype,
             k,
@@ -1132,9 +874,7 @@ fn carve(sizes: &[usize]) -> Result<(Vec<usize>, usize)> {
     let mut total = 0usize;
     for &s in sizes {
         offs.push(total);
-        total = total
-            .checked_add(s.next_multiple_of(256))
-            .ok_or_else(|| too_large("the workspace overflows usize".into()))?;
+        total = total.checked_add(s.next_multiple_of(256)).ok_or_else(|| too_large("the workspace overflows usize".into()))?;
     }
     Ok((offs, total))
 }
@@ -1153,27 +893,15 @@ struct Workspace {
 fn workspace(device: Device, sizes: &[usize]) -> Result<Workspace> {
     type Slot = &'static Mutex<Option<Tensor>>;
     static CACHE: OnceLock<Mutex<HashMap<usize, Slot>>> = OnceLock::new();
-    let Device::Cuda(ordinal) = device else {
-        return Err(Error::Unsupported(
-            "the CUDA workspace on a CPU device".into(),
-        ));
-    };
+    let Device::Cuda(ordinal) = device else { return Err(Error::Unsupported("the CUDA workspace on a CPU device".into())) };
     let (offs, total) = carve(sizes)?;
     // One slot per device, leaked on purpose: it lives as long as the process (like the device).
-    let slot: Slot = CACHE
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap()
-        .entry(ordinal)
-        .or_insert_with(|| Box::leak(Box::new(Mutex::new(None))));
+    let slot: Slot = CACHE.get_or_init(Default::default).lock().unwrap().entry(ordinal).or_insert_with(|| Box::leak(Box::new(Mutex::new(None))));
     let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
     let have = guard.as_ref().map_or(0, |t| t.numel() * 4);
     if have < total.max(256) {
         // Grow by at least an eighth, so that a sequence of growing sizes reallocates rarely.
-        let bytes = total
-            .max(256)
-            .max(have + have / 8)
-            .next_multiple_of(1 << 16);
+        let bytes = total.max(256).max(have + have / 8).next_multiple_of(1 << 16);
         *guard = None; // stream-ordered free of the old buffer, after the kernels that used it
         *guard = Some(Tensor::output(&[bytes / 4], DType::F32, device)?);
     } else if ember_core::tensor::poison_outputs() {
@@ -1181,10 +909,7 @@ fn workspace(device: Device, sizes: &[usize]) -> Result<Workspace> {
         guard.as_mut().unwrap().poison()?;
     }
     let base = guard.as_ref().unwrap().cuda_ptr()?;
-    Ok(Workspace {
-        guard,
-        parts: offs.into_iter().map(|o| base + o as u64).collect(),
-    })
+    Ok(Workspace { guard, parts: offs.into_iter().map(|o| base + o as u64).collect() })
 }
 
 impl Workspace {
@@ -1194,19 +919,9 @@ impl Workspace {
     }
 }
 
-fn launch_reduce(
-    dev: &Arc<CudaDevice>,
-    g: &Geometry,
-    basis: u64,
-    y: u64,
-    mass: u64,
-    ws: u64,
-) -> Result<()> {
+fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: u64, ws: u64) -> Result<()> {
     // v12b: TMA needs 16-byte aligned operands; an unaligned basis or y (a view) takes cp.async.
-    if let (Some(nh), true) = (
-        g.rwg,
-        g.rtma && basis.is_multiple_of(16) && y.is_multiple_of(16),
-    ) {
+    if let (Some(nh), true) = (g.rwg, g.rtma && basis.is_multiple_of(16) && y.is_multiple_of(16)) {
         return launch_reduce_tma(dev, g, nh, basis, y, mass, ws);
     }
     let entry = match (g.rwg, g.rwn) {
@@ -1217,19 +932,9 @@ fn launch_reduce(
         (None, _) => "diffusion_reduce_w2",
     };
     let (f, _) = kernel(dev, &SOURCE, g.dtype, entry, g.reduce_smem)?;
-    let cfg = LaunchConfig {
-        grid_dim: (g.reduce_grid.0, g.reduce_grid.1, 1),
-        block_dim: (NTHREADS, 1, 1),
-        shared_mem_bytes: g.reduce_smem as u32,
-    };
+    let cfg = LaunchConfig { grid_dim: (g.reduce_grid.0, g.reduce_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.reduce_smem as u32 };
     let (rows, n_rows, n_chunks) = (g.chunk_rows, g.n_rows, g.n_chunks as i64);
-    let (k, c, kp, cp, vec) = (
-        g.k as i32,
-        g.c as i32,
-        g.kpr as i32,
-        g.cpr as i32,
-        i32::from(g.vec),
-    );
+    let (k, c, kp, cp, vec) = (g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, i32::from(g.vec));
     dev.launch(&f, cfg)
         .arg(&basis)
         .arg(&y)
@@ -1250,46 +955,14 @@ fn launch_reduce(
 
 /// v12b: the TMA-fed wgmma reduce. Tensor maps of the basis (V × K) and of y (V × C), boxes of
 /// 64 vertices × 64 columns in the 128-byte swizzle, zeros outside; encoded per launch on the host.
-fn launch_reduce_tma(
-    dev: &Arc<CudaDevice>,
-    g: &Geometry,
-    nh: usize,
-    basis: u64,
-    y: u64,
-    mass: u64,
-    ws: u64,
-) -> Result<()> {
-    let entry = if nh == 1 {
-        "diffusion_reduce_wgt1"
-    } else {
-        "diffusion_reduce_wgt2"
-    };
+fn launch_reduce_tma(dev: &Arc<CudaDevice>, g: &Geometry, nh: usize, basis: u64, y: u64, mass: u64, ws: u64) -> Result<()> {
+    let entry = if nh == 1 { "diffusion_reduce_wgt1" } else { "diffusion_reduce_wgt2" };
     let es = g.dtype.size() as u64;
     let rows = g.n_rows as u64;
-    let map_b = ember_core::cuda::tensor_map_2d_sw128(
-        g.dtype,
-        basis,
-        rows,
-        g.k as u64,
-        g.k as u64 * es,
-        RWG_ROWS as u32,
-        64,
-    )?;
-    let map_y = ember_core::cuda::tensor_map_2d_sw128(
-        g.dtype,
-        y,
-        rows,
-        g.c as u64,
-        g.c as u64 * es,
-        RWG_ROWS as u32,
-        64,
-    )?;
+    let map_b = ember_core::cuda::tensor_map_2d_sw128(g.dtype, basis, rows, g.k as u64, g.k as u64 * es, RWG_ROWS as u32, 64)?;
+    let map_y = ember_core::cuda::tensor_map_2d_sw128(g.dtype, y, rows, g.c as u64, g.c as u64 * es, RWG_ROWS as u32, 64)?;
     let (f, _) = kernel(dev, &SOURCE, g.dtype, entry, g.reduce_smem)?;
-    let cfg = LaunchConfig {
-        grid_dim: (g.reduce_grid.0, g.reduce_grid.1, 1),
-        block_dim: (NTHREADS, 1, 1),
-        shared_mem_bytes: g.reduce_smem as u32,
-    };
+    let cfg = LaunchConfig { grid_dim: (g.reduce_grid.0, g.reduce_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: g.reduce_smem as u32 };
     let (rows_per_chunk, n_rows, n_chunks) = (g.chunk_rows, g.n_rows, g.n_chunks as i64);
     let (kp, cp) = (g.kpr as i32, g.cpr as i32);
     dev.launch(&f, cfg)
@@ -1308,28 +981,9 @@ fn launch_reduce_tma(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn launch_expand(
-    dev: &Arc<CudaDevice>,
-    g: &Geometry,
-    basis: u64,
-    s_op: u64,
-    mass: u64,
-    out: u64,
-    dt_part: u64,
-    d_times: u64,
-) -> Result<()> {
+fn launch_expand(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
     if let (Some((nh, _, bulk)), Some(slots)) = (g.ewg, g.etma) {
-        return launch_expand_tma(
-            dev,
-            g,
-            (nh, bulk, slots, g.expand_smem),
-            basis,
-            s_op,
-            mass,
-            out,
-            dt_part,
-            d_times,
-        );
+        return launch_expand_tma(dev, g, (nh, bulk, slots, g.expand_smem), basis, s_op, mass, out, dt_part, d_times);
     }
     let entry = match (g.ewg, g.ewn) {
         (Some((1, 2, false)), _) => "diffusion_expand_wg1_s2",
@@ -1347,14 +1001,7 @@ fn launch_expand(
     let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, g.expand_smem)?;
     let cfg = expand_cfg(dev, g, occ, g.expand_smem);
     let (n_rows, n_tiles) = (g.n_rows, g.n_tiles as i64);
-    let (k, c, kp, cp, vec, dt_rows) = (
-        g.k as i32,
-        g.c as i32,
-        g.kpe as i32,
-        g.cpe as i32,
-        i32::from(g.vec),
-        to_i32(g.dt_rows(), "meshes × eigenvector blocks")?,
-    );
+    let (k, c, kp, cp, vec, dt_rows) = (g.k as i32, g.c as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec), to_i32(g.dt_rows(), "meshes × eigenvector blocks")?);
     dev.launch(&f, cfg)
         .arg(&basis)
         .arg(&s_op)
@@ -1380,43 +1027,24 @@ fn launch_expand(
 /// there are tiles.
 fn expand_cfg(dev: &Arc<CudaDevice>, g: &Geometry, occ: u32, smem: usize) -> LaunchConfig {
     let n_sm = dev.info().multiprocessors.max(1) as usize;
-    let per_nt = (n_sm * occ as usize / g.expand_grid.1 as usize)
-        .max(1)
-        .min(g.expand_ctas.unwrap_or(usize::MAX));
+    let per_nt = (n_sm * occ as usize / g.expand_grid.1 as usize).max(1).min(g.expand_ctas.unwrap_or(usize::MAX));
     let grid_x = g.n_tiles.min(per_nt).max(1) as u32;
-    LaunchConfig {
-        grid_dim: (grid_x, g.expand_grid.1, 1),
-        block_dim: (NTHREADS, 1, 1),
-        shared_mem_bytes: smem as u32,
-    }
+    LaunchConfig { grid_dim: (grid_x, g.expand_grid.1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: smem as u32 }
 }
 
 /// v9: the TMA-fed wgmma expand (`diffusion_expand_wgt{NH}`, `wgtb{NH}` with bulk stores). The tensor
 /// map (basis as V × K, boxes of 128 rows × 64 eigenvectors, 128-byte swizzle, zeros outside) is
 /// encoded per launch on the host (no device call) and passed by value.
 #[allow(clippy::too_many_arguments)]
-fn launch_expand_tma(
-    dev: &Arc<CudaDevice>,
-    g: &Geometry,
-    (nh, bulk, slots, smem): (usize, bool, usize, usize),
-    basis: u64,
-    s_op: u64,
-    mass: u64,
-    out: u64,
-    dt_part: u64,
-    d_times: u64,
-) -> Result<()> {
+fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem): (usize, bool, usize, usize), basis: u64, s_op: u64, mass: u64, out: u64, dt_part: u64, d_times: u64) -> Result<()> {
     // v15: the ping-pong order is built for the bulk epilogue only (the default wherever the TMA
     // expand runs with 16-byte rows).
-    let ctas_per_column_tile =
-        (dev.info().multiprocessors.max(1) as usize / g.expand_grid.1.max(1) as usize).max(1);
+    let ctas_per_column_tile = (dev.info().multiprocessors.max(1) as usize / g.expand_grid.1.max(1) as usize).max(1);
     let pingpong = bulk
         && match expand_order_mode() {
             ExpandOrder::PingPong => true,
             ExpandOrder::Together => false,
-            ExpandOrder::Auto => {
-                g.n_tiles.div_ceil(ctas_per_column_tile) <= PINGPONG_MAX_TILES_PER_CTA
-            }
+            ExpandOrder::Auto => g.n_tiles.div_ceil(ctas_per_column_tile) <= PINGPONG_MAX_TILES_PER_CTA,
         };
     let entry = match (nh, bulk, pingpong) {
         (1, false, _) => "diffusion_expand_wgt1",
@@ -1427,39 +1055,17 @@ fn launch_expand_tma(
         (_, true, true) => "diffusion_expand_wgtb2_pp",
     };
     let es = g.dtype.size() as u64;
-    let map = ember_core::cuda::tensor_map_2d_sw128(
-        g.dtype,
-        basis,
-        g.n_rows as u64,
-        g.k as u64,
-        g.k as u64 * es,
-        EBM as u32,
-        ETM_BOX_K as u32,
-    )?;
+    let map = ember_core::cuda::tensor_map_2d_sw128(g.dtype, basis, g.n_rows as u64, g.k as u64, g.k as u64 * es, EBM as u32, ETM_BOX_K as u32)?;
     // v14: the bulk epilogue with 16-byte rows writes the output by tensor stores (boxes of 16 rows ×
     // 64 columns, 128-byte swizzle); elsewhere the kernel does not read `map_out` (the basis map fills it).
     let map_out = if bulk && g.vec {
-        ember_core::cuda::tensor_map_2d_sw128(
-            g.dtype,
-            out,
-            g.n_rows as u64,
-            g.c as u64,
-            g.c as u64 * es,
-            16,
-            64,
-        )?
+        ember_core::cuda::tensor_map_2d_sw128(g.dtype, out, g.n_rows as u64, g.c as u64, g.c as u64 * es, 16, 64)?
     } else {
         map
     };
     let (f, occ) = kernel(dev, &SOURCE, g.dtype, entry, smem)?;
     let (n_rows, n_tiles, slots) = (g.n_rows, g.n_tiles as i64, slots as i32);
-    let (c, kp, cp, vec, dt_rows) = (
-        g.c as i32,
-        g.kpe as i32,
-        g.cpe as i32,
-        i32::from(g.vec),
-        to_i32(g.dt_rows(), "meshes × eigenvector blocks")?,
-    );
+    let (c, kp, cp, vec, dt_rows) = (g.c as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec), to_i32(g.dt_rows(), "meshes × eigenvector blocks")?);
     dev.launch(&f, expand_cfg(dev, g, occ, smem))
         .arg(&s_op)
         .arg(&mass)
@@ -1493,12 +1099,7 @@ fn launch_expand_tma(
 /// `EMBER_DIFFUSION_FINALIZE_LAYERS=1|2|4` (measurements) forces it.
 fn finalize_layers(n_sm: usize, blocks: usize, chunks_per_mesh: usize) -> u32 {
     static FORCED: OnceLock<Option<u32>> = OnceLock::new();
-    if let Some(l) = *FORCED.get_or_init(|| {
-        std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|l| [1, 2, 4].contains(l))
-    }) {
+    if let Some(l) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l))) {
         return l;
     }
     // Threads the GPU holds at once (2048 per SM) against one layer's; meshes of fewer than
@@ -1513,34 +1114,13 @@ fn finalize_layers(n_sm: usize, blocks: usize, chunks_per_mesh: usize) -> u32 {
 }
 
 fn finalize_cfg(g: &Geometry) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (g.finalize_grid.0, g.finalize_grid.1, 1),
-        block_dim: (32, 8, g.finalize_layers),
-        shared_mem_bytes: 0,
-    }
+    LaunchConfig { grid_dim: (g.finalize_grid.0, g.finalize_grid.1, 1), block_dim: (32, 8, g.finalize_layers), shared_mem_bytes: 0 }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn launch_finalize_fwd(
-    dev: &Arc<CudaDevice>,
-    g: &Geometry,
-    partials: u64,
-    evals: u64,
-    times: u64,
-    spectral: u64,
-    saved: u64,
-    s_op: u64,
-) -> Result<()> {
+fn launch_finalize_fwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals: u64, times: u64, spectral: u64, saved: u64, s_op: u64) -> Result<()> {
     let (f, _) = kernel(dev, &SOURCE, g.dtype, "diffusion_finalize_fwd", 0)?;
-    let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (
-        g.n_chunks as i64,
-        g.k as i32,
-        g.c as i32,
-        g.kpr as i32,
-        g.cpr as i32,
-        g.kpe as i32,
-        g.cpe as i32,
-    );
+    let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
     dev.launch(&f, finalize_cfg(g))
         .arg(&partials)
         .arg(&g.chunk_prefix)
@@ -1562,27 +1142,9 @@ fn launch_finalize_fwd(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn launch_finalize_bwd(
-    dev: &Arc<CudaDevice>,
-    g: &Geometry,
-    partials: u64,
-    evals: u64,
-    times: u64,
-    saved: u64,
-    d_spectral: u64,
-    g_op: u64,
-    dt_part: u64,
-) -> Result<()> {
+fn launch_finalize_bwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals: u64, times: u64, saved: u64, d_spectral: u64, g_op: u64, dt_part: u64) -> Result<()> {
     let (f, _) = kernel(dev, &SOURCE, g.dtype, "diffusion_finalize_bwd", 0)?;
-    let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (
-        g.n_chunks as i64,
-        g.k as i32,
-        g.c as i32,
-        g.kpr as i32,
-        g.cpr as i32,
-        g.kpe as i32,
-        g.cpe as i32,
-    );
+    let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
     dev.launch(&f, finalize_cfg(g))
         .arg(&partials)
         .arg(&g.chunk_prefix)
@@ -1645,9 +1207,7 @@ fn fused_grid(dev: &Arc<CudaDevice>, g: &Geometry, tune: &Tuning) -> Result<Opti
     if n_nt > cap || (mode == FusedMode::Auto && (n_reduce > cap || n_expand > cap)) {
         return Ok(None);
     }
-    Ok(Some(
-        n_reduce.max(n_expand).max(n_fin).min(cap).max(n_nt) as u32
-    ))
+    Ok(Some(n_reduce.max(n_expand).max(n_fin).min(cap).max(n_nt) as u32))
 }
 
 /// Pointers of one fused pass (null where the pass has none).
@@ -1664,50 +1224,15 @@ struct FusedArgs {
     d_times: u64,
 }
 
-fn launch_fused(
-    dev: &Arc<CudaDevice>,
-    g: &Geometry,
-    m: &Meshes,
-    times: &Tensor,
-    grid: u32,
-    bwd: bool,
-    a: &FusedArgs,
-) -> Result<()> {
-    let entry = if bwd {
-        "diffusion_fused_bwd"
-    } else {
-        "diffusion_fused_fwd"
-    };
+fn launch_fused(dev: &Arc<CudaDevice>, g: &Geometry, m: &Meshes, times: &Tensor, grid: u32, bwd: bool, a: &FusedArgs) -> Result<()> {
+    let entry = if bwd { "diffusion_fused_bwd" } else { "diffusion_fused_fwd" };
     let smem = fused_smem(g);
     let (f, _) = kernel(dev, &SOURCE, g.dtype, entry, smem)?;
     let bar = barrier(dev)?;
-    let cfg = LaunchConfig {
-        grid_dim: (grid, 1, 1),
-        block_dim: (NTHREADS, 1, 1),
-        shared_mem_bytes: smem as u32,
-    };
-    let (basis, mass, evals, tp) = (
-        m.basis.cuda_ptr()?,
-        m.mass.cuda_ptr()?,
-        m.evals.cuda_ptr()?,
-        times.cuda_ptr()?,
-    );
-    let (rows, n_rows, n_chunks, n_tiles, meshes) = (
-        g.chunk_rows,
-        g.n_rows,
-        g.n_chunks as i64,
-        g.n_tiles as i64,
-        g.meshes as i64,
-    );
-    let (k, c, kpr, cpr, kpe, cpe, vec) = (
-        g.k as i32,
-        g.c as i32,
-        g.kpr as i32,
-        g.cpr as i32,
-        g.kpe as i32,
-        g.cpe as i32,
-        i32::from(g.vec),
-    );
+    let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: smem as u32 };
+    let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
+    let (rows, n_rows, n_chunks, n_tiles, meshes) = (g.chunk_rows, g.n_rows, g.n_chunks as i64, g.n_tiles as i64, g.meshes as i64);
+    let (k, c, kpr, cpr, kpe, cpe, vec) = (g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec));
     dev.launch(&f, cfg)
         .arg(&basis)
         .arg(&a.y)
@@ -1747,12 +1272,7 @@ pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward>
     forward_tuned(m, x, times, &Tuning::default())
 }
 
-pub(crate) fn forward_tuned(
-    m: &Meshes,
-    x: &Tensor,
-    times: &Tensor,
-    tune: &Tuning,
-) -> Result<Forward> {
+pub(crate) fn forward_tuned(m: &Meshes, x: &Tensor, times: &Tensor, tune: &Tuning) -> Result<Forward> {
     let dev = x.cuda_device()?.clone();
     let (c, dtype, device) = (x.dim(1), m.dtype(), m.device());
     let g = Geometry::new(&dev, m, c, tune)?;
@@ -1775,66 +1295,29 @@ pub(crate) fn forward_tuned(
             d_times: 0,
         };
         launch_fused(&dev, &g, m, times, grid, false, &a)?;
-        return Ok(Forward {
-            out,
-            spectral,
-            saved,
-        });
+        return Ok(Forward { out, spectral, saved });
     }
     let (basis, mass) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?);
 
     launch_reduce(&dev, &g, basis, x.cuda_ptr()?, mass, partials)?;
 
-    launch_finalize_fwd(
-        &dev,
-        &g,
-        partials,
-        m.evals.cuda_ptr()?,
-        times.cuda_ptr()?,
-        spectral.cuda_ptr()?,
-        saved.cuda_ptr()?,
-        s_op,
-    )?;
+    launch_finalize_fwd(&dev, &g, partials, m.evals.cuda_ptr()?, times.cuda_ptr()?, spectral.cuda_ptr()?, saved.cuda_ptr()?, s_op)?;
 
     launch_expand(&dev, &g, basis, s_op, 0, out.cuda_ptr()?, 0, 0)?;
-    Ok(Forward {
-        out,
-        spectral,
-        saved,
-    })
+    Ok(Forward { out, spectral, saved })
 }
 
-pub(crate) fn backward(
-    m: &Meshes,
-    times: &Tensor,
-    fwd: &Forward,
-    d_out: &Tensor,
-    d_spectral: Option<&Tensor>,
-) -> Result<Grads> {
+pub(crate) fn backward(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>) -> Result<Grads> {
     backward_tuned(m, times, fwd, d_out, d_spectral, &Tuning::default())
 }
 
-pub(crate) fn backward_tuned(
-    m: &Meshes,
-    times: &Tensor,
-    fwd: &Forward,
-    d_out: &Tensor,
-    d_spectral: Option<&Tensor>,
-    tune: &Tuning,
-) -> Result<Grads> {
+pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>, tune: &Tuning) -> Result<Grads> {
     let dev = d_out.cuda_device()?.clone();
     let (c, dtype, device) = (d_out.dim(1), m.dtype(), m.device());
     let g = Geometry::new(&dev, m, c, tune)?;
     let d_x = Tensor::output(d_out.shape(), dtype, device)?;
     let d_times = Tensor::output(&[c], DType::F32, device)?;
-    let ws = workspace(
-        device,
-        &[
-            g.partial_bytes()?,
-            g.operand_bytes(),
-            g.dt_rows() * g.cpe * 4,
-        ],
-    )?;
+    let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
     let (partials, g_op, dt_part) = (ws.part(0), ws.part(1), ws.part(2));
     let basis = m.basis.cuda_ptr()?;
     let dsp = match d_spectral {
@@ -1860,28 +1343,9 @@ pub(crate) fn backward_tuned(
 
     launch_reduce(&dev, &g, basis, d_out.cuda_ptr()?, 0, partials)?;
 
-    launch_finalize_bwd(
-        &dev,
-        &g,
-        partials,
-        m.evals.cuda_ptr()?,
-        times.cuda_ptr()?,
-        fwd.saved.cuda_ptr()?,
-        dsp,
-        g_op,
-        dt_part,
-    )?;
+    launch_finalize_bwd(&dev, &g, partials, m.evals.cuda_ptr()?, times.cuda_ptr()?, fwd.saved.cuda_ptr()?, dsp, g_op, dt_part)?;
 
-    launch_expand(
-        &dev,
-        &g,
-        basis,
-        g_op,
-        m.mass.cuda_ptr()?,
-        d_x.cuda_ptr()?,
-        dt_part,
-        d_times.cuda_ptr()?,
-    )?;
+    launch_expand(&dev, &g, basis, g_op, m.mass.cuda_ptr()?, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?)?;
     Ok(Grads { d_x, d_times })
 }
 
@@ -1892,109 +1356,42 @@ pub(crate) type Timer<'a> = dyn FnMut(&mut dyn FnMut() -> Result<()>) -> Result<
 
 /// Times each of the six launches of forward and backward separately (the bench's optional phase
 /// rows), on buffers allocated once.
-pub(crate) fn phase_times(
-    time: &mut Timer,
-    m: &Meshes,
-    x: &Tensor,
-    times: &Tensor,
-    d_out: &Tensor,
-) -> Result<Vec<Phase>> {
+pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tensor, d_out: &Tensor) -> Result<Vec<Phase>> {
     let dev = x.cuda_device()?.clone();
     let (c, dtype, device) = (x.dim(1), m.dtype(), m.device());
     let g = Geometry::new(&dev, m, c, &Tuning::default())?;
     // v6: both reduce variants timed in the same run where the wgmma one can run.
-    let variants: Vec<(&'static str, &'static str, Geometry)> =
-        if reduce_wg_available(&dev, dtype, c) {
-            let mut v = Vec::new();
-            for (mode, f, b) in [
-                (
-                    WgmmaMode::Never,
-                    "fwd:reduce mma.sync",
-                    "bwd:reduce mma.sync",
-                ),
-                (WgmmaMode::Always, "fwd:reduce wgmma", "bwd:reduce wgmma"),
-            ] {
-                v.push((
-                    f,
-                    b,
-                    Geometry::new(
-                        &dev,
-                        m,
-                        c,
-                        &Tuning {
-                            reduce_wg: Some(mode),
-                            reduce_load: Some(ReduceLoad::CpAsync),
-                            ..Tuning::default()
-                        },
-                    )?,
-                ));
-            }
-            // v12b: the TMA-fed wgmma reduce beside the cp.async one.
-            if m.k() % 8 == 0 && c % 8 == 0 {
-                let t = Tuning {
-                    reduce_wg: Some(WgmmaMode::Always),
-                    reduce_load: Some(ReduceLoad::Tma),
-                    ..Tuning::default()
-                };
-                v.push((
-                    "fwd:reduce wgmma tma",
-                    "bwd:reduce wgmma tma",
-                    Geometry::new(&dev, m, c, &t)?,
-                ));
-            }
-            v
-        } else {
-            Vec::new()
-        };
+    let variants: Vec<(&'static str, &'static str, Geometry)> = if reduce_wg_available(&dev, dtype, c) {
+        let mut v = Vec::new();
+        for (mode, f, b) in [(WgmmaMode::Never, "fwd:reduce mma.sync", "bwd:reduce mma.sync"), (WgmmaMode::Always, "fwd:reduce wgmma", "bwd:reduce wgmma")] {
+            v.push((f, b, Geometry::new(&dev, m, c, &Tuning { reduce_wg: Some(mode), reduce_load: Some(ReduceLoad::CpAsync), ..Tuning::default() })?));
+        }
+        // v12b: the TMA-fed wgmma reduce beside the cp.async one.
+        if m.k() % 8 == 0 && c % 8 == 0 {
+            let t = Tuning { reduce_wg: Some(WgmmaMode::Always), reduce_load: Some(ReduceLoad::Tma), ..Tuning::default() };
+            v.push(("fwd:reduce wgmma tma", "bwd:reduce wgmma tma", Geometry::new(&dev, m, c, &t)?));
+        }
+        v
+    } else {
+        Vec::new()
+    };
     // v8: the wgmma expand with each store path, timed in the same run where both can run.
     let k = g.k;
     // v9: the same two store paths with TMA loads where they can run ("load=tma" rows beside the
     // cp.async ones above).
     let mut expand_variants: Vec<(&'static str, &'static str, Geometry)> = Vec::new();
-    if expand_wg_available(&dev, dtype, k, c, false) && expand_wg_available(&dev, dtype, k, c, true)
-    {
-        for (store, f, b) in [
-            (
-                ExpandStore::Direct,
-                "fwd:expand store=direct",
-                "bwd:expand store=direct",
-            ),
-            (
-                ExpandStore::Bulk,
-                "fwd:expand store=bulk",
-                "bwd:expand store=bulk",
-            ),
-        ] {
-            let t = Tuning {
-                expand_wg: Some(true),
-                expand_store: Some(store),
-                expand_load: Some(ExpandLoad::CpAsync),
-                ..Tuning::default()
-            };
+    if expand_wg_available(&dev, dtype, k, c, false) && expand_wg_available(&dev, dtype, k, c, true) {
+        for (store, f, b) in [(ExpandStore::Direct, "fwd:expand store=direct", "bwd:expand store=direct"), (ExpandStore::Bulk, "fwd:expand store=bulk", "bwd:expand store=bulk")] {
+            let t = Tuning { expand_wg: Some(true), expand_store: Some(store), expand_load: Some(ExpandLoad::CpAsync), ..Tuning::default() };
             expand_variants.push((f, b, Geometry::new(&dev, m, c, &t)?));
         }
     }
-    if expand_tma_available(&dev, dtype, k, c, false)
-        && expand_tma_available(&dev, dtype, k, c, true)
-    {
+    if expand_tma_available(&dev, dtype, k, c, false) && expand_tma_available(&dev, dtype, k, c, true) {
         for (store, f, b) in [
-            (
-                ExpandStore::Direct,
-                "fwd:expand load=tma store=direct",
-                "bwd:expand load=tma store=direct",
-            ),
-            (
-                ExpandStore::Bulk,
-                "fwd:expand load=tma store=bulk",
-                "bwd:expand load=tma store=bulk",
-            ),
+            (ExpandStore::Direct, "fwd:expand load=tma store=direct", "bwd:expand load=tma store=direct"),
+            (ExpandStore::Bulk, "fwd:expand load=tma store=bulk", "bwd:expand load=tma store=bulk"),
         ] {
-            let t = Tuning {
-                expand_wg: Some(true),
-                expand_store: Some(store),
-                expand_load: Some(ExpandLoad::Tma),
-                ..Tuning::default()
-            };
+            let t = Tuning { expand_wg: Some(true), expand_store: Some(store), expand_load: Some(ExpandLoad::Tma), ..Tuning::default() };
             expand_variants.push((f, b, Geometry::new(&dev, m, c, &t)?));
         }
     }
@@ -2016,136 +1413,32 @@ pub(crate) fn phase_times(
     }
     let ws = workspace(device, &[partial_bytes, op_bytes, dt_bytes])?;
     let (partials, s_op, dt_part) = (ws.part(0), ws.part(1), ws.part(2));
-    let (basis, mass, evals, tp) = (
-        m.basis.cuda_ptr()?,
-        m.mass.cuda_ptr()?,
-        m.evals.cuda_ptr()?,
-        times.cuda_ptr()?,
-    );
+    let (basis, mass, evals, tp) = (m.basis.cuda_ptr()?, m.mass.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
     let (es, v, k) = (dtype.size() as f64, g.n_rows as f64, g.k as f64);
     let cf = c as f64;
     let gemm = 2.0 * v * k * cf;
     let fin = (g.n_chunks * g.k * c * 4) as f64 + g.meshes as f64 * k * cf * (2.0 * es + 4.0);
-    let mut rows = vec![(
-        "fwd:reduce",
-        time(&mut || launch_reduce(&dev, &g, basis, x.cuda_ptr()?, mass, partials))?,
-        es * v * (cf + k + 1.0),
-        gemm,
-    )];
-    rows.push((
-        "fwd:finalize",
-        time(&mut || {
-            launch_finalize_fwd(
-                &dev,
-                &g,
-                partials,
-                evals,
-                tp,
-                spectral.cuda_ptr()?,
-                saved.cuda_ptr()?,
-                s_op,
-            )
-        })?,
-        fin,
-        0.0,
-    ));
-    rows.push((
-        "fwd:expand",
-        time(&mut || launch_expand(&dev, &g, basis, s_op, 0, out.cuda_ptr()?, 0, 0))?,
-        es * v * (k + cf),
-        gemm,
-    ));
-    rows.push((
-        "bwd:reduce",
-        time(&mut || launch_reduce(&dev, &g, basis, d_out.cuda_ptr()?, 0, partials))?,
-        es * v * (cf + k),
-        gemm,
-    ));
-    rows.push((
-        "bwd:finalize",
-        time(&mut || {
-            launch_finalize_bwd(
-                &dev,
-                &g,
-                partials,
-                evals,
-                tp,
-                saved.cuda_ptr()?,
-                0,
-                s_op,
-                dt_part,
-            )
-        })?,
-        fin,
-        0.0,
-    ));
+    let mut rows = vec![("fwd:reduce", time(&mut || launch_reduce(&dev, &g, basis, x.cuda_ptr()?, mass, partials))?, es * v * (cf + k + 1.0), gemm)];
+    rows.push(("fwd:finalize", time(&mut || launch_finalize_fwd(&dev, &g, partials, evals, tp, spectral.cuda_ptr()?, saved.cuda_ptr()?, s_op))?, fin, 0.0));
+    rows.push(("fwd:expand", time(&mut || launch_expand(&dev, &g, basis, s_op, 0, out.cuda_ptr()?, 0, 0))?, es * v * (k + cf), gemm));
+    rows.push(("bwd:reduce", time(&mut || launch_reduce(&dev, &g, basis, d_out.cuda_ptr()?, 0, partials))?, es * v * (cf + k), gemm));
+    rows.push(("bwd:finalize", time(&mut || launch_finalize_bwd(&dev, &g, partials, evals, tp, saved.cuda_ptr()?, 0, s_op, dt_part))?, fin, 0.0));
     rows.push((
         "bwd:expand",
-        time(&mut || {
-            launch_expand(
-                &dev,
-                &g,
-                basis,
-                s_op,
-                mass,
-                d_x.cuda_ptr()?,
-                dt_part,
-                d_times.cuda_ptr()?,
-            )
-        })?,
+        time(&mut || launch_expand(&dev, &g, basis, s_op, mass, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?))?,
         es * v * (k + cf + 1.0),
         gemm,
     ));
     for (f, b, gv) in &variants {
-        rows.push((
-            f,
-            time(&mut || launch_reduce(&dev, gv, basis, x.cuda_ptr()?, mass, partials))?,
-            es * v * (cf + k + 1.0),
-            gemm,
-        ));
-        rows.push((
-            b,
-            time(&mut || launch_reduce(&dev, gv, basis, d_out.cuda_ptr()?, 0, partials))?,
-            es * v * (cf + k),
-            gemm,
-        ));
+        rows.push((f, time(&mut || launch_reduce(&dev, gv, basis, x.cuda_ptr()?, mass, partials))?, es * v * (cf + k + 1.0), gemm));
+        rows.push((b, time(&mut || launch_reduce(&dev, gv, basis, d_out.cuda_ptr()?, 0, partials))?, es * v * (cf + k), gemm));
     }
     for (f, b, gv) in &expand_variants {
         // The variant's own reduce and finalize first, so the operand it reads has its padding.
         launch_reduce(&dev, gv, basis, x.cuda_ptr()?, mass, partials)?;
-        launch_finalize_fwd(
-            &dev,
-            gv,
-            partials,
-            evals,
-            tp,
-            spectral.cuda_ptr()?,
-            saved.cuda_ptr()?,
-            s_op,
-        )?;
-        rows.push((
-            f,
-            time(&mut || launch_expand(&dev, gv, basis, s_op, 0, out.cuda_ptr()?, 0, 0))?,
-            es * v * (k + cf),
-            gemm,
-        ));
-        rows.push((
-            b,
-            time(&mut || {
-                launch_expand(
-                    &dev,
-                    gv,
-                    basis,
-                    s_op,
-                    mass,
-                    d_x.cuda_ptr()?,
-                    dt_part,
-                    d_times.cuda_ptr()?,
-                )
-            })?,
-            es * v * (k + cf + 1.0),
-            gemm,
-        ));
+        launch_finalize_fwd(&dev, gv, partials, evals, tp, spectral.cuda_ptr()?, saved.cuda_ptr()?, s_op)?;
+        rows.push((f, time(&mut || launch_expand(&dev, gv, basis, s_op, 0, out.cuda_ptr()?, 0, 0))?, es * v * (k + cf), gemm));
+        rows.push((b, time(&mut || launch_expand(&dev, gv, basis, s_op, mass, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?))?, es * v * (k + cf + 1.0), gemm));
     }
     Ok(rows)
 }
@@ -2156,12 +1449,7 @@ pub fn clamp_min(times: &Tensor, lo: f32) -> Result<()> {
     let f = dev.function(&LAYER_SOURCE, &[], "diffusion_clamp_min_f32")?;
     let (p, n) = (times.cuda_ptr()?, times.numel() as i64);
     let grid = to_u32_grid(times.numel().div_ceil(256), i32::MAX as usize, "times")?;
-    dev.launch(&f, ember_core::cuda::cfg_1d(grid, 256, 0))
-        .arg(&p)
-        .arg(&n)
-        .arg(&lo)
-        .named("diffusion_clamp")
-        .run()
+    dev.launch(&f, ember_core::cuda::cfg_1d(grid, 256, 0)).arg(&p).arg(&n).arg(&lo).named("diffusion_clamp").run()
 }
 
 #[cfg(test)]

@@ -97,46 +97,23 @@ pub struct MeshBatch<'a> {
 impl<'a> MeshBatch<'a> {
     /// `offsets[m]..offsets[m + 1]` are mesh m's rows: offsets start at 0, increase strictly (no
     /// empty mesh) and end at V, the rows of `basis`.
-    pub fn new(
-        basis: &'a Tensor,
-        mass: &'a Tensor,
-        evals: &'a Tensor,
-        offsets: &[usize],
-    ) -> Result<Self> {
+    pub fn new(basis: &'a Tensor, mass: &'a Tensor, evals: &'a Tensor, offsets: &[usize]) -> Result<Self> {
         Self::build(basis, mass, evals, offsets, None)
     }
 
     /// As `new`, with `chunk_rows` vertices per CUDA reduce chunk instead of the default (tests use
     /// it to cover several chunks per mesh at small sizes).
-    pub(crate) fn with_chunk_rows(
-        basis: &'a Tensor,
-        mass: &'a Tensor,
-        evals: &'a Tensor,
-        offsets: &[usize],
-        chunk_rows: usize,
-    ) -> Result<Self> {
+    pub(crate) fn with_chunk_rows(basis: &'a Tensor, mass: &'a Tensor, evals: &'a Tensor, offsets: &[usize], chunk_rows: usize) -> Result<Self> {
         Self::build(basis, mass, evals, offsets, Some(chunk_rows.max(1)))
     }
 
-    fn build(
-        basis: &'a Tensor,
-        mass: &'a Tensor,
-        evals: &'a Tensor,
-        offsets: &[usize],
-        chunk_rows: Option<usize>,
-    ) -> Result<Self> {
+    fn build(basis: &'a Tensor, mass: &'a Tensor, evals: &'a Tensor, offsets: &[usize], chunk_rows: Option<usize>) -> Result<Self> {
         if offsets.len() < 2 {
-            return Err(Error::Empty {
-                arg: "offsets".into(),
-                what: format!("{} offsets, i.e. no mesh in the batch", offsets.len()),
-            });
+            return Err(Error::Empty { arg: "offsets".into(), what: format!("{} offsets, i.e. no mesh in the batch", offsets.len()) });
         }
         let (v, k) = validate_mesh(basis, mass)?;
         if offsets[0] != 0 {
-            return Err(Error::invalid(
-                "offsets",
-                format!("expected offsets[0] = 0, got {}", offsets[0]),
-            ));
+            return Err(Error::invalid("offsets", format!("expected offsets[0] = 0, got {}", offsets[0])));
         }
         if let Some(i) = (1..offsets.len()).find(|&i| offsets[i] <= offsets[i - 1]) {
             return Err(Error::invalid(
@@ -145,23 +122,10 @@ impl<'a> MeshBatch<'a> {
             ));
         }
         if *offsets.last().unwrap() != v {
-            return Err(Error::invalid(
-                "offsets",
-                format!(
-                    "expected the last offset to be V = rows of basis = {v}, got {}",
-                    offsets.last().unwrap()
-                ),
-            ));
+            return Err(Error::invalid("offsets", format!("expected the last offset to be V = rows of basis = {v}, got {}", offsets.last().unwrap())));
         }
         let m = offsets.len() - 1;
-        validate::like(
-            "evals",
-            evals,
-            basis.device(),
-            param_dtype(basis.dtype()),
-            &[m, k],
-            "(meshes, K)",
-        )?;
+        validate::like("evals", evals, basis.device(), param_dtype(basis.dtype()), &[m, k], "(meshes, K)")?;
         let plan = match basis.device() {
             Device::Cuda(_) => Some(match chunk_rows {
                 Some(rows) => cuda::Plan::with_chunk_rows(basis, offsets, rows)?,
@@ -169,33 +133,15 @@ impl<'a> MeshBatch<'a> {
             }),
             Device::Cpu => None,
         };
-        Ok(MeshBatch {
-            basis,
-            mass,
-            evals,
-            offsets: offsets.to_vec(),
-            plan,
-        })
+        Ok(MeshBatch { basis, mass, evals, offsets: offsets.to_vec(), plan })
     }
 
     /// A batch from the vertex count of each mesh (offsets are their running sums).
-    pub fn from_vertex_counts(
-        basis: &'a Tensor,
-        mass: &'a Tensor,
-        evals: &'a Tensor,
-        counts: &[usize],
-    ) -> Result<Self> {
+    pub fn from_vertex_counts(basis: &'a Tensor, mass: &'a Tensor, evals: &'a Tensor, counts: &[usize]) -> Result<Self> {
         let mut offsets = Vec::with_capacity(counts.len() + 1);
         offsets.push(0usize);
         for &n in counts {
-            let next = offsets
-                .last()
-                .unwrap()
-                .checked_add(n)
-                .ok_or_else(|| Error::TooLarge {
-                    arg: "counts".into(),
-                    what: "the vertex counts overflow usize".into(),
-                })?;
+            let next = offsets.last().unwrap().checked_add(n).ok_or_else(|| Error::TooLarge { arg: "counts".into(), what: "the vertex counts overflow usize".into() })?;
             offsets.push(next);
         }
         MeshBatch::new(basis, mass, evals, &offsets)
@@ -215,14 +161,7 @@ impl<'a> MeshBatch<'a> {
     }
 
     pub(crate) fn view(&self) -> Meshes<'_> {
-        Meshes {
-            basis: self.basis,
-            mass: self.mass,
-            evals: self.evals,
-            offsets: &self.offsets,
-            plan: self.plan.as_ref(),
-            batched: true,
-        }
+        Meshes { basis: self.basis, mass: self.mass, evals: self.evals, offsets: &self.offsets, plan: self.plan.as_ref(), batched: true }
     }
 }
 
@@ -261,11 +200,7 @@ impl Meshes<'_> {
         }
     }
     pub fn dims(&self, c: usize) -> reference::Dims<'_> {
-        reference::Dims {
-            k: self.k(),
-            c,
-            offsets: self.offsets,
-        }
+        reference::Dims { k: self.k(), c, offsets: self.offsets }
     }
 }
 
@@ -276,11 +211,7 @@ fn validate_mesh(basis: &Tensor, mass: &Tensor) -> Result<(usize, usize)> {
     validate::activation_dtype("basis", basis)?;
     let (v, k) = (basis.dim(0), basis.dim(1));
     if basis.device().is_cuda() && k > MAX_K_CUDA {
-        return Err(Error::shape(
-            "basis",
-            format!("(V, K) with K ≤ {MAX_K_CUDA} on CUDA"),
-            basis.shape(),
-        ));
+        return Err(Error::shape("basis", format!("(V, K) with K ≤ {MAX_K_CUDA} on CUDA"), basis.shape()));
     }
     validate::device("mass", mass, basis.device())?;
     validate::dtype("mass", mass, basis.dtype())?;
@@ -295,11 +226,7 @@ fn validate_x_times(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<usize> {
     validate::device("x", x, m.device())?;
     validate::dtype("x", x, m.dtype())?;
     if x.dim(0) != m.v() {
-        return Err(Error::shape(
-            "x",
-            format!("(V, C) with V = rows of basis = {}", m.v()),
-            x.shape(),
-        ));
+        return Err(Error::shape("x", format!("(V, C) with V = rows of basis = {}", m.v()), x.shape()));
     }
     let c = x.dim(1);
     validate_times(m, times, c)?;
@@ -307,51 +234,19 @@ fn validate_x_times(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<usize> {
 }
 
 fn validate_times(m: &Meshes, times: &Tensor, c: usize) -> Result<()> {
-    validate::like(
-        "times",
-        times,
-        m.device(),
-        param_dtype(m.dtype()),
-        &[c],
-        "(C) with C = channels",
-    )
+    validate::like("times", times, m.device(), param_dtype(m.dtype()), &[c], "(C) with C = channels")
 }
 
-fn single<'a>(
-    basis: &'a Tensor,
-    mass: &'a Tensor,
-    evals: &'a Tensor,
-    offsets: &'a mut [usize; 2],
-) -> Result<Meshes<'a>> {
+fn single<'a>(basis: &'a Tensor, mass: &'a Tensor, evals: &'a Tensor, offsets: &'a mut [usize; 2]) -> Result<Meshes<'a>> {
     let (v, k) = validate_mesh(basis, mass)?;
-    validate::like(
-        "evals",
-        evals,
-        basis.device(),
-        param_dtype(basis.dtype()),
-        &[k],
-        "(K) with K = columns of basis",
-    )?;
+    validate::like("evals", evals, basis.device(), param_dtype(basis.dtype()), &[k], "(K) with K = columns of basis")?;
     *offsets = [0, v];
     let offsets: &'a [usize; 2] = offsets;
-    Ok(Meshes {
-        basis,
-        mass,
-        evals,
-        offsets,
-        plan: None,
-        batched: false,
-    })
+    Ok(Meshes { basis, mass, evals, offsets, plan: None, batched: false })
 }
 
 /// Forward on one mesh: `out` = basis·spectral and `spectral` = exp(−evals⊗times) ⊙ basisᵀ(mass⊙x).
-pub fn forward(
-    x: &Tensor,
-    basis: &Tensor,
-    mass: &Tensor,
-    evals: &Tensor,
-    times: &Tensor,
-) -> Result<Forward> {
+pub fn forward(x: &Tensor, basis: &Tensor, mass: &Tensor, evals: &Tensor, times: &Tensor) -> Result<Forward> {
     let mut offsets = [0; 2];
     let m = single(basis, mass, evals, &mut offsets)?;
     forward_impl(&m, x, times)
@@ -360,15 +255,7 @@ pub fn forward(
 /// Backward on one mesh: d_x and d_times from d_out and an optional d_spectral (K×C, activation
 /// dtype), given what `forward` returned for the same inputs.
 #[allow(clippy::too_many_arguments)]
-pub fn backward(
-    basis: &Tensor,
-    mass: &Tensor,
-    evals: &Tensor,
-    times: &Tensor,
-    fwd: &Forward,
-    d_out: &Tensor,
-    d_spectral: Option<&Tensor>,
-) -> Result<Grads> {
+pub fn backward(basis: &Tensor, mass: &Tensor, evals: &Tensor, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>) -> Result<Grads> {
     let mut offsets = [0; 2];
     let m = single(basis, mass, evals, &mut offsets)?;
     backward_impl(&m, times, fwd, d_out, d_spectral)
@@ -380,13 +267,7 @@ pub fn forward_batch(batch: &MeshBatch, x: &Tensor, times: &Tensor) -> Result<Fo
 }
 
 /// Backward on every mesh of `batch`; d_spectral (if any) is M×K×C; d_times sums over the meshes.
-pub fn backward_batch(
-    batch: &MeshBatch,
-    times: &Tensor,
-    fwd: &Forward,
-    d_out: &Tensor,
-    d_spectral: Option<&Tensor>,
-) -> Result<Grads> {
+pub fn backward_batch(batch: &MeshBatch, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>) -> Result<Grads> {
     backward_impl(&batch.view(), times, fwd, d_out, d_spectral)
 }
 
@@ -405,24 +286,14 @@ fn forward_impl(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward> {
             let out = Tensor::from_vec(out, x.shape())?;
             let spectral = Tensor::from_vec(spectral, &m.spectral_shape(c))?;
             let saved = spectral.try_clone()?.reshape(&[m.meshes(), m.k(), c])?;
-            Ok(Forward {
-                out,
-                spectral,
-                saved,
-            })
+            Ok(Forward { out, spectral, saved })
         }
         Device::Cpu => cpu::forward(m, x, times),
         Device::Cuda(_) => cuda::forward(m, x, times),
     }
 }
 
-fn backward_impl(
-    m: &Meshes,
-    times: &Tensor,
-    fwd: &Forward,
-    d_out: &Tensor,
-    d_spectral: Option<&Tensor>,
-) -> Result<Grads> {
+fn backward_impl(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>) -> Result<Grads> {
     validate::rank("d_out", d_out, 2, "(V, C)")?;
     validate::device("d_out", d_out, m.device())?;
     validate::dtype("d_out", d_out, m.dtype())?;
@@ -430,39 +301,11 @@ fn backward_impl(
     validate::shape("d_out", d_out, &[m.v(), c], "(V, C) with V = rows of basis")?;
     validate::non_empty("d_out", d_out)?;
     validate_times(m, times, c)?;
-    validate::like(
-        "fwd.out",
-        &fwd.out,
-        m.device(),
-        m.dtype(),
-        &[m.v(), c],
-        "(V, C), the forward's out for these inputs",
-    )?;
-    validate::like(
-        "fwd.spectral",
-        &fwd.spectral,
-        m.device(),
-        m.dtype(),
-        &m.spectral_shape(c),
-        "the forward's spectral for these inputs",
-    )?;
-    validate::like(
-        "fwd.saved",
-        &fwd.saved,
-        m.device(),
-        param_dtype(m.dtype()),
-        &[m.meshes(), m.k(), c],
-        "(M, K, C)",
-    )?;
+    validate::like("fwd.out", &fwd.out, m.device(), m.dtype(), &[m.v(), c], "(V, C), the forward's out for these inputs")?;
+    validate::like("fwd.spectral", &fwd.spectral, m.device(), m.dtype(), &m.spectral_shape(c), "the forward's spectral for these inputs")?;
+    validate::like("fwd.saved", &fwd.saved, m.device(), param_dtype(m.dtype()), &[m.meshes(), m.k(), c], "(M, K, C)")?;
     if let Some(ds) = d_spectral {
-        validate::like(
-            "d_spectral",
-            ds,
-            m.device(),
-            m.dtype(),
-            &m.spectral_shape(c),
-            "the shape of spectral",
-        )?;
+        validate::like("d_spectral", ds, m.device(), m.dtype(), &m.spectral_shape(c), "the shape of spectral")?;
     }
     match m.device() {
         Device::Cpu if m.dtype() == DType::F64 => {
@@ -477,10 +320,7 @@ fn backward_impl(
                 ds,
                 m.dims(c),
             );
-            Ok(Grads {
-                d_x: Tensor::from_vec(d_x, d_out.shape())?,
-                d_times: Tensor::from_vec(d_times, &[c])?,
-            })
+            Ok(Grads { d_x: Tensor::from_vec(d_x, d_out.shape())?, d_times: Tensor::from_vec(d_times, &[c])? })
         }
         Device::Cpu => cpu::backward(m, times, fwd, d_out, d_spectral),
         Device::Cuda(_) => cuda::backward(m, times, fwd, d_out, d_spectral),
@@ -500,11 +340,7 @@ impl LearnedTimeDiffusion {
         validate::rank("times", &times, 1, "(C)")?;
         validate::non_empty("times", &times)?;
         if !matches!(times.dtype(), DType::F32 | DType::F64) {
-            return Err(Error::dtype(
-                "times",
-                "f32 (or f64 for the CPU reference)",
-                times.dtype(),
-            ));
+            return Err(Error::dtype("times", "f32 (or f64 for the CPU reference)", times.dtype()));
         }
         Ok(LearnedTimeDiffusion { times })
     }
@@ -520,18 +356,8 @@ impl LearnedTimeDiffusion {
             Device::Cpu => {
                 match self.times.dtype() {
                     // `t < min` leaves NaN as NaN, like torch.clamp.
-                    DType::F64 => self
-                        .times
-                        .as_mut_slice::<f64>()?
-                        .iter_mut()
-                        .filter(|t| **t < MIN_TIME)
-                        .for_each(|t| *t = MIN_TIME),
-                    _ => self
-                        .times
-                        .as_mut_slice::<f32>()?
-                        .iter_mut()
-                        .filter(|t| **t < MIN_TIME as f32)
-                        .for_each(|t| *t = MIN_TIME as f32),
+                    DType::F64 => self.times.as_mut_slice::<f64>()?.iter_mut().filter(|t| **t < MIN_TIME).for_each(|t| *t = MIN_TIME),
+                    _ => self.times.as_mut_slice::<f32>()?.iter_mut().filter(|t| **t < MIN_TIME as f32).for_each(|t| *t = MIN_TIME as f32),
                 }
                 Ok(())
             }
@@ -539,27 +365,13 @@ impl LearnedTimeDiffusion {
         }
     }
 
-    pub fn forward(
-        &mut self,
-        x: &Tensor,
-        basis: &Tensor,
-        mass: &Tensor,
-        evals: &Tensor,
-    ) -> Result<Forward> {
+    pub fn forward(&mut self, x: &Tensor, basis: &Tensor, mass: &Tensor, evals: &Tensor) -> Result<Forward> {
         validate::device("times", &self.times, x.device())?;
         self.clamp_times()?;
         forward(x, basis, mass, evals, &self.times)
     }
 
-    pub fn backward(
-        &self,
-        basis: &Tensor,
-        mass: &Tensor,
-        evals: &Tensor,
-        fwd: &Forward,
-        d_out: &Tensor,
-        d_spectral: Option<&Tensor>,
-    ) -> Result<Grads> {
+    pub fn backward(&self, basis: &Tensor, mass: &Tensor, evals: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>) -> Result<Grads> {
         backward(basis, mass, evals, &self.times, fwd, d_out, d_spectral)
     }
 
@@ -569,13 +381,7 @@ impl LearnedTimeDiffusion {
         forward_batch(batch, x, &self.times)
     }
 
-    pub fn backward_batch(
-        &self,
-        batch: &MeshBatch,
-        fwd: &Forward,
-        d_out: &Tensor,
-        d_spectral: Option<&Tensor>,
-    ) -> Result<Grads> {
+    pub fn backward_batch(&self, batch: &MeshBatch, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>) -> Result<Grads> {
         backward_batch(batch, &self.times, fwd, d_out, d_spectral)
     }
 }

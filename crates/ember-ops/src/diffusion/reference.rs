@@ -68,35 +68,25 @@ fn expand(basis: &[f64], w: Option<&[f64]>, s: &[f64], d: Dims) -> Vec<f64> {
     for m in 0..d.meshes() {
         let (lo, hi) = (d.offsets[m], d.offsets[m + 1]);
         let sm = &s[m * k_n * c_n..(m + 1) * k_n * c_n];
-        z[lo * c_n..hi * c_n]
-            .par_chunks_mut(c_n)
-            .enumerate()
-            .for_each(|(i, row)| {
-                let v = lo + i;
-                for k in 0..k_n {
-                    let b = basis[v * k_n + k];
-                    for c in 0..c_n {
-                        row[c] += b * sm[k * c_n + c];
-                    }
+        z[lo * c_n..hi * c_n].par_chunks_mut(c_n).enumerate().for_each(|(i, row)| {
+            let v = lo + i;
+            for k in 0..k_n {
+                let b = basis[v * k_n + k];
+                for c in 0..c_n {
+                    row[c] += b * sm[k * c_n + c];
                 }
-                let wv = w.map_or(1.0, |w| w[v]);
-                for r in row.iter_mut() {
-                    *r *= wv;
-                }
-            });
+            }
+            let wv = w.map_or(1.0, |w| w[v]);
+            for r in row.iter_mut() {
+                *r *= wv;
+            }
+        });
     }
     z
 }
 
 /// Forward: returns (out V×C, spectral M×K×C).
-pub fn forward(
-    x: &[f64],
-    basis: &[f64],
-    mass: &[f64],
-    evals: &[f64],
-    times: &[f64],
-    d: Dims,
-) -> (Vec<f64>, Vec<f64>) {
+pub fn forward(x: &[f64], basis: &[f64], mass: &[f64], evals: &[f64], times: &[f64], d: Dims) -> (Vec<f64>, Vec<f64>) {
     let mut spectral = Vec::with_capacity(d.meshes() * d.k * d.c);
     for m in 0..d.meshes() {
         let in_basis = project(basis, Some(mass), x, d, m);
@@ -117,16 +107,7 @@ pub fn forward(
 /// - d_x = mass ⊙ basis·(e ⊙ s_grad), since spectral = e ⊙ basisᵀ·(mass ⊙ x);
 /// - d_times[c] = Σ_m Σ_k s_grad·∂spectral/∂times[c] = −Σ_m Σ_k evals[m,k]·spectral[m,k,c]·s_grad[m,k,c].
 #[allow(clippy::too_many_arguments)]
-pub fn backward(
-    basis: &[f64],
-    mass: &[f64],
-    evals: &[f64],
-    times: &[f64],
-    spectral: &[f64],
-    d_out: &[f64],
-    d_spectral: Option<&[f64]>,
-    d: Dims,
-) -> (Vec<f64>, Vec<f64>) {
+pub fn backward(basis: &[f64], mass: &[f64], evals: &[f64], times: &[f64], spectral: &[f64], d_out: &[f64], d_spectral: Option<&[f64]>, d: Dims) -> (Vec<f64>, Vec<f64>) {
     let kc = d.k * d.c;
     let mut g = vec![0.0; d.meshes() * kc];
     let mut d_times = vec![0.0; d.c];

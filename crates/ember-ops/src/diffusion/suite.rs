@@ -1,9 +1,7 @@
 //! Spectral diffusion's `ember check` cases and `ember bench` rows.
 
 use super::cuda::{self, ExpandLoad, ExpandStore, Tuning, WgmmaMode};
-use super::{
-    backward_batch, forward_batch, param_dtype, reference, Forward, Grads, MeshBatch, Meshes,
-};
+use super::{backward_batch, forward_batch, param_dtype, reference, Forward, Grads, MeshBatch, Meshes};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
 use crate::KernelBuild;
@@ -43,23 +41,12 @@ pub struct RefInputs {
 
 fn gen(n: usize, seed: u64, f: impl Fn(u64, usize) -> f64 + Sync) -> Vec<f64> {
     use rayon::prelude::*;
-    (0..n)
-        .into_par_iter()
-        .with_min_len(4096)
-        .map(|i| f(seed, i))
-        .collect()
+    (0..n).into_par_iter().with_min_len(4096).map(|i| f(seed, i)).collect()
 }
 
 impl Problem {
     /// Meshes of `sizes` vertices, K eigenpairs, C channels, on the CPU.
-    pub fn new(
-        sizes: &[usize],
-        k: usize,
-        c: usize,
-        dtype: DType,
-        with_d_spectral: bool,
-        seed: u64,
-    ) -> Result<Problem> {
+    pub fn new(sizes: &[usize], k: usize, c: usize, dtype: DType, with_d_spectral: bool, seed: u64) -> Result<Problem> {
         let mut offsets = vec![0usize];
         for &s in sizes {
             offsets.push(offsets.last().unwrap() + s);
@@ -69,67 +56,24 @@ impl Problem {
         let sk = 1.0 / (k as f64).sqrt();
         let x = gen(v * c, seed, |s, i| rng::normal(s, i as u64));
         let basis = gen(v * k, seed + 1, |s, i| rng::normal(s, i as u64) * sk);
-        let mass = gen(v, seed + 2, |s, i| {
-            (0.5 + rng::uniform(s, i as u64, 0.0, 1.0) as f64)
-                * (k as f64 / sizes[mesh_of(i)] as f64).sqrt()
-        });
+        let mass = gen(v, seed + 2, |s, i| (0.5 + rng::uniform(s, i as u64, 0.0, 1.0) as f64) * (k as f64 / sizes[mesh_of(i)] as f64).sqrt());
         // Eigenvalues start at 0 (the constant eigenvector) and grow; times in [0.01, 0.2].
-        let evals = gen(m * k, seed + 3, |s, i| {
-            if i % k == 0 {
-                0.0
-            } else {
-                rng::uniform(s, i as u64, 0.0, 20.0) as f64
-            }
-        });
-        let times = gen(c, seed + 4, |s, i| {
-            rng::uniform(s, i as u64, 0.01, 0.2) as f64
-        });
+        let evals = gen(m * k, seed + 3, |s, i| if i % k == 0 { 0.0 } else { rng::uniform(s, i as u64, 0.0, 20.0) as f64 });
+        let times = gen(c, seed + 4, |s, i| rng::uniform(s, i as u64, 0.01, 0.2) as f64);
         let d_out = gen(v * c, seed + 5, |s, i| rng::normal(s, i as u64));
-        let d_spectral = with_d_spectral.then(|| {
-            gen(m * k * c, seed + 6, |s, i| {
-                rng::normal(s, i as u64) * (sizes[i / (k * c)] as f64 * sk * sk).sqrt()
-            })
-        });
-        let r = RefInputs {
-            x,
-            basis,
-            mass,
-            evals,
-            times,
-            d_out,
-            d_spectral,
-        };
+        let d_spectral = with_d_spectral.then(|| gen(m * k * c, seed + 6, |s, i| rng::normal(s, i as u64) * (sizes[i / (k * c)] as f64 * sk * sk).sqrt()));
+        let r = RefInputs { x, basis, mass, evals, times, d_out, d_spectral };
         Problem::from_values(offsets, k, c, dtype, r)
     }
 
     /// Tensors holding `r` rounded to the op's dtypes; `r` becomes the rounded values.
-    pub fn from_values(
-        offsets: Vec<usize>,
-        k: usize,
-        c: usize,
-        dtype: DType,
-        r: RefInputs,
-    ) -> Result<Problem> {
+    pub fn from_values(offsets: Vec<usize>, k: usize, c: usize, dtype: DType, r: RefInputs) -> Result<Problem> {
         let (v, m) = (*offsets.last().unwrap(), offsets.len() - 1);
         let pd = param_dtype(dtype);
-        let t = |vals: &[f64], shape: &[usize], dt: DType| {
-            Tensor::from_f64(vals, shape, dt, Device::Cpu)
-        };
-        let (xt, bt, mt) = (
-            t(&r.x, &[v, c], dtype)?,
-            t(&r.basis, &[v, k], dtype)?,
-            t(&r.mass, &[v], dtype)?,
-        );
-        let (et, tt, dot) = (
-            t(&r.evals, &[m, k], pd)?,
-            t(&r.times, &[c], pd)?,
-            t(&r.d_out, &[v, c], dtype)?,
-        );
-        let dst = r
-            .d_spectral
-            .as_ref()
-            .map(|d| t(d, &[m, k, c], dtype))
-            .transpose()?;
+        let t = |vals: &[f64], shape: &[usize], dt: DType| Tensor::from_f64(vals, shape, dt, Device::Cpu);
+        let (xt, bt, mt) = (t(&r.x, &[v, c], dtype)?, t(&r.basis, &[v, k], dtype)?, t(&r.mass, &[v], dtype)?);
+        let (et, tt, dot) = (t(&r.evals, &[m, k], pd)?, t(&r.times, &[c], pd)?, t(&r.d_out, &[v, c], dtype)?);
+        let dst = r.d_spectral.as_ref().map(|d| t(d, &[m, k, c], dtype)).transpose()?;
         let r = RefInputs {
             x: xt.to_vec_f64()?,
             basis: bt.to_vec_f64()?,
@@ -139,20 +83,7 @@ impl Problem {
             d_out: dot.to_vec_f64()?,
             d_spectral: dst.as_ref().map(|d| d.to_vec_f64()).transpose()?,
         };
-        Ok(Problem {
-            offsets,
-            k,
-            c,
-            dtype,
-            x: xt,
-            basis: bt,
-            mass: mt,
-            evals: et,
-            times: tt,
-            d_out: dot,
-            d_spectral: dst,
-            r,
-        })
+        Ok(Problem { offsets, k, c, dtype, x: xt, basis: bt, mass: mt, evals: et, times: tt, d_out: dot, d_spectral: dst, r })
     }
 
     /// Mesh `m` of this batch alone (the same values).
@@ -166,11 +97,7 @@ impl Problem {
             evals: self.r.evals[m * k..(m + 1) * k].to_vec(),
             times: self.r.times.clone(),
             d_out: self.r.d_out[lo * c..hi * c].to_vec(),
-            d_spectral: self
-                .r
-                .d_spectral
-                .as_ref()
-                .map(|d| d[m * k * c..(m + 1) * k * c].to_vec()),
+            d_spectral: self.r.d_spectral.as_ref().map(|d| d[m * k * c..(m + 1) * k * c].to_vec()),
         };
         Problem::from_values(vec![0, hi - lo], k, c, self.dtype, r)
     }
@@ -182,22 +109,9 @@ impl Problem {
     /// The reference's (out, spectral, d_x, d_times).
     pub fn reference(&self) -> [Vec<f64>; 4] {
         let r = &self.r;
-        let d = reference::Dims {
-            k: self.k,
-            c: self.c,
-            offsets: &self.offsets,
-        };
+        let d = reference::Dims { k: self.k, c: self.c, offsets: &self.offsets };
         let (out, spectral) = reference::forward(&r.x, &r.basis, &r.mass, &r.evals, &r.times, d);
-        let (d_x, d_times) = reference::backward(
-            &r.basis,
-            &r.mass,
-            &r.evals,
-            &r.times,
-            &spectral,
-            &r.d_out,
-            r.d_spectral.as_deref(),
-            d,
-        );
+        let (d_x, d_times) = reference::backward(&r.basis, &r.mass, &r.evals, &r.times, &spectral, &r.d_out, r.d_spectral.as_deref(), d);
         [out, spectral, d_x, d_times]
     }
 
@@ -210,11 +124,7 @@ impl Problem {
             evals: self.evals.to_device(device)?,
             times: self.times.to_device(device)?,
             d_out: self.d_out.to_device(device)?,
-            d_spectral: self
-                .d_spectral
-                .as_ref()
-                .map(|t| t.to_device(device))
-                .transpose()?,
+            d_spectral: self.d_spectral.as_ref().map(|t| t.to_device(device)).transpose()?,
         })
     }
 }
@@ -232,40 +142,21 @@ pub struct OnDevice {
 impl OnDevice {
     /// Forward then backward through the batched front end (a batch of one is one mesh), with
     /// forced launch choices on CUDA when `tune` says so.
-    pub fn run(
-        &self,
-        offsets: &[usize],
-        tune: Option<(&Tuning, Option<usize>)>,
-    ) -> Result<(Forward, Grads)> {
+    pub fn run(&self, offsets: &[usize], tune: Option<(&Tuning, Option<usize>)>) -> Result<(Forward, Grads)> {
         let batch = match tune.and_then(|(_, rows)| rows) {
-            Some(rows) => {
-                MeshBatch::with_chunk_rows(&self.basis, &self.mass, &self.evals, offsets, rows)?
-            }
+            Some(rows) => MeshBatch::with_chunk_rows(&self.basis, &self.mass, &self.evals, offsets, rows)?,
             None => MeshBatch::new(&self.basis, &self.mass, &self.evals, offsets)?,
         };
         match tune {
             Some((t, _)) if self.x.device().is_cuda() => {
                 let m = batch.view();
                 let fwd = cuda::forward_tuned(&m, &self.x, &self.times, t)?;
-                let grads = cuda::backward_tuned(
-                    &m,
-                    &self.times,
-                    &fwd,
-                    &self.d_out,
-                    self.d_spectral.as_ref(),
-                    t,
-                )?;
+                let grads = cuda::backward_tuned(&m, &self.times, &fwd, &self.d_out, self.d_spectral.as_ref(), t)?;
                 Ok((fwd, grads))
             }
             _ => {
                 let fwd = forward_batch(&batch, &self.x, &self.times)?;
-                let grads = backward_batch(
-                    &batch,
-                    &self.times,
-                    &fwd,
-                    &self.d_out,
-                    self.d_spectral.as_ref(),
-                )?;
+                let grads = backward_batch(&batch, &self.times, &fwd, &self.d_out, self.d_spectral.as_ref())?;
                 Ok((fwd, grads))
             }
         }
@@ -282,36 +173,14 @@ impl OnDevice {
         match tune {
             Some(t) if self.x.device().is_cuda() => {
                 let offsets = [0, self.x.dim(0)];
-                let m = Meshes {
-                    basis: &self.basis,
-                    mass: &self.mass,
-                    evals: &evals,
-                    offsets: &offsets,
-                    plan: None,
-                    batched: false,
-                };
+                let m = Meshes { basis: &self.basis, mass: &self.mass, evals: &evals, offsets: &offsets, plan: None, batched: false };
                 let fwd = cuda::forward_tuned(&m, &self.x, &self.times, t)?;
-                let grads = cuda::backward_tuned(
-                    &m,
-                    &self.times,
-                    &fwd,
-                    &self.d_out,
-                    d_spectral.as_ref(),
-                    t,
-                )?;
+                let grads = cuda::backward_tuned(&m, &self.times, &fwd, &self.d_out, d_spectral.as_ref(), t)?;
                 Ok((fwd, grads))
             }
             _ => {
                 let fwd = super::forward(&self.x, &self.basis, &self.mass, &evals, &self.times)?;
-                let grads = super::backward(
-                    &self.basis,
-                    &self.mass,
-                    &evals,
-                    &self.times,
-                    &fwd,
-                    &self.d_out,
-                    d_spectral.as_ref(),
-                )?;
+                let grads = super::backward(&self.basis, &self.mass, &evals, &self.times, &fwd, &self.d_out, d_spectral.as_ref())?;
                 Ok((fwd, grads))
             }
         }
@@ -332,24 +201,10 @@ const ALL: &[DType] = &DType::ACTIVATIONS;
 const BF16: &[DType] = &[DType::BF16];
 
 fn case(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
-    Case {
-        sizes: sizes.to_vec(),
-        k,
-        c,
-        d_spectral,
-        tune: None,
-        dtypes: ALL,
-    }
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: None, dtypes: ALL }
 }
 
-fn tuned(
-    sizes: &[usize],
-    k: usize,
-    c: usize,
-    reduce_wn: usize,
-    expand_wn: usize,
-    chunk_rows: usize,
-) -> Case {
+fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize, chunk_rows: usize) -> Case {
     let t = Tuning {
         reduce_wn: Some(reduce_wn),
         expand_wn: Some(expand_wn),
@@ -362,104 +217,39 @@ fn tuned(
         expand_ctas: None,
         reduce_load: None,
     };
-    Case {
-        sizes: sizes.to_vec(),
-        k,
-        c,
-        d_spectral: true,
-        tune: Some((t, Some(chunk_rows))),
-        dtypes: ALL,
-    }
+    Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning {
-        reduce_wn: Some(2),
-        expand_wn: Some(2),
-        chunk_rows: Some(chunk_rows),
-        fused: Some(true),
-        expand_wg: Some(false),
-        reduce_wg: Some(WgmmaMode::Never),
-        expand_store: None,
-        expand_load: None,
-        expand_ctas: None,
-        reduce_load: None,
-    };
-    Case {
-        sizes: sizes.to_vec(),
-        k,
-        c,
-        d_spectral,
-        tune: Some((t, Some(chunk_rows))),
-        dtypes: ALL,
-    }
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// The expand on wgmma (sm_90a), everything else chosen as by default; 16-bit dtypes.
 fn wg(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
-    let t = Tuning {
-        expand_wg: Some(true),
-        ..Tuning::default()
-    };
-    Case {
-        sizes: sizes.to_vec(),
-        k,
-        c,
-        d_spectral,
-        tune: Some((t, None)),
-        dtypes: &[DType::F16, DType::BF16],
-    }
+    let t = Tuning { expand_wg: Some(true), ..Tuning::default() };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
 }
 
 /// The wgmma expand with bulk stores (v8, sm_90a) forced, everything else chosen as by default;
 /// 16-bit dtypes. `check_case` also runs it with the direct epilogue and asserts the same bits.
 fn wgb(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
-    let t = Tuning {
-        expand_wg: Some(true),
-        expand_store: Some(ExpandStore::Bulk),
-        ..Tuning::default()
-    };
-    Case {
-        sizes: sizes.to_vec(),
-        k,
-        c,
-        d_spectral,
-        tune: Some((t, None)),
-        dtypes: &[DType::F16, DType::BF16],
-    }
+    let t = Tuning { expand_wg: Some(true), expand_store: Some(ExpandStore::Bulk), ..Tuning::default() };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
 }
 
 /// v9, the wgmma expand fed by TMA forced, with the store path `store` (None: as by default),
 /// everything else as by default; 16-bit dtypes. `check_case` also runs it with cp.async loads
 /// (where that variant fits) and asserts the same bits.
 fn wgt(sizes: &[usize], k: usize, c: usize, d_spectral: bool, store: Option<ExpandStore>) -> Case {
-    let t = Tuning {
-        expand_wg: Some(true),
-        expand_load: Some(ExpandLoad::Tma),
-        expand_store: store,
-        ..Tuning::default()
-    };
-    Case {
-        sizes: sizes.to_vec(),
-        k,
-        c,
-        d_spectral,
-        tune: Some((t, None)),
-        dtypes: &[DType::F16, DType::BF16],
-    }
+    let t = Tuning { expand_wg: Some(true), expand_load: Some(ExpandLoad::Tma), expand_store: store, ..Tuning::default() };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: &[DType::F16, DType::BF16] }
 }
 
 /// [`wgt`] on at most `ctas` persistent CTAs per channel tile, so that each CTA takes many tiles
 /// and its slot ring wraps at sizes small enough for compute-sanitizer.
-fn wgt_few(
-    sizes: &[usize],
-    k: usize,
-    c: usize,
-    d_spectral: bool,
-    store: Option<ExpandStore>,
-    ctas: usize,
-) -> Case {
+fn wgt_few(sizes: &[usize], k: usize, c: usize, d_spectral: bool, store: Option<ExpandStore>, ctas: usize) -> Case {
     let mut case = wgt(sizes, k, c, d_spectral, store);
     if let Some((t, _)) = &mut case.tune {
         t.expand_ctas = Some(ctas);
@@ -470,43 +260,15 @@ fn wgt_few(
 /// The reduce on wgmma (sm_90a) in `mode` (`Always`: forced; `Auto`: its size rule, whatever the
 /// environment says), `chunk_rows` vertices per chunk or the default; the expand by default (or
 /// forced onto wgmma with `expand_wg`); 16-bit dtypes.
-fn rwg(
-    sizes: &[usize],
-    k: usize,
-    c: usize,
-    d_spectral: bool,
-    mode: WgmmaMode,
-    chunk_rows: Option<usize>,
-    expand_wg: bool,
-) -> Case {
-    let t = Tuning {
-        reduce_wg: Some(mode),
-        chunk_rows,
-        expand_wg: expand_wg.then_some(true),
-        ..Tuning::default()
-    };
-    Case {
-        sizes: sizes.to_vec(),
-        k,
-        c,
-        d_spectral,
-        tune: Some((t, chunk_rows)),
-        dtypes: &[DType::F16, DType::BF16],
-    }
+fn rwg(sizes: &[usize], k: usize, c: usize, d_spectral: bool, mode: WgmmaMode, chunk_rows: Option<usize>, expand_wg: bool) -> Case {
+    let t = Tuning { reduce_wg: Some(mode), chunk_rows, expand_wg: expand_wg.then_some(true), ..Tuning::default() };
+    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, chunk_rows)), dtypes: &[DType::F16, DType::BF16] }
 }
 
 /// v12b: [`rwg`] forced (`Always`) with TMA-fed stages; `check_case` also runs it with cp.async
 /// stages and asserts the same bits.
 fn rwgt(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: Option<usize>) -> Case {
-    let mut case = rwg(
-        sizes,
-        k,
-        c,
-        d_spectral,
-        WgmmaMode::Always,
-        chunk_rows,
-        false,
-    );
+    let mut case = rwg(sizes, k, c, d_spectral, WgmmaMode::Always, chunk_rows, false);
     if let Some((t, _)) = &mut case.tune {
         t.reduce_load = Some(cuda::ReduceLoad::Tma);
     }
@@ -516,8 +278,7 @@ fn rwgt(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: Optio
 /// Whether the cp.async-fed wgmma expand (with bulk stores or not) fits `dtype`, K and C on `device`.
 fn wg_fits(device: Device, dtype: DType, k: usize, c: usize, bulk: bool) -> bool {
     match device {
-        Device::Cuda(i) => ember_core::cuda::CudaDevice::get(i)
-            .is_ok_and(|d| cuda::expand_wg_available(&d, dtype, k, c, bulk)),
+        Device::Cuda(i) => ember_core::cuda::CudaDevice::get(i).is_ok_and(|d| cuda::expand_wg_available(&d, dtype, k, c, bulk)),
         Device::Cpu => false,
     }
 }
@@ -525,8 +286,7 @@ fn wg_fits(device: Device, dtype: DType, k: usize, c: usize, bulk: bool) -> bool
 /// Whether `device` runs the sm_90a kernels (wgmma).
 fn has_wgmma(device: Device) -> bool {
     match device {
-        Device::Cuda(i) => ember_core::cuda::CudaDevice::get(i)
-            .is_ok_and(|d| d.info().compute_capability == (9, 0)),
+        Device::Cuda(i) => ember_core::cuda::CudaDevice::get(i).is_ok_and(|d| d.info().compute_capability == (9, 0)),
         Device::Cpu => false,
     }
 }
@@ -534,12 +294,7 @@ fn has_wgmma(device: Device) -> bool {
 fn cases(tier: Tier, device: Device) -> Vec<Case> {
     let mut v = match tier {
         // A few seconds on two cores, every dtype.
-        Tier::Quick => vec![
-            case(&[1], 1, 1, false),
-            case(&[7], 5, 3, true),
-            case(&[300], 16, 40, false),
-            case(&[40, 1, 77], 8, 9, true),
-        ],
+        Tier::Quick => vec![case(&[1], 1, 1, false), case(&[7], 5, 3, true), case(&[300], 16, 40, false), case(&[40, 1, 77], 8, 9, true)],
         // Tiny, but every kernel path: 16-byte and element loaders, every tile width, K above one
         // reduce tile, several chunks per mesh, batches, d_spectral or not.
         Tier::Small => vec![
@@ -560,10 +315,7 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
             case(&[131077], 64, 1, true),
             case(&[131077], 256, 257, true),
             case(&[1 << 20 | 7], 128, 64, true),
-            Case {
-                dtypes: BF16,
-                ..case(&[1 << 20 | 7], 128, 256, false)
-            },
+            Case { dtypes: BF16, ..case(&[1 << 20 | 7], 128, 256, false) },
             case(&[5003, 19997, 1, 12000, 7777], 128, 256, true),
         ],
     };
@@ -599,13 +351,7 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
         let wg_cases: Vec<Case> = match tier {
             _ if !has_wgmma(device) => vec![],
             Tier::Quick => vec![],
-            Tier::Small => vec![
-                wg(&[77], 5, 33, true),
-                wg(&[300], 64, 64, false),
-                wg(&[37, 1, 130], 16, 24, true),
-                wg(&[150], 136, 256, true),
-                wg(&[200], 128, 136, false),
-            ],
+            Tier::Small => vec![wg(&[77], 5, 33, true), wg(&[300], 64, 64, false), wg(&[37, 1, 130], 16, 24, true), wg(&[150], 136, 256, true), wg(&[200], 128, 136, false)],
             Tier::Full => vec![
                 wg(&[7], 64, 1, true),
                 wg(&[4109], 128, 256, true),
@@ -697,10 +443,7 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 wgt(&[131077], 256, 128, true, Some(Bulk)),
                 wgt(&[131077], 256, 256, true, Some(Direct)),
                 wgt(&[1 << 20 | 7], 128, 64, true, None),
-                Case {
-                    dtypes: BF16,
-                    ..wgt(&[1 << 20 | 7], 128, 256, false, Some(Bulk))
-                },
+                Case { dtypes: BF16, ..wgt(&[1 << 20 | 7], 128, 256, false, Some(Bulk)) },
                 wgt(&[40, 1, 77, 3], 64, 136, true, Some(Direct)),
                 wgt(&[5003, 19997, 1, 12000, 7777], 128, 256, true, None),
                 wgt(&[5003, 19997, 1, 12000, 7777], 128, 256, false, Some(Bulk)),
@@ -747,24 +490,8 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
                 rwg(&[131077], 256, 257, true, Always, None, false),
                 rwg(&[131077], 128, 256, true, Auto, None, true),
                 rwg(&[1 << 20 | 7], 128, 64, true, Always, None, false),
-                rwg(
-                    &[5003, 19997, 1, 12000, 7777],
-                    128,
-                    256,
-                    true,
-                    Always,
-                    None,
-                    false,
-                ),
-                rwg(
-                    &[5003, 19997, 1, 12000, 7777],
-                    128,
-                    256,
-                    false,
-                    Auto,
-                    Some(640),
-                    true,
-                ),
+                rwg(&[5003, 19997, 1, 12000, 7777], 128, 256, true, Always, None, false),
+                rwg(&[5003, 19997, 1, 12000, 7777], 128, 256, false, Auto, Some(640), true),
                 rwgt(&[4109], 128, 256, true, None),
                 rwgt(&[4109], 256, 64, false, Some(300)),
                 rwgt(&[131077], 128, 256, true, None),
@@ -775,10 +502,7 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
         v.extend(rwg_cases);
         for mut c in extra {
             // f32 has no 8-wide tiles, and its reduce only the 2-wide one.
-            if c.tune
-                .as_ref()
-                .is_some_and(|(t, _)| t.reduce_wn != Some(2) || t.expand_wn == Some(8))
-            {
+            if c.tune.as_ref().is_some_and(|(t, _)| t.reduce_wn != Some(2) || t.expand_wn == Some(8)) {
                 c.dtypes = &[DType::F16, DType::BF16];
             }
             v.push(c);
@@ -789,24 +513,10 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
 
 fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     let label = {
-        let v = if c.sizes.len() == 1 {
-            format!("V={}", c.sizes[0])
-        } else {
-            format!("V={:?}", c.sizes)
-        };
-        let mut s = format!(
-            "{v} K={} C={}{}",
-            c.k,
-            c.c,
-            if c.d_spectral { " +dS" } else { "" }
-        );
+        let v = if c.sizes.len() == 1 { format!("V={}", c.sizes[0]) } else { format!("V={:?}", c.sizes) };
+        let mut s = format!("{v} K={} C={}{}", c.k, c.c, if c.d_spectral { " +dS" } else { "" });
         if let Some((t, rows)) = &c.tune {
-            s += &format!(
-                " w{}/{} r{}",
-                t.reduce_wn.unwrap_or(0),
-                t.expand_wn.unwrap_or(0),
-                rows.unwrap_or(0)
-            );
+            s += &format!(" w{}/{} r{}", t.reduce_wn.unwrap_or(0), t.expand_wn.unwrap_or(0), rows.unwrap_or(0));
             if t.fused == Some(true) {
                 s += " fused";
             }
@@ -815,9 +525,7 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             }
             match t.expand_store {
                 Some(ExpandStore::Bulk) => s += " store=bulk",
-                Some(ExpandStore::Direct) if t.expand_load == Some(ExpandLoad::Tma) => {
-                    s += " store=direct"
-                }
+                Some(ExpandStore::Direct) if t.expand_load == Some(ExpandLoad::Tma) => s += " store=direct",
                 _ => {}
             }
             if t.expand_load == Some(ExpandLoad::Tma) {
@@ -844,102 +552,32 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     let tol = dtype.tolerance();
     let mut rows = Vec::new();
     let push = |rows: &mut Vec<CheckRow>, tag: &str, fwd: &Forward, g: &Grads| -> Result<()> {
-        rows.push(compare(
-            "diffusion",
-            &format!("{label}{tag}"),
-            "out",
-            &fwd.out,
-            &out,
-            tol,
-        )?);
-        rows.push(compare(
-            "diffusion",
-            &format!("{label}{tag}"),
-            "spectral",
-            &fwd.spectral,
-            &spectral,
-            tol,
-        )?);
-        rows.push(compare(
-            "diffusion",
-            &format!("{label}{tag}"),
-            "d_x",
-            &g.d_x,
-            &d_x,
-            tol,
-        )?);
-        rows.push(compare(
-            "diffusion",
-            &format!("{label}{tag}"),
-            "d_times",
-            &g.d_times,
-            &d_times,
-            tol,
-        )?);
+        rows.push(compare("diffusion", &format!("{label}{tag}"), "out", &fwd.out, &out, tol)?);
+        rows.push(compare("diffusion", &format!("{label}{tag}"), "spectral", &fwd.spectral, &spectral, tol)?);
+        rows.push(compare("diffusion", &format!("{label}{tag}"), "d_x", &g.d_x, &d_x, tol)?);
+        rows.push(compare("diffusion", &format!("{label}{tag}"), "d_times", &g.d_times, &d_times, tol)?);
         Ok(())
     };
     let tune = c.tune.as_ref().map(|(t, r)| (t, *r));
     // v8: the bulk-store expand must give the bits of the direct wgmma expand (same products, same
     // order, same roundings; only the store path differs).
     let direct = tune
-        .filter(|(t, _)| {
-            t.expand_store == Some(ExpandStore::Bulk) && t.expand_load != Some(ExpandLoad::Tma)
-        })
-        .map(|(t, r)| {
-            (
-                Tuning {
-                    expand_store: Some(ExpandStore::Direct),
-                    ..*t
-                },
-                r,
-            )
-        });
+        .filter(|(t, _)| t.expand_store == Some(ExpandStore::Bulk) && t.expand_load != Some(ExpandLoad::Tma))
+        .map(|(t, r)| (Tuning { expand_store: Some(ExpandStore::Direct), ..*t }, r));
     // v9: the TMA-fed expand must give the bits of the cp.async-fed one (same products, same order;
     // only the load path differs), wherever the cp.async variant fits (not at K = 256, C > 128).
     let cp_async = tune
-        .filter(|(t, _)| {
-            t.expand_load == Some(ExpandLoad::Tma)
-                && wg_fits(
-                    ctx.device,
-                    dtype,
-                    c.k,
-                    c.c,
-                    t.expand_store == Some(ExpandStore::Bulk),
-                )
-        })
-        .map(|(t, r)| {
-            (
-                Tuning {
-                    expand_load: Some(ExpandLoad::CpAsync),
-                    ..*t
-                },
-                r,
-            )
-        });
+        .filter(|(t, _)| t.expand_load == Some(ExpandLoad::Tma) && wg_fits(ctx.device, dtype, c.k, c.c, t.expand_store == Some(ExpandStore::Bulk)))
+        .map(|(t, r)| (Tuning { expand_load: Some(ExpandLoad::CpAsync), ..*t }, r));
     // v12b: the TMA-fed reduce must give the bits of the cp.async-fed one (same stage contents).
     let r_cp_async = tune
         .filter(|(t, _)| t.reduce_load == Some(cuda::ReduceLoad::Tma))
-        .map(|(t, r)| {
-            (
-                Tuning {
-                    reduce_load: Some(cuda::ReduceLoad::CpAsync),
-                    ..*t
-                },
-                r,
-            )
-        });
+        .map(|(t, r)| (Tuning { reduce_load: Some(cuda::ReduceLoad::CpAsync), ..*t }, r));
     let bits_eq = |a: (&Forward, &Grads), b: &(Forward, Grads)| -> Result<bool> {
         let mut eq = true;
-        for (x, y) in [
-            (&a.0.out, &b.0.out),
-            (&a.0.spectral, &b.0.spectral),
-            (&a.1.d_x, &b.1.d_x),
-            (&a.1.d_times, &b.1.d_times),
-        ] {
+        for (x, y) in [(&a.0.out, &b.0.out), (&a.0.spectral, &b.0.spectral), (&a.1.d_x, &b.1.d_x), (&a.1.d_times, &b.1.d_times)] {
             let (x, y) = (x.to_vec_f64()?, y.to_vec_f64()?);
-            eq &= !x.is_empty()
-                && x.len() == y.len()
-                && x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits());
+            eq &= !x.is_empty() && x.len() == y.len() && x.iter().zip(&y).all(|(p, q)| p.to_bits() == q.to_bits());
         }
         Ok(eq)
     };
@@ -948,36 +586,15 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
         push(&mut rows, "", &fwd, &g)?;
         if let Some((t, _)) = &direct {
             let same = bits_eq((&fwd, &g), &dev.run_single(Some(t))?)?;
-            rows.push(property(
-                "diffusion",
-                &format!("{label} =store=direct"),
-                "bitwise",
-                dtype,
-                ctx.device,
-                same,
-            ));
+            rows.push(property("diffusion", &format!("{label} =store=direct"), "bitwise", dtype, ctx.device, same));
         }
         if let Some((t, _)) = &cp_async {
             let same = bits_eq((&fwd, &g), &dev.run_single(Some(t))?)?;
-            rows.push(property(
-                "diffusion",
-                &format!("{label} =load=cp.async"),
-                "bitwise",
-                dtype,
-                ctx.device,
-                same,
-            ));
+            rows.push(property("diffusion", &format!("{label} =load=cp.async"), "bitwise", dtype, ctx.device, same));
         }
         if let Some((t, _)) = &r_cp_async {
             let same = bits_eq((&fwd, &g), &dev.run_single(Some(t))?)?;
-            rows.push(property(
-                "diffusion",
-                &format!("{label} =rload=cp.async"),
-                "bitwise",
-                dtype,
-                ctx.device,
-                same,
-            ));
+            rows.push(property("diffusion", &format!("{label} =rload=cp.async"), "bitwise", dtype, ctx.device, same));
         }
         return Ok(rows);
     }
@@ -985,36 +602,15 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     push(&mut rows, " batch", &fwd, &g)?;
     if let Some((t, r)) = &direct {
         let same = bits_eq((&fwd, &g), &dev.run(&p.offsets, Some((t, *r)))?)?;
-        rows.push(property(
-            "diffusion",
-            &format!("{label} batch =store=direct"),
-            "bitwise",
-            dtype,
-            ctx.device,
-            same,
-        ));
+        rows.push(property("diffusion", &format!("{label} batch =store=direct"), "bitwise", dtype, ctx.device, same));
     }
     if let Some((t, r)) = &cp_async {
         let same = bits_eq((&fwd, &g), &dev.run(&p.offsets, Some((t, *r)))?)?;
-        rows.push(property(
-            "diffusion",
-            &format!("{label} batch =load=cp.async"),
-            "bitwise",
-            dtype,
-            ctx.device,
-            same,
-        ));
+        rows.push(property("diffusion", &format!("{label} batch =load=cp.async"), "bitwise", dtype, ctx.device, same));
     }
     if let Some((t, r)) = &r_cp_async {
         let same = bits_eq((&fwd, &g), &dev.run(&p.offsets, Some((t, *r)))?)?;
-        rows.push(property(
-            "diffusion",
-            &format!("{label} batch =rload=cp.async"),
-            "bitwise",
-            dtype,
-            ctx.device,
-            same,
-        ));
+        rows.push(property("diffusion", &format!("{label} batch =rload=cp.async"), "bitwise", dtype, ctx.device, same));
     }
     // Batched == per mesh: each mesh alone through the single-mesh front end.
     let mut per_out = Vec::new();
@@ -1031,50 +627,15 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             *a += b;
         }
     }
-    rows.push(compare(
-        "diffusion",
-        &format!("{label} batch=per-mesh"),
-        "out",
-        &fwd.out,
-        &per_out,
-        tol,
-    )?);
-    rows.push(compare(
-        "diffusion",
-        &format!("{label} batch=per-mesh"),
-        "spectral",
-        &fwd.spectral,
-        &per_spec,
-        tol,
-    )?);
-    rows.push(compare(
-        "diffusion",
-        &format!("{label} batch=per-mesh"),
-        "d_x",
-        &g.d_x,
-        &per_dx,
-        tol,
-    )?);
-    rows.push(compare(
-        "diffusion",
-        &format!("{label} batch=per-mesh"),
-        "d_times",
-        &g.d_times,
-        &per_dt,
-        tol,
-    )?);
+    rows.push(compare("diffusion", &format!("{label} batch=per-mesh"), "out", &fwd.out, &per_out, tol)?);
+    rows.push(compare("diffusion", &format!("{label} batch=per-mesh"), "spectral", &fwd.spectral, &per_spec, tol)?);
+    rows.push(compare("diffusion", &format!("{label} batch=per-mesh"), "d_x", &g.d_x, &per_dx, tol)?);
+    rows.push(compare("diffusion", &format!("{label} batch=per-mesh"), "d_times", &g.d_times, &per_dt, tol)?);
     Ok(rows)
 }
 
 /// Two runs give bit-identical results: the default path (`tune` None) or forced launch choices.
-fn determinism(
-    ctx: &CheckCtx,
-    sizes: &[usize],
-    k: usize,
-    c: usize,
-    dtype: DType,
-    tune: Option<(&Tuning, &str)>,
-) -> Result<CheckRow> {
+fn determinism(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, tune: Option<(&Tuning, &str)>) -> Result<CheckRow> {
     let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("determinism"))?;
     let dev = p.on(ctx.device)?;
     let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
@@ -1087,29 +648,13 @@ fn determinism(
     let t = tune.map(|(t, _)| (t, None));
     let a = bits(dev.run(&p.offsets, t)?)?;
     let b = bits(dev.run(&p.offsets, t)?)?;
-    let label = format!(
-        "V={sizes:?} K={k} C={c} two runs{}",
-        tune.map_or("", |(_, name)| name)
-    );
-    Ok(property(
-        "diffusion",
-        &label,
-        "bitwise",
-        dtype,
-        ctx.device,
-        a == b,
-    ))
+    let label = format!("V={sizes:?} K={k} C={c} two runs{}", tune.map_or("", |(_, name)| name));
+    Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b))
 }
 
 /// The fused pass (one cooperative launch) gives the same bits as the three launches with the same
 /// tiles and chunks, batched and single.
-fn fused_matches_launches(
-    ctx: &CheckCtx,
-    sizes: &[usize],
-    k: usize,
-    c: usize,
-    dtype: DType,
-) -> Result<CheckRow> {
+fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, dtype: DType) -> Result<CheckRow> {
     let p = Problem::new(sizes, k, c, dtype, true, ctx.seed_for("fused=launches"))?;
     let dev = p.on(ctx.device)?;
     let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
@@ -1120,36 +665,12 @@ fn fused_matches_launches(
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning {
-        reduce_wn: Some(2),
-        expand_wn: Some(2),
-        chunk_rows: Some(rows),
-        fused: Some(fused),
-        expand_wg: Some(false),
-        reduce_wg: Some(WgmmaMode::Never),
-        expand_store: None,
-        expand_load: None,
-        expand_ctas: None,
-        reduce_load: None,
-    };
-    let (a, b) = (
-        bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?,
-        bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?,
-    );
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
+    let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
-    let (c1, d1) = (
-        bits(m1.run_single(Some(&s1))?)?,
-        bits(m1.run_single(Some(&t(false)))?)?,
-    );
+    let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
     let label = format!("V={sizes:?} K={k} C={c} fused vs three launches");
-    Ok(property(
-        "diffusion",
-        &label,
-        "bitwise",
-        dtype,
-        ctx.device,
-        a == b && c1 == d1 && !a.is_empty(),
-    ))
+    Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b && c1 == d1 && !a.is_empty()))
 }
 
 /// Bad input on a CUDA device is an `Err` before any launch, and the device stays usable.
@@ -1157,192 +678,56 @@ fn cuda_properties(device: Device) -> Result<Vec<CheckRow>> {
     let p = Problem::new(&[50], 8, 16, DType::BF16, false, 9)?;
     let dev = p.on(device)?;
     let evals = dev.evals.try_clone()?.reshape(&[8])?;
-    let prop =
-        |name: &str, holds: bool| property("diffusion", name, "holds", DType::BF16, device, holds);
+    let prop = |name: &str, holds: bool| property("diffusion", name, "holds", DType::BF16, device, holds);
     let mut rows = Vec::new();
     let e = super::forward(&p.x, &dev.basis, &dev.mass, &evals, &dev.times);
-    rows.push(prop(
-        "x on cpu, basis on cuda: Err(Device)",
-        matches!(e, Err(ember_core::Error::Device { .. })),
-    ));
+    rows.push(prop("x on cpu, basis on cuda: Err(Device)", matches!(e, Err(ember_core::Error::Device { .. }))));
     let wide = Tensor::zeros(&[50, 257], DType::BF16, device)?;
-    let e = super::forward(
-        &dev.x,
-        &wide,
-        &dev.mass,
-        &Tensor::zeros(&[257], DType::F32, device)?,
-        &dev.times,
-    );
-    rows.push(prop(
-        "K = 257 on cuda: Err(Shape)",
-        matches!(e, Err(ember_core::Error::Shape { .. })),
-    ));
-    let e = super::forward(
-        &dev.x,
-        &dev.basis,
-        &dev.mass,
-        &evals,
-        &dev.times.to_dtype(DType::BF16)?,
-    );
-    rows.push(prop(
-        "bf16 times: Err(DType)",
-        matches!(e, Err(ember_core::Error::DType { .. })),
-    ));
-    let ok = super::forward(&dev.x, &dev.basis, &dev.mass, &evals, &dev.times)
-        .and_then(|f| f.out.to_vec_f64());
-    rows.push(prop(
-        "no sticky error after bad input",
-        ok.is_ok_and(|v| v.iter().all(|x| x.is_finite())),
-    ));
+    let e = super::forward(&dev.x, &wide, &dev.mass, &Tensor::zeros(&[257], DType::F32, device)?, &dev.times);
+    rows.push(prop("K = 257 on cuda: Err(Shape)", matches!(e, Err(ember_core::Error::Shape { .. }))));
+    let e = super::forward(&dev.x, &dev.basis, &dev.mass, &evals, &dev.times.to_dtype(DType::BF16)?);
+    rows.push(prop("bf16 times: Err(DType)", matches!(e, Err(ember_core::Error::DType { .. }))));
+    let ok = super::forward(&dev.x, &dev.basis, &dev.mass, &evals, &dev.times).and_then(|f| f.out.to_vec_f64());
+    rows.push(prop("no sticky error after bad input", ok.is_ok_and(|v| v.iter().all(|x| x.is_finite()))));
     // The layer clamps its times on the device.
-    let mut layer = super::LearnedTimeDiffusion::new(
-        Tensor::from_vec(vec![-1.0f32; 16], &[16])?.to_device(device)?,
-    )?;
+    let mut layer = super::LearnedTimeDiffusion::new(Tensor::from_vec(vec![-1.0f32; 16], &[16])?.to_device(device)?)?;
     let f = layer.forward(&dev.x, &dev.basis, &dev.mass, &evals)?;
-    let clamped = layer
-        .times
-        .to_vec_f64()?
-        .iter()
-        .all(|&t| t == super::MIN_TIME as f32 as f64);
-    rows.push(prop(
-        "layer clamps times to 1e-8 on cuda",
-        clamped && f.out.to_vec_f64()?.iter().all(|x| x.is_finite()),
-    ));
+    let clamped = layer.times.to_vec_f64()?.iter().all(|&t| t == super::MIN_TIME as f32 as f64);
+    rows.push(prop("layer clamps times to 1e-8 on cuda", clamped && f.out.to_vec_f64()?.iter().all(|x| x.is_finite())));
     // v8: bulk stores forced where they cannot run are a clear error, not a silent fallback: off
     // sm_90a (any shape), and on sm_90a where S (K = 256 × 256 channels), two stages and the staging
     // buffer exceed an SM's shared memory; together with the mma.sync expand, an invalid choice.
-    let (big, offs) = (
-        Problem::new(&[50], 256, 256, DType::BF16, false, 9)?.on(device)?,
-        [0usize, 50],
-    );
+    let (big, offs) = (Problem::new(&[50], 256, 256, DType::BF16, false, 9)?.on(device)?, [0usize, 50]);
     let big_evals = big.evals.try_clone()?.reshape(&[256])?;
-    let mb = Meshes {
-        basis: &big.basis,
-        mass: &big.mass,
-        evals: &big_evals,
-        offsets: &offs,
-        plan: None,
-        batched: false,
-    };
-    let bulk = Tuning {
-        expand_wg: Some(true),
-        expand_store: Some(ExpandStore::Bulk),
-        ..Tuning::default()
-    };
+    let mb = Meshes { basis: &big.basis, mass: &big.mass, evals: &big_evals, offsets: &offs, plan: None, batched: false };
+    let bulk = Tuning { expand_wg: Some(true), expand_store: Some(ExpandStore::Bulk), ..Tuning::default() };
     let e = cuda::forward_tuned(&mb, &big.x, &big.times, &bulk);
-    rows.push(prop(
-        "bulk stores forced at K = 256, C = 256: Err(Unsupported)",
-        matches!(e, Err(ember_core::Error::Unsupported(_))),
-    ));
-    let m1 = Meshes {
-        basis: &dev.basis,
-        mass: &dev.mass,
-        evals: &evals,
-        offsets: &[0, 50],
-        plan: None,
-        batched: false,
-    };
-    let e = cuda::forward_tuned(
-        &m1,
-        &dev.x,
-        &dev.times,
-        &Tuning {
-            expand_wg: Some(false),
-            ..bulk
-        },
-    );
-    rows.push(prop(
-        "bulk stores with expand_wg = false: Err(Invalid)",
-        matches!(e, Err(ember_core::Error::Invalid { .. })),
-    ));
+    rows.push(prop("bulk stores forced at K = 256, C = 256: Err(Unsupported)", matches!(e, Err(ember_core::Error::Unsupported(_)))));
+    let m1 = Meshes { basis: &dev.basis, mass: &dev.mass, evals: &evals, offsets: &[0, 50], plan: None, batched: false };
+    let e = cuda::forward_tuned(&m1, &dev.x, &dev.times, &Tuning { expand_wg: Some(false), ..bulk });
+    rows.push(prop("bulk stores with expand_wg = false: Err(Invalid)", matches!(e, Err(ember_core::Error::Invalid { .. }))));
     let e = cuda::forward_tuned(&m1, &dev.x, &dev.times, &bulk);
-    rows.push(prop(
-        "bulk stores forced at K = 8, C = 16: runs on sm_90a, Err(Unsupported) elsewhere",
-        if has_wgmma(device) {
-            e.is_ok()
-        } else {
-            matches!(e, Err(ember_core::Error::Unsupported(_)))
-        },
-    ));
+    rows.push(prop("bulk stores forced at K = 8, C = 16: runs on sm_90a, Err(Unsupported) elsewhere", if has_wgmma(device) { e.is_ok() } else { matches!(e, Err(ember_core::Error::Unsupported(_))) }));
     // v9: TMA loads forced where they cannot run are a clear error: K = 5 (rows of 10 bytes, not a
     // multiple of TMA's 16), off sm_90a, and with the bulk staging buffer at K = 256, C = 256 (S,
     // the staging buffer and one tile's four boxes exceed shared memory); with the mma.sync expand,
     // an invalid choice. At K = 8, C = 16 and at K = 256, C = 256 with the direct epilogue (where
     // the cp.async stages do not fit) it runs on sm_90a.
-    let tma = Tuning {
-        expand_wg: Some(true),
-        expand_load: Some(ExpandLoad::Tma),
-        ..Tuning::default()
-    };
-    let unsupported =
-        |e: &Result<super::Forward>| matches!(e, Err(ember_core::Error::Unsupported(_)));
+    let tma = Tuning { expand_wg: Some(true), expand_load: Some(ExpandLoad::Tma), ..Tuning::default() };
+    let unsupported = |e: &Result<super::Forward>| matches!(e, Err(ember_core::Error::Unsupported(_)));
     let e = cuda::forward_tuned(&m1, &dev.x, &dev.times, &tma);
-    rows.push(prop(
-        "TMA loads forced at K = 8, C = 16: runs on sm_90a, Err(Unsupported) elsewhere",
-        if has_wgmma(device) {
-            e.is_ok()
-        } else {
-            unsupported(&e)
-        },
-    ));
-    let e = cuda::forward_tuned(
-        &m1,
-        &dev.x,
-        &dev.times,
-        &Tuning {
-            expand_wg: Some(false),
-            ..tma
-        },
-    );
-    rows.push(prop(
-        "TMA loads with expand_wg = false: Err(Invalid)",
-        matches!(e, Err(ember_core::Error::Invalid { .. })),
-    ));
+    rows.push(prop("TMA loads forced at K = 8, C = 16: runs on sm_90a, Err(Unsupported) elsewhere", if has_wgmma(device) { e.is_ok() } else { unsupported(&e) }));
+    let e = cuda::forward_tuned(&m1, &dev.x, &dev.times, &Tuning { expand_wg: Some(false), ..tma });
+    rows.push(prop("TMA loads with expand_wg = false: Err(Invalid)", matches!(e, Err(ember_core::Error::Invalid { .. }))));
     let odd = Problem::new(&[50], 5, 16, DType::BF16, false, 9)?.on(device)?;
     let odd_evals = odd.evals.try_clone()?.reshape(&[5])?;
-    let m5 = Meshes {
-        basis: &odd.basis,
-        mass: &odd.mass,
-        evals: &odd_evals,
-        offsets: &offs,
-        plan: None,
-        batched: false,
-    };
+    let m5 = Meshes { basis: &odd.basis, mass: &odd.mass, evals: &odd_evals, offsets: &offs, plan: None, batched: false };
     let e = cuda::forward_tuned(&m5, &odd.x, &odd.times, &tma);
-    rows.push(prop(
-        "TMA loads forced at K = 5: Err(Unsupported)",
-        unsupported(&e),
-    ));
-    let e = cuda::forward_tuned(
-        &mb,
-        &big.x,
-        &big.times,
-        &Tuning {
-            expand_store: Some(ExpandStore::Bulk),
-            ..tma
-        },
-    );
-    rows.push(prop(
-        "TMA loads with bulk stores forced at K = 256, C = 256: Err(Unsupported)",
-        unsupported(&e),
-    ));
-    let e = cuda::forward_tuned(
-        &mb,
-        &big.x,
-        &big.times,
-        &Tuning {
-            expand_store: Some(ExpandStore::Direct),
-            ..tma
-        },
-    );
-    rows.push(prop(
-        "TMA loads, direct stores at K = 256, C = 256: runs on sm_90a, Err(Unsupported) elsewhere",
-        if has_wgmma(device) {
-            e.is_ok()
-        } else {
-            unsupported(&e)
-        },
-    ));
+    rows.push(prop("TMA loads forced at K = 5: Err(Unsupported)", unsupported(&e)));
+    let e = cuda::forward_tuned(&mb, &big.x, &big.times, &Tuning { expand_store: Some(ExpandStore::Bulk), ..tma });
+    rows.push(prop("TMA loads with bulk stores forced at K = 256, C = 256: Err(Unsupported)", unsupported(&e)));
+    let e = cuda::forward_tuned(&mb, &big.x, &big.times, &Tuning { expand_store: Some(ExpandStore::Direct), ..tma });
+    rows.push(prop("TMA loads, direct stores at K = 256, C = 256: runs on sm_90a, Err(Unsupported) elsewhere", if has_wgmma(device) { e.is_ok() } else { unsupported(&e) }));
     Ok(rows)
 }
 
@@ -1360,38 +745,18 @@ impl crate::OpFamily for Family {
         // call after a change to it); the properties below are skipped then.
         // EMBER_DIFFUSION_CHECK=eload: likewise, only the cases that force the TMA-fed expand.
         let only = std::env::var("EMBER_DIFFUSION_CHECK").ok();
-        let (only_rload, only_eload) = (
-            only.as_deref() == Some("rload"),
-            only.as_deref() == Some("eload"),
-        );
+        let (only_rload, only_eload) = (only.as_deref() == Some("rload"), only.as_deref() == Some("eload"));
         for c in cases(ctx.tier, ctx.device) {
-            if only_rload
-                && !c
-                    .tune
-                    .as_ref()
-                    .is_some_and(|(t, _)| t.reduce_load == Some(cuda::ReduceLoad::Tma))
-            {
+            if only_rload && !c.tune.as_ref().is_some_and(|(t, _)| t.reduce_load == Some(cuda::ReduceLoad::Tma)) {
                 continue;
             }
-            if only_eload
-                && !c
-                    .tune
-                    .as_ref()
-                    .is_some_and(|(t, _)| t.expand_load == Some(ExpandLoad::Tma))
-            {
+            if only_eload && !c.tune.as_ref().is_some_and(|(t, _)| t.expand_load == Some(ExpandLoad::Tma)) {
                 continue;
             }
             for &dtype in c.dtypes {
                 let t0 = std::time::Instant::now();
                 let r = check_case(ctx, &c, dtype)?;
-                ctx.progress(|| {
-                    format!(
-                        "diffusion {} {dtype}: {} rows in {:.1} s",
-                        r.first().map_or("", |r| r.case.as_str()),
-                        r.len(),
-                        t0.elapsed().as_secs_f64()
-                    )
-                });
+                ctx.progress(|| format!("diffusion {} {dtype}: {} rows in {:.1} s", r.first().map_or("", |r| r.case.as_str()), r.len(), t0.elapsed().as_secs_f64()));
                 rows.extend(r);
             }
         }
@@ -1400,20 +765,9 @@ impl crate::OpFamily for Family {
             _ => (&[300, 41], 16, 24),
         };
         if has_wgmma(ctx.device) {
-            let t = Tuning {
-                reduce_wg: Some(WgmmaMode::Always),
-                reduce_load: Some(cuda::ReduceLoad::Tma),
-                ..Tuning::default()
-            };
+            let t = Tuning { reduce_wg: Some(WgmmaMode::Always), reduce_load: Some(cuda::ReduceLoad::Tma), ..Tuning::default() };
             for dtype in [DType::F16, DType::BF16] {
-                rows.push(determinism(
-                    ctx,
-                    sizes,
-                    k,
-                    c,
-                    dtype,
-                    Some((&t, " reduce=wgmma rload=tma")),
-                )?);
+                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " reduce=wgmma rload=tma")))?);
             }
         }
         if only_rload || only_eload {
@@ -1423,49 +777,17 @@ impl crate::OpFamily for Family {
             rows.push(determinism(ctx, sizes, k, c, dtype, None)?);
         }
         if has_wgmma(ctx.device) {
-            let t = Tuning {
-                reduce_wg: Some(WgmmaMode::Always),
-                ..Tuning::default()
-            };
+            let t = Tuning { reduce_wg: Some(WgmmaMode::Always), ..Tuning::default() };
             for dtype in [DType::F16, DType::BF16] {
-                rows.push(determinism(
-                    ctx,
-                    sizes,
-                    k,
-                    c,
-                    dtype,
-                    Some((&t, " reduce=wgmma")),
-                )?);
+                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " reduce=wgmma")))?);
             }
-            let t = Tuning {
-                expand_wg: Some(true),
-                expand_store: Some(ExpandStore::Bulk),
-                ..Tuning::default()
-            };
+            let t = Tuning { expand_wg: Some(true), expand_store: Some(ExpandStore::Bulk), ..Tuning::default() };
             for dtype in [DType::F16, DType::BF16] {
-                rows.push(determinism(
-                    ctx,
-                    sizes,
-                    k,
-                    c,
-                    dtype,
-                    Some((&t, " store=bulk")),
-                )?);
+                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " store=bulk")))?);
             }
-            let t = Tuning {
-                expand_wg: Some(true),
-                expand_load: Some(ExpandLoad::Tma),
-                ..Tuning::default()
-            };
+            let t = Tuning { expand_wg: Some(true), expand_load: Some(ExpandLoad::Tma), ..Tuning::default() };
             for dtype in [DType::F16, DType::BF16] {
-                rows.push(determinism(
-                    ctx,
-                    sizes,
-                    k,
-                    c,
-                    dtype,
-                    Some((&t, " load=tma")),
-                )?);
+                rows.push(determinism(ctx, sizes, k, c, dtype, Some((&t, " load=tma")))?);
             }
         }
         if ctx.device.is_cuda() {
@@ -1489,10 +811,7 @@ impl crate::OpFamily for Family {
         let mut problems: Vec<(Vec<usize>, DType)> = Vec::new();
         // EMBER_DIFFUSION_BENCH_V="131072,524288": only those single bf16 meshes (for profiling runs).
         if let Ok(only) = std::env::var("EMBER_DIFFUSION_BENCH_V") {
-            for v in only
-                .split(',')
-                .filter_map(|s| s.trim().parse::<usize>().ok())
-            {
+            for v in only.split(',').filter_map(|s| s.trim().parse::<usize>().ok()) {
                 problems.push((vec![v], DType::BF16));
             }
             let mut rows = Vec::new();
@@ -1504,20 +823,12 @@ impl crate::OpFamily for Family {
         for &v in &single {
             problems.push((vec![v], DType::BF16));
         }
-        let f32_sizes: Vec<usize> = if ctx.device == Device::Cpu {
-            vec![4096]
-        } else {
-            vec![4096, 131072, 524288]
-        };
+        let f32_sizes: Vec<usize> = if ctx.device == Device::Cpu { vec![4096] } else { vec![4096, 131072, 524288] };
         for &v in &f32_sizes {
             problems.push((vec![v], DType::F32));
         }
         // A batch of 16 meshes of 5k–20k vertices (fixed sizes, shared with the PyTorch reference).
-        let batch: Vec<usize> = if ctx.device == Device::Cpu {
-            vec![500, 1200, 800, 2000]
-        } else {
-            (0..16).map(|i| 5000 + (i * 7919) % 15001).collect()
-        };
+        let batch: Vec<usize> = if ctx.device == Device::Cpu { vec![500, 1200, 800, 2000] } else { (0..16).map(|i| 5000 + (i * 7919) % 15001).collect() };
         problems.push((batch.clone(), DType::BF16));
         if ctx.device.is_cuda() {
             problems.push((batch, DType::F32));
@@ -1530,23 +841,11 @@ impl crate::OpFamily for Family {
     }
 
     fn kernels(&self) -> Vec<KernelBuild> {
-        let mut v: Vec<KernelBuild> = DType::ACTIVATIONS
-            .iter()
-            .map(|&d| KernelBuild {
-                source: cuda::SOURCE,
-                options: cuda::options_with(d, cuda::DEFAULT_STAGES),
-            })
-            .collect();
+        let mut v: Vec<KernelBuild> = DType::ACTIVATIONS.iter().map(|&d| KernelBuild { source: cuda::SOURCE, options: cuda::options_with(d, cuda::DEFAULT_STAGES) }).collect();
         if cuda::stages() != cuda::DEFAULT_STAGES {
-            v.extend(DType::ACTIVATIONS.iter().map(|&d| KernelBuild {
-                source: cuda::SOURCE,
-                options: cuda::options(d),
-            }));
+            v.extend(DType::ACTIVATIONS.iter().map(|&d| KernelBuild { source: cuda::SOURCE, options: cuda::options(d) }));
         }
-        v.push(KernelBuild {
-            source: cuda::LAYER_SOURCE,
-            options: vec![],
-        });
+        v.push(KernelBuild { source: cuda::LAYER_SOURCE, options: vec![] });
         v
     }
 }
@@ -1559,14 +858,7 @@ struct BenchSet {
     d_out: Tensor,
 }
 
-fn bench_one(
-    ctx: &BenchCtx,
-    sizes: &[usize],
-    k: usize,
-    c: usize,
-    dtype: DType,
-    progress: &mut dyn FnMut(&BenchRow),
-) -> Result<Vec<BenchRow>> {
+fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, progress: &mut dyn FnMut(&BenchRow)) -> Result<Vec<BenchRow>> {
     let v: usize = sizes.iter().sum();
     let es = dtype.size() as f64;
     let (vf, kf, cf) = (v as f64, k as f64, c as f64);
@@ -1590,32 +882,10 @@ fn bench_one(
     let inputs: Vec<BenchSet> = (0..sets).map(mk).collect::<Result<_>>()?;
     let times = Tensor::rand(&[c], 0.01, 0.2, pd, d, 7)?;
     let single = sizes.len() == 1;
-    let batches: Vec<MeshBatch> = if single {
-        Vec::new()
-    } else {
-        inputs
-            .iter()
-            .map(|s| MeshBatch::from_vertex_counts(&s.basis, &s.mass, &s.evals, sizes))
-            .collect::<Result<_>>()?
-    };
-    let p = if single {
-        params(&[("V", json!(v)), ("K", json!(k)), ("C", json!(c))])
-    } else {
-        params(&[("V", json!(sizes)), ("K", json!(k)), ("C", json!(c))])
-    };
-    let rate = if dtype == DType::F32 {
-        ctx.gemm_tflops(DType::F32, true)?
-    } else {
-        ctx.gemm_tflops(dtype, false)?
-    };
-    let evals1: Vec<Tensor> = if single {
-        inputs
-            .iter()
-            .map(|s| s.evals.try_clone()?.reshape(&[k]))
-            .collect::<Result<_>>()?
-    } else {
-        Vec::new()
-    };
+    let batches: Vec<MeshBatch> = if single { Vec::new() } else { inputs.iter().map(|s| MeshBatch::from_vertex_counts(&s.basis, &s.mass, &s.evals, sizes)).collect::<Result<_>>()? };
+    let p = if single { params(&[("V", json!(v)), ("K", json!(k)), ("C", json!(c))]) } else { params(&[("V", json!(sizes)), ("K", json!(k)), ("C", json!(c))]) };
+    let rate = if dtype == DType::F32 { ctx.gemm_tflops(DType::F32, true)? } else { ctx.gemm_tflops(dtype, false)? };
+    let evals1: Vec<Tensor> = if single { inputs.iter().map(|s| s.evals.try_clone()?.reshape(&[k])).collect::<Result<_>>()? } else { Vec::new() };
     let fwd = |i: usize| -> Result<Forward> {
         let s = &inputs[i % sets];
         if single {
@@ -1627,36 +897,15 @@ fn bench_one(
     let bwd = |i: usize, f: &Forward| -> Result<Grads> {
         let s = &inputs[i % sets];
         if single {
-            super::backward(
-                &s.basis,
-                &s.mass,
-                &evals1[i % sets],
-                &times,
-                f,
-                &s.d_out,
-                None,
-            )
+            super::backward(&s.basis, &s.mass, &evals1[i % sets], &times, f, &s.d_out, None)
         } else {
             backward_batch(&batches[i % sets], &times, f, &s.d_out, None)
         }
     };
-    let note = if single {
-        String::new()
-    } else {
-        format!("{} meshes, one launch sequence", sizes.len())
-    };
+    let note = if single { String::new() } else { format!("{} meshes, one launch sequence", sizes.len()) };
     let mut rows = Vec::new();
     let ms = ctx.time(300.0, |i| fwd(i).map(drop))?;
-    let mut row = ctx.row_with_rate(
-        "diffusion",
-        "fwd",
-        dtype,
-        p.clone(),
-        ms,
-        fwd_bytes,
-        fwd_flops,
-        rate,
-    );
+    let mut row = ctx.row_with_rate("diffusion", "fwd", dtype, p.clone(), ms, fwd_bytes, fwd_flops, rate);
     row.note = note.clone();
     progress(&row);
     rows.push(row);
@@ -1664,16 +913,7 @@ fn bench_one(
         let f = fwd(i)?;
         bwd(i, &f).map(drop)
     })?;
-    let mut row = ctx.row_with_rate(
-        "diffusion",
-        "fwd+bwd",
-        dtype,
-        p.clone(),
-        ms,
-        2.0 * fwd_bytes,
-        2.0 * fwd_flops,
-        rate,
-    );
+    let mut row = ctx.row_with_rate("diffusion", "fwd+bwd", dtype, p.clone(), ms, 2.0 * fwd_bytes, 2.0 * fwd_flops, rate);
     row.note = note;
     progress(&row);
     rows.push(row);
@@ -1686,109 +926,45 @@ fn bench_one(
         let mut variants: Vec<(String, Tuning, &str)> = Vec::new();
         if cuda::reduce_wg_available(&cdev, dtype, c) {
             for (mode, name) in [(WgmmaMode::Never, "mma.sync"), (WgmmaMode::Always, "wgmma")] {
-                variants.push((
-                    format!("reduce={name}"),
-                    Tuning {
-                        reduce_wg: Some(mode),
-                        ..Tuning::default()
-                    },
-                    "reduce variant forced, expand as by default",
-                ));
+                variants.push((format!("reduce={name}"), Tuning { reduce_wg: Some(mode), ..Tuning::default() }, "reduce variant forced, expand as by default"));
             }
             if k % 8 == 0 && c % 8 == 0 {
-                for (load, name) in [
-                    (cuda::ReduceLoad::CpAsync, "cp.async"),
-                    (cuda::ReduceLoad::Tma, "tma"),
-                ] {
-                    let t = Tuning {
-                        reduce_wg: Some(WgmmaMode::Always),
-                        reduce_load: Some(load),
-                        ..Tuning::default()
-                    };
-                    variants.push((
-                        format!("reduce=wgmma rload={name}"),
-                        t,
-                        "wgmma reduce forced with this load path, expand as by default",
-                    ));
+                for (load, name) in [(cuda::ReduceLoad::CpAsync, "cp.async"), (cuda::ReduceLoad::Tma, "tma")] {
+                    let t = Tuning { reduce_wg: Some(WgmmaMode::Always), reduce_load: Some(load), ..Tuning::default() };
+                    variants.push((format!("reduce=wgmma rload={name}"), t, "wgmma reduce forced with this load path, expand as by default"));
                 }
             }
         }
-        if cuda::expand_wg_available(&cdev, dtype, k, c, false)
-            && cuda::expand_wg_available(&cdev, dtype, k, c, true)
-        {
+        if cuda::expand_wg_available(&cdev, dtype, k, c, false) && cuda::expand_wg_available(&cdev, dtype, k, c, true) {
             for (store, name) in [(ExpandStore::Direct, "direct"), (ExpandStore::Bulk, "bulk")] {
-                let t = Tuning {
-                    expand_wg: Some(true),
-                    expand_store: Some(store),
-                    ..Tuning::default()
-                };
-                variants.push((
-                    format!("store={name}"),
-                    t,
-                    "wgmma expand forced with this store path, reduce as by default",
-                ));
+                let t = Tuning { expand_wg: Some(true), expand_store: Some(store), ..Tuning::default() };
+                variants.push((format!("store={name}"), t, "wgmma expand forced with this store path, reduce as by default"));
             }
         }
         // v9: the wgmma expand with each load path (store path as by default).
-        if cuda::expand_wg_available(&cdev, dtype, k, c, false)
-            && cuda::expand_tma_available(&cdev, dtype, k, c, false)
-        {
+        if cuda::expand_wg_available(&cdev, dtype, k, c, false) && cuda::expand_tma_available(&cdev, dtype, k, c, false) {
             for (load, name) in [(ExpandLoad::CpAsync, "cp.async"), (ExpandLoad::Tma, "tma")] {
-                let t = Tuning {
-                    expand_wg: Some(true),
-                    expand_load: Some(load),
-                    ..Tuning::default()
-                };
-                variants.push((
-                    format!("load={name}"),
-                    t,
-                    "wgmma expand forced with this load path, store path and reduce as by default",
-                ));
+                let t = Tuning { expand_wg: Some(true), expand_load: Some(load), ..Tuning::default() };
+                variants.push((format!("load={name}"), t, "wgmma expand forced with this load path, store path and reduce as by default"));
             }
         }
         let offsets = [0, v];
         for (name, t, what) in &variants {
             let mesh = |i: usize| {
                 let s = &inputs[i % sets];
-                Meshes {
-                    basis: &s.basis,
-                    mass: &s.mass,
-                    evals: &evals1[i % sets],
-                    offsets: &offsets,
-                    plan: None,
-                    batched: false,
-                }
+                Meshes { basis: &s.basis, mass: &s.mass, evals: &evals1[i % sets], offsets: &offsets, plan: None, batched: false }
             };
             let fwd_v = |i: usize| cuda::forward_tuned(&mesh(i), &inputs[i % sets].x, &times, t);
             let ms = ctx.time(300.0, |i| fwd_v(i).map(drop))?;
-            let mut row = ctx.row_with_rate(
-                "diffusion",
-                &format!("fwd {name}"),
-                dtype,
-                p.clone(),
-                ms,
-                fwd_bytes,
-                fwd_flops,
-                rate,
-            );
+            let mut row = ctx.row_with_rate("diffusion", &format!("fwd {name}"), dtype, p.clone(), ms, fwd_bytes, fwd_flops, rate);
             row.note = (*what).into();
             progress(&row);
             rows.push(row);
             let ms = ctx.time(300.0, |i| {
                 let f = fwd_v(i)?;
-                cuda::backward_tuned(&mesh(i), &times, &f, &inputs[i % sets].d_out, None, t)
-                    .map(drop)
+                cuda::backward_tuned(&mesh(i), &times, &f, &inputs[i % sets].d_out, None, t).map(drop)
             })?;
-            let mut row = ctx.row_with_rate(
-                "diffusion",
-                &format!("fwd+bwd {name}"),
-                dtype,
-                p.clone(),
-                ms,
-                2.0 * fwd_bytes,
-                2.0 * fwd_flops,
-                rate,
-            );
+            let mut row = ctx.row_with_rate("diffusion", &format!("fwd+bwd {name}"), dtype, p.clone(), ms, 2.0 * fwd_bytes, 2.0 * fwd_flops, rate);
             row.note = (*what).into();
             progress(&row);
             rows.push(row);
@@ -1825,40 +1001,14 @@ fn bench_one(
         };
         let cases: [(&str, f64, &str); 4] = [
             ("fwd host", 1.0, "CPU time per call (enqueue only, median)"),
-            (
-                "fwd+bwd host",
-                2.0,
-                "CPU time per call (enqueue only, median)",
-            ),
-            (
-                "fwd graph",
-                1.0,
-                "GPU time: one call as a CUDA graph, replayed back to back",
-            ),
-            (
-                "fwd+bwd graph",
-                2.0,
-                "GPU time: one call as a CUDA graph, replayed back to back",
-            ),
+            ("fwd+bwd host", 2.0, "CPU time per call (enqueue only, median)"),
+            ("fwd graph", 1.0, "GPU time: one call as a CUDA graph, replayed back to back"),
+            ("fwd+bwd graph", 2.0, "GPU time: one call as a CUDA graph, replayed back to back"),
         ];
         for (j, (name, mult, what)) in cases.into_iter().enumerate() {
-            let f: &mut dyn FnMut(usize) -> Result<()> =
-                if j % 2 == 0 { &mut fwd_only } else { &mut both };
-            let ms = if j < 2 {
-                host(f)?
-            } else {
-                ember_core::cuda::timing::time_graph(&dev, 3, 200, |i| f(i % sets))?
-            };
-            let mut row = ctx.row_with_rate(
-                "diffusion",
-                name,
-                dtype,
-                p.clone(),
-                ms,
-                mult * fwd_bytes,
-                mult * fwd_flops,
-                rate,
-            );
+            let f: &mut dyn FnMut(usize) -> Result<()> = if j % 2 == 0 { &mut fwd_only } else { &mut both };
+            let ms = if j < 2 { host(f)? } else { ember_core::cuda::timing::time_graph(&dev, 3, 200, |i| f(i % sets))? };
+            let mut row = ctx.row_with_rate("diffusion", name, dtype, p.clone(), ms, mult * fwd_bytes, mult * fwd_flops, rate);
             row.note = what.into();
             progress(&row);
             rows.push(row);
@@ -1868,18 +1018,10 @@ fn bench_one(
     if single && d.is_cuda() && std::env::var("EMBER_DIFFUSION_PHASES").is_ok_and(|v| v == "1") {
         let s = &inputs[0];
         let offsets = [0, v];
-        let m = Meshes {
-            basis: &s.basis,
-            mass: &s.mass,
-            evals: &evals1[0],
-            offsets: &offsets,
-            plan: None,
-            batched: false,
-        };
+        let m = Meshes { basis: &s.basis, mass: &s.mass, evals: &evals1[0], offsets: &offsets, plan: None, batched: false };
         let mut time = |f: &mut dyn FnMut() -> Result<()>| ctx.time(100.0, |_| f());
         for (name, ms, bytes, flops) in cuda::phase_times(&mut time, &m, &s.x, &times, &s.d_out)? {
-            let mut row =
-                ctx.row_with_rate("diffusion", name, dtype, p.clone(), ms, bytes, flops, rate);
+            let mut row = ctx.row_with_rate("diffusion", name, dtype, p.clone(), ms, bytes, flops, rate);
             row.note = "one launch alone (diagnostic)".into();
             progress(&row);
             rows.push(row);

@@ -19,11 +19,7 @@ struct Plan {
 impl Plan {
     fn new(n: usize) -> Self {
         let mut p = RealFftPlanner::<f32>::new();
-        Plan {
-            n,
-            r2c: p.plan_fft_forward(n),
-            c2r: p.plan_fft_inverse(n),
-        }
+        Plan { n, r2c: p.plan_fft_forward(n), c2r: p.plan_fft_inverse(n) }
     }
     fn bins(&self) -> usize {
         self.n / 2 + 1
@@ -50,13 +46,7 @@ fn internal(e: realfft::FftError) -> Error {
 }
 
 /// The scaled spectrum rfft(k_eff)/N of each head, k_eff = k + D·δ + k_rev reflected (lag −m).
-fn filter_spectra(
-    plan: &Plan,
-    dims: Dims,
-    k: &[f32],
-    d: Option<&[f32]>,
-    k_rev: Option<&[f32]>,
-) -> Result<Vec<Vec<Complex32>>> {
+fn filter_spectra(plan: &Plan, dims: Dims, k: &[f32], d: Option<&[f32]>, k_rev: Option<&[f32]>) -> Result<Vec<Vec<Complex32>>> {
     let (n, lk, lkr) = (plan.n, dims.lk, dims.lk_rev);
     (0..dims.heads())
         .into_par_iter()
@@ -90,14 +80,7 @@ struct Inputs {
     spectra: Vec<Vec<Complex32>>,
 }
 
-fn inputs(
-    u: &Tensor,
-    k: &Tensor,
-    d: Option<&Tensor>,
-    opts: &Options,
-    dims: Dims,
-    plan: &Plan,
-) -> Result<Inputs> {
+fn inputs(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, plan: &Plan) -> Result<Inputs> {
     let opt = |t: Option<&Tensor>| t.map(to_f32).transpose();
     let k = to_f32(k)?;
     let d = opt(d)?;
@@ -121,12 +104,7 @@ struct Scratch {
 
 impl Scratch {
     fn new(plan: &Plan) -> Self {
-        Scratch {
-            buf: vec![0.0; plan.n],
-            spec: vec![Complex32::new(0.0, 0.0); plan.bins()],
-            w: Vec::new(),
-            z: vec![0.0; plan.n],
-        }
+        Scratch { buf: vec![0.0; plan.n], spec: vec![Complex32::new(0.0, 0.0); plan.bins()], w: Vec::new(), z: vec![0.0; plan.n] }
     }
 }
 
@@ -136,23 +114,14 @@ fn gated(x: &Inputs, dims: Dims, b: usize, ci: usize, cj: usize, w: &mut Vec<f32
     let ui = &x.u[(b * dims.h + ci) * l..][..l];
     w.clear();
     match &x.pre {
-        Some(p) => w.extend(
-            ui.iter()
-                .zip(&p[(b * dims.h + cj) * l..][..l])
-                .map(|(a, b)| a * b),
-        ),
+        Some(p) => w.extend(ui.iter().zip(&p[(b * dims.h + cj) * l..][..l]).map(|(a, b)| a * b)),
         None => w.extend_from_slice(ui),
     }
 }
 
 /// z = conv_g(w) (+ D·w, folded in the spectrum), in s.z[..L]. Leaves the spectrum of w in `wspec`
 /// when given.
-fn conv(
-    plan: &Plan,
-    spectrum: &[Complex32],
-    s: &mut Scratch,
-    wspec: Option<&mut Vec<Complex32>>,
-) -> Result<()> {
+fn conv(plan: &Plan, spectrum: &[Complex32], s: &mut Scratch, wspec: Option<&mut Vec<Complex32>>) -> Result<()> {
     plan.forward(&s.w, &mut s.buf, &mut s.spec)?;
     if let Some(ws) = wspec {
         ws.clear();
@@ -162,49 +131,37 @@ fn conv(
     plan.inverse(&mut s.spec, &mut s.z)
 }
 
-pub fn forward(
-    u: &Tensor,
-    k: &Tensor,
-    d: Option<&Tensor>,
-    opts: &Options,
-    dims: Dims,
-) -> Result<Tensor> {
+pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<Tensor> {
     let plan = Plan::new(dims.fft_size());
     let x = inputs(u, k, d, opts, dims, &plan)?;
     let (l, hd) = (dims.l, dims.hd);
     let mut out = vec![0.0f32; dims.numel()];
     // One task per (b, g): its hd output channels are contiguous.
-    out.par_chunks_mut(hd * l)
-        .enumerate()
-        .try_for_each(|(task, out_bg)| -> Result<()> {
-            let (b, g) = (task / dims.heads(), task % dims.heads());
-            let mut s = Scratch::new(&plan);
-            for j in 0..hd {
-                let cj = g * hd + j;
-                let acc = &mut out_bg[j * l..(j + 1) * l];
-                acc.fill(0.0);
-                for i in 0..hd {
-                    let ci = g * hd + i;
-                    gated(&x, dims, b, ci, cj, &mut s.w);
-                    conv(&plan, &x.spectra[g], &mut s, None)?;
-                    let post = x.post.as_ref().map(|p| &p[(b * dims.h + ci) * l..][..l]);
-                    for t in 0..l {
-                        let z = s.z[t];
-                        let gz = if opts.gelu {
-                            crate::gelu::cpu::gelu(z)
-                        } else {
-                            z
-                        };
-                        acc[t] += post.map_or(gz, |p| p[t] * gz);
-                    }
-                }
-                if let Some(m) = &x.mask {
-                    let m = m[b * dims.h + cj];
-                    acc.iter_mut().for_each(|a| *a *= m);
+    out.par_chunks_mut(hd * l).enumerate().try_for_each(|(task, out_bg)| -> Result<()> {
+        let (b, g) = (task / dims.heads(), task % dims.heads());
+        let mut s = Scratch::new(&plan);
+        for j in 0..hd {
+            let cj = g * hd + j;
+            let acc = &mut out_bg[j * l..(j + 1) * l];
+            acc.fill(0.0);
+            for i in 0..hd {
+                let ci = g * hd + i;
+                gated(&x, dims, b, ci, cj, &mut s.w);
+                conv(&plan, &x.spectra[g], &mut s, None)?;
+                let post = x.post.as_ref().map(|p| &p[(b * dims.h + ci) * l..][..l]);
+                for t in 0..l {
+                    let z = s.z[t];
+                    let gz = if opts.gelu { crate::gelu::cpu::gelu(z) } else { z };
+                    acc[t] += post.map_or(gz, |p| p[t] * gz);
                 }
             }
-            Ok(())
-        })?;
+            if let Some(m) = &x.mask {
+                let m = m[b * dims.h + cj];
+                acc.iter_mut().for_each(|a| *a *= m);
+            }
+        }
+        Ok(())
+    })?;
     from_f32(&out, u.shape(), super::out_dtype(u.dtype(), opts))
 }
 
@@ -217,14 +174,7 @@ struct TaskGrads {
     s: Vec<Complex32>,
 }
 
-pub fn backward(
-    u: &Tensor,
-    k: &Tensor,
-    d: Option<&Tensor>,
-    opts: &Options,
-    dims: Dims,
-    d_out: &Tensor,
-) -> Result<Grads> {
+pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, d_out: &Tensor) -> Result<Grads> {
     let plan = Plan::new(dims.fft_size());
     let x = inputs(u, k, d, opts, dims, &plan)?;
     let d_out = to_f32(d_out)?;
@@ -263,10 +213,7 @@ pub fn backward(
                         let dg = dout_j[t] * m;
                         let (gz, gp) = match (need_z, opts.gelu) {
                             (false, _) => (0.0, 1.0),
-                            (true, true) => (
-                                crate::gelu::cpu::gelu(s.z[t]),
-                                crate::gelu::cpu::gelu_grad(s.z[t]),
-                            ),
+                            (true, true) => (crate::gelu::cpu::gelu(s.z[t]), crate::gelu::cpu::gelu_grad(s.z[t])),
                             (true, false) => (s.z[t], 1.0),
                         };
                         if x.post.is_some() {
@@ -279,10 +226,7 @@ pub fn backward(
                         *acc += gk * wk.conj();
                     }
                     // d_w = corr(d_z): the conjugate filter spectrum (D included).
-                    gspec
-                        .iter_mut()
-                        .zip(&x.spectra[g])
-                        .for_each(|(gk, kk)| *gk *= kk.conj());
+                    gspec.iter_mut().zip(&x.spectra[g]).for_each(|(gk, kk)| *gk *= kk.conj());
                     plan.inverse(&mut gspec, &mut s.z)?;
                     let pre_j = x.pre.as_ref().map(|p| &p[(b * h + cj) * l..][..l]);
                     let u_i = &x.u[(b * h + ci) * l..][..l];
@@ -306,9 +250,7 @@ pub fn backward(
         .map(|g| -> Result<Vec<f32>> {
             let mut acc = vec![Complex32::new(0.0, 0.0); plan.bins()];
             for b in 0..dims.b {
-                acc.iter_mut()
-                    .zip(&tasks[b * heads + g].s)
-                    .for_each(|(a, s)| *a += s);
+                acc.iter_mut().zip(&tasks[b * heads + g].s).for_each(|(a, s)| *a += s);
             }
             let mut r = vec![0.0f32; n];
             plan.inverse(&mut acc, &mut r)?;
@@ -332,35 +274,17 @@ pub fn backward(
     let dt = u.dtype();
     let gather = |pick: &(dyn Fn(&TaskGrads) -> &Vec<f32> + Sync)| -> Vec<f32> {
         let mut v = vec![0.0f32; dims.numel()];
-        v.par_chunks_mut(hd * l)
-            .zip(&tasks)
-            .for_each(|(dst, t)| dst.copy_from_slice(pick(t)));
+        v.par_chunks_mut(hd * l).zip(&tasks).for_each(|(dst, t)| dst.copy_from_slice(pick(t)));
         v
     };
     let d_u = from_f32(&gather(&|t| &t.d_u), u.shape(), dt)?;
-    let d_pregate = if x.pre.is_some() {
-        Some(from_f32(&gather(&|t| &t.d_pre), u.shape(), dt)?)
-    } else {
-        None
-    };
-    let d_postgate = if x.post.is_some() {
-        Some(from_f32(&gather(&|t| &t.d_post), u.shape(), dt)?)
-    } else {
-        None
-    };
+    let d_pregate = if x.pre.is_some() { Some(from_f32(&gather(&|t| &t.d_pre), u.shape(), dt)?) } else { None };
+    let d_postgate = if x.post.is_some() { Some(from_f32(&gather(&|t| &t.d_post), u.shape(), dt)?) } else { None };
     Ok(Grads {
         d_u,
         d_k: from_f32(&d_k, &[heads, lk], DType::F32)?,
-        d_k_rev: if opts.k_rev.is_some() {
-            Some(from_f32(&d_kr, &[heads, lkr], DType::F32)?)
-        } else {
-            None
-        },
-        d_d: if d.is_some() {
-            Some(from_f32(&d_d, &[heads], DType::F32)?)
-        } else {
-            None
-        },
+        d_k_rev: if opts.k_rev.is_some() { Some(from_f32(&d_kr, &[heads, lkr], DType::F32)?) } else { None },
+        d_d: if d.is_some() { Some(from_f32(&d_d, &[heads], DType::F32)?) } else { None },
         d_pregate,
         d_postgate,
     })

@@ -9,28 +9,7 @@ use ember_core::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub const SOURCE: KernelSource = KernelSource::new(
-    "fftconv",
-    concat!(
-        include_str!("fft.cuh"),
-        "\n",
-        include_str!("fft_tc.cuh"),
-        "\n",
-        include_str!("fftconv.cu"),
-        "\n",
-        include_str!("pair_tc.cuh"),
-        "\n",
-        include_str!("pair_fwd.cuh"),
-        "\n",
-        include_str!("pair_bwd.cuh"),
-        "\n",
-        include_str!("pair_spec.cuh"),
-        "\n",
-        include_str!("direct.cuh"),
-        "\n",
-        include_str!("direct_bwd.cuh")
-    ),
-);
+pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh"), "\n", include_str!("pair_fwd.cuh"), "\n", include_str!("pair_bwd.cuh"), "\n", include_str!("pair_spec.cuh"), "\n", include_str!("direct.cuh"), "\n", include_str!("direct_bwd.cuh")));
 
 /// Thread-block sizes the module is built for: 256/512/1024 for the on-chip sizes and the real
 /// four-step passes, 32 for the four-step passes at the small sizes the tests force.
@@ -47,41 +26,23 @@ const WORKSPACE_BUDGET: usize = 1 << 31;
 fn options(block: u32) -> Vec<String> {
     let mut o = vec![format!("-DFC_BLOCK={block}")];
     // Tuning knob for measurements: CTAs per SM the register cap aims at (see FC_MINB).
-    if let Some(v) = std::env::var("EMBER_FFTCONV_MINB")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
+    if let Some(v) = std::env::var("EMBER_FFTCONV_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_MINB={v}"));
     }
-    if let Some(v) = std::env::var("EMBER_FFTCONV_PAIR_BWD_MINB")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
+    if let Some(v) = std::env::var("EMBER_FFTCONV_PAIR_BWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_PAIR_BWD_MINB={v}"));
     }
-    if let Some(v) = std::env::var("EMBER_FFTCONV_DIRECT_BWD_MINB")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
+    if let Some(v) = std::env::var("EMBER_FFTCONV_DIRECT_BWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFD_BWD_MINB={v}"));
     }
-    if let Some(v) = std::env::var("EMBER_FFTCONV_DIRECT_FWD_MINB")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-    {
+    if let Some(v) = std::env::var("EMBER_FFTCONV_DIRECT_FWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFD_FWD_MINB={v}"));
     }
     o
 }
 
 pub fn kernel_builds() -> Vec<KernelBuild> {
-    BLOCKS
-        .iter()
-        .map(|&b| KernelBuild {
-            source: SOURCE,
-            options: options(b),
-        })
-        .collect()
+    BLOCKS.iter().map(|&b| KernelBuild { source: SOURCE, options: options(b) }).collect()
 }
 
 /// Kernel parameters, one struct for every entry point (fields a kernel does not use are 0).
@@ -145,20 +106,10 @@ pub enum Path {
     /// forward's transforms on tensor cores (fft_tc.cuh; the filter spectrum then in TC order);
     /// `pair`: the v4 forward (pair_fwd.cuh: two rows as one complex signal, tensor-core segments;
     /// the filter spectrum then all N bins in fragment order).
-    OnChip {
-        logm: u32,
-        block: u32,
-        tc: bool,
-        pair: bool,
-    },
+    OnChip { logm: u32, block: u32, tc: bool, pair: bool },
     /// M = M1·M2 = 2^(logm1 + logm2); column passes with `col_block` threads, row passes with
     /// `row_block`.
-    FourStep {
-        logm1: u32,
-        logm2: u32,
-        col_block: u32,
-        row_block: u32,
-    },
+    FourStep { logm1: u32, logm2: u32, col_block: u32, row_block: u32 },
 }
 
 impl Path {
@@ -172,41 +123,22 @@ impl Path {
 
 /// The plan for `dims`: on chip when the complex size fits one CTA, else four-step.
 pub fn plan(dims: &Dims, force_four_step: bool) -> Path {
-    let n = if force_four_step {
-        dims.fft_size().max(1024)
-    } else {
-        dims.fft_size()
-    };
+    let n = if force_four_step { dims.fft_size().max(1024) } else { dims.fft_size() };
     let m = n / 2;
     let logm = m.trailing_zeros();
     if !force_four_step && m <= ONCHIP_MAX_M {
         let block = (m / PER_THREAD).max(256) as u32;
-        return Path::OnChip {
-            logm,
-            block,
-            tc: false,
-            pair: false,
-        };
+        return Path::OnChip { logm, block, tc: false, pair: false };
     }
     if force_four_step && m <= (1 << 17) {
         // Small transforms through the four-step kernels, for tests: 32-thread CTAs.
         let m2 = (m / 16).min(256);
         let logm2 = m2.trailing_zeros();
-        return Path::FourStep {
-            logm1: logm - logm2,
-            logm2,
-            col_block: 32,
-            row_block: 32,
-        };
+        return Path::FourStep { logm1: logm - logm2, logm2, col_block: 32, row_block: 32 };
     }
     let m2 = FOUR_STEP_M2.min(m / 4);
     let logm2 = m2.trailing_zeros();
-    Path::FourStep {
-        logm1: logm - logm2,
-        logm2,
-        col_block: 512,
-        row_block: 1024,
-    }
+    Path::FourStep { logm1: logm - logm2, logm2, col_block: 512, row_block: 1024 }
 }
 
 /// Complex sizes the tensor-core forward handles: M = 256·P, P ≤ 16 (one CTA of 256 threads).
@@ -217,9 +149,7 @@ const TC_LOGM: std::ops::RangeInclusive<u32> = 8..=12;
 /// 256 ≤ M ≤ 4096; asked for by `Options::tensor_cores` or `EMBER_FFTCONV_TC=1`.
 fn use_tc(u: DType, opts: &Options, path: Path) -> bool {
     let asked = opts.tensor_cores || std::env::var("EMBER_FFTCONV_TC").is_ok_and(|v| v == "1");
-    asked
-        && u == DType::BF16
-        && matches!(path, Path::OnChip { logm, .. } if TC_LOGM.contains(&logm))
+    asked && u == DType::BF16 && matches!(path, Path::OnChip { logm, .. } if TC_LOGM.contains(&logm))
 }
 
 /// Complex sizes of the pair forward: M = N/2 with N = 256·P, P = 2 … 128 (L + Lk − 1 ≤ 32768); at
@@ -255,20 +185,8 @@ fn pair_big(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<O
         _ => n == 1 << 16 || (n == 1 << 17 && use_pair_stage_u(9, true, u, opts, dims)?),
     };
     let fits = (n == 1 << 17 || n == 1 << 16) && dims.l <= n / 2;
-    let ok = asked
-        && clusters
-        && fits
-        && u.dtype() == DType::BF16
-        && dims.hd == 1
-        && use_pair_spectrum(opts)
-        && !opts.tensor_cores
-        && !opts.force_four_step;
-    Ok(ok.then(|| Path::OnChip {
-        logm: n.trailing_zeros() - 1,
-        block: 1024,
-        tc: false,
-        pair: true,
-    }))
+    let ok = asked && clusters && fits && u.dtype() == DType::BF16 && dims.hd == 1 && use_pair_spectrum(opts) && !opts.tensor_cores && !opts.force_four_step;
+    Ok(ok.then(|| Path::OnChip { logm: n.trailing_zeros() - 1, block: 1024, tc: false, pair: true }))
 }
 
 /// Whether the backward runs the pair kernels (fc_bwd_pair*, pair_bwd.cuh): wherever the pair
@@ -292,14 +210,7 @@ fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: boo
 /// of B = 16, H = 768 (NOTES.md, v6), whose order of c it reproduces at L = 256, 1024 and 4096:
 /// c = 1, 2 and 4 there (the former "about two waves" rule took 1, 3 and 8: L = 1024 0.430 →
 /// 0.391 ms fwd+bwd, L = 4096 1.68 → 1.65 ms).
-pub(super) fn pair_bwd_chunk(
-    heads: usize,
-    pph: usize,
-    slots_per_cta: usize,
-    ctas_per_sm: usize,
-    sms: usize,
-    n: usize,
-) -> usize {
+pub(super) fn pair_bwd_chunk(heads: usize, pph: usize, slots_per_cta: usize, ctas_per_sm: usize, sms: usize, n: usize) -> usize {
     let cost = |c: usize| pair_bwd_cost(c, heads, pph, slots_per_cta, ctas_per_sm, sms, n);
     // Only the smallest c of each partial count ⌈pph/c⌉ can win (at equal parts and CTAs the cost
     // grows with c), so visit those: O(√pph) candidates per call instead of pph on this per-call
@@ -321,29 +232,13 @@ pub(super) fn pair_bwd_chunk(
 /// The model's time of chunks of c pairs (see `pair_bwd_chunk`). `ctas_per_sm`: 2 for P ≤ 32;
 /// 1 for P = 64 (one CTA of 512 threads per SM), where a partial last wave costs a full one; at
 /// P = 128 a slot is a cluster of two such CTAs, counted as one CTA on half the SMs.
-pub(super) fn pair_bwd_cost(
-    c: usize,
-    heads: usize,
-    pph: usize,
-    slots_per_cta: usize,
-    ctas_per_sm: usize,
-    sms: usize,
-    n: usize,
-) -> f64 {
+pub(super) fn pair_bwd_cost(c: usize, heads: usize, pph: usize, slots_per_cta: usize, ctas_per_sm: usize, sms: usize, n: usize) -> f64 {
     let (sms, per_sm) = (sms.max(1), ctas_per_sm.max(1));
     let parts = pph.div_ceil(c);
     let ctas = (heads * parts).div_ceil(slots_per_cta);
     let (full, last) = (ctas / (per_sm * sms), ctas % (per_sm * sms));
-    let partial = if last == 0 {
-        0.0
-    } else if last > (per_sm - 1) * sms {
-        1.0
-    } else {
-        0.75
-    };
-    c as f64 * (full as f64 + partial + 0.1)
-        + 5e-8 * (parts * heads * n) as f64
-        + 1e-3 * parts as f64
+    let partial = if last == 0 { 0.0 } else if last > (per_sm - 1) * sms { 1.0 } else { 0.75 };
+    c as f64 * (full as f64 + partial + 0.1) + 5e-8 * (parts * heads * n) as f64 + 1e-3 * parts as f64
 }
 
 /// Shared memory of the pair backward: the forward's segments (32; 64 at P = 64 and per CTA at
@@ -362,11 +257,7 @@ fn smem_bytes_pair_bwd(logp: u32) -> usize {
 fn smem_bytes_pair(logp: u32, staged_elems: usize) -> usize {
     let (segments, pairs) = if logp >= 6 { (64, 1) } else { (32, 32 >> logp) };
     let head = segments * 256 * 8 + 40 * 32 * 4;
-    if staged_elems == 0 {
-        head + pairs * (2 * 48 + 4)
-    } else {
-        (head + 2 * pairs * (2 * 48 + 4)).next_multiple_of(16) + 2 * staged_elems
-    }
+    if staged_elems == 0 { head + pairs * (2 * 48 + 4) } else { (head + 2 * pairs * (2 * 48 + 4)).next_multiple_of(16) + 2 * staged_elems }
 }
 
 /// Whether the pair forward runs staged (fc_fwd_pair_staged: a persistent grid that copies the
@@ -376,11 +267,7 @@ fn smem_bytes_pair(logp: u32, staged_elems: usize) -> usize {
 /// a 16-byte-aligned u; unless `EMBER_FFTCONV_PAIR_PREFETCH=0`.
 fn use_pair_prefetch(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
     let off = std::env::var("EMBER_FFTCONV_PAIR_PREFETCH").is_ok_and(|v| v == "0");
-    Ok(!off
-        && logp == 5
-        && opts.pregate.is_none()
-        && dims.l.is_multiple_of(8)
-        && u.cuda_ptr()?.is_multiple_of(16))
+    Ok(!off && logp == 5 && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
 }
 
 /// Whether the pair kernels read u from a copy in shared memory made by 16-byte loads (pair_fwd.cuh's
@@ -390,24 +277,10 @@ fn use_pair_prefetch(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Resu
 /// (L % 8 = 0) from a 16-byte-aligned u; unless `EMBER_FFTCONV_PAIR_STAGE_U=0`. H200, same run
 /// (`bench/results/nvidia-h200/fftconv-stage-u/`): L = 16384 fwd −15 %, fwd+bwd −15 %; L = 5000
 /// fwd+bwd −7.6 %; L = 65536 on clusters of 8 fwd −16 %.
-fn use_pair_stage_u(
-    logp: u32,
-    forward: bool,
-    u: &Tensor,
-    opts: &Options,
-    dims: &Dims,
-) -> Result<bool> {
+fn use_pair_stage_u(logp: u32, forward: bool, u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
     let off = std::env::var("EMBER_FFTCONV_PAIR_STAGE_U").is_ok_and(|v| v == "0");
-    let kernel = if forward {
-        logp >= 7
-    } else {
-        logp == 6 || logp == 7
-    };
-    Ok(!off
-        && kernel
-        && opts.pregate.is_none()
-        && dims.l.is_multiple_of(8)
-        && u.cuda_ptr()?.is_multiple_of(16))
+    let kernel = if forward { logp >= 7 } else { logp == 6 || logp == 7 };
+    Ok(!off && kernel && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
 }
 
 /// bf16 elements of fpc_stage_u's copy (both rows, P/2 rows of n1 each padded to 256/CS + 16/CS
@@ -430,17 +303,11 @@ fn smem_bytes(block: u32) -> usize {
 }
 
 fn too_large(what: String) -> Error {
-    Error::TooLarge {
-        arg: "u".into(),
-        what,
-    }
+    Error::TooLarge { arg: "u".into(), what }
 }
 
 fn grid_u32(n: usize, what: &str) -> Result<u32> {
-    u32::try_from(n.max(1))
-        .ok()
-        .filter(|&g| g <= i32::MAX as u32)
-        .ok_or_else(|| too_large(format!("{what}: {n} blocks exceed one launch's grid")))
+    u32::try_from(n.max(1)).ok().filter(|&g| g <= i32::MAX as u32).ok_or_else(|| too_large(format!("{what}: {n} blocks exceed one launch's grid")))
 }
 
 /// Shared memory of the tensor-core forward (fft_tc.cuh): data padded by 4 per 32, and the
@@ -450,56 +317,25 @@ fn smem_bytes_tc(block: u32) -> usize {
     (slots + slots / 8) * 8 + 40 * 32 * 4
 }
 
-fn launch(
-    dev: &Arc<CudaDevice>,
-    block: u32,
-    entry: &str,
-    grid: (u32, u32),
-    p: &FcParams,
-    name: &'static str,
-) -> Result<()> {
+fn launch(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str) -> Result<()> {
     launch_smem(dev, block, entry, grid, p, name, smem_bytes(block))
 }
 
-fn launch_smem(
-    dev: &Arc<CudaDevice>,
-    block: u32,
-    entry: &str,
-    grid: (u32, u32),
-    p: &FcParams,
-    name: &'static str,
-    smem: usize,
-) -> Result<()> {
+fn launch_smem(dev: &Arc<CudaDevice>, block: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str, smem: usize) -> Result<()> {
     launch_smem_threads(dev, block, block, entry, grid, p, name, smem)
 }
 
 /// As `launch_smem` with a CTA of `threads` threads for a kernel of the module built for `block`.
 #[allow(clippy::too_many_arguments)]
-fn launch_smem_threads(
-    dev: &Arc<CudaDevice>,
-    block: u32,
-    threads: u32,
-    entry: &str,
-    grid: (u32, u32),
-    p: &FcParams,
-    name: &'static str,
-    smem: usize,
-) -> Result<()> {
+fn launch_smem_threads(dev: &Arc<CudaDevice>, block: u32, threads: u32, entry: &str, grid: (u32, u32), p: &FcParams, name: &'static str, smem: usize) -> Result<()> {
     if grid.1 > 65535 {
-        return Err(too_large(format!(
-            "{entry}: {} heads in one launch",
-            grid.1
-        )));
+        return Err(too_large(format!("{entry}: {} heads in one launch", grid.1)));
     }
     let f = dev.function(&SOURCE, &options(block), entry)?;
     if smem > 48 * 1024 {
         dev.set_max_dynamic_smem(&f, smem)?;
     }
-    let cfg = LaunchConfig {
-        grid_dim: (grid.0, grid.1, 1),
-        block_dim: (threads, 1, 1),
-        shared_mem_bytes: smem as u32,
-    };
+    let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: smem as u32 };
     dev.launch(&f, cfg).arg(p).named(name).run()
 }
 
@@ -507,10 +343,7 @@ fn launch_smem_threads(
 fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
     static TABLES: OnceLock<Mutex<HashMap<usize, Tensor>>> = OnceLock::new();
     let ord = dev.info().ordinal;
-    let mut tables = TABLES
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .unwrap();
+    let mut tables = TABLES.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap();
     if let Some(t) = tables.get(&ord) {
         return t.cuda_ptr();
     }
@@ -520,15 +353,9 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
     let t = Tensor::zeros(&[2 * TOTAL + 40 * 32], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;
-    dev.launch(&f, ember_core::cuda::cfg_1d((TOTAL / 256) as u32, 256, 0))
-        .arg(&ptr)
-        .named("fc_twiddles")
-        .run()?;
+    dev.launch(&f, ember_core::cuda::cfg_1d((TOTAL / 256) as u32, 256, 0)).arg(&ptr).named("fc_twiddles").run()?;
     let f = dev.function(&SOURCE, &options(256), "fc_tc_table")?;
-    dev.launch(&f, ember_core::cuda::cfg_1d(1, 32, 0))
-        .arg(&ptr)
-        .named("fc_tc_table")
-        .run()?;
+    dev.launch(&f, ember_core::cuda::cfg_1d(1, 32, 0)).arg(&ptr).named("fc_tc_table").run()?;
     tables.insert(ord, t);
     Ok(ptr)
 }
@@ -544,27 +371,13 @@ fn type_suffix(u: DType, out: DType) -> Result<&'static str> {
         (DType::F16, DType::F32) => "f16_f32",
         (DType::BF16, DType::BF16) => "bf16_bf16",
         (DType::BF16, DType::F32) => "bf16_f32",
-        (u, o) => {
-            return Err(Error::Unsupported(format!(
-                "fftconv with u in {u} and output in {o}"
-            )))
-        }
+        (u, o) => return Err(Error::Unsupported(format!("fftconv with u in {u} and output in {o}"))),
     })
 }
 
 /// Parameters common to every launch of a call.
-fn base_params(
-    u: &Tensor,
-    k: &Tensor,
-    d: Option<&Tensor>,
-    opts: &Options,
-    dims: Dims,
-    path: Path,
-    tw: u64,
-) -> Result<FcParams> {
-    let i32_of = |v: usize, what: &str| {
-        i32::try_from(v).map_err(|_| too_large(format!("{what} = {v} exceeds 2^31 − 1")))
-    };
+fn base_params(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, path: Path, tw: u64) -> Result<FcParams> {
+    let i32_of = |v: usize, what: &str| i32::try_from(v).map_err(|_| too_large(format!("{what} = {v} exceeds 2^31 − 1")));
     let (logm1, logm2) = match path {
         Path::OnChip { .. } => (0, 0),
         Path::FourStep { logm1, logm2, .. } => (logm1 as i32, logm2 as i32),
@@ -615,9 +428,7 @@ fn workspace(dev: Device, elems: usize) -> Result<Tensor> {
 
 /// Heads per chunk so that `bytes_per_head` × heads stays within the budget.
 fn heads_per_chunk(heads: usize, bytes_per_head: usize) -> usize {
-    (WORKSPACE_BUDGET / bytes_per_head.max(1))
-        .clamp(1, heads)
-        .min(65535)
+    (WORKSPACE_BUDGET / bytes_per_head.max(1)).clamp(1, heads).min(65535)
 }
 
 /// Bytes of four-step intermediates one round of launches may keep live: 512 MiB
@@ -636,10 +447,7 @@ fn round_bytes(dev: &CudaDevice, opts: &Options) -> usize {
     if let Some(bytes) = opts.four_step_round_bytes {
         return bytes.max(1);
     }
-    match std::env::var("EMBER_FFTCONV_CHUNK_MB")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
+    match std::env::var("EMBER_FFTCONV_CHUNK_MB").ok().and_then(|v| v.parse::<usize>().ok()) {
         Some(mb) => mb << 20,
         None => {
             let info = dev.info();
@@ -651,81 +459,38 @@ fn round_bytes(dev: &CudaDevice, opts: &Options) -> usize {
 
 // ---- filter spectrum -----------------------------------------------------------------------------
 
-fn spectrum(
-    dev: &Arc<CudaDevice>,
-    base: &FcParams,
-    opts: &Options,
-    dims: Dims,
-    path: Path,
-) -> Result<Spectrum> {
+fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, path: Path) -> Result<Spectrum> {
     let m = 1usize << path.logm();
     let heads = dims.heads();
     // Per head: bins 0..=M (natural or TC order), or all 2M bins then one scale per head (pair
     // forward).
     let pair = matches!(path, Path::OnChip { pair: true, .. });
-    let floats = if pair {
-        heads * (4 * m + 1)
-    } else {
-        heads * 2 * (m + 1)
-    };
+    let floats = if pair { heads * (4 * m + 1) } else { heads * 2 * (m + 1) };
     // The pair layout is written whole by either kernel below (every bin and scale of every head).
-    let spec = if pair {
-        Tensor::output(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))?
-    } else {
-        Tensor::zeros(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))?
-    };
+    let spec = if pair { Tensor::output(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? } else { Tensor::zeros(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? };
     let mut p = *base;
     p.spec = spec.cuda_ptr()?;
     match path {
-        Path::OnChip {
-            logm, pair: true, ..
-        } if use_pair_spectrum(opts) => {
+        Path::OnChip { logm, pair: true, .. } if use_pair_spectrum(opts) => {
             // fc_spec_pair*: 32/P heads per CTA of 256 threads; P = 64 one per CTA of 512; P = 128
             // one per cluster of two CTAs of 512.
             let logp = logm - 7;
             let (grid, threads) = match logp {
                 6 => (heads, 512),
-                7.. => (heads << (logp - 6), 512), // clusters of 2, 4, 8 CTAs
+                7.. => (heads << (logp - 6), 512),  // clusters of 2, 4, 8 CTAs
                 _ => (heads.div_ceil(spec_group(logp)), 256),
             };
             let entry = format!("fc_spec_pair{logp}{}", group_suffix(logp, spec_group(logp)));
-            launch_smem_threads(
-                dev,
-                256,
-                threads,
-                &entry,
-                (grid_u32(grid, "spectrum")?, 1),
-                &p,
-                "fc_spec_pair",
-                smem_bytes_pair(logp, 0),
-            )?;
+            launch_smem_threads(dev, 256, threads, &entry, (grid_u32(grid, "spectrum")?, 1), &p, "fc_spec_pair", smem_bytes_pair(logp, 0))?;
         }
-        Path::OnChip {
-            logm,
-            block,
-            tc,
-            pair,
-        } => {
+        Path::OnChip { logm, block, tc, pair } => {
             let lanes = (PER_THREAD * block as usize) >> logm;
             p.nheads = heads as i32;
             p.tc = if pair { 2 } else { tc as i32 };
-            launch(
-                dev,
-                block,
-                "fc_spectrum",
-                (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1),
-                &p,
-                "fc_spectrum",
-            )?;
+            launch(dev, block, "fc_spectrum", (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1), &p, "fc_spectrum")?;
         }
-        Path::FourStep {
-            logm1,
-            logm2,
-            col_block,
-            row_block,
-        } => {
-            let chunk =
-                heads_per_chunk(heads, m * 8).min((round_bytes(dev, opts) / (m * 8)).max(1));
+        Path::FourStep { logm1, logm2, col_block, row_block } => {
+            let chunk = heads_per_chunk(heads, m * 8).min((round_bytes(dev, opts) / (m * 8)).max(1));
             let tbuf = workspace(Device::Cuda(dev.info().ordinal), 2 * chunk * m)?;
             p.tbuf = tbuf.cuda_ptr()?;
             for h0 in (0..heads).step_by(chunk) {
@@ -734,26 +499,9 @@ fn spectrum(
                 p.nheads = nh as i32;
                 p.nrows = nh as i64;
                 let tiles = four_step_tiles(logm1, logm2, col_block);
-                launch(
-                    dev,
-                    col_block,
-                    "fc_col_filter_k",
-                    (grid_u32(nh * tiles, "spectrum")?, 1),
-                    &p,
-                    "fc_col_filter",
-                )?;
+                launch(dev, col_block, "fc_col_filter_k", (grid_u32(nh * tiles, "spectrum")?, 1), &p, "fc_col_filter")?;
                 let jobs = nh << (logm1 - 1);
-                launch(
-                    dev,
-                    row_block,
-                    "fc_row_spectrum",
-                    (
-                        grid_u32(jobs.div_ceil(pairs_per_cta(logm2, row_block)), "spectrum")?,
-                        1,
-                    ),
-                    &p,
-                    "fc_row_spectrum",
-                )?;
+                launch(dev, row_block, "fc_row_spectrum", (grid_u32(jobs.div_ceil(pairs_per_cta(logm2, row_block)), "spectrum")?, 1), &p, "fc_row_spectrum")?;
             }
         }
     }
@@ -799,11 +547,7 @@ pub(super) fn bwd_slot_group(logp: u32) -> usize {
 /// the wide group (32/P, and every P ≥ 64), `g{r}` for the narrow ones (FC_SPEC_PAIR_NARROW,
 /// FC_BWD_PAIR_NARROW).
 fn group_suffix(logp: u32, r: usize) -> String {
-    if logp <= 5 && r != 32 >> logp {
-        format!("g{r}")
-    } else {
-        String::new()
-    }
+    if logp <= 5 && r != 32 >> logp { format!("g{r}") } else { String::new() }
 }
 
 /// Whether the pair kernels' filter spectrum runs on their own engine (fc_spec_pair*, pair_spec.cuh):
@@ -832,10 +576,7 @@ fn pairs_per_cta(logm2: u32, row_block: u32) -> usize {
 /// it: P ≥ 2^[`SAVE_Z_MIN_LOGP`].
 fn saves_z(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -> bool {
     let big_enough = path.logm() >= SAVE_Z_MIN_LOGP + 7;
-    opts.training
-        && big_enough
-        && (opts.gelu || opts.postgate.is_some())
-        && use_pair_bwd(u, opts, path, dims, clusters)
+    opts.training && big_enough && (opts.gelu || opts.postgate.is_some()) && use_pair_bwd(u, opts, path, dims, clusters)
 }
 
 /// log2 P from which the training forward saves z (the pair kernels' complex length P·256 = the
@@ -869,13 +610,7 @@ const DIRECT_STAGE_WORDS: usize = 16 * 20;
 /// forward and a plain one take the same path and give the same bits.
 pub(super) fn use_direct(u: DType, opts: &Options, dims: &Dims) -> bool {
     let no_saved_z = dims.fft_size() < 2 << (SAVE_Z_MIN_LOGP + 7);
-    let able = u == DType::BF16
-        && dims.hd == 1
-        && opts.pregate.is_none()
-        && !opts.force_four_step
-        && !opts.tensor_cores
-        && dims.l <= DIRECT_LIMIT_L
-        && no_saved_z;
+    let able = u == DType::BF16 && dims.hd == 1 && opts.pregate.is_none() && !opts.force_four_step && !opts.tensor_cores && dims.l <= DIRECT_LIMIT_L && no_saved_z;
     match direct_knob() {
         Some(false) => false,
         Some(true) => able,
@@ -902,13 +637,7 @@ fn direct_smem(dims: &Dims) -> usize {
     16 * vstride * 2 + npw * 8 + (npw + 1) * 4 + DIRECT_WARPS * DIRECT_STAGE_WORDS * 4
 }
 
-fn forward_direct(
-    u: &Tensor,
-    k: &Tensor,
-    d: Option<&Tensor>,
-    opts: &Options,
-    dims: Dims,
-) -> Result<Tensor> {
+fn forward_direct(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<Tensor> {
     let dev = u.cuda_device()?.clone();
     let path = plan(&dims, false);
     let mut p = base_params(u, k, d, opts, dims, path, 0)?;
@@ -917,16 +646,7 @@ fn forward_direct(
     p.out = out.cuda_ptr()?;
     let ctas = dims.heads() * dims.b.div_ceil(16);
     let entry = format!("fc_fwd_direct_{}", type_suffix(u.dtype(), out_dt)?);
-    launch_smem_threads(
-        &dev,
-        256,
-        (DIRECT_WARPS * 32) as u32,
-        &entry,
-        (grid_u32(ctas, "forward")?, 1),
-        &p,
-        "fc_fwd_direct",
-        direct_smem(&dims),
-    )?;
+    launch_smem_threads(&dev, 256, (DIRECT_WARPS * 32) as u32, &entry, (grid_u32(ctas, "forward")?, 1), &p, "fc_fwd_direct", direct_smem(&dims))?;
     Ok(out)
 }
 
@@ -938,9 +658,7 @@ pub(super) fn use_direct_bwd(dev: &CudaDevice, u: DType, opts: &Options, dims: &
     static KNOB: OnceLock<bool> = OnceLock::new();
     let on = *KNOB.get_or_init(|| std::env::var("EMBER_FFTCONV_DIRECT_BWD").as_deref() != Ok("0"));
     let short = dims.l <= DIRECT_BWD_MAX_L || direct_knob() == Some(true);
-    on && short
-        && use_direct(u, opts, dims)
-        && direct_bwd_smem(dims) <= dev.info().shared_memory_per_block_optin.max(0) as usize
+    on && short && use_direct(u, opts, dims) && direct_bwd_smem(dims) <= dev.info().shared_memory_per_block_optin.max(0) as usize
 }
 
 /// Dynamic shared memory of the direct backward (`FdbGeom` in direct_bwd.cuh): v, d_z for d_u and
@@ -963,15 +681,7 @@ fn direct_bwd_smem(dims: &Dims) -> usize {
 
 /// The direct backward: one launch of 16-row CTAs, plus the filter gradients' sum over CTAs where a
 /// head has more than 16 rows.
-fn backward_direct(
-    dev: &Arc<CudaDevice>,
-    u: &Tensor,
-    k: &Tensor,
-    d: Option<&Tensor>,
-    opts: &Options,
-    dims: Dims,
-    d_out: &Tensor,
-) -> Result<Grads> {
+fn backward_direct(dev: &Arc<CudaDevice>, u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, d_out: &Tensor) -> Result<Grads> {
     let path = plan(&dims, false);
     let mut p = base_params(u, k, d, opts, dims, path, 0)?;
     let devc = u.device();
@@ -980,52 +690,19 @@ fn backward_direct(
     let grads = grad_outputs(u, d, opts, dims, d_out, &mut p)?;
     let parts = dims.b.div_ceil(16);
     let ndiag = dims.lk + dims.lk_rev.max(1) - 1;
-    let partials = if parts > 1 {
-        Some(workspace(devc, heads * parts * ndiag)?)
-    } else {
-        None
-    };
+    let partials = if parts > 1 { Some(workspace(devc, heads * parts * ndiag)?) } else { None };
     p.sbuf = ptr(partials.as_ref())?;
-    let entry = format!(
-        "fc_bwd_direct{}{}_{}",
-        opts.gelu as u8,
-        opts.postgate.is_some() as u8,
-        type_suffix(dt, d_out.dtype())?
-    );
-    launch_smem_threads(
-        dev,
-        256,
-        (DIRECT_WARPS * 32) as u32,
-        &entry,
-        (grid_u32(heads * parts, "backward")?, 1),
-        &p,
-        "fc_bwd_direct",
-        direct_bwd_smem(&dims),
-    )?;
+    let entry = format!("fc_bwd_direct{}{}_{}", opts.gelu as u8, opts.postgate.is_some() as u8, type_suffix(dt, d_out.dtype())?);
+    launch_smem_threads(dev, 256, (DIRECT_WARPS * 32) as u32, &entry, (grid_u32(heads * parts, "backward")?, 1), &p, "fc_bwd_direct", direct_bwd_smem(&dims))?;
     if parts > 1 {
-        launch_smem(
-            dev,
-            256,
-            "fc_dk_direct",
-            (grid_u32((heads * ndiag).div_ceil(256), "backward")?, 1),
-            &p,
-            "fc_dk_direct",
-            0,
-        )?;
+        launch_smem(dev, 256, "fc_dk_direct", (grid_u32((heads * ndiag).div_ceil(256), "backward")?, 1), &p, "fc_dk_direct", 0)?;
     }
     Ok(grads)
 }
 
 /// The backward's outputs (d_u and the gate gradients in u's dtype, the filter gradients in f32),
 /// their pointers and d_out's set in `p`.
-fn grad_outputs(
-    u: &Tensor,
-    d: Option<&Tensor>,
-    opts: &Options,
-    dims: Dims,
-    d_out: &Tensor,
-    p: &mut FcParams,
-) -> Result<Grads> {
+fn grad_outputs(u: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, d_out: &Tensor, p: &mut FcParams) -> Result<Grads> {
     let devc = u.device();
     let dt = u.dtype();
     let heads = dims.heads();
@@ -1035,13 +712,8 @@ fn grad_outputs(
         d_pregate: opts.pregate.map(|_| like_u()).transpose()?,
         d_postgate: opts.postgate.map(|_| like_u()).transpose()?,
         d_k: Tensor::output(&[heads, dims.lk], DType::F32, devc)?,
-        d_k_rev: opts
-            .k_rev
-            .map(|_| Tensor::output(&[heads, dims.lk_rev], DType::F32, devc))
-            .transpose()?,
-        d_d: d
-            .map(|_| Tensor::output(&[heads], DType::F32, devc))
-            .transpose()?,
+        d_k_rev: opts.k_rev.map(|_| Tensor::output(&[heads, dims.lk_rev], DType::F32, devc)).transpose()?,
+        d_d: d.map(|_| Tensor::output(&[heads], DType::F32, devc)).transpose()?,
     };
     p.dout = d_out.cuda_ptr()?;
     p.du = g.d_u.cuda_ptr()?;
@@ -1055,13 +727,7 @@ fn grad_outputs(
 
 /// The output, the filter spectrum (reused by the backward; none from the direct forward) and, for
 /// a training forward where [`saves_z`], z (u's dtype, u's shape).
-pub fn forward(
-    u: &Tensor,
-    k: &Tensor,
-    d: Option<&Tensor>,
-    opts: &Options,
-    dims: Dims,
-) -> Result<(Tensor, Option<Spectrum>, Option<Tensor>)> {
+pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Option<Spectrum>, Option<Tensor>)> {
     let dev = u.cuda_device()?.clone();
     let clusters = has_clusters(&dev);
     if use_direct(u.dtype(), opts, &dims) {
@@ -1072,12 +738,7 @@ pub fn forward(
     let want_tc = big.is_none() && use_tc(u.dtype(), opts, path);
     // pair_big's path is the pair forward by construction (use_pair covers N <= 32768 only).
     let want_pair = big.is_some() || (!want_tc && use_pair(u.dtype(), opts, path, &dims, clusters));
-    if let Path::OnChip {
-        ref mut tc,
-        ref mut pair,
-        ..
-    } = path
-    {
+    if let Path::OnChip { ref mut tc, ref mut pair, .. } = path {
         *tc = want_tc;
         *pair = want_pair;
     }
@@ -1088,11 +749,7 @@ pub fn forward(
     let out_dt = super::out_dtype(u.dtype(), opts);
     let out = Tensor::output(u.shape(), out_dt, u.device())?;
     p.out = out.cuda_ptr()?;
-    let z = if want_pair && saves_z(u.dtype(), opts, path, &dims, clusters) {
-        Some(Tensor::output(u.shape(), u.dtype(), u.device())?)
-    } else {
-        None
-    };
+    let z = if want_pair && saves_z(u.dtype(), opts, path, &dims, clusters) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
     p.zs = ptr(z.as_ref())?;
     let sfx = type_suffix(u.dtype(), out_dt)?;
     let m = 1usize << path.logm();
@@ -1104,26 +761,15 @@ pub fn forward(
     // kernel sums a head's rows). Four-step rounds are bounded by `round_bytes`.
     let (unit, per_unit) = if dims.hd == 1 { (1, 1) } else { (rph, rph) };
     let units = heads * rph / unit;
-    let mut chunk = heads_per_chunk(
-        units,
-        per_unit * (if dims.hd > 1 { dims.l * 4 } else { 0 } + if four { m * 8 } else { 0 }),
-    );
+    let mut chunk = heads_per_chunk(units, per_unit * (if dims.hd > 1 { dims.l * 4 } else { 0 } + if four { m * 8 } else { 0 }));
     if four {
         chunk = chunk.min((round_bytes(&dev, opts) / (per_unit * m * 8)).max(1));
     }
     if dims.hd == 1 && !four {
-        chunk = units; // one launch, no workspace
+        chunk = units;  // one launch, no workspace
     }
-    let wsa = if dims.hd > 1 {
-        Some(workspace(devc, chunk * per_unit * dims.l)?)
-    } else {
-        None
-    };
-    let tbuf = if four {
-        Some(workspace(devc, 2 * chunk * per_unit * m)?)
-    } else {
-        None
-    };
+    let wsa = if dims.hd > 1 { Some(workspace(devc, chunk * per_unit * dims.l)?) } else { None };
+    let tbuf = if four { Some(workspace(devc, 2 * chunk * per_unit * m)?) } else { None };
     p.wsa = ptr(wsa.as_ref())?;
     p.tbuf = ptr(tbuf.as_ref())?;
     for c0 in (0..units).step_by(chunk) {
@@ -1135,135 +781,55 @@ pub fn forward(
         p.head0 = (c0 * unit / rph) as i32;
         p.nheads = nrows.div_ceil(rph) as i32;
         match path {
-            Path::OnChip {
-                logm, pair: true, ..
-            } => {
+            Path::OnChip { logm, pair: true, .. } => {
                 // Row pairs per head ⌈rph/2⌉ (nrows is whole heads here), 32/P pairs per CTA.
                 let logp = logm - 7;
                 let pairs = (nrows / rph) * rph.div_ceil(2);
                 // P ≤ 32: 32/P pairs per CTA of 256 threads; P = 64: one pair per CTA of 512;
                 // P = 64·CS ≥ 128: one pair per cluster of CS CTAs of 512 (consecutive CTAs).
-                let (per_cta, threads) = if logp >= 6 {
-                    (1, 512)
-                } else {
-                    (32 >> logp, 256)
-                };
+                let (per_cta, threads) = if logp >= 6 { (1, 512) } else { (32 >> logp, 256) };
                 let groups = pairs.div_ceil(per_cta) << logp.saturating_sub(6);
                 let prefetch = use_pair_prefetch(logp, u, opts, &dims)?;
                 let stage_u = use_pair_stage_u(logp, true, u, opts, &dims)?;
-                let entry = if prefetch || stage_u {
-                    format!("fc_fwd_pair_staged{logp}_{sfx}")
-                } else {
-                    format!("fc_fwd_pair{logp}_{sfx}")
-                };
+                let entry = if prefetch || stage_u { format!("fc_fwd_pair_staged{logp}_{sfx}") } else { format!("fc_fwd_pair{logp}_{sfx}") };
                 // Staged u (P = 32): 2 rows per pair, the first P/2·256 elements of each (P·256
                 // where L > N/2), 32/P pairs: 8192 or 16384 bf16.
                 let p_len = 1usize << logp;
-                let nin = if dims.l <= p_len << 7 {
-                    p_len / 2
-                } else {
-                    p_len
-                };
-                let smem = smem_bytes_pair(
-                    logp,
-                    if prefetch {
-                        2 * per_cta * nin * 256
-                    } else if stage_u {
-                        PAIR_STAGE_U_ELEMS
-                    } else {
-                        0
-                    },
-                );
+                let nin = if dims.l <= p_len << 7 { p_len / 2 } else { p_len };
+                let smem = smem_bytes_pair(logp, if prefetch { 2 * per_cta * nin * 256 } else if stage_u { PAIR_STAGE_U_ELEMS } else { 0 });
                 // Persistent with the prefetch: as many CTAs as fit at once, never more than groups.
                 let grid_x = if prefetch {
                     let f = dev.function(&SOURCE, &options(256), &entry)?;
                     dev.set_max_dynamic_smem(&f, smem)?;
-                    let occ = f
-                        .occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)
-                        .map_err(|e| Error::cuda("occupancy query", e))?;
+                    let occ = f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None).map_err(|e| Error::cuda("occupancy query", e))?;
                     let sms = dev.info().multiprocessors.max(1) as usize;
                     groups.min(sms * (occ as usize).max(1))
                 } else {
                     groups
                 };
-                launch_smem_threads(
-                    &dev,
-                    256,
-                    threads,
-                    &entry,
-                    (grid_u32(grid_x, "forward")?, 1),
-                    &p,
-                    "fc_fwd_pair",
-                    smem,
-                )?;
+                launch_smem_threads(&dev, 256, threads, &entry, (grid_u32(grid_x, "forward")?, 1), &p, "fc_fwd_pair", smem)?;
             }
-            Path::OnChip {
-                logm, block, tc, ..
-            } => {
+            Path::OnChip { logm, block, tc, .. } => {
                 let lanes = (PER_THREAD * block as usize) >> logm;
                 let grid = (grid_u32(nrows.div_ceil(lanes), "forward")?, 1);
                 if tc {
-                    launch_smem(
-                        &dev,
-                        block,
-                        &format!("fc_fwd_tc_{sfx}"),
-                        grid,
-                        &p,
-                        "fc_fwd_tc",
-                        smem_bytes_tc(block),
-                    )?;
+                    launch_smem(&dev, block, &format!("fc_fwd_tc_{sfx}"), grid, &p, "fc_fwd_tc", smem_bytes_tc(block))?;
                 } else {
                     launch(&dev, block, &format!("fc_fwd_{sfx}"), grid, &p, "fc_fwd")?;
                 }
             }
-            Path::FourStep {
-                logm1,
-                logm2,
-                col_block,
-                row_block,
-            } => {
+            Path::FourStep { logm1, logm2, col_block, row_block } => {
                 let tiles = four_step_tiles(logm1, logm2, col_block);
                 let cols = grid_u32(nrows * tiles, "forward")?;
-                launch(
-                    &dev,
-                    col_block,
-                    &format!("fc_col_data_{sfx}"),
-                    (cols, 1),
-                    &p,
-                    "fc_col_data",
-                )?;
+                launch(&dev, col_block, &format!("fc_col_data_{sfx}"), (cols, 1), &p, "fc_col_data")?;
                 let jobs = nrows << (logm1 - 1);
-                launch(
-                    &dev,
-                    row_block,
-                    "fc_row_conv",
-                    (
-                        grid_u32(jobs.div_ceil(pairs_per_cta(logm2, row_block)), "forward")?,
-                        1,
-                    ),
-                    &p,
-                    "fc_row_conv",
-                )?;
-                launch(
-                    &dev,
-                    col_block,
-                    &format!("fc_col_out_{sfx}"),
-                    (cols, 1),
-                    &p,
-                    "fc_col_out",
-                )?;
+                launch(&dev, row_block, "fc_row_conv", (grid_u32(jobs.div_ceil(pairs_per_cta(logm2, row_block)), "forward")?, 1), &p, "fc_row_conv")?;
+                launch(&dev, col_block, &format!("fc_col_out_{sfx}"), (cols, 1), &p, "fc_col_out")?;
             }
         }
         if dims.hd > 1 {
             let total = dims.b * p.nheads as usize * dims.hd * dims.l;
-            launch(
-                &dev,
-                256,
-                &format!("fc_mix_fwd_{sfx}"),
-                (dev.grid_for(total, 256), 1),
-                &p,
-                "fc_mix_fwd",
-            )?;
+            launch(&dev, 256, &format!("fc_mix_fwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_fwd")?;
         }
     }
     Ok((out, Some(spec), z))
@@ -1274,16 +840,7 @@ pub fn forward(
 /// `z`: the training forward's saved z (see [`saves_z`]); used by the pair backward, which then
 /// skips recomputing it (one of its four transforms).
 #[allow(clippy::too_many_arguments)]
-pub fn backward(
-    u: &Tensor,
-    k: &Tensor,
-    d: Option<&Tensor>,
-    opts: &Options,
-    dims: Dims,
-    saved: Option<&Spectrum>,
-    z: Option<&Tensor>,
-    d_out: &Tensor,
-) -> Result<Grads> {
+pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, saved: Option<&Spectrum>, z: Option<&Tensor>, d_out: &Tensor) -> Result<Grads> {
     let dev = u.cuda_device()?.clone();
     if use_direct_bwd(&dev, u.dtype(), opts, &dims) {
         return backward_direct(&dev, u, k, d, opts, dims, d_out);
@@ -1315,12 +872,7 @@ pub fn backward(
     let mix = dims.hd > 1;
 
     match path {
-        Path::OnChip {
-            logm,
-            block,
-            pair: true,
-            ..
-        } => {
+        Path::OnChip { logm, block, pair: true, .. } => {
             if let Some(z) = z {
                 validate::like("z", z, devc, dt, u.shape(), "the shape of u")?;
                 p.zs = z.cuda_ptr()?;
@@ -1331,18 +883,11 @@ pub fn backward(
             // (every chunk nonempty).
             let logp = logm - 7;
             let n = 2 * m;
-            let (slots_per_cta, ctas_per_sm, threads) = if logp >= 6 {
-                (1, 1, 512)
-            } else {
-                (bwd_slot_group(logp), 2, 256)
-            };
+            let (slots_per_cta, ctas_per_sm, threads) = if logp >= 6 { (1, 1, 512) } else { (bwd_slot_group(logp), 2, 256) };
             let ctas_per_slot = if logp == 7 { 2 } else { 1 };
             let pph = rph.div_ceil(2);
             let sms = dev.info().multiprocessors.max(1) as usize / ctas_per_slot;
-            let ppc = match std::env::var("EMBER_FFTCONV_PAIR_BWD_PPC")
-                .ok()
-                .and_then(|v| v.parse::<usize>().ok())
-            {
+            let ppc = match std::env::var("EMBER_FFTCONV_PAIR_BWD_PPC").ok().and_then(|v| v.parse::<usize>().ok()) {
                 Some(c) => c.clamp(1, pph),
                 None => pair_bwd_chunk(heads, pph, slots_per_cta, ctas_per_sm, sms, n),
             };
@@ -1357,54 +902,22 @@ pub fn backward(
                 let nh = chunk.min(heads - h0);
                 p.set_head_round(h0, nh, rph);
                 p.parts = parts as i32;
-                let grid = grid_u32(
-                    (nh * parts).div_ceil(slots_per_cta) * ctas_per_slot,
-                    "backward",
-                )?;
+                let grid = grid_u32((nh * parts).div_ceil(slots_per_cta) * ctas_per_slot, "backward")?;
                 // The `z` entries read the training forward's z (compiled without the recompute).
                 let zsfx = if p.zs != 0 { "z" } else { "" };
                 // P = 64, 128 with u staged by 16-byte loads (fc_bwd_pair_staged6/7*); at P = 128 a
                 // bf16 d_out too, in two halves after the rest (FB_STG_OFF in pair_bwd.cuh; those
                 // entries always stage it, so its rows must be 16-byte aligned as well).
                 let dout_bf16 = logp == 7 && d_out.dtype() == DType::BF16;
-                let staged = use_pair_stage_u(logp, false, u, opts, &dims)?
-                    && (!dout_bf16 || d_out.cuda_ptr()?.is_multiple_of(16));
+                let staged = use_pair_stage_u(logp, false, u, opts, &dims)? && (!dout_bf16 || d_out.cuda_ptr()?.is_multiple_of(16));
                 let stg = if staged { "_staged" } else { "" };
-                let smem = if staged && dout_bf16 {
-                    smem_bytes_pair_bwd(logp).next_multiple_of(16) + PAIR_STAGE_DOUT_BYTES
-                } else {
-                    smem_bytes_pair_bwd(logp)
-                };
+                let smem = if staged && dout_bf16 { smem_bytes_pair_bwd(logp).next_multiple_of(16) + PAIR_STAGE_DOUT_BYTES } else { smem_bytes_pair_bwd(logp) };
                 let group = group_suffix(logp, slots_per_cta);
-                launch_smem_threads(
-                    &dev,
-                    256,
-                    threads,
-                    &format!("fc_bwd_pair{stg}{logp}{group}{zsfx}_{sfx}"),
-                    (grid, 1),
-                    &p,
-                    "fc_bwd_pair",
-                    smem,
-                )?;
-                launch_smem(
-                    &dev,
-                    256,
-                    "fc_dk_pair",
-                    (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1),
-                    &p,
-                    "fc_dk_pair",
-                    0,
-                )?;
+                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pair{stg}{logp}{group}{zsfx}_{sfx}"), (grid, 1), &p, "fc_bwd_pair", smem)?;
+                launch_smem(&dev, 256, "fc_dk_pair", (grid_u32((nh * (m + 1)).div_ceil(256), "backward")?, 1), &p, "fc_dk_pair", 0)?;
                 // fc_dk reads the folded spectrum as a single partial per head.
                 p.parts = 1;
-                launch(
-                    &dev,
-                    block,
-                    "fc_dk",
-                    (grid_u32(nh.div_ceil(lanes), "backward")?, 1),
-                    &p,
-                    "fc_dk",
-                )?;
+                launch(&dev, block, "fc_dk", (grid_u32(nh.div_ceil(lanes), "backward")?, 1), &p, "fc_dk")?;
             }
         }
         Path::OnChip { logm, block, .. } => {
@@ -1420,16 +933,8 @@ pub fn backward(
             let chunk = heads_per_chunk(heads, per_head);
             let sbuf = workspace(devc, 2 * chunk * parts * (m + 1))?;
             let vbuf = workspace(devc, 2 * chunk * parts * (m + 1))?;
-            let wsa = if mix {
-                Some(workspace(devc, chunk * rph * dims.l)?)
-            } else {
-                None
-            };
-            let wsb = if mix && opts.postgate.is_some() {
-                Some(workspace(devc, chunk * rph * dims.l)?)
-            } else {
-                None
-            };
+            let wsa = if mix { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
+            let wsb = if mix && opts.postgate.is_some() { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
             p.sbuf = sbuf.cuda_ptr()?;
             p.vbuf = vbuf.cuda_ptr()?;
             p.wsa = ptr(wsa.as_ref())?;
@@ -1438,60 +943,23 @@ pub fn backward(
             for h0 in (0..heads).step_by(chunk) {
                 let nh = chunk.min(heads - h0);
                 p.set_head_round(h0, nh, rph);
-                launch(
-                    &dev,
-                    block,
-                    &format!("fc_bwd_{sfx}"),
-                    (grid_u32(gx, "backward")?, nh as u32),
-                    &p,
-                    "fc_bwd",
-                )?;
-                launch(
-                    &dev,
-                    block,
-                    "fc_dk",
-                    (grid_u32(nh.div_ceil(lanes), "backward")?, 1),
-                    &p,
-                    "fc_dk",
-                )?;
+                launch(&dev, block, &format!("fc_bwd_{sfx}"), (grid_u32(gx, "backward")?, nh as u32), &p, "fc_bwd")?;
+                launch(&dev, block, "fc_dk", (grid_u32(nh.div_ceil(lanes), "backward")?, 1), &p, "fc_dk")?;
                 if mix {
                     let total = dims.b * nh * dims.hd * dims.l;
-                    launch(
-                        &dev,
-                        256,
-                        &format!("fc_mix_bwd_{sfx}"),
-                        (dev.grid_for(total, 256), 1),
-                        &p,
-                        "fc_mix_bwd",
-                    )?;
+                    launch(&dev, 256, &format!("fc_mix_bwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_bwd")?;
                 }
             }
         }
-        Path::FourStep {
-            logm1,
-            logm2,
-            col_block,
-            row_block,
-        } => {
+        Path::FourStep { logm1, logm2, col_block, row_block } => {
             // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
-            let per_head = rph * (m * 8 + (m + 1) * 8)
-                + (m + 1) * 8
-                + if mix { 2 * rph * dims.l * 4 } else { 0 };
-            let chunk = heads_per_chunk(heads, per_head)
-                .min((round_bytes(&dev, opts) / (rph * m * 16)).max(1));
+            let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
+            let chunk = heads_per_chunk(heads, per_head).min((round_bytes(&dev, opts) / (rph * m * 16)).max(1));
             let tbuf = workspace(devc, 2 * chunk * rph * m)?;
             let vbuf = workspace(devc, 2 * chunk * rph * (m + 1))?;
             let sbuf = workspace(devc, 2 * chunk * (m + 1))?;
-            let wsa = if mix {
-                Some(workspace(devc, chunk * rph * dims.l)?)
-            } else {
-                None
-            };
-            let wsb = if mix && opts.postgate.is_some() {
-                Some(workspace(devc, chunk * rph * dims.l)?)
-            } else {
-                None
-            };
+            let wsa = if mix { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
+            let wsb = if mix && opts.postgate.is_some() { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
             p.tbuf = tbuf.cuda_ptr()?;
             p.vbuf = vbuf.cuda_ptr()?;
             p.sbuf = sbuf.cuda_ptr()?;
@@ -1505,73 +973,17 @@ pub fn backward(
                 p.set_head_round(h0, nh, rph);
                 let cols = grid_u32(nrows * tiles, "backward")?;
                 let jobs_row = 1usize << (logm1 - 1);
-                launch(
-                    &dev,
-                    col_block,
-                    &format!("fc_col_data_{sfx}"),
-                    (cols, 1),
-                    &p,
-                    "fc_col_data",
-                )?;
-                launch(
-                    &dev,
-                    row_block,
-                    "fc_row_save",
-                    (grid_u32((nrows * jobs_row).div_ceil(ppc), "backward")?, 1),
-                    &p,
-                    "fc_row_save",
-                )?;
-                launch(
-                    &dev,
-                    col_block,
-                    &format!("fc_col_dz_{sfx}"),
-                    (cols, 1),
-                    &p,
-                    "fc_col_dz",
-                )?;
-                launch(
-                    &dev,
-                    row_block,
-                    "fc_row_corr",
-                    (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32),
-                    &p,
-                    "fc_row_corr",
-                )?;
-                launch(
-                    &dev,
-                    col_block,
-                    &format!("fc_col_dw_{sfx}"),
-                    (cols, 1),
-                    &p,
-                    "fc_col_dw",
-                )?;
+                launch(&dev, col_block, &format!("fc_col_data_{sfx}"), (cols, 1), &p, "fc_col_data")?;
+                launch(&dev, row_block, "fc_row_save", (grid_u32((nrows * jobs_row).div_ceil(ppc), "backward")?, 1), &p, "fc_row_save")?;
+                launch(&dev, col_block, &format!("fc_col_dz_{sfx}"), (cols, 1), &p, "fc_col_dz")?;
+                launch(&dev, row_block, "fc_row_corr", (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32), &p, "fc_row_corr")?;
+                launch(&dev, col_block, &format!("fc_col_dw_{sfx}"), (cols, 1), &p, "fc_col_dw")?;
                 // Filter gradients: S → inverse four-step into T (one row per head).
-                launch(
-                    &dev,
-                    row_block,
-                    "fc_row_dk",
-                    (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32),
-                    &p,
-                    "fc_row_dk",
-                )?;
-                launch(
-                    &dev,
-                    col_block,
-                    "fc_col_dk_k",
-                    (grid_u32(nh * tiles, "backward")?, 1),
-                    &p,
-                    "fc_col_dk",
-                )?;
+                launch(&dev, row_block, "fc_row_dk", (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32), &p, "fc_row_dk")?;
+                launch(&dev, col_block, "fc_col_dk_k", (grid_u32(nh * tiles, "backward")?, 1), &p, "fc_col_dk")?;
                 if mix {
                     let total = dims.b * nh * dims.hd * dims.l;
-                    launch(
-                        &dev,
-                        256,
-                        &format!("fc_mix_bwd_{sfx}"),
-                        (dev.grid_for(total, 256), 1),
-                        &p,
-                        "fc_mix_bwd",
-                    )?;
+                    launch(&dev, 256, &format!("fc_mix_bwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_bwd")?;
                 }
             }
         }
@@ -1588,14 +1000,7 @@ mod tests {
     /// full-length anticausal filter fits one CTA's 227 KB.
     #[test]
     fn direct_backward_shared_memory_fits() {
-        let dims = |l: usize, lk_rev: usize| Dims {
-            b: 16,
-            h: 768,
-            l,
-            lk: l,
-            lk_rev,
-            hd: 1,
-        };
+        let dims = |l: usize, lk_rev: usize| Dims { b: 16, h: 768, l, lk: l, lk_rev, hd: 1 };
         assert_eq!(direct_bwd_smem(&dims(256, 0)), 55424);
         assert!(4 * (direct_bwd_smem(&dims(256, 0)) + 388 + 1024) <= 228 * 1024);
         assert!(direct_bwd_smem(&dims(DIRECT_MAX_L, DIRECT_MAX_L)) <= 227 * 1024);
@@ -1606,14 +1011,7 @@ mod tests {
     /// no GELU and no postgate, inference) it keeps nothing.
     #[test]
     fn training_forward_keeps_z_where_the_pair_backward_reads_it() {
-        let dims = |b: usize, h: usize, l: usize, hd: usize| Dims {
-            b,
-            h,
-            l,
-            lk: l,
-            lk_rev: 0,
-            hd,
-        };
+        let dims = |b: usize, h: usize, l: usize, hd: usize| Dims { b, h, l, lk: l, lk_rev: 0, hd };
         let keeps_on = |dt: DType, opts: &Options, d: Dims, clusters: bool| {
             let mut path = plan(&d, false);
             let want_pair = use_pair(dt, opts, path, &d, clusters);
@@ -1624,57 +1022,16 @@ mod tests {
         };
         let keeps = |dt: DType, opts: &Options, d: Dims| keeps_on(dt, opts, d, true);
         let train = Options::new().gelu(true).training(true);
-        assert!(
-            keeps(DType::BF16, &train, dims(16, 768, 4096, 1)),
-            "L = 4096: P = 32"
-        );
-        assert!(
-            keeps(DType::BF16, &train, dims(2, 8, 5000, 1)),
-            "L = 5000: P = 64"
-        );
-        assert!(
-            keeps(DType::BF16, &train, dims(2, 8, 16384, 1)),
-            "L = 16384: P = 128 on clusters"
-        );
-        assert!(
-            !keeps_on(DType::BF16, &train, dims(2, 8, 16384, 1), false),
-            "L = 16384 without clusters (before sm_90): v2"
-        );
-        assert!(
-            !keeps(DType::BF16, &train, dims(16, 768, 2048, 1)),
-            "L = 2048: P = 16, recomputing was faster"
-        );
-        assert!(
-            !keeps(DType::BF16, &train, dims(16, 768, 256, 1)),
-            "L = 256: P = 2"
-        );
-        assert!(
-            !keeps(DType::F16, &train, dims(16, 768, 4096, 1)),
-            "f16 runs the v2 backward"
-        );
-        assert!(
-            !keeps(DType::BF16, &train, dims(2, 16, 4096, 8)),
-            "hd = 8 runs the v2 backward"
-        );
-        assert!(
-            !keeps(DType::BF16, &train, dims(1, 4, 1 << 16, 1)),
-            "four-step sizes"
-        );
-        assert!(
-            !keeps(
-                DType::BF16,
-                &Options::new().training(true),
-                dims(16, 768, 4096, 1)
-            ),
-            "no GELU, no postgate: z is not needed"
-        );
-        assert!(
-            !keeps(
-                DType::BF16,
-                &Options::new().gelu(true),
-                dims(16, 768, 4096, 1)
-            ),
-            "inference forward"
-        );
+        assert!(keeps(DType::BF16, &train, dims(16, 768, 4096, 1)), "L = 4096: P = 32");
+        assert!(keeps(DType::BF16, &train, dims(2, 8, 5000, 1)), "L = 5000: P = 64");
+        assert!(keeps(DType::BF16, &train, dims(2, 8, 16384, 1)), "L = 16384: P = 128 on clusters");
+        assert!(!keeps_on(DType::BF16, &train, dims(2, 8, 16384, 1), false), "L = 16384 without clusters (before sm_90): v2");
+        assert!(!keeps(DType::BF16, &train, dims(16, 768, 2048, 1)), "L = 2048: P = 16, recomputing was faster");
+        assert!(!keeps(DType::BF16, &train, dims(16, 768, 256, 1)), "L = 256: P = 2");
+        assert!(!keeps(DType::F16, &train, dims(16, 768, 4096, 1)), "f16 runs the v2 backward");
+        assert!(!keeps(DType::BF16, &train, dims(2, 16, 4096, 8)), "hd = 8 runs the v2 backward");
+        assert!(!keeps(DType::BF16, &train, dims(1, 4, 1 << 16, 1)), "four-step sizes");
+        assert!(!keeps(DType::BF16, &Options::new().training(true), dims(16, 768, 4096, 1)), "no GELU, no postgate: z is not needed");
+        assert!(!keeps(DType::BF16, &Options::new().gelu(true), dims(16, 768, 4096, 1)), "inference forward");
     }
 }

@@ -192,9 +192,7 @@ impl Dims {
     /// Real FFT size: a power of two ≥ L + max(Lk, Lkr) − 1 (so no circular wrap reaches [0, L)),
     /// and ≥ 32 (the smallest size the CUDA kernels are built for).
     pub fn fft_size(&self) -> usize {
-        (self.l + self.lk.max(self.lk_rev) - 1)
-            .next_power_of_two()
-            .max(32)
+        (self.l + self.lk.max(self.lk_rev) - 1).next_power_of_two().max(32)
     }
     /// Elements of u (B·H·L).
     pub fn numel(&self) -> usize {
@@ -255,14 +253,7 @@ pub fn out_dtype(u: DType, opts: &Options) -> DType {
     }
 }
 
-fn filter(
-    arg: &str,
-    t: &Tensor,
-    device: Device,
-    dtype: DType,
-    heads: usize,
-    l: usize,
-) -> Result<usize> {
+fn filter(arg: &str, t: &Tensor, device: Device, dtype: DType, heads: usize, l: usize) -> Result<usize> {
     validate::device(arg, t, device)?;
     validate::dtype(arg, t, dtype)?;
     let expected = format!("(H/head_dim, {arg}_len) = ({heads}, n) with 1 ≤ n ≤ L = {l}");
@@ -280,25 +271,15 @@ pub fn validate(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options) -> R
     let (b, h, l) = (u.dim(0), u.dim(1), u.dim(2));
     let hd = opts.head_dim;
     if hd != 1 && hd != 8 {
-        return Err(Error::invalid(
-            "head_dim",
-            format!("expected 1 or 8, got {hd}"),
-        ));
+        return Err(Error::invalid("head_dim", format!("expected 1 or 8, got {hd}")));
     }
     if h % hd != 0 {
-        return Err(Error::invalid(
-            "head_dim",
-            format!("expected a divisor of H = {h}, got {hd}"),
-        ));
+        return Err(Error::invalid("head_dim", format!("expected a divisor of H = {h}, got {hd}")));
     }
     let heads = h / hd;
     let dev = u.device();
     // Filters, skip and mask are f32 (f64 with an f64 u: the reference path).
-    let pd = if u.dtype() == DType::F64 {
-        DType::F64
-    } else {
-        DType::F32
-    };
+    let pd = if u.dtype() == DType::F64 { DType::F64 } else { DType::F32 };
     let lk = filter("k", k, dev, pd, heads, l)?;
     let lk_rev = match opts.k_rev {
         Some(kr) => filter("k_rev", kr, dev, pd, heads, l)?,
@@ -316,79 +297,39 @@ pub fn validate(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options) -> R
     if let Some(g) = opts.postgate {
         validate::like("postgate", g, dev, u.dtype(), u.shape(), "the shape of u")?;
     }
-    let dims = Dims {
-        b,
-        h,
-        l,
-        lk,
-        lk_rev,
-        hd,
-    };
+    let dims = Dims { b, h, l, lk, lk_rev, hd };
     // L + Lk − 1 must not overflow, and on CUDA must fit the largest four-step plan.
-    let span = l
-        .checked_add(lk.max(lk_rev))
-        .ok_or_else(|| Error::TooLarge {
-            arg: "u".into(),
-            what: format!("L = {l} overflows"),
-        })?;
+    let span = l.checked_add(lk.max(lk_rev)).ok_or_else(|| Error::TooLarge { arg: "u".into(), what: format!("L = {l} overflows") })?;
     if matches!(dev, Device::Cuda(_)) && span - 1 > MAX_CUDA_FFT {
         return Err(Error::TooLarge {
             arg: "u".into(),
-            what: format!(
-                "L + max(Lk, Lkr) − 1 = {} exceeds the largest CUDA FFT size {MAX_CUDA_FFT}",
-                span - 1
-            ),
+            what: format!("L + max(Lk, Lkr) − 1 = {} exceeds the largest CUDA FFT size {MAX_CUDA_FFT}", span - 1),
         });
     }
     Ok(dims)
 }
 
 /// out = fftconv(u, k, D, options); see the module doc for the exact formula.
-pub fn forward<'a>(
-    u: &'a Tensor,
-    k: &'a Tensor,
-    d: Option<&'a Tensor>,
-    opts: &Options<'a>,
-) -> Result<Forward<'a>> {
+pub fn forward<'a>(u: &'a Tensor, k: &'a Tensor, d: Option<&'a Tensor>, opts: &Options<'a>) -> Result<Forward<'a>> {
     let dims = validate(u, k, d, opts)?;
     let (out, spectrum, z) = match u.device() {
         Device::Cpu if u.dtype() == DType::F64 => {
             let p = reference_problem(u, k, d, opts, dims)?;
-            (
-                Tensor::from_vec(reference::forward(&p), u.shape())?,
-                None,
-                None,
-            )
+            (Tensor::from_vec(reference::forward(&p), u.shape())?, None, None)
         }
         Device::Cpu => (cpu::forward(u, k, d, opts, dims)?, None, None),
-        Device::Cuda(_) => cuda::forward(u, k, d, opts, dims)?,
+        Device::Cuda(_) => {
+cuda::forward(u, k, d, opts, dims)?
+        }
     };
-    Ok(Forward {
-        out,
-        saved: Saved {
-            u,
-            k,
-            d,
-            opts: *opts,
-            dims,
-            spectrum,
-            z,
-        },
-    })
+    Ok(Forward { out, saved: Saved { u, k, d, opts: *opts, dims, spectrum, z } })
 }
 
 /// Gradients of Σ out·d_out with respect to every input of the forward call.
 pub fn backward(fwd: &Forward, d_out: &Tensor) -> Result<Grads> {
     let s = &fwd.saved;
     let u = s.u;
-    validate::like(
-        "d_out",
-        d_out,
-        u.device(),
-        out_dtype(u.dtype(), &s.opts),
-        u.shape(),
-        "the shape of u",
-    )?;
+    validate::like("d_out", d_out, u.device(), out_dtype(u.dtype(), &s.opts), u.shape(), "the shape of u")?;
     match u.device() {
         Device::Cpu if u.dtype() == DType::F64 => {
             let p = reference_problem(u, s.k, s.d, &s.opts, s.dims)?;
@@ -397,46 +338,18 @@ pub fn backward(fwd: &Forward, d_out: &Tensor) -> Result<Grads> {
             Ok(Grads {
                 d_u: Tensor::from_vec(g.d_u, u.shape())?,
                 d_k: Tensor::from_vec(g.d_k, &[heads, s.dims.lk])?,
-                d_k_rev: g
-                    .d_k_rev
-                    .map(|v| Tensor::from_vec(v, &[heads, s.dims.lk_rev]))
-                    .transpose()?,
-                d_d: if s.d.is_some() {
-                    Some(Tensor::from_vec(g.d_d, &[heads])?)
-                } else {
-                    None
-                },
-                d_pregate: g
-                    .d_pregate
-                    .map(|v| Tensor::from_vec(v, u.shape()))
-                    .transpose()?,
-                d_postgate: g
-                    .d_postgate
-                    .map(|v| Tensor::from_vec(v, u.shape()))
-                    .transpose()?,
+                d_k_rev: g.d_k_rev.map(|v| Tensor::from_vec(v, &[heads, s.dims.lk_rev])).transpose()?,
+                d_d: if s.d.is_some() { Some(Tensor::from_vec(g.d_d, &[heads])?) } else { None },
+                d_pregate: g.d_pregate.map(|v| Tensor::from_vec(v, u.shape())).transpose()?,
+                d_postgate: g.d_postgate.map(|v| Tensor::from_vec(v, u.shape())).transpose()?,
             })
         }
         Device::Cpu => cpu::backward(u, s.k, s.d, &s.opts, s.dims, d_out),
-        Device::Cuda(_) => cuda::backward(
-            u,
-            s.k,
-            s.d,
-            &s.opts,
-            s.dims,
-            s.spectrum.as_ref(),
-            s.z.as_ref(),
-            d_out,
-        ),
+        Device::Cuda(_) => cuda::backward(u, s.k, s.d, &s.opts, s.dims, s.spectrum.as_ref(), s.z.as_ref(), d_out),
     }
 }
 
-fn reference_problem<'t>(
-    u: &'t Tensor,
-    k: &'t Tensor,
-    d: Option<&'t Tensor>,
-    opts: &Options<'t>,
-    dims: Dims,
-) -> Result<reference::Problem<'t>> {
+fn reference_problem<'t>(u: &'t Tensor, k: &'t Tensor, d: Option<&'t Tensor>, opts: &Options<'t>, dims: Dims) -> Result<reference::Problem<'t>> {
     let sl = |t: Option<&'t Tensor>| t.map(|t| t.as_slice::<f64>()).transpose();
     Ok(reference::Problem {
         dims,

@@ -55,9 +55,7 @@ fn method_for(l: usize, lk: usize) -> Method {
 /// y[t] = Σ_{0≤s≤t, s<Lk} k[s]·x[t−s].
 pub fn causal(k: &[f64], x: &[f64], method: Method) -> Vec<f64> {
     match method {
-        Method::Direct => (0..x.len())
-            .map(|t| (0..k.len().min(t + 1)).map(|s| k[s] * x[t - s]).sum())
-            .collect(),
+        Method::Direct => (0..x.len()).map(|t| (0..k.len().min(t + 1)).map(|s| k[s] * x[t - s]).sum()).collect(),
         Method::Fft => fft_apply(x, k, x.len(), |xf, kf| xf * kf),
     }
 }
@@ -66,9 +64,7 @@ pub fn causal(k: &[f64], x: &[f64], method: Method) -> Vec<f64> {
 pub fn anticausal(kr: &[f64], x: &[f64], method: Method) -> Vec<f64> {
     let l = x.len();
     match method {
-        Method::Direct => (0..l)
-            .map(|t| (0..kr.len().min(l - t)).map(|m| kr[m] * x[t + m]).sum())
-            .collect(),
+        Method::Direct => (0..l).map(|t| (0..kr.len().min(l - t)).map(|m| kr[m] * x[t + m]).sum()).collect(),
         Method::Fft => fft_apply(x, kr, l, |xf, kf| xf * kf.conj()),
     }
 }
@@ -77,9 +73,7 @@ pub fn anticausal(kr: &[f64], x: &[f64], method: Method) -> Vec<f64> {
 pub fn causal_filter_grad(x: &[f64], g: &[f64], lk: usize, method: Method) -> Vec<f64> {
     let l = x.len();
     match method {
-        Method::Direct => (0..lk)
-            .map(|s| (s..l).map(|t| g[t] * x[t - s]).sum())
-            .collect(),
+        Method::Direct => (0..lk).map(|s| (s..l).map(|t| g[t] * x[t - s]).sum()).collect(),
         Method::Fft => fft_apply(g, x, lk, |gf, xf| gf * xf.conj()),
     }
 }
@@ -88,9 +82,7 @@ pub fn causal_filter_grad(x: &[f64], g: &[f64], lk: usize, method: Method) -> Ve
 pub fn anticausal_filter_grad(x: &[f64], g: &[f64], lkr: usize, method: Method) -> Vec<f64> {
     let l = x.len();
     match method {
-        Method::Direct => (0..lkr)
-            .map(|m| (0..l - m).map(|t| g[t] * x[t + m]).sum())
-            .collect(),
+        Method::Direct => (0..lkr).map(|m| (0..l - m).map(|t| g[t] * x[t + m]).sum()).collect(),
         Method::Fft => fft_apply(x, g, lkr, |xf, gf| xf * gf.conj()),
     }
 }
@@ -98,12 +90,7 @@ pub fn anticausal_filter_grad(x: &[f64], g: &[f64], lkr: usize, method: Method) 
 /// The first `keep` values of IFFT(op(FFT(a), FFT(b))) with both zero-padded to a power of two
 /// ≥ len(a) + len(b) − 1, so the circular result equals the linear one (no wrap reaches the kept
 /// range for any of the four maps above).
-fn fft_apply(
-    a: &[f64],
-    b: &[f64],
-    keep: usize,
-    op: impl Fn(Complex64, Complex64) -> Complex64,
-) -> Vec<f64> {
+fn fft_apply(a: &[f64], b: &[f64], keep: usize, op: impl Fn(Complex64, Complex64) -> Complex64) -> Vec<f64> {
     let n = (a.len() + b.len()).next_power_of_two();
     let mut planner = FftPlanner::<f64>::new();
     let fwd = planner.plan_fft_forward(n);
@@ -135,13 +122,7 @@ struct Layout {
 
 impl Layout {
     fn new(d: &Dims) -> Self {
-        Layout {
-            b: d.b,
-            h: d.h,
-            l: d.l,
-            hd: d.hd,
-            heads: d.heads(),
-        }
+        Layout { b: d.b, h: d.h, l: d.l, hd: d.hd, heads: d.heads() }
     }
     /// Offset of channel c of batch b in a (B, H, L) tensor.
     fn row(&self, b: usize, c: usize) -> usize {
@@ -237,11 +218,7 @@ pub fn backward_with(p: &Problem, d_out: &[f64], method: Method) -> Grads {
                     // d_z = d_out·mask·post·gelu'(z); d_post gathers d_out·mask·g.
                     let mut dz = vec![0.0; l];
                     for t in 0..l {
-                        let (gz, gp) = if p.gelu {
-                            (gelu(z[t]), gelu_grad(z[t]))
-                        } else {
-                            (z[t], 1.0)
-                        };
+                        let (gz, gp) = if p.gelu { (gelu(z[t]), gelu_grad(z[t])) } else { (z[t], 1.0) };
                         d_post[s.row(b, ci) + t] += dout_j[t] * m * gz;
                         dz[t] = dout_j[t] * m * post_i[t] * gp;
                     }
@@ -257,17 +234,11 @@ pub fn backward_with(p: &Problem, d_out: &[f64], method: Method) -> Grads {
                         d_pre[s.row(b, cj) + t] += dw[t] * u_i[t];
                         d_d[g] += dz[t] * w[t];
                     }
-                    for (a, v) in d_k[g * lk..(g + 1) * lk]
-                        .iter_mut()
-                        .zip(causal_filter_grad(&w, &dz, lk, method))
-                    {
+                    for (a, v) in d_k[g * lk..(g + 1) * lk].iter_mut().zip(causal_filter_grad(&w, &dz, lk, method)) {
                         *a += v;
                     }
                     if p.k_rev.is_some() {
-                        for (a, v) in d_kr[g * lkr..(g + 1) * lkr]
-                            .iter_mut()
-                            .zip(anticausal_filter_grad(&w, &dz, lkr, method))
-                        {
+                        for (a, v) in d_kr[g * lkr..(g + 1) * lkr].iter_mut().zip(anticausal_filter_grad(&w, &dz, lkr, method)) {
                             *a += v;
                         }
                     }

@@ -37,36 +37,11 @@ pub struct Case {
 impl Case {
     /// No options, full-length filter.
     pub fn plain(b: usize, h: usize, l: usize) -> Self {
-        Case {
-            b,
-            h,
-            l,
-            lk: l,
-            lkr: 0,
-            hd: 1,
-            d: false,
-            gelu: false,
-            mask: false,
-            pre: false,
-            post: false,
-            out_f32: false,
-            four_step: false,
-            rounds1: false,
-            tc: false,
-            train: false,
-        }
+        Case { b, h, l, lk: l, lkr: 0, hd: 1, d: false, gelu: false, mask: false, pre: false, post: false, out_f32: false, four_step: false, rounds1: false, tc: false, train: false }
     }
     /// Every option on (output in u's dtype), anticausal filter of half length.
     pub fn all(b: usize, h: usize, l: usize) -> Self {
-        Case {
-            lkr: l.div_ceil(2),
-            d: true,
-            gelu: true,
-            mask: true,
-            pre: true,
-            post: true,
-            ..Case::plain(b, h, l)
-        }
+        Case { lkr: l.div_ceil(2), d: true, gelu: true, mask: true, pre: true, post: true, ..Case::plain(b, h, l) }
     }
     pub fn lk(self, lk: usize) -> Self {
         Case { lk, ..self }
@@ -75,25 +50,16 @@ impl Case {
         Case { hd, ..self }
     }
     pub fn four_step(self) -> Self {
-        Case {
-            four_step: true,
-            ..self
-        }
+        Case { four_step: true, ..self }
     }
     pub fn rounds1(self) -> Self {
-        Case {
-            rounds1: true,
-            ..self
-        }
+        Case { rounds1: true, ..self }
     }
     pub fn tc(self) -> Self {
         Case { tc: true, ..self }
     }
     pub fn train(self) -> Self {
-        Case {
-            train: true,
-            ..self
-        }
+        Case { train: true, ..self }
     }
     fn name(&self) -> String {
         let mut s = format!("B={} H={} L={} Lk={}", self.b, self.h, self.l, self.lk);
@@ -103,18 +69,7 @@ impl Case {
         if self.hd > 1 {
             s += &format!(" hd={}", self.hd);
         }
-        let flags = [
-            (self.d, "D"),
-            (self.gelu, "gelu"),
-            (self.mask, "mask"),
-            (self.pre, "pre"),
-            (self.post, "post"),
-            (self.out_f32, "outf32"),
-            (self.four_step, "4step"),
-            (self.rounds1, "rounds1"),
-            (self.tc, "tc"),
-            (self.train, "train"),
-        ];
+        let flags = [(self.d, "D"), (self.gelu, "gelu"), (self.mask, "mask"), (self.pre, "pre"), (self.post, "post"), (self.out_f32, "outf32"), (self.four_step, "4step"), (self.rounds1, "rounds1"), (self.tc, "tc"), (self.train, "train")];
         for (on, n) in flags {
             if on {
                 s += " ";
@@ -135,10 +90,7 @@ fn each_option_alone(b: usize, h: usize, l: usize) -> Vec<Case> {
         Case { pre: true, ..p },
         Case { post: true, ..p },
         Case { out_f32: true, ..p },
-        Case {
-            lkr: l.div_ceil(3),
-            ..p
-        },
+        Case { lkr: l.div_ceil(3), ..p },
     ]
 }
 
@@ -153,51 +105,16 @@ fn direct_cases() -> Vec<Case> {
         no_pre(Case::all(1, 1, 1)),
         no_pre(Case::all(17, 3, 37)),
         no_pre(Case::all(3, 2, 256).lk(100)),
-        no_pre(Case {
-            out_f32: true,
-            ..Case::all(16, 2, 1000)
-        }),
-        Case {
-            gelu: true,
-            d: true,
-            post: true,
-            ..Case::plain(5, 3, 1024)
-        },
-        Case {
-            lkr: 5,
-            ..Case::plain(2, 2, 129)
-        },
-        Case {
-            mask: true,
-            ..Case::plain(33, 1, 512)
-        },
-        Case {
-            lkr: 12,
-            d: true,
-            ..Case::plain(15, 2, 15)
-        }
-        .lk(3),
+        no_pre(Case { out_f32: true, ..Case::all(16, 2, 1000) }),
+        Case { gelu: true, d: true, post: true, ..Case::plain(5, 3, 1024) },
+        Case { lkr: 5, ..Case::plain(2, 2, 129) },
+        Case { mask: true, ..Case::plain(33, 1, 512) },
+        Case { lkr: 12, d: true, ..Case::plain(15, 2, 15) }.lk(3),
         // The direct backward: two CTAs per head (their filter gradients summed by fc_dk_direct) with
         // an f32 d_out and the postgate; one tile exactly; a prime length with a last CTA of 2 rows.
-        Case {
-            gelu: true,
-            d: true,
-            post: true,
-            out_f32: true,
-            ..Case::plain(32, 2, 512)
-        },
-        Case {
-            lkr: 16,
-            gelu: true,
-            ..Case::plain(16, 3, 16)
-        },
-        Case {
-            mask: true,
-            lkr: 40,
-            d: true,
-            ..Case::plain(18, 2, 241)
-        }
-        .lk(200),
+        Case { gelu: true, d: true, post: true, out_f32: true, ..Case::plain(32, 2, 512) },
+        Case { lkr: 16, gelu: true, ..Case::plain(16, 3, 16) },
+        Case { mask: true, lkr: 40, d: true, ..Case::plain(18, 2, 241) }.lk(200),
     ]
 }
 
@@ -205,18 +122,7 @@ fn cases(tier: Tier) -> Vec<Case> {
     match tier {
         // A few seconds on two cores: every option, hd 1 and 8, Lk < L, tiny and awkward lengths.
         Tier::Quick => {
-            let mut v = vec![
-                Case::all(1, 1, 1),
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(4, 1, 2)
-                },
-                Case {
-                    lkr: 2,
-                    ..Case::plain(1, 7, 3)
-                },
-            ];
+            let mut v = vec![Case::all(1, 1, 1), Case { gelu: true, d: true, ..Case::plain(4, 1, 2) }, Case { lkr: 2, ..Case::plain(1, 7, 3) }];
             v.extend(each_option_alone(4, 7, 17));
             v.push(Case::all(1, 7, 256).lk(100));
             v.push(Case::all(1, 8, 372).hd(8));
@@ -225,198 +131,85 @@ fn cases(tier: Tier) -> Vec<Case> {
         }
         // For compute-sanitizer: tiny sizes, but every kernel path (each on-chip block size, the
         // four-step passes, hd = 8, every option).
-        Tier::Small => [
-            direct_cases(),
-            vec![
-                Case::all(1, 1, 1),
-                Case::all(2, 3, 17),
-                Case::plain(1, 2, 300),
-                Case::all(1, 1, 4100),
-                Case::all(1, 1, 8193).lk(8193),
-                Case::all(2, 3, 17).four_step(),
-                Case::all(1, 2, 300).four_step(),
-                Case::all(1, 8, 40).hd(8),
-                Case::all(1, 8, 40).hd(8).four_step(),
-                // Many four-step rounds: one row (one head at hd = 8) per round.
-                Case::all(2, 3, 17).four_step().rounds1(),
-                Case::all(1, 16, 40).hd(8).four_step().rounds1(),
-                // Tensor-core forward: M = 256 (no pass A), 512 (P = 2), 4096 (P = 16), hd = 8.
-                Case::all(2, 3, 200).tc(),
-                Case::all(1, 2, 300).tc(),
-                Case::all(1, 1, 3000).tc(),
-                Case::all(1, 8, 300).hd(8).tc(),
-                // Pair forward (bf16 default, N = 512 … 8192): an odd row count per head (a row paired
-                // with zeros), L > N/2 (full DFT in stage 1), P = 32.
-                Case::all(3, 2, 300),
-                Case::all(1, 3, 700).lk(50),
-                Case::all(2, 2, 3000),
-                Case::all(3, 1, 5000),
-                // Staged pair forward (P = 32, no pregate, L % 8 = 0): 280 groups, more than the
-                // persistent grid of 2 CTAs per SM on a 132-SM GPU, so CTAs take several groups.
-                Case {
-                    gelu: true,
-                    d: true,
-                    post: true,
-                    ..Case::plain(4, 140, 3000)
-                },
-                // Training forward (z saved in bf16 from P = 32, read by the pair backward): P = 32
-                // (L > N/2 with a short filter), the staged forward, P = 64; GELU alone, postgate
-                // alone; below P = 32 nothing saved (L = 1500: P = 16, L = 300: P = 2).
-                Case::all(3, 2, 1500).train(),
-                Case::all(1, 4, 3000).lk(2000).train(),
-                Case {
-                    gelu: true,
-                    d: true,
-                    post: true,
-                    ..Case::plain(4, 140, 3000)
-                }
-                .train(),
-                Case::all(3, 1, 5000).train(),
-                Case {
-                    gelu: true,
-                    ..Case::plain(3, 2, 3000)
-                }
-                .train(),
-                Case {
-                    post: true,
-                    ..Case::plain(3, 2, 3000)
-                }
-                .train(),
-                Case::all(3, 2, 300).train(),
-                // P = 128 (N = 32768, a cluster of two CTAs per row pair): an odd row count (a pair
-                // half empty), every option, plain and training; 5 × 30 rows so that backward slots
-                // take two pairs each.
-                Case::all(3, 1, 9000),
-                Case::all(3, 1, 9000).train(),
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(5, 30, 16384)
-                },
-                // P = 128 without a pregate and with L % 8 = 0: forward and backward read u from a
-                // staged copy (fc_fwd_pair_staged7, fc_bwd_pair_staged7*); an odd row count, f32 output
-                // in one, training in one; L = 9001 (% 8 ≠ 0) keeps the direct loads.
-                Case {
-                    gelu: true,
-                    d: true,
-                    mask: true,
-                    post: true,
-                    ..Case::plain(3, 1, 9000)
-                },
-                Case {
-                    gelu: true,
-                    d: true,
-                    post: true,
-                    out_f32: true,
-                    ..Case::plain(3, 2, 9000)
-                }
-                .train(),
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(3, 1, 9001)
-                },
-                // The staged backward at P = 64 (fc_bwd_pair_staged6*): training with every epilogue
-                // option, an odd row count and f32 output; L = 5001 keeps the direct loads.
-                Case {
-                    gelu: true,
-                    d: true,
-                    mask: true,
-                    post: true,
-                    out_f32: true,
-                    ..Case::plain(3, 1, 5000)
-                }
-                .train(),
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(3, 1, 5001)
-                },
-                // The pair spectrum kernels (no k_rev): P = 8, 64 (one head per CTA of 512), 128.
-                Case {
-                    d: true,
-                    ..Case::plain(2, 5, 1000)
-                },
-                // The narrow spectrum and backward groups (P = 2: 4 heads / 8 slots per CTA; P = 4: 2 /
-                // 4): 13 and 5 heads (a partial last CTA), an odd row count (a pair half empty), every
-                // epilogue option, a pregate in one.
-                Case {
-                    gelu: true,
-                    d: true,
-                    mask: true,
-                    post: true,
-                    ..Case::plain(3, 13, 256)
-                },
-                Case {
-                    gelu: true,
-                    d: true,
-                    pre: true,
-                    ..Case::plain(4, 5, 500)
-                },
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(3, 2, 5000)
-                },
-                // N = 65536 and 131072 without k_rev (an odd row count: a pair half empty; pregate,
-                // postgate, mask, GELU, D): the forward on clusters of 4 CTAs at N = 65536 and (with a
-                // pregate) the four-step path at 131072; EMBER_FFTCONV_PAIR_BIG=1 clusters at both, =0
-                // at neither.
-                Case {
-                    lkr: 0,
-                    ..Case::all(3, 1, 20000)
-                },
-                Case {
-                    lkr: 0,
-                    ..Case::all(3, 2, 40000)
-                },
-                // Without a pregate and with L % 8 = 0 the cluster forwards at P = 256, 512 read u from a
-                // staged copy (fc_fwd_pair_staged8/9; at P = 512 the default then, with the bf16 output
-                // staged too); L = 20004 and 40004 (% 8 ≠ 0) keep the direct loads (and 131072
-                // four-step). An odd row count again, f32 output in two.
-                Case {
-                    gelu: true,
-                    d: true,
-                    mask: true,
-                    post: true,
-                    ..Case::plain(3, 1, 20000)
-                },
-                Case {
-                    gelu: true,
-                    d: true,
-                    out_f32: true,
-                    ..Case::plain(1, 3, 24576)
-                },
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(3, 1, 20004)
-                },
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(3, 1, 40000)
-                },
-                Case {
-                    gelu: true,
-                    d: true,
-                    mask: true,
-                    post: true,
-                    ..Case::plain(3, 2, 40000)
-                },
-                Case {
-                    gelu: true,
-                    d: true,
-                    out_f32: true,
-                    ..Case::plain(1, 3, 49152)
-                },
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(3, 1, 40004)
-                },
-            ],
-        ]
+        Tier::Small => [direct_cases(), vec![
+            Case::all(1, 1, 1),
+            Case::all(2, 3, 17),
+            Case::plain(1, 2, 300),
+            Case::all(1, 1, 4100),
+            Case::all(1, 1, 8193).lk(8193),
+            Case::all(2, 3, 17).four_step(),
+            Case::all(1, 2, 300).four_step(),
+            Case::all(1, 8, 40).hd(8),
+            Case::all(1, 8, 40).hd(8).four_step(),
+            // Many four-step rounds: one row (one head at hd = 8) per round.
+            Case::all(2, 3, 17).four_step().rounds1(),
+            Case::all(1, 16, 40).hd(8).four_step().rounds1(),
+            // Tensor-core forward: M = 256 (no pass A), 512 (P = 2), 4096 (P = 16), hd = 8.
+            Case::all(2, 3, 200).tc(),
+            Case::all(1, 2, 300).tc(),
+            Case::all(1, 1, 3000).tc(),
+            Case::all(1, 8, 300).hd(8).tc(),
+            // Pair forward (bf16 default, N = 512 … 8192): an odd row count per head (a row paired
+            // with zeros), L > N/2 (full DFT in stage 1), P = 32.
+            Case::all(3, 2, 300),
+            Case::all(1, 3, 700).lk(50),
+            Case::all(2, 2, 3000),
+            Case::all(3, 1, 5000),
+            // Staged pair forward (P = 32, no pregate, L % 8 = 0): 280 groups, more than the
+            // persistent grid of 2 CTAs per SM on a 132-SM GPU, so CTAs take several groups.
+            Case { gelu: true, d: true, post: true, ..Case::plain(4, 140, 3000) },
+            // Training forward (z saved in bf16 from P = 32, read by the pair backward): P = 32
+            // (L > N/2 with a short filter), the staged forward, P = 64; GELU alone, postgate
+            // alone; below P = 32 nothing saved (L = 1500: P = 16, L = 300: P = 2).
+            Case::all(3, 2, 1500).train(),
+            Case::all(1, 4, 3000).lk(2000).train(),
+            Case { gelu: true, d: true, post: true, ..Case::plain(4, 140, 3000) }.train(),
+            Case::all(3, 1, 5000).train(),
+            Case { gelu: true, ..Case::plain(3, 2, 3000) }.train(),
+            Case { post: true, ..Case::plain(3, 2, 3000) }.train(),
+            Case::all(3, 2, 300).train(),
+            // P = 128 (N = 32768, a cluster of two CTAs per row pair): an odd row count (a pair
+            // half empty), every option, plain and training; 5 × 30 rows so that backward slots
+            // take two pairs each.
+            Case::all(3, 1, 9000),
+            Case::all(3, 1, 9000).train(),
+            Case { gelu: true, d: true, ..Case::plain(5, 30, 16384) },
+            // P = 128 without a pregate and with L % 8 = 0: forward and backward read u from a
+            // staged copy (fc_fwd_pair_staged7, fc_bwd_pair_staged7*); an odd row count, f32 output
+            // in one, training in one; L = 9001 (% 8 ≠ 0) keeps the direct loads.
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 9000) },
+            Case { gelu: true, d: true, post: true, out_f32: true, ..Case::plain(3, 2, 9000) }.train(),
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 9001) },
+            // The staged backward at P = 64 (fc_bwd_pair_staged6*): training with every epilogue
+            // option, an odd row count and f32 output; L = 5001 keeps the direct loads.
+            Case { gelu: true, d: true, mask: true, post: true, out_f32: true, ..Case::plain(3, 1, 5000) }.train(),
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 5001) },
+            // The pair spectrum kernels (no k_rev): P = 8, 64 (one head per CTA of 512), 128.
+            Case { d: true, ..Case::plain(2, 5, 1000) },
+            // The narrow spectrum and backward groups (P = 2: 4 heads / 8 slots per CTA; P = 4: 2 /
+            // 4): 13 and 5 heads (a partial last CTA), an odd row count (a pair half empty), every
+            // epilogue option, a pregate in one.
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 13, 256) },
+            Case { gelu: true, d: true, pre: true, ..Case::plain(4, 5, 500) },
+            Case { gelu: true, d: true, ..Case::plain(3, 2, 5000) },
+            // N = 65536 and 131072 without k_rev (an odd row count: a pair half empty; pregate,
+            // postgate, mask, GELU, D): the forward on clusters of 4 CTAs at N = 65536 and (with a
+            // pregate) the four-step path at 131072; EMBER_FFTCONV_PAIR_BIG=1 clusters at both, =0
+            // at neither.
+            Case { lkr: 0, ..Case::all(3, 1, 20000) },
+            Case { lkr: 0, ..Case::all(3, 2, 40000) },
+            // Without a pregate and with L % 8 = 0 the cluster forwards at P = 256, 512 read u from a
+            // staged copy (fc_fwd_pair_staged8/9; at P = 512 the default then, with the bf16 output
+            // staged too); L = 20004 and 40004 (% 8 ≠ 0) keep the direct loads (and 131072
+            // four-step). An odd row count again, f32 output in two.
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 20000) },
+            Case { gelu: true, d: true, out_f32: true, ..Case::plain(1, 3, 24576) },
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 20004) },
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 40000) },
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 2, 40000) },
+            Case { gelu: true, d: true, out_f32: true, ..Case::plain(1, 3, 49152) },
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 40004) },
+        ]]
         .concat(),
         // Every size the issue names, large ones included.
         Tier::Full => {
@@ -428,12 +221,7 @@ fn cases(tier: Tier) -> Vec<Case> {
                 v.push(Case::plain(1, 1, l));
                 v.push(Case::all(1, 1, l).lk(l / 3 + 1));
             }
-            v.push(Case {
-                gelu: true,
-                d: true,
-                mask: true,
-                ..Case::plain(4, 256, 784)
-            });
+            v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(4, 256, 784) });
             v.push(Case::all(1, 256, 4096).lk(1000));
             v.extend(each_option_alone(4, 7, 1134));
             v.push(Case::all(1, 8, 17).hd(8));
@@ -452,149 +240,53 @@ fn cases(tier: Tier) -> Vec<Case> {
                 v.push(Case::all(4, 7, l).tc());
             }
             v.push(Case::plain(3, 5, 1500).tc());
-            v.push(
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(4, 64, 4096)
-                }
-                .tc(),
-            );
+            v.push(Case { gelu: true, d: true, ..Case::plain(4, 64, 4096) }.tc());
             v.push(Case::all(1, 7, 256).lk(100).tc());
             v.push(Case::all(2, 16, 1134).hd(8).tc());
-            v.push(
-                Case {
-                    out_f32: true,
-                    ..Case::all(2, 5, 784)
-                }
-                .tc(),
-            );
+            v.push(Case { out_f32: true, ..Case::all(2, 5, 784) }.tc());
             // Pair forward (bf16 default): odd rows per head, L > N/2, every P, hd = 8, out_f32.
-            for (b, l) in [
-                (3, 129),
-                (5, 256),
-                (1, 1000),
-                (3, 2047),
-                (5, 4096),
-                (3, 5000),
-                (2, 8192),
-            ] {
+            for (b, l) in [(3, 129), (5, 256), (1, 1000), (3, 2047), (5, 4096), (3, 5000), (2, 8192)] {
                 v.push(Case::all(b, 3, l));
             }
             v.push(Case::all(2, 3, 700).lk(50));
             v.push(Case::all(1, 4, 3000).lk(2000));
             v.push(Case::all(3, 16, 1000).hd(8));
-            v.push(Case {
-                out_f32: true,
-                ..Case::all(3, 5, 1500)
-            });
+            v.push(Case { out_f32: true, ..Case::all(3, 5, 1500) });
             // Pair backward with several pairs per slot (the filter-gradient partial accumulated
             // over pairs): enough row pairs in all that a slot takes 2-3 of a head's pairs on a
             // 132-SM GPU, an odd row count (the last pair half empty), a partial last chunk.
             v.push(Case::all(33, 300, 1000));
-            v.push(Case {
-                gelu: true,
-                d: true,
-                ..Case::plain(40, 64, 2000)
-            });
+            v.push(Case { gelu: true, d: true, ..Case::plain(40, 64, 2000) });
             // The same at P = 2 and 4 (narrow slot groups, and the narrow spectrum without k_rev).
-            v.push(Case {
-                gelu: true,
-                d: true,
-                mask: true,
-                ..Case::plain(41, 64, 256)
-            });
-            v.push(Case {
-                gelu: true,
-                d: true,
-                post: true,
-                ..Case::plain(33, 30, 500)
-            });
-            v.push(Case {
-                gelu: true,
-                d: true,
-                ..Case::plain(16, 97, 1000)
-            });
+            v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(41, 64, 256) });
+            v.push(Case { gelu: true, d: true, post: true, ..Case::plain(33, 30, 500) });
+            v.push(Case { gelu: true, d: true, ..Case::plain(16, 97, 1000) });
             // Pair backward at P = 64 (N = 16384, one pair per CTA of 512 threads): each option
             // alone (z recomputed only for GELU or the postgate), and 15 × 150 rows so that a
             // slot takes 2 of a head's 8 pairs on a 132-SM GPU, the last pair half empty.
             v.extend(each_option_alone(3, 5, 6000));
-            v.push(Case {
-                gelu: true,
-                d: true,
-                ..Case::plain(15, 150, 5000)
-            });
+            v.push(Case { gelu: true, d: true, ..Case::plain(15, 150, 5000) });
             // Staged pair forward (P = 32, no pregate, L % 8 = 0), persistent CTAs taking several
             // groups (320 > 2 per SM): L ≤ N/2 and, with Lk = 2000, L = 6000 > N/2 (the full
             // stage 1), an odd row count, mask and postgate.
-            v.push(Case {
-                gelu: true,
-                d: true,
-                mask: true,
-                ..Case::plain(16, 40, 3000)
-            });
-            v.push(Case {
-                gelu: true,
-                d: true,
-                post: true,
-                ..Case::plain(15, 40, 6000).lk(2000)
-            });
+            v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(16, 40, 3000) });
+            v.push(Case { gelu: true, d: true, post: true, ..Case::plain(15, 40, 6000).lk(2000) });
             // Training forward: every P (z saved from P = 32), odd rows per head, several pairs
             // per slot, each option alone at P = 32 and 64, the staged forward, out_f32.
-            for (b, l) in [
-                (3, 129),
-                (5, 256),
-                (1, 1000),
-                (3, 2047),
-                (5, 4096),
-                (3, 5000),
-                (2, 8192),
-            ] {
+            for (b, l) in [(3, 129), (5, 256), (1, 1000), (3, 2047), (5, 4096), (3, 5000), (2, 8192)] {
                 v.push(Case::all(b, 3, l).train());
             }
             v.extend(each_option_alone(3, 5, 2100).into_iter().map(Case::train));
             v.extend(each_option_alone(3, 5, 6000).into_iter().map(Case::train));
-            v.push(
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(40, 64, 2100)
-                }
-                .train(),
-            );
-            v.push(
-                Case {
-                    gelu: true,
-                    d: true,
-                    mask: true,
-                    ..Case::plain(16, 40, 3000)
-                }
-                .train(),
-            );
-            v.push(
-                Case {
-                    out_f32: true,
-                    ..Case::all(3, 5, 2500)
-                }
-                .train(),
-            );
+            v.push(Case { gelu: true, d: true, ..Case::plain(40, 64, 2100) }.train());
+            v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(16, 40, 3000) }.train());
+            v.push(Case { out_f32: true, ..Case::all(3, 5, 2500) }.train());
             // P = 128 (N = 32768, clusters of two CTAs): each option alone, plain and training;
             // a slot taking two or three of a head's pairs, the last half empty (15 × 150 rows).
             v.extend(each_option_alone(3, 5, 12000));
             v.extend(each_option_alone(3, 5, 12000).into_iter().map(Case::train));
-            v.push(Case {
-                gelu: true,
-                d: true,
-                ..Case::plain(15, 150, 10000)
-            });
-            v.push(
-                Case {
-                    gelu: true,
-                    d: true,
-                    ..Case::plain(15, 150, 10000)
-                }
-                .train(),
-            );
+            v.push(Case { gelu: true, d: true, ..Case::plain(15, 150, 10000) });
+            v.push(Case { gelu: true, d: true, ..Case::plain(15, 150, 10000) }.train());
             v
         }
     }
@@ -616,41 +308,20 @@ fn make_inputs(c: &Case, dtype: DType, pd: DType, seed: u64) -> Result<CaseInput
     let shape = [c.b, c.h, c.l];
     let heads = c.h / c.hd;
     let rand_scaled = |shape: &[usize], scale: f64, dt: DType, s: u64| -> Result<Tensor> {
-        let v: Vec<f64> = Tensor::randn(shape, DType::F64, Device::Cpu, s)?
-            .to_vec_f64()?
-            .iter()
-            .map(|x| x * scale)
-            .collect();
+        let v: Vec<f64> = Tensor::randn(shape, DType::F64, Device::Cpu, s)?.to_vec_f64()?.iter().map(|x| x * scale).collect();
         Tensor::from_f64(&v, shape, dt, Device::Cpu)
     };
     // Filters scaled so that z stays O(1), where GELU is curved.
     let opt = |on: bool, f: &dyn Fn() -> Result<Tensor>| if on { f().map(Some) } else { Ok(None) };
-    let out_dt = if c.out_f32 && dtype != DType::F64 {
-        DType::F32
-    } else {
-        dtype
-    };
+    let out_dt = if c.out_f32 && dtype != DType::F64 { DType::F32 } else { dtype };
     Ok(CaseInputs {
         u: Tensor::randn(&shape, dtype, Device::Cpu, seed)?,
         k: rand_scaled(&[heads, c.lk], 1.0 / (c.lk as f64).sqrt(), pd, seed + 1)?,
         d: opt(c.d, &|| rand_scaled(&[heads], 1.0, pd, seed + 2))?,
-        k_rev: opt(c.lkr > 0, &|| {
-            rand_scaled(
-                &[heads, c.lkr.max(1)],
-                1.0 / (c.lkr.max(1) as f64).sqrt(),
-                pd,
-                seed + 3,
-            )
-        })?,
-        mask: opt(c.mask, &|| {
-            Tensor::rand(&[c.b, c.h], 0.0, 2.0, pd, Device::Cpu, seed + 4)
-        })?,
-        pre: opt(c.pre, &|| {
-            Tensor::rand(&shape, -1.5, 1.5, dtype, Device::Cpu, seed + 5)
-        })?,
-        post: opt(c.post, &|| {
-            Tensor::rand(&shape, -1.5, 1.5, dtype, Device::Cpu, seed + 6)
-        })?,
+        k_rev: opt(c.lkr > 0, &|| rand_scaled(&[heads, c.lkr.max(1)], 1.0 / (c.lkr.max(1) as f64).sqrt(), pd, seed + 3))?,
+        mask: opt(c.mask, &|| Tensor::rand(&[c.b, c.h], 0.0, 2.0, pd, Device::Cpu, seed + 4))?,
+        pre: opt(c.pre, &|| Tensor::rand(&shape, -1.5, 1.5, dtype, Device::Cpu, seed + 5))?,
+        post: opt(c.post, &|| Tensor::rand(&shape, -1.5, 1.5, dtype, Device::Cpu, seed + 6))?,
         d_out: Tensor::randn(&shape, out_dt, Device::Cpu, seed + 7)?,
     })
 }
@@ -705,12 +376,7 @@ fn run_all(x: &CaseInputs, c: &Case) -> Result<Vec<(&'static str, Tensor)>> {
     let f = forward(&x.u, &x.k, x.d.as_ref(), &opts)?;
     let g = backward(&f, &x.d_out)?;
     let mut v = vec![("out", f.out), ("d_u", g.d_u), ("d_k", g.d_k)];
-    let named = [
-        ("d_k_rev", g.d_k_rev),
-        ("d_D", g.d_d),
-        ("d_pregate", g.d_pregate),
-        ("d_postgate", g.d_postgate),
-    ];
+    let named = [("d_k_rev", g.d_k_rev), ("d_D", g.d_d), ("d_pregate", g.d_pregate), ("d_postgate", g.d_postgate)];
     v.extend(named.into_iter().filter_map(|(n, t)| t.map(|t| (n, t))));
     Ok(v)
 }
@@ -718,14 +384,8 @@ fn run_all(x: &CaseInputs, c: &Case) -> Result<Vec<(&'static str, Tensor)>> {
 /// The f64 reference's outputs for a case (run through the public API on f64 CPU tensors).
 fn reference_all(x: &CaseInputs, c: &Case) -> Result<Vec<(&'static str, Vec<f64>)>> {
     let r = x.to_f64()?;
-    let c64 = Case {
-        out_f32: false,
-        ..*c
-    };
-    run_all(&r, &c64)?
-        .into_iter()
-        .map(|(n, t)| Ok((n, t.to_vec_f64()?)))
-        .collect()
+    let c64 = Case { out_f32: false, ..*c };
+    run_all(&r, &c64)?.into_iter().map(|(n, t)| Ok((n, t.to_vec_f64()?))).collect()
 }
 
 fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
@@ -745,16 +405,7 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
         rows.push(compare("fftconv", &case, name, t, r, dtype.tolerance())?);
     }
     if matches!(ctx.device, Device::Cuda(_)) {
-        rows.extend(cuda_properties(
-            ctx,
-            c,
-            dtype,
-            &case,
-            &x,
-            &dev_inputs,
-            &got,
-            &refs,
-        )?);
+        rows.extend(cuda_properties(ctx, c, dtype, &case, &x, &dev_inputs, &got, &refs)?);
     }
     Ok(rows)
 }
@@ -779,63 +430,23 @@ fn cuda_properties(
         // these sizes) z was saved, so the backward above read it.
         let opts = dev_inputs.options(c);
         let f = forward(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?;
-        let plain = forward(
-            &dev_inputs.u,
-            &dev_inputs.k,
-            dev_inputs.d.as_ref(),
-            &Options {
-                training: false,
-                ..opts
-            },
-        )?;
+        let plain = forward(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &Options { training: false, ..opts })?;
         let (a, b) = (f.out.to_vec_f64()?, plain.out.to_vec_f64()?);
-        rows.push(property(
-            "fftconv",
-            case,
-            "train out = plain out",
-            dtype,
-            ctx.device,
-            a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()),
-        ));
+        rows.push(property("fftconv", case, "train out = plain out", dtype, ctx.device, a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())));
         // Saved where the pair backward runs at P ≥ 32 (bf16, hd = 1, N ≥ 8192: at these cases'
         // on-chip sizes, L + max(Lk, Lkr) − 1 > 4096).
         if dtype == DType::BF16 && c.hd == 1 && !c.four_step && (c.gelu || c.post) {
             let want = c.l + c.lk.max(c.lkr) - 1 > 4096;
-            rows.push(property(
-                "fftconv",
-                case,
-                if want {
-                    "train z saved"
-                } else {
-                    "train z not saved (small P)"
-                },
-                dtype,
-                ctx.device,
-                f.saved_z() == want,
-            ));
+            rows.push(property("fftconv", case, if want { "train z saved" } else { "train z not saved (small P)" }, dtype, ctx.device, f.saved_z() == want));
         }
     }
     let again = run_all(dev_inputs, c)?;
     let same = got.iter().zip(&again).all(|((_, a), (_, b))| matches!((a.to_vec_f64(), b.to_vec_f64()), (Ok(a), Ok(b)) if a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())));
-    rows.push(property(
-        "fftconv",
-        case,
-        "bitwise-rerun",
-        dtype,
-        ctx.device,
-        same,
-    ));
+    rows.push(property("fftconv", case, "bitwise-rerun", dtype, ctx.device, same));
     if dtype != DType::F32 && !c.out_f32 {
         let cpu_out = run_all(x, c)?.remove(0).1.to_vec_f64()?;
         let f32_err = ember_core::compare::rel_err(&cpu_out, &refs[0].1);
-        let mut row = compare(
-            "fftconv",
-            case,
-            "out≤2×f32math",
-            &got[0].1,
-            &refs[0].1,
-            2.0 * f32_err.max(1e-7),
-        )?;
+        let mut row = compare("fftconv", case, "out≤2×f32math", &got[0].1, &refs[0].1, 2.0 * f32_err.max(1e-7))?;
         row.tol = 2.0 * f32_err.max(1e-7);
         rows.push(row);
     }
@@ -851,24 +462,11 @@ fn cuda_properties(
         let first = c.h * c.l;
         let mut uv = x.u.to_vec_f64()?;
         uv[..first].iter_mut().for_each(|v| *v *= 2f64.powi(-30));
-        let u_dev =
-            Tensor::from_f64(&uv, x.u.shape(), dtype, Device::Cpu)?.to_device(ctx.device)?;
-        let got = forward(&u_dev, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?
-            .out
-            .to_vec_f64()?;
+        let u_dev = Tensor::from_f64(&uv, x.u.shape(), dtype, Device::Cpu)?.to_device(ctx.device)?;
+        let got = forward(&u_dev, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?.out.to_vec_f64()?;
         let r = x.to_f64()?;
         let u_ref = Tensor::from_f64(&uv, x.u.shape(), DType::F64, Device::Cpu)?;
-        let want = forward(
-            &u_ref,
-            &r.k,
-            r.d.as_ref(),
-            &r.options(&Case {
-                out_f32: false,
-                ..*c
-            }),
-        )?
-        .out
-        .to_vec_f64()?;
+        let want = forward(&u_ref, &r.k, r.d.as_ref(), &r.options(&Case { out_f32: false, ..*c }))?.out.to_vec_f64()?;
         rows.push(CheckRow {
             op: "fftconv".into(),
             case: case.into(),
@@ -886,25 +484,11 @@ fn cuda_properties(
         }
         let mut dv = x.d_out.to_vec_f64()?;
         dv[..first].iter_mut().for_each(|v| *v *= 2f64.powi(-30));
-        let d_out_dev = Tensor::from_f64(&dv, x.d_out.shape(), x.d_out.dtype(), Device::Cpu)?
-            .to_device(ctx.device)?;
+        let d_out_dev = Tensor::from_f64(&dv, x.d_out.shape(), x.d_out.dtype(), Device::Cpu)?.to_device(ctx.device)?;
         let f = forward(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?;
         let got = backward(&f, &d_out_dev)?.d_u.to_vec_f64()?;
-        let fr = forward(
-            &r.u,
-            &r.k,
-            r.d.as_ref(),
-            &r.options(&Case {
-                out_f32: false,
-                ..*c
-            }),
-        )?;
-        let want = backward(
-            &fr,
-            &Tensor::from_f64(&dv, x.d_out.shape(), DType::F64, Device::Cpu)?,
-        )?
-        .d_u
-        .to_vec_f64()?;
+        let fr = forward(&r.u, &r.k, r.d.as_ref(), &r.options(&Case { out_f32: false, ..*c }))?;
+        let want = backward(&fr, &Tensor::from_f64(&dv, x.d_out.shape(), DType::F64, Device::Cpu)?)?.d_u.to_vec_f64()?;
         rows.push(CheckRow {
             op: "fftconv".into(),
             case: case.into(),
@@ -927,63 +511,18 @@ fn bad_input_rows(ctx: &CheckCtx) -> Result<Vec<CheckRow>> {
     let mut rows = Vec::new();
     let mut expect = |what: &str, r: Result<Dims>, needle: &str| {
         let ok = matches!(&r, Err(e) if e.to_string().contains(needle));
-        rows.push(property(
-            "fftconv",
-            &format!("bad input: {what}"),
-            "clear Err",
-            DType::BF16,
-            dev,
-            ok,
-        ));
+        rows.push(property("fftconv", &format!("bad input: {what}"), "clear Err", DType::BF16, dev, ok));
     };
-    expect(
-        "Lk > L",
-        super::validate(&u, &f(&[8, 17], DType::F32)?, None, &Options::new()),
-        "argument `k`",
-    );
-    expect(
-        "H mismatch",
-        super::validate(&u, &f(&[7, 16], DType::F32)?, None, &Options::new()),
-        "(H/head_dim, k_len) = (8, n)",
-    );
+    expect("Lk > L", super::validate(&u, &f(&[8, 17], DType::F32)?, None, &Options::new()), "argument `k`");
+    expect("H mismatch", super::validate(&u, &f(&[7, 16], DType::F32)?, None, &Options::new()), "(H/head_dim, k_len) = (8, n)");
     let m = f(&[8, 2], DType::F32)?;
-    expect(
-        "mask shape",
-        super::validate(&u, &k, None, &Options::new().dropout_mask(&m)),
-        "argument `dropout_mask`: expected shape (B, H) = [2, 8]",
-    );
+    expect("mask shape", super::validate(&u, &k, None, &Options::new().dropout_mask(&m)), "argument `dropout_mask`: expected shape (B, H) = [2, 8]");
     let u6 = f(&[2, 12, 16], DType::BF16)?;
-    expect(
-        "hd ∤ H",
-        super::validate(
-            &u6,
-            &f(&[1, 16], DType::F32)?,
-            None,
-            &Options::new().head_dim(8),
-        ),
-        "expected a divisor of H = 12, got 8",
-    );
-    expect(
-        "k dtype",
-        super::validate(&u, &f(&[8, 16], DType::BF16)?, None, &Options::new()),
-        "argument `k`: expected dtype f32, got bf16",
-    );
+    expect("hd ∤ H", super::validate(&u6, &f(&[1, 16], DType::F32)?, None, &Options::new().head_dim(8)), "expected a divisor of H = 12, got 8");
+    expect("k dtype", super::validate(&u, &f(&[8, 16], DType::BF16)?, None, &Options::new()), "argument `k`: expected dtype f32, got bf16");
     // After the errors, a valid call still works on this device (no sticky error).
-    let ok = forward(
-        &Tensor::randn(&[2, 8, 16], DType::BF16, dev, 3)?,
-        &Tensor::randn(&[8, 16], DType::F32, dev, 4)?,
-        None,
-        &Options::new(),
-    )
-    .and_then(|f| f.out.to_vec_f64());
-    rows.push(property(
-        "fftconv",
-        "valid call after bad input",
-        "works",
-        DType::BF16,
-        dev,
-        ok.is_ok_and(|v| v.iter().all(|x| x.is_finite())),
-    ));
+    let ok = forward(&Tensor::randn(&[2, 8, 16], DType::BF16, dev, 3)?, &Tensor::randn(&[8, 16], DType::F32, dev, 4)?, None, &Options::new()).and_then(|f| f.out.to_vec_f64());
+    rows.push(property("fftconv", "valid call after bad input", "works", DType::BF16, dev, ok.is_ok_and(|v| v.iter().all(|x| x.is_finite()))));
     Ok(rows)
 }
 
@@ -1001,10 +540,7 @@ fn bench_shapes(ctx: &BenchCtx) -> Vec<BenchShape> {
         (Device::Cpu, _) => vec![s(2, 16, 1024), s(2, 16, 4096)],
         (_, true) => vec![s(16, 768, 1024), s(16, 768, 4096), s(1, 64, 1 << 20)],
         (_, false) => {
-            let mut v: Vec<_> = [256, 1000, 1024, 2048, 4096, 5000, 16384]
-                .iter()
-                .map(|&l| s(16, 768, l))
-                .collect();
+            let mut v: Vec<_> = [256, 1000, 1024, 2048, 4096, 5000, 16384].iter().map(|&l| s(16, 768, l)).collect();
             v.push(s(4, 256, 65536));
             v.push(s(1, 64, 1 << 20));
             v.push(s(1, 64, 1 << 22));
@@ -1015,23 +551,11 @@ fn bench_shapes(ctx: &BenchCtx) -> Vec<BenchShape> {
     // the list lacks is added (B = 16, H = 768 up to 16384, else B = 4, H = 256 as L = 65536).
     match std::env::var("EMBER_FFTCONV_BENCH_L") {
         Ok(ls) => {
-            let keep: Vec<usize> = ls
-                .split(',')
-                .filter_map(|v| v.trim().parse().ok())
-                .filter(|&l| l > 0)
-                .collect();
-            let mut v: Vec<_> = shapes
-                .iter()
-                .copied()
-                .filter(|s| keep.contains(&s.l))
-                .collect();
+            let keep: Vec<usize> = ls.split(',').filter_map(|v| v.trim().parse().ok()).filter(|&l| l > 0).collect();
+            let mut v: Vec<_> = shapes.iter().copied().filter(|s| keep.contains(&s.l)).collect();
             for &l in &keep {
                 if !shapes.iter().any(|s| s.l == l) {
-                    v.push(if l <= 16384 {
-                        s(16, 768, l)
-                    } else {
-                        s(4, 256, l)
-                    });
+                    v.push(if l <= 16384 { s(16, 768, l) } else { s(4, 256, l) });
                 }
             }
             v
@@ -1057,19 +581,10 @@ impl crate::OpFamily for Family {
         let mut rows = Vec::new();
         // For a sanitizer run over a few kernels: EMBER_FFTCONV_CHECK_L=9000,16384 keeps the cases
         // of those lengths.
-        let only: Option<Vec<usize>> = std::env::var("EMBER_FFTCONV_CHECK_L")
-            .ok()
-            .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect());
-        for c in cases(ctx.tier)
-            .into_iter()
-            .filter(|c| only.as_ref().is_none_or(|ls| ls.contains(&c.l)))
-        {
+        let only: Option<Vec<usize>> = std::env::var("EMBER_FFTCONV_CHECK_L").ok().map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect());
+        for c in cases(ctx.tier).into_iter().filter(|c| only.as_ref().is_none_or(|ls| ls.contains(&c.l))) {
             for dtype in DType::ACTIVATIONS {
-                rows.extend(
-                    check_case(ctx, &c, dtype).map_err(|e| {
-                        Error::invalid("case", format!("{} {dtype}: {e}", c.name()))
-                    })?,
-                );
+                rows.extend(check_case(ctx, &c, dtype).map_err(|e| Error::invalid("case", format!("{} {dtype}: {e}", c.name())))?);
             }
         }
         rows.extend(bad_input_rows(ctx)?);
@@ -1086,62 +601,40 @@ impl crate::OpFamily for Family {
             let filt = (h * l) as f64;
             let fwd_bytes = es * 2.0 * elems + 4.0 * filt;
             let bwd_bytes = fwd_bytes + es * 3.0 * elems + 4.0 * filt;
-            let n = Dims {
-                b,
-                h,
-                l,
-                lk: l,
-                lk_rev: 0,
-                hd: 1,
-            }
-            .fft_size();
+            let n = Dims { b, h, l, lk: l, lk_rev: 0, hd: 1 }.fft_size();
             let fwd_flops = (2 * b * h + h) as f64 * rfft_flops(n);
             let bwd_flops = fwd_flops + (4 * b * h + h) as f64 * rfft_flops(n);
             let sets = ctx.rotation(fwd_bytes);
             let mk = |i: usize| -> Result<(Tensor, Tensor, Tensor, Tensor)> {
                 let seed = 1000 + 10 * i as u64;
                 let u = Tensor::rand(&[b, h, l], -1.0, 1.0, dtype, ctx.device, seed)?;
-                let k = Tensor::rand(
-                    &[h, l],
-                    -1.0 / (l as f32).sqrt(),
-                    1.0 / (l as f32).sqrt(),
-                    DType::F32,
-                    ctx.device,
-                    seed + 1,
-                )?;
+                let k = Tensor::rand(&[h, l], -1.0 / (l as f32).sqrt(), 1.0 / (l as f32).sqrt(), DType::F32, ctx.device, seed + 1)?;
                 let d = Tensor::rand(&[h], -1.0, 1.0, DType::F32, ctx.device, seed + 2)?;
                 let dy = Tensor::rand(&[b, h, l], -1.0, 1.0, dtype, ctx.device, seed + 3)?;
                 Ok((u, k, d, dy))
             };
             let sets_v: Vec<_> = (0..sets).map(mk).collect::<Result<_>>()?;
             let opts = Options::new().gelu(true);
-            let p = params(&[
-                ("b", json!(b)),
-                ("h", json!(h)),
-                ("l", json!(l)),
-                ("gelu", json!(true)),
-                ("d", json!(true)),
-            ]);
+            let p = params(&[("b", json!(b)), ("h", json!(h)), ("l", json!(l)), ("gelu", json!(true)), ("d", json!(true))]);
             // The fwd and fwd+bwd rows of one set of options.
-            let mut time_both =
-                |opts: &Options, p: serde_json::Map<String, serde_json::Value>| -> Result<()> {
-                    let ms = ctx.time(300.0, |i| {
-                        let (u, k, d, _) = &sets_v[i % sets];
-                        forward(u, k, Some(d), opts).map(drop)
-                    })?;
-                    let row = ctx.row("fftconv", "fwd", dtype, p.clone(), ms, fwd_bytes, fwd_flops);
-                    progress(&row);
-                    rows.push(row);
-                    let ms = ctx.time(300.0, |i| {
-                        let (u, k, d, dy) = &sets_v[i % sets];
-                        let f = forward(u, k, Some(d), opts)?;
-                        backward(&f, dy).map(drop)
-                    })?;
-                    let row = ctx.row("fftconv", "fwd+bwd", dtype, p, ms, bwd_bytes, bwd_flops);
-                    progress(&row);
-                    rows.push(row);
-                    Ok(())
-                };
+            let mut time_both = |opts: &Options, p: serde_json::Map<String, serde_json::Value>| -> Result<()> {
+                let ms = ctx.time(300.0, |i| {
+                    let (u, k, d, _) = &sets_v[i % sets];
+                    forward(u, k, Some(d), opts).map(drop)
+                })?;
+                let row = ctx.row("fftconv", "fwd", dtype, p.clone(), ms, fwd_bytes, fwd_flops);
+                progress(&row);
+                rows.push(row);
+                let ms = ctx.time(300.0, |i| {
+                    let (u, k, d, dy) = &sets_v[i % sets];
+                    let f = forward(u, k, Some(d), opts)?;
+                    backward(&f, dy).map(drop)
+                })?;
+                let row = ctx.row("fftconv", "fwd+bwd", dtype, p, ms, bwd_bytes, bwd_flops);
+                progress(&row);
+                rows.push(row);
+                Ok(())
+            };
             time_both(&opts, p.clone())?;
             // The training forward (z kept for the backward) where it applies, beside the rows above.
             let topts = opts.training(true);
@@ -1166,10 +659,6 @@ pub(super) fn quick_cases() -> Vec<Case> {
 }
 
 #[cfg(test)]
-pub(super) fn check_case_for_tests(
-    ctx: &CheckCtx,
-    c: &Case,
-    dtype: DType,
-) -> Result<Vec<CheckRow>> {
+pub(super) fn check_case_for_tests(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     check_case(ctx, c, dtype)
 }

@@ -6,9 +6,7 @@ use crate::OpFamily;
 use ember_core::rng;
 
 fn randv(n: usize, seed: u64, scale: f64) -> Vec<f64> {
-    (0..n)
-        .map(|i| scale * rng::normal(seed, i as u64))
-        .collect()
+    (0..n).map(|i| scale * rng::normal(seed, i as u64)).collect()
 }
 
 /// Owned f64 inputs of a reference problem.
@@ -26,14 +24,7 @@ struct Owned {
 
 impl Owned {
     fn new(c: &Case, seed: u64) -> Self {
-        let dims = Dims {
-            b: c.b,
-            h: c.h,
-            l: c.l,
-            lk: c.lk,
-            lk_rev: c.lkr,
-            hd: c.hd,
-        };
+        let dims = Dims { b: c.b, h: c.h, l: c.l, lk: c.lk, lk_rev: c.lkr, hd: c.hd };
         let n = dims.numel();
         let heads = dims.heads();
         let on = |b: bool, v: Vec<f64>| if b { Some(v) } else { None };
@@ -42,16 +33,8 @@ impl Owned {
             u: randv(n, seed, 1.0),
             k: randv(heads * c.lk, seed + 1, 1.0 / (c.lk as f64).sqrt()),
             d: on(c.d, randv(heads, seed + 2, 1.0)),
-            k_rev: on(
-                c.lkr > 0,
-                randv(heads * c.lkr, seed + 3, 1.0 / (c.lkr.max(1) as f64).sqrt()),
-            ),
-            mask: on(
-                c.mask,
-                (0..c.b * c.h)
-                    .map(|i| 0.5 + rng::uniform(seed + 4, i as u64, 0.0, 1.0) as f64)
-                    .collect(),
-            ),
+            k_rev: on(c.lkr > 0, randv(heads * c.lkr, seed + 3, 1.0 / (c.lkr.max(1) as f64).sqrt())),
+            mask: on(c.mask, (0..c.b * c.h).map(|i| 0.5 + rng::uniform(seed + 4, i as u64, 0.0, 1.0) as f64).collect()),
             pre: on(c.pre, randv(n, seed + 5, 1.0)),
             post: on(c.post, randv(n, seed + 6, 1.0)),
             gelu: c.gelu,
@@ -74,23 +57,14 @@ impl Owned {
 
 fn max_rel(a: &[f64], b: &[f64]) -> f64 {
     let scale = b.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-300);
-    a.iter()
-        .zip(b)
-        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
-        / scale
+    a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
 /// Every gradient of the reference against central finite differences of L = Σ out·r.
 fn check_gradients(c: &Case, seed: u64) {
     let base = Owned::new(c, seed);
     let r = randv(base.dims.numel(), seed + 99, 1.0);
-    let loss = |o: &Owned| -> f64 {
-        reference::forward(&o.problem())
-            .iter()
-            .zip(&r)
-            .map(|(a, b)| a * b)
-            .sum()
-    };
+    let loss = |o: &Owned| -> f64 { reference::forward(&o.problem()).iter().zip(&r).map(|(a, b)| a * b).sum() };
     let g = reference::backward(&base.problem(), &r);
     let eps = 1e-5;
     type Field = fn(&mut Owned) -> Option<&mut Vec<f64>>;
@@ -105,37 +79,20 @@ fn check_gradients(c: &Case, seed: u64) {
     for (name, field, grad) in fields {
         let mut probe = Owned::new(c, seed);
         let Some(len) = field(&mut probe).map(|v| v.len()) else {
-            assert!(
-                grad.is_none(),
-                "{name}: gradient returned for an absent input"
-            );
+            assert!(grad.is_none(), "{name}: gradient returned for an absent input");
             continue;
         };
         let grad = grad.unwrap_or_else(|| panic!("{name}: no gradient"));
         assert_eq!(grad.len(), len, "{name}");
         // A spread of indices, first and last included.
-        let picks: Vec<usize> = (0..len.min(12))
-            .map(|i| {
-                if i == 0 {
-                    0
-                } else if i == 1 {
-                    len - 1
-                } else {
-                    (i * 7919 + 13) % len
-                }
-            })
-            .collect();
+        let picks: Vec<usize> = (0..len.min(12)).map(|i| if i == 0 { 0 } else if i == 1 { len - 1 } else { (i * 7919 + 13) % len }).collect();
         for &i in &picks {
             let mut plus = Owned::new(c, seed);
             field(&mut plus).unwrap()[i] += eps;
             let mut minus = Owned::new(c, seed);
             field(&mut minus).unwrap()[i] -= eps;
             let fd = (loss(&plus) - loss(&minus)) / (2.0 * eps);
-            assert!(
-                (fd - grad[i]).abs() <= 1e-6 * (1.0 + fd.abs()),
-                "{c:?} {name}[{i}]: finite difference {fd} vs gradient {}",
-                grad[i]
-            );
+            assert!((fd - grad[i]).abs() <= 1e-6 * (1.0 + fd.abs()), "{c:?} {name}[{i}]: finite difference {fd} vs gradient {}", grad[i]);
         }
     }
 }
@@ -145,57 +102,27 @@ fn reference_gradients_match_finite_differences() {
     check_gradients(&Case::all(2, 3, 9), 1);
     check_gradients(&Case::all(2, 3, 9).lk(4), 2);
     check_gradients(&Case::plain(1, 2, 7), 3);
-    check_gradients(
-        &Case {
-            gelu: true,
-            ..Case::plain(2, 1, 5)
-        },
-        4,
-    );
+    check_gradients(&Case { gelu: true, ..Case::plain(2, 1, 5) }, 4);
     check_gradients(&Case::all(1, 8, 6).hd(8), 5);
-    check_gradients(
-        &Case {
-            pre: true,
-            post: true,
-            ..Case::plain(2, 8, 5)
-        }
-        .hd(8),
-        6,
-    );
+    check_gradients(&Case { pre: true, post: true, ..Case::plain(2, 8, 5) }.hd(8), 6);
     check_gradients(&Case::all(1, 1, 1), 7);
 }
 
 #[test]
 fn reference_direct_and_fft_agree() {
-    for c in [
-        Case::all(2, 3, 300),
-        Case::all(1, 3, 257).lk(31),
-        Case::all(1, 8, 40).hd(8),
-    ] {
+    for c in [Case::all(2, 3, 300), Case::all(1, 3, 257).lk(31), Case::all(1, 8, 40).hd(8)] {
         let o = Owned::new(&c, 11);
         let p = o.problem();
         let fd = reference::forward_with(&p, Method::Direct);
         let ff = reference::forward_with(&p, Method::Fft);
-        assert!(
-            max_rel(&ff, &fd) < 1e-12,
-            "{c:?}: forward {}",
-            max_rel(&ff, &fd)
-        );
+        assert!(max_rel(&ff, &fd) < 1e-12, "{c:?}: forward {}", max_rel(&ff, &fd));
         let r = randv(o.dims.numel(), 12, 1.0);
         let gd = reference::backward_with(&p, &r, Method::Direct);
         let gf = reference::backward_with(&p, &r, Method::Fft);
-        for (name, a, b) in [
-            ("d_u", &gf.d_u, &gd.d_u),
-            ("d_k", &gf.d_k, &gd.d_k),
-            ("d_d", &gf.d_d, &gd.d_d),
-        ] {
+        for (name, a, b) in [("d_u", &gf.d_u, &gd.d_u), ("d_k", &gf.d_k, &gd.d_k), ("d_d", &gf.d_d, &gd.d_d)] {
             assert!(max_rel(a, b) < 1e-12, "{c:?} {name}: {}", max_rel(a, b));
         }
-        for (name, a, b) in [
-            ("d_k_rev", &gf.d_k_rev, &gd.d_k_rev),
-            ("d_pre", &gf.d_pregate, &gd.d_pregate),
-            ("d_post", &gf.d_postgate, &gd.d_postgate),
-        ] {
+        for (name, a, b) in [("d_k_rev", &gf.d_k_rev, &gd.d_k_rev), ("d_pre", &gf.d_pregate, &gd.d_pregate), ("d_post", &gf.d_postgate, &gd.d_postgate)] {
             let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
             assert!(max_rel(a, b) < 1e-12, "{c:?} {name}: {}", max_rel(a, b));
         }
@@ -206,25 +133,8 @@ fn reference_direct_and_fft_agree() {
 fn reference_matches_a_hand_computed_example() {
     // u = [1, 2, 3], k = [1, 10], D = 100, k_rev = [1000]:
     // y = [1, 12, 23] + 1000·u = [1001, 2012, 3023]; z = y + 100·u = [1101, 2212, 3323].
-    let dims = Dims {
-        b: 1,
-        h: 1,
-        l: 3,
-        lk: 2,
-        lk_rev: 1,
-        hd: 1,
-    };
-    let p = Problem {
-        dims,
-        u: &[1.0, 2.0, 3.0],
-        k: &[1.0, 10.0],
-        d: Some(&[100.0]),
-        k_rev: Some(&[1000.0]),
-        mask: Some(&[0.5]),
-        pregate: None,
-        postgate: None,
-        gelu: false,
-    };
+    let dims = Dims { b: 1, h: 1, l: 3, lk: 2, lk_rev: 1, hd: 1 };
+    let p = Problem { dims, u: &[1.0, 2.0, 3.0], k: &[1.0, 10.0], d: Some(&[100.0]), k_rev: Some(&[1000.0]), mask: Some(&[0.5]), pregate: None, postgate: None, gelu: false };
     assert_eq!(reference::forward(&p), vec![550.5, 1106.0, 1661.5]);
 }
 
@@ -238,9 +148,7 @@ fn hd1_is_the_single_head_formula_with_gates() {
     for b in 0..2 {
         for h in 0..3 {
             let r = (b * 3 + h) * l;
-            let v: Vec<f64> = (0..l)
-                .map(|t| o.u[r + t] * o.pre.as_ref().unwrap()[r + t])
-                .collect();
+            let v: Vec<f64> = (0..l).map(|t| o.u[r + t] * o.pre.as_ref().unwrap()[r + t]).collect();
             for t in 0..l {
                 let mut y = 0.0;
                 for s in 0..lk.min(t + 1) {
@@ -250,13 +158,8 @@ fn hd1_is_the_single_head_formula_with_gates() {
                     y += o.k_rev.as_ref().unwrap()[h * lkr + m] * v[t + m];
                 }
                 let z = y + o.d.as_ref().unwrap()[h] * v[t];
-                let want = reference::gelu(z)
-                    * o.post.as_ref().unwrap()[r + t]
-                    * o.mask.as_ref().unwrap()[b * 3 + h];
-                assert!(
-                    (got[r + t] - want).abs() < 1e-12 * (1.0 + want.abs()),
-                    "b={b} h={h} t={t}"
-                );
+                let want = reference::gelu(z) * o.post.as_ref().unwrap()[r + t] * o.mask.as_ref().unwrap()[b * 3 + h];
+                assert!((got[r + t] - want).abs() < 1e-12 * (1.0 + want.abs()), "b={b} h={h} t={t}");
             }
         }
     }
@@ -265,9 +168,7 @@ fn hd1_is_the_single_head_formula_with_gates() {
 #[test]
 fn cpu_fast_path_matches_reference_in_every_dtype() {
     ember_core::set_poison_outputs(true);
-    let rows = Family
-        .check(&CheckCtx::new(Device::Cpu, Tier::Quick))
-        .unwrap();
+    let rows = Family.check(&CheckCtx::new(Device::Cpu, Tier::Quick)).unwrap();
     assert!(rows.len() >= quick_cases().len() * 3 * 3, "{}", rows.len());
     for r in &rows {
         assert!(r.pass(), "{r:?}");
@@ -281,10 +182,7 @@ fn cpu_fast_path_at_large_and_awkward_lengths() {
     for (c, dtypes) in [
         (Case::all(1, 2, 8191), &[DType::F32, DType::BF16][..]),
         (Case::all(1, 1, 16384).lk(16384), &[DType::F32][..]),
-        (
-            Case::all(1, 1, 65539).lk(65539),
-            &[DType::F32, DType::F16][..],
-        ),
+        (Case::all(1, 1, 65539).lk(65539), &[DType::F32, DType::F16][..]),
         (Case::all(2, 8, 1134).hd(8).lk(200), &[DType::BF16][..]),
     ] {
         for &dt in dtypes {
@@ -301,11 +199,7 @@ fn f64_runs_the_reference() {
     let k = Tensor::from_vec(vec![1.0f64, 10.0], &[1, 2]).unwrap();
     let f = forward(&u, &k, None, &Options::new()).unwrap();
     assert_eq!(f.out.to_vec_f64().unwrap(), vec![1.0, 12.0, 23.0]);
-    let g = backward(
-        &f,
-        &Tensor::from_vec(vec![1.0f64, 0.0, 0.0], &[1, 1, 3]).unwrap(),
-    )
-    .unwrap();
+    let g = backward(&f, &Tensor::from_vec(vec![1.0f64, 0.0, 0.0], &[1, 1, 3]).unwrap()).unwrap();
     // ∂out[0]/∂u = [k0, 0, 0]; ∂out[0]/∂k = [u0, 0].
     assert_eq!(g.d_u.to_vec_f64().unwrap(), vec![1.0, 0.0, 0.0]);
     assert_eq!(g.d_k.to_vec_f64().unwrap(), vec![1.0, 0.0]);
@@ -320,81 +214,31 @@ fn bad_input_is_a_clear_error() {
     let e = err(forward(&u, &z(&[8, 17], DType::F32), None, &Options::new()));
     assert!(e.contains("argument `k`: expected shape (H/head_dim, k_len) = (8, n) with 1 ≤ n ≤ L = 16, got [8, 17]"), "{e}");
     let e = err(forward(&u, &z(&[7, 16], DType::F32), None, &Options::new()));
-    assert!(
-        e.contains("argument `k`") && e.contains("got [7, 16]"),
-        "{e}"
-    );
+    assert!(e.contains("argument `k`") && e.contains("got [7, 16]"), "{e}");
     let m = z(&[8, 2], DType::F32);
     let e = err(forward(&u, &k, None, &Options::new().dropout_mask(&m)));
-    assert!(
-        e.contains("argument `dropout_mask`: expected shape (B, H) = [2, 8], got [8, 2]"),
-        "{e}"
-    );
-    let e = err(forward(
-        &z(&[2, 12, 16], DType::BF16),
-        &z(&[1, 16], DType::F32),
-        None,
-        &Options::new().head_dim(8),
-    ));
-    assert!(
-        e.contains("argument `head_dim`: expected a divisor of H = 12, got 8"),
-        "{e}"
-    );
+    assert!(e.contains("argument `dropout_mask`: expected shape (B, H) = [2, 8], got [8, 2]"), "{e}");
+    let e = err(forward(&z(&[2, 12, 16], DType::BF16), &z(&[1, 16], DType::F32), None, &Options::new().head_dim(8)));
+    assert!(e.contains("argument `head_dim`: expected a divisor of H = 12, got 8"), "{e}");
     let e = err(forward(&u, &k, None, &Options::new().head_dim(3)));
-    assert!(
-        e.contains("argument `head_dim`: expected 1 or 8, got 3"),
-        "{e}"
-    );
-    let e = err(forward(
-        &u,
-        &z(&[8, 16], DType::BF16),
-        None,
-        &Options::new(),
-    ));
-    assert!(
-        e.contains("argument `k`: expected dtype f32, got bf16"),
-        "{e}"
-    );
+    assert!(e.contains("argument `head_dim`: expected 1 or 8, got 3"), "{e}");
+    let e = err(forward(&u, &z(&[8, 16], DType::BF16), None, &Options::new()));
+    assert!(e.contains("argument `k`: expected dtype f32, got bf16"), "{e}");
     let e = err(forward(&u, &k, Some(&z(&[7], DType::F32)), &Options::new()));
-    assert!(
-        e.contains("argument `d`: expected shape (H/head_dim) = [8], got [7]"),
-        "{e}"
-    );
+    assert!(e.contains("argument `d`: expected shape (H/head_dim) = [8], got [7]"), "{e}");
     let g = z(&[2, 8, 16], DType::F32);
     let e = err(forward(&u, &k, None, &Options::new().pregate(&g)));
-    assert!(
-        e.contains("argument `pregate`: expected dtype bf16, got f32"),
-        "{e}"
-    );
-    let e = err(forward(
-        &u,
-        &k,
-        None,
-        &Options::new().k_rev(&z(&[8, 0], DType::F32)),
-    ));
+    assert!(e.contains("argument `pregate`: expected dtype bf16, got f32"), "{e}");
+    let e = err(forward(&u, &k, None, &Options::new().k_rev(&z(&[8, 0], DType::F32))));
     assert!(e.contains("argument `k_rev`"), "{e}");
-    let e = err(forward(
-        &z(&[2, 8, 0], DType::BF16),
-        &k,
-        None,
-        &Options::new(),
-    ));
+    let e = err(forward(&z(&[2, 8, 0], DType::BF16), &k, None, &Options::new()));
     assert!(e.contains("argument `u` is empty"), "{e}");
     let e = err(forward(&z(&[2, 8], DType::BF16), &k, None, &Options::new()));
-    assert!(
-        e.contains("argument `u`: expected shape 3 dimensions (B, H, L)"),
-        "{e}"
-    );
+    assert!(e.contains("argument `u`: expected shape 3 dimensions (B, H, L)"), "{e}");
     // d_out must match the output's dtype: bf16 here, f32 with out_f32.
     let f = forward(&u, &k, None, &Options::new()).unwrap();
-    let e = backward(&f, &z(&[2, 8, 16], DType::F32))
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(
-        e.contains("argument `d_out`: expected dtype bf16, got f32"),
-        "{e}"
-    );
+    let e = backward(&f, &z(&[2, 8, 16], DType::F32)).err().unwrap().to_string();
+    assert!(e.contains("argument `d_out`: expected dtype bf16, got f32"), "{e}");
     let f = forward(&u, &k, None, &Options::new().out_f32(true)).unwrap();
     assert_eq!(f.out.dtype(), DType::F32);
     assert!(backward(&f, &z(&[2, 8, 16], DType::F32)).is_ok());
@@ -402,17 +246,7 @@ fn bad_input_is_a_clear_error() {
 
 #[test]
 fn fft_size_never_wraps_into_the_output() {
-    let d = |l, lk, lkr| {
-        Dims {
-            b: 1,
-            h: 1,
-            l,
-            lk,
-            lk_rev: lkr,
-            hd: 1,
-        }
-        .fft_size()
-    };
+    let d = |l, lk, lkr| Dims { b: 1, h: 1, l, lk, lk_rev: lkr, hd: 1 }.fft_size();
     assert_eq!(d(1, 1, 0), 32);
     assert_eq!(d(16, 16, 0), 32);
     assert_eq!(d(17, 17, 0), 64);
@@ -444,14 +278,8 @@ fn f16r(v: f64) -> f64 {
 /// tc_fft256 as the kernel computes it: power-of-two scale, f16 operands (data and DFT-16 matrix),
 /// exact accumulation (f32 in the kernel), twiddle between the products.
 fn model_fft256(x: &mut [C64], dir: f64) {
-    let m = x
-        .iter()
-        .fold(0.0f64, |m, v| m.max(v.0.abs()).max(v.1.abs()));
-    let ex = if m > 0.0 {
-        m.log2().floor() as i32 + 1
-    } else {
-        0
-    };
+    let m = x.iter().fold(0.0f64, |m, v| m.max(v.0.abs()).max(v.1.abs()));
+    let ex = if m > 0.0 { m.log2().floor() as i32 + 1 } else { 0 };
     let s = 2f64.powi(-ex);
     let f = |e: usize| {
         let w = cis(dir, e % 16, 16);
@@ -495,19 +323,11 @@ fn model_tc_fft(x: &mut [C64], dir: f64) {
                 let mut acc = (0.0, 0.0);
                 for (r, v) in col.iter().enumerate() {
                     // Forward: DFT then twiddle; inverse: twiddle then DFT (as the kernel).
-                    let w = if dir < 0.0 {
-                        cis(dir, r * k1, p)
-                    } else {
-                        cmul(cis(dir, r * k1, p), cis(dir, r * n2, mm))
-                    };
+                    let w = if dir < 0.0 { cis(dir, r * k1, p) } else { cmul(cis(dir, r * k1, p), cis(dir, r * n2, mm)) };
                     let t = cmul(*v, w);
                     acc = (acc.0 + t.0, acc.1 + t.1);
                 }
-                x[256 * k1 + n2] = if dir < 0.0 {
-                    cmul(acc, cis(dir, k1 * n2, mm))
-                } else {
-                    acc
-                };
+                x[256 * k1 + n2] = if dir < 0.0 { cmul(acc, cis(dir, k1 * n2, mm)) } else { acc };
             }
         }
     };
@@ -531,14 +351,7 @@ fn tc_pos(k: usize, logm: u32) -> usize {
 fn tensor_core_fft_model_matches_the_dft_within_f16_rounding() {
     for logm in 8..=12u32 {
         let mm = 1usize << logm;
-        let x: Vec<C64> = (0..mm)
-            .map(|i| {
-                (
-                    rng::normal(7 + logm as u64, 2 * i as u64),
-                    rng::normal(7 + logm as u64, 2 * i as u64 + 1),
-                )
-            })
-            .collect();
+        let x: Vec<C64> = (0..mm).map(|i| (rng::normal(7 + logm as u64, 2 * i as u64), rng::normal(7 + logm as u64, 2 * i as u64 + 1))).collect();
         let mut y = x.clone();
         model_tc_fft(&mut y, -1.0);
         // Bin k in TC order against the exact DFT.
@@ -583,10 +396,7 @@ fn pair_backward_chunks_follow_the_wave_model() {
     // One pair per head; a single head with many pairs is split until the SMs have work.
     assert_eq!(pair_bwd_chunk(7, 1, 8, 2, 132, 2048), 1);
     let c = pair_bwd_chunk(1, 5000, 1, 2, 132, 8192);
-    assert!(
-        5000usize.div_ceil(c) >= 132 && 5000usize.div_ceil(c) <= 4 * 132,
-        "chunk {c}"
-    );
+    assert!(5000usize.div_ceil(c) >= 132 && 5000usize.div_ceil(c) <= 4 * 132, "chunk {c}");
     // P = 64 (one slot per CTA, one CTA per SM), L = 5000 or 8192 at B = 16, H = 768: whole heads
     // of 8 pairs (768 CTAs, 5.8 waves) beat single pairs (47 waves and 8 partials of 128 KB per
     // head to fold); measured at L = 5000: 4.19 ms fwd+bwd against 4.69 for single pairs.
@@ -600,27 +410,18 @@ fn pair_backward_chunks_follow_the_wave_model() {
 fn narrow_pair_groups_have_kernels() {
     use super::cuda::{bwd_slot_group, spec_group, SOURCE};
     for logp in 1..=5u32 {
-        for (r, entry) in [
-            (spec_group(logp), "FC_SPEC_PAIR_NARROW"),
-            (bwd_slot_group(logp), "FC_BWD_PAIR_NARROW"),
-        ] {
+        for (r, entry) in [(spec_group(logp), "FC_SPEC_PAIR_NARROW"), (bwd_slot_group(logp), "FC_BWD_PAIR_NARROW")] {
             assert!(r >= 1 && r << logp <= 32, "P = {}: {r} per CTA", 1 << logp);
             if r != 32 >> logp {
                 let call = format!("{entry}({logp}, {r})");
-                assert!(
-                    SOURCE.body.contains(&call),
-                    "{call} missing from the kernel source"
-                );
+                assert!(SOURCE.body.contains(&call), "{call} missing from the kernel source");
             }
         }
     }
     // The measured rule (NOTES.md v10): spectrum 4 / 2 / 2 heads at P = 2 / 4 / 8, backward 8 / 4 slots
     // at P = 2 / 4.
     assert_eq!((1..=5).map(spec_group).collect::<Vec<_>>(), [4, 2, 2, 2, 1]);
-    assert_eq!(
-        (1..=5).map(bwd_slot_group).collect::<Vec<_>>(),
-        [8, 4, 4, 2, 1]
-    );
+    assert_eq!((1..=5).map(bwd_slot_group).collect::<Vec<_>>(), [8, 4, 4, 2, 1]);
 }
 
 #[test]
@@ -629,25 +430,12 @@ fn pair_backward_chunk_search_equals_the_exhaustive_one() {
     // The model minimised over every c (ties to the larger c).
     let brute = |heads: usize, pph: usize, slots: usize, per_sm: usize, sms: usize, n: usize| {
         let cost = |c: usize| pair_bwd_cost(c, heads, pph, slots, per_sm, sms, n);
-        (1..=pph)
-            .rev()
-            .fold((1, f64::INFINITY), |(bc, bv), c| {
-                if cost(c) < bv {
-                    (c, cost(c))
-                } else {
-                    (bc, bv)
-                }
-            })
-            .0
+        (1..=pph).rev().fold((1, f64::INFINITY), |(bc, bv), c| if cost(c) < bv { (c, cost(c)) } else { (bc, bv) }).0
     };
     for heads in [1, 3, 7, 64, 300, 768] {
         for pph in [1, 2, 5, 8, 17, 64, 500, 5000] {
             for (slots, per_sm, n) in [(16, 2, 512), (4, 2, 2048), (1, 2, 8192), (1, 1, 16384)] {
-                assert_eq!(
-                    pair_bwd_chunk(heads, pph, slots, per_sm, 132, n),
-                    brute(heads, pph, slots, per_sm, 132, n),
-                    "heads {heads} pph {pph} slots {slots}"
-                );
+                assert_eq!(pair_bwd_chunk(heads, pph, slots, per_sm, 132, n), brute(heads, pph, slots, per_sm, 132, n), "heads {heads} pph {pph} slots {slots}");
             }
         }
     }
@@ -662,28 +450,16 @@ fn training_forward_on_the_cpu_is_the_plain_one() {
     let k = ember_core::Tensor::randn(&[3, 300], DType::F32, dev, 12).unwrap();
     let d = ember_core::Tensor::randn(&[3], DType::F32, dev, 13).unwrap();
     let dy = ember_core::Tensor::randn(&[2, 3, 300], DType::BF16, dev, 14).unwrap();
-    let bits = |t: &ember_core::Tensor| {
-        t.to_vec_f64()
-            .unwrap()
-            .iter()
-            .map(|x| x.to_bits())
-            .collect::<Vec<_>>()
-    };
+    let bits = |t: &ember_core::Tensor| t.to_vec_f64().unwrap().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let plain = Options::new().gelu(true);
     let train = plain.training(true);
-    let (fp, ft) = (
-        forward(&u, &k, Some(&d), &plain).unwrap(),
-        forward(&u, &k, Some(&d), &train).unwrap(),
-    );
+    let (fp, ft) = (forward(&u, &k, Some(&d), &plain).unwrap(), forward(&u, &k, Some(&d), &train).unwrap());
     assert!(!ft.saved_z());
     assert_eq!(bits(&fp.out), bits(&ft.out));
     let (gp, gt) = (backward(&fp, &dy).unwrap(), backward(&ft, &dy).unwrap());
     assert_eq!(bits(&gp.d_u), bits(&gt.d_u));
     assert_eq!(bits(&gp.d_k), bits(&gt.d_k));
-    assert_eq!(
-        bits(gp.d_d.as_ref().unwrap()),
-        bits(gt.d_d.as_ref().unwrap())
-    );
+    assert_eq!(bits(gp.d_d.as_ref().unwrap()), bits(gt.d_d.as_ref().unwrap()));
 }
 
 /// Stage 1 of the P ≥ 64 kernels as index arithmetic (pair_tc.cuh: fp64_stage1 at T = 2,
@@ -699,29 +475,10 @@ fn cluster_stage1_model_matches_the_dft() {
     for t in 1..=4u32 {
         let tt = 1usize << t;
         let p = 32 * tt;
-        let x: Vec<C64> = (0..p)
-            .map(|i| {
-                if i < p / 2 {
-                    (
-                        rng::normal(31 + t as u64, 2 * i as u64),
-                        rng::normal(31 + t as u64, 2 * i as u64 + 1),
-                    )
-                } else {
-                    (0.0, 0.0)
-                }
-            })
-            .collect();
+        let x: Vec<C64> = (0..p).map(|i| if i < p / 2 { (rng::normal(31 + t as u64, 2 * i as u64), rng::normal(31 + t as u64, 2 * i as u64 + 1)) } else { (0.0, 0.0) }).collect();
         // Lane j: the 32-point DFT of x[T·m + j].
         let mut lanes: Vec<Vec<C64>> = (0..tt)
-            .map(|j| {
-                (0..32)
-                    .map(|k| {
-                        (0..16).fold((0.0, 0.0), |acc, m| {
-                            add(acc, cmul(x[tt * m + j], cis(-1.0, (m * k) % 32, 32)))
-                        })
-                    })
-                    .collect()
-            })
+            .map(|j| (0..32).map(|k| (0..16).fold((0.0, 0.0), |acc, m| add(acc, cmul(x[tt * m + j], cis(-1.0, (m * k) % 32, 32))))).collect())
             .collect();
         let mut rho = vec![0usize; tt];
         for s in 1..=t {
@@ -730,19 +487,11 @@ fn cluster_stage1_model_matches_the_dft() {
             let prev = lanes.clone();
             for j in 0..tt {
                 let jb = (j >> b) & 1;
-                let (lo, hi) = if jb == 0 {
-                    (j, j ^ (1 << b))
-                } else {
-                    (j ^ (1 << b), j)
-                };
+                let (lo, hi) = if jb == 0 { (j, j ^ (1 << b)) } else { (j ^ (1 << b), j) };
                 for k in 0..32 {
                     let w = cmul(cis(-1.0, k, size), cis(-1.0, rho[j] % (1 << s), 1 << s));
                     let tw = cmul(prev[hi][k], w);
-                    lanes[j][k] = if jb == 0 {
-                        add(prev[lo][k], tw)
-                    } else {
-                        sub(prev[lo][k], tw)
-                    };
+                    lanes[j][k] = if jb == 0 { add(prev[lo][k], tw) } else { sub(prev[lo][k], tw) };
                 }
             }
             for (j, r) in rho.iter_mut().enumerate() {
@@ -752,16 +501,10 @@ fn cluster_stage1_model_matches_the_dft() {
         let mut worst: f64 = 0.0;
         for j in 0..tt {
             let r = (0..t).fold(0, |acc, i| acc | (((j >> i) & 1) << (t - 1 - i)));
-            assert_eq!(
-                rho[j], r,
-                "T = {tt}: lane {j} holds bins k + 32·{}, expected bitrev {r}",
-                rho[j]
-            );
+            assert_eq!(rho[j], r, "T = {tt}: lane {j} holds bins k + 32·{}, expected bitrev {r}", rho[j]);
             for k in 0..32 {
                 let bin = k + 32 * r;
-                let want = x.iter().enumerate().fold((0.0, 0.0), |acc, (n, v)| {
-                    add(acc, cmul(*v, cis(-1.0, (n * bin) % p, p)))
-                });
+                let want = x.iter().enumerate().fold((0.0, 0.0), |acc, (n, v)| add(acc, cmul(*v, cis(-1.0, (n * bin) % p, p))));
                 let got = lanes[j][k];
                 worst = worst.max(((got.0 - want.0).powi(2) + (got.1 - want.1).powi(2)).sqrt());
             }
@@ -792,14 +535,9 @@ fn cluster_stage1_model_matches_the_dft() {
         let mut worst: f64 = 0.0;
         for (j, lane) in lanes.iter().enumerate() {
             for m in 0..16 {
-                let got = lane.iter().enumerate().fold((0.0, 0.0), |acc, (k, v)| {
-                    add(acc, cmul(*v, cis(1.0, (m * k) % 32, 32)))
-                });
+                let got = lane.iter().enumerate().fold((0.0, 0.0), |acc, (k, v)| add(acc, cmul(*v, cis(1.0, (m * k) % 32, 32))));
                 let want = x[tt * m + j];
-                worst = worst.max(
-                    ((got.0 / p as f64 - want.0).powi(2) + (got.1 / p as f64 - want.1).powi(2))
-                        .sqrt(),
-                );
+                worst = worst.max(((got.0 / p as f64 - want.0).powi(2) + (got.1 / p as f64 - want.1).powi(2)).sqrt());
             }
         }
         assert!(worst < 1e-9, "T = {tt}: round-trip error {worst}");

@@ -19,25 +19,21 @@ pub fn gelu_grad(x: f32) -> f32 {
 
 fn map1<T: ember_core::Element>(x: &[T], f: impl Fn(f32) -> f32 + Sync) -> Vec<T> {
     let mut out = vec![T::default(); x.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(o, i)| {
-            for (o, &i) in o.iter_mut().zip(i) {
-                *o = T::from_f32(f(i.to_f32()));
-            }
-        });
+    out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK)).for_each(|(o, i)| {
+        for (o, &i) in o.iter_mut().zip(i) {
+            *o = T::from_f32(f(i.to_f32()));
+        }
+    });
     out
 }
 
 fn map2<T: ember_core::Element>(x: &[T], y: &[T], f: impl Fn(f32, f32) -> f32 + Sync) -> Vec<T> {
     let mut out = vec![T::default(); x.len()];
-    out.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK).zip(y.par_chunks(CHUNK)))
-        .for_each(|(o, (a, b))| {
-            for ((o, &a), &b) in o.iter_mut().zip(a).zip(b) {
-                *o = T::from_f32(f(a.to_f32(), b.to_f32()));
-            }
-        });
+    out.par_chunks_mut(CHUNK).zip(x.par_chunks(CHUNK).zip(y.par_chunks(CHUNK))).for_each(|(o, (a, b))| {
+        for ((o, &a), &b) in o.iter_mut().zip(a).zip(b) {
+            *o = T::from_f32(f(a.to_f32(), b.to_f32()));
+        }
+    });
     out
 }
 

@@ -13,10 +13,7 @@ fn grid(n: usize) -> Result<u32> {
     u32::try_from(n.div_ceil(per_block).max(1))
         .ok()
         .filter(|&g| g <= i32::MAX as u32)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "x".into(),
-            what: format!("{n} elements exceed one launch's grid"),
-        })
+        .ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{n} elements exceed one launch's grid") })
 }
 
 pub fn forward(x: &Tensor) -> Result<Tensor> {
@@ -25,12 +22,7 @@ pub fn forward(x: &Tensor) -> Result<Tensor> {
     let f = dev.function(&SOURCE, &[], &format!("gelu_fwd_{}", x.dtype().name()))?;
     let (px, py, n) = (x.cuda_ptr()?, y.cuda_ptr()?, x.numel() as i64);
     let cfg = cfg_1d(grid(x.numel())?, BLOCK, 0);
-    dev.launch(&f, cfg)
-        .arg(&px)
-        .arg(&py)
-        .arg(&n)
-        .named("gelu_fwd")
-        .run()?;
+    dev.launch(&f, cfg).arg(&px).arg(&py).arg(&n).named("gelu_fwd").run()?;
     Ok(y)
 }
 
@@ -38,19 +30,8 @@ pub fn backward(x: &Tensor, dy: &Tensor) -> Result<Tensor> {
     let dev = x.cuda_device()?.clone();
     let dx = Tensor::output(x.shape(), x.dtype(), x.device())?;
     let f = dev.function(&SOURCE, &[], &format!("gelu_bwd_{}", x.dtype().name()))?;
-    let (px, pdy, pdx, n) = (
-        x.cuda_ptr()?,
-        dy.cuda_ptr()?,
-        dx.cuda_ptr()?,
-        x.numel() as i64,
-    );
+    let (px, pdy, pdx, n) = (x.cuda_ptr()?, dy.cuda_ptr()?, dx.cuda_ptr()?, x.numel() as i64);
     let cfg = cfg_1d(grid(x.numel())?, BLOCK, 0);
-    dev.launch(&f, cfg)
-        .arg(&px)
-        .arg(&pdy)
-        .arg(&pdx)
-        .arg(&n)
-        .named("gelu_bwd")
-        .run()?;
+    dev.launch(&f, cfg).arg(&px).arg(&pdy).arg(&pdx).arg(&n).named("gelu_bwd").run()?;
     Ok(dx)
 }

@@ -14,20 +14,7 @@ fn sizes(tier: Tier) -> Vec<usize> {
         Tier::Quick => vec![1, 7, 1000, 4099],
         Tier::Small => vec![1, 7, 33, 1000],
         // 1, primes, vector width ± 1, one block's tile ± 1, large.
-        Tier::Full => vec![
-            1,
-            2,
-            3,
-            7,
-            8,
-            9,
-            8191,
-            8192,
-            8193,
-            65537,
-            (1 << 20) + 3,
-            10_000_019,
-        ],
+        Tier::Full => vec![1, 2, 3, 7, 8, 9, 8191, 8192, 8193, 65537, (1 << 20) + 3, 10_000_019],
     }
 }
 
@@ -42,22 +29,8 @@ fn check_one(ctx: &CheckCtx, n: usize, dtype: DType) -> Result<Vec<CheckRow>> {
     let dy = dy_cpu.to_device(ctx.device)?;
     let tol = dtype.tolerance();
     Ok(vec![
-        compare(
-            "gelu",
-            &case,
-            "y",
-            &forward(&x)?,
-            &reference::forward(&xr),
-            tol,
-        )?,
-        compare(
-            "gelu",
-            &case,
-            "dx",
-            &backward(&x, &dy)?,
-            &reference::backward(&xr, &dyr),
-            tol,
-        )?,
+        compare("gelu", &case, "y", &forward(&x)?, &reference::forward(&xr), tol)?,
+        compare("gelu", &case, "dx", &backward(&x, &dy)?, &reference::backward(&xr, &dyr), tol)?,
     ])
 }
 
@@ -90,23 +63,11 @@ impl crate::OpFamily for Family {
             for dtype in [DType::BF16, DType::F32] {
                 let es = dtype.size() as f64;
                 let sets = ctx.rotation(2.0 * es * n as f64);
-                let xs: Vec<Tensor> = (0..sets)
-                    .map(|i| Tensor::rand(&[n], -3.0, 3.0, dtype, ctx.device, 100 + i as u64))
-                    .collect::<Result<_>>()?;
-                let dys: Vec<Tensor> = (0..sets)
-                    .map(|i| Tensor::rand(&[n], -1.0, 1.0, dtype, ctx.device, 200 + i as u64))
-                    .collect::<Result<_>>()?;
+                let xs: Vec<Tensor> = (0..sets).map(|i| Tensor::rand(&[n], -3.0, 3.0, dtype, ctx.device, 100 + i as u64)).collect::<Result<_>>()?;
+                let dys: Vec<Tensor> = (0..sets).map(|i| Tensor::rand(&[n], -1.0, 1.0, dtype, ctx.device, 200 + i as u64)).collect::<Result<_>>()?;
                 let p = params(&[("n", json!(n))]);
                 let ms = ctx.time(300.0, |i| forward(&xs[i % sets]).map(drop))?;
-                let row = ctx.row(
-                    "gelu",
-                    "fwd",
-                    dtype,
-                    p.clone(),
-                    ms,
-                    2.0 * es * n as f64,
-                    0.0,
-                );
+                let row = ctx.row("gelu", "fwd", dtype, p.clone(), ms, 2.0 * es * n as f64, 0.0);
                 progress(&row);
                 rows.push(row);
                 let ms = ctx.time(300.0, |i| {
@@ -123,9 +84,6 @@ impl crate::OpFamily for Family {
     }
 
     fn kernels(&self) -> Vec<KernelBuild> {
-        vec![KernelBuild {
-            source: cuda::SOURCE,
-            options: vec![],
-        }]
+        vec![KernelBuild { source: cuda::SOURCE, options: vec![] }]
     }
 }

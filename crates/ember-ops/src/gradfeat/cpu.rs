@@ -16,26 +16,15 @@ struct W {
 
 fn weights_f32(weights: &Weights) -> Result<W> {
     Ok(match *weights {
-        Weights::Rotation { a_re, a_im } => W {
-            re: to_f32(a_re)?,
-            im: Some(to_f32(a_im)?),
-        },
-        Weights::Plain { a } => W {
-            re: to_f32(a)?,
-            im: None,
-        },
+        Weights::Rotation { a_re, a_im } => W { re: to_f32(a_re)?, im: Some(to_f32(a_im)?) },
+        Weights::Plain { a } => W { re: to_f32(a)?, im: None },
     })
 }
 
 /// g_re, g_im (V×C, f32) of either input form.
 fn g_f32(p: &Problem, input: &Input) -> Result<(Vec<f32>, Vec<f32>)> {
     match *input {
-        Input::Spectral {
-            x,
-            grads_re,
-            grads_im,
-            ..
-        } => {
+        Input::Spectral { x, grads_re, grads_im, .. } => {
             let (x, gre, gim) = (to_f32(x)?, to_f32(grads_re)?, to_f32(grads_im)?);
             let (k, c) = (p.k, p.c);
             let mut g_re = vec![0.0f32; p.v * c];
@@ -43,38 +32,8 @@ fn g_f32(p: &Problem, input: &Input) -> Result<(Vec<f32>, Vec<f32>)> {
             for (m, w) in p.offsets.windows(2).enumerate() {
                 let rows = w[1] - w[0];
                 let xm = &x[m * k * c..(m + 1) * k * c];
-                sgemm(
-                    rows,
-                    k,
-                    c,
-                    1.0,
-                    &gre[w[0] * k..],
-                    k,
-                    1,
-                    xm,
-                    c,
-                    1,
-                    0.0,
-                    &mut g_re[w[0] * c..],
-                    c,
-                    1,
-                );
-                sgemm(
-                    rows,
-                    k,
-                    c,
-                    1.0,
-                    &gim[w[0] * k..],
-                    k,
-                    1,
-                    xm,
-                    c,
-                    1,
-                    0.0,
-                    &mut g_im[w[0] * c..],
-                    c,
-                    1,
-                );
+                sgemm(rows, k, c, 1.0, &gre[w[0] * k..], k, 1, xm, c, 1, 0.0, &mut g_re[w[0] * c..], c, 1);
+                sgemm(rows, k, c, 1.0, &gim[w[0] * k..], k, 1, xm, c, 1, 0.0, &mut g_im[w[0] * c..], c, 1);
             }
             Ok((g_re, g_im))
         }
@@ -124,11 +83,7 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor) -
     let (mut d_g_re, mut d_g_im) = (vec![0.0f32; n], vec![0.0f32; n]);
     pm.par_chunks_mut(CHUNK)
         .zip(qm.par_chunks_mut(CHUNK))
-        .zip(
-            d_g_re
-                .par_chunks_mut(CHUNK)
-                .zip(d_g_im.par_chunks_mut(CHUNK)),
-        )
+        .zip(d_g_re.par_chunks_mut(CHUNK).zip(d_g_im.par_chunks_mut(CHUNK)))
         .enumerate()
         .for_each(|(ci, ((pc, qc), (dr, di)))| {
             let base = ci * CHUNK;
@@ -156,35 +111,13 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor) -
             // d_A_im = Qᵀ·g_re − Pᵀ·g_im
             let mut d_a_im = vec![0.0f32; c * c];
             sgemm(c, v, c, 1.0, &qm, 1, c, &g_re, c, 1, 0.0, &mut d_a_im, c, 1);
-            sgemm(
-                c,
-                v,
-                c,
-                -1.0,
-                &pm,
-                1,
-                c,
-                &g_im,
-                c,
-                1,
-                1.0,
-                &mut d_a_im,
-                c,
-                1,
-            );
-            WeightGrads::Rotation {
-                d_a_re: from_f32(&d_a_re, &[c, c], p.dtype)?,
-                d_a_im: from_f32(&d_a_im, &[c, c], p.dtype)?,
-            }
+            sgemm(c, v, c, -1.0, &pm, 1, c, &g_im, c, 1, 1.0, &mut d_a_im, c, 1);
+            WeightGrads::Rotation { d_a_re: from_f32(&d_a_re, &[c, c], p.dtype)?, d_a_im: from_f32(&d_a_im, &[c, c], p.dtype)? }
         }
-        None => WeightGrads::Plain {
-            d_a: from_f32(&d_a_re, &[c, c], p.dtype)?,
-        },
+        None => WeightGrads::Plain { d_a: from_f32(&d_a_re, &[c, c], p.dtype)? },
     };
     let input_grads = match *input {
-        Input::Spectral {
-            grads_re, grads_im, ..
-        } => {
+        Input::Spectral { grads_re, grads_im, .. } => {
             // d_x[m] = grads_reᵀ·d_g_re + grads_imᵀ·d_g_im over the mesh's rows.
             let (gre, gim) = (to_f32(grads_re)?, to_f32(grads_im)?);
             let k = p.k;
@@ -192,50 +125,12 @@ pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor) -
             for (m, wnd) in p.offsets.windows(2).enumerate() {
                 let (r0, rows) = (wnd[0], wnd[1] - wnd[0]);
                 let dxm = &mut d_x[m * k * c..(m + 1) * k * c];
-                sgemm(
-                    k,
-                    rows,
-                    c,
-                    1.0,
-                    &gre[r0 * k..],
-                    1,
-                    k,
-                    &d_g_re[r0 * c..],
-                    c,
-                    1,
-                    0.0,
-                    dxm,
-                    c,
-                    1,
-                );
-                sgemm(
-                    k,
-                    rows,
-                    c,
-                    1.0,
-                    &gim[r0 * k..],
-                    1,
-                    k,
-                    &d_g_im[r0 * c..],
-                    c,
-                    1,
-                    1.0,
-                    dxm,
-                    c,
-                    1,
-                );
+                sgemm(k, rows, c, 1.0, &gre[r0 * k..], 1, k, &d_g_re[r0 * c..], c, 1, 0.0, dxm, c, 1);
+                sgemm(k, rows, c, 1.0, &gim[r0 * k..], 1, k, &d_g_im[r0 * c..], c, 1, 1.0, dxm, c, 1);
             }
-            InputGrads::Spectral {
-                d_x: from_f32(&d_x, &p.x_shape(), p.dtype)?,
-            }
+            InputGrads::Spectral { d_x: from_f32(&d_x, &p.x_shape(), p.dtype)? }
         }
-        Input::Vertex { .. } => InputGrads::Vertex {
-            d_g_re: from_f32(&d_g_re, &[v, c], p.dtype)?,
-            d_g_im: from_f32(&d_g_im, &[v, c], p.dtype)?,
-        },
+        Input::Vertex { .. } => InputGrads::Vertex { d_g_re: from_f32(&d_g_re, &[v, c], p.dtype)?, d_g_im: from_f32(&d_g_im, &[v, c], p.dtype)? },
     };
-    Ok(Grads {
-        input: input_grads,
-        weights: weight_grads,
-    })
+    Ok(Grads { input: input_grads, weights: weight_grads })
 }

@@ -42,21 +42,11 @@ struct Tile {
 }
 
 const fn tile(bm: usize, nt: usize, stages: usize) -> Tile {
-    Tile {
-        bm,
-        nt,
-        stages,
-        wgmma: false,
-    }
+    Tile { bm, nt, stages, wgmma: false }
 }
 
 /// The sm_90a forward: 128 rows, its g stage with 32×64 warp blocks.
-const WGMMA_FWD: Tile = Tile {
-    bm: 128,
-    nt: 8,
-    stages: 3,
-    wgmma: true,
-};
+const WGMMA_FWD: Tile = Tile { bm: 128, nt: 8, stages: 3, wgmma: true };
 
 fn options(dtype: DType, kind: Kind, t: Tile) -> Vec<String> {
     let mut v = vec![
@@ -143,13 +133,7 @@ impl BwdVariant {
 
     /// Whether the variant runs the image build of the map kernel (where it applies).
     pub fn image(self) -> bool {
-        matches!(
-            self,
-            BwdVariant::PackedImg
-                | BwdVariant::PackedImgDefer
-                | BwdVariant::PackedImgGImages
-                | BwdVariant::PackedImgFactored
-        )
+        matches!(self, BwdVariant::PackedImg | BwdVariant::PackedImgDefer | BwdVariant::PackedImgGImages | BwdVariant::PackedImgFactored)
     }
 
     /// Whether the variant factors d_A through x for `p` (on the image path).
@@ -178,10 +162,7 @@ impl BwdVariant {
     /// image build does not apply).
     pub fn from_env() -> BwdVariant {
         let v = std::env::var("EMBER_GRADFEAT_BWD").unwrap_or_default();
-        BwdVariant::ALL
-            .into_iter()
-            .find(|b| b.name() == v)
-            .unwrap_or(BwdVariant::PackedImg)
+        BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::PackedImg)
     }
 
     /// The variant that runs when `self` is asked for among `offered` (those that run a problem as
@@ -224,14 +205,7 @@ pub enum FwdVariant {
 }
 
 impl FwdVariant {
-    pub const ALL: [FwdVariant; 6] = [
-        FwdVariant::Fused,
-        FwdVariant::Staged,
-        FwdVariant::Packed,
-        FwdVariant::FusedSv,
-        FwdVariant::PackedDefer,
-        FwdVariant::PackedPp,
-    ];
+    pub const ALL: [FwdVariant; 6] = [FwdVariant::Fused, FwdVariant::Staged, FwdVariant::Packed, FwdVariant::FusedSv, FwdVariant::PackedDefer, FwdVariant::PackedPp];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -247,18 +221,13 @@ impl FwdVariant {
     /// `EMBER_GRADFEAT_FWD`, "packed" when unset or unknown.
     pub fn from_env() -> FwdVariant {
         let v = std::env::var("EMBER_GRADFEAT_FWD").unwrap_or_default();
-        FwdVariant::ALL
-            .into_iter()
-            .find(|f| f.name() == v)
-            .unwrap_or(FwdVariant::Packed)
+        FwdVariant::ALL.into_iter().find(|f| f.name() == v).unwrap_or(FwdVariant::Packed)
     }
 }
 
 /// The forward variants that run `p` as themselves.
 pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
-    let Device::Cuda(i) = p.device else {
-        return Ok(vec![FwdVariant::Fused]);
-    };
+    let Device::Cuda(i) = p.device else { return Ok(vec![FwdVariant::Fused]) };
     let dev = CudaDevice::get(i)?;
     if !super::staged::applies(&dev, p) {
         return Ok(vec![FwdVariant::Fused]);
@@ -277,9 +246,7 @@ pub fn fwd_variants(p: &Problem) -> Result<Vec<FwdVariant>> {
 
 /// Whether `forward_train` keeps b for `p` (CUDA, where the staged kernels' saved path applies).
 pub fn saves_b(p: &Problem) -> Result<bool> {
-    let Device::Cuda(i) = p.device else {
-        return Ok(false);
-    };
+    let Device::Cuda(i) = p.device else { return Ok(false) };
     let dev = CudaDevice::get(i)?;
     Ok(super::staged::saved_applies(&dev, p))
 }
@@ -293,18 +260,13 @@ fn fused_sv_applies(p: &Problem) -> bool {
 /// The backward variants that run `p` as themselves (the staged ones need sm_90a, 16-bit inputs and
 /// C ≤ 256; elsewhere they would run the fused backward again).
 pub fn bwd_variants(p: &Problem) -> Result<Vec<BwdVariant>> {
-    let Device::Cuda(i) = p.device else {
-        return Ok(vec![BwdVariant::Fused]);
-    };
+    let Device::Cuda(i) = p.device else { return Ok(vec![BwdVariant::Fused]) };
     let dev = CudaDevice::get(i)?;
     if !super::staged::applies(&dev, p) {
         return Ok(vec![BwdVariant::Fused]);
     }
     let img = super::staged::img_applies(&dev, p);
-    Ok(BwdVariant::ALL
-        .into_iter()
-        .filter(|b| !b.image() || img)
-        .collect())
+    Ok(BwdVariant::ALL.into_iter().filter(|b| !b.image() || img).collect())
 }
 
 /// Tile shapes of a fused kernel, preferred first (the launch takes the first that fits in shared
@@ -376,18 +338,12 @@ pub fn all_builds() -> Vec<KernelBuild> {
                 for &t in fused_tiles(dtype, kind, family) {
                     let options = options(dtype, kind, t);
                     if !v.iter().any(|b| b.options == options) {
-                        v.push(KernelBuild {
-                            source: SOURCE,
-                            options,
-                        });
+                        v.push(KernelBuild { source: SOURCE, options });
                     }
                 }
             }
         }
-        v.push(KernelBuild {
-            source: SOURCE,
-            options: options(dtype, Kind::SplitK, SPLITK),
-        });
+        v.push(KernelBuild { source: SOURCE, options: options(dtype, Kind::SplitK, SPLITK) });
     }
     v
 }
@@ -463,13 +419,7 @@ pub(super) fn device_table(values: &[i64], device: Device) -> Result<Tensor> {
 }
 
 pub(super) fn grid_u32(arg: &str, n: usize) -> Result<u32> {
-    u32::try_from(n)
-        .ok()
-        .filter(|&g| g <= i32::MAX as u32 && g > 0)
-        .ok_or_else(|| Error::TooLarge {
-            arg: arg.into(),
-            what: format!("{n} blocks exceed one launch's grid"),
-        })
+    u32::try_from(n).ok().filter(|&g| g <= i32::MAX as u32 && g > 0).ok_or_else(|| Error::TooLarge { arg: arg.into(), what: format!("{n} blocks exceed one launch's grid") })
 }
 
 pub(super) fn ptr(t: Option<&Tensor>) -> Result<u64> {
@@ -485,54 +435,19 @@ struct BwdBuffers<'a> {
 }
 
 /// `sv`: the `_sv` entries where they apply (the wgmma forward, `fused_sv_applies`).
-fn launch_fused(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    input: &Input,
-    weights: &Weights,
-    out: Option<&Tensor>,
-    bwd: Option<&BwdBuffers>,
-    sv: bool,
-) -> Result<()> {
+fn launch_fused(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, out: Option<&Tensor>, bwd: Option<&BwdBuffers>, sv: bool) -> Result<()> {
     let kind = if bwd.is_some() { Kind::Bwd } else { Kind::Fwd };
     let (t, smem) = pick_tile(dev, p, kind)?;
     let sv = sv && t.wgmma && kind == Kind::Fwd && fused_sv_applies(p);
     let vec = 16 / p.dtype.size();
     let (table, grid) = row_tiles(p, t.bm)?;
     let (x, grads_re, grads_im, g_re, g_im) = match *input {
-        Input::Spectral {
-            x,
-            grads_re,
-            grads_im,
-            ..
-        } => (
-            ptr(Some(x))?,
-            ptr(Some(grads_re))?,
-            ptr(Some(grads_im))?,
-            0,
-            0,
-        ),
+        Input::Spectral { x, grads_re, grads_im, .. } => (ptr(Some(x))?, ptr(Some(grads_re))?, ptr(Some(grads_im))?, 0, 0),
         Input::Vertex { g_re, g_im } => (0, 0, 0, ptr(Some(g_re))?, ptr(Some(g_im))?),
     };
     let (w_re, w_im, entry) = match *weights {
-        Weights::Rotation { a_re, a_im } => (
-            ptr(Some(a_re))?,
-            ptr(Some(a_im))?,
-            if sv {
-                "gf_fused_rot_sv"
-            } else {
-                "gf_fused_rot"
-            },
-        ),
-        Weights::Plain { a } => (
-            ptr(Some(a))?,
-            0,
-            if sv {
-                "gf_fused_plain_sv"
-            } else {
-                "gf_fused_plain"
-            },
-        ),
+        Weights::Rotation { a_re, a_im } => (ptr(Some(a_re))?, ptr(Some(a_im))?, if sv { "gf_fused_rot_sv" } else { "gf_fused_rot" }),
+        Weights::Plain { a } => (ptr(Some(a))?, 0, if sv { "gf_fused_plain_sv" } else { "gf_fused_plain" }),
     };
     let out = ptr(out)?;
     let (d_out, gws_re, gws_im, db_re, db_im, dg_re, dg_im) = match bwd {
@@ -548,17 +463,8 @@ fn launch_fused(
         None => (0, 0, 0, 0, 0, 0, 0),
     };
     let tiles = ptr(table.as_ref())?;
-    let (v, k, c, cpad) = (
-        p.v as i64,
-        p.k as i32,
-        p.c as i32,
-        (p.c.div_ceil(64) * 64) as i32,
-    );
-    let (spectral, vec_k, vec_c) = (
-        p.spectral as i32,
-        p.k.is_multiple_of(vec) as i32,
-        p.c.is_multiple_of(vec) as i32,
-    );
+    let (v, k, c, cpad) = (p.v as i64, p.k as i32, p.c as i32, (p.c.div_ceil(64) * 64) as i32);
+    let (spectral, vec_k, vec_c) = (p.spectral as i32, p.k.is_multiple_of(vec) as i32, p.c.is_multiple_of(vec) as i32);
     let f = dev.function(&SOURCE, &options(p.dtype, kind, t), entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
     dev.launch(&f, cfg_1d(grid, FUSED_THREADS, smem as u32))
@@ -585,52 +491,20 @@ fn launch_fused(
         .arg(&spectral)
         .arg(&vec_k)
         .arg(&vec_c)
-        .named(if kind == Kind::Bwd {
-            "gradfeat fused backward"
-        } else {
-            "gradfeat fused forward"
-        })
+        .named(if kind == Kind::Bwd { "gradfeat fused backward" } else { "gradfeat fused forward" })
         .run()
 }
 
-pub fn forward(
-    p: &Problem,
-    input: &Input,
-    weights: &Weights,
-    variant: FwdVariant,
-) -> Result<Tensor> {
+pub fn forward(p: &Problem, input: &Input, weights: &Weights, variant: FwdVariant) -> Result<Tensor> {
     let dev = super::first_tensor(input).1.cuda_device()?.clone();
-    if matches!(
-        variant,
-        FwdVariant::Staged | FwdVariant::Packed | FwdVariant::PackedDefer | FwdVariant::PackedPp
-    ) && super::staged::applies(&dev, p)
-    {
-        let (defer, pp) = (
-            variant == FwdVariant::PackedDefer,
-            variant == FwdVariant::PackedPp,
-        );
-        return super::staged::forward(
-            &dev,
-            p,
-            input,
-            weights,
-            variant == FwdVariant::Packed || defer || pp,
-            defer,
-            pp,
-        );
+    if matches!(variant, FwdVariant::Staged | FwdVariant::Packed | FwdVariant::PackedDefer | FwdVariant::PackedPp) && super::staged::applies(&dev, p) {
+        let (defer, pp) = (variant == FwdVariant::PackedDefer, variant == FwdVariant::PackedPp);
+        return super::staged::forward(&dev, p, input, weights, variant == FwdVariant::Packed || defer || pp, defer, pp);
     }
     // Check the tile fits before allocating anything.
     pick_tile(&dev, p, Kind::Fwd)?;
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
-    launch_fused(
-        &dev,
-        p,
-        input,
-        weights,
-        Some(&out),
-        None,
-        variant == FwdVariant::FusedSv,
-    )?;
+    launch_fused(&dev, p, input, weights, Some(&out), None, variant == FwdVariant::FusedSv)?;
     Ok(out)
 }
 
@@ -647,13 +521,7 @@ pub(super) struct SplitPlan {
 impl SplitPlan {
     /// The split and group tables on `device` (None where empty).
     pub fn device_tables(&self, device: Device) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let t = |v: &[i64]| {
-            if v.is_empty() {
-                Ok(None)
-            } else {
-                device_table(v, device).map(Some)
-            }
-        };
+        let t = |v: &[i64]| if v.is_empty() { Ok(None) } else { device_table(v, device).map(Some) };
         Ok((t(&self.splits)?, t(&self.groups)?))
     }
 }
@@ -666,18 +534,12 @@ pub(super) fn splitk_ctas(dev: &CudaDevice) -> usize {
 
 /// Rows per split for about `ctas` CTAs over the output tiles.
 fn rows_per_split(rows: usize, tiles: usize, ctas: usize) -> usize {
-    rows.div_ceil(ctas.div_ceil(tiles).max(1))
-        .max(MIN_ROWS_PER_SPLIT)
+    rows.div_ceil(ctas.div_ceil(tiles).max(1)).max(MIN_ROWS_PER_SPLIT)
 }
 
 pub(super) fn uniform_plan(rows: usize, tiles: usize, ctas: usize) -> SplitPlan {
     let per = rows_per_split(rows, tiles, ctas);
-    SplitPlan {
-        splits: vec![],
-        groups: vec![],
-        nsplits: rows.div_ceil(per),
-        rows_per_split: per,
-    }
+    SplitPlan { splits: vec![], groups: vec![], nsplits: rows.div_ceil(per), rows_per_split: per }
 }
 
 pub(super) fn mesh_plan(p: &Problem, tiles: usize, ctas: usize) -> SplitPlan {
@@ -698,67 +560,26 @@ pub(super) fn mesh_plan(p: &Problem, tiles: usize, ctas: usize) -> SplitPlan {
     if nsplits == 0 {
         splits.extend([0, 0]);
     }
-    SplitPlan {
-        splits,
-        groups,
-        nsplits: nsplits.max(1),
-        rows_per_split: per,
-    }
+    SplitPlan { splits, groups, nsplits: nsplits.max(1), rows_per_split: per }
 }
 
 /// out[g] = Σ over the rows of group g of a_reᵀ·b_re ⊕ a_imᵀ·b_im (see gf_splitk), for an (m × n)
 /// result per group, through an f32 workspace summed in split order.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn reduce_rows(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    rot: bool,
-    a: (&Tensor, &Tensor),
-    b: (&Tensor, &Tensor),
-    m: usize,
-    n: usize,
-    plan: &SplitPlan,
-    out: (&Tensor, Option<&Tensor>),
-    ngroups: usize,
-) -> Result<()> {
+pub(super) fn reduce_rows(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), m: usize, n: usize, plan: &SplitPlan, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
     let es = p.dtype.size();
     let vec = 16 / es;
     let planes = if rot { 2 } else { 1 };
     let tiles = m.div_ceil(64) * n.div_ceil(64);
     let ws = Tensor::output(&[plan.nsplits * planes * m * n], DType::F32, p.device)?;
     let opts = options(p.dtype, Kind::SplitK, SPLITK);
-    let f = dev.function(
-        &SOURCE,
-        &opts,
-        if rot {
-            "gf_splitk_rot"
-        } else {
-            "gf_splitk_sum"
-        },
-    )?;
+    let f = dev.function(&SOURCE, &opts, if rot { "gf_splitk_rot" } else { "gf_splitk_sum" })?;
     let smem = splitk_smem_bytes(es);
     dev.set_max_dynamic_smem(&f, smem)?;
-    let blocks = plan
-        .nsplits
-        .checked_mul(tiles)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "rows".into(),
-            what: "split count overflows".into(),
-        })?;
-    let cfg = LaunchConfig {
-        grid_dim: (grid_u32("rows", blocks)?, 1, 1),
-        block_dim: (SPLITK_THREADS, 1, 1),
-        shared_mem_bytes: smem as u32,
-    };
+    let blocks = plan.nsplits.checked_mul(tiles).ok_or_else(|| Error::TooLarge { arg: "rows".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("rows", blocks)?, 1, 1), block_dim: (SPLITK_THREADS, 1, 1), shared_mem_bytes: smem as u32 };
     let (table, groups) = plan.device_tables(p.device)?;
-    let (a_re, a_im, b_re, b_im, wsp, tablep) = (
-        a.0.cuda_ptr()?,
-        a.1.cuda_ptr()?,
-        b.0.cuda_ptr()?,
-        b.1.cuda_ptr()?,
-        ws.cuda_ptr()?,
-        ptr(table.as_ref())?,
-    );
+    let (a_re, a_im, b_re, b_im, wsp, tablep) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(table.as_ref())?);
     let (r, mi, ni, per) = (p.v as i64, m as i32, n as i32, plan.rows_per_split as i64);
     let (vec_m, vec_n) = (m.is_multiple_of(vec) as i32, n.is_multiple_of(vec) as i32);
     dev.launch(&f, cfg)
@@ -776,33 +597,13 @@ pub(super) fn reduce_rows(
         .arg(&vec_n)
         .named("gradfeat split-K reduction")
         .run()?;
-    sum_splits(
-        dev,
-        p,
-        &ws,
-        planes,
-        m * n,
-        plan.nsplits,
-        groups.as_ref(),
-        out,
-        ngroups,
-    )
+    sum_splits(dev, p, &ws, planes, m * n, plan.nsplits, groups.as_ref(), out, ngroups)
 }
 
 /// out_p[g] = Σ over the splits of group g, in split order, of the f32 slices ws[split][p] (m·n
 /// elements each), rounded to the op's dtype.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn sum_splits(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    ws: &Tensor,
-    planes: usize,
-    elems: usize,
-    nsplits: usize,
-    groups: Option<&Tensor>,
-    out: (&Tensor, Option<&Tensor>),
-    ngroups: usize,
-) -> Result<()> {
+pub(super) fn sum_splits(dev: &Arc<CudaDevice>, p: &Problem, ws: &Tensor, planes: usize, elems: usize, nsplits: usize, groups: Option<&Tensor>, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
     let opts = options(p.dtype, Kind::SplitK, SPLITK);
     let wsp = ws.cuda_ptr()?;
     let f = dev.function(&SOURCE, &opts, "gf_reduce")?;
@@ -822,51 +623,20 @@ pub(super) fn sum_splits(
         .run()
 }
 
-pub fn backward(
-    p: &Problem,
-    input: &Input,
-    weights: &Weights,
-    d_out: &Tensor,
-    variant: BwdVariant,
-) -> Result<Grads> {
+pub fn backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, variant: BwdVariant) -> Result<Grads> {
     let dev = d_out.cuda_device()?.clone();
     if variant != BwdVariant::Fused && super::staged::applies(&dev, p) {
-        let reductions = if variant == BwdVariant::Staged {
-            super::staged::Reductions::Wgmma
-        } else {
-            super::staged::Reductions::MmaSync
-        };
+        let reductions = if variant == BwdVariant::Staged { super::staged::Reductions::Wgmma } else { super::staged::Reductions::MmaSync };
         let (img, defer) = (variant.image(), variant == BwdVariant::PackedImgDefer);
         let packed = variant == BwdVariant::Packed || img;
-        return super::staged::backward(
-            &dev,
-            p,
-            input,
-            weights,
-            d_out,
-            reductions,
-            packed,
-            img,
-            defer,
-            None,
-            variant.factors(p),
-        );
+        return super::staged::backward(&dev, p, input, weights, d_out, reductions, packed, img, defer, None, variant.factors(p));
     }
     pick_tile(&dev, p, Kind::Bwd)?;
     let (v, c) = (p.v, p.c);
     let vc = || Tensor::output(&[v, c], p.dtype, p.device);
     let (db_re, db_im, dg_re, dg_im) = (vc()?, vc()?, vc()?, vc()?);
-    let gws = if p.spectral {
-        Some((vc()?, vc()?))
-    } else {
-        None
-    };
-    let bufs = BwdBuffers {
-        d_out,
-        gws: gws.as_ref().map(|g| (&g.0, &g.1)),
-        db: (&db_re, &db_im),
-        dg: (&dg_re, &dg_im),
-    };
+    let gws = if p.spectral { Some((vc()?, vc()?)) } else { None };
+    let bufs = BwdBuffers { d_out, gws: gws.as_ref().map(|g| (&g.0, &g.1)), db: (&db_re, &db_im), dg: (&dg_re, &dg_im) };
     launch_fused(&dev, p, input, weights, None, Some(&bufs), false)?;
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
@@ -879,65 +649,24 @@ pub fn backward(
     let cc = || Tensor::output(&[c, c], p.dtype, p.device);
     let weight_grads = if p.rotation {
         let (d_a_re, d_a_im) = (cc()?, cc()?);
-        reduce_rows(
-            &dev,
-            p,
-            true,
-            (&db_re, &db_im),
-            (g_re, g_im),
-            c,
-            c,
-            &plan,
-            (&d_a_re, Some(&d_a_im)),
-            1,
-        )?;
+        reduce_rows(&dev, p, true, (&db_re, &db_im), (g_re, g_im), c, c, &plan, (&d_a_re, Some(&d_a_im)), 1)?;
         WeightGrads::Rotation { d_a_re, d_a_im }
     } else {
         let d_a = cc()?;
-        reduce_rows(
-            &dev,
-            p,
-            false,
-            (&db_re, &db_im),
-            (g_re, g_im),
-            c,
-            c,
-            &plan,
-            (&d_a, None),
-            1,
-        )?;
+        reduce_rows(&dev, p, false, (&db_re, &db_im), (g_re, g_im), c, c, &plan, (&d_a, None), 1)?;
         WeightGrads::Plain { d_a }
     };
 
     let input_grads = match *input {
-        Input::Spectral {
-            grads_re, grads_im, ..
-        } => {
+        Input::Spectral { grads_re, grads_im, .. } => {
             let plan = mesh_plan(p, p.k.div_ceil(64) * c.div_ceil(64), splitk_ctas(&dev));
             let d_x = Tensor::output(&p.x_shape(), p.dtype, p.device)?;
-            reduce_rows(
-                &dev,
-                p,
-                false,
-                (grads_re, grads_im),
-                (&dg_re, &dg_im),
-                p.k,
-                c,
-                &plan,
-                (&d_x, None),
-                p.meshes(),
-            )?;
+            reduce_rows(&dev, p, false, (grads_re, grads_im), (&dg_re, &dg_im), p.k, c, &plan, (&d_x, None), p.meshes())?;
             InputGrads::Spectral { d_x }
         }
-        Input::Vertex { .. } => InputGrads::Vertex {
-            d_g_re: dg_re,
-            d_g_im: dg_im,
-        },
+        Input::Vertex { .. } => InputGrads::Vertex { d_g_re: dg_re, d_g_im: dg_im },
     };
-    Ok(Grads {
-        input: input_grads,
-        weights: weight_grads,
-    })
+    Ok(Grads { input: input_grads, weights: weight_grads })
 }
 
 #[cfg(test)]
@@ -953,15 +682,8 @@ mod tests {
                 // 16-bit: the preferred tiles up to C = 256, the last ones at C = 257 (Cpad 320).
                 for kind in [Kind::Fwd, Kind::Bwd] {
                     let t = fused_tiles(DType::BF16, kind, family);
-                    assert!(
-                        fused_smem_bytes(2, t[0], rot, kind == Kind::Bwd, 256) <= limit,
-                        "{kind:?} {t:?}"
-                    );
-                    assert!(
-                        fused_smem_bytes(2, *t.last().unwrap(), rot, kind == Kind::Bwd, 320)
-                            <= limit,
-                        "{kind:?} {t:?}"
-                    );
+                    assert!(fused_smem_bytes(2, t[0], rot, kind == Kind::Bwd, 256) <= limit, "{kind:?} {t:?}");
+                    assert!(fused_smem_bytes(2, *t.last().unwrap(), rot, kind == Kind::Bwd, 320) <= limit, "{kind:?} {t:?}");
                 }
             }
             assert!(fused_smem_bytes(2, WGMMA_FWD, rot, false, 320) > limit);
@@ -971,14 +693,8 @@ mod tests {
             assert!(fused_smem_bytes(4, tile(32, 4, 3), rot, true, 320) <= limit);
         }
         // The worked numbers of NOTES.md: bf16 forward, 128 rows, C = 256, rotations.
-        assert_eq!(
-            fused_smem_bytes(2, tile(128, 4, 3), true, false, 256),
-            210_432
-        );
-        assert_eq!(
-            fused_smem_bytes(2, tile(128, 8, 3), true, false, 256),
-            222_720
-        );
+        assert_eq!(fused_smem_bytes(2, tile(128, 4, 3), true, false, 256), 210_432);
+        assert_eq!(fused_smem_bytes(2, tile(128, 8, 3), true, false, 256), 222_720);
         assert_eq!(fused_smem_bytes(2, WGMMA_FWD, true, false, 256), 229_376);
         assert_eq!(splitk_smem_bytes(2), 55_296);
         assert_eq!(splitk_smem_bytes(4), 55_296);
@@ -991,16 +707,11 @@ mod tests {
             for kind in [Kind::Fwd, Kind::Bwd] {
                 for family in [Family16::Wgmma, Family16::Wide, Family16::Narrow] {
                     for &t in fused_tiles(dtype, kind, family) {
-                        assert!(
-                            builds.iter().any(|b| b.options == options(dtype, kind, t)),
-                            "{dtype} {kind:?} {t:?}"
-                        );
+                        assert!(builds.iter().any(|b| b.options == options(dtype, kind, t)), "{dtype} {kind:?} {t:?}");
                     }
                 }
             }
-            assert!(builds
-                .iter()
-                .any(|b| b.options == options(dtype, Kind::SplitK, SPLITK)));
+            assert!(builds.iter().any(|b| b.options == options(dtype, Kind::SplitK, SPLITK)));
         }
         // 16-bit: 4 forward (wgmma, wide, narrow, and the C > 256 fallback) and 3 backward shapes;
         // f32: 2 + 2.

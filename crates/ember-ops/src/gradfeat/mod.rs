@@ -69,12 +69,7 @@ pub use suite::Family;
 pub enum Input<'a> {
     /// x: (K, C), or (M, K, C) for a batch of M meshes; grads_re, grads_im: (V, K). `mesh_offsets`
     /// (M+1 entries from 0 to V) is required for a batch; for a single mesh it may be `None`.
-    Spectral {
-        x: &'a Tensor,
-        grads_re: &'a Tensor,
-        grads_im: &'a Tensor,
-        mesh_offsets: Option<&'a [usize]>,
-    },
+    Spectral { x: &'a Tensor, grads_re: &'a Tensor, grads_im: &'a Tensor, mesh_offsets: Option<&'a [usize]> },
     /// g_re, g_im: (V, C), the per-vertex tangent gradients.
     Vertex { g_re: &'a Tensor, g_im: &'a Tensor },
 }
@@ -119,13 +114,8 @@ impl Saved {
 #[derive(Debug)]
 pub enum InputGrads {
     /// d_x, shaped like x.
-    Spectral {
-        d_x: Tensor,
-    },
-    Vertex {
-        d_g_re: Tensor,
-        d_g_im: Tensor,
-    },
+    Spectral { d_x: Tensor },
+    Vertex { d_g_re: Tensor, d_g_im: Tensor },
 }
 
 /// Gradient with respect to the weights, in the weights' form.
@@ -192,54 +182,26 @@ pub fn validate(input: &Input, weights: &Weights) -> Result<Problem> {
         validate::non_empty(arg, t)
     };
     let (v, k, c, offsets, batched, spectral) = match *input {
-        Input::Spectral {
-            x,
-            grads_re,
-            grads_im,
-            mesh_offsets,
-        } => {
+        Input::Spectral { x, grads_re, grads_im, mesh_offsets } => {
             for (arg, t) in [("grads_re", grads_re), ("grads_im", grads_im), ("x", x)] {
                 same(arg, t)?;
             }
             validate::rank("grads_re", grads_re, 2, "(V, K)")?;
             let (v, k) = (grads_re.dim(0), grads_re.dim(1));
-            validate::shape(
-                "grads_im",
-                grads_im,
-                &[v, k],
-                "the shape of grads_re (V, K)",
-            )?;
+            validate::shape("grads_im", grads_im, &[v, k], "the shape of grads_re (V, K)")?;
             let (batched, meshes, xk, c) = match x.dims() {
                 2 => (false, 1, x.dim(0), x.dim(1)),
                 3 => (true, x.dim(0), x.dim(1), x.dim(2)),
-                _ => {
-                    return Err(Error::shape(
-                        "x",
-                        "2 dimensions (K, C) or 3 dimensions (M, K, C)",
-                        x.shape(),
-                    ))
-                }
+                _ => return Err(Error::shape("x", "2 dimensions (K, C) or 3 dimensions (M, K, C)", x.shape())),
             };
             if xk != k {
-                let what = if batched {
-                    format!("(M, K, C) with K = {k} (the columns of grads_re)")
-                } else {
-                    format!("(K, C) with K = {k} (the columns of grads_re)")
-                };
+                let what = if batched { format!("(M, K, C) with K = {k} (the columns of grads_re)") } else { format!("(K, C) with K = {k} (the columns of grads_re)") };
                 return Err(Error::shape("x", what, x.shape()));
             }
             let offsets = match (mesh_offsets, batched) {
                 (Some(o), _) => o.to_vec(),
                 (None, false) => vec![0, v],
-                (None, true) => {
-                    return Err(Error::invalid(
-                        "mesh_offsets",
-                        format!(
-                            "expected {} offsets for the {meshes} meshes of x, got none",
-                            meshes + 1
-                        ),
-                    ))
-                }
+                (None, true) => return Err(Error::invalid("mesh_offsets", format!("expected {} offsets for the {meshes} meshes of x, got none", meshes + 1))),
             };
             check_offsets(&offsets, meshes, v)?;
             (v, k, c, offsets, batched, true)
@@ -270,51 +232,20 @@ pub fn validate(input: &Input, weights: &Weights) -> Result<Problem> {
     // Every count the kernels form (V·C, V·K, M·K·C, C·C) must fit in i64 for 64-bit indexing.
     let fits = |n: Option<usize>| n.is_some_and(|n| n <= i64::MAX as usize / 8);
     if !fits(v.checked_mul(c)) || !fits(v.checked_mul(k)) || !fits(c.checked_mul(c)) {
-        return Err(Error::TooLarge {
-            arg: name0.into(),
-            what: format!("V = {v}, K = {k}, C = {c}: element counts overflow 64-bit indexing"),
-        });
+        return Err(Error::TooLarge { arg: name0.into(), what: format!("V = {v}, K = {k}, C = {c}: element counts overflow 64-bit indexing") });
     }
-    Ok(Problem {
-        v,
-        k,
-        c,
-        offsets,
-        batched,
-        spectral,
-        rotation,
-        dtype,
-        device,
-    })
+    Ok(Problem { v, k, c, offsets, batched, spectral, rotation, dtype, device })
 }
 
 fn check_offsets(offsets: &[usize], meshes: usize, v: usize) -> Result<()> {
     if offsets.len() != meshes + 1 {
-        return Err(Error::invalid(
-            "mesh_offsets",
-            format!(
-                "expected {} entries (meshes + 1), got {}",
-                meshes + 1,
-                offsets.len()
-            ),
-        ));
+        return Err(Error::invalid("mesh_offsets", format!("expected {} entries (meshes + 1), got {}", meshes + 1, offsets.len())));
     }
     if offsets[0] != 0 || offsets[meshes] != v {
-        return Err(Error::invalid(
-            "mesh_offsets",
-            format!("expected offsets from 0 to V = {v}, got {offsets:?}"),
-        ));
+        return Err(Error::invalid("mesh_offsets", format!("expected offsets from 0 to V = {v}, got {offsets:?}")));
     }
     if let Some(i) = offsets.windows(2).position(|w| w[1] < w[0]) {
-        return Err(Error::invalid(
-            "mesh_offsets",
-            format!(
-                "expected non-decreasing offsets, got {} then {} at entries {i} and {}",
-                offsets[i],
-                offsets[i + 1],
-                i + 1
-            ),
-        ));
+        return Err(Error::invalid("mesh_offsets", format!("expected non-decreasing offsets, got {} then {} at entries {i} and {}", offsets[i], offsets[i + 1], i + 1)));
     }
     Ok(())
 }
@@ -326,11 +257,7 @@ pub fn forward(input: &Input, weights: &Weights) -> Result<Forward> {
 }
 
 /// `forward` through the given CUDA variant (the CPU paths ignore it).
-pub fn forward_with(
-    input: &Input,
-    weights: &Weights,
-    variant: cuda::FwdVariant,
-) -> Result<Forward> {
+pub fn forward_with(input: &Input, weights: &Weights, variant: cuda::FwdVariant) -> Result<Forward> {
     let p = validate(input, weights)?;
     let out = match p.device {
         Device::Cpu if p.dtype == DType::F64 => reference_forward(&p, input, weights)?,
@@ -353,60 +280,28 @@ pub fn forward_train_with(input: &Input, weights: &Weights, save: bool) -> Resul
     if save && cuda::saves_b(&p)? {
         let dev = first_tensor(input).1.cuda_device()?.clone();
         let (out, b_re, b_im) = staged::forward_save(&dev, &p, input, weights)?;
-        return Ok(Forward {
-            out,
-            saved: Some(Saved {
-                problem: p,
-                b_re,
-                b_im,
-            }),
-        });
+        return Ok(Forward { out, saved: Some(Saved { problem: p, b_re, b_im }) });
     }
     forward(input, weights)
 }
 
 /// The backward of a training step: through `forward.saved` when `forward_train` kept b (the same
 /// inputs and weights must be passed as to it), else as `backward`.
-pub fn backward_from(
-    forward: &Forward,
-    input: &Input,
-    weights: &Weights,
-    d_out: &Tensor,
-) -> Result<Grads> {
+pub fn backward_from(forward: &Forward, input: &Input, weights: &Weights, d_out: &Tensor) -> Result<Grads> {
     backward_from_with(forward, input, weights, d_out, cuda::BwdVariant::from_env())
 }
 
 /// `backward_from` taking d_A as `variant` does (see [`cuda::BwdVariant`]: factored through x or from
 /// g's images) where b was saved; else `backward_with` of `variant`.
-pub fn backward_from_with(
-    forward: &Forward,
-    input: &Input,
-    weights: &Weights,
-    d_out: &Tensor,
-    variant: cuda::BwdVariant,
-) -> Result<Grads> {
-    let Some(saved) = &forward.saved else {
-        return backward_with(input, weights, d_out, variant);
-    };
+pub fn backward_from_with(forward: &Forward, input: &Input, weights: &Weights, d_out: &Tensor, variant: cuda::BwdVariant) -> Result<Grads> {
+    let Some(saved) = &forward.saved else { return backward_with(input, weights, d_out, variant) };
     let p = validate(input, weights)?;
     validate::like("d_out", d_out, p.device, p.dtype, &[p.v, p.c], "(V, C)")?;
     if saved.problem != p {
         return Err(Error::invalid("forward", format!("saved b of a forward of another problem: expected V = {}, K = {}, C = {}, {} meshes, {} on {}, got V = {}, K = {}, C = {}, {} meshes, {} on {}", p.v, p.k, p.c, p.meshes(), p.dtype, p.device, saved.problem.v, saved.problem.k, saved.problem.c, saved.problem.meshes(), saved.problem.dtype, saved.problem.device)));
     }
     let dev = d_out.cuda_device()?.clone();
-    staged::backward(
-        &dev,
-        &p,
-        input,
-        weights,
-        d_out,
-        staged::Reductions::MmaSync,
-        true,
-        true,
-        false,
-        Some((&saved.b_re, &saved.b_im)),
-        variant.factors(&p),
-    )
+    staged::backward(&dev, &p, input, weights, d_out, staged::Reductions::MmaSync, true, true, false, Some((&saved.b_re, &saved.b_im)), variant.factors(&p))
 }
 
 /// Gradients of Σ d_out ⊙ out with respect to the input (x, or g_re and g_im) and the weights.
@@ -417,12 +312,7 @@ pub fn backward(input: &Input, weights: &Weights, d_out: &Tensor) -> Result<Grad
 }
 
 /// `backward` through the given CUDA variant (the CPU paths ignore it).
-pub fn backward_with(
-    input: &Input,
-    weights: &Weights,
-    d_out: &Tensor,
-    variant: cuda::BwdVariant,
-) -> Result<Grads> {
+pub fn backward_with(input: &Input, weights: &Weights, d_out: &Tensor, variant: cuda::BwdVariant) -> Result<Grads> {
     let p = validate(input, weights)?;
     validate::like("d_out", d_out, p.device, p.dtype, &[p.v, p.c], "(V, C)")?;
     match p.device {
@@ -442,12 +332,7 @@ struct Values {
 
 fn values(p: &Problem, input: &Input, weights: &Weights) -> Result<Values> {
     let (g_re, g_im) = match *input {
-        Input::Spectral {
-            x,
-            grads_re,
-            grads_im,
-            ..
-        } => {
+        Input::Spectral { x, grads_re, grads_im, .. } => {
             let x = x.to_vec_f64()?;
             (
                 reference::spectral_g(&grads_re.to_vec_f64()?, &x, &p.offsets, p.k, p.c),
@@ -460,12 +345,7 @@ fn values(p: &Problem, input: &Input, weights: &Weights) -> Result<Values> {
         Weights::Rotation { a_re, a_im } => (a_re.to_vec_f64()?, Some(a_im.to_vec_f64()?)),
         Weights::Plain { a } => (a.to_vec_f64()?, None),
     };
-    Ok(Values {
-        g_re,
-        g_im,
-        w_re,
-        w_im,
-    })
+    Ok(Values { g_re, g_im, w_re, w_im })
 }
 
 impl Values {
@@ -479,53 +359,24 @@ impl Values {
 
 fn reference_forward(p: &Problem, input: &Input, weights: &Weights) -> Result<Tensor> {
     let val = values(p, input, weights)?;
-    Tensor::from_vec(
-        reference::forward(&val.g_re, &val.g_im, &val.w(), p.c),
-        &[p.v, p.c],
-    )
+    Tensor::from_vec(reference::forward(&val.g_re, &val.g_im, &val.w(), p.c), &[p.v, p.c])
 }
 
-fn reference_backward(
-    p: &Problem,
-    input: &Input,
-    weights: &Weights,
-    d_out: &Tensor,
-) -> Result<Grads> {
+fn reference_backward(p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor) -> Result<Grads> {
     let val = values(p, input, weights)?;
     let r = reference::backward(&val.g_re, &val.g_im, &val.w(), &d_out.to_vec_f64()?, p.c);
     let input_grads = match *input {
-        Input::Spectral {
-            grads_re, grads_im, ..
-        } => {
-            let d_x = reference::spectral_dx(
-                &grads_re.to_vec_f64()?,
-                &grads_im.to_vec_f64()?,
-                &r.d_g_re,
-                &r.d_g_im,
-                &p.offsets,
-                p.k,
-                p.c,
-            );
-            InputGrads::Spectral {
-                d_x: Tensor::from_vec(d_x, &p.x_shape())?,
-            }
+        Input::Spectral { grads_re, grads_im, .. } => {
+            let d_x = reference::spectral_dx(&grads_re.to_vec_f64()?, &grads_im.to_vec_f64()?, &r.d_g_re, &r.d_g_im, &p.offsets, p.k, p.c);
+            InputGrads::Spectral { d_x: Tensor::from_vec(d_x, &p.x_shape())? }
         }
-        Input::Vertex { .. } => InputGrads::Vertex {
-            d_g_re: Tensor::from_vec(r.d_g_re, &[p.v, p.c])?,
-            d_g_im: Tensor::from_vec(r.d_g_im, &[p.v, p.c])?,
-        },
+        Input::Vertex { .. } => {
+            InputGrads::Vertex { d_g_re: Tensor::from_vec(r.d_g_re, &[p.v, p.c])?, d_g_im: Tensor::from_vec(r.d_g_im, &[p.v, p.c])? }
+        }
     };
     let weight_grads = match r.d_w_im {
-        Some(d_a_im) => WeightGrads::Rotation {
-            d_a_re: Tensor::from_vec(r.d_w_re, &[p.c, p.c])?,
-            d_a_im: Tensor::from_vec(d_a_im, &[p.c, p.c])?,
-        },
-        None => WeightGrads::Plain {
-            d_a: Tensor::from_vec(r.d_w_re, &[p.c, p.c])?,
-        },
+        Some(d_a_im) => WeightGrads::Rotation { d_a_re: Tensor::from_vec(r.d_w_re, &[p.c, p.c])?, d_a_im: Tensor::from_vec(d_a_im, &[p.c, p.c])? },
+        None => WeightGrads::Plain { d_a: Tensor::from_vec(r.d_w_re, &[p.c, p.c])? },
     };
-    Ok(Grads {
-        input: input_grads,
-        weights: weight_grads,
-    })
+    Ok(Grads { input: input_grads, weights: weight_grads })
 }

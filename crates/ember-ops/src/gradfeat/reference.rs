@@ -30,9 +30,7 @@ pub fn spectral_g(grads: &[f64], x: &[f64], offsets: &[usize], k: usize, c: usiz
 
 /// The mesh that holds `row` (the last m with offsets[m] <= row < offsets[m+1]).
 pub fn mesh_of(offsets: &[usize], row: usize) -> usize {
-    (0..offsets.len() - 1)
-        .find(|&m| offsets[m] <= row && row < offsets[m + 1])
-        .expect("row inside the offsets")
+    (0..offsets.len() - 1).find(|&m| offsets[m] <= row && row < offsets[m + 1]).expect("row inside the offsets")
 }
 
 /// b_re, b_im for one vertex row.
@@ -128,40 +126,23 @@ pub fn backward(g_re: &[f64], g_im: &[f64], w: &W, d_out: &[f64], c: usize) -> V
     let rotation = matches!(w, W::Rotation { .. });
     let mut d_w_re = vec![0.0; c * c];
     let mut d_w_im = vec![0.0; c * c];
-    d_w_re
-        .par_chunks_mut(c)
-        .zip(d_w_im.par_chunks_mut(c))
-        .enumerate()
-        .for_each(|(i, (dre, dim))| {
-            for row in 0..v {
-                let (pi, qi) = (p[row * c + i], q[row * c + i]);
-                for j in 0..c {
-                    let (gr, gi) = (g_re[row * c + j], g_im[row * c + j]);
-                    dre[j] += pi * gr + qi * gi;
-                    if rotation {
-                        dim[j] += qi * gr - pi * gi;
-                    }
+    d_w_re.par_chunks_mut(c).zip(d_w_im.par_chunks_mut(c)).enumerate().for_each(|(i, (dre, dim))| {
+        for row in 0..v {
+            let (pi, qi) = (p[row * c + i], q[row * c + i]);
+            for j in 0..c {
+                let (gr, gi) = (g_re[row * c + j], g_im[row * c + j]);
+                dre[j] += pi * gr + qi * gi;
+                if rotation {
+                    dim[j] += qi * gr - pi * gi;
                 }
             }
-        });
-    VertexGrads {
-        d_g_re,
-        d_g_im,
-        d_w_re,
-        d_w_im: rotation.then_some(d_w_im),
-    }
+        }
+    });
+    VertexGrads { d_g_re, d_g_im, d_w_re, d_w_im: rotation.then_some(d_w_im) }
 }
 
 /// d_x[m] = grads_reᵀ·d_g_re + grads_imᵀ·d_g_im over the rows of mesh m. Returns M×K×C.
-pub fn spectral_dx(
-    grads_re: &[f64],
-    grads_im: &[f64],
-    d_g_re: &[f64],
-    d_g_im: &[f64],
-    offsets: &[usize],
-    k: usize,
-    c: usize,
-) -> Vec<f64> {
+pub fn spectral_dx(grads_re: &[f64], grads_im: &[f64], d_g_re: &[f64], d_g_im: &[f64], offsets: &[usize], k: usize, c: usize) -> Vec<f64> {
     let meshes = offsets.len() - 1;
     let mut d_x = vec![0.0; meshes * k * c];
     d_x.par_chunks_mut(c).enumerate().for_each(|(mk, out)| {

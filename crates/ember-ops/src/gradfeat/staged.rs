@@ -68,11 +68,7 @@ fn reduce_ctas(dev: &CudaDevice) -> usize {
 /// slices to write and sum (4 waves: 132 splits of 2·C² f32, 67 MB at C = 256 whatever V; 1 wave:
 /// 17 MB). One wave measured 1–7 % faster per fwd+bwd than four (NOTES.md, v13).
 fn img_reduce_ctas(dev: &CudaDevice) -> usize {
-    let waves = std::env::var("EMBER_GRADFEAT_DA_WAVES")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|w| (1..=16).contains(w))
-        .unwrap_or(1);
+    let waves = std::env::var("EMBER_GRADFEAT_DA_WAVES").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| (1..=16).contains(w)).unwrap_or(1);
     waves * dev.info().multiprocessors.max(1) as usize
 }
 
@@ -88,11 +84,7 @@ fn dtype_code(dtype: DType) -> u32 {
 /// `defer` (only with `packed`): the build whose `_sv` map kernels write a row tile's out or d_g
 /// while the next row tile's first products run (NOTES.md, v7).
 fn map_options(dtype: DType, nch: usize, packed: bool, img: bool, defer: bool) -> Vec<String> {
-    let mut v = vec![
-        format!("-DGS_DTYPE={}", dtype_code(dtype)),
-        "-DGS_KIND=0".into(),
-        format!("-DGS_NCH={nch}"),
-    ];
+    let mut v = vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=0".into(), format!("-DGS_NCH={nch}")];
     if packed {
         v.push("-DGS_PACK=1".into());
     }
@@ -107,13 +99,7 @@ fn map_options(dtype: DType, nch: usize, packed: bool, img: bool, defer: bool) -
 
 /// (packed, img, defer) of every map kernel build the launch code requests: the defer builds are
 /// the forward's packed one and the backward's image one.
-const MAP_BUILDS: [(bool, bool, bool); 5] = [
-    (false, false, false),
-    (true, false, false),
-    (true, true, false),
-    (true, false, true),
-    (true, true, true),
-];
+const MAP_BUILDS: [(bool, bool, bool); 5] = [(false, false, false), (true, false, false), (true, true, false), (true, false, true), (true, true, true)];
 
 /// The forward's `packed-pp` build (GS_PP; NOTES.md, v9): only its entries gs_fwd_*_pp.
 fn pp_options(dtype: DType, nch: usize) -> Vec<String> {
@@ -123,10 +109,7 @@ fn pp_options(dtype: DType, nch: usize) -> Vec<String> {
 }
 
 fn reduce_options(dtype: DType) -> Vec<String> {
-    vec![
-        format!("-DGS_DTYPE={}", dtype_code(dtype)),
-        "-DGS_KIND=1".into(),
-    ]
+    vec![format!("-DGS_DTYPE={}", dtype_code(dtype)), "-DGS_KIND=1".into()]
 }
 
 /// Every specialisation the launch code can request.
@@ -135,20 +118,11 @@ pub fn all_builds() -> Vec<KernelBuild> {
     for dtype in [DType::F16, DType::BF16] {
         for nch in [1, 2] {
             for (packed, img, defer) in MAP_BUILDS {
-                v.push(KernelBuild {
-                    source: SOURCE,
-                    options: map_options(dtype, nch, packed, img, defer),
-                });
+                v.push(KernelBuild { source: SOURCE, options: map_options(dtype, nch, packed, img, defer) });
             }
-            v.push(KernelBuild {
-                source: SOURCE,
-                options: pp_options(dtype, nch),
-            });
+            v.push(KernelBuild { source: SOURCE, options: pp_options(dtype, nch) });
         }
-        v.push(KernelBuild {
-            source: SOURCE,
-            options: reduce_options(dtype),
-        });
+        v.push(KernelBuild { source: SOURCE, options: reduce_options(dtype) });
     }
     v
 }
@@ -164,18 +138,14 @@ pub(super) fn map_grid(p: &Problem, ntiles: usize, forward: bool, multiprocessor
     // Ring tiles per row tile: stage 1, then stage 2 (or saved b's two planes) and stage 3.
     let nk2 = p.c.div_ceil(32);
     let per = p.k.div_ceil(32) + if forward { nk2 } else { (2 * nk2).max(nk2 + 2) };
-    ntiles
-        .min(multiprocessors.max(1))
-        .max(ntiles.div_ceil(i32::MAX as usize / per))
+    ntiles.min(multiprocessors.max(1)).max(ntiles.div_ceil(i32::MAX as usize / per))
 }
 
 /// CTAs of the `packed-pp` forward over `ntiles` 64-row tiles: a persistent grid of two CTAs per
 /// multiprocessor, kept small enough that a CTA's ring count fits in 31 bits.
 pub(super) fn pp_grid(p: &Problem, ntiles: usize, multiprocessors: usize) -> usize {
     let per = chunks(p.c) * (p.k.div_ceil(32) + p.c.div_ceil(32));
-    ntiles
-        .min(2 * multiprocessors.max(1))
-        .max(ntiles.div_ceil(i32::MAX as usize / per))
+    ntiles.min(2 * multiprocessors.max(1)).max(ntiles.div_ceil(i32::MAX as usize / per))
 }
 
 /// Whether `fwd=packed-pp` runs `p` as itself: where the packed `_sv` forward does, with K ≥ 8 (its
@@ -189,11 +159,7 @@ pub fn pp_applies(dev: &CudaDevice, p: &Problem) -> bool {
 /// kernels' shared memory.
 pub fn applies(dev: &CudaDevice, p: &Problem) -> bool {
     let limit = dev.info().shared_memory_per_block_optin.max(0) as usize;
-    dev.info().arch == "sm_90a"
-        && p.dtype.size() == 2
-        && p.c <= MAX_C
-        && map_smem_bytes(chunks(p.c)) <= limit
-        && REDUCE_SMEM.max(DX_SMEM) <= limit
+    dev.info().arch == "sm_90a" && p.dtype.size() == 2 && p.c <= MAX_C && map_smem_bytes(chunks(p.c)) <= limit && REDUCE_SMEM.max(DX_SMEM) <= limit
 }
 
 /// Whether the `_sv` map kernels take `p` (the spectral form, K and C multiples of 8), unless
@@ -230,25 +196,10 @@ pub enum Reductions {
 
 /// dst[b] = ±src[b]ᵀ for `batches` blocks of rows × cols, as a (batches, cols, rows) tensor.
 #[allow(clippy::too_many_arguments)]
-fn transpose(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    src: &Tensor,
-    batches: usize,
-    rows: usize,
-    cols: usize,
-    negate: bool,
-) -> Result<Tensor> {
+fn transpose(dev: &Arc<CudaDevice>, p: &Problem, src: &Tensor, batches: usize, rows: usize, cols: usize, negate: bool) -> Result<Tensor> {
     let dst = Tensor::output(&[batches, cols, rows], p.dtype, p.device)?;
     let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_transpose")?;
-    let (s, d, b, r, c, neg) = (
-        src.cuda_ptr()?,
-        dst.cuda_ptr()?,
-        batches as i64,
-        rows as i32,
-        cols as i32,
-        negate as i32,
-    );
+    let (s, d, b, r, c, neg) = (src.cuda_ptr()?, dst.cuda_ptr()?, batches as i64, rows as i32, cols as i32, negate as i32);
     dev.launch(&f, cfg_1d(dev.grid_for(batches * rows * cols, 256), 256, 0))
         .arg(&s)
         .arg(&d)
@@ -308,24 +259,14 @@ fn pack_all(dev: &Arc<CudaDevice>, p: &Problem, jobs: &[PackJob]) -> Result<Vec<
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
-    let mut params = GsPackJobs {
-        njobs: jobs.len() as i32,
-        ..Default::default()
-    };
+    let mut params = GsPackJobs { njobs: jobs.len() as i32, ..Default::default() };
     let (mut outs, mut total) = (Vec::new(), 0usize);
     for (slot, j) in params.job.iter_mut().zip(jobs) {
         let (nkt, planes) = (j.cols.div_ceil(32), j.srcs.len());
-        debug_assert!(
-            (1..=2).contains(&planes),
-            "a pack job takes one or two planes"
-        );
+        debug_assert!((1..=2).contains(&planes), "a pack job takes one or two planes");
         let elems = planes * j.batches * nkt * j.rpad * 32;
         let dst = Tensor::output(&[elems], p.dtype, p.device)?;
-        let negate = j
-            .srcs
-            .iter()
-            .enumerate()
-            .fold(0i32, |m, (i, (_, neg))| m | ((*neg as i32) << i));
+        let negate = j.srcs.iter().enumerate().fold(0i32, |m, (i, (_, neg))| m | ((*neg as i32) << i));
         *slot = GsPackJob {
             src0: j.srcs[0].0.cuda_ptr()?,
             src1: j.srcs[planes - 1].0.cuda_ptr()?,
@@ -343,10 +284,7 @@ fn pack_all(dev: &Arc<CudaDevice>, p: &Problem, jobs: &[PackJob]) -> Result<Vec<
         outs.push(dst);
     }
     let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_pack")?;
-    dev.launch(&f, cfg_1d(dev.grid_for(total, 256), 256, 0))
-        .arg(&params)
-        .named("gradfeat pack")
-        .run()?;
+    dev.launch(&f, cfg_1d(dev.grid_for(total, 256), 256, 0)).arg(&params).named("gradfeat pack").run()?;
     Ok(outs)
 }
 
@@ -354,54 +292,17 @@ fn pack_all(dev: &Arc<CudaDevice>, p: &Problem, jobs: &[PackJob]) -> Result<Vec<
 /// group: f32 slices per split, then summed in split order. Without rotations and with two outputs,
 /// the (m × n) result is split by rows: its first m/2 rows go to out.0, the rest to out.1.
 #[allow(clippy::too_many_arguments)]
-fn reduce_rows_wgmma(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    rot: bool,
-    a: (&Tensor, &Tensor),
-    b: (&Tensor, &Tensor),
-    rows: usize,
-    m: usize,
-    n: usize,
-    plan: &SplitPlan,
-    out: (&Tensor, Option<&Tensor>),
-    ngroups: usize,
-) -> Result<()> {
+fn reduce_rows_wgmma(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), rows: usize, m: usize, n: usize, plan: &SplitPlan, out: (&Tensor, Option<&Tensor>), ngroups: usize) -> Result<()> {
     let planes = if rot { 2 } else { 1 };
     let out_planes = if out.1.is_some() { 2 } else { 1 };
     let tiles = m.div_ceil(128) * n.div_ceil(128);
     let ws = Tensor::output(&[plan.nsplits * planes * m * n], DType::F32, p.device)?;
-    let f = dev.function(
-        &SOURCE,
-        &reduce_options(p.dtype),
-        if rot {
-            "gs_reduce_rot"
-        } else {
-            "gs_reduce_sum"
-        },
-    )?;
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), if rot { "gs_reduce_rot" } else { "gs_reduce_sum" })?;
     dev.set_max_dynamic_smem(&f, REDUCE_SMEM)?;
-    let blocks = plan
-        .nsplits
-        .checked_mul(tiles)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "rows".into(),
-            what: "split count overflows".into(),
-        })?;
-    let cfg = LaunchConfig {
-        grid_dim: (grid_u32("rows", blocks)?, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: REDUCE_SMEM as u32,
-    };
+    let blocks = plan.nsplits.checked_mul(tiles).ok_or_else(|| Error::TooLarge { arg: "rows".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("rows", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: REDUCE_SMEM as u32 };
     let (table, groups) = plan.device_tables(p.device)?;
-    let (a_re, a_im, b_re, b_im, wsp, tablep) = (
-        a.0.cuda_ptr()?,
-        a.1.cuda_ptr()?,
-        b.0.cuda_ptr()?,
-        b.1.cuda_ptr()?,
-        ws.cuda_ptr()?,
-        ptr(table.as_ref())?,
-    );
+    let (a_re, a_im, b_re, b_im, wsp, tablep) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?, ptr(table.as_ref())?);
     let (r, mi, ni, per) = (rows as i64, m as i32, n as i32, plan.rows_per_split as i64);
     let (vec_m, vec_n) = (m.is_multiple_of(8) as i32, n.is_multiple_of(8) as i32);
     dev.launch(&f, cfg)
@@ -419,29 +320,12 @@ fn reduce_rows_wgmma(
         .arg(&vec_n)
         .named("gradfeat wgmma split-K reduction")
         .run()?;
-    cuda::sum_splits(
-        dev,
-        p,
-        &ws,
-        out_planes,
-        planes * m * n / out_planes,
-        plan.nsplits,
-        groups.as_ref(),
-        out,
-        ngroups,
-    )
+    cuda::sum_splits(dev, p, &ws, out_planes, planes * m * n / out_planes, plan.nsplits, groups.as_ref(), out, ngroups)
 }
 
 /// The splits of a reduction of (m × n) results over the vertices (of each mesh when `per_mesh`),
 /// for about `ctas` CTAs; and its number of groups.
-pub(super) fn plan(
-    p: &Problem,
-    how: Reductions,
-    m: usize,
-    n: usize,
-    per_mesh: bool,
-    ctas: usize,
-) -> (SplitPlan, usize) {
+pub(super) fn plan(p: &Problem, how: Reductions, m: usize, n: usize, per_mesh: bool, ctas: usize) -> (SplitPlan, usize) {
     let tiles = match how {
         Reductions::Wgmma => m.div_ceil(128) * n.div_ceil(128),
         Reductions::MmaSync => m.div_ceil(64) * n.div_ceil(64),
@@ -455,18 +339,7 @@ pub(super) fn plan(
 
 /// A reduction over vertices through the chosen kernels.
 #[allow(clippy::too_many_arguments)]
-fn reduce(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    how: Reductions,
-    rot: bool,
-    a: (&Tensor, &Tensor),
-    b: (&Tensor, &Tensor),
-    m: usize,
-    n: usize,
-    per_mesh: bool,
-    out: (&Tensor, Option<&Tensor>),
-) -> Result<()> {
+fn reduce(dev: &Arc<CudaDevice>, p: &Problem, how: Reductions, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), m: usize, n: usize, per_mesh: bool, out: (&Tensor, Option<&Tensor>)) -> Result<()> {
     let ctas = match how {
         Reductions::Wgmma => reduce_ctas(dev),
         Reductions::MmaSync => cuda::splitk_ctas(dev),
@@ -481,71 +354,25 @@ fn reduce(
 /// The splits of an image reduction over `rows` image rows for about `ctas` CTAs of `tiles` output
 /// tiles: uniform, each a whole number of 32-row k-tiles (gs_reduce's IMG loads have no row bounds).
 pub(super) fn img_plan(rows: usize, tiles: usize, ctas: usize) -> SplitPlan {
-    let per = cuda::uniform_plan(rows, tiles, ctas)
-        .rows_per_split
-        .next_multiple_of(32);
-    SplitPlan {
-        splits: vec![],
-        groups: vec![],
-        nsplits: rows.div_ceil(per).max(1),
-        rows_per_split: per,
-    }
+    let per = cuda::uniform_plan(rows, tiles, ctas).rows_per_split.next_multiple_of(32);
+    SplitPlan { splits: vec![], groups: vec![], nsplits: rows.div_ceil(per).max(1), rows_per_split: per }
 }
 
 /// d_A (m = n = C) from the map kernel's tile images of P, Q, g (`rows` image rows of `ldi` padded
 /// channels each) by gs_reduce_*_img, f32 slices per split summed in split order.
 #[allow(clippy::too_many_arguments)]
-fn reduce_img(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    rot: bool,
-    a: (&Tensor, &Tensor),
-    b: (&Tensor, &Tensor),
-    rows: usize,
-    ldi: usize,
-    out: (&Tensor, Option<&Tensor>),
-) -> Result<()> {
+fn reduce_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, a: (&Tensor, &Tensor), b: (&Tensor, &Tensor), rows: usize, ldi: usize, out: (&Tensor, Option<&Tensor>)) -> Result<()> {
     let (m, n) = (p.c, p.c);
     let planes = if rot { 2 } else { 1 };
     let tiles = m.div_ceil(128) * n.div_ceil(128);
     let plan = img_plan(rows, tiles, img_reduce_ctas(dev));
     let ws = Tensor::output(&[plan.nsplits * planes * m * n], DType::F32, p.device)?;
-    let f = dev.function(
-        &SOURCE,
-        &reduce_options(p.dtype),
-        if rot {
-            "gs_reduce_rot_img"
-        } else {
-            "gs_reduce_sum_img"
-        },
-    )?;
+    let f = dev.function(&SOURCE, &reduce_options(p.dtype), if rot { "gs_reduce_rot_img" } else { "gs_reduce_sum_img" })?;
     dev.set_max_dynamic_smem(&f, REDUCE_SMEM)?;
-    let blocks = plan
-        .nsplits
-        .checked_mul(tiles)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "grads_re".into(),
-            what: "split count overflows".into(),
-        })?;
-    let cfg = LaunchConfig {
-        grid_dim: (grid_u32("grads_re", blocks)?, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: REDUCE_SMEM as u32,
-    };
-    let (a_re, a_im, b_re, b_im, wsp) = (
-        a.0.cuda_ptr()?,
-        a.1.cuda_ptr()?,
-        b.0.cuda_ptr()?,
-        b.1.cuda_ptr()?,
-        ws.cuda_ptr()?,
-    );
-    let (r, mi, ni, per, ld) = (
-        rows as i64,
-        m as i32,
-        n as i32,
-        plan.rows_per_split as i64,
-        ldi as i32,
-    );
+    let blocks = plan.nsplits.checked_mul(tiles).ok_or_else(|| Error::TooLarge { arg: "grads_re".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("grads_re", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: REDUCE_SMEM as u32 };
+    let (a_re, a_im, b_re, b_im, wsp) = (a.0.cuda_ptr()?, a.1.cuda_ptr()?, b.0.cuda_ptr()?, b.1.cuda_ptr()?, ws.cuda_ptr()?);
+    let (r, mi, ni, per, ld) = (rows as i64, m as i32, n as i32, plan.rows_per_split as i64, ldi as i32);
     dev.launch(&f, cfg)
         .arg(&a_re)
         .arg(&a_im)
@@ -569,18 +396,8 @@ pub(super) const DX_SMEM: usize = 4 * (2 * 32 * 128 * 2 + 4 * 32 * 128 * 2);
 /// The splits of gs_reduce_dxa: per mesh, its row tiles' image rows (`entries`: the map kernel's row
 /// tiles, `None` for one mesh of `ntiles` tiles of `bm` rows) in runs of whole 32-row k-tiles, about
 /// `ctas` CTAs in all for `tiles_m` CTAs per split; one group of splits per mesh.
-pub(super) fn dx_img_plan(
-    p: &Problem,
-    entries: Option<&[i64]>,
-    ntiles: usize,
-    bm: usize,
-    tiles_m: usize,
-    ctas: usize,
-) -> SplitPlan {
-    let per = (ntiles * bm)
-        .div_ceil(ctas.div_ceil(tiles_m.max(1)).max(1))
-        .next_multiple_of(32)
-        .max(32);
+pub(super) fn dx_img_plan(p: &Problem, entries: Option<&[i64]>, ntiles: usize, bm: usize, tiles_m: usize, ctas: usize) -> SplitPlan {
+    let per = (ntiles * bm).div_ceil(ctas.div_ceil(tiles_m.max(1)).max(1)).next_multiple_of(32).max(32);
     // Each mesh's run of row tiles, [first, end), in tile order.
     let mut runs = vec![(0usize, 0usize); p.meshes()];
     match entries {
@@ -611,37 +428,16 @@ pub(super) fn dx_img_plan(
     if p.meshes() == 1 {
         groups.clear();
     }
-    SplitPlan {
-        splits,
-        groups,
-        nsplits: nsplits.max(1),
-        rows_per_split: per,
-    }
+    SplitPlan { splits, groups, nsplits: nsplits.max(1), rows_per_split: per }
 }
 
 /// d_x (per mesh, K × C) from grads and the map kernel's tile images of d_g by gs_reduce_dxa's d_x-only
 /// entries, f32 slices per split summed in split order.
-fn reduce_dx_img(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    grads: (&Tensor, &Tensor),
-    dg: (&Tensor, &Tensor),
-    d_x: &Tensor,
-) -> Result<()> {
+fn reduce_dx_img(dev: &Arc<CudaDevice>, p: &Problem, grads: (&Tensor, &Tensor), dg: (&Tensor, &Tensor), d_x: &Tensor) -> Result<()> {
     let (plan, _) = dxa_plans(p, dev.info().multiprocessors.max(1) as usize);
     let ws = launch_dxa(dev, p, 1, grads, dg, None, &plan)?;
     let (_, groups) = plan.device_tables(p.device)?;
-    cuda::sum_splits(
-        dev,
-        p,
-        &ws,
-        1,
-        p.k * p.c,
-        plan.nsplits,
-        groups.as_ref(),
-        (d_x, None),
-        p.meshes(),
-    )
+    cuda::sum_splits(dev, p, &ws, 1, p.k * p.c, plan.nsplits, groups.as_ref(), (d_x, None), p.meshes())
 }
 
 /// Whether factoring d_A through x (NOTES.md, v14; possible wherever the image reductions run, which
@@ -655,15 +451,7 @@ pub fn factored_pays(p: &Problem) -> bool {
 
 /// gs_reduce_dxa over grads and the map kernel's images of d_g (and of P, Q with `pq`): `outs` planes
 /// of f32 slices per split of `plan` (d_x; R_re; −R_im), returned as one workspace.
-fn launch_dxa(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    outs: usize,
-    grads: (&Tensor, &Tensor),
-    dg: (&Tensor, &Tensor),
-    pq: Option<(&Tensor, &Tensor)>,
-    plan: &SplitPlan,
-) -> Result<Tensor> {
+fn launch_dxa(dev: &Arc<CudaDevice>, p: &Problem, outs: usize, grads: (&Tensor, &Tensor), dg: (&Tensor, &Tensor), pq: Option<(&Tensor, &Tensor)>, plan: &SplitPlan) -> Result<Tensor> {
     let nch = chunks(p.c);
     let bm = 128 / nch;
     let entry = match (nch, outs) {
@@ -677,29 +465,14 @@ fn launch_dxa(
     let ws = Tensor::output(&[plan.nsplits * outs * p.k * p.c], DType::F32, p.device)?;
     let f = dev.function(&SOURCE, &reduce_options(p.dtype), entry)?;
     dev.set_max_dynamic_smem(&f, DX_SMEM)?;
-    let blocks = plan
-        .nsplits
-        .checked_mul(p.k.div_ceil(128) * nch)
-        .ok_or_else(|| Error::TooLarge {
-            arg: "grads_re".into(),
-            what: "split count overflows".into(),
-        })?;
-    let cfg = LaunchConfig {
-        grid_dim: (grid_u32("grads_re", blocks)?, 1, 1),
-        block_dim: (THREADS, 1, 1),
-        shared_mem_bytes: DX_SMEM as u32,
-    };
+    let blocks = plan.nsplits.checked_mul(p.k.div_ceil(128) * nch).ok_or_else(|| Error::TooLarge { arg: "grads_re".into(), what: "split count overflows".into() })?;
+    let cfg = LaunchConfig { grid_dim: (grid_u32("grads_re", blocks)?, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: DX_SMEM as u32 };
     let (splits, _) = plan.device_tables(p.device)?;
     let tiles = match cuda::row_tile_entries(p, bm) {
         Some(t) => Some(cuda::device_table(&t, p.device)?),
         None => None,
     };
-    let (gr, gi, dr, di) = (
-        grads.0.cuda_ptr()?,
-        grads.1.cuda_ptr()?,
-        dg.0.cuda_ptr()?,
-        dg.1.cuda_ptr()?,
-    );
+    let (gr, gi, dr, di) = (grads.0.cuda_ptr()?, grads.1.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?);
     let (pp, qp) = (ptr(pq.map(|t| t.0))?, ptr(pq.map(|t| t.1))?);
     let (wsp, sp, tp) = (ws.cuda_ptr()?, ptr(splits.as_ref())?, ptr(tiles.as_ref())?);
     let (v, k, c, bmi) = (p.v as i64, p.k as i32, p.c as i32, bm as i32);
@@ -728,73 +501,33 @@ fn launch_dxa(
 /// reduction over those meshes·K rows (B = x, whose rows are the same meshes·K), each output summed
 /// in a fixed order.
 #[allow(clippy::too_many_arguments)]
-fn reduce_dxa_img(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    rot: bool,
-    grads: (&Tensor, &Tensor),
-    dg: (&Tensor, &Tensor),
-    pq: (&Tensor, &Tensor),
-    x: &Tensor,
-    d_x: &Tensor,
-    d_a: (&Tensor, Option<&Tensor>),
-) -> Result<()> {
+fn reduce_dxa_img(dev: &Arc<CudaDevice>, p: &Problem, rot: bool, grads: (&Tensor, &Tensor), dg: (&Tensor, &Tensor), pq: (&Tensor, &Tensor), x: &Tensor, d_x: &Tensor, d_a: (&Tensor, Option<&Tensor>)) -> Result<()> {
     let (plan, fin) = dxa_plans(p, dev.info().multiprocessors.max(1) as usize);
     let planes = if rot { 3 } else { 2 };
     let ws = launch_dxa(dev, p, planes, grads, dg, Some(pq), &plan)?;
     // Split sums: d_x per mesh, R as hi + lo rows (ld = C per R plane).
     let (ld, rows) = ((planes - 1) * p.c, p.meshes() * p.k);
-    let (a_hi, a_lo) = (
-        Tensor::output(&[rows, ld], p.dtype, p.device)?,
-        Tensor::output(&[rows, ld], p.dtype, p.device)?,
-    );
+    let (a_hi, a_lo) = (Tensor::output(&[rows, ld], p.dtype, p.device)?, Tensor::output(&[rows, ld], p.dtype, p.device)?);
     let f = dev.function(&SOURCE, &reduce_options(p.dtype), "gs_sum_dxa")?;
     let (_, groups) = plan.device_tables(p.device)?;
-    let (wsp, dxp, hp, lp, gp) = (
-        ws.cuda_ptr()?,
-        d_x.cuda_ptr()?,
-        a_hi.cuda_ptr()?,
-        a_lo.cuda_ptr()?,
-        ptr(groups.as_ref())?,
-    );
-    let (ng, pl, k, c, ns) = (
-        p.meshes() as i32,
-        planes as i32,
-        p.k as i32,
-        p.c as i32,
-        plan.nsplits as i64,
-    );
-    dev.launch(
-        &f,
-        cfg_1d(dev.grid_for(p.meshes() * planes * p.k * p.c, 256), 256, 0),
-    )
-    .arg(&wsp)
-    .arg(&dxp)
-    .arg(&hp)
-    .arg(&lp)
-    .arg(&gp)
-    .arg(&ng)
-    .arg(&pl)
-    .arg(&k)
-    .arg(&c)
-    .arg(&ns)
-    .named("gradfeat d_x and R split sums")
-    .run()?;
+    let (wsp, dxp, hp, lp, gp) = (ws.cuda_ptr()?, d_x.cuda_ptr()?, a_hi.cuda_ptr()?, a_lo.cuda_ptr()?, ptr(groups.as_ref())?);
+    let (ng, pl, k, c, ns) = (p.meshes() as i32, planes as i32, p.k as i32, p.c as i32, plan.nsplits as i64);
+    dev.launch(&f, cfg_1d(dev.grid_for(p.meshes() * planes * p.k * p.c, 256), 256, 0))
+        .arg(&wsp)
+        .arg(&dxp)
+        .arg(&hp)
+        .arg(&lp)
+        .arg(&gp)
+        .arg(&ng)
+        .arg(&pl)
+        .arg(&k)
+        .arg(&c)
+        .arg(&ns)
+        .named("gradfeat d_x and R split sums")
+        .run()?;
     // d_A = Σ_rows (hi + lo)ᵀ·x: with rotations the rows hold [R_re | R_im], and the (2C × C) result
     // is d_A_re over d_A_im.
-    reduce_rows_wgmma(
-        dev,
-        p,
-        false,
-        (&a_hi, &a_lo),
-        (x, x),
-        rows,
-        ld,
-        p.c,
-        &fin,
-        d_a,
-        1,
-    )
+    reduce_rows_wgmma(dev, p, false, (&a_hi, &a_lo), (x, x), rows, ld, p.c, &fin, d_a, 1)
 }
 
 /// The splits of [`reduce_dx_img`] and [`reduce_dxa_img`] on a GPU of `multiprocessors`: gs_reduce_dxa's
@@ -805,20 +538,9 @@ pub(super) fn dxa_plans(p: &Problem, multiprocessors: usize) -> (SplitPlan, Spli
     let bm = 128 / nch;
     let entries = cuda::row_tile_entries(p, bm);
     let ntiles = entries.as_ref().map_or(p.v.div_ceil(bm), |t| t.len() / 3);
-    let sums = dx_img_plan(
-        p,
-        entries.as_deref(),
-        ntiles,
-        bm,
-        p.k.div_ceil(128) * nch,
-        multiprocessors,
-    );
+    let sums = dx_img_plan(p, entries.as_deref(), ntiles, bm, p.k.div_ceil(128) * nch, multiprocessors);
     let ld = if p.rotation { 2 * p.c } else { p.c };
-    let fin = cuda::uniform_plan(
-        p.meshes() * p.k,
-        ld.div_ceil(128) * p.c.div_ceil(128),
-        4 * multiprocessors,
-    );
+    let fin = cuda::uniform_plan(p.meshes() * p.k, ld.div_ceil(128) * p.c.div_ceil(128), 4 * multiprocessors);
     (sums, fin)
 }
 
@@ -866,17 +588,7 @@ pub(super) fn map_entry(forward: bool, rot: bool, spectral_vec: bool) -> &'stati
 }
 
 #[allow(clippy::too_many_arguments)]
-fn launch_map(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    input: &Input,
-    weights: &Weights,
-    outs: &MapOut,
-    packed: bool,
-    img: bool,
-    defer: bool,
-    pp: bool,
-) -> Result<()> {
+fn launch_map(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, outs: &MapOut, packed: bool, img: bool, defer: bool, pp: bool) -> Result<()> {
     let nch = chunks(p.c);
     let forward = matches!(outs, MapOut::Forward { .. });
     // Saved b: the image build's `_save` (forward) or `_saved` (backward) entries; the caller checked
@@ -905,37 +617,16 @@ fn launch_map(
     if packed {
         let mut w_srcs = vec![(w_re0, false)];
         w_srcs.extend(w_im0.map(|w| (w, false)));
-        jobs.push(PackJob {
-            srcs: w_srcs,
-            batches: 1,
-            rows: p.c,
-            cols: p.c,
-            rpad: 128 * nch,
-            trans: false,
-        });
+        jobs.push(PackJob { srcs: w_srcs, batches: 1, rows: p.c, cols: p.c, rpad: 128 * nch, trans: false });
         // x goes in transposed (xᵀ per mesh), so that every operand of the map kernel is K-major: as
         // k-tile images of xᵀ (C padded to the tile's rows).
         if let Input::Spectral { x, .. } = *input {
-            jobs.push(PackJob {
-                srcs: vec![(x, false)],
-                batches: p.meshes(),
-                rows: p.c,
-                cols: p.k,
-                rpad: 128 * nch,
-                trans: true,
-            });
+            jobs.push(PackJob { srcs: vec![(x, false)], batches: p.meshes(), rows: p.c, cols: p.k, rpad: 128 * nch, trans: true });
         }
         if matches!(outs, MapOut::Backward { t: None, .. }) {
             let mut t_srcs = vec![(w_re0, false)];
             t_srcs.extend(w_im0.map(|w| (w, true)));
-            jobs.push(PackJob {
-                srcs: t_srcs,
-                batches: 1,
-                rows: p.c,
-                cols: p.c,
-                rpad: 128 * nch,
-                trans: true,
-            });
+            jobs.push(PackJob { srcs: t_srcs, batches: 1, rows: p.c, cols: p.c, rpad: 128 * nch, trans: true });
         }
     }
     let mut images = pack_all(dev, p, &jobs)?.into_iter();
@@ -945,17 +636,8 @@ fn launch_map(
         None => (w_re0, w_im0),
     };
     let (xt, grads, g_in) = match *input {
-        Input::Spectral {
-            x,
-            grads_re,
-            grads_im,
-            ..
-        } => {
-            let xt = if packed {
-                images.next().expect("x's image")
-            } else {
-                transpose(dev, p, x, p.meshes(), p.k, p.c, false)?
-            };
+        Input::Spectral { x, grads_re, grads_im, .. } => {
+            let xt = if packed { images.next().expect("x's image") } else { transpose(dev, p, x, p.meshes(), p.k, p.c, false)? };
             (Some(xt), Some((grads_re, grads_im)), None)
         }
         Input::Vertex { g_re, g_im } => (None, None, Some((g_re, g_im))),
@@ -963,28 +645,14 @@ fn launch_map(
     let t_packed = images.next();
     let (table, ntiles) = row_tiles(p, if pp { 64 } else { 128 / nch })?;
     let mps = dev.info().multiprocessors.max(1) as usize;
-    let grid = grid_u32(
-        "grads_re",
-        if pp {
-            pp_grid(p, ntiles as usize, mps)
-        } else {
-            map_grid(p, ntiles as usize, forward, mps)
-        },
-    )?;
+    let grid = grid_u32("grads_re", if pp { pp_grid(p, ntiles as usize, mps) } else { map_grid(p, ntiles as usize, forward, mps) })?;
     let spectral_vec = spectral_vec(p);
     // The image build only where its `_sv` entries run (the only ones that write images).
     let img = img && packed && spectral_vec && !forward;
     // The defer build likewise only where its `_sv` entries run (elsewhere it is the packed one).
     let defer = defer && packed && spectral_vec;
     let (entry, options) = if pp {
-        (
-            if rot {
-                "gs_fwd_rot_pp"
-            } else {
-                "gs_fwd_plain_pp"
-            },
-            pp_options(p.dtype, nch),
-        )
+        (if rot { "gs_fwd_rot_pp" } else { "gs_fwd_plain_pp" }, pp_options(p.dtype, nch))
     } else if b_images.is_some() {
         let entry = match (forward, rot) {
             (true, true) => "gs_fwd_rot_sv_save",
@@ -994,10 +662,7 @@ fn launch_map(
         };
         (entry, map_options(p.dtype, nch, true, true, false))
     } else {
-        (
-            map_entry(forward, rot, spectral_vec),
-            map_options(p.dtype, nch, packed, img, defer),
-        )
+        (map_entry(forward, rot, spectral_vec), map_options(p.dtype, nch, packed, img, defer))
     };
     let f = dev.function(&SOURCE, &options, entry)?;
     dev.set_max_dynamic_smem(&f, smem)?;
@@ -1006,43 +671,18 @@ fn launch_map(
     let (xtp, wre, wim) = (ptr(xt.as_ref())?, w_re.cuda_ptr()?, ptr(w_im)?);
     let (out, tre, tim, dout, gws_re, gws_im, pp, qp, dgr, dgi) = match outs {
         MapOut::Forward { out, .. } => (out.cuda_ptr()?, 0, 0, 0, 0, 0, 0, 0, 0, 0),
-        MapOut::Backward {
-            d_out,
-            t,
-            p: pw,
-            q: qw,
-            dg,
-            gws,
-            ..
-        } => {
-            let (t_re, t_im) = t
-                .or(t_packed.as_ref().map(|i| (i, None)))
-                .expect("stage 3's weights");
+        MapOut::Backward { d_out, t, p: pw, q: qw, dg, gws, .. } => {
+            let (t_re, t_im) = t.or(t_packed.as_ref().map(|i| (i, None))).expect("stage 3's weights");
             let (gr, gi) = match gws {
                 Some((a, b)) => (a.cuda_ptr()?, b.cuda_ptr()?),
                 None => (0, 0),
             };
-            (
-                0,
-                t_re.cuda_ptr()?,
-                ptr(t_im)?,
-                d_out.cuda_ptr()?,
-                gr,
-                gi,
-                pw.cuda_ptr()?,
-                qw.cuda_ptr()?,
-                dg.0.cuda_ptr()?,
-                dg.1.cuda_ptr()?,
-            )
+            (0, t_re.cuda_ptr()?, ptr(t_im)?, d_out.cuda_ptr()?, gr, gi, pw.cuda_ptr()?, qw.cuda_ptr()?, dg.0.cuda_ptr()?, dg.1.cuda_ptr()?)
         }
     };
     let (tiles, nt) = (ptr(table.as_ref())?, ntiles as i64);
     let (vi, ki, ci) = (p.v as i64, p.k as i32, p.c as i32);
-    let (spectral, vec_k, vec_c) = (
-        p.spectral as i32,
-        p.k.is_multiple_of(8) as i32,
-        p.c.is_multiple_of(8) as i32,
-    );
+    let (spectral, vec_k, vec_c) = (p.spectral as i32, p.k.is_multiple_of(8) as i32, p.c.is_multiple_of(8) as i32);
     let (b_re, b_im) = match b_images {
         Some((r, i)) => (r.cuda_ptr()?, i.cuda_ptr()?),
         None => (0, 0),
@@ -1077,82 +717,33 @@ fn launch_map(
     if b_images.is_some() {
         launch = launch.arg(&b_re).arg(&b_im);
     }
-    launch
-        .named(if forward {
-            "gradfeat staged forward"
-        } else {
-            "gradfeat staged map"
-        })
-        .run()
+    launch.named(if forward { "gradfeat staged forward" } else { "gradfeat staged map" }).run()
 }
 
 /// out = tanh(g_re ⊙ b_re + g_im ⊙ b_im) by stages 1 and 2 of the map kernel.
 /// `packed`: the map kernel's GS_PACK build on packed k-tile images of xᵀ and the weights; `defer`
 /// (with `packed`, where [`spectral_vec`]): its GS_DEFER build (NOTES.md, v7); `pp` (with `packed`,
 /// where [`pp_applies`]): the GS_PP build, one warpgroup per CTA and two CTAs per multiprocessor (v9).
-pub fn forward(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    input: &Input,
-    weights: &Weights,
-    packed: bool,
-    defer: bool,
-    pp: bool,
-) -> Result<Tensor> {
+pub fn forward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, packed: bool, defer: bool, pp: bool) -> Result<Tensor> {
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
-    launch_map(
-        dev,
-        p,
-        input,
-        weights,
-        &MapOut::Forward {
-            out: &out,
-            save: None,
-        },
-        packed,
-        false,
-        defer,
-        pp,
-    )?;
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out, save: None }, packed, false, defer, pp)?;
     Ok(out)
 }
 
 /// Rows of the map kernel's tile images (GS_BM rows per row tile) and their padded channels.
 fn image_shape(p: &Problem) -> (usize, usize) {
     let nch = chunks(p.c);
-    let ntiles =
-        cuda::row_tile_entries(p, 128 / nch).map_or(p.v.div_ceil(128 / nch), |t| t.len() / 3);
+    let ntiles = cuda::row_tile_entries(p, 128 / nch).map_or(p.v.div_ceil(128 / nch), |t| t.len() / 3);
     (ntiles * (128 / nch), 128 * nch)
 }
 
 /// The training forward where [`saved_applies`]: the packed forward's out (the same bits), and b_re,
 /// b_im as tile images for [`backward`]'s `saved` (NOTES.md, v13).
-pub fn forward_save(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    input: &Input,
-    weights: &Weights,
-) -> Result<(Tensor, Tensor, Tensor)> {
+pub fn forward_save(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights) -> Result<(Tensor, Tensor, Tensor)> {
     let out = Tensor::output(&[p.v, p.c], p.dtype, p.device)?;
     let (rows, ldi) = image_shape(p);
-    let (b_re, b_im) = (
-        Tensor::output(&[rows, ldi], p.dtype, p.device)?,
-        Tensor::output(&[rows, ldi], p.dtype, p.device)?,
-    );
-    launch_map(
-        dev,
-        p,
-        input,
-        weights,
-        &MapOut::Forward {
-            out: &out,
-            save: Some((&b_re, &b_im)),
-        },
-        true,
-        false,
-        false,
-        false,
-    )?;
+    let (b_re, b_im) = (Tensor::output(&[rows, ldi], p.dtype, p.device)?, Tensor::output(&[rows, ldi], p.dtype, p.device)?);
+    launch_map(dev, p, input, weights, &MapOut::Forward { out: &out, save: Some((&b_re, &b_im)) }, true, false, false, false)?;
     Ok((out, b_re, b_im))
 }
 
@@ -1162,19 +753,7 @@ pub fn forward_save(
 /// (the image path; the caller checked [`saved_applies`]). `factored` (on the image path): d_A
 /// through x with d_x in one reduction, and no g images (v14).
 #[allow(clippy::too_many_arguments)]
-pub fn backward(
-    dev: &Arc<CudaDevice>,
-    p: &Problem,
-    input: &Input,
-    weights: &Weights,
-    d_out: &Tensor,
-    how: Reductions,
-    packed: bool,
-    img: bool,
-    defer: bool,
-    saved: Option<(&Tensor, &Tensor)>,
-    factored: bool,
-) -> Result<Grads> {
+pub fn backward(dev: &Arc<CudaDevice>, p: &Problem, input: &Input, weights: &Weights, d_out: &Tensor, how: Reductions, packed: bool, img: bool, defer: bool, saved: Option<(&Tensor, &Tensor)>, factored: bool) -> Result<Grads> {
     let (v, c, k) = (p.v, p.c, p.k);
     let img = saved.is_some() || (img && packed && img_applies(dev, p));
     let factored = factored && img;
@@ -1188,16 +767,11 @@ pub fn backward(
     };
     let t_plain = match (packed, w_im) {
         (true, _) => None,
-        (false, Some(w)) => Some((
-            transpose(dev, p, w_re, 1, c, c, false)?,
-            Some(transpose(dev, p, w, 1, c, c, true)?),
-        )),
+        (false, Some(w)) => Some((transpose(dev, p, w_re, 1, c, c, false)?, Some(transpose(dev, p, w, 1, c, c, true)?))),
         (false, None) => Some((transpose(dev, p, w_re, 1, c, c, false)?, None)),
     };
     let grads = match *input {
-        Input::Spectral {
-            grads_re, grads_im, ..
-        } => Some((grads_re, grads_im)),
+        Input::Spectral { grads_re, grads_im, .. } => Some((grads_re, grads_im)),
         Input::Vertex { .. } => None,
     };
     let g_in = match *input {
@@ -1208,89 +782,27 @@ pub fn backward(
     // Images: one GS_BM × Cpad block per row tile of the map kernel (rows past a mesh, channels past
     // C written as zeros by the kernel).
     let (img_rows, ldi) = image_shape(p);
-    let ws = || {
-        if img {
-            Tensor::output(&[img_rows * ldi], p.dtype, p.device)
-        } else {
-            vc()
-        }
-    };
+    let ws = || if img { Tensor::output(&[img_rows * ldi], p.dtype, p.device) } else { vc() };
     // d_g: an image too where the image build runs (d_x's image reduction reads it; the spectral
     // form only, where d_g is not an output).
     let (pw, qw, dg_re, dg_im) = (ws()?, ws()?, ws()?, ws()?);
-    let gws = if p.spectral && !factored {
-        Some((ws()?, ws()?))
-    } else {
-        None
-    };
-    let outs = MapOut::Backward {
-        d_out,
-        t: t_plain.as_ref().map(|(r, i)| (r, i.as_ref())),
-        p: &pw,
-        q: &qw,
-        dg: (&dg_re, &dg_im),
-        gws: gws.as_ref().map(|g| (&g.0, &g.1)),
-        saved,
-    };
-    launch_map(
-        dev,
-        p,
-        input,
-        weights,
-        &outs,
-        packed,
-        img,
-        img && defer,
-        false,
-    )?;
+    let gws = if p.spectral && !factored { Some((ws()?, ws()?)) } else { None };
+    let outs = MapOut::Backward { d_out, t: t_plain.as_ref().map(|(r, i)| (r, i.as_ref())), p: &pw, q: &qw, dg: (&dg_re, &dg_im), gws: gws.as_ref().map(|g| (&g.0, &g.1)), saved };
+    launch_map(dev, p, input, weights, &outs, packed, img, img && defer, false)?;
 
     if factored {
-        let Input::Spectral {
-            x,
-            grads_re,
-            grads_im,
-            ..
-        } = *input
-        else {
-            unreachable!("the image path takes the spectral form")
-        };
+        let Input::Spectral { x, grads_re, grads_im, .. } = *input else { unreachable!("the image path takes the spectral form") };
         let d_x = Tensor::output(&p.x_shape(), p.dtype, p.device)?;
         let weight_grads = if rot {
-            let (d_a_re, d_a_im) = (
-                Tensor::output(&[c, c], p.dtype, p.device)?,
-                Tensor::output(&[c, c], p.dtype, p.device)?,
-            );
-            reduce_dxa_img(
-                dev,
-                p,
-                true,
-                (grads_re, grads_im),
-                (&dg_re, &dg_im),
-                (&pw, &qw),
-                x,
-                &d_x,
-                (&d_a_re, Some(&d_a_im)),
-            )?;
+            let (d_a_re, d_a_im) = (Tensor::output(&[c, c], p.dtype, p.device)?, Tensor::output(&[c, c], p.dtype, p.device)?);
+            reduce_dxa_img(dev, p, true, (grads_re, grads_im), (&dg_re, &dg_im), (&pw, &qw), x, &d_x, (&d_a_re, Some(&d_a_im)))?;
             WeightGrads::Rotation { d_a_re, d_a_im }
         } else {
             let d_a = Tensor::output(&[c, c], p.dtype, p.device)?;
-            reduce_dxa_img(
-                dev,
-                p,
-                false,
-                (grads_re, grads_im),
-                (&dg_re, &dg_im),
-                (&pw, &qw),
-                x,
-                &d_x,
-                (&d_a, None),
-            )?;
+            reduce_dxa_img(dev, p, false, (grads_re, grads_im), (&dg_re, &dg_im), (&pw, &qw), x, &d_x, (&d_a, None))?;
             WeightGrads::Plain { d_a }
         };
-        return Ok(Grads {
-            input: InputGrads::Spectral { d_x },
-            weights: weight_grads,
-        });
+        return Ok(Grads { input: InputGrads::Spectral { d_x }, weights: weight_grads });
     }
 
     // d_A from P, Q and g, summed over every vertex of every mesh.
@@ -1303,57 +815,17 @@ pub fn backward(
     let weight_grads = if rot {
         let (d_a_re, d_a_im) = (cc()?, cc()?);
         if img {
-            reduce_img(
-                dev,
-                p,
-                true,
-                (&pw, &qw),
-                (gr, gi),
-                img_rows,
-                ldi,
-                (&d_a_re, Some(&d_a_im)),
-            )?;
+            reduce_img(dev, p, true, (&pw, &qw), (gr, gi), img_rows, ldi, (&d_a_re, Some(&d_a_im)))?;
         } else {
-            reduce(
-                dev,
-                p,
-                how,
-                true,
-                (&pw, &qw),
-                (gr, gi),
-                c,
-                c,
-                false,
-                (&d_a_re, Some(&d_a_im)),
-            )?;
+            reduce(dev, p, how, true, (&pw, &qw), (gr, gi), c, c, false, (&d_a_re, Some(&d_a_im)))?;
         }
         WeightGrads::Rotation { d_a_re, d_a_im }
     } else {
         let d_a = cc()?;
         if img {
-            reduce_img(
-                dev,
-                p,
-                false,
-                (&pw, &qw),
-                (gr, gi),
-                img_rows,
-                ldi,
-                (&d_a, None),
-            )?;
+            reduce_img(dev, p, false, (&pw, &qw), (gr, gi), img_rows, ldi, (&d_a, None))?;
         } else {
-            reduce(
-                dev,
-                p,
-                how,
-                false,
-                (&pw, &qw),
-                (gr, gi),
-                c,
-                c,
-                false,
-                (&d_a, None),
-            )?;
+            reduce(dev, p, how, false, (&pw, &qw), (gr, gi), c, c, false, (&d_a, None))?;
         }
         WeightGrads::Plain { d_a }
     };
@@ -1363,30 +835,13 @@ pub fn backward(
             if img {
                 reduce_dx_img(dev, p, (grads_re, grads_im), (&dg_re, &dg_im), &d_x)?;
             } else {
-                reduce(
-                    dev,
-                    p,
-                    how,
-                    false,
-                    (grads_re, grads_im),
-                    (&dg_re, &dg_im),
-                    k,
-                    c,
-                    true,
-                    (&d_x, None),
-                )?;
+                reduce(dev, p, how, false, (grads_re, grads_im), (&dg_re, &dg_im), k, c, true, (&d_x, None))?;
             }
             InputGrads::Spectral { d_x }
         }
-        None => InputGrads::Vertex {
-            d_g_re: dg_re,
-            d_g_im: dg_im,
-        },
+        None => InputGrads::Vertex { d_g_re: dg_re, d_g_im: dg_im },
     };
-    Ok(Grads {
-        input: input_grads,
-        weights: weight_grads,
-    })
+    Ok(Grads { input: input_grads, weights: weight_grads })
 }
 
 #[cfg(test)]
@@ -1404,10 +859,7 @@ mod tests {
         assert!(2 * (pp_smem_bytes(2) + 1024) <= 233_472);
         assert_eq!((REDUCE_SMEM, DX_SMEM), (196_608, 196_608));
         assert!(map_smem_bytes(2) <= limit && REDUCE_SMEM <= limit && DX_SMEM <= limit);
-        assert_eq!(
-            (chunks(1), chunks(128), chunks(129), chunks(256)),
-            (1, 1, 2, 2)
-        );
+        assert_eq!((chunks(1), chunks(128), chunks(129), chunks(256)), (1, 1, 2, 2));
     }
 
     #[test]
@@ -1421,12 +873,7 @@ mod tests {
             }
             assert!(builds.iter().any(|b| b.options == reduce_options(dtype)));
             for c in [1, 128, 129, 256] {
-                assert!(
-                    builds
-                        .iter()
-                        .any(|b| b.options == pp_options(dtype, chunks(c))),
-                    "{dtype} C={c} pp"
-                );
+                assert!(builds.iter().any(|b| b.options == pp_options(dtype, chunks(c))), "{dtype} C={c} pp");
             }
         }
         assert_eq!(builds.len(), 26);
@@ -1438,13 +885,7 @@ mod tests {
             for tiles in [1, 4] {
                 let plan = img_plan(rows, tiles, 4 * 132);
                 assert_eq!(plan.rows_per_split % 32, 0, "rows {rows} tiles {tiles}");
-                assert!(
-                    plan.nsplits * plan.rows_per_split >= rows
-                        && (plan.nsplits - 1) * plan.rows_per_split < rows,
-                    "rows {rows} tiles {tiles}: {} × {}",
-                    plan.nsplits,
-                    plan.rows_per_split
-                );
+                assert!(plan.nsplits * plan.rows_per_split >= rows && (plan.nsplits - 1) * plan.rows_per_split < rows, "rows {rows} tiles {tiles}: {} × {}", plan.nsplits, plan.rows_per_split);
                 assert!(plan.splits.is_empty() && plan.groups.is_empty());
             }
         }

@@ -1,10 +1,7 @@
 //! Spatial gradient features' `ember check` cases and `ember bench` rows.
 
 use super::cuda::{BwdVariant, FwdVariant};
-use super::{
-    backward, backward_from, backward_from_with, backward_with, cuda, forward, forward_train_with,
-    forward_with, reference, staged, validate, Grads, Input, InputGrads, WeightGrads, Weights,
-};
+use super::{backward, backward_from, backward_from_with, backward_with, cuda, forward, forward_train_with, forward_with, reference, staged, validate, Grads, Input, InputGrads, WeightGrads, Weights};
 use crate::harness::bench::{params, BenchCtx, BenchRow};
 use crate::harness::check::{compare, property, CheckCtx, CheckRow, Tier};
 use crate::KernelBuild;
@@ -29,24 +26,10 @@ pub(crate) struct Case {
 
 impl Case {
     pub fn new(v: usize, k: usize, c: usize, spectral: bool, rotation: bool) -> Case {
-        Case {
-            offsets: vec![0, v],
-            k,
-            c,
-            spectral,
-            rotation,
-            batched: false,
-        }
+        Case { offsets: vec![0, v], k, c, spectral, rotation, batched: false }
     }
     pub fn batch(offsets: &[usize], k: usize, c: usize, rotation: bool) -> Case {
-        Case {
-            offsets: offsets.to_vec(),
-            k,
-            c,
-            spectral: true,
-            rotation,
-            batched: true,
-        }
+        Case { offsets: offsets.to_vec(), k, c, spectral: true, rotation, batched: true }
     }
     pub fn v(&self) -> usize {
         *self.offsets.last().unwrap()
@@ -54,16 +37,8 @@ impl Case {
     pub fn name(&self) -> String {
         let form = if self.spectral { "spec" } else { "vert" };
         let rot = if self.rotation { "rot" } else { "plain" };
-        let m = if self.batched {
-            format!(" M={}", self.offsets.len() - 1)
-        } else {
-            String::new()
-        };
-        let k = if self.spectral {
-            format!(" K={}", self.k)
-        } else {
-            String::new()
-        };
+        let m = if self.batched { format!(" M={}", self.offsets.len() - 1) } else { String::new() };
+        let k = if self.spectral { format!(" K={}", self.k) } else { String::new() };
         format!("{form} {rot} V={}{k} C={}{m}", self.v(), self.c)
     }
 }
@@ -83,11 +58,7 @@ pub(crate) struct Data {
 
 fn randn(shape: &[usize], scale: f64, dtype: DType, seed: u64) -> Result<Tensor> {
     let n: usize = shape.iter().product();
-    let v: Vec<f64> = (0..n)
-        .into_par_iter()
-        .with_min_len(4096)
-        .map(|i| scale * rng::normal(seed, i as u64))
-        .collect();
+    let v: Vec<f64> = (0..n).into_par_iter().with_min_len(4096).map(|i| scale * rng::normal(seed, i as u64)).collect();
     Tensor::from_f64(&v, shape, dtype, Device::Cpu)
 }
 
@@ -102,37 +73,17 @@ impl Data {
     pub fn bench(case: &Case, dtype: DType, device: Device, seed: u64) -> Result<Data> {
         Data::draw(case, |shape, scale, s| {
             let half_width = (3.0f64).sqrt() * scale;
-            Tensor::rand(
-                shape,
-                -half_width as f32,
-                half_width as f32,
-                dtype,
-                device,
-                seed + s,
-            )
+            Tensor::rand(shape, -half_width as f32, half_width as f32, dtype, device, seed + s)
         })
     }
 
-    fn draw(
-        case: &Case,
-        mut make: impl FnMut(&[usize], f64, u64) -> Result<Tensor>,
-    ) -> Result<Data> {
+    fn draw(case: &Case, mut make: impl FnMut(&[usize], f64, u64) -> Result<Tensor>) -> Result<Data> {
         let (v, k, c, m) = (case.v(), case.k.max(1), case.c, case.offsets.len() - 1);
-        let x_shape = if case.batched {
-            vec![m, k, c]
-        } else {
-            vec![k, c]
-        };
+        let x_shape = if case.batched { vec![m, k, c] } else { vec![k, c] };
         // Rotations sum 2C products per entry of b, the plain map C.
         let a_scale = 1.0 / ((if case.rotation { 2 } else { 1 } * c) as f64).sqrt();
         let (sp, vx) = (case.spectral, !case.spectral);
-        let mut pick = |used: bool, shape: &[usize], scale: f64, s: u64| {
-            if used {
-                make(shape, scale, s)
-            } else {
-                make(&[1], scale, s)
-            }
-        };
+        let mut pick = |used: bool, shape: &[usize], scale: f64, s: u64| if used { make(shape, scale, s) } else { make(&[1], scale, s) };
         Ok(Data {
             x: pick(sp, &x_shape, 1.0 / (k as f64).sqrt(), 0)?,
             grads_re: pick(sp, &[v, k], 1.0, 1)?,
@@ -160,26 +111,15 @@ impl Data {
 
     pub fn input<'a>(&'a self, case: &'a Case) -> Input<'a> {
         if case.spectral {
-            Input::Spectral {
-                x: &self.x,
-                grads_re: &self.grads_re,
-                grads_im: &self.grads_im,
-                mesh_offsets: case.batched.then_some(&case.offsets[..]),
-            }
+            Input::Spectral { x: &self.x, grads_re: &self.grads_re, grads_im: &self.grads_im, mesh_offsets: case.batched.then_some(&case.offsets[..]) }
         } else {
-            Input::Vertex {
-                g_re: &self.g_re,
-                g_im: &self.g_im,
-            }
+            Input::Vertex { g_re: &self.g_re, g_im: &self.g_im }
         }
     }
 
     pub fn weights<'a>(&'a self, case: &Case) -> Weights<'a> {
         if case.rotation {
-            Weights::Rotation {
-                a_re: &self.a_re,
-                a_im: &self.a_im,
-            }
+            Weights::Rotation { a_re: &self.a_re, a_im: &self.a_im }
         } else {
             Weights::Plain { a: &self.a_re }
         }
@@ -190,37 +130,18 @@ impl Data {
 pub(crate) fn reference_outputs(case: &Case, d: &Data) -> Result<Vec<(&'static str, Vec<f64>)>> {
     let c = case.c;
     let (g_re, g_im, gr, gi) = if case.spectral {
-        let (x, gr, gi) = (
-            d.x.to_vec_f64()?,
-            d.grads_re.to_vec_f64()?,
-            d.grads_im.to_vec_f64()?,
-        );
-        (
-            reference::spectral_g(&gr, &x, &case.offsets, case.k, c),
-            reference::spectral_g(&gi, &x, &case.offsets, case.k, c),
-            gr,
-            gi,
-        )
+        let (x, gr, gi) = (d.x.to_vec_f64()?, d.grads_re.to_vec_f64()?, d.grads_im.to_vec_f64()?);
+        (reference::spectral_g(&gr, &x, &case.offsets, case.k, c), reference::spectral_g(&gi, &x, &case.offsets, case.k, c), gr, gi)
     } else {
         (d.g_re.to_vec_f64()?, d.g_im.to_vec_f64()?, vec![], vec![])
     };
     let (a_re, a_im) = (d.a_re.to_vec_f64()?, d.a_im.to_vec_f64()?);
-    let w = if case.rotation {
-        reference::W::Rotation {
-            re: &a_re,
-            im: &a_im,
-        }
-    } else {
-        reference::W::Plain(&a_re)
-    };
+    let w = if case.rotation { reference::W::Rotation { re: &a_re, im: &a_im } } else { reference::W::Plain(&a_re) };
     let out = reference::forward(&g_re, &g_im, &w, c);
     let r = reference::backward(&g_re, &g_im, &w, &d.d_out.to_vec_f64()?, c);
     let mut v = vec![("out", out)];
     if case.spectral {
-        v.push((
-            "d_x",
-            reference::spectral_dx(&gr, &gi, &r.d_g_re, &r.d_g_im, &case.offsets, case.k, c),
-        ));
+        v.push(("d_x", reference::spectral_dx(&gr, &gi, &r.d_g_re, &r.d_g_im, &case.offsets, case.k, c)));
     } else {
         v.push(("d_g_re", r.d_g_re));
         v.push(("d_g_im", r.d_g_im));
@@ -253,36 +174,20 @@ pub(crate) fn grad_list(g: Grads) -> Vec<Tensor> {
 /// Whether a bench row is timed: `EMBER_GRADFEAT_BENCH_ONLY` (for profiling one configuration under
 /// a profiler) holds `key=value` tokens that must all equal the row's params (`V=524288`,
 /// `bwd=staged`), its pass (`pass=fwd+bwd`) or its dtype (`dtype=bf16`); unset or empty: every row.
-fn bench_selected(
-    params: &serde_json::Map<String, serde_json::Value>,
-    dtype: DType,
-    backward: bool,
-) -> bool {
+fn bench_selected(params: &serde_json::Map<String, serde_json::Value>, dtype: DType, backward: bool) -> bool {
     let only = std::env::var("EMBER_GRADFEAT_BENCH_ONLY").unwrap_or_default();
     row_selected(&only, params, dtype, backward)
 }
 
-pub(crate) fn row_selected(
-    only: &str,
-    params: &serde_json::Map<String, serde_json::Value>,
-    dtype: DType,
-    backward: bool,
-) -> bool {
+pub(crate) fn row_selected(only: &str, params: &serde_json::Map<String, serde_json::Value>, dtype: DType, backward: bool) -> bool {
     only.split_whitespace().all(|tok| {
-        let Some((k, want)) = tok.split_once('=') else {
-            return false;
-        };
+        let Some((k, want)) = tok.split_once('=') else { return false };
         match k {
             "pass" => want == if backward { "fwd+bwd" } else { "fwd" },
             "dtype" => want == dtype.name(),
             _ => params.get(k).is_some_and(|v| match v {
                 serde_json::Value::String(s) => s == want,
-                other => {
-                    *other
-                        == want
-                            .parse::<serde_json::Value>()
-                            .unwrap_or(serde_json::Value::Null)
-                }
+                other => *other == want.parse::<serde_json::Value>().unwrap_or(serde_json::Value::Null),
             }),
         }
     })
@@ -293,10 +198,7 @@ fn bwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(BwdVariant, Str
     if p.device == Device::Cpu {
         return Ok(vec![(BwdVariant::from_env(), String::new())]);
     }
-    Ok(cuda::bwd_variants(&p)?
-        .into_iter()
-        .map(|b| (b, format!(" bwd={}", b.name())))
-        .collect())
+    Ok(cuda::bwd_variants(&p)?.into_iter().map(|b| (b, format!(" bwd={}", b.name()))).collect())
 }
 
 /// Whether the training pair (`forward_train` + `backward_from`) keeps b for this problem.
@@ -310,10 +212,7 @@ fn fwd_variants(input: &Input, weights: &Weights) -> Result<Vec<(FwdVariant, Str
     if p.device == Device::Cpu {
         return Ok(vec![(FwdVariant::from_env(), String::new())]);
     }
-    Ok(cuda::fwd_variants(&p)?
-        .into_iter()
-        .map(|f| (f, format!(" fwd={}", f.name())))
-        .collect())
+    Ok(cuda::fwd_variants(&p)?.into_iter().map(|f| (f, format!(" fwd={}", f.name()))).collect())
 }
 
 fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
@@ -329,16 +228,8 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
     let (mut packed_bits, mut pp_bits) = (None, None);
     for (variant, suffix) in fwd_variants(&input, &weights)? {
         let o = forward_with(&input, &weights, variant)?.out;
-        rows.push(compare(
-            "gradfeat",
-            &format!("{name}{suffix}"),
-            expected[0].0,
-            &o,
-            &expected[0].1,
-            tol,
-        )?);
-        let bits =
-            || -> Result<Vec<u64>> { Ok(o.to_vec_f64()?.into_iter().map(f64::to_bits).collect()) };
+        rows.push(compare("gradfeat", &format!("{name}{suffix}"), expected[0].0, &o, &expected[0].1, tol)?);
+        let bits = || -> Result<Vec<u64>> { Ok(o.to_vec_f64()?.into_iter().map(f64::to_bits).collect()) };
         match variant {
             FwdVariant::Packed => packed_bits = Some(bits()?),
             FwdVariant::PackedPp => pp_bits = Some(bits()?),
@@ -347,27 +238,14 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
         out.get_or_insert(o);
     }
     if let (Some(a), Some(b)) = (&packed_bits, &pp_bits) {
-        rows.push(property(
-            "gradfeat",
-            &format!("{name} fwd=packed-pp"),
-            "bitwise = fwd=packed",
-            dtype,
-            ctx.device,
-            a == b,
-        ));
+        rows.push(property("gradfeat", &format!("{name} fwd=packed-pp"), "bitwise = fwd=packed", dtype, ctx.device, a == b));
     }
     let out = out.expect("at least one forward variant");
     for (variant, suffix) in bwd_variants(&input, &weights)? {
         let mut got = vec![out.try_clone()?];
-        got.extend(grad_list(backward_with(
-            &input, &weights, &dev.d_out, variant,
-        )?));
+        got.extend(grad_list(backward_with(&input, &weights, &dev.d_out, variant)?));
         let label = format!("{name}{suffix}");
-        let mut r: Vec<CheckRow> = expected
-            .iter()
-            .zip(&got)
-            .map(|((q, e), t)| compare("gradfeat", &label, q, t, e, tol))
-            .collect::<Result<_>>()?;
+        let mut r: Vec<CheckRow> = expected.iter().zip(&got).map(|((q, e), t)| compare("gradfeat", &label, q, t, e, tol)).collect::<Result<_>>()?;
         rescale_degenerate(case, &data, &expected, &got, &mut r)?;
         rows.extend(r.into_iter().skip(1));
     }
@@ -375,57 +253,27 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
     // (through the saved, rounded b) against the reference.
     if saves_b(&input, &weights)? {
         let f = forward_train_with(&input, &weights, true)?;
-        rows.push(property(
-            "gradfeat",
-            &format!("{name} fwd=packed-save"),
-            "saves b",
-            dtype,
-            ctx.device,
-            f.saved.is_some(),
-        ));
+        rows.push(property("gradfeat", &format!("{name} fwd=packed-save"), "saves b", dtype, ctx.device, f.saved.is_some()));
         if let Some(a) = &packed_bits {
             let b: Vec<u64> = f.out.to_vec_f64()?.into_iter().map(f64::to_bits).collect();
-            rows.push(property(
-                "gradfeat",
-                &format!("{name} fwd=packed-save"),
-                "bitwise = fwd=packed",
-                dtype,
-                ctx.device,
-                *a == b,
-            ));
+            rows.push(property("gradfeat", &format!("{name} fwd=packed-save"), "bitwise = fwd=packed", dtype, ctx.device, *a == b));
         }
         // d_A both ways (NOTES.md v14): from g's images, and factored through x.
         for (variant, suffix) in SAVED_DA {
             let mut got = vec![f.out.try_clone()?];
-            got.extend(grad_list(backward_from_with(
-                &f, &input, &weights, &dev.d_out, variant,
-            )?));
+            got.extend(grad_list(backward_from_with(&f, &input, &weights, &dev.d_out, variant)?));
             let label = format!("{name} bwd=saved-b{suffix}");
-            let mut r: Vec<CheckRow> = expected
-                .iter()
-                .zip(&got)
-                .map(|((q, e), t)| compare("gradfeat", &label, q, t, e, tol))
-                .collect::<Result<_>>()?;
+            let mut r: Vec<CheckRow> = expected.iter().zip(&got).map(|((q, e), t)| compare("gradfeat", &label, q, t, e, tol)).collect::<Result<_>>()?;
             rescale_degenerate(case, &data, &expected, &got, &mut r)?;
             rows.extend(r.into_iter().skip(1));
         }
-        rows.push(compare(
-            "gradfeat",
-            &format!("{name} bwd=saved-b"),
-            expected[0].0,
-            &f.out,
-            &expected[0].1,
-            tol,
-        )?);
+        rows.push(compare("gradfeat", &format!("{name} bwd=saved-b"), expected[0].0, &f.out, &expected[0].1, tol)?);
     }
     Ok(rows)
 }
 
 /// The two ways the backward from saved b takes d_A, with the suffixes of their rows.
-const SAVED_DA: [(BwdVariant, &str); 2] = [
-    (BwdVariant::PackedImgGImages, "-gimages"),
-    (BwdVariant::PackedImgFactored, "-factored"),
-];
+const SAVED_DA: [(BwdVariant, &str); 2] = [(BwdVariant::PackedImgGImages, "-gimages"), (BwdVariant::PackedImgFactored, "-factored")];
 
 fn norm(v: &[f64]) -> f64 {
     v.iter().map(|x| x * x).sum::<f64>().sqrt()
@@ -439,28 +287,11 @@ fn norm(v: &[f64]) -> f64 {
 ///   cancellation.
 /// - d_A_im is zero in exact arithmetic when every g row is a multiple of one vector (K = 1, or
 ///   C = 1): its error is measured against ‖d_A_re‖.
-fn rescale_degenerate(
-    case: &Case,
-    d: &Data,
-    expected: &[(&'static str, Vec<f64>)],
-    got: &[Tensor],
-    rows: &mut [CheckRow],
-) -> Result<()> {
+fn rescale_degenerate(case: &Case, d: &Data, expected: &[(&'static str, Vec<f64>)], got: &[Tensor], rows: &mut [CheckRow]) -> Result<()> {
     let find = |q: &str| expected.iter().position(|(n, _)| *n == q);
     let mut set = |i: usize, label: &str, scale: f64| -> Result<()> {
         let out = got[i].to_vec_f64()?;
-        let diff = out
-            .iter()
-            .zip(&expected[i].1)
-            .map(|(a, b)| {
-                if a.is_finite() {
-                    (a - b) * (a - b)
-                } else {
-                    f64::INFINITY
-                }
-            })
-            .sum::<f64>()
-            .sqrt();
+        let diff = out.iter().zip(&expected[i].1).map(|(a, b)| if a.is_finite() { (a - b) * (a - b) } else { f64::INFINITY }).sum::<f64>().sqrt();
         rows[i].quantity = format!("{}/{label}", expected[i].0);
         rows[i].rel_err = diff / scale;
         Ok(())
@@ -468,9 +299,7 @@ fn rescale_degenerate(
     if case.c == 1 {
         let (g_re, g_im) = reference_g(case, d)?;
         let (out, d_out) = (&expected[0].1, d.d_out.to_vec_f64()?);
-        let terms: Vec<f64> = (0..case.v())
-            .map(|v| d_out[v] * (1.0 - out[v] * out[v]) * (g_re[v] * g_re[v] + g_im[v] * g_im[v]))
-            .collect();
+        let terms: Vec<f64> = (0..case.v()).map(|v| d_out[v] * (1.0 - out[v] * out[v]) * (g_re[v] * g_re[v] + g_im[v] * g_im[v])).collect();
         let rss = norm(&terms);
         for q in ["d_a_re", "d_a_im", "d_a"] {
             if let Some(i) = find(q) {
@@ -501,24 +330,13 @@ fn reference_g(case: &Case, d: &Data) -> Result<(Vec<f64>, Vec<f64>)> {
 
 /// Two runs give bitwise identical results, in every forward and every backward variant.
 fn determinism(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
-    let data = Data::new(case, dtype, ctx.seed_for(&format!("det{}", case.name())))?
-        .to_device(ctx.device)?;
+    let data = Data::new(case, dtype, ctx.seed_for(&format!("det{}", case.name())))?.to_device(ctx.device)?;
     let (input, weights) = (data.input(case), data.weights(case));
     let mut rows = Vec::new();
-    let bits = |t: Tensor| -> Result<Vec<u64>> {
-        Ok(t.to_vec_f64()?.into_iter().map(f64::to_bits).collect())
-    };
+    let bits = |t: Tensor| -> Result<Vec<u64>> { Ok(t.to_vec_f64()?.into_iter().map(f64::to_bits).collect()) };
     for (variant, suffix) in fwd_variants(&input, &weights)? {
-        let same = bits(forward_with(&input, &weights, variant)?.out)?
-            == bits(forward_with(&input, &weights, variant)?.out)?;
-        rows.push(property(
-            "gradfeat",
-            &format!("{}{suffix}", case.name()),
-            "bitwise-det",
-            dtype,
-            ctx.device,
-            same,
-        ));
+        let same = bits(forward_with(&input, &weights, variant)?.out)? == bits(forward_with(&input, &weights, variant)?.out)?;
+        rows.push(property("gradfeat", &format!("{}{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same));
     }
     for (variant, suffix) in bwd_variants(&input, &weights)? {
         let run = || -> Result<Vec<Vec<f64>>> {
@@ -529,50 +347,27 @@ fn determinism(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow
             Ok(v)
         };
         let (a, b) = (run()?, run()?);
-        rows.push(property(
-            "gradfeat",
-            &format!("{}{suffix}", case.name()),
-            "bitwise-det",
-            dtype,
-            ctx.device,
-            same_bits(&a, &b),
-        ));
+        rows.push(property("gradfeat", &format!("{}{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same_bits(&a, &b)));
     }
     if saves_b(&input, &weights)? {
         for (variant, suffix) in SAVED_DA {
             let run = || -> Result<Vec<Vec<f64>>> {
                 let f = forward_train_with(&input, &weights, true)?;
                 let mut v = vec![f.out.to_vec_f64()?];
-                for t in grad_list(backward_from_with(
-                    &f,
-                    &input,
-                    &weights,
-                    &data.d_out,
-                    variant,
-                )?) {
+                for t in grad_list(backward_from_with(&f, &input, &weights, &data.d_out, variant)?) {
                     v.push(t.to_vec_f64()?);
                 }
                 Ok(v)
             };
             let (a, b) = (run()?, run()?);
-            rows.push(property(
-                "gradfeat",
-                &format!("{} bwd=saved-b{suffix}", case.name()),
-                "bitwise-det",
-                dtype,
-                ctx.device,
-                same_bits(&a, &b),
-            ));
+            rows.push(property("gradfeat", &format!("{} bwd=saved-b{suffix}", case.name()), "bitwise-det", dtype, ctx.device, same_bits(&a, &b)));
         }
     }
     Ok(rows)
 }
 
 fn same_bits(a: &[Vec<f64>], b: &[Vec<f64>]) -> bool {
-    a.len() == b.len()
-        && a.iter().zip(b).all(|(x, y)| {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits())
-        })
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits()))
 }
 
 /// On CUDA: errors for bad input leave the context usable, and a C beyond the kernels' on-chip
@@ -582,55 +377,22 @@ fn cuda_error_properties(ctx: &CheckCtx) -> Result<Vec<CheckRow>> {
     let data = Data::new(&case, DType::BF16, 7)?.to_device(ctx.device)?;
     let cpu_d_out = Tensor::zeros(&[40, 16], DType::BF16, Device::Cpu)?;
     let e = backward(&data.input(&case), &data.weights(&case), &cpu_d_out);
-    let mut rows = vec![property(
-        "gradfeat",
-        "d_out on the CPU",
-        "Err(Device)",
-        DType::BF16,
-        ctx.device,
-        matches!(e, Err(Error::Device { .. })),
-    )];
+    let mut rows = vec![property("gradfeat", "d_out on the CPU", "Err(Device)", DType::BF16, ctx.device, matches!(e, Err(Error::Device { .. })))];
     let big = 4096;
     let g = Tensor::zeros(&[2, big], DType::BF16, ctx.device)?;
     let a = Tensor::zeros(&[big, big], DType::BF16, ctx.device)?;
-    let e = forward(
-        &Input::Vertex { g_re: &g, g_im: &g },
-        &Weights::Plain { a: &a },
-    );
-    rows.push(property(
-        "gradfeat",
-        "C=4096 beyond the tiles",
-        "Err(Unsupported)",
-        DType::BF16,
-        ctx.device,
-        matches!(e, Err(Error::Unsupported(_))),
-    ));
+    let e = forward(&Input::Vertex { g_re: &g, g_im: &g }, &Weights::Plain { a: &a });
+    rows.push(property("gradfeat", "C=4096 beyond the tiles", "Err(Unsupported)", DType::BF16, ctx.device, matches!(e, Err(Error::Unsupported(_)))));
     if saves_b(&data.input(&case), &data.weights(&case))? {
         // b saved by a forward of another problem (V = 41 instead of 40).
         let f = forward_train_with(&data.input(&case), &data.weights(&case), true)?;
         let other = Case::new(41, 8, 16, true, true);
         let od = Data::new(&other, DType::BF16, 8)?.to_device(ctx.device)?;
         let e = backward_from(&f, &od.input(&other), &od.weights(&other), &od.d_out);
-        rows.push(property(
-            "gradfeat",
-            "saved b of another problem",
-            "Err(Invalid)",
-            DType::BF16,
-            ctx.device,
-            matches!(e, Err(Error::Invalid { .. })),
-        ));
+        rows.push(property("gradfeat", "saved b of another problem", "Err(Invalid)", DType::BF16, ctx.device, matches!(e, Err(Error::Invalid { .. }))));
     }
-    let ok = forward(&data.input(&case), &data.weights(&case))
-        .and_then(|f| f.out.to_vec_f64())
-        .is_ok_and(|v| v.iter().all(|x| x.is_finite()));
-    rows.push(property(
-        "gradfeat",
-        "no sticky error after bad input",
-        "holds",
-        DType::BF16,
-        ctx.device,
-        ok,
-    ));
+    let ok = forward(&data.input(&case), &data.weights(&case)).and_then(|f| f.out.to_vec_f64()).is_ok_and(|v| v.iter().all(|x| x.is_finite()));
+    rows.push(property("gradfeat", "no sticky error after bad input", "holds", DType::BF16, ctx.device, ok));
     Ok(rows)
 }
 
@@ -725,11 +487,7 @@ impl crate::OpFamily for Family {
                 _ => Case::batch(&[0, 70, 150], 64, 64, true),
             };
             rows.extend(determinism(ctx, &det, DType::BF16)?);
-            rows.extend(determinism(
-                ctx,
-                &Case::new(300, 0, 257, false, false),
-                DType::F32,
-            )?);
+            rows.extend(determinism(ctx, &Case::new(300, 0, 257, false, false), DType::F32)?);
             rows.extend(cuda_error_properties(ctx)?);
         }
         Ok(rows)
@@ -746,9 +504,7 @@ impl crate::OpFamily for Family {
                 sizes.push((131072, 128, 256, DType::F32));
             }
             (_, false) => {
-                sizes.extend(
-                    [4096, 32768, 131072, 524288, 2097152].map(|v| (v, 128, 256, DType::BF16)),
-                );
+                sizes.extend([4096, 32768, 131072, 524288, 2097152].map(|v| (v, 128, 256, DType::BF16)));
                 sizes.extend([131072, 2097152].map(|v| (v, 128, 128, DType::BF16)));
                 sizes.extend([131072, 524288].map(|v| (v, 128, 256, DType::F32)));
             }
@@ -764,45 +520,22 @@ impl crate::OpFamily for Family {
             let fwd_flops = vf * (4.0 * kf * cf + 8.0 * cf * cf);
             let case = Case::new(v, k, c, true, true);
             let sets = ctx.rotation(es * vf * (2.0 * kf + 2.0 * cf));
-            let data: Vec<Data> = (0..sets)
-                .map(|i| Data::bench(&case, dtype, ctx.device, 500 + 10 * i as u64))
-                .collect::<Result<_>>()?;
+            let data: Vec<Data> = (0..sets).map(|i| Data::bench(&case, dtype, ctx.device, 500 + 10 * i as u64)).collect::<Result<_>>()?;
             // f32 runs as split TF32 on tensor cores: its ceiling is the TF32 GEMM rate.
-            let rate = if dtype == DType::F32 {
-                ctx.gemm_tflops(DType::F32, true)?
-            } else {
-                ctx.gemm_tflops(dtype, false)?
-            };
-            let p = params(&[
-                ("V", json!(v)),
-                ("K", json!(k)),
-                ("C", json!(c)),
-                ("form", json!("spectral")),
-                ("rotation", json!(true)),
-            ]);
+            let rate = if dtype == DType::F32 { ctx.gemm_tflops(DType::F32, true)? } else { ctx.gemm_tflops(dtype, false)? };
+            let p = params(&[("V", json!(v)), ("K", json!(k)), ("C", json!(c)), ("form", json!("spectral")), ("rotation", json!(true))]);
             // The issue's sizes time every variant (NOTES.md compares them): each forward, each
             // backward after the default forward, and both staged together; other sizes the defaults.
             // CUDA rows name their variants in their params.
-            let issue_size = dtype == DType::BF16
-                && k == 128
-                && c == 256
-                && [131072, 524288, 2097152].contains(&v);
+            let issue_size = dtype == DType::BF16 && k == 128 && c == 256 && [131072, 524288, 2097152].contains(&v);
             let (input0, weights0) = (data[0].input(&case), data[0].weights(&case));
-            let (fwds, bwds) = (
-                fwd_variants(&input0, &weights0)?,
-                bwd_variants(&input0, &weights0)?,
-            );
+            let (fwds, bwds) = (fwd_variants(&input0, &weights0)?, bwd_variants(&input0, &weights0)?);
             let labelled = ctx.device != Device::Cpu;
             let (fwd_default, bwd_default) = (FwdVariant::from_env(), BwdVariant::from_env());
             // A default that does not apply to this problem runs (and is labelled) as what the launch
             // code runs instead (the fused forward; the packed or the fused backward).
-            let fwd_default = if fwds.iter().any(|(f, _)| *f == fwd_default) {
-                fwd_default
-            } else {
-                FwdVariant::Fused
-            };
-            let bwd_default =
-                bwd_default.effective(&bwds.iter().map(|(b, _)| *b).collect::<Vec<_>>());
+            let fwd_default = if fwds.iter().any(|(f, _)| *f == fwd_default) { fwd_default } else { FwdVariant::Fused };
+            let bwd_default = bwd_default.effective(&bwds.iter().map(|(b, _)| *b).collect::<Vec<_>>());
             // (forward, backward): a "fwd" row without a backward, else a "fwd+bwd" row.
             let mut passes: Vec<(FwdVariant, Option<BwdVariant>)> = Vec::new();
             for (f, _) in &fwds {
@@ -815,36 +548,18 @@ impl crate::OpFamily for Family {
                     passes.push((fwd_default, Some(*b)));
                 }
             }
-            if issue_size
-                && fwds.len() > 1
-                && bwds.len() > 1
-                && !passes.contains(&(FwdVariant::Staged, Some(BwdVariant::Staged)))
-            {
+            if issue_size && fwds.len() > 1 && bwds.len() > 1 && !passes.contains(&(FwdVariant::Staged, Some(BwdVariant::Staged))) {
                 passes.push((FwdVariant::Staged, Some(BwdVariant::Staged)));
             }
-            if issue_size
-                && fwds.len() > 1
-                && bwds.len() > 1
-                && !passes.contains(&(FwdVariant::Packed, Some(BwdVariant::Packed)))
-            {
+            if issue_size && fwds.len() > 1 && bwds.len() > 1 && !passes.contains(&(FwdVariant::Packed, Some(BwdVariant::Packed))) {
                 passes.push((FwdVariant::Packed, Some(BwdVariant::Packed)));
             }
             // Both deferred-store builds together (NOTES.md v7), beside the default pair.
             let defer_pair = (FwdVariant::PackedDefer, Some(BwdVariant::PackedImgDefer));
-            if issue_size
-                && fwds.iter().any(|(f, _)| *f == FwdVariant::PackedDefer)
-                && bwds.iter().any(|(b, _)| *b == BwdVariant::PackedImgDefer)
-                && !passes.contains(&defer_pair)
-            {
+            if issue_size && fwds.iter().any(|(f, _)| *f == FwdVariant::PackedDefer) && bwds.iter().any(|(b, _)| *b == BwdVariant::PackedImgDefer) && !passes.contains(&defer_pair) {
                 passes.push(defer_pair);
             }
-            let note = |row: &mut BenchRow| {
-                row.note = format!(
-                    "{:.1}% of the {} GEMM rate measured in this run",
-                    100.0 * row.floor_frac,
-                    if dtype == DType::F32 { "TF32" } else { "bf16" }
-                )
-            };
+            let note = |row: &mut BenchRow| row.note = format!("{:.1}% of the {} GEMM rate measured in this run", 100.0 * row.floor_frac, if dtype == DType::F32 { "TF32" } else { "bf16" });
             for (fv, bv) in passes {
                 // The variants first, so that they survive truncated labels in summaries.
                 let mut pp = serde_json::Map::new();
@@ -864,9 +579,7 @@ impl crate::OpFamily for Family {
                             let d = &data[i % sets];
                             forward_with(&d.input(&case), &d.weights(&case), fv).map(drop)
                         })?;
-                        ctx.row_with_rate(
-                            "gradfeat", "fwd", dtype, pp, ms, fwd_bytes, fwd_flops, rate,
-                        )
+                        ctx.row_with_rate("gradfeat", "fwd", dtype, pp, ms, fwd_bytes, fwd_flops, rate)
                     }
                     Some(bv) => {
                         let ms = ctx.time(400.0, |i| {
@@ -875,16 +588,7 @@ impl crate::OpFamily for Family {
                             let _out = forward_with(&input, &weights, fv)?;
                             backward_with(&input, &weights, &d.d_out, bv).map(drop)
                         })?;
-                        ctx.row_with_rate(
-                            "gradfeat",
-                            "fwd+bwd",
-                            dtype,
-                            pp,
-                            ms,
-                            bwd_bytes,
-                            3.0 * fwd_flops,
-                            rate,
-                        )
+                        ctx.row_with_rate("gradfeat", "fwd+bwd", dtype, pp, ms, bwd_bytes, 3.0 * fwd_flops, rate)
                     }
                 };
                 note(&mut row);
@@ -895,28 +599,16 @@ impl crate::OpFamily for Family {
             // sizes the saving forward alone (NOTES.md v13).
             // The backward's rows: the default, and at the issue's sizes d_A from g's images beside it
             // (NOTES.md v14).
-            let train: &[(bool, Option<BwdVariant>)] =
-                match (saves_b(&input0, &weights0)?, issue_size) {
-                    (false, _) => &[],
-                    (true, false) => &[(true, None)],
-                    (true, true) => &[
-                        (false, None),
-                        (true, None),
-                        (true, Some(BwdVariant::PackedImgGImages)),
-                    ],
-                };
+            let train: &[(bool, Option<BwdVariant>)] = match (saves_b(&input0, &weights0)?, issue_size) {
+                (false, _) => &[],
+                (true, false) => &[(true, None)],
+                (true, true) => &[(false, None), (true, None), (true, Some(BwdVariant::PackedImgGImages))],
+            };
             for &(with_bwd, da) in train {
                 let mut pp = serde_json::Map::new();
                 pp.insert("fwd".into(), json!("packed-save"));
                 if with_bwd {
-                    pp.insert(
-                        "bwd".into(),
-                        json!(if da.is_some() {
-                            "saved-b-gimages"
-                        } else {
-                            "saved-b"
-                        }),
-                    );
+                    pp.insert("bwd".into(), json!(if da.is_some() { "saved-b-gimages" } else { "saved-b" }));
                 }
                 pp.extend(p.clone());
                 if !bench_selected(&pp, dtype, with_bwd) {
@@ -927,29 +619,13 @@ impl crate::OpFamily for Family {
                     let (input, weights) = (d.input(&case), d.weights(&case));
                     let f = forward_train_with(&input, &weights, true)?;
                     if with_bwd {
-                        backward_from_with(
-                            &f,
-                            &input,
-                            &weights,
-                            &d.d_out,
-                            da.unwrap_or_else(BwdVariant::from_env),
-                        )
-                        .map(drop)
+                        backward_from_with(&f, &input, &weights, &d.d_out, da.unwrap_or_else(BwdVariant::from_env)).map(drop)
                     } else {
                         Ok(())
                     }
                 })?;
                 let mut row = if with_bwd {
-                    ctx.row_with_rate(
-                        "gradfeat",
-                        "fwd+bwd",
-                        dtype,
-                        pp,
-                        ms,
-                        bwd_bytes,
-                        3.0 * fwd_flops,
-                        rate,
-                    )
+                    ctx.row_with_rate("gradfeat", "fwd+bwd", dtype, pp, ms, bwd_bytes, 3.0 * fwd_flops, rate)
                 } else {
                     ctx.row_with_rate("gradfeat", "fwd", dtype, pp, ms, fwd_bytes, fwd_flops, rate)
                 };

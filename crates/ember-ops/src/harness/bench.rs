@@ -54,22 +54,13 @@ pub struct BenchRow {
 impl BenchRow {
     /// Key shared with the PyTorch reference's output.
     pub fn key(&self) -> String {
-        format!(
-            "{}|{}|{}|{}",
-            self.op,
-            self.pass,
-            self.dtype,
-            Value::Object(self.params.clone())
-        )
+        format!("{}|{}|{}|{}", self.op, self.pass, self.dtype, Value::Object(self.params.clone()))
     }
 }
 
 /// Build a `params` map from (name, value) pairs.
 pub fn params(pairs: &[(&str, Value)]) -> Map<String, Value> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect()
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
 }
 
 impl BenchCtx {
@@ -85,19 +76,9 @@ impl BenchCtx {
                 gemm_bf16_tflops: cuda_gemm_tflops(dev, DType::BF16, false)?,
                 gemm_other_tflops: HashMap::new(),
             },
-            None => Ceilings {
-                copy_gbps: cpu_copy_gbps(),
-                gemm_bf16_tflops: cpu_gemm_tflops(),
-                gemm_other_tflops: HashMap::new(),
-            },
+            None => Ceilings { copy_gbps: cpu_copy_gbps(), gemm_bf16_tflops: cpu_gemm_tflops(), gemm_other_tflops: HashMap::new() },
         };
-        Ok(BenchCtx {
-            device,
-            quick,
-            ceilings,
-            cuda,
-            extra_gemm: Mutex::new(HashMap::new()),
-        })
+        Ok(BenchCtx { device, quick, ceilings, cuda, extra_gemm: Mutex::new(HashMap::new()) })
     }
 
     /// Median time in ms of `f`, over repetitions lasting about `budget_ms` in all. `f` gets the
@@ -126,11 +107,7 @@ impl BenchCtx {
     /// How many input sets of `bytes_per_set` to rotate among so that repeated runs do not just
     /// measure the L2 cache (1 when one set is already several times the L2).
     pub fn rotation(&self, bytes_per_set: f64) -> usize {
-        let l2 = self
-            .cuda
-            .as_ref()
-            .map(|d| d.info().l2_bytes as f64)
-            .unwrap_or(32e6);
+        let l2 = self.cuda.as_ref().map(|d| d.info().l2_bytes as f64).unwrap_or(32e6);
         if bytes_per_set >= 3.0 * l2 {
             1
         } else {
@@ -164,52 +141,16 @@ impl BenchCtx {
 
     /// A memory-bound row: the floor is `bytes` at the copy bandwidth (compute shown for reference).
     #[allow(clippy::too_many_arguments)]
-    pub fn row(
-        &self,
-        op: &str,
-        pass: &str,
-        dtype: DType,
-        params: Map<String, Value>,
-        ms: f64,
-        bytes: f64,
-        flops: f64,
-    ) -> BenchRow {
-        self.row_with_rate(
-            op,
-            pass,
-            dtype,
-            params,
-            ms,
-            bytes,
-            flops,
-            self.ceilings.gemm_bf16_tflops,
-        )
+    pub fn row(&self, op: &str, pass: &str, dtype: DType, params: Map<String, Value>, ms: f64, bytes: f64, flops: f64) -> BenchRow {
+        self.row_with_rate(op, pass, dtype, params, ms, bytes, flops, self.ceilings.gemm_bf16_tflops)
     }
 
     /// A row whose compute floor uses `tflops_ceiling` (e.g. the TF32 GEMM rate for f32 math).
     #[allow(clippy::too_many_arguments)]
-    pub fn row_with_rate(
-        &self,
-        op: &str,
-        pass: &str,
-        dtype: DType,
-        params: Map<String, Value>,
-        ms: f64,
-        bytes: f64,
-        flops: f64,
-        tflops_ceiling: f64,
-    ) -> BenchRow {
+    pub fn row_with_rate(&self, op: &str, pass: &str, dtype: DType, params: Map<String, Value>, ms: f64, bytes: f64, flops: f64, tflops_ceiling: f64) -> BenchRow {
         let mem_ms = bytes / (self.ceilings.copy_gbps * 1e9) * 1e3;
-        let flop_ms = if flops > 0.0 {
-            flops / (tflops_ceiling * 1e12) * 1e3
-        } else {
-            0.0
-        };
-        let (floor_ms, bound) = if mem_ms >= flop_ms {
-            (mem_ms, "memory")
-        } else {
-            (flop_ms, "compute")
-        };
+        let flop_ms = if flops > 0.0 { flops / (tflops_ceiling * 1e12) * 1e3 } else { 0.0 };
+        let (floor_ms, bound) = if mem_ms >= flop_ms { (mem_ms, "memory") } else { (flop_ms, "compute") };
         BenchRow {
             op: op.into(),
             pass: pass.into(),
@@ -230,18 +171,9 @@ impl BenchCtx {
 
 fn cuda_copy_gbps(dev: &CudaDevice, quick: bool) -> Result<f64> {
     let bytes: usize = if quick { 1 << 30 } else { 2 << 30 };
-    let src = Tensor::rand(
-        &[bytes / 4],
-        -1.0,
-        1.0,
-        DType::F32,
-        Device::Cuda(dev.info().ordinal),
-        1,
-    )?;
+    let src = Tensor::rand(&[bytes / 4], -1.0, 1.0, DType::F32, Device::Cuda(dev.info().ordinal), 1)?;
     let mut dst = Tensor::zeros(&[bytes / 4], DType::F32, Device::Cuda(dev.info().ordinal))?;
-    let t = timing::time_events(dev, 2, 10, |_| {
-        dev.copy_raw(dst.cuda_ptr()?, src.cuda_ptr()?, bytes)
-    })?;
+    let t = timing::time_events(dev, 2, 10, |_| dev.copy_raw(dst.cuda_ptr()?, src.cuda_ptr()?, bytes))?;
     dst.fill(0.0)?;
     Ok(2.0 * bytes as f64 / (t.median_ms * 1e-3) / 1e9)
 }
@@ -253,18 +185,7 @@ fn cuda_gemm_tflops(dev: &CudaDevice, dtype: DType, tf32: bool) -> Result<f64> {
     let a = Tensor::rand(&[n, n], -1.0, 1.0, dtype, d, 11)?;
     let b = Tensor::rand(&[n, n], -1.0, 1.0, dtype, d, 12)?;
     let c = Tensor::zeros(&[n, n], dtype, d)?;
-    let t = timing::time_events(dev, 3, 10, |_| {
-        blas.gemm_rowmajor(
-            dtype,
-            tf32,
-            n,
-            n,
-            n,
-            a.cuda_ptr()?,
-            b.cuda_ptr()?,
-            c.cuda_ptr()?,
-        )
-    })?;
+    let t = timing::time_events(dev, 3, 10, |_| blas.gemm_rowmajor(dtype, tf32, n, n, n, a.cuda_ptr()?, b.cuda_ptr()?, c.cuda_ptr()?))?;
     Ok(2.0 * (n as f64).powi(3) / (t.median_ms * 1e-3) / 1e12)
 }
 
@@ -276,9 +197,7 @@ fn cpu_copy_gbps() -> f64 {
     let mut best = f64::INFINITY;
     for _ in 0..5 {
         let t = Instant::now();
-        dst.par_chunks_mut(1 << 20)
-            .zip(src.par_chunks(1 << 20))
-            .for_each(|(d, s)| d.copy_from_slice(s));
+        dst.par_chunks_mut(1 << 20).zip(src.par_chunks(1 << 20)).for_each(|(d, s)| d.copy_from_slice(s));
         best = best.min(t.elapsed().as_secs_f64());
     }
     std::hint::black_box(&dst);

@@ -24,11 +24,7 @@ pub struct CheckCtx {
 
 impl CheckCtx {
     pub fn new(device: Device, tier: Tier) -> Self {
-        CheckCtx {
-            device,
-            tier,
-            seed: 0x5eed,
-        }
+        CheckCtx { device, tier, seed: 0x5eed }
     }
     /// A line on stderr after each case where `EMBER_CHECK_PROGRESS=1`: a long tier that hangs or
     /// runs out of time then shows how far it got.
@@ -67,14 +63,7 @@ impl CheckRow {
 }
 
 /// Compare `out` (any device, any dtype) with the f64 reference values.
-pub fn compare(
-    op: &str,
-    case: &str,
-    quantity: &str,
-    out: &Tensor,
-    reference: &[f64],
-    tol: f64,
-) -> Result<CheckRow> {
+pub fn compare(op: &str, case: &str, quantity: &str, out: &Tensor, reference: &[f64], tol: f64) -> Result<CheckRow> {
     let got = out.to_vec_f64()?;
     Ok(CheckRow {
         op: op.into(),
@@ -88,14 +77,7 @@ pub fn compare(
 }
 
 /// A row for a property that holds or not (bitwise determinism, an expected error), with error 0 or ∞.
-pub fn property(
-    op: &str,
-    case: &str,
-    quantity: &str,
-    dtype: DType,
-    device: Device,
-    holds: bool,
-) -> CheckRow {
+pub fn property(op: &str, case: &str, quantity: &str, dtype: DType, device: Device, holds: bool) -> CheckRow {
     CheckRow {
         op: op.into(),
         case: case.into(),
@@ -110,11 +92,7 @@ pub fn property(
 /// Print rows as an aligned table; returns the number of failures.
 pub fn print_table(rows: &[CheckRow], out: &mut dyn std::io::Write) -> usize {
     let mut failures = 0;
-    let _ = writeln!(
-        out,
-        "{:<10} {:<36} {:<12} {:<5} {:<7} {:>10} {:>9}  result",
-        "op", "case", "quantity", "dtype", "device", "rel_err", "tol"
-    );
+    let _ = writeln!(out, "{:<10} {:<36} {:<12} {:<5} {:<7} {:>10} {:>9}  result", "op", "case", "quantity", "dtype", "device", "rel_err", "tol");
     for r in rows {
         let ok = r.pass();
         failures += usize::from(!ok);
@@ -136,23 +114,14 @@ pub fn print_table(rows: &[CheckRow], out: &mut dyn std::io::Write) -> usize {
 
 /// Run every family's check on `ctx`, logging progress to stderr with `tag`. Returns the rows and
 /// the number of families whose check returned an error (each counts as a failure).
-pub fn run_families(
-    families: &[&dyn crate::OpFamily],
-    ctx: &CheckCtx,
-    tag: &str,
-) -> (Vec<CheckRow>, usize) {
+pub fn run_families(families: &[&dyn crate::OpFamily], ctx: &CheckCtx, tag: &str) -> (Vec<CheckRow>, usize) {
     let mut rows = Vec::new();
     let mut errors = 0;
     for fam in families {
         let t0 = std::time::Instant::now();
         match fam.check(ctx) {
             Ok(r) => {
-                eprintln!(
-                    "[{tag}] {}: {} comparisons in {:.1} s",
-                    fam.name(),
-                    r.len(),
-                    t0.elapsed().as_secs_f64()
-                );
+                eprintln!("[{tag}] {}: {} comparisons in {:.1} s", fam.name(), r.len(), t0.elapsed().as_secs_f64());
                 rows.extend(r);
             }
             Err(e) => {

@@ -6,11 +6,7 @@ use ember_core::{DType, Device, Error, Result, Tensor};
 /// `t` must have exactly `expected` as its shape; `what` spells the dims (e.g. "(V, C)").
 pub fn shape(arg: &str, t: &Tensor, expected: &[usize], what: &str) -> Result<()> {
     if t.shape() != expected {
-        return Err(Error::shape(
-            arg,
-            format!("{what} = {expected:?}"),
-            t.shape(),
-        ));
+        return Err(Error::shape(arg, format!("{what} = {expected:?}"), t.shape()));
     }
     Ok(())
 }
@@ -18,11 +14,7 @@ pub fn shape(arg: &str, t: &Tensor, expected: &[usize], what: &str) -> Result<()
 /// `t` must have `rank` dimensions; `what` spells them.
 pub fn rank(arg: &str, t: &Tensor, rank: usize, what: &str) -> Result<()> {
     if t.dims() != rank {
-        return Err(Error::shape(
-            arg,
-            format!("{rank} dimensions {what}"),
-            t.shape(),
-        ));
+        return Err(Error::shape(arg, format!("{rank} dimensions {what}"), t.shape()));
     }
     Ok(())
 }
@@ -30,10 +22,7 @@ pub fn rank(arg: &str, t: &Tensor, rank: usize, what: &str) -> Result<()> {
 /// `t` must hold at least one element.
 pub fn non_empty(arg: &str, t: &Tensor) -> Result<()> {
     if t.numel() == 0 {
-        return Err(Error::Empty {
-            arg: arg.into(),
-            what: format!("shape {:?}", t.shape()),
-        });
+        return Err(Error::Empty { arg: arg.into(), what: format!("shape {:?}", t.shape()) });
     }
     Ok(())
 }
@@ -41,11 +30,7 @@ pub fn non_empty(arg: &str, t: &Tensor) -> Result<()> {
 /// `t` must be on `device`.
 pub fn device(arg: &str, t: &Tensor, device: Device) -> Result<()> {
     if t.device() != device {
-        return Err(Error::Device {
-            arg: arg.into(),
-            expected: device,
-            got: t.device(),
-        });
+        return Err(Error::Device { arg: arg.into(), expected: device, got: t.device() });
     }
     Ok(())
 }
@@ -61,22 +46,13 @@ pub fn dtype(arg: &str, t: &Tensor, dtype: DType) -> Result<()> {
 /// An activation dtype usable on `device`: f32/f16/bf16 anywhere, f64 on the CPU (reference path).
 pub fn activation_dtype(arg: &str, t: &Tensor) -> Result<()> {
     match (t.dtype(), t.device()) {
-        (DType::F64, Device::Cuda(_)) => {
-            Err(Error::dtype(arg, "f32, f16 or bf16 on CUDA", DType::F64))
-        }
+        (DType::F64, Device::Cuda(_)) => Err(Error::dtype(arg, "f32, f16 or bf16 on CUDA", DType::F64)),
         _ => Ok(()),
     }
 }
 
 /// `t` must be on `device` with `dtype` and shape `expected`.
-pub fn like(
-    arg: &str,
-    t: &Tensor,
-    device: Device,
-    dtype: DType,
-    expected: &[usize],
-    what: &str,
-) -> Result<()> {
+pub fn like(arg: &str, t: &Tensor, device: Device, dtype: DType, expected: &[usize], what: &str) -> Result<()> {
     self::device(arg, t, device)?;
     self::dtype(arg, t, dtype)?;
     shape(arg, t, expected, what)
