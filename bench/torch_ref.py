@@ -146,6 +146,8 @@ def main():
         out[r["key"]] = res
         print(f"[torch] {r['op']:<10} {r['pass']:<8} {r['dtype']:<5} {json.dumps(r['params'])[:40]:<40} "
               f"eager {res['torch_eager_ms']} ms  compile {res['torch_compile_ms']} ms", file=sys.stderr, flush=True)
+        # Rewritten after every row, so that a run cut short by a time limit keeps the rows it timed.
+        json.dump(out, open(args.out_json, "w"), indent=1)
     json.dump(out, open(args.out_json, "w"), indent=1)
 
 
