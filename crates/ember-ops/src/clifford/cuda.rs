@@ -116,13 +116,15 @@ fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
 /// The row kernels' shorter norm tail (rows.cu CL_FAST_NORM) for the half types, where it was measured
 /// faster on an H200 (staged forward −19 to −25 %); f32 keeps the IEEE sqrt and division.
 /// `EMBER_CLIFFORD_FAST_NORM=1|0` sets it for every dtype (measurements of the f32 case, NOTES "v18").
+/// The variable is read once per process: the options are built on every call's plan.
 fn fast_norm_opt(dt: DType, o: &mut Vec<String>) {
-    let on = match std::env::var("EMBER_CLIFFORD_FAST_NORM").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => dt != DType::F32,
-    };
-    if on {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| match std::env::var("EMBER_CLIFFORD_FAST_NORM").as_deref() {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        _ => None,
+    });
+    if forced.unwrap_or(dt != DType::F32) {
         o.push("-DCL_FAST_NORM=1".into());
     }
 }
