@@ -9,7 +9,7 @@ use ember_core::{DType, Device, Error, Result, Tensor};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh"), "\n", include_str!("pair_fwd.cuh"), "\n", include_str!("pair_bwd.cuh"), "\n", include_str!("pair_spec.cuh"), "\n", include_str!("direct.cuh"), "\n", include_str!("direct_bwd.cuh")));
+pub const SOURCE: KernelSource = KernelSource::new("fftconv", concat!(include_str!("fft.cuh"), "\n", include_str!("fft_tc.cuh"), "\n", include_str!("fftconv.cu"), "\n", include_str!("pair_tc.cuh"), "\n", include_str!("pair_fwd.cuh"), "\n", include_str!("pair_bwd.cuh"), "\n", include_str!("pair_spec.cuh"), "\n", include_str!("pair_mixed.cuh"), "\n", include_str!("direct.cuh"), "\n", include_str!("direct_bwd.cuh")));
 
 /// Thread-block sizes the module is built for: 256/512/1024 for the on-chip sizes and the real
 /// four-step passes, 32 for the four-step passes at the small sizes the tests force.
@@ -110,6 +110,9 @@ pub enum Path {
     /// M = M1·M2 = 2^(logm1 + logm2); column passes with `col_block` threads, row passes with
     /// `row_block`.
     FourStep { logm1: u32, logm2: u32, col_block: u32, row_block: u32 },
+    /// The pair forward at a mixed-radix size N = 256·`p` (pair_mixed.cuh; see [`mixed_p`]), in place
+    /// of the power-of-two N = 16384.
+    PairMixed { p: u32 },
 }
 
 impl Path {
@@ -117,6 +120,8 @@ impl Path {
         match *self {
             Path::OnChip { logm, .. } => logm,
             Path::FourStep { logm1, logm2, .. } => logm1 + logm2,
+            // The power-of-two size it replaces (N = 16384); the mixed kernels do not read it.
+            Path::PairMixed { .. } => 13,
         }
     }
 }
@@ -163,6 +168,35 @@ fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -
     let off = std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
     let fits = matches!(path, Path::OnChip { logm, tc: false, .. } if PAIR_LOGM.contains(&logm) && (logm < 13 || dims.l <= 1 << logm) && (logm < 14 || clusters));
     !off && u == DType::BF16 && fits && !opts.tensor_cores
+}
+
+/// Mixed-radix sizes of the pair forward: N = 256·P (pair_mixed.cuh).
+const MIXED_P: [usize; 3] = [40, 48, 56];
+
+/// P of the mixed-radix pair forward for `dims`, where it replaces N = 16384 (P = 64): the smallest
+/// N = 256·P ≥ L + Lk − 1 that also holds L ≤ N/2 (4096 < L ≤ 7168 with a full-length filter; L = 5000
+/// transforms 10240 points instead of 16384). bf16 u, the pair engine's spectrum (no k_rev), not the
+/// tensor-core or four-step forwards asked for; `EMBER_FFTCONV_MIXED=0` keeps N = 16384. The backward
+/// keeps the power-of-two pair kernels (it transforms at its own N and recomputes the spectrum).
+fn mixed_p(u: DType, opts: &Options, dims: &Dims) -> Option<u32> {
+    let off = std::env::var("EMBER_FFTCONV_MIXED").is_ok_and(|v| v == "0") || std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
+    if off || u != DType::BF16 || opts.tensor_cores || opts.force_four_step || !use_pair_spectrum(opts) || dims.fft_size() != 1 << 14 {
+        return None;
+    }
+    let need = (dims.l + dims.lk.max(dims.lk_rev) - 1).max(2 * dims.l);
+    MIXED_P.iter().find(|&&p| 256 * p >= need).map(|&p| p as u32)
+}
+
+/// [`mixed_p`] for a bf16 u with the default options (tests).
+#[cfg(test)]
+pub(super) fn mixed_p_for_test(dims: &Dims) -> Option<u32> {
+    mixed_p(DType::BF16, &Options::default(), dims)
+}
+
+/// Shared memory of the mixed-radix forward and spectrum: P segments of 256 float2, the per-lane table
+/// (40 words × 32 lanes), two row descriptors and two ints.
+fn smem_bytes_mixed(p: u32) -> usize {
+    p as usize * 256 * 8 + 40 * 32 * 4 + 2 * 48 + 8
 }
 
 /// Whether the device launches thread-block clusters (compute capability 9.0 and later).
@@ -348,12 +382,13 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
         return t.cuda_ptr();
     }
     // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair kernels' N = 8192
-    // … 131072), then the tensor-core kernels' per-lane table (40 words × 32 lanes).
-    const TOTAL: usize = (2 << 15) + 8192 + 16384 + 32768 + 65536 + 131072;
+    // … 131072 and the mixed-radix N = 10240, 12288, 14336), then the tensor-core kernels'
+    // per-lane table (40 words × 32 lanes).
+    const TOTAL: usize = (2 << 15) + 8192 + 16384 + 32768 + 65536 + 131072 + 10240 + 12288 + 14336;
     let t = Tensor::zeros(&[2 * TOTAL + 40 * 32], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;
-    dev.launch(&f, ember_core::cuda::cfg_1d((TOTAL / 256) as u32, 256, 0)).arg(&ptr).named("fc_twiddles").run()?;
+    dev.launch(&f, ember_core::cuda::cfg_1d(TOTAL.div_ceil(256) as u32, 256, 0)).arg(&ptr).named("fc_twiddles").run()?;
     let f = dev.function(&SOURCE, &options(256), "fc_tc_table")?;
     dev.launch(&f, ember_core::cuda::cfg_1d(1, 32, 0)).arg(&ptr).named("fc_tc_table").run()?;
     tables.insert(ord, t);
@@ -379,7 +414,7 @@ fn type_suffix(u: DType, out: DType) -> Result<&'static str> {
 fn base_params(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, path: Path, tw: u64) -> Result<FcParams> {
     let i32_of = |v: usize, what: &str| i32::try_from(v).map_err(|_| too_large(format!("{what} = {v} exceeds 2^31 − 1")));
     let (logm1, logm2) = match path {
-        Path::OnChip { .. } => (0, 0),
+        Path::OnChip { .. } | Path::PairMixed { .. } => (0, 0),
         Path::FourStep { logm1, logm2, .. } => (logm1 as i32, logm2 as i32),
     };
     Ok(FcParams {
@@ -460,8 +495,18 @@ fn round_bytes(dev: &CudaDevice, opts: &Options) -> usize {
 // ---- filter spectrum -----------------------------------------------------------------------------
 
 fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, path: Path) -> Result<Spectrum> {
-    let m = 1usize << path.logm();
     let heads = dims.heads();
+    if let Path::PairMixed { p: pm } = path {
+        // The pair layout at N = 256·P: all N bins per head in fragment order, then one scale per
+        // head; fc_spec_pairq{P/2}: one head per CTA of 512 threads, every bin and scale written.
+        let n = 256 * pm as usize;
+        let spec = Tensor::output(&[heads * (2 * n + 1)], DType::F32, Device::Cuda(dev.info().ordinal))?;
+        let mut p = *base;
+        p.spec = spec.cuda_ptr()?;
+        launch_smem_threads(dev, 256, 512, &format!("fc_spec_pairq{}", pm / 2), (grid_u32(heads, "spectrum")?, 1), &p, "fc_spec_pairq", smem_bytes_mixed(pm))?;
+        return Ok(Spectrum { spec, path });
+    }
+    let m = 1usize << path.logm();
     // Per head: bins 0..=M (natural or TC order), or all 2M bins then one scale per head (pair
     // forward).
     let pair = matches!(path, Path::OnChip { pair: true, .. });
@@ -489,6 +534,7 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
             p.tc = if pair { 2 } else { tc as i32 };
             launch(dev, block, "fc_spectrum", (grid_u32(heads.div_ceil(lanes), "spectrum")?, 1), &p, "fc_spectrum")?;
         }
+        Path::PairMixed { .. } => unreachable!("handled above"),
         Path::FourStep { logm1, logm2, col_block, row_block } => {
             let chunk = heads_per_chunk(heads, m * 8).min((round_bytes(dev, opts) / (m * 8)).max(1));
             let tbuf = workspace(Device::Cuda(dev.info().ordinal), 2 * chunk * m)?;
@@ -734,10 +780,12 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
         return Ok((forward_direct(u, k, d, opts, dims)?, None, None));
     }
     let big = pair_big(u, opts, &dims, clusters)?;
-    let mut path = big.unwrap_or_else(|| plan(&dims, opts.force_four_step));
-    let want_tc = big.is_none() && use_tc(u.dtype(), opts, path);
-    // pair_big's path is the pair forward by construction (use_pair covers N <= 32768 only).
-    let want_pair = big.is_some() || (!want_tc && use_pair(u.dtype(), opts, path, &dims, clusters));
+    let mixed = mixed_p(u.dtype(), opts, &dims).filter(|_| big.is_none());
+    let mut path = big.or(mixed.map(|p| Path::PairMixed { p })).unwrap_or_else(|| plan(&dims, opts.force_four_step));
+    let want_tc = big.is_none() && mixed.is_none() && use_tc(u.dtype(), opts, path);
+    // pair_big's and mixed_p's paths are pair forwards by construction (use_pair covers the
+    // power-of-two N <= 32768 only).
+    let want_pair = big.is_some() || mixed.is_some() || (!want_tc && use_pair(u.dtype(), opts, path, &dims, clusters));
     if let Path::OnChip { ref mut tc, ref mut pair, .. } = path {
         *tc = want_tc;
         *pair = want_pair;
@@ -749,7 +797,9 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let out_dt = super::out_dtype(u.dtype(), opts);
     let out = Tensor::output(u.shape(), out_dt, u.device())?;
     p.out = out.cuda_ptr()?;
-    let z = if want_pair && saves_z(u.dtype(), opts, path, &dims, clusters) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
+    // z is kept for the backward's path, which is never the mixed one (see mixed_p).
+    let z_path = if mixed.is_some() { plan(&dims, false) } else { path };
+    let z = if want_pair && saves_z(u.dtype(), opts, z_path, &dims, clusters) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
     p.zs = ptr(z.as_ref())?;
     let sfx = type_suffix(u.dtype(), out_dt)?;
     let m = 1usize << path.logm();
@@ -808,6 +858,12 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                     groups
                 };
                 launch_smem_threads(&dev, 256, threads, &entry, (grid_u32(grid_x, "forward")?, 1), &p, "fc_fwd_pair", smem)?;
+            }
+            Path::PairMixed { p: pm } => {
+                // One row pair per CTA of 512 threads (pair_mixed.cuh), ⌈rph/2⌉ pairs per head.
+                let pairs = (nrows / rph) * rph.div_ceil(2);
+                let entry = format!("fc_fwd_pairq{}_{sfx}", pm / 2);
+                launch_smem_threads(&dev, 256, 512, &entry, (grid_u32(pairs, "forward")?, 1), &p, "fc_fwd_pairq", smem_bytes_mixed(pm))?;
             }
             Path::OnChip { logm, block, tc, .. } => {
                 let lanes = (PER_THREAD * block as usize) >> logm;
@@ -951,6 +1007,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 }
             }
         }
+        Path::PairMixed { .. } => unreachable!("the backward plans a power-of-two size"),
         Path::FourStep { logm1, logm2, col_block, row_block } => {
             // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
             let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };

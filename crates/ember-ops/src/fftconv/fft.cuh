@@ -34,7 +34,11 @@
 #define FC_TW_PAIR128 (FC_TW_PAIR64 + 16384)
 #define FC_TW_PAIR256 (FC_TW_PAIR128 + 32768)
 #define FC_TW_PAIR512 (FC_TW_PAIR256 + 65536)
-#define FC_TW_TOTAL (FC_TW_PAIR512 + 131072)
+// Then the mixed-radix pair kernels' N = 256·P, P = 40, 48, 56 (pair_mixed.cuh), same entry rule.
+#define FC_TW_MIX40 (FC_TW_PAIR512 + 131072)
+#define FC_TW_MIX48 (FC_TW_MIX40 + 10240)
+#define FC_TW_MIX56 (FC_TW_MIX48 + 12288)
+#define FC_TW_TOTAL (FC_TW_MIX56 + 14336)
 
 #ifndef FC_SMEM_DECL
 #define FC_SMEM_DECL extern __shared__ float2 fc_smem[];

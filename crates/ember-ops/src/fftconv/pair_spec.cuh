@@ -43,10 +43,10 @@ __device__ __forceinline__ void fp_warp_max_to(float mx, int* m) {
 
 // Writes `count` float2 of a head's bins (this CTA's, fragment order, at src) to dst scaled to
 // K̂ = D·inv1/N/2^e, e from the head's largest |D| (dmax bits); the thread with `put_scale` stores
-// 2^e at kscale.
-__device__ __forceinline__ void fp_spec_out(const float2* __restrict__ src, float2* __restrict__ dst, int count, int dmax, float inv1, int logn, float* kscale, bool put_scale, int nthreads) {
-    const float inv_n = __int_as_float((127 - logn) << 23);
-    const float kmax = __int_as_float(dmax) * inv1 * inv_n;  // powers of two: exact
+// 2^e at kscale. inv_n = 1/N (exact for a power of two; the mixed-radix sizes round it once).
+__device__ __forceinline__ float fp_inv_pow2(int logn) { return __int_as_float((127 - logn) << 23); }
+__device__ __forceinline__ void fp_spec_out(const float2* __restrict__ src, float2* __restrict__ dst, int count, int dmax, float inv1, float inv_n, float* kscale, bool put_scale, int nthreads) {
+    const float kmax = __int_as_float(dmax) * inv1 * inv_n;  // powers of two: exact (it only sets e)
     int ex = ((__float_as_int(kmax) >> 23) & 255) - 126;
     ex = max(-126, min(126, ex));
     const float f2 = inv_n * __int_as_float((127 - ex) << 23);
@@ -116,7 +116,7 @@ __device__ void fc_spec_pair(const FcParams& p) {
         if (g >= p.heads) break;
         float s1, inv1;
         fp_pair_scale(pmax[r], s1, inv1);
-        fp_spec_out(x + r * P * 256, reinterpret_cast<float2*>(p.spec) + (i64)g * n, P * 256, pmax[R + r], inv1, LOGN, kscale + g, threadIdx.x == 0, 256);
+        fp_spec_out(x + r * P * 256, reinterpret_cast<float2*>(p.spec) + (i64)g * n, P * 256, pmax[R + r], inv1, fp_inv_pow2(LOGN), kscale + g, threadIdx.x == 0, 256);
     }
 }
 
@@ -147,7 +147,7 @@ __device__ void fc_spec_pair64(const FcParams& p) {
     fp_pair_scale(pmax[0], s1, inv1);
     for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) fp_warp_max_to(fp_spec_segment(x + sg * 256, tab, s1), &pmax[1]);
     __syncthreads();
-    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n, 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, threadIdx.x == 0, 512);
+    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n, 64 * 256, pmax[1], inv1, fp_inv_pow2(LOGN), reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, threadIdx.x == 0, 512);
 }
 
 #if __CUDA_ARCH__ >= 900  // clusters (P = 128 … 512)
@@ -188,7 +188,7 @@ __device__ void fc_spec_pairc(const FcParams& p) {
             for (int c = 0; c < CS; ++c) fp_max_dsm(l.pm[c] + 4, __float_as_int(mx));
     }
     fp_cluster_sync();  // the head's largest |D| from every CTA
-    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n + ((i64)rank << 14), 64 * 256, pmax[1], inv1, LOGN, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, rank == 0 && threadIdx.x == 0, 512);
+    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n + ((i64)rank << 14), 64 * 256, pmax[1], inv1, fp_inv_pow2(LOGN), reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, rank == 0 && threadIdx.x == 0, 512);
 }
 
 #endif  // __CUDA_ARCH__ >= 900

@@ -184,6 +184,14 @@ fn cases(tier: Tier) -> Vec<Case> {
             // option, an odd row count and f32 output; L = 5001 keeps the direct loads.
             Case { gelu: true, d: true, mask: true, post: true, out_f32: true, ..Case::plain(3, 1, 5000) }.train(),
             Case { gelu: true, d: true, ..Case::plain(3, 1, 5001) },
+            // The mixed-radix forward (pair_mixed.cuh, no k_rev; the backward stays at P = 64): P = 40
+            // (above: L = 5000, 5001, training), 48 and 56 with every other option, an odd row count,
+            // Lk < L (L + Lk − 1 = 8999, L ≤ N/2 takes P = 56), hd = 8, f32 output and training at
+            // the largest L it takes (7168).
+            Case { lkr: 0, ..Case::all(3, 2, 6000) },
+            Case { lkr: 0, ..Case::all(1, 3, 7000).lk(2000) },
+            Case { lkr: 0, ..Case::all(1, 8, 5000).hd(8) },
+            Case { gelu: true, d: true, out_f32: true, ..Case::plain(3, 2, 7168) }.train(),
             // The pair spectrum kernels (no k_rev): P = 8, 64 (one head per CTA of 512), 128.
             Case { d: true, ..Case::plain(2, 5, 1000) },
             // The narrow spectrum and backward groups (P = 2: 4 heads / 8 slots per CTA; P = 4: 2 /

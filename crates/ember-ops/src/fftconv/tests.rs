@@ -543,3 +543,111 @@ fn cluster_stage1_model_matches_the_dft() {
         assert!(worst < 1e-9, "T = {tt}: round-trip error {worst}");
     }
 }
+
+/// A small DFT as pair_mixed.cuh's fq_dft computes it: powers of two and 3, 5, 7 directly, R = A·B
+/// (A odd, B a power of two) by one Cooley–Tukey split n = B·n1 + n2, k = k1 + A·k2 with the
+/// twiddle W_R^(n2·k1) between the A-point and the B-point DFTs.
+fn mixed_small_dft(a: &[C64], dir: f64) -> Vec<C64> {
+    let r = a.len();
+    let direct = |a: &[C64]| -> Vec<C64> { (0..a.len()).map(|k| a.iter().enumerate().fold((0.0, 0.0), |s, (n, v)| { let t = cmul(*v, cis(dir, (n * k) % a.len(), a.len())); (s.0 + t.0, s.1 + t.1) })).collect() };
+    if r.is_power_of_two() || [3, 5, 7].contains(&r) {
+        return direct(a);
+    }
+    let f = if r % 3 == 0 { 3 } else if r % 5 == 0 { 5 } else { 7 };
+    let b = r / f;
+    assert!(f * b == r && b.is_power_of_two(), "R = {r}");
+    let u: Vec<Vec<C64>> = (0..b)
+        .map(|n2| {
+            let col: Vec<C64> = (0..f).map(|n1| a[b * n1 + n2]).collect();
+            mixed_small_dft(&col, dir).into_iter().enumerate().map(|(k1, v)| if n2 > 0 && k1 > 0 { cmul(v, cis(dir, n2 * k1, r)) } else { v }).collect()
+        })
+        .collect();
+    let mut out = vec![(0.0, 0.0); r];
+    for k1 in 0..f {
+        let row: Vec<C64> = (0..b).map(|n2| u[n2][k1]).collect();
+        for (k2, v) in mixed_small_dft(&row, dir).into_iter().enumerate() {
+            out[k1 + f * k2] = v;
+        }
+    }
+    out
+}
+
+/// The mixed-radix pair engine (pair_mixed.cuh) as index arithmetic, N = 256·P, P = 2Q ∈ {40, 48, 56},
+/// input nonzero for n < N/2: per column n2 two threads h, thread h the half Q-point DFT of
+/// x[(2m + h)·256 + n2] (m < Q/2) by two Q/2-point DFTs, the radix-2 step across the threads with
+/// W_P^k, the twiddle W_N^(n2·k1); then a DFT-256 over n2 per segment k1 gives bin k1 + P·k2. The
+/// inverse (per segment the inverse DFT-256, then fq_stage1_inv) returns N·x.
+#[test]
+fn mixed_stage1_model_matches_the_dft() {
+    let add = |a: C64, b: C64| (a.0 + b.0, a.1 + b.1);
+    let sub = |a: C64, b: C64| (a.0 - b.0, a.1 - b.1);
+    for q in [20usize, 24, 28] {
+        let p = 2 * q;
+        let n = 256 * p;
+        let x: Vec<C64> = (0..n).map(|i| if i < n / 2 { (rng::normal(71 + q as u64, 2 * i as u64), rng::normal(71 + q as u64, 2 * i as u64 + 1)) } else { (0.0, 0.0) }).collect();
+        // Stage 1: seg[k1][n2].
+        let mut seg = vec![vec![(0.0, 0.0); 256]; p];
+        for n2 in 0..256 {
+            let half = |h: usize| -> Vec<C64> {
+                let y: Vec<C64> = (0..q / 2).map(|m| x[(2 * m + h) * 256 + n2]).collect();
+                let ev = mixed_small_dft(&y, -1.0);
+                let od = mixed_small_dft(&y.iter().enumerate().map(|(m, v)| cmul(*v, cis(-1.0, m, q))).collect::<Vec<_>>(), -1.0);
+                (0..q).map(|k| if k % 2 == 0 { ev[k / 2] } else { od[k / 2] }).collect()
+            };
+            let (a0, a1) = (half(0), half(1));
+            for k in 0..q {
+                let t = cmul(a1[k], cis(-1.0, k, p));
+                for (k1, v) in [(k, add(a0[k], t)), (k + q, sub(a0[k], t))] {
+                    seg[k1][n2] = cmul(v, cis(-1.0, (n2 * k1) % n, n));
+                }
+            }
+        }
+        // Segments: bin k1 + P·k2 = DFT_256 over n2; compared with the DFT of x on a sample of bins.
+        let spec: Vec<Vec<C64>> = seg.iter().map(|s| (0..256).map(|k2| s.iter().enumerate().fold((0.0, 0.0), |acc, (n2, v)| add(acc, cmul(*v, cis(-1.0, (n2 * k2) % 256, 256))))).collect()).collect();
+        let scale = (n as f64).sqrt();
+        let mut worst: f64 = 0.0;
+        for i in 0..400 {
+            let bin = (i * 7919 + 13) % n;
+            let want = x.iter().enumerate().fold((0.0, 0.0), |acc, (t, v)| add(acc, cmul(*v, cis(-1.0, (t * bin) % n, n))));
+            let got = spec[bin % p][bin / p];
+            worst = worst.max(((got.0 - want.0).powi(2) + (got.1 - want.1).powi(2)).sqrt() / scale);
+        }
+        assert!(worst < 1e-9, "P = {p}: forward error {worst}");
+        // Inverse: per segment the inverse DFT-256, then per column the threads' step and the first
+        // Q/2 outputs of the inverse Q-point DFT: output n1 = 2m + h.
+        let back: Vec<Vec<C64>> = spec.iter().map(|s| (0..256).map(|n2| s.iter().enumerate().fold((0.0, 0.0), |acc, (k2, v)| add(acc, cmul(*v, cis(1.0, (n2 * k2) % 256, 256))))).collect()).collect();
+        let mut worst: f64 = 0.0;
+        for n2 in 0..256 {
+            let c: Vec<C64> = (0..p).map(|k1| cmul(back[k1][n2], cis(1.0, (n2 * k1) % n, n))).collect();
+            for h in 0..2 {
+                let d: Vec<C64> = (0..q).map(|k| if h == 0 { add(c[k], c[k + q]) } else { cmul(sub(c[k], c[k + q]), cis(1.0, k, p)) }).collect();
+                let ev = mixed_small_dft(&(0..q / 2).map(|j| d[2 * j]).collect::<Vec<_>>(), 1.0);
+                let od = mixed_small_dft(&(0..q / 2).map(|j| d[2 * j + 1]).collect::<Vec<_>>(), 1.0);
+                for m in 0..q / 2 {
+                    let got = add(ev[m], cmul(od[m], cis(1.0, m, q)));
+                    let want = x[(2 * m + h) * 256 + n2];
+                    worst = worst.max(((got.0 / n as f64 - want.0).powi(2) + (got.1 / n as f64 - want.1).powi(2)).sqrt());
+                }
+            }
+        }
+        assert!(worst < 1e-9, "P = {p}: round-trip error {worst}");
+    }
+}
+
+/// mixed_p takes N = 256·P only where it is below the power-of-two size and holds L ≤ N/2.
+#[test]
+fn mixed_radix_sizes_replace_16384_only() {
+    use super::cuda::mixed_p_for_test as mp;
+    let dims = |l: usize, lk: usize| Dims { b: 2, h: 4, l, lk, lk_rev: 0, hd: 1 };
+    assert_eq!(mp(&dims(5000, 5000)), Some(40));
+    assert_eq!(mp(&dims(5120, 5120)), Some(40));
+    assert_eq!(mp(&dims(5121, 5121)), Some(48));
+    assert_eq!(mp(&dims(6144, 6144)), Some(48));
+    assert_eq!(mp(&dims(7000, 7000)), Some(56));
+    assert_eq!(mp(&dims(7169, 7169)), None);
+    assert_eq!(mp(&dims(4096, 4096)), None);  // N = 8192
+    assert_eq!(mp(&dims(6000, 2000)), None);  // N = 8192 (L + Lk − 1 = 7999)
+    assert_eq!(mp(&dims(5000, 4000)), Some(40));
+    assert_eq!(mp(&dims(6500, 300)), None);  // N = 8192 (the P = 32 kernel without the half split)
+    assert_eq!(mp(&dims(7000, 2000)), Some(56));  // L + Lk − 1 = 8999 → 16384; L ≤ N/2 needs 14000
+}

@@ -1,0 +1,289 @@
+// The pair engine at mixed-radix sizes N = 256·P, P = 2Q ∈ {40, 48, 56} (N = 10240, 12288, 14336).
+// Compiled after pair_tc.cuh and pair_spec.cuh.
+//
+// Why. N was the smallest power of two ≥ L + Lk − 1, so 4096 < L ≤ 7168 with a full-length filter
+// paid N = 16384 (L = 5000: 1.64× the points of N = 10240, which is enough). The pair engine's
+// segments are DFT-256 on tensor cores whatever P is; only stage 1 (the P-point DFT down each
+// column, in registers) and its twiddle table depend on P. So these kernels are fc_fwd_pair64 /
+// fc_spec_pair64 (two threads per column, L ≤ N/2) with P = 2Q: thread h of column n2 takes
+// n1 = 2m + h (m < Q/2: L ≤ N/2, so n1 < P/2 = Q), forms the Q-point DFT of its Q/2 inputs as two
+// Q/2-point DFTs (Q/2 = 10, 12, 14: a Cooley–Tukey split into an odd factor 5, 3, 7 done directly
+// and a factor 2 or 4), then the radix-2 step across the two threads by shuffle, the twiddle
+// W_N^(n2·k1) from its table and the store of segment k1 = k + Q·h. The inverse mirrors it.
+// Index and twiddle arithmetic: the host model in tests.rs (mixed_stage1_model_matches_the_dft).
+#if FC_BLOCK == 256
+
+// exp(DIR·2πi·e/R) for R dividing 40, 48 or 56 (e a compile-time constant at every use: the table
+// folds into immediates). Quarter-wave tables of cos(2πr/B), B = 40, 48, 56.
+template <int R> struct FqBase {
+    static constexpr int B = 40 % R == 0 ? 40 : 48 % R == 0 ? 48 : 56;
+    static_assert(B % R == 0, "R divides 40, 48 or 56");
+};
+template <int B> __device__ __forceinline__ float fq_cos_quarter(int r) {
+    if constexpr (B == 40) {
+        const float C[11] = {1.f, 0.98768834059513772619f, 0.95105651629515357212f, 0.89100652418836786236f, 0.8090169943749474241f, 0.7071067811865475244f,
+                             0.58778525229247312917f, 0.45399049973954679156f, 0.3090169943749474241f, 0.15643446504023086901f, 0.f};
+        return C[r];
+    } else if constexpr (B == 48) {
+        const float C[13] = {1.f, 0.99144486137381041114f, 0.96592582628906828675f, 0.92387953251128675613f, 0.86602540378443864676f, 0.79335334029123516458f, 0.7071067811865475244f,
+                             0.60876142900872063942f, 0.5f, 0.38268343236508977173f, 0.25881904510252076235f, 0.13052619222005159155f, 0.f};
+        return C[r];
+    } else {
+        const float C[15] = {1.f, 0.99371220989324258353f, 0.97492791218182360702f, 0.9438833303083675629f, 0.90096886790241912624f, 0.84672419922828416835f, 0.78183148246802980871f, 0.7071067811865475244f,
+                             0.62348980185873353053f, 0.53203207651533656356f, 0.43388373911755812048f, 0.33027906195516708177f, 0.22252093395631440429f, 0.11196447610330785847f, 0.f};
+        return C[r];
+    }
+}
+template <int R, int DIR> __device__ __forceinline__ float2 fq_w(int e) {
+    constexpr int B = FqBase<R>::B, Q4 = B / 4;
+    e = (e % R + R) % R * (B / R);  // the angle 2π·e/B
+    const int q = e / Q4, r = e % Q4;
+    const float c = fq_cos_quarter<B>(r), s = fq_cos_quarter<B>(Q4 - r);
+    float cc, ss;  // cos, sin of (q·π/2 + 2πr/B)
+    switch (q) {
+        case 0: cc = c; ss = s; break;
+        case 1: cc = -s; ss = c; break;
+        case 2: cc = -c; ss = -s; break;
+        default: cc = s; ss = -c; break;
+    }
+    return DIR < 0 ? make_float2(cc, -ss) : make_float2(cc, ss);
+}
+
+// Natural-order DFT of R points in registers, a[k] ← Σ_n a[n]·exp(DIR·2πi·n·k/R): powers of two up
+// to 16 (fft.cuh), the odd factors 3, 5, 7 directly, and R = A·B (A odd, B a power of two) by one
+// Cooley–Tukey split: n = B·n1 + n2, k = k1 + A·k2 — A-point DFTs over n1, the twiddle W_R^(n2·k1),
+// B-point DFTs over n2.
+template <int R, int DIR> __device__ __forceinline__ void fq_dft(float2 (&a)[R]) {
+    if constexpr ((R & (R - 1)) == 0) {
+        if constexpr (R > 1) dft<R, DIR>(a);
+    } else if constexpr (R == 3 || R == 5 || R == 7) {
+        float2 o[R];
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            float2 s = a[0];
+#pragma unroll
+            for (int n = 1; n < R; ++n) s = c_add(s, k == 0 ? a[n] : c_mul(a[n], fq_w<R, DIR>(n * k)));
+            o[k] = s;
+        }
+#pragma unroll
+        for (int k = 0; k < R; ++k) a[k] = o[k];
+    } else {
+        constexpr int A = R % 3 == 0 ? 3 : R % 5 == 0 ? 5 : 7, B = R / A;
+        static_assert(A * B == R && (B & (B - 1)) == 0, "R = odd factor × power of two");
+        float2 u[B][A];
+#pragma unroll
+        for (int n2 = 0; n2 < B; ++n2) {
+#pragma unroll
+            for (int n1 = 0; n1 < A; ++n1) u[n2][n1] = a[B * n1 + n2];
+            fq_dft<A, DIR>(u[n2]);
+#pragma unroll
+            for (int k1 = 1; k1 < A; ++k1)
+                if (n2 > 0) u[n2][k1] = c_mul(u[n2][k1], fq_w<R, DIR>(n2 * k1));
+        }
+#pragma unroll
+        for (int k1 = 0; k1 < A; ++k1) {
+            float2 v[B];
+#pragma unroll
+            for (int n2 = 0; n2 < B; ++n2) v[n2] = u[n2][k1];
+            fq_dft<B, DIR>(v);
+#pragma unroll
+            for (int k2 = 0; k2 < B; ++k2) a[k1 + A * k2] = v[k2];
+        }
+    }
+}
+
+// The Q-point DFT of y[m] (only m < Q/2 nonzero) as two Q/2-point DFTs: a[2j + e] =
+// DFT_{Q/2}(y[m]·W_Q^(m·e))[j] (fp_dft32_half for any even Q).
+template <int Q> __device__ __forceinline__ void fq_dft_half(const float2 (&y)[Q / 2], float2 (&a)[Q]) {
+    float2 ev[Q / 2], od[Q / 2];
+#pragma unroll
+    for (int m = 0; m < Q / 2; ++m) {
+        ev[m] = y[m];
+        od[m] = m == 0 ? y[m] : c_mul(y[m], fq_w<Q, -1>(m));
+    }
+    fq_dft<Q / 2, -1>(ev);
+    fq_dft<Q / 2, -1>(od);
+#pragma unroll
+    for (int j = 0; j < Q / 2; ++j) {
+        a[2 * j] = ev[j];
+        a[2 * j + 1] = od[j];
+    }
+}
+
+// The first Q/2 outputs of the inverse Q-point DFT of a[]: o[m] = E[m] + W_Q^−m·O[m] (E, O the
+// inverse Q/2-point DFTs of the even and odd entries).
+template <int Q> __device__ __forceinline__ void fq_idft_first_half(const float2 (&a)[Q], float2 (&o)[Q / 2]) {
+    float2 ev[Q / 2], od[Q / 2];
+#pragma unroll
+    for (int j = 0; j < Q / 2; ++j) {
+        ev[j] = a[2 * j];
+        od[j] = a[2 * j + 1];
+    }
+    fq_dft<Q / 2, 1>(ev);
+    fq_dft<Q / 2, 1>(od);
+#pragma unroll
+    for (int m = 0; m < Q / 2; ++m) o[m] = c_add(ev[m], m == 0 ? od[m] : c_mul(od[m], fq_w<Q, 1>(m)));
+}
+
+// Stage 1 at P = 2Q for thread h of column n2 (at `pos`): y[m] = the pair's input at n1 = 2m + h
+// (m < Q/2). Y = DFT_Q of y, then the radix-2 step across the two threads: thread h keeps
+// X[k + Q·h] = Y0[k] ± W_P^k·Y1[k] (the partner's Y by shuffle), times W_N^(n2·k1) (wtab offset by
+// n2: entry k1·256), stored at x[k1·256 + pos]; the pair's largest component into *pmax.
+template <int Q>
+__device__ __forceinline__ void fq_stage1(const float2 (&y)[Q / 2], int h, float2* __restrict__ x, int pos, const float2* __restrict__ wtab, int* pmax) {
+    float2 a[Q];
+    fq_dft_half<Q>(y, a);
+    float mx = 0.f;
+#pragma unroll
+    for (int k = 0; k < Q; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
+        const float2 y0 = h == 0 ? a[k] : other, y1 = h == 0 ? other : a[k];
+        const float2 t = k == 0 ? y1 : c_mul(y1, fq_w<2 * Q, -1>(k));
+        const float2 v0 = h == 0 ? c_add(y0, t) : c_sub(y0, t);
+        const int k1 = k + Q * h;
+        const float2 v = k1 == 0 ? v0 : c_mul(v0, wtab[k1 << 8]);
+        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+        x[k1 * 256 + pos] = v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(pmax, __float_as_int(mx));
+}
+
+// Inverse of fq_stage1: thread h takes B[k + Q·h]·conj(W_N^(n2·k1)); thread 0 forms B[k] + B[k + Q]
+// (the even outputs), thread 1 (B[k] − B[k + Q])·W_P^−k (the odd ones); then the first Q/2 outputs
+// of each inverse Q-point DFT: o[m] = output n1 = 2m + h.
+template <int Q>
+__device__ __forceinline__ void fq_stage1_inv(float2 (&o)[Q / 2], int h, const float2* __restrict__ x, int pos, const float2* __restrict__ wtab) {
+    float2 a[Q];
+#pragma unroll
+    for (int k = 0; k < Q; ++k) {
+        const int k1 = k + Q * h;
+        const float2 v = x[k1 * 256 + pos];
+        a[k] = k1 == 0 ? v : c_mulc(v, wtab[k1 << 8]);
+    }
+#pragma unroll
+    for (int k = 0; k < Q; ++k) {
+        const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1), __shfl_xor_sync(0xffffffffu, a[k].y, 1));
+        if (h == 0) {
+            a[k] = c_add(a[k], other);
+        } else {
+            const float2 d = c_sub(other, a[k]);
+            a[k] = k == 0 ? d : c_mul(d, fq_w<2 * Q, 1>(k));
+        }
+    }
+    fq_idft_first_half<Q>(a, o);
+}
+
+// Offset (float2) of the twiddle table W_N^(n2·k1), N = 512·Q (fft.cuh).
+template <int Q> struct FqTw {
+    static constexpr int OFF = Q == 20 ? FC_TW_MIX40 : Q == 24 ? FC_TW_MIX48 : FC_TW_MIX56;
+};
+
+// The forward at P = 2Q (fc_fwd_pair64's design): one row pair per CTA of 512 threads, two threads
+// per column; 2Q segments of 256 (80 – 112 KB), one CTA per SM.
+template <int Q, typename T, typename TO>
+__device__ void fc_fwd_pairq(const FcParams& p) {
+    constexpr int P = 2 * Q, N = 256 * P;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + P * 256);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2);
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    const i64 rph = p.B * (i64)p.hd * p.hd;
+    const i64 pph = (rph + 1) / 2;
+    if (threadIdx.x < 2) {
+        const i64 Qp = blockIdx.x;
+        const i64 gl = Qp / pph, qq = Qp - gl * pph;
+        FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
+        const bool first_valid = gl * rph + 2 * qq < p.nrows;
+        row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
+        rows[threadIdx.x] = row;
+        if (threadIdx.x == 0) pmax[0] = 0;
+    }
+    __syncthreads();
+    const FcRow ra = rows[0], rb = rows[1];
+    if (!ra.valid) return;  // uniform over the CTA
+    // Thread h's elements n1 = 2m + h sit at offset h·256 + m·512: the rows moved on by h·256.
+    FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+    fp_row_shift(fa, h << 8);
+    fp_row_shift(fb, h << 8);
+    const float2* wtab = tw + FqTw<Q>::OFF + n2;  // W_N^(n2·k1) at k1·256
+    // ---- stage 1: y[m] = x[2m + h], m < Q/2 (all u loads first, then the pregate's).
+    {
+        float2 y[Q / 2];
+#pragma unroll
+        for (int m = 0; m < Q / 2; ++m) {
+            const int o = m << 9;
+            y[m] = make_float2(o < fa.len ? ember_to_f32(fa.u[o]) : 0.f, o < fb.len ? ember_to_f32(fb.u[o]) : 0.f);
+        }
+        if (p.has_pre) {
+#pragma unroll
+            for (int m = 0; m < Q / 2; ++m) {
+                const int o = m << 9;
+                y[m].x *= o < fa.len ? ember_to_f32(fa.pre[o]) : 0.f;
+                y[m].y *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
+            }
+        }
+        fq_stage1<Q>(y, h, x, pos, wtab, &pmax[0]);
+    }
+    __syncthreads();
+    // ---- stage 2: the 2Q segments over 16 warps.
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    for (int sg = threadIdx.x >> 5; sg < P; sg += 16) {
+        const float4* kf = reinterpret_cast<const float4*>(p.spec) + (i64)ra.g * (N / 2) + sg * 128;
+        fp_segment(x + sg * 256, kf, tab, s1);
+    }
+    __syncthreads();
+    // ---- inverse stage 1 and the epilogue (elements m < Q/2 at stride 512).
+    const float ks = reinterpret_cast<const float*>(p.spec)[(i64)p.heads * 2 * N + ra.g];
+    float2 o[Q / 2];
+    fq_stage1_inv<Q>(o, h, x, pos, wtab);
+    fp_epilogue_sel<Q / 2, 9>(fp_epilogue_flags(p), o, Q / 2, inv1, ks, fa, fb);
+}
+
+// The filter spectrum at P = 2Q (fc_spec_pair64's design): one head per CTA of 512 threads.
+template <int Q>
+__device__ void fc_spec_pairq(const FcParams& p) {
+    constexpr int P = 2 * Q, N = 256 * P;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + P * 256);
+    int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [0]: stage 1's max, [1]: D's
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
+    __syncthreads();
+    const int g = blockIdx.x, h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    {
+        float2 y[Q / 2];
+#pragma unroll
+        for (int m = 0; m < Q / 2; ++m) y[m] = make_float2(fp_keff_k(p, g, (2 * m + h) * 256 + n2), 0.f);
+        if (threadIdx.x == 0) y[0].x += fp_keff_d(p, g);  // t = 0: h = 0, n2 = 0
+        fq_stage1<Q>(y, h, x, pos, tw + FqTw<Q>::OFF + n2, &pmax[0]);
+    }
+    __syncthreads();
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    for (int sg = threadIdx.x >> 5; sg < P; sg += 16) fp_warp_max_to(fp_spec_segment(x + sg * 256, tab, s1), &pmax[1]);
+    __syncthreads();
+    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * N, P * 256, pmax[1], inv1, 1.f / N, reinterpret_cast<float*>(p.spec) + (i64)p.heads * 2 * N + g, threadIdx.x == 0, 512);
+}
+
+#define FQ_ENTRIES(Q)                                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pairq##Q##_bf16_bf16(FcParams p) { fc_fwd_pairq<Q, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pairq##Q##_bf16_f32(FcParams p) { fc_fwd_pairq<Q, ember_bf16, float>(p); }     \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pairq##Q(FcParams p) { fc_spec_pairq<Q>(p); }
+FQ_ENTRIES(20)
+FQ_ENTRIES(24)
+FQ_ENTRIES(28)
+
+#endif  // FC_BLOCK == 256
