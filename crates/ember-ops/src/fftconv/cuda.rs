@@ -176,8 +176,9 @@ const MIXED_P: [usize; 3] = [40, 48, 56];
 /// P of the mixed-radix pair forward for `dims`, where it replaces N = 16384 (P = 64): the smallest
 /// N = 256·P ≥ L + Lk − 1 that also holds L ≤ N/2 (4096 < L ≤ 7168 with a full-length filter; L = 5000
 /// transforms 10240 points instead of 16384). bf16 u, the pair engine's spectrum (no k_rev), not the
-/// tensor-core or four-step forwards asked for; `EMBER_FFTCONV_MIXED=0` keeps N = 16384. The backward
-/// keeps the power-of-two pair kernels (it transforms at its own N and recomputes the spectrum).
+/// tensor-core or four-step forwards asked for; `EMBER_FFTCONV_MIXED=0` keeps N = 16384 (both ways).
+/// The backward takes it too where it runs the pair kernels (hd = 1), and then reuses the forward's
+/// spectrum.
 fn mixed_p(u: DType, opts: &Options, dims: &Dims) -> Option<u32> {
     let off = std::env::var("EMBER_FFTCONV_MIXED").is_ok_and(|v| v == "0") || std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
     if off || u != DType::BF16 || opts.tensor_cores || opts.force_four_step || !use_pair_spectrum(opts) || dims.fft_size() != 1 << 14 {
@@ -197,6 +198,18 @@ pub(super) fn mixed_p_for_test(dims: &Dims) -> Option<u32> {
 /// (40 words × 32 lanes), two row descriptors and two ints.
 fn smem_bytes_mixed(p: u32) -> usize {
     p as usize * 256 * 8 + 40 * 32 * 4 + 2 * 48 + 8
+}
+
+/// Shared memory of the mixed-radix backward: P segments of 256 float2, their W as f16 pairs (1 KB
+/// each), the per-lane table, two row descriptors and two ints.
+fn smem_bytes_mixed_bwd(p: u32) -> usize {
+    p as usize * (256 * 8 + 1024) + 40 * 32 * 4 + 2 * 48 + 8
+}
+
+/// Whether the backward takes the mixed-radix pair kernels where the forward does (`mixed_p`);
+/// `EMBER_FFTCONV_MIXED_BWD=0` keeps the power-of-two pair backward (measurements).
+fn mixed_bwd() -> bool {
+    !std::env::var("EMBER_FFTCONV_MIXED_BWD").is_ok_and(|v| v == "0")
 }
 
 /// Whether the device launches thread-block clusters (compute capability 9.0 and later).
@@ -906,6 +919,10 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
         if let Path::OnChip { ref mut pair, .. } = path {
             *pair = true;
         }
+        // The mixed-radix pair backward where the forward takes it (hd = 1 here).
+        if let Some(pm) = mixed_p(u.dtype(), opts, &dims).filter(|_| mixed_bwd()) {
+            path = Path::PairMixed { p: pm };
+        }
     }
     let tw = twiddles(&dev)?;
     let mut p = base_params(u, k, d, opts, dims, path, tw)?;
@@ -928,6 +945,36 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
     let mix = dims.hd > 1;
 
     match path {
+        Path::PairMixed { p: pm } => {
+            if let Some(z) = z {
+                validate::like("z", z, devc, dt, u.shape(), "the shape of u")?;
+                p.zs = z.cuda_ptr()?;
+                p.need_z = 0;
+            }
+            // One pair slot per CTA of 512 threads (fc_bwd_pairq*), each a chunk of ppc of one head's
+            // row pairs (every chunk nonempty), its partial one N-bin slot of tbuf; then the filter
+            // gradient per head (fc_dk_pairq*: the fold, the inverse transform, d_k and d_D).
+            let n = 256 * pm as usize;
+            let pph = rph.div_ceil(2);
+            let sms = dev.info().multiprocessors.max(1) as usize;
+            let ppc = match std::env::var("EMBER_FFTCONV_PAIR_BWD_PPC").ok().and_then(|v| v.parse::<usize>().ok()) {
+                Some(c) => c.clamp(1, pph),
+                None => pair_bwd_chunk(heads, pph, 1, 1, sms, n),
+            };
+            let parts = pph.div_ceil(ppc);
+            let chunk = heads_per_chunk(heads, parts * n * 8);
+            let tbuf = workspace(devc, 2 * chunk * parts * n)?;
+            p.tbuf = tbuf.cuda_ptr()?;
+            let q = pm / 2;
+            let zsfx = if p.zs != 0 { "z" } else { "" };
+            for h0 in (0..heads).step_by(chunk) {
+                let nh = chunk.min(heads - h0);
+                p.set_head_round(h0, nh, rph);
+                p.parts = parts as i32;
+                launch_smem_threads(&dev, 256, 512, &format!("fc_bwd_pairq{q}{zsfx}_{sfx}"), (grid_u32(nh * parts, "backward")?, 1), &p, "fc_bwd_pairq", smem_bytes_mixed_bwd(pm))?;
+                launch_smem_threads(&dev, 256, 512, &format!("fc_dk_pairq{q}"), (grid_u32(nh, "backward")?, 1), &p, "fc_dk_pairq", smem_bytes_mixed(pm))?;
+            }
+        }
         Path::OnChip { logm, block, pair: true, .. } => {
             if let Some(z) = z {
                 validate::like("z", z, devc, dt, u.shape(), "the shape of u")?;
@@ -1007,7 +1054,6 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 }
             }
         }
-        Path::PairMixed { .. } => unreachable!("the backward plans a power-of-two size"),
         Path::FourStep { logm1, logm2, col_block, row_block } => {
             // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
             let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };

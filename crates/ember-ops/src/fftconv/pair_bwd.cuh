@@ -86,7 +86,8 @@ __device__ __forceinline__ float2 fb_unpack(unsigned v) {
 
 // Elements per batch of the backward's epilogues: loads of a batch are issued before its arithmetic.
 // At P = 32 the column's 32 values already take 64 registers of the 128 of two CTAs per SM.
-template <int P> constexpr int fb_batch() { return P < 8 ? P : P == 32 ? 4 : 8; }
+// (A batch divides P: the mixed-radix backward's 10, 12, 14 elements per thread go in halves.)
+template <int P> constexpr int fb_batch() { return P < 8 ? P : P == 32 ? 4 : P % 8 == 0 ? 8 : P / 2; }
 
 // d_z of both rows for n1 < n into a[] (zero past L and for n1 ≥ n). With GELU or POST, a[] holds
 // the recomputed z (times inv1·ks, as the forward's epilogue); with ZM the forward's saved z (p.zs)

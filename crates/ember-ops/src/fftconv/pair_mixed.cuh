@@ -287,3 +287,176 @@ FQ_ENTRIES(24)
 FQ_ENTRIES(28)
 
 #endif  // FC_BLOCK == 256
+
+#if FC_BLOCK == 256
+// ---- The backward at P = 2Q (fc_bwd_pair64's phases, pair_bwd.cuh) and its filter gradient --------
+
+// One row-pair slot per CTA of 512 threads, two threads per column: thread h's Q/2 elements
+// n1 = 2m + h sit at offset h·256 + m·512. The CTA takes chunk blockIdx.x mod parts of head
+// blockIdx.x / parts; its partial T = Σ G·conj(W) (fragment order, N bins) is tbuf's slot
+// blockIdx.x. Shared memory: 2Q segments of data, their W as f16 pairs, the per-lane table, two
+// rows: one CTA per SM.
+template <int Q, bool ZM, typename T, typename TO>
+__device__ void fc_bwd_pairq(const FcParams& p) {
+    constexpr int P = 2 * Q, N = 256 * P;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    uint4* wsave = reinterpret_cast<uint4*>(x + P * 256);  // [segment][j][lane]
+    unsigned* tab = reinterpret_cast<unsigned*>(wsave + P * 64);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
+    const int pos = fp_idx(n2 >> 4, n2 & 15), off = h << 8;
+    const bool pre = p.has_pre, need_z = !ZM && p.need_z;
+    const i64 rph = p.B;  // rows per head (hd = 1)
+    const i64 pph = (rph + 1) / 2;
+    const i64 ppc = (pph + p.parts - 1) / p.parts;
+    const float2* wtab = tw + FqTw<Q>::OFF + n2;
+    const float4* spec = reinterpret_cast<const float4*>(p.spec);
+    const float* kscale = reinterpret_cast<const float*>(p.spec) + (i64)p.heads * 2 * N;
+    float4* tslot = reinterpret_cast<float4*>(p.tbuf) + (i64)blockIdx.x * (N / 2);
+#pragma unroll 1
+    for (i64 it = 0; it < ppc; ++it) {
+        if (threadIdx.x < 2) {
+            const i64 hh = blockIdx.x / p.parts, q = (blockIdx.x - hh * p.parts) * ppc + it;
+            const bool ok = hh < p.nheads && q < pph && (threadIdx.x == 0 || 2 * q + 1 < rph);
+            FcRow row = fc_row(p, hh * rph + 2 * q + threadIdx.x);
+            row.valid = row.valid && ok;
+            rows[threadIdx.x] = row;
+            if (threadIdx.x == 0) pmax[0] = pmax[1] = 0;
+        }
+        __syncthreads();
+        const FcRow ra = rows[0], rb = rows[1];
+        // Uniform over the CTA; chunks are consecutive pairs, so no later pair is valid either.
+        if (!ra.valid) break;
+        FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+        fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
+        const i64 kseg = (i64)ra.g * (N / 2);
+        // ---- phase 1, stage 1: w (all u loads first, then the pregate's).
+        {
+            float2 y[Q / 2];
+#pragma unroll
+            for (int m = 0; m < Q / 2; ++m) {
+                const int o = m << 9;
+                y[m] = make_float2(o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f, o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f);
+            }
+            if (pre) {
+#pragma unroll
+                for (int m = 0; m < Q / 2; ++m) {
+                    const int o = m << 9;
+                    y[m].x *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
+                    y[m].y *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
+                }
+            }
+            fq_stage1<Q>(y, h, x, pos, wtab, &pmax[0]);
+        }
+        __syncthreads();
+        // ---- phase 1, segments: W saved; z's spectrum when needed.
+        float s1, inv1;
+        fp_pair_scale(pmax[0], s1, inv1);
+        for (int sg = threadIdx.x >> 5; sg < P; sg += 16) fb_segment_w(x + sg * 256, spec + kseg + sg * 128, tab, s1, wsave + sg * 64, need_z);
+        __syncthreads();
+        // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers.
+        const float ks = kscale[ra.g];
+        {
+            float2 a[Q / 2];
+            if (need_z) fq_stage1_inv<Q>(a, h, x, pos, wtab);
+            fb_dz_sel<Q / 2, 9, ZM>(p, a, Q / 2, inv1, ks, fa, fb);
+            fq_stage1<Q>(a, h, x, pos, wtab, &pmax[1]);
+        }
+        __syncthreads();
+        // ---- phase 2, segments: T, × conj(K̂), inverse.
+        float s2, inv2;
+        fp_pair_scale(pmax[1], s2, inv2);
+        for (int sg = threadIdx.x >> 5; sg < P; sg += 16)
+            fb_segment_g(x + sg * 256, spec + kseg + sg * 128, tab, s2, wsave + sg * 64, tslot + sg * 128, inv1, inv2, it == 0);
+        __syncthreads();
+        // ---- phase 3: inverse stage 1 (d_w) and its epilogue.
+        {
+            float2 a[Q / 2];
+            fq_stage1_inv<Q>(a, h, x, pos, wtab);
+            if (pre) fb_dw<Q / 2, true, 9>(p, a, Q / 2, inv2, ks, fa, fb);
+            else fb_dw<Q / 2, false, 9>(p, a, Q / 2, inv2, ks, fa, fb);
+        }
+        __syncthreads();
+    }
+}
+
+// Position (float2) of bin k in a fragment-order spectrum of N = 256·P bins: segment k mod P at
+// 256·(k mod P), bin k / P within it as fp_kpos places it.
+template <int P> __device__ __forceinline__ int fq_kpos(int k) { return (k % P) * 256 + fp_kpos(k / P, 0); }
+
+// The filter gradient at P = 2Q, one head per CTA of 512 threads: S[k] = Σ_parts (T[k] + conj T[N − k])
+// = 2·Σ_rows G_r·conj(W_r) (the fold of fc_dk_pair, the partials summed in slot order), kept in
+// shared memory in fragment order; scaled by a power of two to f16's range (the head's largest
+// component); per segment the inverse DFT-256 on tensor cores; the inverse stage 1; then d_k_eff[t] =
+// Re/(2N) for t < Lk (d_k, and d_D = d_k_eff[0]). Heads of the launch: p.head0 + blockIdx.x.
+template <int Q>
+__device__ void fc_dk_pairq(const FcParams& p) {
+    constexpr int P = 2 * Q, N = 256 * P;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + P * 256);
+    int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    if (threadIdx.x == 0) pmax[0] = 0;
+    __syncthreads();
+    const int hl = blockIdx.x;
+    const float2* t = reinterpret_cast<const float2*>(p.tbuf) + (i64)hl * p.parts * N;
+    float mx = 0.f;
+    for (int k = threadIdx.x; k < N; k += 512) {
+        const int pk = fq_kpos<P>(k), pm = fq_kpos<P>(k == 0 ? 0 : N - k);
+        float2 tk = make_float2(0.f, 0.f), tm = make_float2(0.f, 0.f);
+        for (int c = 0; c < p.parts; ++c) {
+            tk = c_add(tk, t[(i64)c * N + pk]);
+            tm = c_add(tm, t[(i64)c * N + pm]);
+        }
+        const float2 v = c_add(tk, c_conj(tm));
+        x[pk] = v;
+        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+    }
+    fp_warp_max_to(mx, &pmax[0]);
+    __syncthreads();
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    {
+        const FpFrag F = fp_frag(tab);
+        for (int sg = threadIdx.x >> 5; sg < P; sg += 16) {
+            float2 y[2][4];
+            fp_load_frag(reinterpret_cast<const float4*>(x + sg * 256), y);
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) y[j][q] = c_scale(y[j][q], s1);
+            unsigned yr[4], yi[4];
+            fp_pack_y(y, yr, yi);
+            __syncwarp();  // every lane's reads of the segment are done before fp_idft256 stores
+            fp_idft256(x + sg * 256, tab, F, yr, yi);
+        }
+    }
+    __syncthreads();
+    const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
+    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    float2 o[Q / 2];
+    fq_stage1_inv<Q>(o, h, x, pos, tw + FqTw<Q>::OFF + n2);
+    const int g = p.head0 + hl;
+    const float sc = inv1 * (0.5f / N);
+#pragma unroll
+    for (int m = 0; m < Q / 2; ++m) fc_epi_dk(p, g, (i64)(2 * m + h) * 256 + n2, N, o[m].x * sc);
+}
+
+#define FQ_BWD_ENTRIES(Q)                                                                                                                       \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##_bf16_bf16(FcParams p) { fc_bwd_pairq<Q, false, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##_bf16_f32(FcParams p) { fc_bwd_pairq<Q, false, ember_bf16, float>(p); }       \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##z_bf16_bf16(FcParams p) { fc_bwd_pairq<Q, true, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##z_bf16_f32(FcParams p) { fc_bwd_pairq<Q, true, ember_bf16, float>(p); }       \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_dk_pairq##Q(FcParams p) { fc_dk_pairq<Q>(p); }
+FQ_BWD_ENTRIES(20)
+FQ_BWD_ENTRIES(24)
+FQ_BWD_ENTRIES(28)
+#endif  // FC_BLOCK == 256
