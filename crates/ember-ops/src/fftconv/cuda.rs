@@ -177,8 +177,8 @@ const MIXED_P: [usize; 3] = [40, 48, 56];
 /// N = 256·P ≥ L + Lk − 1 that also holds L ≤ N/2 (4096 < L ≤ 7168 with a full-length filter; L = 5000
 /// transforms 10240 points instead of 16384). bf16 u, the pair engine's spectrum (no k_rev), not the
 /// tensor-core or four-step forwards asked for; `EMBER_FFTCONV_MIXED=0` keeps N = 16384 (both ways).
-/// The backward takes it too where it runs the pair kernels (hd = 1), and then reuses the forward's
-/// spectrum.
+/// The backward takes it too where it runs the pair kernels (hd = 1) and P ≤ [`MIXED_BWD_MAX_P`], and
+/// then reuses the forward's spectrum.
 fn mixed_p(u: DType, opts: &Options, dims: &Dims) -> Option<u32> {
     let off = std::env::var("EMBER_FFTCONV_MIXED").is_ok_and(|v| v == "0") || std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
     if off || u != DType::BF16 || opts.tensor_cores || opts.force_four_step || !use_pair_spectrum(opts) || dims.fft_size() != 1 << 14 {
@@ -206,7 +206,14 @@ fn smem_bytes_mixed_bwd(p: u32) -> usize {
     p as usize * (256 * 8 + 1024) + 40 * 32 * 4 + 2 * 48 + 8
 }
 
-/// Whether the backward takes the mixed-radix pair kernels where the forward does (`mixed_p`);
+/// Largest P of the mixed-radix backward. H200, B = 16, H = 768, GELU + D, fwd+bwd against the
+/// power-of-two backward after the mixed forward (same run): P = 40 (L = 5000) 3.14 → 2.44 ms, P = 48
+/// (L = 6000) 3.22 → 2.69, but P = 56 (L = 7000) 3.51 → 4.03: 56 segments take as many rounds of the
+/// 16 warps as 64, and its build spills 140–308 bytes at the 128-register cap.
+const MIXED_BWD_MAX_P: u32 = 48;
+
+/// Whether the backward takes the mixed-radix pair kernels where the forward does (`mixed_p`, P ≤
+/// [`MIXED_BWD_MAX_P`]);
 /// `EMBER_FFTCONV_MIXED_BWD=0` keeps the power-of-two pair backward (measurements).
 fn mixed_bwd() -> bool {
     !std::env::var("EMBER_FFTCONV_MIXED_BWD").is_ok_and(|v| v == "0")
@@ -920,7 +927,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             *pair = true;
         }
         // The mixed-radix pair backward where the forward takes it (hd = 1 here).
-        if let Some(pm) = mixed_p(u.dtype(), opts, &dims).filter(|_| mixed_bwd()) {
+        if let Some(pm) = mixed_p(u.dtype(), opts, &dims).filter(|&pm| pm <= MIXED_BWD_MAX_P && mixed_bwd()) {
             path = Path::PairMixed { p: pm };
         }
     }

@@ -184,7 +184,8 @@ fn cases(tier: Tier) -> Vec<Case> {
             // option, an odd row count and f32 output; L = 5001 keeps the direct loads.
             Case { gelu: true, d: true, mask: true, post: true, out_f32: true, ..Case::plain(3, 1, 5000) }.train(),
             Case { gelu: true, d: true, ..Case::plain(3, 1, 5001) },
-            // The mixed-radix forward (pair_mixed.cuh, no k_rev; the backward stays at P = 64): P = 40
+            // The mixed-radix forward (pair_mixed.cuh, no k_rev) and, at P = 40 and 48 with hd = 1, its
+            // backward (at P = 56 and hd = 8 the backward recomputes the spectrum at its own N): P = 40
             // (above: L = 5000, 5001, training), 48 and 56 with every other option, an odd row count,
             // Lk < L (L + Lk − 1 = 8999, L ≤ N/2 takes P = 56), hd = 8, f32 output and training at
             // the largest L it takes (7168).
