@@ -200,6 +200,12 @@ fn smem_bytes_mixed(p: u32) -> usize {
     p as usize * 256 * 8 + 40 * 32 * 4 + 2 * 48 + 8
 }
 
+/// Whether the mixed-radix forward at P = 40, 48 runs 256-thread CTAs, two per SM (fc_fwd_pairq{Q}n);
+/// `EMBER_FFTCONV_MIXED_NARROW=0` runs the 512-thread kernel (one CTA per SM) there too.
+fn mixed_narrow() -> bool {
+    !std::env::var("EMBER_FFTCONV_MIXED_NARROW").is_ok_and(|v| v == "0")
+}
+
 /// Shared memory of the mixed-radix backward: P segments of 256 float2, their W as f16 pairs (1 KB
 /// each), the per-lane table, two row descriptors and two ints.
 fn smem_bytes_mixed_bwd(p: u32) -> usize {
@@ -882,8 +888,11 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
             Path::PairMixed { p: pm } => {
                 // One row pair per CTA of 512 threads (pair_mixed.cuh), ⌈rph/2⌉ pairs per head.
                 let pairs = (nrows / rph) * rph.div_ceil(2);
-                let entry = format!("fc_fwd_pairq{}_{sfx}", pm / 2);
-                launch_smem_threads(&dev, 256, 512, &entry, (grid_u32(pairs, "forward")?, 1), &p, "fc_fwd_pairq", smem_bytes_mixed(pm))?;
+                // P = 40, 48: 256 threads, two columns per thread pair, two CTAs per SM
+                // (fc_fwd_pairq{Q}n, `mixed_narrow`); else 512 threads.
+                let narrow = pm <= 48 && mixed_narrow();
+                let entry = format!("fc_fwd_pairq{}{}_{sfx}", pm / 2, if narrow { "n" } else { "" });
+                launch_smem_threads(&dev, 256, if narrow { 256 } else { 512 }, &entry, (grid_u32(pairs, "forward")?, 1), &p, "fc_fwd_pairq", smem_bytes_mixed(pm))?;
             }
             Path::OnChip { logm, block, tc, .. } => {
                 let lanes = (PER_THREAD * block as usize) >> logm;

@@ -180,11 +180,15 @@ template <int Q> struct FqTw {
     static constexpr int OFF = Q == 20 ? FC_TW_MIX40 : Q == 24 ? FC_TW_MIX48 : FC_TW_MIX56;
 };
 
-// The forward at P = 2Q (fc_fwd_pair64's design): one row pair per CTA of 512 threads, two threads
-// per column; 2Q segments of 256 (80 – 112 KB), one CTA per SM.
-template <int Q, typename T, typename TO>
+// The forward at P = 2Q (fc_fwd_pair64's design): one row pair per CTA, two threads per column, 2Q
+// segments of 256 (80 – 112 KB). NT = 512: a thread per column half (one CTA per SM: 512 × 128
+// registers fill the register file). NT = 256: each thread pair takes columns c and c + 128 one after
+// the other (same per-column code, same bits), so two CTAs share an SM where their shared memory fits
+// (P = 40, 48) and one CTA's barrier waits overlap the other's work; and 2Q segments spread evenly
+// over 8 warps (40 over 16 took three rounds on some warps and two on others).
+template <int Q, typename T, typename TO, int NT = 512>
 __device__ void fc_fwd_pairq(const FcParams& p) {
-    constexpr int P = 2 * Q, N = 256 * P;
+    constexpr int P = 2 * Q, N = 256 * P, CPT = 512 / NT, NW = NT / 32;
     FC_SMEM_DECL
     float2* x = fc_smem;
     unsigned* tab = reinterpret_cast<unsigned*>(x + P * 256);
@@ -192,9 +196,8 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
     int* pmax = reinterpret_cast<int*>(rows + 2);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
-    const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
-    const int pos = fp_idx(n2 >> 4, n2 & 15);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += NT) tab[i] = gtab[i];
+    const int h = threadIdx.x & 1;
     const i64 rph = p.B * (i64)p.hd * p.hd;
     const i64 pph = (rph + 1) / 2;
     if (threadIdx.x < 2) {
@@ -209,13 +212,15 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
     __syncthreads();
     const FcRow ra = rows[0], rb = rows[1];
     if (!ra.valid) return;  // uniform over the CTA
-    // Thread h's elements n1 = 2m + h sit at offset h·256 + m·512: the rows moved on by h·256.
-    FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
-    fp_row_shift(fa, h << 8);
-    fp_row_shift(fb, h << 8);
-    const float2* wtab = tw + FqTw<Q>::OFF + n2;  // W_N^(n2·k1) at k1·256
-    // ---- stage 1: y[m] = x[2m + h], m < Q/2 (all u loads first, then the pregate's).
-    {
+    // ---- stage 1, column by column: y[m] = x[2m + h], m < Q/2 (all u loads first, then the
+    // pregate's). Thread h's elements n1 = 2m + h sit at offset h·256 + m·512: the rows moved on by
+    // h·256.
+#pragma unroll 1
+    for (int c = 0; c < CPT; ++c) {
+        const int n2 = (threadIdx.x >> 1) + c * (NT / 2);
+        FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+        fp_row_shift(fa, h << 8);
+        fp_row_shift(fb, h << 8);
         float2 y[Q / 2];
 #pragma unroll
         for (int m = 0; m < Q / 2; ++m) {
@@ -230,22 +235,31 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
                 y[m].y *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
             }
         }
-        fq_stage1<Q>(y, h, x, pos, wtab, &pmax[0]);
+        // W_N^(n2·k1) at k1·256 of the table offset by n2.
+        fq_stage1<Q>(y, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2, &pmax[0]);
     }
     __syncthreads();
-    // ---- stage 2: the 2Q segments over 16 warps.
+    // ---- stage 2: the 2Q segments over the warps.
     float s1, inv1;
     fp_pair_scale(pmax[0], s1, inv1);
-    for (int sg = threadIdx.x >> 5; sg < P; sg += 16) {
+    for (int sg = threadIdx.x >> 5; sg < P; sg += NW) {
         const float4* kf = reinterpret_cast<const float4*>(p.spec) + (i64)ra.g * (N / 2) + sg * 128;
         fp_segment(x + sg * 256, kf, tab, s1);
     }
     __syncthreads();
-    // ---- inverse stage 1 and the epilogue (elements m < Q/2 at stride 512).
+    // ---- inverse stage 1 and the epilogue (elements m < Q/2 at stride 512), column by column.
     const float ks = reinterpret_cast<const float*>(p.spec)[(i64)p.heads * 2 * N + ra.g];
-    float2 o[Q / 2];
-    fq_stage1_inv<Q>(o, h, x, pos, wtab);
-    fp_epilogue_sel<Q / 2, 9>(fp_epilogue_flags(p), o, Q / 2, inv1, ks, fa, fb);
+    const int sel = fp_epilogue_flags(p);
+#pragma unroll 1
+    for (int c = 0; c < CPT; ++c) {
+        const int n2 = (threadIdx.x >> 1) + c * (NT / 2);
+        FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
+        fp_row_shift(fa, h << 8);
+        fp_row_shift(fb, h << 8);
+        float2 o[Q / 2];
+        fq_stage1_inv<Q>(o, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2);
+        fp_epilogue_sel<Q / 2, 9>(sel, o, Q / 2, inv1, ks, fa, fb);
+    }
 }
 
 // The filter spectrum at P = 2Q (fc_spec_pair64's design): one head per CTA of 512 threads.
@@ -285,6 +299,12 @@ __device__ void fc_spec_pairq(const FcParams& p) {
 FQ_ENTRIES(20)
 FQ_ENTRIES(24)
 FQ_ENTRIES(28)
+// Two columns per thread pair, two CTAs per SM (P = 40, 48: 86 / 102 KB of shared memory each).
+#define FQ_ENTRIES_NARROW(Q)                                                                                                                                \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pairq##Q##n_bf16_bf16(FcParams p) { fc_fwd_pairq<Q, ember_bf16, ember_bf16, 256>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pairq##Q##n_bf16_f32(FcParams p) { fc_fwd_pairq<Q, ember_bf16, float, 256>(p); }
+FQ_ENTRIES_NARROW(20)
+FQ_ENTRIES_NARROW(24)
 
 #endif  // FC_BLOCK == 256
 
