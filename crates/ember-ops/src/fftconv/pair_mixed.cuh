@@ -311,33 +311,36 @@ FQ_ENTRIES_NARROW(24)
 #if FC_BLOCK == 256
 // ---- The backward at P = 2Q (fc_bwd_pair64's phases, pair_bwd.cuh) and its filter gradient --------
 
-// One row-pair slot per CTA of 512 threads, two threads per column: thread h's Q/2 elements
-// n1 = 2m + h sit at offset h·256 + m·512. The CTA takes chunk blockIdx.x mod parts of head
-// blockIdx.x / parts; its partial T = Σ G·conj(W) (fragment order, N bins) is tbuf's slot
-// blockIdx.x. Shared memory: 2Q segments of data, their W as f16 pairs, the per-lane table, two
-// rows: one CTA per SM.
-template <int Q, bool ZM, typename T, typename TO>
+// One row-pair slot per CTA, two threads per column: thread h's Q/2 elements n1 = 2m + h sit at
+// offset h·256 + m·512. The CTA takes chunk blockIdx.x mod parts of head blockIdx.x / parts; its
+// partial T = Σ G·conj(W) (fragment order, N bins) is tbuf's slot blockIdx.x. NT = 512: one thread
+// per column half; shared memory holds 2Q segments of data, their W as f16 pairs, the per-lane table,
+// two rows: one CTA per SM. NT = 256 (P = 40, 48): each thread pair takes columns c and c + 128 one
+// after the other (same per-column code, same bits), and W goes to a global scratch slot per CTA
+// (p.sbuf, P KB; each lane reads back only what it wrote), so the CTA needs the forward's shared memory
+// and two share an SM (as fc_fwd_pairq's NT = 256).
+template <int Q, bool ZM, typename T, typename TO, int NT = 512>
 __device__ void fc_bwd_pairq(const FcParams& p) {
-    constexpr int P = 2 * Q, N = 256 * P;
+    constexpr int P = 2 * Q, N = 256 * P, CPT = 512 / NT, NW = NT / 32;
     FC_SMEM_DECL
     float2* x = fc_smem;
-    uint4* wsave = reinterpret_cast<uint4*>(x + P * 256);  // [segment][j][lane]
-    unsigned* tab = reinterpret_cast<unsigned*>(wsave + P * 64);
+    uint4* wsave = NT == 512 ? reinterpret_cast<uint4*>(x + P * 256) : reinterpret_cast<uint4*>(p.sbuf) + (i64)blockIdx.x * (P * 64);  // [segment][j][lane]
+    unsigned* tab = reinterpret_cast<unsigned*>(NT == 512 ? reinterpret_cast<uint4*>(x + P * 256) + P * 64 : reinterpret_cast<uint4*>(x + P * 256));
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
     int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
-    const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
-    const int pos = fp_idx(n2 >> 4, n2 & 15), off = h << 8;
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += NT) tab[i] = gtab[i];
+    const int h = threadIdx.x & 1, off = h << 8;
     const bool pre = p.has_pre, need_z = !ZM && p.need_z;
     const i64 rph = p.B;  // rows per head (hd = 1)
     const i64 pph = (rph + 1) / 2;
     const i64 ppc = (pph + p.parts - 1) / p.parts;
-    const float2* wtab = tw + FqTw<Q>::OFF + n2;
     const float4* spec = reinterpret_cast<const float4*>(p.spec);
     const float* kscale = reinterpret_cast<const float*>(p.spec) + (i64)p.heads * 2 * N;
     float4* tslot = reinterpret_cast<float4*>(p.tbuf) + (i64)blockIdx.x * (N / 2);
+    // Column c of this thread: n2, its position in a segment, its rows moved on by h·256.
+    const auto col = [&](int c) { return (int)(threadIdx.x >> 1) + c * (NT / 2); };
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
         if (threadIdx.x < 2) {
@@ -352,11 +355,13 @@ __device__ void fc_bwd_pairq(const FcParams& p) {
         const FcRow ra = rows[0], rb = rows[1];
         // Uniform over the CTA; chunks are consecutive pairs, so no later pair is valid either.
         if (!ra.valid) break;
-        FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
-        fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
         const i64 kseg = (i64)ra.g * (N / 2);
         // ---- phase 1, stage 1: w (all u loads first, then the pregate's).
-        {
+#pragma unroll 1
+        for (int c = 0; c < CPT; ++c) {
+            const int n2 = col(c);
+            FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+            fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
             float2 y[Q / 2];
 #pragma unroll
             for (int m = 0; m < Q / 2; ++m) {
@@ -371,33 +376,42 @@ __device__ void fc_bwd_pairq(const FcParams& p) {
                     y[m].y *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
                 }
             }
-            fq_stage1<Q>(y, h, x, pos, wtab, &pmax[0]);
+            fq_stage1<Q>(y, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2, &pmax[0]);
         }
         __syncthreads();
         // ---- phase 1, segments: W saved; z's spectrum when needed.
         float s1, inv1;
         fp_pair_scale(pmax[0], s1, inv1);
-        for (int sg = threadIdx.x >> 5; sg < P; sg += 16) fb_segment_w(x + sg * 256, spec + kseg + sg * 128, tab, s1, wsave + sg * 64, need_z);
+        for (int sg = threadIdx.x >> 5; sg < P; sg += NW) fb_segment_w(x + sg * 256, spec + kseg + sg * 128, tab, s1, wsave + sg * 64, need_z);
         __syncthreads();
         // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers.
         const float ks = kscale[ra.g];
-        {
+#pragma unroll 1
+        for (int c = 0; c < CPT; ++c) {
+            const int n2 = col(c), pos = fp_idx(n2 >> 4, n2 & 15);
+            FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+            fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
             float2 a[Q / 2];
-            if (need_z) fq_stage1_inv<Q>(a, h, x, pos, wtab);
+            if (need_z) fq_stage1_inv<Q>(a, h, x, pos, tw + FqTw<Q>::OFF + n2);
             fb_dz_sel<Q / 2, 9, ZM>(p, a, Q / 2, inv1, ks, fa, fb);
-            fq_stage1<Q>(a, h, x, pos, wtab, &pmax[1]);
+            // (A column's stores overwrite only its own places, which no other column reads.)
+            fq_stage1<Q>(a, h, x, pos, tw + FqTw<Q>::OFF + n2, &pmax[1]);
         }
         __syncthreads();
         // ---- phase 2, segments: T, × conj(K̂), inverse.
         float s2, inv2;
         fp_pair_scale(pmax[1], s2, inv2);
-        for (int sg = threadIdx.x >> 5; sg < P; sg += 16)
+        for (int sg = threadIdx.x >> 5; sg < P; sg += NW)
             fb_segment_g(x + sg * 256, spec + kseg + sg * 128, tab, s2, wsave + sg * 64, tslot + sg * 128, inv1, inv2, it == 0);
         __syncthreads();
         // ---- phase 3: inverse stage 1 (d_w) and its epilogue.
-        {
+#pragma unroll 1
+        for (int c = 0; c < CPT; ++c) {
+            const int n2 = col(c);
+            FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+            fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
             float2 a[Q / 2];
-            fq_stage1_inv<Q>(a, h, x, pos, wtab);
+            fq_stage1_inv<Q>(a, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2);
             if (pre) fb_dw<Q / 2, true, 9>(p, a, Q / 2, inv2, ks, fa, fb);
             else fb_dw<Q / 2, false, 9>(p, a, Q / 2, inv2, ks, fa, fb);
         }
@@ -480,4 +494,12 @@ __device__ void fc_dk_pairq(const FcParams& p) {
 // MIXED_BWD_MAX_P).
 FQ_BWD_ENTRIES(20)
 FQ_BWD_ENTRIES(24)
+// Two columns per thread pair, W in global scratch, two CTAs per SM.
+#define FQ_BWD_ENTRIES_NARROW(Q)                                                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pairq##Q##n_bf16_bf16(FcParams p) { fc_bwd_pairq<Q, false, ember_bf16, ember_bf16, 256>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pairq##Q##n_bf16_f32(FcParams p) { fc_bwd_pairq<Q, false, ember_bf16, float, 256>(p); }       \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pairq##Q##nz_bf16_bf16(FcParams p) { fc_bwd_pairq<Q, true, ember_bf16, ember_bf16, 256>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pairq##Q##nz_bf16_f32(FcParams p) { fc_bwd_pairq<Q, true, ember_bf16, float, 256>(p); }
+FQ_BWD_ENTRIES_NARROW(20)
+FQ_BWD_ENTRIES_NARROW(24)
 #endif  // FC_BLOCK == 256
