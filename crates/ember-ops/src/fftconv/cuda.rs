@@ -200,11 +200,15 @@ fn smem_bytes_mixed(p: u32) -> usize {
     p as usize * 256 * 8 + 40 * 32 * 4 + 2 * 48 + 8
 }
 
-/// Whether the mixed-radix forward at P = 40, 48 and the mixed backward run 256-thread CTAs, two per SM
-/// (fc_fwd_pairq{Q}n, fc_bwd_pairq{Q}n*); `EMBER_FFTCONV_MIXED_NARROW=0` runs the 512-thread kernels
-/// (one CTA per SM) there too.
-fn mixed_narrow() -> bool {
-    !std::env::var("EMBER_FFTCONV_MIXED_NARROW").is_ok_and(|v| v == "0")
+/// Whether the mixed-radix forward at P = 40, 48 (`forward`) or the mixed backward runs 256-thread CTAs,
+/// two per SM (fc_fwd_pairq{Q}n, fc_bwd_pairq{Q}n*); `EMBER_FFTCONV_MIXED_NARROW=0` runs the 512-thread
+/// kernels (one CTA per SM) both ways, `=fwd` in the backward only (measurements).
+fn mixed_narrow(forward: bool) -> bool {
+    match std::env::var("EMBER_FFTCONV_MIXED_NARROW").as_deref() {
+        Ok("0") => false,
+        Ok("fwd") => forward,
+        _ => true,
+    }
 }
 
 /// Shared memory of the mixed-radix backward: P segments of 256 float2, their W as f16 pairs (1 KB
@@ -891,7 +895,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 let pairs = (nrows / rph) * rph.div_ceil(2);
                 // P = 40, 48: 256 threads, two columns per thread pair, two CTAs per SM
                 // (fc_fwd_pairq{Q}n, `mixed_narrow`); else 512 threads.
-                let narrow = pm <= 48 && mixed_narrow();
+                let narrow = pm <= 48 && mixed_narrow(true);
                 let entry = format!("fc_fwd_pairq{}{}_{sfx}", pm / 2, if narrow { "n" } else { "" });
                 launch_smem_threads(&dev, 256, if narrow { 256 } else { 512 }, &entry, (grid_u32(pairs, "forward")?, 1), &p, "fc_fwd_pairq", smem_bytes_mixed(pm))?;
             }
@@ -981,7 +985,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             let parts = pph.div_ceil(ppc);
             // 256-thread CTAs, two per SM, with each slot's W (P KB of f16 pairs) in a global
             // scratch slot (fc_bwd_pairq{Q}n*, `mixed_narrow`); else 512 threads with W in shared memory.
-            let narrow = mixed_narrow();
+            let narrow = mixed_narrow(false);
             // Per slot: T (N complex f32) and, narrow, W (P·64 uint4 = N f32 words).
             let chunk = heads_per_chunk(heads, parts * n * 8 + if narrow { parts * n * 4 } else { 0 });
             let tbuf = workspace(devc, 2 * chunk * parts * n)?;
