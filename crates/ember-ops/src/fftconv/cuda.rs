@@ -200,15 +200,10 @@ fn smem_bytes_mixed(p: u32) -> usize {
     p as usize * 256 * 8 + 40 * 32 * 4 + 2 * 48 + 8
 }
 
-/// Whether the mixed-radix forward at P = 40, 48 (`forward`) or the mixed backward runs 256-thread CTAs,
-/// two per SM (fc_fwd_pairq{Q}n, fc_bwd_pairq{Q}n*); `EMBER_FFTCONV_MIXED_NARROW=0` runs the 512-thread
-/// kernels (one CTA per SM) both ways, `=fwd` in the backward only (measurements).
-fn mixed_narrow(forward: bool) -> bool {
-    match std::env::var("EMBER_FFTCONV_MIXED_NARROW").as_deref() {
-        Ok("0") => false,
-        Ok("fwd") => forward,
-        _ => true,
-    }
+/// Whether the mixed-radix forward at P = 40, 48 runs 256-thread CTAs, two per SM (fc_fwd_pairq{Q}n);
+/// `EMBER_FFTCONV_MIXED_NARROW=0` runs the 512-thread kernel (one CTA per SM) there too.
+fn mixed_narrow() -> bool {
+    !std::env::var("EMBER_FFTCONV_MIXED_NARROW").is_ok_and(|v| v == "0")
 }
 
 /// Shared memory of the mixed-radix backward: P segments of 256 float2, their W as f16 pairs (1 KB
@@ -895,7 +890,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 let pairs = (nrows / rph) * rph.div_ceil(2);
                 // P = 40, 48: 256 threads, two columns per thread pair, two CTAs per SM
                 // (fc_fwd_pairq{Q}n, `mixed_narrow`); else 512 threads.
-                let narrow = pm <= 48 && mixed_narrow(true);
+                let narrow = pm <= 48 && mixed_narrow();
                 let entry = format!("fc_fwd_pairq{}{}_{sfx}", pm / 2, if narrow { "n" } else { "" });
                 launch_smem_threads(&dev, 256, if narrow { 256 } else { 512 }, &entry, (grid_u32(pairs, "forward")?, 1), &p, "fc_fwd_pairq", smem_bytes_mixed(pm))?;
             }
@@ -983,23 +978,16 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 None => pair_bwd_chunk(heads, pph, 1, 1, sms, n),
             };
             let parts = pph.div_ceil(ppc);
-            // 256-thread CTAs, two per SM, with each slot's W (P KB of f16 pairs) in a global
-            // scratch slot (fc_bwd_pairq{Q}n*, `mixed_narrow`); else 512 threads with W in shared memory.
-            let narrow = mixed_narrow(false);
-            // Per slot: T (N complex f32) and, narrow, W (P·64 uint4 = N f32 words).
-            let chunk = heads_per_chunk(heads, parts * n * 8 + if narrow { parts * n * 4 } else { 0 });
+            let chunk = heads_per_chunk(heads, parts * n * 8);
             let tbuf = workspace(devc, 2 * chunk * parts * n)?;
             p.tbuf = tbuf.cuda_ptr()?;
-            let wbuf = if narrow { Some(workspace(devc, chunk * parts * n)?) } else { None };
-            p.sbuf = ptr(wbuf.as_ref())?;
             let q = pm / 2;
             let zsfx = if p.zs != 0 { "z" } else { "" };
-            let (nsfx, threads, smem) = if narrow { ("n", 256, smem_bytes_mixed(pm)) } else { ("", 512, smem_bytes_mixed_bwd(pm)) };
             for h0 in (0..heads).step_by(chunk) {
                 let nh = chunk.min(heads - h0);
                 p.set_head_round(h0, nh, rph);
                 p.parts = parts as i32;
-                launch_smem_threads(&dev, 256, threads, &format!("fc_bwd_pairq{q}{nsfx}{zsfx}_{sfx}"), (grid_u32(nh * parts, "backward")?, 1), &p, "fc_bwd_pairq", smem)?;
+                launch_smem_threads(&dev, 256, 512, &format!("fc_bwd_pairq{q}{zsfx}_{sfx}"), (grid_u32(nh * parts, "backward")?, 1), &p, "fc_bwd_pairq", smem_bytes_mixed_bwd(pm))?;
                 launch_smem_threads(&dev, 256, 512, &format!("fc_dk_pairq{q}"), (grid_u32(nh, "backward")?, 1), &p, "fc_dk_pairq", smem_bytes_mixed(pm))?;
             }
         }

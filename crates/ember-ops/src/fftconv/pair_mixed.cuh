@@ -311,21 +311,21 @@ FQ_ENTRIES_NARROW(24)
 #if FC_BLOCK == 256
 // ---- The backward at P = 2Q (fc_bwd_pair64's phases, pair_bwd.cuh) and its filter gradient --------
 
-// One row-pair slot per CTA, two threads per column: thread h's Q/2 elements n1 = 2m + h sit at
-// offset h·256 + m·512. The CTA takes chunk blockIdx.x mod parts of head blockIdx.x / parts; its
-// partial T = Σ G·conj(W) (fragment order, N bins) is tbuf's slot blockIdx.x. NT = 512: one thread
-// per column half; shared memory holds 2Q segments of data, their W as f16 pairs, the per-lane table,
-// two rows: one CTA per SM. NT = 256 (P = 40, 48): each thread pair takes columns c and c + 128 one
-// after the other (same per-column code, same bits), and W goes to a global scratch slot per CTA
-// (p.sbuf, P KB; each lane reads back only what it wrote), so the CTA needs the forward's shared memory
-// and two share an SM (as fc_fwd_pairq's NT = 256).
-template <int Q, bool ZM, typename T, typename TO, int NT = 512>
+// One row-pair slot per CTA of 512 threads, two threads per column: thread h's Q/2 elements n1 = 2m + h
+// sit at offset h·256 + m·512. The CTA takes chunk blockIdx.x mod parts of head blockIdx.x / parts;
+// its partial T = Σ G·conj(W) (fragment order, N bins) is tbuf's slot blockIdx.x. Shared memory: 2Q
+// segments of data, their W as f16 pairs, the per-lane table, two rows: one CTA per SM. Each phase
+// forms the column's row descriptors anew rather than holding them across the barriers (a first build
+// that held them spilled 20–76 B at P = 40 and ran ~14 % slower, NOTES "v14c").
+// (A 256-thread build with W in global scratch, two CTAs per SM as the forward, measured −6 % at
+// L = 5000 but +3 % and +9 % in training at L = 5000 / 6000: not kept, NOTES "v14c".)
+template <int Q, bool ZM, typename T, typename TO>
 __device__ void fc_bwd_pairq(const FcParams& p) {
-    constexpr int P = 2 * Q, N = 256 * P, CPT = 512 / NT, NW = NT / 32;
+    constexpr int P = 2 * Q, N = 256 * P, NT = 512, CPT = 1, NW = NT / 32;
     FC_SMEM_DECL
     float2* x = fc_smem;
-    uint4* wsave = NT == 512 ? reinterpret_cast<uint4*>(x + P * 256) : reinterpret_cast<uint4*>(p.sbuf) + (i64)blockIdx.x * (P * 64);  // [segment][j][lane]
-    unsigned* tab = reinterpret_cast<unsigned*>(NT == 512 ? reinterpret_cast<uint4*>(x + P * 256) + P * 64 : reinterpret_cast<uint4*>(x + P * 256));
+    uint4* wsave = reinterpret_cast<uint4*>(x + P * 256);  // [segment][j][lane]
+    unsigned* tab = reinterpret_cast<unsigned*>(wsave + P * 64);
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
     int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
@@ -394,7 +394,6 @@ __device__ void fc_bwd_pairq(const FcParams& p) {
             float2 a[Q / 2];
             if (need_z) fq_stage1_inv<Q>(a, h, x, pos, tw + FqTw<Q>::OFF + n2);
             fb_dz_sel<Q / 2, 9, ZM>(p, a, Q / 2, inv1, ks, fa, fb);
-            // (A column's stores overwrite only its own places, which no other column reads.)
             fq_stage1<Q>(a, h, x, pos, tw + FqTw<Q>::OFF + n2, &pmax[1]);
         }
         __syncthreads();
@@ -494,12 +493,5 @@ __device__ void fc_dk_pairq(const FcParams& p) {
 // MIXED_BWD_MAX_P).
 FQ_BWD_ENTRIES(20)
 FQ_BWD_ENTRIES(24)
-// Two columns per thread pair, W in global scratch, two CTAs per SM.
-#define FQ_BWD_ENTRIES_NARROW(Q)                                                                                                                                   \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pairq##Q##n_bf16_bf16(FcParams p) { fc_bwd_pairq<Q, false, ember_bf16, ember_bf16, 256>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pairq##Q##n_bf16_f32(FcParams p) { fc_bwd_pairq<Q, false, ember_bf16, float, 256>(p); }       \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pairq##Q##nz_bf16_bf16(FcParams p) { fc_bwd_pairq<Q, true, ember_bf16, ember_bf16, 256>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_bwd_pairq##Q##nz_bf16_f32(FcParams p) { fc_bwd_pairq<Q, true, ember_bf16, float, 256>(p); }
-FQ_BWD_ENTRIES_NARROW(20)
-FQ_BWD_ENTRIES_NARROW(24)
+
 #endif  // FC_BLOCK == 256
