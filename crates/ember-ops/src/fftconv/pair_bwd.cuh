@@ -437,14 +437,7 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
     float4* tslot = reinterpret_cast<float4*>(p.tbuf) + ((i64)blockIdx.x << (LOGN - 1));
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
-        if (threadIdx.x < 2) {
-            const i64 hh = blockIdx.x / p.parts, q = (blockIdx.x - hh * p.parts) * ppc + it;
-            const bool ok = hh < p.nheads && q < pph && (threadIdx.x == 0 || 2 * q + 1 < rph);
-            FcRow row = fc_row(p, hh * rph + 2 * q + threadIdx.x);
-            row.valid = row.valid && ok;
-            rows[threadIdx.x] = row;
-            if (threadIdx.x == 0) pmax[0] = pmax[1] = 0;
-        }
+        fp_slot_pair_rows(p, rows, pmax, blockIdx.x, it, ppc, rph, pph);
         __syncthreads();
         const FcRow ra = rows[0], rb = rows[1];
         // Uniform over the CTA; chunks are consecutive pairs, so no later pair is valid either.
@@ -539,14 +532,7 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
     float4* tslot = reinterpret_cast<float4*>(p.tbuf) + (slot << (LOGN - 1)) + ((i64)rank << 13);
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
-        if (threadIdx.x < 2) {
-            const i64 hh = slot / p.parts, q = (slot - hh * p.parts) * ppc + it;
-            const bool ok = hh < p.nheads && q < pph && (threadIdx.x == 0 || 2 * q + 1 < rph);
-            FcRow row = fc_row(p, hh * rph + 2 * q + threadIdx.x);
-            row.valid = row.valid && ok;
-            rows[threadIdx.x] = row;
-            if (threadIdx.x == 0) pmax[0] = pmax[1] = 0;
-        }
+        fp_slot_pair_rows(p, rows, pmax, slot, it, ppc, rph, pph);
         // Rows set and maxima zeroed in both CTAs (and the previous pair's phase 3 done) before any
         // remote access.
         fp_cluster_sync();

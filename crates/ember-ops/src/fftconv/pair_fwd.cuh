@@ -236,15 +236,7 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
     const bool pre = p.has_pre;
     const i64 rph = p.B * (i64)p.hd * p.hd;
     const i64 pph = (rph + 1) / 2;
-    if (threadIdx.x < 2) {
-        const i64 Q = blockIdx.x;
-        const i64 gl = Q / pph, qq = Q - gl * pph;
-        FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
-        const bool first_valid = gl * rph + 2 * qq < p.nrows;
-        row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
-        rows[threadIdx.x] = row;
-        if (threadIdx.x == 0) pmax[0] = 0;
-    }
+    fp_one_pair_rows(p, rows, pmax, blockIdx.x, rph, pph);
     __syncthreads();
     const FcRow ra = rows[0], rb = rows[1];
     if (!ra.valid) return;  // uniform over the CTA
@@ -305,15 +297,7 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     const bool pre = p.has_pre;
     const i64 rph = p.B * (i64)p.hd * p.hd;
     const i64 pph = (rph + 1) / 2;
-    if (threadIdx.x < 2) {
-        const i64 Q = blockIdx.x / CS;  // the cluster's pair (clusters are consecutive CTAs)
-        const i64 gl = Q / pph, qq = Q - gl * pph;
-        FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
-        const bool first_valid = gl * rph + 2 * qq < p.nrows;
-        row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
-        rows[threadIdx.x] = row;
-        if (threadIdx.x == 0) pmax[0] = 0;
-    }
+    fp_one_pair_rows(p, rows, pmax, blockIdx.x / CS, rph, pph);  // the cluster's pair (clusters are consecutive CTAs)
     // Every CTA has started, set its rows and zeroed its max before any remote access.
     fp_cluster_sync();
     const FcRow ra = rows[0], rb = rows[1];

@@ -37,16 +37,8 @@ template <int B> __device__ __forceinline__ float fq_cos_quarter(int r) {
 template <int R, int DIR> __device__ __forceinline__ float2 fq_w(int e) {
     constexpr int B = FqBase<R>::B, Q4 = B / 4;
     e = (e % R + R) % R * (B / R);  // the angle 2π·e/B
-    const int q = e / Q4, r = e % Q4;
-    const float c = fq_cos_quarter<B>(r), s = fq_cos_quarter<B>(Q4 - r);
-    float cc, ss;  // cos, sin of (q·π/2 + 2πr/B)
-    switch (q) {
-        case 0: cc = c; ss = s; break;
-        case 1: cc = -s; ss = c; break;
-        case 2: cc = -c; ss = -s; break;
-        default: cc = s; ss = -c; break;
-    }
-    return DIR < 0 ? make_float2(cc, -ss) : make_float2(cc, ss);
+    const int r = e % Q4;
+    return fp_quarter_turn<DIR>(fq_cos_quarter<B>(r), fq_cos_quarter<B>(Q4 - r), e / Q4);  // angle (e / Q4)·π/2 + 2πr/B
 }
 
 // Natural-order DFT of R points in registers, a[k] ← Σ_n a[n]·exp(DIR·2πi·n·k/R): powers of two up
@@ -175,6 +167,16 @@ __device__ __forceinline__ void fq_stage1_inv(float2 (&o)[Q / 2], int h, const f
     fq_idft_first_half<Q>(a, o);
 }
 
+// Rows a and b of column n2 for thread h, whose elements n1 = 2m + h sit at offset h·256 + m·512:
+// the forward's descriptors moved on by h·256.
+template <typename T, typename TO>
+__device__ __forceinline__ void fq_col_rows(const FcParams& p, const FcRow& ra, const FcRow& rb, int n2, int h, FpRow<T, TO>& fa, FpRow<T, TO>& fb) {
+    fa = fp_row<T, TO>(p, ra, n2);
+    fb = fp_row<T, TO>(p, rb, n2);
+    fp_row_shift(fa, h << 8);
+    fp_row_shift(fb, h << 8);
+}
+
 // Offset (float2) of the twiddle table W_N^(n2·k1), N = 512·Q (fft.cuh).
 template <int Q> struct FqTw {
     static constexpr int OFF = Q == 20 ? FC_TW_MIX40 : Q == 24 ? FC_TW_MIX48 : FC_TW_MIX56;
@@ -195,20 +197,11 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
     int* pmax = reinterpret_cast<int*>(rows + 2);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += NT) tab[i] = gtab[i];
+    fp_copy_tab(tab, p, NT);
     const int h = threadIdx.x & 1;
     const i64 rph = p.B * (i64)p.hd * p.hd;
     const i64 pph = (rph + 1) / 2;
-    if (threadIdx.x < 2) {
-        const i64 Qp = blockIdx.x;
-        const i64 gl = Qp / pph, qq = Qp - gl * pph;
-        FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
-        const bool first_valid = gl * rph + 2 * qq < p.nrows;
-        row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
-        rows[threadIdx.x] = row;
-        if (threadIdx.x == 0) pmax[0] = 0;
-    }
+    fp_one_pair_rows(p, rows, pmax, blockIdx.x, rph, pph);
     __syncthreads();
     const FcRow ra = rows[0], rb = rows[1];
     if (!ra.valid) return;  // uniform over the CTA
@@ -218,9 +211,8 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
 #pragma unroll 1
     for (int c = 0; c < CPT; ++c) {
         const int n2 = (threadIdx.x >> 1) + c * (NT / 2);
-        FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
-        fp_row_shift(fa, h << 8);
-        fp_row_shift(fb, h << 8);
+        FpRow<T, TO> fa, fb;
+        fq_col_rows(p, ra, rb, n2, h, fa, fb);
         float2 y[Q / 2];
 #pragma unroll
         for (int m = 0; m < Q / 2; ++m) {
@@ -253,9 +245,8 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
 #pragma unroll 1
     for (int c = 0; c < CPT; ++c) {
         const int n2 = (threadIdx.x >> 1) + c * (NT / 2);
-        FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
-        fp_row_shift(fa, h << 8);
-        fp_row_shift(fb, h << 8);
+        FpRow<T, TO> fa, fb;
+        fq_col_rows(p, ra, rb, n2, h, fa, fb);
         float2 o[Q / 2];
         fq_stage1_inv<Q>(o, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2);
         fp_epilogue_sel<Q / 2, 9>(sel, o, Q / 2, inv1, ks, fa, fb);
@@ -271,8 +262,7 @@ __device__ void fc_spec_pairq(const FcParams& p) {
     unsigned* tab = reinterpret_cast<unsigned*>(x + P * 256);
     int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [0]: stage 1's max, [1]: D's
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    fp_copy_tab(tab, p, 512);
     if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
     __syncthreads();
     const int g = blockIdx.x, h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
@@ -329,8 +319,7 @@ __device__ void fc_bwd_pairq(const FcParams& p) {
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
     int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += NT) tab[i] = gtab[i];
+    fp_copy_tab(tab, p, NT);
     const int h = threadIdx.x & 1, off = h << 8;
     const bool pre = p.has_pre, need_z = !ZM && p.need_z;
     const i64 rph = p.B;  // rows per head (hd = 1)
@@ -343,14 +332,7 @@ __device__ void fc_bwd_pairq(const FcParams& p) {
     const auto col = [&](int c) { return (int)(threadIdx.x >> 1) + c * (NT / 2); };
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
-        if (threadIdx.x < 2) {
-            const i64 hh = blockIdx.x / p.parts, q = (blockIdx.x - hh * p.parts) * ppc + it;
-            const bool ok = hh < p.nheads && q < pph && (threadIdx.x == 0 || 2 * q + 1 < rph);
-            FcRow row = fc_row(p, hh * rph + 2 * q + threadIdx.x);
-            row.valid = row.valid && ok;
-            rows[threadIdx.x] = row;
-            if (threadIdx.x == 0) pmax[0] = pmax[1] = 0;
-        }
+        fp_slot_pair_rows(p, rows, pmax, blockIdx.x, it, ppc, rph, pph);
         __syncthreads();
         const FcRow ra = rows[0], rb = rows[1];
         // Uniform over the CTA; chunks are consecutive pairs, so no later pair is valid either.
@@ -435,8 +417,7 @@ __device__ void fc_dk_pairq(const FcParams& p) {
     unsigned* tab = reinterpret_cast<unsigned*>(x + P * 256);
     int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    fp_copy_tab(tab, p, 512);
     if (threadIdx.x == 0) pmax[0] = 0;
     __syncthreads();
     const int hl = blockIdx.x;

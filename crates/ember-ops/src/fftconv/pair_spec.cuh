@@ -82,8 +82,7 @@ __device__ void fc_spec_pair(const FcParams& p) {
     unsigned* tab = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FP_TAB_OFF);
     int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [r]: stage 1's max, [R + r]: D's
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
+    fp_copy_tab(tab, p, 256);
     if (threadIdx.x < 2 * R) pmax[threadIdx.x] = 0;
     __syncthreads();
     const int n2 = threadIdx.x, pos = fp_idx(n2 >> 4, n2 & 15);
@@ -128,8 +127,7 @@ __device__ void fc_spec_pair64(const FcParams& p) {
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
     int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [0]: stage 1's max, [1]: D's
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    fp_copy_tab(tab, p, 512);
     if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
     __syncthreads();
     const int g = blockIdx.x, h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
@@ -161,8 +159,7 @@ __device__ void fc_spec_pairc(const FcParams& p) {
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
     int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);  // [0]: stage 1's max, [1]: D's
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
-    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
+    fp_copy_tab(tab, p, 512);
     if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
     const unsigned rank = fp_cluster_rank();
     const FpcLane<CS> l = fpc_lane<CS>(x, pmax);

@@ -58,22 +58,26 @@ __device__ __forceinline__ int fp_idx(int a, int b) {
     return (a << 4) | ((((b >> 1) ^ f) & 7) << 1) | (b & 1);
 }
 
-// exp(DIR·2πi·e/32) (exact constants; e is a compile-time constant at every use).
-template <int DIR> __device__ __forceinline__ float2 w32(int e) {
-    // cos(r·π/16), r = 0..8
-    const float C[9] = {1.f, 0.98078528040323043f, 0.92387953251128674f, 0.83146961230254524f, 0.70710678118654752f,
-                        0.55557023301960218f, 0.38268343236508978f, 0.19509032201612825f, 0.f};
-    e &= 31;
-    const int q = e >> 3, r = e & 7;
-    const float c = C[r], s = C[8 - r];
-    float cc, ss;  // cos, sin of (q·π/2 + r·π/16)
-    switch (q) {
+// exp(DIR·i·(q·π/2 + θ)) from c = cos θ, s = sin θ (q mod 4).
+template <int DIR> __device__ __forceinline__ float2 fp_quarter_turn(float c, float s, int q) {
+    float cc, ss;  // cos, sin of (q·π/2 + θ)
+    switch (q & 3) {
         case 0: cc = c; ss = s; break;
         case 1: cc = -s; ss = c; break;
         case 2: cc = -c; ss = -s; break;
         default: cc = s; ss = -c; break;
     }
     return DIR < 0 ? make_float2(cc, -ss) : make_float2(cc, ss);
+}
+
+// exp(DIR·2πi·e/32) (exact constants; e is a compile-time constant at every use).
+template <int DIR> __device__ __forceinline__ float2 w32(int e) {
+    // cos(r·π/16), r = 0..8
+    const float C[9] = {1.f, 0.98078528040323043f, 0.92387953251128674f, 0.83146961230254524f, 0.70710678118654752f,
+                        0.55557023301960218f, 0.38268343236508978f, 0.19509032201612825f, 0.f};
+    e &= 31;
+    const int r = e & 7;
+    return fp_quarter_turn<DIR>(C[r], C[8 - r], e >> 3);  // angle (e >> 3)·π/2 + r·π/16
 }
 
 // Natural-order DFT of R ≤ 32 points in registers (R = 1 is the identity).
@@ -113,6 +117,43 @@ __device__ __forceinline__ void fp_pair_scale(int bits, float& s, float& inv) {
     ex = max(-126, min(126, ex));
     s = __int_as_float((127 - ex) << 23);
     inv = __int_as_float((127 + ex) << 23);
+}
+
+// The per-lane table of tc_fft256 (after the twiddles in p.tw) into shared memory, by `nthreads`
+// threads (the caller's barrier publishes it).
+__device__ __forceinline__ void fp_copy_tab(unsigned* tab, const FcParams& p, int nthreads) {
+    const unsigned* gtab = reinterpret_cast<const unsigned*>(reinterpret_cast<const float2*>(p.tw) + FC_TW_TOTAL);
+    for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += nthreads) tab[i] = gtab[i];
+}
+
+// Threads 0 and 1 of a kernel with one row pair per CTA (or cluster): rows a, b of forward pair Q
+// (⌈rph/2⌉ pairs per head; an odd last row is paired with an invalid one) into rows[0], rows[1], and
+// pmax[0] = 0.
+__device__ __forceinline__ void fp_one_pair_rows(const FcParams& p, FcRow* rows, int* pmax, i64 Q, i64 rph, i64 pph) {
+    if (threadIdx.x < 2) {
+        const i64 gl = Q / pph, qq = Q - gl * pph;
+        FcRow row = fc_row(p, gl * rph + 2 * qq + threadIdx.x);
+        const bool first_valid = gl * rph + 2 * qq < p.nrows;
+        row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
+        rows[threadIdx.x] = row;
+        if (threadIdx.x == 0) pmax[0] = 0;
+    }
+}
+
+// Threads 0 and 1 of a backward with one pair slot per CTA (or cluster): rows a, b of pair `it` of
+// slot `slot` (chunk slot mod parts of head slot / parts, ppc pairs per chunk; hd = 1) into rows[0],
+// rows[1], and pmax[0] = pmax[1] = 0.
+// (`slot` keeps the caller's type: blockIdx.x divides as 32-bit unsigned, as the kernels always did.)
+template <typename S>
+__device__ __forceinline__ void fp_slot_pair_rows(const FcParams& p, FcRow* rows, int* pmax, S slot, i64 it, i64 ppc, i64 rph, i64 pph) {
+    if (threadIdx.x < 2) {
+        const i64 hh = slot / p.parts, q = (slot - hh * p.parts) * ppc + it;
+        const bool ok = hh < p.nheads && q < pph && (threadIdx.x == 0 || 2 * q + 1 < rph);
+        FcRow row = fc_row(p, hh * rph + 2 * q + threadIdx.x);
+        row.valid = row.valid && ok;
+        rows[threadIdx.x] = row;
+        if (threadIdx.x == 0) pmax[0] = pmax[1] = 0;
+    }
 }
 
 // The DFT-16 matrix fragments of tc_table_fill's per-lane table, used by the first product of
