@@ -29,7 +29,10 @@
 //! - d_D[g] = Σ d_z_ij·w_ij.
 //!
 //! FFT sizes are chosen internally: N is the smallest power of two ≥ max(32, L + max(Lk, Lkr) − 1),
-//! so the circular convolution of size N equals the linear one on [0, L). D is folded into the
+//! so the circular convolution of size N equals the linear one on [0, L); on CUDA with bf16 u and no
+//! k_rev, where that gives 16384 but 10240, 12288 or 14336 points also hold L + Lk − 1 and L ≤ N/2
+//! (4096 < L ≤ 7168 with a full filter), the forward takes the mixed-radix size, and so does the
+//! backward up to 12288 (`pair_mixed.cuh`). D is folded into the
 //! filter (it is a tap at lag 0), so the fused kernels never re-read v for the skip term.
 //!
 //! Devices: f64 on the CPU runs the reference (every tensor f64 then); f32/f16/bf16 on the CPU run
