@@ -195,9 +195,10 @@ pub(super) fn mixed_p_for_test(dims: &Dims) -> Option<u32> {
 }
 
 /// Shared memory of the mixed-radix forward and spectrum: P segments of 256 float2, the per-lane table
-/// (40 words × 32 lanes), two row descriptors and two ints.
+/// (40 words × 32 lanes), two row descriptors and three ints (the forward's pair max and row maxima; the
+/// spectrum and the filter gradient use two).
 fn smem_bytes_mixed(p: u32) -> usize {
-    p as usize * 256 * 8 + 40 * 32 * 4 + 2 * 48 + 8
+    p as usize * 256 * 8 + 40 * 32 * 4 + 2 * 48 + 12
 }
 
 /// Whether the mixed-radix forward at P = 40, 48 runs 256-thread CTAs, two per SM (fc_fwd_pairq{Q}n);
@@ -228,6 +229,32 @@ fn mixed_bwd() -> bool {
 /// Whether the device launches thread-block clusters (compute capability 9.0 and later).
 fn has_clusters(dev: &CudaDevice) -> bool {
     dev.info().compute_capability.0 >= 9
+}
+
+/// The FFT forward's path for `dims` (not the direct one): the plan, or the cluster or mixed-radix
+/// pair path in its place, with `tc` and `pair` set; the mixed P; whether the pair kernels run.
+fn forward_path(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<(Path, Option<u32>, bool)> {
+    let big = pair_big(u, opts, dims, clusters)?;
+    let mixed = mixed_p(u.dtype(), opts, dims).filter(|_| big.is_none());
+    let mut path = big.or(mixed.map(|p| Path::PairMixed { p })).unwrap_or_else(|| plan(dims, opts.force_four_step));
+    let want_tc = big.is_none() && mixed.is_none() && use_tc(u.dtype(), opts, path);
+    // pair_big's and mixed_p's paths are pair forwards by construction (use_pair covers the
+    // power-of-two N <= 32768 only).
+    let want_pair = big.is_some() || mixed.is_some() || (!want_tc && use_pair(u.dtype(), opts, path, dims, clusters));
+    if let Path::OnChip { ref mut tc, ref mut pair, .. } = path {
+        *tc = want_tc;
+        *pair = want_pair;
+    }
+    Ok((path, mixed, want_pair))
+}
+
+/// Whether the forward for these inputs treats each row's range on its own: the direct forward (a
+/// power-of-two scale per row) and the pair forwards (fp_balance, pair_tc.cuh). Checks (suite.rs).
+pub(crate) fn forward_keeps_row_range(u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
+    if use_direct(u.dtype(), opts, dims) {
+        return Ok(true);
+    }
+    Ok(forward_path(u, opts, dims, has_clusters(u.cuda_device()?))?.2)
 }
 
 /// The forward on clusters of 4 or 8 CTAs (P = 256, 512: N = 65536, 131072, L ≤ N/2) instead of the
@@ -311,13 +338,14 @@ fn smem_bytes_pair_bwd(logp: u32) -> usize {
 
 /// Shared memory of the pair forward: 32 segments of 256 float2 (64 at P = 64 and per CTA at
 /// P = 128), the per-lane
-/// table (40 words × 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int
-/// per pair; with `staged_elems` (fc_fwd_pair_staged, P = 32) the rows and ints twice, then the
-/// staged u (bf16) at a 16-byte boundary (FP_STG_OFF in pair_tc.cuh, used by pair_fwd.cuh).
+/// table (40 words × 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and three ints
+/// per pair (its largest component and its rows' largest inputs); with `staged_elems`
+/// (fc_fwd_pair_staged, P = 32) the rows and ints twice, then the staged u (bf16) at a 16-byte
+/// boundary (FP_STG_OFF in pair_tc.cuh, used by pair_fwd.cuh).
 fn smem_bytes_pair(logp: u32, staged_elems: usize) -> usize {
     let (segments, pairs) = if logp >= 6 { (64, 1) } else { (32, 32 >> logp) };
     let head = segments * 256 * 8 + 40 * 32 * 4;
-    if staged_elems == 0 { head + pairs * (2 * 48 + 4) } else { (head + 2 * pairs * (2 * 48 + 4)).next_multiple_of(16) + 2 * staged_elems }
+    if staged_elems == 0 { head + pairs * (2 * 48 + 12) } else { (head + 2 * pairs * (2 * 48 + 12)).next_multiple_of(16) + 2 * staged_elems }
 }
 
 /// Whether the pair forward runs staged (fc_fwd_pair_staged: a persistent grid that copies the
@@ -805,17 +833,7 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     if use_direct(u.dtype(), opts, &dims) {
         return Ok((forward_direct(u, k, d, opts, dims)?, None, None));
     }
-    let big = pair_big(u, opts, &dims, clusters)?;
-    let mixed = mixed_p(u.dtype(), opts, &dims).filter(|_| big.is_none());
-    let mut path = big.or(mixed.map(|p| Path::PairMixed { p })).unwrap_or_else(|| plan(&dims, opts.force_four_step));
-    let want_tc = big.is_none() && mixed.is_none() && use_tc(u.dtype(), opts, path);
-    // pair_big's and mixed_p's paths are pair forwards by construction (use_pair covers the
-    // power-of-two N <= 32768 only).
-    let want_pair = big.is_some() || mixed.is_some() || (!want_tc && use_pair(u.dtype(), opts, path, &dims, clusters));
-    if let Path::OnChip { ref mut tc, ref mut pair, .. } = path {
-        *tc = want_tc;
-        *pair = want_pair;
-    }
+    let (path, mixed, want_pair) = forward_path(u, opts, &dims, clusters)?;
     let tw = twiddles(&dev)?;
     let mut p = base_params(u, k, d, opts, dims, path, tw)?;
     let spec = spectrum(&dev, &p, opts, dims, path)?;

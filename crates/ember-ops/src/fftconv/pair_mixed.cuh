@@ -182,32 +182,13 @@ template <int Q> struct FqTw {
     static constexpr int OFF = Q == 20 ? FC_TW_MIX40 : Q == 24 ? FC_TW_MIX48 : FC_TW_MIX56;
 };
 
-// The forward at P = 2Q (fc_fwd_pair64's design): one row pair per CTA, two threads per column, 2Q
-// segments of 256 (80 – 112 KB). NT = 512: a thread per column half (one CTA per SM: 512 × 128
-// registers fill the register file). NT = 256: each thread pair takes columns c and c + 128 one after
-// the other (same per-column code, same bits), so two CTAs share an SM where their shared memory fits
-// (P = 40, 48) and one CTA's barrier waits overlap the other's work; and 2Q segments spread evenly
-// over 8 warps (40 over 16 took three rounds on some warps and two on others).
-template <int Q, typename T, typename TO, int NT = 512>
-__device__ void fc_fwd_pairq(const FcParams& p) {
-    constexpr int P = 2 * Q, N = 256 * P, CPT = 512 / NT, NW = NT / 32;
-    FC_SMEM_DECL
-    float2* x = fc_smem;
-    unsigned* tab = reinterpret_cast<unsigned*>(x + P * 256);
-    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
-    int* pmax = reinterpret_cast<int*>(rows + 2);
-    const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    fp_copy_tab(tab, p, NT);
-    const int h = threadIdx.x & 1;
-    const i64 rph = p.B * (i64)p.hd * p.hd;
-    const i64 pph = (rph + 1) / 2;
-    fp_one_pair_rows(p, rows, pmax, blockIdx.x, rph, pph);
-    __syncthreads();
-    const FcRow ra = rows[0], rb = rows[1];
-    if (!ra.valid) return;  // uniform over the CTA
-    // ---- stage 1, column by column: y[m] = x[2m + h], m < Q/2 (all u loads first, then the
-    // pregate's). Thread h's elements n1 = 2m + h sit at offset h·256 + m·512: the rows moved on by
-    // h·256.
+// Stage 1 of the mixed forward's pair, column by column: y[m] = x[2m + h], m < Q/2 (all u loads
+// first, then the pregate's), times `s` (fp_balance's input factors; 1 on the first pass). Thread h's
+// elements n1 = 2m + h sit at offset h·256 + m·512: the rows moved on by h·256. With `ma`, `mb`, the
+// thread's largest |input| of each row (before `s`) is folded into them.
+template <int Q, typename T, typename TO, int NT>
+__device__ __forceinline__ void fq_stage1_cols(const FcParams& p, const FcRow& ra, const FcRow& rb, int h, float2* __restrict__ x, const float2* __restrict__ tw, int* pmax, float2 s, float* ma, float* mb) {
+    constexpr int CPT = 512 / NT;
 #pragma unroll 1
     for (int c = 0; c < CPT; ++c) {
         const int n2 = (threadIdx.x >> 1) + c * (NT / 2);
@@ -227,10 +208,49 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
                 y[m].y *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
             }
         }
+        if (ma) fp_rows_absmax(y, *ma, *mb);
+        else fp_rows_scale(y, s);
         // W_N^(n2·k1) at k1·256 of the table offset by n2.
         fq_stage1<Q>(y, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2, &pmax[0]);
     }
+}
+
+// The forward at P = 2Q (fc_fwd_pair64's design): one row pair per CTA, two threads per column, 2Q
+// segments of 256 (80 – 112 KB). NT = 512: a thread per column half (one CTA per SM: 512 × 128
+// registers fill the register file). NT = 256: each thread pair takes columns c and c + 128 one after
+// the other (same per-column code, same bits), so two CTAs share an SM where their shared memory fits
+// (P = 40, 48) and one CTA's barrier waits overlap the other's work; and 2Q segments spread evenly
+// over 8 warps (40 over 16 took three rounds on some warps and two on others).
+template <int Q, typename T, typename TO, int NT = 512>
+__device__ void fc_fwd_pairq(const FcParams& p) {
+    constexpr int P = 2 * Q, N = 256 * P, CPT = 512 / NT, NW = NT / 32;
+    FC_SMEM_DECL
+    float2* x = fc_smem;
+    unsigned* tab = reinterpret_cast<unsigned*>(x + P * 256);
+    FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
+    int* pmax = reinterpret_cast<int*>(rows + 2);  // [0]: the pair's largest component, [1], [2]: the rows' largest |input|
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    fp_copy_tab(tab, p, NT);
+    const int h = threadIdx.x & 1;
+    const i64 rph = p.B * (i64)p.hd * p.hd;
+    const i64 pph = (rph + 1) / 2;
+    fp_one_pair_rows(p, rows, pmax, blockIdx.x, rph, pph);
     __syncthreads();
+    const FcRow ra = rows[0], rb = rows[1];
+    if (!ra.valid) return;  // uniform over the CTA
+    // ---- stage 1, column by column (fq_stage1_cols); again with the rows rebalanced where they are
+    // binades apart (fp_balance).
+    {
+        float ma = 0.f, mb = 0.f;
+        fq_stage1_cols<Q, T, TO, NT>(p, ra, rb, h, x, tw, pmax, make_float2(1.f, 1.f), &ma, &mb);
+        fp_rows_max_commit(ma, mb, &pmax[1]);
+    }
+    __syncthreads();
+    const FpBal bal = fp_balance(pmax[1], pmax[2]);
+    if (bal.redo) {  // uniform over the CTA
+        fq_stage1_cols<Q, T, TO, NT>(p, ra, rb, h, x, tw, pmax, bal.s, nullptr, nullptr);
+        __syncthreads();
+    }
     // ---- stage 2: the 2Q segments over the warps.
     float s1, inv1;
     fp_pair_scale(pmax[0], s1, inv1);
@@ -249,7 +269,7 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
         fq_col_rows(p, ra, rb, n2, h, fa, fb);
         float2 o[Q / 2];
         fq_stage1_inv<Q>(o, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2);
-        fp_epilogue_sel<Q / 2, 9>(sel, o, Q / 2, inv1, ks, fa, fb);
+        fp_epilogue_sel<Q / 2, 9>(sel, o, Q / 2, fp_out_factors(inv1, bal), ks, fa, fb);
     }
 }
 

@@ -119,6 +119,77 @@ __device__ __forceinline__ void fp_pair_scale(int bits, float& s, float& inv) {
     inv = __int_as_float((127 + ex) << 23);
 }
 
+// ---- Rows of very different magnitude in one pair (v15). The pair's two rows share one complex
+// signal, and an f16 tensor-core DFT's error is relative to the whole signal: the smaller row's
+// output carries ~2^-11 of the larger row's magnitude. So each forward also finds each row's largest
+// |input| (fp_rows_absmax, fp_rows_max_commit into two words beside the pair max), and after stage 1
+// decides per pair (fp_balance): a row that is all zeros gets output factor 0 (its convolution is
+// exactly zero; D·0 is added after); rows more than FP_BAL_SLACK binades apart are rebalanced —
+// stage 1 is done again with the smaller row multiplied up by 2^d (exact), and its outputs are
+// multiplied by 2^-d in the epilogue. Pairs within FP_BAL_SLACK binades (the common case) run as
+// before, bit for bit. Non-finite maxima leave the pair as it was (NaN and inf propagate as before).
+#define FP_BAL_SLACK 2
+#define FP_BAL_MAX_SHIFT 100
+
+template <int M>
+__device__ __forceinline__ void fp_rows_absmax(const float2 (&y)[M], float& ma, float& mb) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+        ma = fmaxf(ma, fabsf(y[m].x));
+        mb = fmaxf(mb, fabsf(y[m].y));
+    }
+}
+
+// The warp's row maxima into rm[0] (row a) and rm[1] (row b) (non-negative floats order as their
+// bit patterns). Every lane of the warp calls it.
+__device__ __forceinline__ void fp_rows_max_commit(float ma, float mb, int* rm) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
+        mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        atomicMax(rm, __float_as_int(ma));
+        atomicMax(rm + 1, __float_as_int(mb));
+    }
+}
+
+// A pair's treatment from its rows' largest |input| (bit patterns ia, ib): `s` multiplies the rows'
+// inputs when stage 1 is redone (`redo`), `f` their outputs (before the pair scale's inverse).
+struct FpBal {
+    float2 s, f;
+    bool redo;
+};
+__device__ __forceinline__ FpBal fp_balance(int ia, int ib) {
+    FpBal b;
+    b.s = make_float2(1.f, 1.f);
+    b.f = make_float2(ia == 0 ? 0.f : 1.f, ib == 0 ? 0.f : 1.f);
+    b.redo = false;
+    const int ea = ia >> 23, eb = ib >> 23;
+    if (ia == 0 || ib == 0 || ea == 255 || eb == 255) return b;
+    const int d = min(abs(ea - eb), FP_BAL_MAX_SHIFT);
+    if (d <= FP_BAL_SLACK) return b;
+    const float up = __int_as_float((127 + d) << 23), down = __int_as_float((127 - d) << 23);
+    if (ea > eb) {
+        b.s.y = up;
+        b.f.y = down;
+    } else {
+        b.s.x = up;
+        b.f.x = down;
+    }
+    b.redo = true;
+    return b;
+}
+
+template <int M>
+__device__ __forceinline__ void fp_rows_scale(float2 (&y)[M], float2 s) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) y[m] = make_float2(y[m].x * s.x, y[m].y * s.y);
+}
+
+// The epilogue's factors: the pair scale's inverse times each row's factor.
+__device__ __forceinline__ float2 fp_out_factors(float inv1, const FpBal& b) { return make_float2(inv1 * b.f.x, inv1 * b.f.y); }
+
 // The per-lane table of tc_fft256 (after the twiddles in p.tw) into shared memory, by `nthreads`
 // threads (the caller's barrier publishes it).
 __device__ __forceinline__ void fp_copy_tab(unsigned* tab, const FcParams& p, int nthreads) {
@@ -128,7 +199,7 @@ __device__ __forceinline__ void fp_copy_tab(unsigned* tab, const FcParams& p, in
 
 // Threads 0 and 1 of a kernel with one row pair per CTA (or cluster): rows a, b of forward pair Q
 // (⌈rph/2⌉ pairs per head; an odd last row is paired with an invalid one) into rows[0], rows[1], and
-// pmax[0] = 0.
+// pmax[0] = 0 and the rows' maxima pmax[1], pmax[2] = 0 (fp_rows_max_commit).
 __device__ __forceinline__ void fp_one_pair_rows(const FcParams& p, FcRow* rows, int* pmax, i64 Q, i64 rph, i64 pph) {
     if (threadIdx.x < 2) {
         const i64 gl = Q / pph, qq = Q - gl * pph;
@@ -136,6 +207,7 @@ __device__ __forceinline__ void fp_one_pair_rows(const FcParams& p, FcRow* rows,
         const bool first_valid = gl * rph + 2 * qq < p.nrows;
         row.valid = row.valid && first_valid && (threadIdx.x == 0 || 2 * qq + 1 < rph);
         rows[threadIdx.x] = row;
+        pmax[1 + threadIdx.x] = 0;
         if (threadIdx.x == 0) pmax[0] = 0;
     }
 }
@@ -408,19 +480,20 @@ __device__ __forceinline__ void fp_load(float2 (&a)[P], int n, const FpRow<T, TO
     }
 }
 
-// The first `n` outputs of both rows: z = a·s1·ks (D included) → GELU → postgate, mask → store
+// The first `n` outputs of both rows: z = a·inv·ks (inv.x row a, inv.y row b; D included) → GELU →
+// postgate, mask → store
 // (as fc_epi_fwd). HD1: the output row (hd = 1); else the g_ij workspace row. ZS (with HD1): z
 // itself also stored, in u's dtype, for the backward.
 // Element n1 sits at offset n1·2^SH from the row pointers (SH = 8: every n1 of the column).
 // OST > 0 (with HD1): the outputs go to a staging copy in shared memory instead, element n1 at
 // out + n1·OST, written whether or not it lies inside the row (the copy's flush skips those).
 template <int P, bool GELU, bool POST, bool HD1, int SH = 8, bool ZS = false, int OST = 0, typename T, typename TO>
-__device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float inv1, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
+__device__ __forceinline__ void fp_epilogue(const float2 (&a)[P], int n, float2 inv, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
 #pragma unroll
     for (int n1 = 0; n1 < P; ++n1) {
         if (n1 >= n) break;
         const int o = n1 << SH;
-        float za = a[n1].x * inv1 * ks, zb = a[n1].y * inv1 * ks;
+        float za = a[n1].x * inv.x * ks, zb = a[n1].y * inv.y * ks;
         if (ZS) {
             if (o < fa.len) fp_st(fa.z + o, za);
             if (o < fb.len) fp_st(fb.z + o, zb);
@@ -459,7 +532,7 @@ __device__ __forceinline__ int fp_epilogue_flags(const FcParams& p) {
 }
 
 template <int P, int SH, int OST = 0, typename T, typename TO>
-__device__ __forceinline__ void fp_epilogue_sel(int sel, const float2 (&a)[P], int n, float inv1, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
+__device__ __forceinline__ void fp_epilogue_sel(int sel, const float2 (&a)[P], int n, float2 inv1, float ks, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
     if constexpr (OST > 0) {  // hd = 1 only (the caller's test)
         switch (sel) {
             case 1: fp_epilogue<P, false, false, true, SH, false, OST>(a, n, inv1, ks, fa, fb); break;
@@ -577,29 +650,59 @@ __device__ __forceinline__ void fp_prefetch(const FcParams& p, const FcRow* rows
 
 // Stage 1 of every valid pair of a CTA (R pairs, 32/P by default; rows[2r], rows[2r + 1]): thread n2 loads
 // its column of w = u (or u·pregate), all loads first (independent), then fp_stage1 into the
-// pair's segments at x + r·P·256; the pair's largest component into pmax[r].
-template <int P, typename T, typename TO, int R = 32 / P>
-__device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax) {
+// pair's segments at x + r·P·256; the pair's largest component into pmax[r]. MODE FP_S1_MAXES (the
+// forwards) also puts its rows' largest |input| into rmax[2r], rmax[2r + 1]; FP_S1_REDO (after a
+// barrier that published rmax) does stage 1 again for the pairs fp_balance rebalances, their inputs
+// scaled, and returns whether there were any (the same answer in every thread: the caller then
+// needs a barrier before the segments).
+#define FP_S1_PLAIN 0
+#define FP_S1_MAXES 1
+#define FP_S1_REDO 2
+template <int P, typename T, typename TO, int R = 32 / P, int MODE = FP_S1_PLAIN>
+__device__ __forceinline__ bool fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax = nullptr) {
+    constexpr bool REDO = MODE == FP_S1_REDO;
+    bool any = false;
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
         const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
         if (!ra.valid) continue;
+        FpBal bal;
+        if (REDO) {
+            bal = fp_balance(rmax[2 * r], rmax[2 * r + 1]);
+            if (!bal.redo) continue;
+            any = true;
+        }
         const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
         float2 a[P];
         if (p.has_pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
         else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
+        if (REDO) {
+            fp_rows_scale(a, bal.s);
+        } else if (MODE == FP_S1_MAXES) {
+            float ma = 0.f, mb = 0.f;
+            fp_rows_absmax(a, ma, mb);
+            fp_rows_max_commit(ma, mb, &rmax[2 * r]);
+        }
         fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
+    return any;
 }
 
 // fp_stage1_pairs from the staged copy of u (no pregate): element n1 of row 2r + s at
-// stg[(2r + s)·nin·256 + n1·256 + n2], read where n1·256 + n2 < L.
-template <int P>
-__device__ __forceinline__ void fp_stage1_staged(const FcParams& p, const FcRow* rows, const ember_bf16* stg, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax) {
+// stg[(2r + s)·nin·256 + n1·256 + n2], read where n1·256 + n2 < L. REDO as there.
+template <int P, bool REDO = false>
+__device__ __forceinline__ bool fp_stage1_staged(const FcParams& p, const FcRow* rows, const ember_bf16* stg, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax) {
     const int nin = half ? P / 2 : P;
+    bool any = false;
 #pragma unroll 1
     for (int r = 0; r < 32 / P; ++r) {
         if (!rows[2 * r].valid) continue;
+        FpBal bal;
+        if (REDO) {
+            bal = fp_balance(rmax[2 * r], rmax[2 * r + 1]);
+            if (!bal.redo) continue;
+            any = true;
+        }
         const int la = (int)p.L - n2, lb = rows[2 * r + 1].valid ? la : 0;
         const ember_bf16* sa = stg + (2 * r) * nin * 256 + n2;
         const ember_bf16* sb = sa + nin * 256;
@@ -610,14 +713,23 @@ __device__ __forceinline__ void fp_stage1_staged(const FcParams& p, const FcRow*
             const bool in = n1 < nin;
             a[n1] = make_float2(in && o < la ? ember_to_f32(sa[o]) : 0.f, in && o < lb ? ember_to_f32(sb[o]) : 0.f);
         }
+        if (REDO) {
+            fp_rows_scale(a, bal.s);
+        } else {
+            float ma = 0.f, mb = 0.f;
+            fp_rows_absmax(a, ma, mb);
+            fp_rows_max_commit(ma, mb, &rmax[2 * r]);
+        }
         fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
+    return any;
 }
 
 // The rows of group G of a launch (pairs G·R … G·R + R − 1; pair Q is rows 2q, 2q + 1 of head
-// Q / ⌈rph/2⌉, q = Q mod ⌈rph/2⌉; an odd last row is paired with zeros), by threads < 2R.
+// Q / ⌈rph/2⌉, q = Q mod ⌈rph/2⌉; an odd last row is paired with zeros), by threads < 2R; the pair
+// maxima pmax[r] and row maxima rmax[2r + s] zeroed.
 template <int R>
-__device__ __forceinline__ void fp_group_rows(const FcParams& p, FcRow* rows, int* pmax, i64 G, i64 rph, i64 pph) {
+__device__ __forceinline__ void fp_group_rows(const FcParams& p, FcRow* rows, int* pmax, int* rmax, i64 G, i64 rph, i64 pph) {
     if (threadIdx.x < 2 * R) {
         const int r = threadIdx.x >> 1, second = threadIdx.x & 1;
         const i64 Q = G * R + r;
@@ -627,6 +739,7 @@ __device__ __forceinline__ void fp_group_rows(const FcParams& p, FcRow* rows, in
         const bool first_valid = gl * rph + 2 * qq < p.nrows;
         row.valid = row.valid && first_valid && (second == 0 || 2 * qq + 1 < rph);
         rows[threadIdx.x] = row;
+        rmax[threadIdx.x] = 0;
         if (second == 0) pmax[r] = 0;
     }
 }
@@ -650,7 +763,7 @@ __device__ __forceinline__ void fp_segments(const FcParams& p, const FcRow* rows
 // 1/kscale: undone per output (two factors, so that neither product can overflow where the result
 // does not).
 template <int LOGP, typename T, typename TO>
-__device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow* rows, const int* pmax, const float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab) {
+__device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow* rows, const int* pmax, const int* rmax, const float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab) {
     constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
     const int sel = fp_epilogue_flags(p);
@@ -664,16 +777,18 @@ __device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow*
         const float ks = kscale[ra.g];
         float2 a[P];
         const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-        fp_epilogue_sel<P, 8>(sel, a, nout, inv1, ks, fa, fb);
+        fp_epilogue_sel<P, 8>(sel, a, nout, fp_out_factors(inv1, fp_balance(rmax[2 * r], rmax[2 * r + 1])), ks, fa, fb);
     }
 }
 
 // Shared memory of the pair forward (P ≤ 32), in bytes from fc_smem: 32 segments of data, the
-// per-lane table, then the rows (2 per pair) and pair scales (1 per pair) — NBUF sets of each —
-// then, for the staged forward, u's staged copy at a 16-byte boundary (smem_bytes_pair in cuda.rs).
+// per-lane table, then the rows (2 per pair), pair scales (1 per pair) and row maxima (2 per pair) —
+// NBUF sets of each — then, for the staged forward, u's staged copy at a 16-byte boundary
+// (smem_bytes_pair in cuda.rs).
 #define FP_TAB_OFF (32 * 256 * 8)
 #define FP_ROWS_OFF (FP_TAB_OFF + TC_TAB_WORDS * 32 * 4)
-#define FP_STG_OFF(R, NBUF) ((FP_ROWS_OFF + (NBUF) * (R) * (2 * 48 + 4) + 15) & ~15)
+#define FP_PAIR_BYTES (2 * 48 + 12)
+#define FP_STG_OFF(R, NBUF) ((FP_ROWS_OFF + (NBUF) * (R) * FP_PAIR_BYTES + 15) & ~15)
 
 // The 32-point DFT of y[m] (only m < 16 nonzero) as two 16-point DFTs: a[2j + e] =
 // DFT16(y[m]·W32^(m·e))[j]. Stage 1's first step at P = 64 and 128.
@@ -903,6 +1018,25 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int c = 0; c < CS; ++c) fp_max_dsm(l.pm[c] + pm_off, __float_as_int(mx));
+}
+
+// The rows' largest |input| among the lane's y[] (fp_rows_absmax), to the words after every CTA's
+// pair max (pmax[1], pmax[2]; fp_balance).
+template <int CS>
+__device__ __forceinline__ void fpc_rows_max_commit(const float2 (&y)[16], const FpcLane<CS>& l) {
+    float ma = 0.f, mb = 0.f;
+    fp_rows_absmax(y, ma, mb);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
+        mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
+    }
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int c = 0; c < CS; ++c) {
+            fp_max_dsm(l.pm[c] + 4, __float_as_int(ma));
+            fp_max_dsm(l.pm[c] + 8, __float_as_int(mb));
+        }
 }
 
 // The inverse of fpc_stage1: lane l reads B[k + 32·r]·conj(W_N^(n2·k1)) (from the owning CTA, all

@@ -459,15 +459,14 @@ fn cuda_properties(
         row.tol = 2.0 * f32_err.max(1e-7);
         rows.push(row);
     }
-    // Rows of very different magnitude side by side, where the direct forward runs (16 rows of a head
-    // per CTA, each row scaled by its own power of two): batch entry 0 scaled by 2^-30 (exact), its
-    // output against the f64 reference of the same input, the error over that entry alone. The pair
-    // FFT kernels do not hold this (two rows of a head are one complex signal with one scale: the
-    // larger row's f16 rounding reaches the smaller one; NOTES "Missing / weak"), so it is checked
-    // only on the direct path.
+    // Rows of very different magnitude side by side, where the forward treats each row's range on its
+    // own (the direct forward: a power-of-two scale per row; the pair forwards: fp_balance rebalances
+    // the two rows of a complex signal): batch entry 0 scaled by 2^-30 (exact), its output against
+    // the f64 reference of the same input, the error over that entry alone; and batch entry 0 all
+    // zeros, whose output must be exactly zero (0 + D·0, GELU(0) = 0), not the other rows' rounding.
     let opts = dev_inputs.options(c);
     let dims = super::validate(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?;
-    if dtype == DType::BF16 && c.b > 1 && cuda::use_direct(dtype, &opts, &dims) {
+    if dtype == DType::BF16 && c.b > 1 && cuda::forward_keeps_row_range(&dev_inputs.u, &opts, &dims)? {
         let first = c.h * c.l;
         let mut uv = x.u.to_vec_f64()?;
         uv[..first].iter_mut().for_each(|v| *v *= 2f64.powi(-30));
@@ -485,9 +484,15 @@ fn cuda_properties(
             rel_err: ember_core::compare::rel_err(&got[..first], &want[..first]),
             tol: dtype.tolerance(),
         });
-        // The same for the direct backward (d_z per row by its own power of two; at the lengths where the
-        // FFT backward follows the direct forward, the pair kernels' limit above applies): d_out of
-        // batch 0 at 2^-30, that entry's d_u.
+        uv[..first].iter_mut().for_each(|v| *v = 0.0);
+        let u_dev = Tensor::from_f64(&uv, x.u.shape(), dtype, Device::Cpu)?.to_device(ctx.device)?;
+        let got = forward(&u_dev, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?.out.to_vec_f64()?;
+        rows.push(property("fftconv", case, "out, batch 0 zero: exactly 0", dtype, ctx.device, got[..first].iter().all(|v| *v == 0.0)));
+        if !cuda::use_direct(dtype, &opts, &dims) {
+            return Ok(rows);
+        }
+        // The same for the direct backward (d_z per row by its own power of two; the pair backward does
+        // not rebalance its rows: NOTES "Missing / weak"): d_out of batch 0 at 2^-30, that entry's d_u.
         if !cuda::use_direct_bwd(dev_inputs.u.cuda_device()?, dtype, &opts, &dims) {
             return Ok(rows);
         }
