@@ -155,14 +155,16 @@ __device__ __forceinline__ void fp_rows_max_commit(float ma, float mb, int* rm) 
 }
 
 // A pair's treatment from its rows' largest |input| (bit patterns ia, ib): `s` multiplies the rows'
-// inputs when stage 1 is redone (`redo`), `f` their outputs (before the pair scale's inverse).
+// inputs when stage 1 is redone (`redo`), `g` = 1/s, `f` their outputs (before the pair scale's
+// inverse): g, or 0 for a row of zeros.
 struct FpBal {
-    float2 s, f;
+    float2 s, g, f;
     bool redo;
 };
 __device__ __forceinline__ FpBal fp_balance(int ia, int ib) {
     FpBal b;
     b.s = make_float2(1.f, 1.f);
+    b.g = b.s;
     b.f = make_float2(ia == 0 ? 0.f : 1.f, ib == 0 ? 0.f : 1.f);
     b.redo = false;
     const int ea = ia >> 23, eb = ib >> 23;
@@ -172,10 +174,10 @@ __device__ __forceinline__ FpBal fp_balance(int ia, int ib) {
     const float up = __int_as_float((127 + d) << 23), down = __int_as_float((127 - d) << 23);
     if (ea > eb) {
         b.s.y = up;
-        b.f.y = down;
+        b.g.y = b.f.y = down;
     } else {
         b.s.x = up;
-        b.f.x = down;
+        b.g.x = b.f.x = down;
     }
     b.redo = true;
     return b;
@@ -214,7 +216,8 @@ __device__ __forceinline__ void fp_one_pair_rows(const FcParams& p, FcRow* rows,
 
 // Threads 0 and 1 of a backward with one pair slot per CTA (or cluster): rows a, b of pair `it` of
 // slot `slot` (chunk slot mod parts of head slot / parts, ppc pairs per chunk; hd = 1) into rows[0],
-// rows[1], and pmax[0] = pmax[1] = 0.
+// rows[1], and pmax[0] = pmax[1] = 0 (w's and d_z's pair maxima) and pmax[2 … 5] = 0 (their rows'
+// largest |input|, fp_balance).
 // (`slot` keeps the caller's type: blockIdx.x divides as 32-bit unsigned, as the kernels always did.)
 template <typename S>
 __device__ __forceinline__ void fp_slot_pair_rows(const FcParams& p, FcRow* rows, int* pmax, S slot, i64 it, i64 ppc, i64 rph, i64 pph) {
@@ -224,6 +227,7 @@ __device__ __forceinline__ void fp_slot_pair_rows(const FcParams& p, FcRow* rows
         FcRow row = fc_row(p, hh * rph + 2 * q + threadIdx.x);
         row.valid = row.valid && ok;
         rows[threadIdx.x] = row;
+        pmax[2 + threadIdx.x] = pmax[4 + threadIdx.x] = 0;
         if (threadIdx.x == 0) pmax[0] = pmax[1] = 0;
     }
 }
@@ -1020,10 +1024,10 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
         for (int c = 0; c < CS; ++c) fp_max_dsm(l.pm[c] + pm_off, __float_as_int(mx));
 }
 
-// The rows' largest |input| among the lane's y[] (fp_rows_absmax), to the words after every CTA's
-// pair max (pmax[1], pmax[2]; fp_balance).
+// The rows' largest |input| among the lane's y[] (fp_rows_absmax), to every CTA's words at byte
+// offsets off and off + 4 from its pair max (the forward's pmax[1], pmax[2]; fp_balance).
 template <int CS>
-__device__ __forceinline__ void fpc_rows_max_commit(const float2 (&y)[16], const FpcLane<CS>& l) {
+__device__ __forceinline__ void fpc_rows_max_commit(const float2 (&y)[16], const FpcLane<CS>& l, unsigned off = 4) {
     float ma = 0.f, mb = 0.f;
     fp_rows_absmax(y, ma, mb);
 #pragma unroll
@@ -1034,8 +1038,8 @@ __device__ __forceinline__ void fpc_rows_max_commit(const float2 (&y)[16], const
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int c = 0; c < CS; ++c) {
-            fp_max_dsm(l.pm[c] + 4, __float_as_int(ma));
-            fp_max_dsm(l.pm[c] + 8, __float_as_int(mb));
+            fp_max_dsm(l.pm[c] + off, __float_as_int(ma));
+            fp_max_dsm(l.pm[c] + off + 4, __float_as_int(mb));
         }
 }
 

@@ -459,59 +459,66 @@ fn cuda_properties(
         row.tol = 2.0 * f32_err.max(1e-7);
         rows.push(row);
     }
-    // Rows of very different magnitude side by side, where the forward treats each row's range on its
-    // own (the direct forward: a power-of-two scale per row; the pair forwards: fp_balance rebalances
-    // the two rows of a complex signal): batch entry 0 scaled by 2^-30 (exact), its output against
-    // the f64 reference of the same input, the error over that entry alone; and batch entry 0 all
-    // zeros, whose output must be exactly zero (0 + D·0, GELU(0) = 0), not the other rows' rounding.
+    // Rows of very different magnitude side by side, where the forward (backward) treats each row's
+    // range on its own — the direct kernels (a power-of-two scale per row) and the pair kernels
+    // (fp_balance rebalances the two rows of a complex signal; pair_tc.cuh): batch entry 0 of u (of
+    // d_out) scaled by 2^-30 (exact), that entry's outputs (gradients) against the f64 reference of
+    // the same inputs, the error over that entry alone, and the filter gradients whole; and batch
+    // entry 0 all zeros, whose outputs that vanish in exact arithmetic must be exactly zero (0 + D·0,
+    // GELU(0) = 0), not the other rows' rounding.
     let opts = dev_inputs.options(c);
     let dims = super::validate(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?;
-    if dtype == DType::BF16 && c.b > 1 && cuda::forward_keeps_row_range(&dev_inputs.u, &opts, &dims)? {
+    if dtype == DType::BF16 && c.b > 1 {
+        let fwd_rows = cuda::forward_keeps_row_range(&dev_inputs.u, &opts, &dims)?;
+        let bwd_rows = cuda::backward_keeps_row_range(&dev_inputs.u, &opts, &dims)?;
         let first = c.h * c.l;
-        let mut uv = x.u.to_vec_f64()?;
-        uv[..first].iter_mut().for_each(|v| *v *= 2f64.powi(-30));
-        let u_dev = Tensor::from_f64(&uv, x.u.shape(), dtype, Device::Cpu)?.to_device(ctx.device)?;
-        let got = forward(&u_dev, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?.out.to_vec_f64()?;
-        let r = x.to_f64()?;
-        let u_ref = Tensor::from_f64(&uv, x.u.shape(), DType::F64, Device::Cpu)?;
-        let want = forward(&u_ref, &r.k, r.d.as_ref(), &r.options(&Case { out_f32: false, ..*c }))?.out.to_vec_f64()?;
-        rows.push(CheckRow {
-            op: "fftconv".into(),
-            case: case.into(),
-            quantity: "out, batch 0 at 2^-30".into(),
-            dtype,
-            device: ctx.device.to_string(),
-            rel_err: ember_core::compare::rel_err(&got[..first], &want[..first]),
-            tol: dtype.tolerance(),
-        });
-        uv[..first].iter_mut().for_each(|v| *v = 0.0);
-        let u_dev = Tensor::from_f64(&uv, x.u.shape(), dtype, Device::Cpu)?.to_device(ctx.device)?;
-        let got = forward(&u_dev, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?.out.to_vec_f64()?;
-        rows.push(property("fftconv", case, "out, batch 0 zero: exactly 0", dtype, ctx.device, got[..first].iter().all(|v| *v == 0.0)));
-        if !cuda::use_direct(dtype, &opts, &dims) {
-            return Ok(rows);
+        for (on_u, factor) in [(true, 2f64.powi(-30)), (false, 2f64.powi(-30)), (true, 0.0), (false, 0.0)] {
+            if !(if on_u { fwd_rows } else { bwd_rows }) {
+                continue;
+            }
+            let mut xm = x.to(Device::Cpu)?;
+            let t = if on_u { &x.u } else { &x.d_out };
+            let mut v = t.to_vec_f64()?;
+            v[..first].iter_mut().for_each(|e| *e *= factor);
+            let m = Tensor::from_f64(&v, t.shape(), t.dtype(), Device::Cpu)?;
+            if on_u { xm.u = m } else { xm.d_out = m }
+            let got = run_all(&xm.to(ctx.device)?, c)?;
+            let input = if on_u { "u" } else { "d_out" };
+            // Outputs of batch entry 0 that the scaled input scales (or zeroes), by input.
+            let row_outputs: &[&str] = match (on_u, factor == 0.0) {
+                (true, _) if !bwd_rows => &["out"],
+                (true, false) => &["out", "d_u", "d_pregate", "d_postgate"],
+                (true, true) => &["out", "d_pregate", "d_postgate"],
+                (false, _) => &["d_u", "d_pregate", "d_postgate"],
+            };
+            if factor == 0.0 {
+                for (name, t) in &got {
+                    if row_outputs.contains(name) {
+                        let g = t.to_vec_f64()?;
+                        rows.push(property("fftconv", case, &format!("{name}, batch 0 {input} zero: exactly 0"), dtype, ctx.device, g[..first].iter().all(|v| *v == 0.0)));
+                    }
+                }
+                continue;
+            }
+            let want = reference_all(&xm, c)?;
+            for ((name, t), (_, r)) in got.iter().zip(&want) {
+                let whole = matches!(*name, "d_k" | "d_k_rev" | "d_D");
+                if !(row_outputs.contains(name) || (whole && bwd_rows)) {
+                    continue;
+                }
+                let g = t.to_vec_f64()?;
+                let (g, r) = if whole { (&g[..], &r[..]) } else { (&g[..first], &r[..first]) };
+                rows.push(CheckRow {
+                    op: "fftconv".into(),
+                    case: case.into(),
+                    quantity: format!("{name}{}, batch 0 {input} at 2^-30", if whole { " (whole)" } else { "" }),
+                    dtype,
+                    device: ctx.device.to_string(),
+                    rel_err: ember_core::compare::rel_err(g, r),
+                    tol: dtype.tolerance(),
+                });
+            }
         }
-        // The same for the direct backward (d_z per row by its own power of two; the pair backward does
-        // not rebalance its rows: NOTES "Missing / weak"): d_out of batch 0 at 2^-30, that entry's d_u.
-        if !cuda::use_direct_bwd(dev_inputs.u.cuda_device()?, dtype, &opts, &dims) {
-            return Ok(rows);
-        }
-        let mut dv = x.d_out.to_vec_f64()?;
-        dv[..first].iter_mut().for_each(|v| *v *= 2f64.powi(-30));
-        let d_out_dev = Tensor::from_f64(&dv, x.d_out.shape(), x.d_out.dtype(), Device::Cpu)?.to_device(ctx.device)?;
-        let f = forward(&dev_inputs.u, &dev_inputs.k, dev_inputs.d.as_ref(), &opts)?;
-        let got = backward(&f, &d_out_dev)?.d_u.to_vec_f64()?;
-        let fr = forward(&r.u, &r.k, r.d.as_ref(), &r.options(&Case { out_f32: false, ..*c }))?;
-        let want = backward(&fr, &Tensor::from_f64(&dv, x.d_out.shape(), DType::F64, Device::Cpu)?)?.d_u.to_vec_f64()?;
-        rows.push(CheckRow {
-            op: "fftconv".into(),
-            case: case.into(),
-            quantity: "d_u, batch 0 d_out at 2^-30".into(),
-            dtype,
-            device: ctx.device.to_string(),
-            rel_err: ember_core::compare::rel_err(&got[..first], &want[..first]),
-            tol: dtype.tolerance(),
-        });
     }
     Ok(rows)
 }

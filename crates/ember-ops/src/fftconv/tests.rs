@@ -651,3 +651,81 @@ fn mixed_radix_sizes_replace_16384_only() {
     assert_eq!(mp(&dims(6500, 300)), None);  // N = 8192 (the P = 32 kernel without the half split)
     assert_eq!(mp(&dims(7000, 2000)), Some(56));  // L + Lk − 1 = 8999 → 16384; L ≤ N/2 needs 14000
 }
+
+// ---- rows of very different magnitude in the pair backward (pair_bwd.cuh, fb_dk_weights) ------------
+
+/// The naive DFT of `x` (exp(−2πi·jk/n)).
+fn dft(x: &[C64]) -> Vec<C64> {
+    let n = x.len();
+    (0..n)
+        .map(|k| x.iter().enumerate().fold((0.0, 0.0), |acc, (j, v)| {
+            let t = cmul(*v, cis(-1.0, j * k % n, n));
+            (acc.0 + t.0, acc.1 + t.1)
+        }))
+        .collect()
+}
+
+/// The backward's filter-gradient partial for one row pair whose rows were multiplied by ρ (w) and σ
+/// (d_z) before their transforms: T = c1·G·conj(W[k]) + c2·G·W[N − k] with (c1, c2) from
+/// fb_dk_weights, folded as fc_dk_pair folds it ((T[k] + conj T[N − k])/2), is Σ_r G_r·conj(W_r) of
+/// the unscaled rows — for rebalanced pairs (c2 ≠ 0) and the plain one (ρ = σ = 1, c2 = 0) alike.
+#[test]
+fn rebalanced_pair_filter_gradient_folds_to_the_row_sums() {
+    let n = 64;
+    let conj = |a: C64| (a.0, -a.1);
+    for (case, (rho, sig)) in [((1.0, 1.0), (1.0, 1.0)), ((1.0, 2f64.powi(30)), (1.0, 1.0)), ((2f64.powi(7), 1.0), (1.0, 2f64.powi(12))), ((1.0, 2f64.powi(20)), (1.0, 2f64.powi(20)))].into_iter().enumerate() {
+        let (wa, wb, ga, gb) = (randv(n, 11 + case as u64, 1.0), randv(n, 21 + case as u64, 1e-9), randv(n, 31 + case as u64, 1.0), randv(n, 41 + case as u64, 3e-4));
+        let pack = |a: &[f64], b: &[f64], s: (f64, f64)| -> Vec<C64> { a.iter().zip(b).map(|(x, y)| (x * s.0, y * s.1)).collect() };
+        let (w, g) = (dft(&pack(&wa, &wb, rho)), dft(&pack(&ga, &gb, sig)));
+        let (gra, grb) = (1.0 / (rho.0 * sig.0), 1.0 / (rho.1 * sig.1));
+        let (c1, c2) = (0.5 * (gra + grb), 0.5 * (gra - grb));
+        let t: Vec<C64> = (0..n)
+            .map(|k| {
+                let (p, q) = (cmul(g[k], conj(w[k])), cmul(g[k], w[(n - k) % n]));
+                (c1 * p.0 + c2 * q.0, c1 * p.1 + c2 * q.1)
+            })
+            .collect();
+        let real = |v: &[f64]| -> Vec<C64> { v.iter().map(|x| (*x, 0.0)).collect() };
+        let (fa, fb, fga, fgb) = (dft(&real(&wa)), dft(&real(&wb)), dft(&real(&ga)), dft(&real(&gb)));
+        let scale = (0..n).fold(0.0f64, |m, k| m.max(cmul(fga[k], conj(fa[k])).0.abs()));
+        for k in 0..n {
+            let folded = cmul((0.5, 0.0), (t[k].0 + t[(n - k) % n].0, t[k].1 - t[(n - k) % n].1));
+            let (xa, xb) = (cmul(fga[k], conj(fa[k])), cmul(fgb[k], conj(fb[k])));
+            let want = (xa.0 + xb.0, xa.1 + xb.1);
+            let err = (folded.0 - want.0).abs().max((folded.1 - want.1).abs());
+            assert!(err <= 1e-9 * scale, "case {case}, bin {k}: folded {folded:?}, want {want:?}");
+        }
+        // The smaller rows' part itself survives where the weights are not the plain ones.
+        if c2 != 0.0 {
+            let xb_only: f64 = (0..n).map(|k| cmul(fgb[k], conj(fb[k])).0.abs()).sum();
+            assert!(xb_only > 0.0);
+        }
+    }
+}
+
+/// fb_wword (the word of a segment's saved W holding bin k2) inverts the fragment layout: lane 4g + t,
+/// slot 4j + q holds bin (g + 8·(q >> 1)) + 16·(8j + 2t + (q & 1)) at word (j·32 + lane)·4 + q; and
+/// the mirror bin of a k1 ≠ 0 segment (255 − k2) is at lane 31 − lane, slot 7 − slot.
+#[test]
+fn saved_spectrum_words_invert_the_fragment_layout() {
+    let wword = |k2: usize| -> usize {
+        let (a, b) = (k2 & 15, k2 >> 4);
+        let lane = 4 * (a & 7) + ((b >> 1) & 3);
+        let q = 2 * (a >> 3) + (b & 1);
+        ((b >> 3) * 32 + lane) * 4 + q
+    };
+    let mut seen = [false; 256];
+    for lane in 0..32 {
+        for j in 0..2 {
+            for q in 0..4 {
+                let (g, t) = (lane >> 2, lane & 3);
+                let k2 = (g + 8 * (q >> 1)) + 16 * (8 * j + 2 * t + (q & 1));
+                assert_eq!(wword(k2), (j * 32 + lane) * 4 + q);
+                assert!(!seen[k2]);
+                seen[k2] = true;
+                let (jm, lm, qm) = (1 - j, 31 - lane, 3 - q);
+                assert_eq!(wword(255 - k2), (jm * 32 + lm) * 4 + qm);
+            }
+        }
+    }
+}
