@@ -208,9 +208,9 @@ fn mixed_narrow() -> bool {
 }
 
 /// Shared memory of the mixed-radix backward: P segments of 256 float2, their W as f16 pairs (1 KB
-/// each), the per-lane table, two row descriptors and six ints (two scales, four row maxima).
+/// each), the per-lane table, two row descriptors and two ints.
 fn smem_bytes_mixed_bwd(p: u32) -> usize {
-    p as usize * (256 * 8 + 1024) + 40 * 32 * 4 + 2 * 48 + 24
+    p as usize * (256 * 8 + 1024) + 40 * 32 * 4 + 2 * 48 + 8
 }
 
 /// Largest P of the mixed-radix backward. H200, B = 16, H = 768, GELU + D, fwd+bwd against the
@@ -255,13 +255,6 @@ pub(crate) fn forward_keeps_row_range(u: &Tensor, opts: &Options, dims: &Dims) -
         return Ok(true);
     }
     Ok(forward_path(u, opts, dims, has_clusters(u.cuda_device()?))?.2)
-}
-
-/// Whether the backward for these inputs treats each row's range on its own: the direct backward
-/// (a power-of-two scale per row) and the pair backwards (fp_balance). Checks (suite.rs).
-pub(crate) fn backward_keeps_row_range(u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
-    let dev = u.cuda_device()?;
-    Ok(use_direct_bwd(dev, u.dtype(), opts, dims) || use_pair_bwd(u.dtype(), opts, plan(dims, opts.force_four_step), dims, has_clusters(dev)))
 }
 
 /// The forward on clusters of 4 or 8 CTAs (P = 256, 512: N = 65536, 131072, L ≤ N/2) instead of the
@@ -337,10 +330,10 @@ pub(super) fn pair_bwd_cost(c: usize, heads: usize, pph: usize, slots_per_cta: u
 
 /// Shared memory of the pair backward: the forward's segments (32; 64 at P = 64 and per CTA at
 /// P = 128), every segment's saved spectrum as f16 pairs (1 KB each), the per-lane table, and per
-/// pair slot two row descriptors, two scales and four row maxima (fp_balance).
+/// pair slot two row descriptors and two scales.
 fn smem_bytes_pair_bwd(logp: u32) -> usize {
     let (segments, pairs) = if logp >= 6 { (64, 1) } else { (32, 32 >> logp) };
-    segments * (256 * 8 + 1024) + 40 * 32 * 4 + pairs * (2 * 48 + 24)
+    segments * (256 * 8 + 1024) + 40 * 32 * 4 + pairs * (2 * 48 + 8)
 }
 
 /// Shared memory of the pair forward: 32 segments of 256 float2 (64 at P = 64 and per CTA at

@@ -90,8 +90,7 @@ __device__ __forceinline__ float2 fb_unpack(unsigned v) {
 template <int P> constexpr int fb_batch() { return P < 8 ? P : P == 32 ? 4 : P % 8 == 0 ? 8 : P / 2; }
 
 // d_z of both rows for n1 < n into a[] (zero past L and for n1 ≥ n). With GELU or POST, a[] holds
-// the recomputed z (times inv·ks, inv.x row a, inv.y row b, as the forward's epilogue); with ZM the
-// forward's saved z (p.zs)
+// the recomputed z (times inv1·ks, as the forward's epilogue); with ZM the forward's saved z (p.zs)
 // is loaded into a[] with the batch's other loads instead (no further registers).
 // Element n1 sits at offset n1·2^SH.
 // SDS > 0 (P = 16 of the staged P = 128 backward, bf16 d_out): each batch of 8 elements is one
@@ -105,7 +104,7 @@ struct FbNoStage {
     __device__ void operator()(int) const {}
 };
 template <int P, bool GELU, bool POST, int SH = 8, bool ZM = false, int SDS = 0, typename T, typename TO, typename F = FbNoStage>
-__device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, float2 inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb, const FbStaged& sd = {}, const F& stage = {}) {
+__device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb, const FbStaged& sd = {}, const F& stage = {}) {
     constexpr int CH = fb_batch<P>();
     static_assert(SDS == 0 || (P == 16 && CH == 8), "staged d_out: two halves of 8");
 #pragma unroll
@@ -136,7 +135,7 @@ __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, 
             const float dga = ga[i] * fa.mask, dgb = gb[i] * fb.mask;
             float dza = dga, dzb = dgb;
             if (GELU || POST) {
-                const float za = ZM ? a[n1].x : a[n1].x * inv1.x * ks, zb = ZM ? a[n1].y : a[n1].y * inv1.y * ks;
+                const float za = ZM ? a[n1].x : a[n1].x * inv1 * ks, zb = ZM ? a[n1].y : a[n1].y * inv1 * ks;
                 float gza = za, gpa = 1.f, gzb = zb, gpb = 1.f;
                 if (GELU) {
                     fc_gelu_grad(za, gza, gpa);
@@ -161,7 +160,7 @@ __device__ __forceinline__ void fb_dz(const FcParams& p, float2 (&a)[P], int n, 
 // entry, `fc_bwd_pair*z_*`, so that the recomputing kernel keeps its registers and the reading one
 // has no recompute path).
 template <int P, int SH, bool ZM, int SDS = 0, typename T, typename TO, typename F = FbNoStage>
-__device__ __forceinline__ void fb_dz_sel(const FcParams& p, float2 (&a)[P], int n, float2 inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb, const FbStaged& sd = {}, const F& stage = {}) {
+__device__ __forceinline__ void fb_dz_sel(const FcParams& p, float2 (&a)[P], int n, float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb, const FbStaged& sd = {}, const F& stage = {}) {
     switch ((p.gelu ? 2 : 0) | (p.has_post ? 1 : 0)) {
         case 0: fb_dz<P, false, false, SH, false, SDS>(p, a, n, inv1, ks, fa, fb, sd, stage); break;
         case 1: fb_dz<P, false, true, SH, ZM, SDS>(p, a, n, inv1, ks, fa, fb, sd, stage); break;
@@ -174,7 +173,7 @@ __device__ __forceinline__ void fb_dz_sel(const FcParams& p, float2 (&a)[P], int
 // both rows' columns of this CTA, laid out as fpc_stage_u's copy (HR = NR/2 rows of SW words per
 // row), after the backward's shared memory (FB_STG_OFF; 17 KB: the whole copy would not fit beside
 // the segments and W). Two 16-byte chunks per thread (fpc_copy_rows).
-#define FB_STG_OFF ((64 * (256 * 8 + 1024) + TC_TAB_WORDS * 32 * 4 + 2 * 48 + 24 + 15) & ~15)
+#define FB_STG_OFF ((64 * (256 * 8 + 1024) + TC_TAB_WORDS * 32 * 4 + 2 * 48 + 8 + 15) & ~15)
 template <int CS>
 __device__ __forceinline__ void fb_stage_dout(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, int hh, unsigned* __restrict__ stg) {
     constexpr int HR = FpcStg<CS>::NR / 2;
@@ -189,7 +188,7 @@ __device__ __forceinline__ void fb_stage_dout(const FcParams& p, const FcRow& ra
 // −2.0 %, training −3.4 %; at P = 64 (L = 5000) −1.5 % but training +3.4 % (the two barriers per
 // pair cost more where two lanes per column already load whole sectors), so P = 64 loads directly.
 template <int CS, int SH, bool ZM, bool STG, typename T, typename TO>
-__device__ __forceinline__ void fb_dz_staged(const FcParams& p, float2 (&a)[16], float2 inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb, const FcRow& ra, const FcRow& rb, unsigned rank, int n2, int j) {
+__device__ __forceinline__ void fb_dz_staged(const FcParams& p, float2 (&a)[16], float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb, const FcRow& ra, const FcRow& rb, unsigned rank, int n2, int j) {
     if constexpr (STG && FpIsBf16<TO>::v && CS == 2) {
         using S = FpcStg<CS>;
         FC_SMEM_DECL
@@ -203,10 +202,9 @@ __device__ __forceinline__ void fb_dz_staged(const FcParams& p, float2 (&a)[16],
     }
 }
 
-// d_u (and d_pregate) of both rows from d_w = a·inv2·ks (inv2.x row a, inv2.y row b), n1 < n
-// (element n1 at offset n1·2^SH).
+// d_u (and d_pregate) of both rows from d_w = a·inv2·ks, n1 < n (element n1 at offset n1·2^SH).
 template <int P, bool PRE, int SH = 8, typename T, typename TO>
-__device__ __forceinline__ void fb_dw(const FcParams& p, const float2 (&a)[P], int n, float2 inv2, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+__device__ __forceinline__ void fb_dw(const FcParams& p, const float2 (&a)[P], int n, float inv2, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
     constexpr int CH = fb_batch<P>();
 #pragma unroll
     for (int c0 = 0; c0 < P; c0 += CH) {
@@ -226,7 +224,7 @@ __device__ __forceinline__ void fb_dw(const FcParams& p, const float2 (&a)[P], i
         for (int i = 0; i < CH; ++i) {
             const int n1 = c0 + i, o = n1 << SH;
             if (n1 >= n) break;
-            const float dwa = a[n1].x * inv2.x * ks, dwb = a[n1].y * inv2.y * ks;
+            const float dwa = a[n1].x * inv2 * ks, dwb = a[n1].y * inv2 * ks;
             if (o < fa.len) {
                 fp_st(fa.du(p) + o, PRE ? dwa * qa[i] : dwa);
                 if (PRE) fp_st(fa.dpre(p) + o, dwa * ua[i]);
@@ -250,71 +248,6 @@ __device__ __forceinline__ void fb_segment_w(float2* __restrict__ x, const float
     for (int j = 0; j < 2; ++j)
         ws[j * 32 + lane] = make_uint4(tc_pack(dr[j][0], di[j][0]), tc_pack(dr[j][1], di[j][1]), tc_pack(dr[j][2], di[j][2]), tc_pack(dr[j][3], di[j][3]));
     if (need_z) fp_filter_idft(x, kf, tab, F, dr, di);
-}
-
-// ---- Rows of very different magnitude in the backward (v15; fp_balance, pair_tc.cuh). W and G may
-// each have had a row multiplied up before stage 1 (ρ for w's rows, σ for d_z's), so T = G·conj(W)
-// weighs the rows' G_r·conj(W_r) by ρ_r·σ_r, which fc_dk_pair's fold (T[k] + conj T[N − k])/2 cannot
-// undo. With W[N − k] (the mirror bin) as well: the fold of G·W[N − k] is ρ_a·σ_a·X_a − ρ_b·σ_b·X_b
-// (X_r = G_r·conj(W_r)), so T = c1·G·conj(W[k]) + c2·G·W[N − k] with c1 = (g_a + g_b)/2,
-// c2 = (g_a − g_b)/2, g_r = 1/(ρ_r·σ_r), folds to X_a + X_b (host model: tests.rs,
-// rebalanced_pair_filter_gradient_folds_to_the_row_sums). T = G·conj(W~) with W~[k] = c1·W[k] +
-// c2·conj(W[N − k]): fb_wtilde rewrites a rebalanced pair's saved W so, once both passes of stage 1
-// are done, and phase 2 runs unchanged. c2 = 0 (no row rebalanced) leaves W as it is.
-// fb_dk_weights gives (c1, c2).
-__device__ __forceinline__ float2 fb_dk_weights(const FpBal& v, const FpBal& g) {
-    const float ga = v.g.x * g.g.x, gb = v.g.y * g.g.y;
-    return make_float2(0.5f * (ga + gb), 0.5f * (ga - gb));
-}
-
-// The word (f16 pair) of a segment's saved W (ws[j·32 + lane], component q) holding bin k2 of it.
-__device__ __forceinline__ int fb_wword(int k2) {
-    const int a = k2 & 15, b = k2 >> 4;
-    const int lane = 4 * (a & 7) + ((b >> 1) & 3), q = 2 * (a >> 3) + (b & 1);
-    return ((b >> 3) * 32 + lane) * 4 + q;
-}
-
-// W~ (above) in place of a rebalanced pair's saved W (f16 pairs, s1·W; one more f16 rounding):
-// word w of segment k1 (bin k2: fb_wword) and its mirror, segment (P − k1) mod P, bin 255 − k2
-// (k1 ≠ 0) or (256 − k2) mod 256 (k1 = 0), are one job, both read before both are written; the jobs
-// of segments k1 ∈ [k_lo, k_hi] (k1 ≤ P/2; at k1 = 0 and P/2 the mirror is the same segment, and a
-// word pair is taken once) over `nthreads` threads. seg(k1): that segment's words (local or a peer's).
-template <int P, typename Seg>
-__device__ __forceinline__ void fb_wtilde(const Seg& seg, float2 c, int k_lo, int k_hi, int nthreads) {
-    for (int i = threadIdx.x; i < (k_hi - k_lo + 1) * 256; i += nthreads) {
-        const int k1 = k_lo + (i >> 8), w = i & 255;
-        const int a = w & 3, lane = (w >> 2) & 31, j = w >> 7;
-        const int q = a, k2 = (lane >> 2) + 8 * (q >> 1) + 16 * (8 * j + 2 * (lane & 3) + (q & 1));
-        const int k1m = (P - k1) % P, wm = fb_wword(k1 == 0 ? (256 - k2) & 255 : 255 - k2);
-        if ((k1 == k1m && wm < w) || k1 > P / 2) continue;  // the pair's other job, or the other half
-        unsigned* p1 = seg(k1) + w;
-        unsigned* p2 = seg(k1m) + wm;
-        const float2 v1 = fb_unpack(*p1), v2 = fb_unpack(*p2);
-        const float2 n1 = c_add(c_scale(v1, c.x), c_scale(c_conj(v2), c.y));
-        const float2 n2 = c_add(c_scale(v2, c.x), c_scale(c_conj(v1), c.y));
-        *p1 = tc_pack(n1.x, n1.y);
-        *p2 = tc_pack(n2.x, n2.y);
-    }
-}
-
-// Phase 1's z spectrum again from the saved W (as f16, s1·W; fb_segment_w's second half): × K̂,
-// inverse DFT-256 into x. For a pair whose d_z is redone after x was overwritten.
-__device__ __forceinline__ void fb_segment_zredo(float2* __restrict__ x, const float4* __restrict__ kf, const unsigned* __restrict__ tab, const uint4* __restrict__ ws) {
-    const int lane = threadIdx.x & 31;
-    const FpFrag F = fp_frag(tab);
-    float dr[2][4], di[2][4];
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-        const uint4 wv = ws[j * 32 + lane];
-        const unsigned wq[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const float2 w = fb_unpack(wq[q]);
-            dr[j][q] = w.x;
-            di[j][q] = w.y;
-        }
-    }
-    fp_filter_idft(x, kf, tab, F, dr, di);
 }
 
 // Phase 2 of one segment: G = s2·DFT(d_z); the partial at tp (fragment order, as K̂) gets
@@ -364,8 +297,6 @@ __device__ void fc_bwd_pair(const FcParams& p) {
     unsigned* tab = reinterpret_cast<unsigned*>(wsave + 32 * 64);
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [2r] = row a, [2r + 1] = row b
     int* pmax = reinterpret_cast<int*>(rows + 2 * R);                 // [r]: w of pair r, [R + r]: its d_z
-    int* rmv = pmax + 2 * R;                                          // [2r + s]: row s of pair r, w's largest |input|
-    int* rmg = rmv + 2 * R;                                           // [2r + s]: d_z's (fp_balance)
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 256) tab[i] = gtab[i];
@@ -389,14 +320,12 @@ __device__ void fc_bwd_pair(const FcParams& p) {
             FcRow row = fc_row(p, h * rph + 2 * q + second);
             row.valid = row.valid && ok;
             rows[threadIdx.x] = row;
-            rmv[threadIdx.x] = rmg[threadIdx.x] = 0;
             if (second == 0) pmax[r] = pmax[R + r] = 0;
         }
         __syncthreads();
-        // ---- phase 1, stage 1: w; again for pairs whose rows are binades apart (fp_balance).
-        fp_stage1_pairs<P, T, TO, R, FP_S1_MAXES>(p, rows, x, n2, pos, half, wtab, pmax, rmv);
+        // ---- phase 1, stage 1: w.
+        fp_stage1_pairs<P, T, TO, R>(p, rows, x, n2, pos, half, wtab, pmax);
         __syncthreads();
-        if (fp_stage1_pairs<P, T, TO, R, FP_S1_REDO>(p, rows, x, n2, pos, half, wtab, pmax, rmv)) __syncthreads();
         // ---- phase 1, segments: W saved; z's spectrum when needed.
         for (int sg = threadIdx.x >> 5; sg < R * P; sg += 8) {
             const int r = sg >> LOGP, k1 = sg & (P - 1);
@@ -407,65 +336,22 @@ __device__ void fc_bwd_pair(const FcParams& p) {
         }
         __syncthreads();
         // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers: thread n2 owns
-        // column n2 in both; d_z's row maxima to rmg. A second pass (one code path: a loop) for the
-        // pairs whose d_z rows are binades apart, d_z scaled, after z's spectrum is put back from
-        // the saved W (fb_segment_zredo) where the first pass overwrote it.
+        // column n2 in both.
 #pragma unroll 1
-        for (int pass = 0;; ++pass) {
-#pragma unroll 1
-            for (int r = 0; r < R; ++r) {
-                const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
-                if (!ra.valid) continue;
-                float2 sig = make_float2(1.f, 1.f);
-                if (pass) {
-                    const FpBal bg = fp_balance(rmg[2 * r], rmg[2 * r + 1]);
-                    if (!bg.redo) continue;
-                    sig = bg.s;
-                }
-                const FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
-                float s1, inv1;
-                fp_pair_scale(pmax[r], s1, inv1);
-                const float ks = kscale[ra.g];
-                float2 a[P];
-                int n = half ? P / 2 : P;
-                if (need_z) n = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-                fb_dz_sel<P, 8, ZM>(p, a, n, fp_out_factors(inv1, fp_balance(rmv[2 * r], rmv[2 * r + 1])), ks, fa, fb);
-                if (pass) {
-                    fp_rows_scale(a, sig);
-                } else {
-                    float ma = 0.f, mb = 0.f;
-                    fp_rows_absmax(a, ma, mb);
-                    fp_rows_max_commit(ma, mb, &rmg[2 * r]);
-                }
-                fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[R + r]);
-            }
-            __syncthreads();
-            if (pass) break;
-            bool redo = false;
-            for (int r = 0; r < R; ++r) redo |= rows[2 * r].valid && fp_balance(rmg[2 * r], rmg[2 * r + 1]).redo;
-            if (!redo) break;  // uniform over the CTA
-            if (need_z) {
-                for (int sg = threadIdx.x >> 5; sg < R * P; sg += 8) {
-                    const int r = sg >> LOGP, k1 = sg & (P - 1);
-                    if (rows[2 * r].valid && fp_balance(rmg[2 * r], rmg[2 * r + 1]).redo)
-                        fb_segment_zredo(x + sg * 256, spec + ((i64)rows[2 * r].g << (LOGN - 1)) + (k1 << 7), tab, wsave + sg * 64);
-                }
-                __syncthreads();
-            }
+        for (int r = 0; r < R; ++r) {
+            const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
+            if (!ra.valid) continue;
+            const FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+            float s1, inv1;
+            fp_pair_scale(pmax[r], s1, inv1);
+            const float ks = kscale[ra.g];
+            float2 a[P];
+            int n = half ? P / 2 : P;
+            if (need_z) n = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
+            fb_dz_sel<P, 8, ZM>(p, a, n, inv1, ks, fa, fb);
+            fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[R + r]);
         }
-        // A rebalanced pair's saved W becomes W~ (fb_wtilde) for the filter gradient.
-        {
-            bool any = false;
-#pragma unroll 1
-            for (int r = 0; r < R; ++r) {
-                if (!rows[2 * r].valid) continue;
-                const float2 c = fb_dk_weights(fp_balance(rmv[2 * r], rmv[2 * r + 1]), fp_balance(rmg[2 * r], rmg[2 * r + 1]));
-                if (c.y == 0.f) continue;
-                any = true;
-                fb_wtilde<P>([&](int k1) { return reinterpret_cast<unsigned*>(wsave + (r * P + k1) * 64); }, c, 0, P / 2, 256);
-            }
-            if (any) __syncthreads();  // uniform over the CTA
-        }
+        __syncthreads();
         // ---- phase 2, segments: T, × conj(K̂), inverse.
         for (int sg = threadIdx.x >> 5; sg < R * P; sg += 8) {
             const int r = sg >> LOGP, k1 = sg & (P - 1);
@@ -486,11 +372,10 @@ __device__ void fc_bwd_pair(const FcParams& p) {
             float s2, inv2;
             fp_pair_scale(pmax[R + r], s2, inv2);
             const float ks = kscale[ra.g];
-            const float2 f2 = fp_out_factors(inv2, fp_balance(rmg[2 * r], rmg[2 * r + 1]));
             float2 a[P];
             const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-            if (pre) fb_dw<P, true>(p, a, nout, f2, ks, fa, fb);
-            else fb_dw<P, false>(p, a, nout, f2, ks, fa, fb);
+            if (pre) fb_dw<P, true>(p, a, nout, inv2, ks, fa, fb);
+            else fb_dw<P, false>(p, a, nout, inv2, ks, fa, fb);
         }
         __syncthreads();
     }
@@ -536,7 +421,7 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
     uint4* wsave = reinterpret_cast<uint4*>(x + 64 * 256);  // [segment][j][lane]
     unsigned* tab = reinterpret_cast<unsigned*>(wsave + 64 * 64);
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
-    int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z; [2], [3]: w's rows' largest |input|, [4], [5]: d_z's
+    int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
@@ -560,72 +445,34 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
         FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
         fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
         const i64 kseg = (i64)ra.g << (LOGN - 1);
-        // ---- phase 1, stage 1: w; again with the rows rebalanced where they are binades apart
-        // (fp_balance; the staged copy of u is still in the W area then).
-        if constexpr (STG) fpc_stage_u<1>(p, ra, rb, 0, reinterpret_cast<unsigned*>(wsave));
-#pragma unroll 1
-        for (int pass = 0;; ++pass) {  // one code path for both passes (the row factors re-read from
-            // shared memory where used: held in registers they cost the training kernels spills)
-            if (STG) __syncthreads();
-            {
-                float2 y[16];
-                if constexpr (STG) {
-                    fpc_read_u<1>(y, n2, h, 0, reinterpret_cast<unsigned*>(wsave));
-                } else {
-                    fb_load16<9>(p, y, pre, fa, fb);
-                }
-                if (pass) {
-                    fp_rows_scale(y, fp_balance(pmax[2], pmax[3]).s);
-                } else {
-                    float ma = 0.f, mb = 0.f;
-                    fp_rows_absmax(y, ma, mb);
-                    fp_rows_max_commit(ma, mb, &pmax[2]);
-                }
-                fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
+        // ---- phase 1, stage 1: w.
+        {
+            float2 y[16];
+            if constexpr (STG) {
+                fpc_load_staged<1>(y, p, ra, rb, 0, n2, h, reinterpret_cast<unsigned*>(wsave));
+            } else {
+                fb_load16<9>(p, y, pre, fa, fb);
             }
-            __syncthreads();
-            if (pass) break;
-            if (!fp_balance(pmax[2], pmax[3]).redo) break;  // uniform over the CTA
+            fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
         }
+        __syncthreads();
         // ---- phase 1, segments: W saved; z's spectrum when needed.
         float s1, inv1;
         fp_pair_scale(pmax[0], s1, inv1);
         for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) fb_segment_w(x + sg * 256, spec + kseg + (sg << 7), tab, s1, wsave + sg * 64, need_z);
         __syncthreads();
-        // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers; again with d_z's rows
-        // rebalanced where they are binades apart (z's spectrum first put back from the saved W).
+        // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers.
         const float ks = kscale[ra.g];
-#pragma unroll 1
-        for (int pass = 0;; ++pass) {  // one code path for both passes
-            {
-                float2 a[16];
-                if (need_z) fp64_stage1_inv(a, h, x, pos, tw, wtab);
-                fb_dz_staged<1, 9, ZM, STG>(p, a, fp_out_factors(inv1, fp_balance(pmax[2], pmax[3])), ks, fa, fb, ra, rb, 0, n2, h);
-                if (pass) {
-                    fp_rows_scale(a, fp_balance(pmax[4], pmax[5]).s);
-                } else {
-                    float ma = 0.f, mb = 0.f;
-                    fp_rows_absmax(a, ma, mb);
-                    fp_rows_max_commit(ma, mb, &pmax[4]);
-                }
-                fp64_stage1(a, h, x, pos, tw, wtab, &pmax[1]);
-            }
-            __syncthreads();
-            if (pass) break;
-            if (!fp_balance(pmax[4], pmax[5]).redo) break;  // uniform over the CTA
-            if (need_z) {
-                for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) fb_segment_zredo(x + sg * 256, spec + kseg + (sg << 7), tab, wsave + sg * 64);
-                __syncthreads();
-            }
+        {
+            float2 a[16];
+            if (need_z) fp64_stage1_inv(a, h, x, pos, tw, wtab);
+            fb_dz_staged<1, 9, ZM, STG>(p, a, inv1, ks, fa, fb, ra, rb, 0, n2, h);
+            fp64_stage1(a, h, x, pos, tw, wtab, &pmax[1]);
         }
+        __syncthreads();
         // ---- phase 2, segments: T, × conj(K̂), inverse.
         float s2, inv2;
         fp_pair_scale(pmax[1], s2, inv2);
-        const float2 dkw = fb_dk_weights(fp_balance(pmax[2], pmax[3]), fp_balance(pmax[4], pmax[5]));
-        if (dkw.y != 0.f) {  // uniform over the CTA: the saved W becomes W~ (fb_wtilde)
-            fb_wtilde<64>([&](int k1) { return reinterpret_cast<unsigned*>(wsave + k1 * 64); }, dkw, 0, 32, 512);
-            __syncthreads();
-        }
         for (int sg = threadIdx.x >> 5; sg < 64; sg += 16)
             fb_segment_g(x + sg * 256, spec + kseg + (sg << 7), tab, s2, wsave + sg * 64, tslot + (sg << 7), inv1, inv2, it == 0);
         __syncthreads();
@@ -633,8 +480,8 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
         {
             float2 a[16];
             fp64_stage1_inv(a, h, x, pos, tw, wtab);
-            if (pre) fb_dw<16, true, 9>(p, a, 16, fp_out_factors(inv2, fp_balance(pmax[4], pmax[5])), ks, fa, fb);
-            else fb_dw<16, false, 9>(p, a, 16, fp_out_factors(inv2, fp_balance(pmax[4], pmax[5])), ks, fa, fb);
+            if (pre) fb_dw<16, true, 9>(p, a, 16, inv2, ks, fa, fb);
+            else fb_dw<16, false, 9>(p, a, 16, inv2, ks, fa, fb);
         }
         __syncthreads();
     }
@@ -666,7 +513,7 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
     uint4* wsave = reinterpret_cast<uint4*>(x + 64 * 256);  // [segment][j][lane]
     unsigned* tab = reinterpret_cast<unsigned*>(wsave + 64 * 64);
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
-    int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z; [2], [3]: w's rows' largest |input|, [4], [5]: d_z's
+    int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
@@ -695,28 +542,17 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
         fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
         const i64 kseg = ((i64)ra.g << (LOGN - 1)) + ((i64)rank << 13);
-        // ---- phase 1, stage 1: w; again with the rows rebalanced where they are binades apart
-        // (fp_balance: both CTAs hold the same row maxima; the staged u is still in the W area).
-        if constexpr (STG) fpc_stage_u<2>(p, ra, rb, rank, reinterpret_cast<unsigned*>(wsave));
-#pragma unroll 1
-        for (int pass = 0;; ++pass) {  // one code path for both passes (the row factors re-read from
-            // shared memory where used: held in registers they cost the training kernels spills)
-            if (STG) __syncthreads();
-            {
-                float2 y[16];
-                if constexpr (STG) {
-                    fpc_read_u<2>(y, l.n2, l.j, rank, reinterpret_cast<unsigned*>(wsave));
-                } else {
-                    fb_load16<10>(p, y, pre, fa, fb);
-                }
-                if (pass) fp_rows_scale(y, fp_balance(pmax[2], pmax[3]).s);
-                else fpc_rows_max_commit<2>(y, l, 8);
-                fpc_stage1<2>(y, l, tw, wtab, 0);
+        // ---- phase 1, stage 1: w.
+        {
+            float2 y[16];
+            if constexpr (STG) {
+                fpc_load_staged<2>(y, p, ra, rb, rank, l.n2, l.j, reinterpret_cast<unsigned*>(wsave));
+            } else {
+                fb_load16<10>(p, y, pre, fa, fb);
             }
-            fp_cluster_sync();
-            if (pass) break;
-            if (!fp_balance(pmax[2], pmax[3]).redo) break;  // uniform over the cluster
+            fpc_stage1<2>(y, l, tw, wtab, 0);
         }
+        fp_cluster_sync();
         // ---- phase 1, segments: W saved; z's spectrum when needed.
         float s1, inv1;
         fp_pair_scale(pmax[0], s1, inv1);
@@ -725,40 +561,17 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         fp_cluster_sync();
         // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers: a thread writes
         // exactly the elements it read.
-        // Again with d_z's rows rebalanced where they are binades apart (z's spectrum first put back
-        // from the saved W, each CTA its own segments).
         const float ks = kscale[ra.g];
-#pragma unroll 1
-        for (int pass = 0;; ++pass) {  // one code path for both passes
-            {
-                float2 a[16];
-                if (need_z) fpc_stage1_inv<2>(a, l, tw, wtab);
-                fb_dz_staged<2, 10, ZM, STG>(p, a, fp_out_factors(inv1, fp_balance(pmax[2], pmax[3])), ks, fa, fb, ra, rb, rank, n2, l.j);
-                if (pass) fp_rows_scale(a, fp_balance(pmax[4], pmax[5]).s);
-                else fpc_rows_max_commit<2>(a, l, 16);
-                fpc_stage1<2>(a, l, tw, wtab, 4);
-            }
-            fp_cluster_sync();
-            if (pass) break;
-            if (!fp_balance(pmax[4], pmax[5]).redo) break;  // uniform over the cluster
-            if (need_z) {
-                for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) fb_segment_zredo(x + sg * 256, spec + kseg + (sg << 7), tab, wsave + sg * 64);
-                fp_cluster_sync();
-            }
+        {
+            float2 a[16];
+            if (need_z) fpc_stage1_inv<2>(a, l, tw, wtab);
+            fb_dz_staged<2, 10, ZM, STG>(p, a, inv1, ks, fa, fb, ra, rb, rank, n2, l.j);
+            fpc_stage1<2>(a, l, tw, wtab, 4);
         }
-        // ---- phase 2, segments: T, × conj(K̂), inverse (the mirror segments' W, for a rebalanced
-        // pair, read from whichever CTA holds them).
+        fp_cluster_sync();
+        // ---- phase 2, segments: T, × conj(K̂), inverse.
         float s2, inv2;
         fp_pair_scale(pmax[1], s2, inv2);
-        const float2 dkw = fb_dk_weights(fp_balance(pmax[2], pmax[3]), fp_balance(pmax[4], pmax[5]));
-        if (dkw.y != 0.f) {  // uniform over the cluster: the saved W becomes W~ (fb_wtilde; CTA 0
-            // takes the mirror pairs of segments 0 … 63, CTA 1 segment 64's, with the peer's W
-            // through distributed shared memory)
-            const auto seg = [&](int k1) { return reinterpret_cast<unsigned*>(fp_peer(reinterpret_cast<float2*>(wsave + (k1 & 63) * 64), (unsigned)(k1 >> 6))); };
-            if (rank == 0) fb_wtilde<128>(seg, dkw, 0, 63, 512);
-            else fb_wtilde<128>(seg, dkw, 64, 64, 512);
-            fp_cluster_sync();
-        }
         for (int sg = threadIdx.x >> 5; sg < 64; sg += 16)
             fb_segment_g(x + sg * 256, spec + kseg + (sg << 7), tab, s2, wsave + sg * 64, tslot + (sg << 7), inv1, inv2, it == 0);
         fp_cluster_sync();
@@ -766,8 +579,8 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         {
             float2 a[16];
             fpc_stage1_inv<2>(a, l, tw, wtab);
-            if (pre) fb_dw<16, true, 10>(p, a, 16, fp_out_factors(inv2, fp_balance(pmax[4], pmax[5])), ks, fa, fb);
-            else fb_dw<16, false, 10>(p, a, 16, fp_out_factors(inv2, fp_balance(pmax[4], pmax[5])), ks, fa, fb);
+            if (pre) fb_dw<16, true, 10>(p, a, 16, inv2, ks, fa, fb);
+            else fb_dw<16, false, 10>(p, a, 16, inv2, ks, fa, fb);
         }
     }
     // The peer is done reading this CTA's shared memory before either exits (also after a break:

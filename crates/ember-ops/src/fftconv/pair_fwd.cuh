@@ -37,10 +37,10 @@ __device__ void fc_fwd_pair(const FcParams& p) {
     __syncthreads();
     if (fp_stage1_pairs<P, T, TO, R, FP_S1_REDO>(p, rows, x, n2, pos, half, wtab, pmax, rmax)) __syncthreads();
     // ---- stage 2: each warp's segments.
-    fp_segments<LOGP>(p, rows, pmax, x, tab);
+    fp_segments<LOGP>(p, rows, rmax, half, x, tab);
     __syncthreads();
     // ---- inverse stage 1 and the epilogue.
-    fp_inverse_pairs<LOGP, T, TO>(p, rows, pmax, rmax, x, n2, pos, half, wtab);
+    fp_inverse_pairs<LOGP, T, TO>(p, rows, rmax, x, n2, pos, half, wtab);
 }
 
 // The staged forward (bf16 u without pregate, L % 8 = 0, 16-byte aligned u): a persistent grid
@@ -91,9 +91,9 @@ __device__ void fc_fwd_pair_staged(const FcParams& p) {
         if (fp_stage1_staged<P, true>(p, rc, stg, x, n2, pos, half, wtab, pc, rm)) __syncthreads();
         // The staged copy has been read: fetch the next group's while this one is transformed.
         if (Gn < ngroups) fp_prefetch<R>(p, rows + (cur ^ 1) * 2 * R, stg, nin);
-        fp_segments<LOGP>(p, rc, pc, x, tab);
+        fp_segments<LOGP>(p, rc, rm, half, x, tab);
         __syncthreads();
-        fp_inverse_pairs<LOGP, T, TO>(p, rc, pc, rm, x, n2, pos, half, wtab);
+        fp_inverse_pairs<LOGP, T, TO>(p, rc, rm, x, n2, pos, half, wtab);
         G = Gn;
         cur ^= 1;
         if (G >= ngroups) break;  // uniform over the CTA
@@ -259,9 +259,9 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
         float2 y[16];
         fp_load16<9>(y, pre, ha, hb);
         float ma = 0.f, mb = 0.f;
-        fp_rows_absmax(y, ma, mb);
+        fp_rows_absmax<16>(y, ma, mb);
         fp_rows_max_commit(ma, mb, &pmax[1]);
-        fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
+        fp64_stage1<false>(y, h, x, pos, tw, wtab, &pmax[0]);
     }
     __syncthreads();
     const FpBal bal = fp_balance(pmax[1], pmax[2]);
@@ -269,12 +269,12 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
         float2 y[16];
         fp_load16<9>(y, pre, ha, hb);
         fp_rows_scale(y, bal.s);
-        fp64_stage1(y, h, x, pos, tw, wtab, &pmax[0]);
+        fp64_stage1<false>(y, h, x, pos, tw, wtab, &pmax[0]);
         __syncthreads();
     }
-    // ---- stage 2: 64 segments, 4 per warp.
+    // ---- stage 2: 64 segments, 4 per warp (pair scale from the row maxima: fp_pair_scale_rows).
     float s1, inv1;
-    fp_pair_scale(pmax[0], s1, inv1);
+    fp_pair_scale_rows(&pmax[1], 32, s1, inv1);
     for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
         const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)ra.g << (LOGN - 1)) + (sg << 7);
         fp_segment(x + sg * 256, kf, tab, s1);
@@ -353,7 +353,9 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
         fpc_stage1<CS>(y, l, tw, wtab, 0);
         fp_cluster_sync();
     }
-    // ---- stage 2: this CTA's 64 segments (k1 = 64·rank + sg), 4 per warp.
+    // ---- stage 2: this CTA's 64 segments (k1 = 64·rank + sg), 4 per warp. The pair scale is stage
+    // 1's largest component here, as before the row maxima (fp_pair_scale_rows measured no faster on
+    // clusters and its build spilled more): a rebalanced pair's second stage 1 only raises it.
     float s1, inv1;
     fp_pair_scale(pmax[0], s1, inv1);
     for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {

@@ -121,7 +121,7 @@ template <int Q> __device__ __forceinline__ void fq_idft_first_half(const float2
 // (m < Q/2). Y = DFT_Q of y, then the radix-2 step across the two threads: thread h keeps
 // X[k + Q·h] = Y0[k] ± W_P^k·Y1[k] (the partner's Y by shuffle), times W_N^(n2·k1) (wtab offset by
 // n2: entry k1·256), stored at x[k1·256 + pos]; the pair's largest component into *pmax.
-template <int Q>
+template <int Q, bool MAX = true>
 __device__ __forceinline__ void fq_stage1(const float2 (&y)[Q / 2], int h, float2* __restrict__ x, int pos, const float2* __restrict__ wtab, int* pmax) {
     float2 a[Q];
     fq_dft_half<Q>(y, a);
@@ -134,9 +134,10 @@ __device__ __forceinline__ void fq_stage1(const float2 (&y)[Q / 2], int h, float
         const float2 v0 = h == 0 ? c_add(y0, t) : c_sub(y0, t);
         const int k1 = k + Q * h;
         const float2 v = k1 == 0 ? v0 : c_mul(v0, wtab[k1 << 8]);
-        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+        if (MAX) mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
         x[k1 * 256 + pos] = v;
     }
+    if (!MAX) return;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if ((threadIdx.x & 31) == 0) atomicMax(pmax, __float_as_int(mx));
@@ -208,10 +209,10 @@ __device__ __forceinline__ void fq_stage1_cols(const FcParams& p, const FcRow& r
                 y[m].y *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;
             }
         }
-        if (ma) fp_rows_absmax(y, *ma, *mb);
+        if (ma) fp_rows_absmax<Q / 2>(y, *ma, *mb);
         else fp_rows_scale(y, s);
-        // W_N^(n2·k1) at k1·256 of the table offset by n2.
-        fq_stage1<Q>(y, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2, &pmax[0]);
+        // W_N^(n2·k1) at k1·256 of the table offset by n2 (the pair scale from the row maxima).
+        fq_stage1<Q, false>(y, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2, &pmax[0]);
     }
 }
 
@@ -251,9 +252,9 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
         fq_stage1_cols<Q, T, TO, NT>(p, ra, rb, h, x, tw, pmax, bal.s, nullptr, nullptr);
         __syncthreads();
     }
-    // ---- stage 2: the 2Q segments over the warps.
+    // ---- stage 2: the 2Q segments over the warps (pair scale from the row maxima: fp_pair_scale_rows).
     float s1, inv1;
-    fp_pair_scale(pmax[0], s1, inv1);
+    fp_pair_scale_rows(&pmax[1], Q, s1, inv1);
     for (int sg = threadIdx.x >> 5; sg < P; sg += NW) {
         const float4* kf = reinterpret_cast<const float4*>(p.spec) + (i64)ra.g * (N / 2) + sg * 128;
         fp_segment(x + sg * 256, kf, tab, s1);
@@ -337,7 +338,7 @@ __device__ void fc_bwd_pairq(const FcParams& p) {
     uint4* wsave = reinterpret_cast<uint4*>(x + P * 256);  // [segment][j][lane]
     unsigned* tab = reinterpret_cast<unsigned*>(wsave + P * 64);
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
-    int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z; [2], [3]: w's rows' largest |input|, [4], [5]: d_z's
+    int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     fp_copy_tab(tab, p, NT);
     const int h = threadIdx.x & 1, off = h << 8;
@@ -358,87 +359,50 @@ __device__ void fc_bwd_pairq(const FcParams& p) {
         // Uniform over the CTA; chunks are consecutive pairs, so no later pair is valid either.
         if (!ra.valid) break;
         const i64 kseg = (i64)ra.g * (N / 2);
-        // ---- phase 1, stage 1: w (all u loads first, then the pregate's); again with the rows
-        // rebalanced where they are binades apart (fp_balance).
+        // ---- phase 1, stage 1: w (all u loads first, then the pregate's).
 #pragma unroll 1
-        for (int pass = 0;; ++pass) {  // one code path for both passes (the row factors re-read from
-            // shared memory where used: held in registers they cost the training kernels spills)
-#pragma unroll 1
-            for (int c = 0; c < CPT; ++c) {
-                const int n2 = col(c);
-                FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
-                fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
-                float2 y[Q / 2];
+        for (int c = 0; c < CPT; ++c) {
+            const int n2 = col(c);
+            FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+            fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
+            float2 y[Q / 2];
+#pragma unroll
+            for (int m = 0; m < Q / 2; ++m) {
+                const int o = m << 9;
+                y[m] = make_float2(o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f, o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f);
+            }
+            if (pre) {
 #pragma unroll
                 for (int m = 0; m < Q / 2; ++m) {
                     const int o = m << 9;
-                    y[m] = make_float2(o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f, o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f);
+                    y[m].x *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
+                    y[m].y *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
                 }
-                if (pre) {
-#pragma unroll
-                    for (int m = 0; m < Q / 2; ++m) {
-                        const int o = m << 9;
-                        y[m].x *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
-                        y[m].y *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
-                    }
-                }
-                if (pass) {
-                    fp_rows_scale(y, fp_balance(pmax[2], pmax[3]).s);
-                } else {
-                    float ma = 0.f, mb = 0.f;
-                    fp_rows_absmax(y, ma, mb);
-                    fp_rows_max_commit(ma, mb, &pmax[2]);
-                }
-                fq_stage1<Q>(y, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2, &pmax[0]);
             }
-            __syncthreads();
-            if (pass) break;
-            if (!fp_balance(pmax[2], pmax[3]).redo) break;  // uniform over the CTA
+            fq_stage1<Q>(y, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2, &pmax[0]);
         }
+        __syncthreads();
         // ---- phase 1, segments: W saved; z's spectrum when needed.
         float s1, inv1;
         fp_pair_scale(pmax[0], s1, inv1);
         for (int sg = threadIdx.x >> 5; sg < P; sg += NW) fb_segment_w(x + sg * 256, spec + kseg + sg * 128, tab, s1, wsave + sg * 64, need_z);
         __syncthreads();
         // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers.
-        // Again with d_z's rows rebalanced where they are binades apart (z's spectrum first put back
-        // from the saved W).
         const float ks = kscale[ra.g];
 #pragma unroll 1
-        for (int pass = 0;; ++pass) {  // one code path for both passes
-#pragma unroll 1
-            for (int c = 0; c < CPT; ++c) {
-                const int n2 = col(c), pos = fp_idx(n2 >> 4, n2 & 15);
-                FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
-                fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
-                float2 a[Q / 2];
-                if (need_z) fq_stage1_inv<Q>(a, h, x, pos, tw + FqTw<Q>::OFF + n2);
-                fb_dz_sel<Q / 2, 9, ZM>(p, a, Q / 2, fp_out_factors(inv1, fp_balance(pmax[2], pmax[3])), ks, fa, fb);
-                if (pass) {
-                    fp_rows_scale(a, fp_balance(pmax[4], pmax[5]).s);
-                } else {
-                    float ma = 0.f, mb = 0.f;
-                    fp_rows_absmax(a, ma, mb);
-                    fp_rows_max_commit(ma, mb, &pmax[4]);
-                }
-                fq_stage1<Q>(a, h, x, pos, tw + FqTw<Q>::OFF + n2, &pmax[1]);
-            }
-            __syncthreads();
-            if (pass) break;
-            if (!fp_balance(pmax[4], pmax[5]).redo) break;  // uniform over the CTA
-            if (need_z) {
-                for (int sg = threadIdx.x >> 5; sg < P; sg += NW) fb_segment_zredo(x + sg * 256, spec + kseg + sg * 128, tab, wsave + sg * 64);
-                __syncthreads();
-            }
+        for (int c = 0; c < CPT; ++c) {
+            const int n2 = col(c), pos = fp_idx(n2 >> 4, n2 & 15);
+            FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+            fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
+            float2 a[Q / 2];
+            if (need_z) fq_stage1_inv<Q>(a, h, x, pos, tw + FqTw<Q>::OFF + n2);
+            fb_dz_sel<Q / 2, 9, ZM>(p, a, Q / 2, inv1, ks, fa, fb);
+            fq_stage1<Q>(a, h, x, pos, tw + FqTw<Q>::OFF + n2, &pmax[1]);
         }
+        __syncthreads();
         // ---- phase 2, segments: T, × conj(K̂), inverse.
         float s2, inv2;
         fp_pair_scale(pmax[1], s2, inv2);
-        const float2 dkw = fb_dk_weights(fp_balance(pmax[2], pmax[3]), fp_balance(pmax[4], pmax[5]));
-        if (dkw.y != 0.f) {  // uniform over the CTA: the saved W becomes W~ (fb_wtilde)
-            fb_wtilde<P>([&](int k1) { return reinterpret_cast<unsigned*>(wsave + k1 * 64); }, dkw, 0, P / 2, NT);
-            __syncthreads();
-        }
         for (int sg = threadIdx.x >> 5; sg < P; sg += NW)
             fb_segment_g(x + sg * 256, spec + kseg + sg * 128, tab, s2, wsave + sg * 64, tslot + sg * 128, inv1, inv2, it == 0);
         __syncthreads();
@@ -450,8 +414,8 @@ __device__ void fc_bwd_pairq(const FcParams& p) {
             fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
             float2 a[Q / 2];
             fq_stage1_inv<Q>(a, h, x, fp_idx(n2 >> 4, n2 & 15), tw + FqTw<Q>::OFF + n2);
-            if (pre) fb_dw<Q / 2, true, 9>(p, a, Q / 2, fp_out_factors(inv2, fp_balance(pmax[4], pmax[5])), ks, fa, fb);
-            else fb_dw<Q / 2, false, 9>(p, a, Q / 2, fp_out_factors(inv2, fp_balance(pmax[4], pmax[5])), ks, fa, fb);
+            if (pre) fb_dw<Q / 2, true, 9>(p, a, Q / 2, inv2, ks, fa, fb);
+            else fb_dw<Q / 2, false, 9>(p, a, Q / 2, inv2, ks, fa, fb);
         }
         __syncthreads();
     }

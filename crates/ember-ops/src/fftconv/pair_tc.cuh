@@ -131,8 +131,10 @@ __device__ __forceinline__ void fp_pair_scale(int bits, float& s, float& inv) {
 #define FP_BAL_SLACK 2
 #define FP_BAL_MAX_SHIFT 100
 
-template <int M>
-__device__ __forceinline__ void fp_rows_absmax(const float2 (&y)[M], float& ma, float& mb) {
+// The largest |value| of each row among the first M of y[] (.x row a, .y row b), folded into ma, mb.
+template <int M, int N>
+__device__ __forceinline__ void fp_rows_absmax(const float2 (&y)[N], float& ma, float& mb) {
+    static_assert(M <= N, "M of the N values");
 #pragma unroll
     for (int m = 0; m < M; ++m) {
         ma = fmaxf(ma, fabsf(y[m].x));
@@ -140,31 +142,26 @@ __device__ __forceinline__ void fp_rows_absmax(const float2 (&y)[M], float& ma, 
     }
 }
 
-// The warp's row maxima into rm[0] (row a) and rm[1] (row b) (non-negative floats order as their
-// bit patterns). Every lane of the warp calls it.
+// The warp's row maxima into rm[0] (row a) and rm[1] (row b): non-negative floats order as their
+// bit patterns, so one warp reduction (redux) and one shared atomic per row. Every lane calls it.
 __device__ __forceinline__ void fp_rows_max_commit(float ma, float mb, int* rm) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
-        mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
-    }
+    const unsigned a = __reduce_max_sync(0xffffffffu, __float_as_uint(ma)), b = __reduce_max_sync(0xffffffffu, __float_as_uint(mb));
     if ((threadIdx.x & 31) == 0) {
-        atomicMax(rm, __float_as_int(ma));
-        atomicMax(rm + 1, __float_as_int(mb));
+        atomicMax(rm, (int)a);
+        atomicMax(rm + 1, (int)b);
     }
 }
 
 // A pair's treatment from its rows' largest |input| (bit patterns ia, ib): `s` multiplies the rows'
-// inputs when stage 1 is redone (`redo`), `g` = 1/s, `f` their outputs (before the pair scale's
-// inverse): g, or 0 for a row of zeros.
+// inputs when stage 1 is redone (`redo`), `f` their outputs (before the pair scale's inverse): 1/s,
+// or 0 for a row of zeros.
 struct FpBal {
-    float2 s, g, f;
+    float2 s, f;
     bool redo;
 };
 __device__ __forceinline__ FpBal fp_balance(int ia, int ib) {
     FpBal b;
     b.s = make_float2(1.f, 1.f);
-    b.g = b.s;
     b.f = make_float2(ia == 0 ? 0.f : 1.f, ib == 0 ? 0.f : 1.f);
     b.redo = false;
     const int ea = ia >> 23, eb = ib >> 23;
@@ -174,10 +171,10 @@ __device__ __forceinline__ FpBal fp_balance(int ia, int ib) {
     const float up = __int_as_float((127 + d) << 23), down = __int_as_float((127 - d) << 23);
     if (ea > eb) {
         b.s.y = up;
-        b.g.y = b.f.y = down;
+        b.f.y = down;
     } else {
         b.s.x = up;
-        b.g.x = b.f.x = down;
+        b.f.x = down;
     }
     b.redo = true;
     return b;
@@ -187,6 +184,20 @@ template <int M>
 __device__ __forceinline__ void fp_rows_scale(float2 (&y)[M], float2 s) {
 #pragma unroll
     for (int m = 0; m < M; ++m) y[m] = make_float2(y[m].x * s.x, y[m].y * s.y);
+}
+
+// The pair scale (fp_pair_scale) from its rows' largest |input| (words rm[0], rm[1]) rather than from
+// stage 1's largest component: every component of a column's stage-1 output is at most
+// Σ_n |w_a[n] + i·w_b[n]| ≤ cnt·(ma·s.x + mb·s.y) over the column's cnt inputs (s: fp_balance's
+// factors where the pair is rebalanced), so that bound put in [1/2, 1) keeps stage 1's output below
+// 1 as the largest component did, and fp_segment's f16 bounds hold. It costs no reduction over stage
+// 1's output (the row maxima are needed anyway) and gives up at most log2(cnt·√2) binades of
+// headroom: f16 rounds relative to each value, so only values below 2^-14 of the bound lose
+// precision, by at most 2^-25 of the bound each.
+__device__ __forceinline__ void fp_pair_scale_rows(const int* rm, int cnt, float& s1, float& inv1) {
+    const FpBal b = fp_balance(rm[0], rm[1]);
+    const float bound = (float)cnt * (__int_as_float(rm[0]) * b.s.x + __int_as_float(rm[1]) * b.s.y);
+    fp_pair_scale(__float_as_int(bound), s1, inv1);
 }
 
 // The epilogue's factors: the pair scale's inverse times each row's factor.
@@ -216,8 +227,7 @@ __device__ __forceinline__ void fp_one_pair_rows(const FcParams& p, FcRow* rows,
 
 // Threads 0 and 1 of a backward with one pair slot per CTA (or cluster): rows a, b of pair `it` of
 // slot `slot` (chunk slot mod parts of head slot / parts, ppc pairs per chunk; hd = 1) into rows[0],
-// rows[1], and pmax[0] = pmax[1] = 0 (w's and d_z's pair maxima) and pmax[2 … 5] = 0 (their rows'
-// largest |input|, fp_balance).
+// rows[1], and pmax[0] = pmax[1] = 0.
 // (`slot` keeps the caller's type: blockIdx.x divides as 32-bit unsigned, as the kernels always did.)
 template <typename S>
 __device__ __forceinline__ void fp_slot_pair_rows(const FcParams& p, FcRow* rows, int* pmax, S slot, i64 it, i64 ppc, i64 rph, i64 pph) {
@@ -227,7 +237,6 @@ __device__ __forceinline__ void fp_slot_pair_rows(const FcParams& p, FcRow* rows
         FcRow row = fc_row(p, hh * rph + 2 * q + threadIdx.x);
         row.valid = row.valid && ok;
         rows[threadIdx.x] = row;
-        pmax[2 + threadIdx.x] = pmax[4 + threadIdx.x] = 0;
         if (threadIdx.x == 0) pmax[0] = pmax[1] = 0;
     }
 }
@@ -568,7 +577,7 @@ __device__ __forceinline__ void fp_epilogue_sel(int sel, const float2 (&a)[P], i
 // P/2-point DFTs when `half`, i.e. only n1 < P/2 is nonzero), the twiddle W_N^(n2·k1) from the
 // pass table (`wtab` offset by n2), stores into the pair's segments `xr`; the pair's largest
 // component goes into *pmax (non-negative floats order as their bit patterns).
-template <int P>
+template <int P, bool MAX = true>
 __device__ __forceinline__ void fp_stage1(float2 (&a)[P], bool half, float2* __restrict__ xr, int pos, const float2* __restrict__ wtab, int* pmax) {
     if (half) {
         float2 ev[P / 2], od[P / 2];
@@ -587,14 +596,15 @@ __device__ __forceinline__ void fp_stage1(float2 (&a)[P], bool half, float2* __r
     } else {
         fp_dft<P, -1>(a);
     }
-    float mx = fmaxf(fabsf(a[0].x), fabsf(a[0].y));
+    float mx = MAX ? fmaxf(fabsf(a[0].x), fabsf(a[0].y)) : 0.f;
     xr[pos] = a[0];
 #pragma unroll
     for (int k1 = 1; k1 < P; ++k1) {
         const float2 v = c_mul(a[k1], wtab[k1 << 8]);
-        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+        if (MAX) mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
         xr[k1 * 256 + pos] = v;
     }
+    if (!MAX) return;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if ((threadIdx.x & 31) == 0) atomicMax(pmax, __float_as_int(mx));
@@ -684,10 +694,12 @@ __device__ __forceinline__ bool fp_stage1_pairs(const FcParams& p, const FcRow* 
             fp_rows_scale(a, bal.s);
         } else if (MODE == FP_S1_MAXES) {
             float ma = 0.f, mb = 0.f;
-            fp_rows_absmax(a, ma, mb);
+            if (half) fp_rows_absmax<P / 2>(a, ma, mb);
+            else fp_rows_absmax<P>(a, ma, mb);
             fp_rows_max_commit(ma, mb, &rmax[2 * r]);
         }
-        fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
+        // The forwards' pair scale comes from the row maxima (fp_pair_scale_rows): no max of stage 1.
+        fp_stage1<P, MODE == FP_S1_PLAIN>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
     return any;
 }
@@ -721,10 +733,11 @@ __device__ __forceinline__ bool fp_stage1_staged(const FcParams& p, const FcRow*
             fp_rows_scale(a, bal.s);
         } else {
             float ma = 0.f, mb = 0.f;
-            fp_rows_absmax(a, ma, mb);
+            if (half) fp_rows_absmax<P / 2>(a, ma, mb);
+            else fp_rows_absmax<P>(a, ma, mb);
             fp_rows_max_commit(ma, mb, &rmax[2 * r]);
         }
-        fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
+        fp_stage1<P, false>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
     return any;
 }
@@ -748,15 +761,16 @@ __device__ __forceinline__ void fp_group_rows(const FcParams& p, FcRow* rows, in
     }
 }
 
-// Stage 2 of a group: each warp's DFT-256 segments of the valid pairs.
+// Stage 2 of a group: each warp's DFT-256 segments of the valid pairs (pair scale from the row
+// maxima rmax: fp_pair_scale_rows).
 template <int LOGP>
-__device__ __forceinline__ void fp_segments(const FcParams& p, const FcRow* rows, const int* pmax, float2* __restrict__ x, const unsigned* __restrict__ tab) {
+__device__ __forceinline__ void fp_segments(const FcParams& p, const FcRow* rows, const int* rmax, bool half, float2* __restrict__ x, const unsigned* __restrict__ tab) {
     constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
     for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
         const int r = sg >> LOGP, k1 = sg & (P - 1);
         if (!rows[2 * r].valid) continue;
         float s1, inv1;
-        fp_pair_scale(pmax[r], s1, inv1);
+        fp_pair_scale_rows(&rmax[2 * r], half ? P / 2 : P, s1, inv1);
         // K̂ of the head: N float2 = N/2 float4; segment k1 at 128·k1 float4.
         const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)rows[2 * r].g << (LOGN - 1)) + (k1 << 7);
         fp_segment(x + sg * 256, kf, tab, s1);
@@ -767,7 +781,7 @@ __device__ __forceinline__ void fp_segments(const FcParams& p, const FcRow* rows
 // 1/kscale: undone per output (two factors, so that neither product can overflow where the result
 // does not).
 template <int LOGP, typename T, typename TO>
-__device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow* rows, const int* pmax, const int* rmax, const float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab) {
+__device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow* rows, const int* rmax, const float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab) {
     constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
     const int sel = fp_epilogue_flags(p);
@@ -777,7 +791,7 @@ __device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow*
         if (!ra.valid) continue;
         const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
         float s1, inv1;
-        fp_pair_scale(pmax[r], s1, inv1);
+        fp_pair_scale_rows(&rmax[2 * r], half ? P / 2 : P, s1, inv1);
         const float ks = kscale[ra.g];
         float2 a[P];
         const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
@@ -830,6 +844,7 @@ __device__ __forceinline__ void fp_idft32_first16(const float2 (&a)[32], float2 
 // (m < 16; L ≤ N/2). Y = DFT32 of y (two 16-point DFTs: only m < 16 is nonzero), then the radix-2
 // step across the two threads: thread h keeps X[k + 32h] = Y0[k] ± W64^k·Y1[k] (the partner's Y by
 // shuffle), times W_N^(n2·k1), stored at x[k1·256 + pos]; the pair's largest component into *pmax.
+template <bool MAX = true>
 __device__ __forceinline__ void fp64_stage1(const float2 (&y)[16], int h, float2* __restrict__ x, int pos, const float2* __restrict__ tw, const float2* __restrict__ wtab, int* pmax) {
     float2 a[32];
     fp_dft32_half(y, a);
@@ -843,9 +858,10 @@ __device__ __forceinline__ void fp64_stage1(const float2 (&y)[16], int h, float2
         const float2 v0 = h == 0 ? c_add(y0, t) : c_sub(y0, t);
         const int k1 = k + 32 * h;
         const float2 v = k1 == 0 ? v0 : c_mul(v0, wtab[k1 << 8]);
-        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+        if (MAX) mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
         x[k1 * 256 + pos] = v;
     }
+    if (!MAX) return;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if ((threadIdx.x & 31) == 0) atomicMax(pmax, __float_as_int(mx));
@@ -969,7 +985,7 @@ __device__ __forceinline__ float2 fpc_twiddle(const FpcLane<CS>& l, const float2
 // step (model: tests.rs, cluster_stage1_model_matches_the_dft). Then × W_N^(n2·k1) (wtab offset by
 // n2), stored at the owning CTA (l.xo); the largest component to every CTA's max word at byte
 // offset `pm_off`.
-template <int CS>
+template <int CS, bool MAX = true>
 __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<CS>& l, const float2* __restrict__ tw, const float2* __restrict__ wtab, unsigned pm_off) {
     constexpr int TL = FpcLane<CS>::TL;
     float2 a[32];
@@ -1003,7 +1019,7 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
             a[k] = c_mul(a[k], k == 0 ? wr : c_mul(wtab[k << 8], wr));
-            mx = fmaxf(mx, fmaxf(fabsf(a[k].x), fabsf(a[k].y)));
+            if (MAX) mx = fmaxf(mx, fmaxf(fabsf(a[k].x), fabsf(a[k].y)));
         }
 #pragma unroll
         for (int k = 0; k < 32; ++k) l.xo[k * 256] = a[k];
@@ -1013,10 +1029,11 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
             const float2 v = c_mul(a[k], wtab[(k + 32 * l.r) << 8]);
-            mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+            if (MAX) mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
             l.xo[k * 256] = v;
         }
     }
+    if (!MAX) return;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if ((threadIdx.x & 31) == 0)
@@ -1029,17 +1046,13 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
 template <int CS>
 __device__ __forceinline__ void fpc_rows_max_commit(const float2 (&y)[16], const FpcLane<CS>& l, unsigned off = 4) {
     float ma = 0.f, mb = 0.f;
-    fp_rows_absmax(y, ma, mb);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        ma = fmaxf(ma, __shfl_xor_sync(0xffffffffu, ma, o));
-        mb = fmaxf(mb, __shfl_xor_sync(0xffffffffu, mb, o));
-    }
+    fp_rows_absmax<16>(y, ma, mb);
+    const unsigned a = __reduce_max_sync(0xffffffffu, __float_as_uint(ma)), b = __reduce_max_sync(0xffffffffu, __float_as_uint(mb));
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int c = 0; c < CS; ++c) {
-            fp_max_dsm(l.pm[c] + off, __float_as_int(ma));
-            fp_max_dsm(l.pm[c] + off + 4, __float_as_int(mb));
+            fp_max_dsm(l.pm[c] + off, (int)a);
+            fp_max_dsm(l.pm[c] + off + 4, (int)b);
         }
 }
 
