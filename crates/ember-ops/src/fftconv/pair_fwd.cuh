@@ -33,9 +33,12 @@ __device__ void fc_fwd_pair(const FcParams& p) {
     const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
     // ---- stage 1: DFT over n1, twiddle, store; the pair's largest component into pmax, the rows'
     // largest |input| into rmax; again for the pairs whose rows are binades apart (fp_balance).
-    fp_stage1_pairs<P, T, TO, R, FP_S1_MAXES>(p, rows, x, n2, pos, half, wtab, pmax, rmax);
-    __syncthreads();
-    if (fp_stage1_pairs<P, T, TO, R, FP_S1_REDO>(p, rows, x, n2, pos, half, wtab, pmax, rmax)) __syncthreads();
+#pragma unroll 1
+    for (int pass = 0;; ++pass) {
+        fp_stage1_pairs<P, T, TO, R, true>(p, rows, x, n2, pos, half, wtab, pmax, rmax, pass);
+        __syncthreads();
+        if (pass || !fp_any_redo<R>(rows, rmax)) break;  // uniform over the CTA
+    }
     // ---- stage 2: each warp's segments.
     fp_segments<LOGP>(p, rows, rmax, half, x, tab);
     __syncthreads();
@@ -49,6 +52,11 @@ __device__ void fc_fwd_pair(const FcParams& p) {
 // waiting on global loads (ncu at L = 4096: stage 1's load latency was 44 % of the forward's stall
 // samples). Rows and pair scales are double-buffered so the next group's are set up early. Same
 // arithmetic as fc_fwd_pair: bitwise the same outputs.
+template <int P>
+__device__ __noinline__ void fp_stage1_staged_redo(const FcParams& p, const FcRow* rows, const ember_bf16* stg, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax) {
+    fp_stage1_staged<P>(p, rows, stg, x, n2, pos, half, wtab, pmax, rmax, 1);
+}
+
 template <int LOGP, typename T, typename TO>
 __device__ void fc_fwd_pair_staged(const FcParams& p) {
     constexpr int P = 1 << LOGP, R = 32 >> LOGP;
@@ -83,12 +91,16 @@ __device__ void fc_fwd_pair_staged(const FcParams& p) {
         int* rm = rmax + cur * 2 * R;
         fp_cp_async_wait_all();
         __syncthreads();
-        fp_stage1_staged<P>(p, rc, stg, x, n2, pos, half, wtab, pc, rm);
+        fp_stage1_staged<P>(p, rc, stg, x, n2, pos, half, wtab, pc, rm, 0);
         const i64 Gn = G + gridDim.x;
         fp_group_rows<R>(p, rows + (cur ^ 1) * 2 * R, pmax + (cur ^ 1) * R, rmax + (cur ^ 1) * 2 * R, Gn, rph, pph);
         __syncthreads();
-        // Pairs whose rows are binades apart: stage 1 again from the staged copy (fp_balance).
-        if (fp_stage1_staged<P, true>(p, rc, stg, x, n2, pos, half, wtab, pc, rm)) __syncthreads();
+        // Pairs whose rows are binades apart: stage 1 again from the staged copy (fp_balance), out of
+        // line (inlined, or as a loop around the first pass, it cost this kernel registers and time).
+        if (fp_any_redo<R>(rc, rm)) {  // uniform over the CTA
+            fp_stage1_staged_redo<P>(p, rc, stg, x, n2, pos, half, wtab, pc, rm);
+            __syncthreads();
+        }
         // The staged copy has been read: fetch the next group's while this one is transformed.
         if (Gn < ngroups) fp_prefetch<R>(p, rows + (cur ^ 1) * 2 * R, stg, nin);
         fp_segments<LOGP>(p, rc, rm, half, x, tab);

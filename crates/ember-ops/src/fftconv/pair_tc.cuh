@@ -186,6 +186,20 @@ __device__ __forceinline__ void fp_rows_scale(float2 (&y)[M], float2 s) {
     for (int m = 0; m < M; ++m) y[m] = make_float2(y[m].x * s.x, y[m].y * s.y);
 }
 
+// A P ≤ 32 forward's inputs a[] (the first P/2 when `half`) on pass 0: their row maxima to rm; on
+// pass 1: times fp_balance's factors s.
+template <int P>
+__device__ __forceinline__ void fp_rows_pass(float2 (&a)[P], bool half, int pass, float2 s, int* rm) {
+    if (pass) {
+        fp_rows_scale(a, s);
+    } else {
+        float ma = 0.f, mb = 0.f;
+        if (half) fp_rows_absmax<P / 2>(a, ma, mb);
+        else fp_rows_absmax<P>(a, ma, mb);
+        fp_rows_max_commit(ma, mb, rm);
+    }
+}
+
 // The pair scale (fp_pair_scale) from its rows' largest |input| (words rm[0], rm[1]) rather than from
 // stage 1's largest component: every component of a column's stage-1 output is at most
 // Σ_n |w_a[n] + i·w_b[n]| ≤ cnt·(ma·s.x + mb·s.y) over the column's cnt inputs (s: fp_balance's
@@ -664,60 +678,46 @@ __device__ __forceinline__ void fp_prefetch(const FcParams& p, const FcRow* rows
 
 // Stage 1 of every valid pair of a CTA (R pairs, 32/P by default; rows[2r], rows[2r + 1]): thread n2 loads
 // its column of w = u (or u·pregate), all loads first (independent), then fp_stage1 into the
-// pair's segments at x + r·P·256; the pair's largest component into pmax[r]. MODE FP_S1_MAXES (the
-// forwards) also puts its rows' largest |input| into rmax[2r], rmax[2r + 1]; FP_S1_REDO (after a
-// barrier that published rmax) does stage 1 again for the pairs fp_balance rebalances, their inputs
-// scaled, and returns whether there were any (the same answer in every thread: the caller then
-// needs a barrier before the segments).
-#define FP_S1_PLAIN 0
-#define FP_S1_MAXES 1
-#define FP_S1_REDO 2
-template <int P, typename T, typename TO, int R = 32 / P, int MODE = FP_S1_PLAIN>
-__device__ __forceinline__ bool fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax = nullptr) {
-    constexpr bool REDO = MODE == FP_S1_REDO;
-    bool any = false;
+// pair's segments at x + r·P·256; the pair's largest component into pmax[r] (the backward's pair
+// scale). ROWS (the forwards, fp_balance): no stage-1 max (fp_pair_scale_rows); pass 0 puts the rows'
+// largest |input| into rmax[2r], rmax[2r + 1]; pass 1 (after a barrier that published rmax) does
+// stage 1 again for the pairs fp_balance rebalances, their inputs scaled. One code path for both
+// passes (a second instantiation made the P = 32 forward's code longer and slower). Returns whether
+// pass 0 left any pair to rebalance (the same answer in every thread, read after its barrier).
+template <int P, typename T, typename TO, int R = 32 / P, bool ROWS = false>
+__device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax = nullptr, int pass = 0) {
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
         const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
         if (!ra.valid) continue;
-        FpBal bal;
-        if (REDO) {
-            bal = fp_balance(rmax[2 * r], rmax[2 * r + 1]);
+        float2 sc = make_float2(1.f, 1.f);
+        if (ROWS && pass) {
+            const FpBal bal = fp_balance(rmax[2 * r], rmax[2 * r + 1]);
             if (!bal.redo) continue;
-            any = true;
+            sc = bal.s;
         }
         const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
         float2 a[P];
         if (p.has_pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
         else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
-        if (REDO) {
-            fp_rows_scale(a, bal.s);
-        } else if (MODE == FP_S1_MAXES) {
-            float ma = 0.f, mb = 0.f;
-            if (half) fp_rows_absmax<P / 2>(a, ma, mb);
-            else fp_rows_absmax<P>(a, ma, mb);
-            fp_rows_max_commit(ma, mb, &rmax[2 * r]);
-        }
-        // The forwards' pair scale comes from the row maxima (fp_pair_scale_rows): no max of stage 1.
-        fp_stage1<P, MODE == FP_S1_PLAIN>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
+        if (ROWS) fp_rows_pass(a, half, pass, sc, &rmax[2 * r]);
+        fp_stage1<P, !ROWS>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
-    return any;
 }
 
-// fp_stage1_pairs from the staged copy of u (no pregate): element n1 of row 2r + s at
-// stg[(2r + s)·nin·256 + n1·256 + n2], read where n1·256 + n2 < L. REDO as there.
-template <int P, bool REDO = false>
-__device__ __forceinline__ bool fp_stage1_staged(const FcParams& p, const FcRow* rows, const ember_bf16* stg, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax) {
+// fp_stage1_pairs (ROWS) from the staged copy of u (no pregate): element n1 of row 2r + s at
+// stg[(2r + s)·nin·256 + n1·256 + n2], read where n1·256 + n2 < L.
+template <int P>
+__device__ __forceinline__ void fp_stage1_staged(const FcParams& p, const FcRow* rows, const ember_bf16* stg, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax, int pass) {
     const int nin = half ? P / 2 : P;
-    bool any = false;
 #pragma unroll 1
     for (int r = 0; r < 32 / P; ++r) {
         if (!rows[2 * r].valid) continue;
-        FpBal bal;
-        if (REDO) {
-            bal = fp_balance(rmax[2 * r], rmax[2 * r + 1]);
+        float2 sc = make_float2(1.f, 1.f);
+        if (pass) {
+            const FpBal bal = fp_balance(rmax[2 * r], rmax[2 * r + 1]);
             if (!bal.redo) continue;
-            any = true;
+            sc = bal.s;
         }
         const int la = (int)p.L - n2, lb = rows[2 * r + 1].valid ? la : 0;
         const ember_bf16* sa = stg + (2 * r) * nin * 256 + n2;
@@ -729,16 +729,16 @@ __device__ __forceinline__ bool fp_stage1_staged(const FcParams& p, const FcRow*
             const bool in = n1 < nin;
             a[n1] = make_float2(in && o < la ? ember_to_f32(sa[o]) : 0.f, in && o < lb ? ember_to_f32(sb[o]) : 0.f);
         }
-        if (REDO) {
-            fp_rows_scale(a, bal.s);
-        } else {
-            float ma = 0.f, mb = 0.f;
-            if (half) fp_rows_absmax<P / 2>(a, ma, mb);
-            else fp_rows_absmax<P>(a, ma, mb);
-            fp_rows_max_commit(ma, mb, &rmax[2 * r]);
-        }
+        fp_rows_pass(a, half, pass, sc, &rmax[2 * r]);
         fp_stage1<P, false>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
+}
+
+// Whether any valid pair of the R in rows needs its stage 1 again (fp_balance of its row maxima).
+template <int R>
+__device__ __forceinline__ bool fp_any_redo(const FcRow* rows, const int* rmax) {
+    bool any = false;
+    for (int r = 0; r < R; ++r) any |= rows[2 * r].valid && fp_balance(rmax[2 * r], rmax[2 * r + 1]).redo;
     return any;
 }
 
