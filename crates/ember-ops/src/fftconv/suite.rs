@@ -193,6 +193,9 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case { lkr: 0, ..Case::all(1, 3, 7000).lk(2000) },
             Case { lkr: 0, ..Case::all(1, 8, 5000).hd(8) },
             Case { gelu: true, d: true, out_f32: true, ..Case::plain(3, 2, 7168) }.train(),
+            // P = 64 (N = 16384 above the mixed sizes: 7168 < L ≤ 8192), several rows per head: the
+            // pair forward's row balance there.
+            Case { gelu: true, d: true, ..Case::plain(3, 2, 8000) },
             // The pair spectrum kernels (no k_rev): P = 8, 64 (one head per CTA of 512), 128.
             Case { d: true, ..Case::plain(2, 5, 1000) },
             // The narrow spectrum and backward groups (P = 2: 4 heads / 8 slots per CTA; P = 4: 2 /
