@@ -249,12 +249,17 @@ fn forward_path(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Resu
 }
 
 /// Whether the forward for these inputs treats each row's range on its own: the direct forward (a
-/// power-of-two scale per row) and the pair forwards (fp_balance, pair_tc.cuh). Checks (suite.rs).
+/// power-of-two scale per row), and the P = 64 and mixed-radix pair forwards (fp_balance,
+/// pair_tc.cuh). Checks (suite.rs).
 pub(crate) fn forward_keeps_row_range(u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
     if use_direct(u.dtype(), opts, dims) {
         return Ok(true);
     }
-    Ok(forward_path(u, opts, dims, has_clusters(u.cuda_device()?))?.2)
+    Ok(match forward_path(u, opts, dims, has_clusters(u.cuda_device()?))? {
+        (Path::PairMixed { .. }, _, _) => true,
+        (Path::OnChip { logm, pair: true, .. }, _, _) => logm == 13,
+        _ => false,
+    })
 }
 
 /// The forward on clusters of 4 or 8 CTAs (P = 256, 512: N = 65536, 131072, L ≤ N/2) instead of the
@@ -338,14 +343,15 @@ fn smem_bytes_pair_bwd(logp: u32) -> usize {
 
 /// Shared memory of the pair forward: 32 segments of 256 float2 (64 at P = 64 and per CTA at
 /// P = 128), the per-lane
-/// table (40 words × 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and three ints
-/// per pair (its largest component and its rows' largest inputs); with `staged_elems`
+/// table (40 words × 32 lanes), the CTA's row descriptors (2 per pair, 48 bytes each) and one int
+/// per pair (three at P ≥ 64: its rows' largest inputs too, fp_rows_max_commit); with `staged_elems`
 /// (fc_fwd_pair_staged, P = 32) the rows and ints twice, then the staged u (bf16) at a 16-byte
 /// boundary (FP_STG_OFF in pair_tc.cuh, used by pair_fwd.cuh).
 fn smem_bytes_pair(logp: u32, staged_elems: usize) -> usize {
     let (segments, pairs) = if logp >= 6 { (64, 1) } else { (32, 32 >> logp) };
     let head = segments * 256 * 8 + 40 * 32 * 4;
-    if staged_elems == 0 { head + pairs * (2 * 48 + 12) } else { (head + 2 * pairs * (2 * 48 + 12)).next_multiple_of(16) + 2 * staged_elems }
+    let per_pair = 2 * 48 + if logp >= 6 { 12 } else { 4 };
+    if staged_elems == 0 { head + pairs * per_pair } else { (head + 2 * pairs * per_pair).next_multiple_of(16) + 2 * staged_elems }
 }
 
 /// Whether the pair forward runs staged (fc_fwd_pair_staged: a persistent grid that copies the

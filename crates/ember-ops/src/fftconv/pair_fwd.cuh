@@ -14,7 +14,6 @@ __device__ void fc_fwd_pair(const FcParams& p) {
     unsigned* tab = reinterpret_cast<unsigned*>(smem + FP_TAB_OFF);
     FcRow* rows = reinterpret_cast<FcRow*>(smem + FP_ROWS_OFF);  // [2r] = row a, [2r + 1] = row b
     int* pmax = reinterpret_cast<int*>(rows + 2 * R);            // per pair: largest |component|
-    int* rmax = pmax + R;                                        // per row: largest |input| (fp_balance)
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     // The per-lane table, computed once per device after the twiddles (fc_tc_table).
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
@@ -25,25 +24,20 @@ __device__ void fc_fwd_pair(const FcParams& p) {
     const i64 rph = p.B * (i64)p.hd * p.hd;  // rows per head
     const i64 pph = (rph + 1) / 2;           // pairs per head
     // The CTA's rows, computed once (64-bit divisions) and shared.
-    fp_group_rows<R>(p, rows, pmax, rmax, blockIdx.x, rph, pph);
+    fp_group_rows<R>(p, rows, pmax, blockIdx.x, rph, pph);
     __syncthreads();
     // W_N^(n2·k1) = entry k1·256 + n2 of the pass table of shape (ns = 256, R = P) (fft.cuh; for
     // P = 32 its own table FC_TW_PAIR32): a
     // warp's loads are contiguous, and the table (N float2) stays in L1 across the CTA's rounds.
     const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
-    // ---- stage 1: DFT over n1, twiddle, store; the pair's largest component into pmax, the rows'
-    // largest |input| into rmax; again for the pairs whose rows are binades apart (fp_balance).
-#pragma unroll 1
-    for (int pass = 0;; ++pass) {
-        fp_stage1_pairs<P, T, TO, R, true>(p, rows, x, n2, pos, half, wtab, pmax, rmax, pass);
-        __syncthreads();
-        if (pass || !fp_any_redo<R>(rows, rmax)) break;  // uniform over the CTA
-    }
+    // ---- stage 1: DFT over n1, twiddle, store; the pair's largest component into pmax.
+    fp_stage1_pairs<P, T, TO>(p, rows, x, n2, pos, half, wtab, pmax);
+    __syncthreads();
     // ---- stage 2: each warp's segments.
-    fp_segments<LOGP>(p, rows, rmax, half, x, tab);
+    fp_segments<LOGP>(p, rows, pmax, x, tab);
     __syncthreads();
     // ---- inverse stage 1 and the epilogue.
-    fp_inverse_pairs<LOGP, T, TO>(p, rows, rmax, x, n2, pos, half, wtab);
+    fp_inverse_pairs<LOGP, T, TO>(p, rows, pmax, x, n2, pos, half, wtab);
 }
 
 // The staged forward (bf16 u without pregate, L % 8 = 0, 16-byte aligned u): a persistent grid
@@ -52,11 +46,6 @@ __device__ void fc_fwd_pair(const FcParams& p) {
 // waiting on global loads (ncu at L = 4096: stage 1's load latency was 44 % of the forward's stall
 // samples). Rows and pair scales are double-buffered so the next group's are set up early. Same
 // arithmetic as fc_fwd_pair: bitwise the same outputs.
-template <int P>
-__device__ __noinline__ void fp_stage1_staged_redo(const FcParams& p, const FcRow* rows, const ember_bf16* stg, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax) {
-    fp_stage1_staged<P>(p, rows, stg, x, n2, pos, half, wtab, pmax, rmax, 1);
-}
-
 template <int LOGP, typename T, typename TO>
 __device__ void fc_fwd_pair_staged(const FcParams& p) {
     constexpr int P = 1 << LOGP, R = 32 >> LOGP;
@@ -66,7 +55,6 @@ __device__ void fc_fwd_pair_staged(const FcParams& p) {
     unsigned* tab = reinterpret_cast<unsigned*>(smem + FP_TAB_OFF);
     FcRow* rows = reinterpret_cast<FcRow*>(smem + FP_ROWS_OFF);  // [buf][2r + s]
     int* pmax = reinterpret_cast<int*>(rows + 4 * R);            // [buf][r]
-    int* rmax = pmax + 2 * R;                                    // [buf][2r + s]
     ember_bf16* stg = reinterpret_cast<ember_bf16*>(smem + FP_STG_OFF(R, 2));
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
@@ -81,31 +69,24 @@ __device__ void fc_fwd_pair_staged(const FcParams& p) {
     const float2* wtab = tw + (LOGP == 5 ? FC_TW_PAIR32 : FC_STAGE_TW(8, LOGP)) + n2;
     i64 G = blockIdx.x;
     int cur = 0;
-    fp_group_rows<R>(p, rows, pmax, rmax, G, rph, pph);
+    fp_group_rows<R>(p, rows, pmax, G, rph, pph);
     __syncthreads();
     fp_prefetch<R>(p, rows, stg, nin);
 #pragma unroll 1
     for (;;) {
         const FcRow* rc = rows + cur * 2 * R;
         int* pc = pmax + cur * R;
-        int* rm = rmax + cur * 2 * R;
         fp_cp_async_wait_all();
         __syncthreads();
-        fp_stage1_staged<P>(p, rc, stg, x, n2, pos, half, wtab, pc, rm, 0);
+        fp_stage1_staged<P>(p, rc, stg, x, n2, pos, half, wtab, pc);
         const i64 Gn = G + gridDim.x;
-        fp_group_rows<R>(p, rows + (cur ^ 1) * 2 * R, pmax + (cur ^ 1) * R, rmax + (cur ^ 1) * 2 * R, Gn, rph, pph);
+        fp_group_rows<R>(p, rows + (cur ^ 1) * 2 * R, pmax + (cur ^ 1) * R, Gn, rph, pph);
         __syncthreads();
-        // Pairs whose rows are binades apart: stage 1 again from the staged copy (fp_balance), out of
-        // line (inlined, or as a loop around the first pass, it cost this kernel registers and time).
-        if (fp_any_redo<R>(rc, rm)) {  // uniform over the CTA
-            fp_stage1_staged_redo<P>(p, rc, stg, x, n2, pos, half, wtab, pc, rm);
-            __syncthreads();
-        }
         // The staged copy has been read: fetch the next group's while this one is transformed.
         if (Gn < ngroups) fp_prefetch<R>(p, rows + (cur ^ 1) * 2 * R, stg, nin);
-        fp_segments<LOGP>(p, rc, rm, half, x, tab);
+        fp_segments<LOGP>(p, rc, pc, x, tab);
         __syncthreads();
-        fp_inverse_pairs<LOGP, T, TO>(p, rc, rm, x, n2, pos, half, wtab);
+        fp_inverse_pairs<LOGP, T, TO>(p, rc, pc, x, n2, pos, half, wtab);
         G = Gn;
         cur ^= 1;
         if (G >= ngroups) break;  // uniform over the CTA
@@ -320,7 +301,7 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     float2* x = fc_smem;  // this CTA's 64 segments
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
-    int* pmax = reinterpret_cast<int*>(rows + 2);  // [0]: the pair's largest component, [1], [2]: the rows' largest |input|
+    int* pmax = reinterpret_cast<int*>(rows + 2);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
@@ -339,35 +320,19 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     fp_row_shift(fa, l.j << 8);
     fp_row_shift(fb, l.j << 8);
     const float2* wtab = tw + FpcLane<CS>::TW + l.n2;  // W_N^(n2·k1) at k1·256
-    // ---- stage 1; again with the rows rebalanced where they are binades apart (fp_balance: every
-    // CTA holds the same row maxima, so all decide alike).
-    unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
+    // ---- stage 1.
     {
         float2 y[16];
         if constexpr (STG) {
+            unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
             fpc_load_staged<CS>(y, p, ra, rb, rank, l.n2, l.j, stg);
         } else {
             fp_load16<8 + TL>(y, pre, fa, fb);
         }
-        fpc_rows_max_commit<CS>(y, l);
         fpc_stage1<CS>(y, l, tw, wtab, 0);
     }
     fp_cluster_sync();
-    const FpBal bal = fp_balance(pmax[1], pmax[2]);
-    if (bal.redo) {  // uniform over the cluster
-        float2 y[16];
-        if constexpr (STG) {
-            fpc_read_u<CS>(y, l.n2, l.j, rank, stg);  // the staged copy is still there
-        } else {
-            fp_load16<8 + TL>(y, pre, fa, fb);
-        }
-        fp_rows_scale(y, bal.s);
-        fpc_stage1<CS>(y, l, tw, wtab, 0);
-        fp_cluster_sync();
-    }
-    // ---- stage 2: this CTA's 64 segments (k1 = 64·rank + sg), 4 per warp. The pair scale is stage
-    // 1's largest component here, as before the row maxima (fp_pair_scale_rows measured no faster on
-    // clusters and its build spilled more): a rebalanced pair's second stage 1 only raises it.
+    // ---- stage 2: this CTA's 64 segments (k1 = 64·rank + sg), 4 per warp.
     float s1, inv1;
     fp_pair_scale(pmax[0], s1, inv1);
     for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
@@ -385,16 +350,17 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     if constexpr (STG && FpIsBf16<TO>::v && CS == 8) {
         if (p.hd == 1) {
             using S = FpcStg<CS>;
+            unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
             fa.out = reinterpret_cast<TO*>(fpc_out_slot<CS>(l.n2, l.j, rank, stg));
             fb.out = fa.out + S::NR * 2 * S::SW;
-            fp_epilogue_sel<16, 8 + TL, 2 * FpcLane<CS>::T * S::SW>(fp_epilogue_flags(p), o16, 16, fp_out_factors(inv1, bal), ks, fa, fb);
+            fp_epilogue_sel<16, 8 + TL, 2 * FpcLane<CS>::T * S::SW>(fp_epilogue_flags(p), o16, 16, make_float2(inv1, inv1), ks, fa, fb);
             __syncthreads();
             fpc_flush_out<CS>(p, ra, rb, rank, stg);
             fp_cluster_wait();
             return;
         }
     }
-    fp_epilogue_sel<16, 8 + TL>(fp_epilogue_flags(p), o16, 16, fp_out_factors(inv1, bal), ks, fa, fb);
+    fp_epilogue_sel<16, 8 + TL>(fp_epilogue_flags(p), o16, 16, make_float2(inv1, inv1), ks, fa, fb);
     fp_cluster_wait();  // the others are done reading ours: all may exit
 }
 

@@ -119,15 +119,17 @@ __device__ __forceinline__ void fp_pair_scale(int bits, float& s, float& inv) {
     inv = __int_as_float((127 + ex) << 23);
 }
 
-// ---- Rows of very different magnitude in one pair (v15). The pair's two rows share one complex
-// signal, and an f16 tensor-core DFT's error is relative to the whole signal: the smaller row's
-// output carries ~2^-11 of the larger row's magnitude. So each forward also finds each row's largest
-// |input| (fp_rows_absmax, fp_rows_max_commit into two words beside the pair max), and after stage 1
-// decides per pair (fp_balance): a row that is all zeros gets output factor 0 (its convolution is
-// exactly zero; D·0 is added after); rows more than FP_BAL_SLACK binades apart are rebalanced —
-// stage 1 is done again with the smaller row multiplied up by 2^d (exact), and its outputs are
-// multiplied by 2^-d in the epilogue. Pairs within FP_BAL_SLACK binades (the common case) run as
-// before, bit for bit. Non-finite maxima leave the pair as it was (NaN and inf propagate as before).
+// ---- Rows of very different magnitude in one pair (v15; the P = 64 and mixed-radix forwards). The
+// pair's two rows share one complex signal, and an f16 tensor-core DFT's error is relative to the
+// whole signal: the smaller row's output carries ~2^-11 of the larger row's magnitude. So these
+// forwards find each row's largest |input| (fp_rows_absmax, fp_rows_max_commit into two words beside
+// the pair max), take the pair scale from them (fp_pair_scale_rows) and decide per pair
+// (fp_balance): a row that is all zeros gets output factor 0 (its convolution is exactly zero; D·0 is
+// added after); rows more than FP_BAL_SLACK binades apart are rebalanced — stage 1 is done again with
+// the smaller row multiplied up by 2^d (exact), and its outputs are multiplied by 2^-d in the
+// epilogue. Non-finite maxima leave the pair as it was (NaN and inf propagate as before). (The P ≤ 32
+// and cluster forwards and the backwards do not: it measured 3–6 % and 11–26 % slower there; NOTES
+// "v15".)
 #define FP_BAL_SLACK 2
 #define FP_BAL_MAX_SHIFT 100
 
@@ -184,20 +186,6 @@ template <int M>
 __device__ __forceinline__ void fp_rows_scale(float2 (&y)[M], float2 s) {
 #pragma unroll
     for (int m = 0; m < M; ++m) y[m] = make_float2(y[m].x * s.x, y[m].y * s.y);
-}
-
-// A P ≤ 32 forward's inputs a[] (the first P/2 when `half`) on pass 0: their row maxima to rm; on
-// pass 1: times fp_balance's factors s.
-template <int P>
-__device__ __forceinline__ void fp_rows_pass(float2 (&a)[P], bool half, int pass, float2 s, int* rm) {
-    if (pass) {
-        fp_rows_scale(a, s);
-    } else {
-        float ma = 0.f, mb = 0.f;
-        if (half) fp_rows_absmax<P / 2>(a, ma, mb);
-        else fp_rows_absmax<P>(a, ma, mb);
-        fp_rows_max_commit(ma, mb, rm);
-    }
 }
 
 // The pair scale (fp_pair_scale) from its rows' largest |input| (words rm[0], rm[1]) rather than from
@@ -591,7 +579,7 @@ __device__ __forceinline__ void fp_epilogue_sel(int sel, const float2 (&a)[P], i
 // P/2-point DFTs when `half`, i.e. only n1 < P/2 is nonzero), the twiddle W_N^(n2·k1) from the
 // pass table (`wtab` offset by n2), stores into the pair's segments `xr`; the pair's largest
 // component goes into *pmax (non-negative floats order as their bit patterns).
-template <int P, bool MAX = true>
+template <int P>
 __device__ __forceinline__ void fp_stage1(float2 (&a)[P], bool half, float2* __restrict__ xr, int pos, const float2* __restrict__ wtab, int* pmax) {
     if (half) {
         float2 ev[P / 2], od[P / 2];
@@ -610,15 +598,14 @@ __device__ __forceinline__ void fp_stage1(float2 (&a)[P], bool half, float2* __r
     } else {
         fp_dft<P, -1>(a);
     }
-    float mx = MAX ? fmaxf(fabsf(a[0].x), fabsf(a[0].y)) : 0.f;
+    float mx = fmaxf(fabsf(a[0].x), fabsf(a[0].y));
     xr[pos] = a[0];
 #pragma unroll
     for (int k1 = 1; k1 < P; ++k1) {
         const float2 v = c_mul(a[k1], wtab[k1 << 8]);
-        if (MAX) mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
         xr[k1 * 256 + pos] = v;
     }
-    if (!MAX) return;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if ((threadIdx.x & 31) == 0) atomicMax(pmax, __float_as_int(mx));
@@ -678,47 +665,29 @@ __device__ __forceinline__ void fp_prefetch(const FcParams& p, const FcRow* rows
 
 // Stage 1 of every valid pair of a CTA (R pairs, 32/P by default; rows[2r], rows[2r + 1]): thread n2 loads
 // its column of w = u (or u·pregate), all loads first (independent), then fp_stage1 into the
-// pair's segments at x + r·P·256; the pair's largest component into pmax[r] (the backward's pair
-// scale). ROWS (the forwards, fp_balance): no stage-1 max (fp_pair_scale_rows); pass 0 puts the rows'
-// largest |input| into rmax[2r], rmax[2r + 1]; pass 1 (after a barrier that published rmax) does
-// stage 1 again for the pairs fp_balance rebalances, their inputs scaled. One code path for both
-// passes (a second instantiation made the P = 32 forward's code longer and slower). Returns whether
-// pass 0 left any pair to rebalance (the same answer in every thread, read after its barrier).
-template <int P, typename T, typename TO, int R = 32 / P, bool ROWS = false>
-__device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax = nullptr, int pass = 0) {
+// pair's segments at x + r·P·256; the pair's largest component into pmax[r].
+template <int P, typename T, typename TO, int R = 32 / P>
+__device__ __forceinline__ void fp_stage1_pairs(const FcParams& p, const FcRow* rows, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax) {
 #pragma unroll 1
     for (int r = 0; r < R; ++r) {
         const FcRow ra = rows[2 * r], rb = rows[2 * r + 1];
         if (!ra.valid) continue;
-        float2 sc = make_float2(1.f, 1.f);
-        if (ROWS && pass) {
-            const FpBal bal = fp_balance(rmax[2 * r], rmax[2 * r + 1]);
-            if (!bal.redo) continue;
-            sc = bal.s;
-        }
         const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
         float2 a[P];
         if (p.has_pre) fp_load<P, true>(a, half ? P / 2 : P, fa, fb);
         else fp_load<P, false>(a, half ? P / 2 : P, fa, fb);
-        if (ROWS) fp_rows_pass(a, half, pass, sc, &rmax[2 * r]);
-        fp_stage1<P, !ROWS>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
+        fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
 }
 
-// fp_stage1_pairs (ROWS) from the staged copy of u (no pregate): element n1 of row 2r + s at
+// fp_stage1_pairs from the staged copy of u (no pregate): element n1 of row 2r + s at
 // stg[(2r + s)·nin·256 + n1·256 + n2], read where n1·256 + n2 < L.
 template <int P>
-__device__ __forceinline__ void fp_stage1_staged(const FcParams& p, const FcRow* rows, const ember_bf16* stg, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax, int* rmax, int pass) {
+__device__ __forceinline__ void fp_stage1_staged(const FcParams& p, const FcRow* rows, const ember_bf16* stg, float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab, int* pmax) {
     const int nin = half ? P / 2 : P;
 #pragma unroll 1
     for (int r = 0; r < 32 / P; ++r) {
         if (!rows[2 * r].valid) continue;
-        float2 sc = make_float2(1.f, 1.f);
-        if (pass) {
-            const FpBal bal = fp_balance(rmax[2 * r], rmax[2 * r + 1]);
-            if (!bal.redo) continue;
-            sc = bal.s;
-        }
         const int la = (int)p.L - n2, lb = rows[2 * r + 1].valid ? la : 0;
         const ember_bf16* sa = stg + (2 * r) * nin * 256 + n2;
         const ember_bf16* sb = sa + nin * 256;
@@ -729,24 +698,14 @@ __device__ __forceinline__ void fp_stage1_staged(const FcParams& p, const FcRow*
             const bool in = n1 < nin;
             a[n1] = make_float2(in && o < la ? ember_to_f32(sa[o]) : 0.f, in && o < lb ? ember_to_f32(sb[o]) : 0.f);
         }
-        fp_rows_pass(a, half, pass, sc, &rmax[2 * r]);
-        fp_stage1<P, false>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
+        fp_stage1<P>(a, half, x + r * P * 256, pos, wtab, &pmax[r]);
     }
 }
 
-// Whether any valid pair of the R in rows needs its stage 1 again (fp_balance of its row maxima).
-template <int R>
-__device__ __forceinline__ bool fp_any_redo(const FcRow* rows, const int* rmax) {
-    bool any = false;
-    for (int r = 0; r < R; ++r) any |= rows[2 * r].valid && fp_balance(rmax[2 * r], rmax[2 * r + 1]).redo;
-    return any;
-}
-
 // The rows of group G of a launch (pairs G·R … G·R + R − 1; pair Q is rows 2q, 2q + 1 of head
-// Q / ⌈rph/2⌉, q = Q mod ⌈rph/2⌉; an odd last row is paired with zeros), by threads < 2R; the pair
-// maxima pmax[r] and row maxima rmax[2r + s] zeroed.
+// Q / ⌈rph/2⌉, q = Q mod ⌈rph/2⌉; an odd last row is paired with zeros), by threads < 2R.
 template <int R>
-__device__ __forceinline__ void fp_group_rows(const FcParams& p, FcRow* rows, int* pmax, int* rmax, i64 G, i64 rph, i64 pph) {
+__device__ __forceinline__ void fp_group_rows(const FcParams& p, FcRow* rows, int* pmax, i64 G, i64 rph, i64 pph) {
     if (threadIdx.x < 2 * R) {
         const int r = threadIdx.x >> 1, second = threadIdx.x & 1;
         const i64 Q = G * R + r;
@@ -756,21 +715,19 @@ __device__ __forceinline__ void fp_group_rows(const FcParams& p, FcRow* rows, in
         const bool first_valid = gl * rph + 2 * qq < p.nrows;
         row.valid = row.valid && first_valid && (second == 0 || 2 * qq + 1 < rph);
         rows[threadIdx.x] = row;
-        rmax[threadIdx.x] = 0;
         if (second == 0) pmax[r] = 0;
     }
 }
 
-// Stage 2 of a group: each warp's DFT-256 segments of the valid pairs (pair scale from the row
-// maxima rmax: fp_pair_scale_rows).
+// Stage 2 of a group: each warp's DFT-256 segments of the valid pairs.
 template <int LOGP>
-__device__ __forceinline__ void fp_segments(const FcParams& p, const FcRow* rows, const int* rmax, bool half, float2* __restrict__ x, const unsigned* __restrict__ tab) {
+__device__ __forceinline__ void fp_segments(const FcParams& p, const FcRow* rows, const int* pmax, float2* __restrict__ x, const unsigned* __restrict__ tab) {
     constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
     for (int sg = threadIdx.x >> 5; sg < 32; sg += 8) {
         const int r = sg >> LOGP, k1 = sg & (P - 1);
         if (!rows[2 * r].valid) continue;
         float s1, inv1;
-        fp_pair_scale_rows(&rmax[2 * r], half ? P / 2 : P, s1, inv1);
+        fp_pair_scale(pmax[r], s1, inv1);
         // K̂ of the head: N float2 = N/2 float4; segment k1 at 128·k1 float4.
         const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)rows[2 * r].g << (LOGN - 1)) + (k1 << 7);
         fp_segment(x + sg * 256, kf, tab, s1);
@@ -781,7 +738,7 @@ __device__ __forceinline__ void fp_segments(const FcParams& p, const FcRow* rows
 // 1/kscale: undone per output (two factors, so that neither product can overflow where the result
 // does not).
 template <int LOGP, typename T, typename TO>
-__device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow* rows, const int* rmax, const float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab) {
+__device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow* rows, const int* pmax, const float2* __restrict__ x, int n2, int pos, bool half, const float2* __restrict__ wtab) {
     constexpr int P = 1 << LOGP, LOGN = LOGP + 8;
     const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
     const int sel = fp_epilogue_flags(p);
@@ -791,22 +748,20 @@ __device__ __forceinline__ void fp_inverse_pairs(const FcParams& p, const FcRow*
         if (!ra.valid) continue;
         const FpRow<T, TO> fa = fp_row<T, TO>(p, ra, n2), fb = fp_row<T, TO>(p, rb, n2);
         float s1, inv1;
-        fp_pair_scale_rows(&rmax[2 * r], half ? P / 2 : P, s1, inv1);
+        fp_pair_scale(pmax[r], s1, inv1);
         const float ks = kscale[ra.g];
         float2 a[P];
         const int nout = fp_stage1_inv<P>(a, half, x + r * P * 256, pos, wtab);
-        fp_epilogue_sel<P, 8>(sel, a, nout, fp_out_factors(inv1, fp_balance(rmax[2 * r], rmax[2 * r + 1])), ks, fa, fb);
+        fp_epilogue_sel<P, 8>(sel, a, nout, make_float2(inv1, inv1), ks, fa, fb);
     }
 }
 
 // Shared memory of the pair forward (P ≤ 32), in bytes from fc_smem: 32 segments of data, the
-// per-lane table, then the rows (2 per pair), pair scales (1 per pair) and row maxima (2 per pair) —
-// NBUF sets of each — then, for the staged forward, u's staged copy at a 16-byte boundary
-// (smem_bytes_pair in cuda.rs).
+// per-lane table, then the rows (2 per pair) and pair scales (1 per pair) — NBUF sets of each —
+// then, for the staged forward, u's staged copy at a 16-byte boundary (smem_bytes_pair in cuda.rs).
 #define FP_TAB_OFF (32 * 256 * 8)
 #define FP_ROWS_OFF (FP_TAB_OFF + TC_TAB_WORDS * 32 * 4)
-#define FP_PAIR_BYTES (2 * 48 + 12)
-#define FP_STG_OFF(R, NBUF) ((FP_ROWS_OFF + (NBUF) * (R) * FP_PAIR_BYTES + 15) & ~15)
+#define FP_STG_OFF(R, NBUF) ((FP_ROWS_OFF + (NBUF) * (R) * (2 * 48 + 4) + 15) & ~15)
 
 // The 32-point DFT of y[m] (only m < 16 nonzero) as two 16-point DFTs: a[2j + e] =
 // DFT16(y[m]·W32^(m·e))[j]. Stage 1's first step at P = 64 and 128.
@@ -985,7 +940,7 @@ __device__ __forceinline__ float2 fpc_twiddle(const FpcLane<CS>& l, const float2
 // step (model: tests.rs, cluster_stage1_model_matches_the_dft). Then × W_N^(n2·k1) (wtab offset by
 // n2), stored at the owning CTA (l.xo); the largest component to every CTA's max word at byte
 // offset `pm_off`.
-template <int CS, bool MAX = true>
+template <int CS>
 __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<CS>& l, const float2* __restrict__ tw, const float2* __restrict__ wtab, unsigned pm_off) {
     constexpr int TL = FpcLane<CS>::TL;
     float2 a[32];
@@ -1019,7 +974,7 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
             a[k] = c_mul(a[k], k == 0 ? wr : c_mul(wtab[k << 8], wr));
-            if (MAX) mx = fmaxf(mx, fmaxf(fabsf(a[k].x), fabsf(a[k].y)));
+            mx = fmaxf(mx, fmaxf(fabsf(a[k].x), fabsf(a[k].y)));
         }
 #pragma unroll
         for (int k = 0; k < 32; ++k) l.xo[k * 256] = a[k];
@@ -1029,31 +984,15 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
             const float2 v = c_mul(a[k], wtab[(k + 32 * l.r) << 8]);
-            if (MAX) mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+            mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
             l.xo[k * 256] = v;
         }
     }
-    if (!MAX) return;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int c = 0; c < CS; ++c) fp_max_dsm(l.pm[c] + pm_off, __float_as_int(mx));
-}
-
-// The rows' largest |input| among the lane's y[] (fp_rows_absmax), to every CTA's words at byte
-// offsets off and off + 4 from its pair max (the forward's pmax[1], pmax[2]; fp_balance).
-template <int CS>
-__device__ __forceinline__ void fpc_rows_max_commit(const float2 (&y)[16], const FpcLane<CS>& l, unsigned off = 4) {
-    float ma = 0.f, mb = 0.f;
-    fp_rows_absmax<16>(y, ma, mb);
-    const unsigned a = __reduce_max_sync(0xffffffffu, __float_as_uint(ma)), b = __reduce_max_sync(0xffffffffu, __float_as_uint(mb));
-    if ((threadIdx.x & 31) == 0)
-#pragma unroll
-        for (int c = 0; c < CS; ++c) {
-            fp_max_dsm(l.pm[c] + off, (int)a);
-            fp_max_dsm(l.pm[c] + off + 4, (int)b);
-        }
 }
 
 // The inverse of fpc_stage1: lane l reads B[k + 32·r]·conj(W_N^(n2·k1)) (from the owning CTA, all

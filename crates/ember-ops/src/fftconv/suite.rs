@@ -463,8 +463,9 @@ fn cuda_properties(
         rows.push(row);
     }
     // Rows of very different magnitude side by side, where the forward treats each row's range on its
-    // own — the direct forward (a power-of-two scale per row) and the pair forwards (fp_balance
-    // rebalances the two rows of a complex signal; pair_tc.cuh): batch entry 0 of u scaled by 2^-30
+    // own — the direct forward (a power-of-two scale per row) and the P = 64 and mixed-radix pair
+    // forwards (fp_balance rebalances the two rows of a complex signal; pair_tc.cuh; the other pair
+    // kernels do not: NOTES "Missing / weak"): batch entry 0 of u scaled by 2^-30
     // (exact), that entry's output against the f64 reference of the same inputs, the error over that
     // entry alone; and batch entry 0 of u all zeros, whose output must be exactly zero (0 + D·0,
     // GELU(0) = 0), not the other rows' rounding. The same for d_out and d_u where the direct
