@@ -47,12 +47,14 @@
 //! Every input is validated before any launch.
 //!
 //! Precision on CUDA with bf16 u beyond the direct forward's lengths: the pair kernels transform two
-//! rows of a head (batch entries 2q and 2q + 1) as one complex signal with one scale, so a row much
-//! smaller than its partner (all zero, e.g. padding, by the same mechanism) carries noise at ~2^-11 of
-//! the partner's magnitude (measured for a row 2^-30 below O(1) partners: ~1e-4 absolute), while the
-//! whole output's relative error stays ~1.6e-3 (what the checks bound). Where that matters, put
-//! sequences of similar scale at neighbouring batch entries, or use f32 / f16 u (CUDA-core FFT, one
-//! row at a time).
+//! rows of a head (batch entries 2q and 2q + 1) as one complex signal. The forward at 4096 < L ≤ 8192
+//! (N = 16384 and the mixed-radix sizes) keeps each row's range (a row of zeros gives exactly D·0
+//! through GELU, a row 2^-30 below its partner keeps ~1.7e-3 relative error; NOTES "v15"). Elsewhere
+//! (the other forward sizes, and every pair backward) the pair shares one scale, so a row much smaller
+//! than its partner (all zero, e.g. padding, by the same mechanism) carries noise at ~2^-11 of the
+//! partner's magnitude (measured for a row 2^-30 below O(1) partners: ~1e-4 absolute), while the whole
+//! output's relative error stays ~1.6e-3 (what the checks bound). Where that matters, put sequences of
+//! similar scale at neighbouring batch entries, or use f32 / f16 u (CUDA-core FFT, one row at a time).
 
 pub mod cpu;
 pub mod cuda;
