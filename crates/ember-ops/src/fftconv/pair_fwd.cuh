@@ -228,7 +228,7 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
     float2* x = fc_smem;
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
-    int* pmax = reinterpret_cast<int*>(rows + 2);  // [0]: the pair's largest component, [1], [2]: the rows' largest |input|
+    int* pmax = reinterpret_cast<int*>(rows + 2);  // [1], [2]: the rows' largest |input| ([0] unused: fp_pair_scale_rows)
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];

@@ -120,7 +120,8 @@ template <int Q> __device__ __forceinline__ void fq_idft_first_half(const float2
 // Stage 1 at P = 2Q for thread h of column n2 (at `pos`): y[m] = the pair's input at n1 = 2m + h
 // (m < Q/2). Y = DFT_Q of y, then the radix-2 step across the two threads: thread h keeps
 // X[k + Q·h] = Y0[k] ± W_P^k·Y1[k] (the partner's Y by shuffle), times W_N^(n2·k1) (wtab offset by
-// n2: entry k1·256), stored at x[k1·256 + pos]; the pair's largest component into *pmax.
+// n2: entry k1·256), stored at x[k1·256 + pos]; with MAX the pair's largest component into *pmax
+// (the forward takes its pair scale from the row maxima instead: fp_pair_scale_rows).
 template <int Q, bool MAX = true>
 __device__ __forceinline__ void fq_stage1(const float2 (&y)[Q / 2], int h, float2* __restrict__ x, int pos, const float2* __restrict__ wtab, int* pmax) {
     float2 a[Q];
@@ -229,7 +230,7 @@ __device__ void fc_fwd_pairq(const FcParams& p) {
     float2* x = fc_smem;
     unsigned* tab = reinterpret_cast<unsigned*>(x + P * 256);
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
-    int* pmax = reinterpret_cast<int*>(rows + 2);  // [0]: the pair's largest component, [1], [2]: the rows' largest |input|
+    int* pmax = reinterpret_cast<int*>(rows + 2);  // [1], [2]: the rows' largest |input| ([0] unused: fp_pair_scale_rows)
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     fp_copy_tab(tab, p, NT);
     const int h = threadIdx.x & 1;

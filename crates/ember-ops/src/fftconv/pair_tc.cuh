@@ -798,7 +798,8 @@ __device__ __forceinline__ void fp_idft32_first16(const float2 (&a)[32], float2 
 // Stage 1 at P = 64 for thread h of column n2 (at `pos`): y[m] = the pair's input at n1 = 2m + h
 // (m < 16; L ≤ N/2). Y = DFT32 of y (two 16-point DFTs: only m < 16 is nonzero), then the radix-2
 // step across the two threads: thread h keeps X[k + 32h] = Y0[k] ± W64^k·Y1[k] (the partner's Y by
-// shuffle), times W_N^(n2·k1), stored at x[k1·256 + pos]; the pair's largest component into *pmax.
+// shuffle), times W_N^(n2·k1), stored at x[k1·256 + pos]; with MAX the pair's largest component into
+// *pmax (the forward takes its pair scale from the row maxima instead: fp_pair_scale_rows).
 template <bool MAX = true>
 __device__ __forceinline__ void fp64_stage1(const float2 (&y)[16], int h, float2* __restrict__ x, int pos, const float2* __restrict__ tw, const float2* __restrict__ wtab, int* pmax) {
     float2 a[32];
