@@ -450,13 +450,37 @@ __device__ __forceinline__ float fin_sum_block(const float* ws, const FinIdx& f,
     return fin_combine(r, np);
 }
 
+// What output f's finalize reads besides the partials: the decay exp(−λt), λ, and in the backward
+// the forward's f32 spectral and d_spectral at f (zeros where f is not live). All are inputs of
+// the pass or written before it, so a dependent finalize loads them before its grid-dependency
+// wait (the pass's reduce is an ordinary launch: all earlier work is complete once it runs).
+struct FinIn {
+    float decay, ev, saved, d_spec;
+};
+
+template <bool BWD>
+__device__ __forceinline__ FinIn fin_inputs(const FinIdx& f, const float* __restrict__ evals, const float* __restrict__ times,
+                                            const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C) {
+    FinIn in{0.0f, 0.0f, 0.0f, 0.0f};
+    if (f.live) {
+        in.ev = evals[f.m * K + f.e];
+        in.decay = expf(-in.ev * times[f.c]);
+        if (BWD) {
+            const i64 o = (f.m * K + f.e) * C + f.c;
+            in.saved = saved[o];
+            if (d_spectral) in.d_spec = ember_to_f32(d_spectral[o]);
+        }
+    }
+    return in;
+}
+
 // s: the combined chunk sum of output f (meaningful where f.live).
-__device__ __forceinline__ void finalize_fwd_block(const FinIdx& f, float s, const float* __restrict__ evals,
-                                                   const float* __restrict__ times, int K, int C, T* __restrict__ spectral,
-                                                   float* __restrict__ saved, T* __restrict__ s_op, int KPe, int CPe) {
+__device__ __forceinline__ void finalize_fwd_block(const FinIdx& f, float s, const FinIn& in, int K, int C,
+                                                   T* __restrict__ spectral, float* __restrict__ saved, T* __restrict__ s_op,
+                                                   int KPe, int CPe) {
     float val = 0.0f;
     if (f.live) {
-        val = expf(-evals[f.m * K + f.e] * times[f.c]) * s;
+        val = in.decay * s;
         const i64 o = (f.m * K + f.e) * C + f.c;
         spectral[o] = ember_from_f32<T>(val);
         saved[o] = val;
@@ -473,27 +497,24 @@ extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, 2) diffusion_final
     T* __restrict__ s_op, int KPe, int CPe) {
     __shared__ float parts[FIN_PARTS][8][33];
     ember_launch_dependents();
-    ember_grid_dependency_wait();  // the reduce's partials
     const FinIdx f = fin_idx(chunk_prefix, n_chunks, K, C, CPe, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y);
+    const FinIn in = threadIdx.z == 0 ? fin_inputs<false>(f, evals, times, nullptr, nullptr, K, C) : FinIn{0.0f, 0.0f, 0.0f, 0.0f};
+    ember_grid_dependency_wait();  // the reduce's partials
     const float s = fin_sum_block(ws, f, KPr, CPr, parts);
-    if (threadIdx.z == 0) finalize_fwd_block(f, s, evals, times, K, C, spectral, saved, s_op, KPe, CPe);
+    if (threadIdx.z == 0) finalize_fwd_block(f, s, in, K, C, spectral, saved, s_op, KPe, CPe);
 }
 
 // dt_part: [mesh · gridDim.y][CPe], the d_times contribution of each block of 8 eigenvectors.
 // gy: the finalize grid's height (eigenvector blocks per mesh); red: 8 × 33 floats of shared memory.
 // Every thread of the 32 × 8 layer calls it (it synchronises on red).
-__device__ __forceinline__ void finalize_bwd_block(const FinIdx& f, float s, const float* __restrict__ evals,
-                                                   const float* __restrict__ times, const float* __restrict__ saved,
-                                                   const T* __restrict__ d_spectral, int K, int C, T* __restrict__ g_op,
-                                                   int KPe, int CPe, float* __restrict__ dt_part, int by, int gy, int tx, int ty,
+__device__ __forceinline__ void finalize_bwd_block(const FinIdx& f, float s, const FinIn& in, T* __restrict__ g_op, int KPe,
+                                                   int CPe, float* __restrict__ dt_part, int by, int gy, int tx, int ty,
                                                    float (*red)[33]) {
     float val = 0.0f, dt = 0.0f;
     if (f.live) {
-        const i64 o = (f.m * K + f.e) * C + f.c;
-        if (d_spectral) s += ember_to_f32(d_spectral[o]);
-        const float ev = evals[f.m * K + f.e];
-        val = expf(-ev * times[f.c]) * s;
-        dt = -ev * saved[o] * s;
+        s += in.d_spec;
+        val = in.decay * s;
+        dt = -in.ev * in.saved * s;
     }
     g_op[(f.m * KPe + f.e) * CPe + f.c] = ember_from_f32<T>(val);
     red[ty][tx] = dt;
@@ -515,12 +536,12 @@ extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, 2) diffusion_final
     __shared__ float parts[FIN_PARTS][8][33];
     __shared__ float red[8][33];
     ember_launch_dependents();
-    ember_grid_dependency_wait();  // the reduce's partials
     const FinIdx f = fin_idx(chunk_prefix, n_chunks, K, C, CPe, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y);
+    const FinIn in = threadIdx.z == 0 ? fin_inputs<true>(f, evals, times, saved, d_spectral, K, C) : FinIn{0.0f, 0.0f, 0.0f, 0.0f};
+    ember_grid_dependency_wait();  // the reduce's partials
     const float s = fin_sum_block(ws, f, KPr, CPr, parts);
     if (threadIdx.z != 0) return;  // layer 0 goes on alone (finalize_bwd_block's barrier counts 256)
-    finalize_bwd_block(f, s, evals, times, saved, d_spectral, K, C, g_op, KPe, CPe, dt_part, blockIdx.y, gridDim.y, threadIdx.x,
-                       threadIdx.y, red);
+    finalize_bwd_block(f, s, in, g_op, KPe, CPe, dt_part, blockIdx.y, gridDim.y, threadIdx.x, threadIdx.y, red);
 }
 
 // ---- pass 2: Y = diag(w)·basis·S over 128-vertex tiles ---------------------------------------------
@@ -714,40 +735,79 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
     const int c0 = by * L::BN;
     const int n_kc = KP / EBK;
 
-    if (dt_part && bx == 0 && by == 0) {
-        // Same fixed-order eight-way sum as the partials (rows are the "chunks" here).
+    // Block (0, 0) of the backward also folds the d_times rows: the same fixed-order eight-way sum
+    // as the partials (rows are the "chunks" here). The rows come from the finalize.
+    const bool folds = dt_part && bx == 0 && by == 0;
+    auto fold_d_times = [&]() {
         for (int c = tid; c < C; c += NTHREADS) d_times[c] = sum_partials(dt_part, 0, dt_rows, 0, c, 1, CPs);
-    }
+    };
 
     const i64 per = n_tiles / gx, rem = n_tiles % gx;
     const i64 t_lo = bx * per + min(bx, rem);
     const i64 t_hi = t_lo + per + (bx < rem ? 1 : 0);
 
-    float acc[4][WN][4];
-    float w[4][2];
-    for (i64 t0 = t_lo; t0 < t_hi;) {
-        // One segment: consecutive tiles of one mesh, rows rb(t) = first.begin + (t − t0)·128.
-        const Seg first = seg_at(tiles, t0, EBM, n_rows, n_tiles);
-        const i64 t1 = min(t_hi, first.run_end);
-        const i64 mesh_end = tiles ? seg_at(tiles, first.run_end - 1, EBM, n_rows, n_tiles).end : n_rows;
-        const i64 n_it = (t1 - t0) * n_kc;
-        __syncthreads();  // the previous segment's S and stages are no longer read
-        {
-            const T* src = s_op + first.mesh * (i64)KP * CPs + c0;
-            constexpr int CH = L::BN / EPC;
-            for (int i = tid; i < KP * CH; i += NTHREADS) {
-                const int r = i / CH, ch = i % CH;
-                cp_async16(Ss + r * L::LDS + ch * EPC, src + (i64)r * CPs + ch * EPC, 16);
-            }
+    // One segment: consecutive tiles of one mesh from t0, rows rb(t) = first.begin + (t − t0)·128.
+    // Its S tile, and its first ENST − 1 basis stages (group 0 carries whatever was issued before).
+    auto load_s = [&](const Seg& first) {
+        const T* src = s_op + first.mesh * (i64)KP * CPs + c0;
+        constexpr int CH = L::BN / EPC;
+        for (int i = tid; i < KP * CH; i += NTHREADS) {
+            const int r = i / CH, ch = i % CH;
+            cp_async16(Ss + r * L::LDS + ch * EPC, src + (i64)r * CPs + ch * EPC, 16);
         }
+    };
+    auto issue_stages = [&](const Seg& first, i64 mesh_end, i64 n_it) {
 #pragma unroll
         for (int s = 0; s < ENST - 1; ++s) {
             if (s < n_it) {
                 const i64 rb = first.begin + (s / n_kc) * (i64)EBM;
                 expand_load<WN>(stages + s * L::STAGE, basis, rb, min(mesh_end, rb + EBM), s % n_kc, K, vec);
             }
-            cp_async_commit();  // group 0 also carries S
+            cp_async_commit();
         }
+    };
+    auto segment = [&](i64 t0, Seg& first, i64& t1, i64& mesh_end) {
+        first = seg_at(tiles, t0, EBM, n_rows, n_tiles);
+        t1 = min(t_hi, first.run_end);
+        mesh_end = tiles ? seg_at(tiles, first.run_end - 1, EBM, n_rows, n_tiles).end : n_rows;
+    };
+    // The first segment's basis stages go out before the grid-dependency wait: the basis and the
+    // tile table are inputs no kernel of this pass writes (the pass's reduce is an ordinary launch,
+    // so all earlier work is complete once this dependent kernel runs), so they load while the
+    // finalize still runs; S and the d_times rows come from the finalize. On small meshes (one
+    // tile per CTA, KP ≤ (ENST − 1)·EBK) these are all of the CTA's basis loads.
+    bool loaded = false;  // the first segment's S and stages have landed
+    if (t_lo < t_hi) {
+        Seg first;
+        i64 t1, mesh_end;
+        segment(t_lo, first, t1, mesh_end);
+        issue_stages(first, mesh_end, (t1 - t_lo) * n_kc);
+    }
+    ember_grid_dependency_wait();  // S and the d_times rows from the finalize
+    if (t_lo < t_hi) {
+        Seg first;
+        i64 t1, mesh_end;
+        segment(t_lo, first, t1, mesh_end);
+        load_s(first);
+        cp_async_commit();
+        loaded = true;
+    }
+    if (folds) fold_d_times();  // while S is in flight
+    if (loaded) cp_async_wait<0>();
+
+    float acc[4][WN][4];
+    float w[4][2];
+    for (i64 t0 = t_lo; t0 < t_hi;) {
+        Seg first;
+        i64 t1, mesh_end;
+        segment(t0, first, t1, mesh_end);
+        const i64 n_it = (t1 - t0) * n_kc;
+        if (!loaded) {
+            __syncthreads();  // the previous segment's S and stages are no longer read
+            load_s(first);
+            issue_stages(first, mesh_end, n_it);
+        }
+        loaded = false;
         for (i64 it = 0; it < n_it; ++it) {
             cp_async_wait<ENST - 2>();
             __syncthreads();
@@ -795,7 +855,6 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_expand_w##WN(                                         \
         const T* basis, const T* s_op, const T* mass, T* out, const Seg* tiles, i64 n_rows, i64 n_tiles, int K, int C, int KP, \
         int CPs, int vec, const float* dt_part, int dt_rows, float* d_times) {                                                 \
-        ember_grid_dependency_wait(); /* S from the finalize */                                                                \
         expand_kernel<WN>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, d_times,      \
                           blockIdx.x, blockIdx.y, gridDim.x);                                                                  \
     }
@@ -1933,12 +1992,12 @@ __device__ __forceinline__ void fused_kernel(const T* __restrict__ basis, const 
     for (i64 b = blockIdx.x; b < fx * fy; b += gridDim.x) {
         __syncthreads();  // red is free again
         const FinIdx f = fin_idx(chunk_prefix, n_chunks, K, C, CPe, b % fx, (int)(b / fx), tx, ty);
+        const FinIn in = fin_inputs<BWD>(f, evals, times, saved_in, d_spectral, K, C);
         const float s = fin_sum_serial(ws, f, KPr, CPr);
         if (BWD)
-            finalize_bwd_block(f, s, evals, times, saved_in, d_spectral, K, C, s_op, KPe, CPe, dt_part, (int)(b / fx), fy, tx, ty,
-                               red);
+            finalize_bwd_block(f, s, in, s_op, KPe, CPe, dt_part, (int)(b / fx), fy, tx, ty, red);
         else
-            finalize_fwd_block(f, s, evals, times, K, C, spectral, saved_out, s_op, KPe, CPe);
+            finalize_fwd_block(f, s, in, K, C, spectral, saved_out, s_op, KPe, CPe);
     }
     grid_sync(bar);
     // Phase 3: expand, persistent over tiles in each channel tile (the host makes gridDim.x ≥ n_nt).
