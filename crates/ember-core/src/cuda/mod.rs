@@ -302,6 +302,14 @@ impl<'a> Launch<'a> {
         self.pdl = self.cc.0 >= 9 && pdl_enabled();
         self
     }
+    /// [`Launch::dependent`] where `on`, else an ordinary launch.
+    pub fn dependent_if(self, on: bool) -> Self {
+        if on {
+            self.dependent()
+        } else {
+            self
+        }
+    }
     /// Launch. The caller guarantees that the argument list matches the kernel's signature and that
     /// every pointer covers the extent the kernel touches (ops validate shapes before launching).
     pub fn run(mut self) -> Result<()> {

@@ -76,6 +76,14 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
     ]
 }
 
+/// Whether the reduce (each pass's first kernel) is a programmatic dependent launch: it then waits
+/// for the previous kernel on the stream at its top, and its CTAs (set-up, launch) overlap that
+/// kernel's tail. `EMBER_DIFFUSION_REDUCE_PDL=0|1`.
+fn reduce_pdl() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("EMBER_DIFFUSION_REDUCE_PDL").map(|v| v == "1").unwrap_or(false))
+}
+
 /// Chunks from which a mesh's partials are summed in FIN_PARTS parts (diffusion.cu), default 16;
 /// `EMBER_DIFFUSION_FIN_SPLIT_MIN=n` (measurements: e.g. 33 sums V = 4096's 32 chunks as one range,
 /// as before v16) changes the summation order, so the bits too.
@@ -949,6 +957,7 @@ fn launch_reduce(dev: &Arc<CudaDevice>, g: &Geometry, basis: u64, y: u64, mass: 
         .arg(&kp)
         .arg(&cp)
         .arg(&vec)
+        .dependent_if(reduce_pdl())
         .named("diffusion_reduce")
         .run()
 }
@@ -976,6 +985,7 @@ fn launch_reduce_tma(dev: &Arc<CudaDevice>, g: &Geometry, nh: usize, basis: u64,
         .arg(&cp)
         .arg(&map_b)
         .arg(&map_y)
+        .dependent_if(reduce_pdl())
         .named("diffusion_reduce")
         .run()
 }

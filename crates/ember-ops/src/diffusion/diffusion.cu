@@ -22,6 +22,13 @@
 // Shared-memory tiles are filled by cp.async (16-byte, zero-filling outside the matrix) when rows
 // are 16-byte multiples ("vec"), else by plain element loads — same tiles, same arithmetic.
 // Rows are indexed in 64 bits everywhere (V·C passes 2^31 at V = 8M, C = 256).
+//
+// Launch order of a pass (Hopper, programmatic dependent launch; see Launch::dependent): the reduce
+// waits for the previous kernel on the stream (griddepcontrol.wait, a no-op for an ordinary launch)
+// before it lets the finalize be scheduled, and the finalize lets the expand be scheduled at once.
+// So once a pass's finalize or expand runs, all work before the pass is complete: they read the
+// pass's inputs (basis, tile tables, evals, times, saved, d_spectral) before their own wait, which
+// only the kernels of the pass stand behind (the partials, S, the d_times rows).
 
 #ifndef DIFF_DTYPE
 #define DIFF_DTYPE 2
@@ -452,8 +459,8 @@ __device__ __forceinline__ float fin_sum_block(const float* ws, const FinIdx& f,
 
 // What output f's finalize reads besides the partials: the decay exp(−λt), λ, and in the backward
 // the forward's f32 spectral and d_spectral at f (zeros where f is not live). All are inputs of
-// the pass or written before it, so a dependent finalize loads them before its grid-dependency
-// wait (the pass's reduce is an ordinary launch: all earlier work is complete once it runs).
+// the pass or written before it, so the finalize loads them before its grid-dependency wait
+// (launch order: top of this file).
 struct FinIn {
     float decay, ev, saved, d_spec;
 };
@@ -772,10 +779,9 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
         mesh_end = tiles ? seg_at(tiles, first.run_end - 1, EBM, n_rows, n_tiles).end : n_rows;
     };
     // The first segment's basis stages go out before the grid-dependency wait: the basis and the
-    // tile table are inputs no kernel of this pass writes (the pass's reduce is an ordinary launch,
-    // so all earlier work is complete once this dependent kernel runs), so they load while the
-    // finalize still runs; S and the d_times rows come from the finalize. On small meshes (one
-    // tile per CTA, KP ≤ (ENST − 1)·EBK) these are all of the CTA's basis loads.
+    // tile table are inputs no kernel of this pass writes (launch order: top of this file), so they
+    // load while the finalize still runs; S and the d_times rows come from the finalize. On small
+    // meshes (one tile per CTA, KP ≤ (ENST − 1)·EBK) these are all of the CTA's basis loads.
     bool loaded = false;  // the first segment's S and stages have landed
     if (t_lo < t_hi) {
         Seg first;
@@ -784,6 +790,9 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
         issue_stages(first, mesh_end, (t1 - t_lo) * n_kc);
     }
     ember_grid_dependency_wait();  // S and the d_times rows from the finalize
+    // The next pass's reduce (a dependent launch, reduce_pdl) may take SMs as this grid's CTAs
+    // exit; it waits for this kernel before it reads anything.
+    ember_launch_dependents();
     if (t_lo < t_hi) {
         Seg first;
         i64 t1, mesh_end;
@@ -848,6 +857,7 @@ __device__ __forceinline__ void expand_kernel(const T* __restrict__ basis, const
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_w##WN(                                         \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
         int K, int C, int KP, int CP, int vec) {                                                                               \
+        ember_grid_dependency_wait(); /* the previous kernel, where a dependent launch (reduce_pdl) */                          \
         ember_launch_dependents();                                                                                             \
         reduce_kernel<WN>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec, blockIdx.x, blockIdx.y); \
     }
@@ -1208,6 +1218,7 @@ __device__ __forceinline__ void expand_wg_kernel(const T* __restrict__ basis, co
                                                                    int KP, int CPs, int vec, const float* dt_part, int dt_rows, \
                                                                    float* d_times) {                                            \
         ember_grid_dependency_wait(); /* S from the finalize */                                                                \
+        ember_launch_dependents();    /* as in expand_kernel */                                                                \
         expand_wg_kernel<NH, NST, BULK>(basis, s_op, mass, out, tiles, n_rows, n_tiles, K, C, KP, CPs, vec, dt_part, dt_rows, \
                                         d_times);                                                                              \
     }
@@ -1434,9 +1445,10 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
     __syncthreads();  // the barriers are initialised before anyone waits on them
     // First use of every slot: nothing to wait for. The basis and the tile table are inputs no
     // kernel of this pass writes, so as a dependent launch the CTA loads them while the finalize
-    // (and the reduce before it) still run.
+    // (and the reduce before it) still run (launch order: top of this file).
     if (tid == 0) produce(n_slots);
     ember_grid_dependency_wait();  // S and the d_times partials from the finalize
+    ember_launch_dependents();     // as in expand_kernel
     // Ping-pong (PINGPONG): the warpgroups take turns on the tensor cores, warpgroup 0 first; each
     // hands the turn over once its own products have completed (after the wait: an arrival between
     // commit and wait serialises the wgmmas, ptxas C7520), so one's products run while the other
@@ -1912,6 +1924,7 @@ __device__ __forceinline__ void reduce_tma_kernel(const EtmMap* map_b, const Etm
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_wg##NH(                                        \
         const T* basis, const T* y, const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, \
         int K, int C, int KP, int CP, int vec) {                                                                               \
+        ember_grid_dependency_wait(); /* the previous kernel, where a dependent launch (reduce_pdl) */                          \
         ember_launch_dependents();                                                                                             \
         reduce_wg_kernel<NH>(basis, y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, K, C, KP, CP, vec);                \
     }
@@ -1922,6 +1935,7 @@ DIFF_REDUCE_WG(2)
     extern "C" __global__ void __launch_bounds__(NTHREADS, 1) diffusion_reduce_wgt##NH(                                       \
         const T* mass, float* ws, const Seg* chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, int KP, int CP,             \
         const __grid_constant__ EtmMap map_b, const __grid_constant__ EtmMap map_y) {                                           \
+        ember_grid_dependency_wait(); /* the previous kernel, where a dependent launch (reduce_pdl) */                          \
         ember_launch_dependents();                                                                                             \
         reduce_tma_kernel<NH>(&map_b, &map_y, mass, ws, chunks, rows_per_chunk, n_rows, n_chunks, KP, CP);                   \
     }
