@@ -76,12 +76,13 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
     ]
 }
 
-/// Whether the reduce (each pass's first kernel) is a programmatic dependent launch: it then waits
-/// for the previous kernel on the stream at its top, and its CTAs (set-up, launch) overlap that
-/// kernel's tail. `EMBER_DIFFUSION_REDUCE_PDL=0|1`.
+/// Whether the reduce (each pass's first kernel) is a programmatic dependent launch (v18, default):
+/// it waits for the previous kernel on the stream at its top, so its launch and set-up overlap that
+/// kernel's tail. Measured on an H200: event-timed fwd+bwd −1.8 µs at V = 4096 (35.0 → 33.2 µs),
+/// −1.4 µs at V = 16384 and 131072; graph replay level. `EMBER_DIFFUSION_REDUCE_PDL=0` turns it off.
 fn reduce_pdl() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EMBER_DIFFUSION_REDUCE_PDL").map(|v| v == "1").unwrap_or(false))
+    *ON.get_or_init(|| std::env::var("EMBER_DIFFUSION_REDUCE_PDL").map(|v| v != "0").unwrap_or(true))
 }
 
 /// Chunks from which a mesh's partials are summed in FIN_PARTS parts (diffusion.cu), default 16;
