@@ -206,12 +206,6 @@ impl CudaDevice {
         Ok(f)
     }
 
-    /// Let `f` launch on clusters of more than 8 CTAs (non-portable sizes; Hopper takes 16).
-    pub fn allow_large_clusters(&self, f: &CudaFunction) -> Result<()> {
-        f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-            .map_err(|e| Error::cuda("cuFuncSetAttribute (non-portable cluster size)", e))
-    }
-
     /// Allow `f` to use more than 48 KiB of dynamic shared memory.
     pub fn set_max_dynamic_smem(&self, f: &CudaFunction, bytes: usize) -> Result<()> {
         if bytes > self.info.shared_memory_per_block_optin as usize {

@@ -153,11 +153,6 @@ pub struct Tuning {
     /// reduce (an error where it cannot run: not the wgmma reduce, K or C not a multiple of 8);
     /// `Some(ReduceLoad::CpAsync)` keeps cp.async; `None`: [`reduce_load_mode`] decides.
     pub reduce_load: Option<ReduceLoad>,
-    /// v19: reduce and finalize of a single mesh in one launch on clusters of 16 CTAs
-    /// (`diffusion_rfc_*`, sm_90 and later: at most 16 chunks, 2-wide tiles, the mma.sync expand
-    /// after it): `Some(true)` forces it (an error where it cannot run), `Some(false)` keeps the
-    /// other launches; `None`: [`rfc_mode`] decides.
-    pub rfc: Option<bool>,
 }
 
 /// How the wgmma reduce fills its shared-memory stages.
@@ -472,19 +467,6 @@ pub fn fused_mode() -> FusedMode {
 }
 
 pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
-
-/// `EMBER_DIFFUSION_RFC=0|auto|1`: the cluster reduce-finalize pass (v19) never, for single meshes
-/// up to [`RFC_AUTO_MAX_V`] vertices, or for every single mesh; default Auto.
-pub fn rfc_mode() -> FusedMode {
-    static M: OnceLock<FusedMode> = OnceLock::new();
-    env_mode(&M, "EMBER_DIFFUSION_RFC", &[("0", FusedMode::Never), ("1", FusedMode::Always), ("auto", FusedMode::Auto)], FusedMode::Auto)
-}
-
-/// The largest single mesh the Auto rule of [`rfc_mode`] gives the cluster pass.
-pub const RFC_AUTO_MAX_V: usize = 8192;
-
-/// CTAs per cluster of the cluster pass (diffusion.cu's RFC_CS): one chunk each.
-const RFC_CS: usize = 16;
 
 /// Vertices per reduce chunk, a multiple of 8 (the stage alignment): about one chunk per SM, but
 /// on small meshes about one per two SMs up to [`SMALL_MESH_CHUNK_ROWS`] rows, since each chunk
@@ -1297,116 +1279,6 @@ fn launch_fused(dev: &Arc<CudaDevice>, g: &Geometry, m: &Meshes, times: &Tensor,
         .run_cooperative()
 }
 
-/// v19: the geometry of a pass on the cluster reduce-finalize (`diffusion_rfc_*`) where it runs:
-/// single meshes on sm_90 and later, [`Tuning::rfc`] or [`rfc_mode`] (Auto: V ≤ [`RFC_AUTO_MAX_V`]),
-/// chunks of ⌈V / 16⌉ rows rounded up to whole reduce stages (at most 16), 2-wide mma.sync tiles in
-/// both GEMMs (so the operand's columns are the reduce tile's). None: the other launches.
-fn rfc_geometry(dev: &Arc<CudaDevice>, m: &Meshes, c: usize, tune: &Tuning) -> Result<Option<Geometry>> {
-    let forced = tune.rfc == Some(true);
-    let mode = match tune.rfc {
-        Some(true) => FusedMode::Always,
-        Some(false) => FusedMode::Never,
-        None if tune.fused == Some(true) => FusedMode::Never,
-        None => rfc_mode(),
-    };
-    let v = m.v();
-    let runnable = m.plan.is_none() && dev.info().compute_capability.0 >= 9;
-    if mode == FusedMode::Never || !runnable || (mode == FusedMode::Auto && v > RFC_AUTO_MAX_V) {
-        if forced && !runnable {
-            return Err(Error::Unsupported(format!("the cluster reduce-finalize pass for {} meshes on {} (needs one mesh and clusters: compute capability 9.0 or later)", m.meshes(), dev.info().arch)));
-        }
-        return Ok(None);
-    }
-    // Where the tuning fixes a choice the cluster pass cannot make, it is not taken (or an error
-    // where forced).
-    let conflicts = tune.reduce_wn.is_some_and(|w| w != 2)
-        || tune.expand_wn.is_some_and(|w| w != 2)
-        || tune.chunk_rows.is_some()
-        || tune.fused == Some(true)
-        || tune.expand_wg == Some(true)
-        || tune.reduce_wg.is_some()
-        || tune.expand_ctas.is_some()
-        || tune.expand_load.is_some()
-        || tune.expand_store.is_some()
-        || tune.reduce_load.is_some();
-    if conflicts {
-        return match forced {
-            true => Err(Error::invalid("rfc", "the cluster pass sets its own chunks and 2-wide mma.sync tiles; the tuning fixes others")),
-            false => Ok(None),
-        };
-    }
-    let rows = v.div_ceil(RFC_CS).next_multiple_of(stages().rbv).max(1);
-    let t = Tuning {
-        reduce_wn: Some(2),
-        expand_wn: Some(2),
-        chunk_rows: Some(rows),
-        fused: Some(false),
-        expand_wg: Some(false),
-        reduce_wg: Some(WgmmaMode::Never),
-        rfc: Some(false),
-        ..*tune
-    };
-    let g = Geometry::new(dev, m, c, &t)?;
-    debug_assert!(g.n_chunks <= RFC_CS && g.cpe == g.cpr && g.kpe <= g.kpr);
-    Ok(Some(g))
-}
-
-/// Shared memory of the cluster pass: the reduce's stages, which the partial tile (128 rows of
-/// RFC_LD = 68 floats) and the backward's 8 × 33-float block sum replace after the reduce.
-fn rfc_smem(g: &Geometry) -> usize {
-    reduce_smem(g.dtype, 2, stages()).max(128 * 68 * 4 + 8 * 33 * 4)
-}
-
-/// The cluster pass's pointers (null where the pass has none).
-struct RfcArgs {
-    y: u64,
-    mass: u64,
-    saved_in: u64,
-    d_spectral: u64,
-    spectral: u64,
-    saved_out: u64,
-    op: u64,
-    dt_part: u64,
-}
-
-fn launch_rfc(dev: &Arc<CudaDevice>, g: &Geometry, m: &Meshes, times: &Tensor, bwd: bool, a: &RfcArgs) -> Result<()> {
-    let entry = if bwd { "diffusion_rfc_bwd" } else { "diffusion_rfc_fwd" };
-    let smem = rfc_smem(g);
-    let (f, _) = kernel(dev, &SOURCE, g.dtype, entry, smem)?;
-    dev.allow_large_clusters(&f)?;
-    let clusters = g.reduce_grid.1 as usize;
-    let grid = u32::try_from(clusters * RFC_CS).map_err(|_| Error::invalid("C", format!("at most {} output tiles in the cluster pass, got {clusters}", u32::MAX as usize / RFC_CS)))?;
-    let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (NTHREADS, 1, 1), shared_mem_bytes: smem as u32 };
-    let (basis, evals, tp) = (m.basis.cuda_ptr()?, m.evals.cuda_ptr()?, times.cuda_ptr()?);
-    let (rows, n_rows, n_chunks) = (g.chunk_rows, g.n_rows, g.n_chunks as i64);
-    let (k, c, kpr, cpr, kpe, cpe, vec) = (g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32, i32::from(g.vec));
-    dev.launch(&f, cfg)
-        .arg(&basis)
-        .arg(&a.y)
-        .arg(&a.mass)
-        .arg(&evals)
-        .arg(&tp)
-        .arg(&a.saved_in)
-        .arg(&a.d_spectral)
-        .arg(&a.spectral)
-        .arg(&a.saved_out)
-        .arg(&a.op)
-        .arg(&a.dt_part)
-        .arg(&rows)
-        .arg(&n_rows)
-        .arg(&n_chunks)
-        .arg(&k)
-        .arg(&c)
-        .arg(&kpr)
-        .arg(&cpr)
-        .arg(&kpe)
-        .arg(&cpe)
-        .arg(&vec)
-        .dependent_if(reduce_pdl())
-        .named(entry)
-        .run()
-}
-
 pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward> {
     forward_tuned(m, x, times, &Tuning::default())
 }
@@ -1414,21 +1286,12 @@ pub(crate) fn forward(m: &Meshes, x: &Tensor, times: &Tensor) -> Result<Forward>
 pub(crate) fn forward_tuned(m: &Meshes, x: &Tensor, times: &Tensor, tune: &Tuning) -> Result<Forward> {
     let dev = x.cuda_device()?.clone();
     let (c, dtype, device) = (x.dim(1), m.dtype(), m.device());
-    let (g, rfc) = match rfc_geometry(&dev, m, c, tune)? {
-        Some(g) => (g, true),
-        None => (Geometry::new(&dev, m, c, tune)?, false),
-    };
+    let g = Geometry::new(&dev, m, c, tune)?;
     let out = Tensor::output(x.shape(), dtype, device)?;
     let spectral = Tensor::output(&m.spectral_shape(c), dtype, device)?;
     let saved = Tensor::output(&[g.meshes, g.k, c], DType::F32, device)?;
     let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes()])?;
     let (partials, s_op) = (ws.part(0), ws.part(1));
-    if rfc {
-        let a = RfcArgs { y: x.cuda_ptr()?, mass: m.mass.cuda_ptr()?, saved_in: 0, d_spectral: 0, spectral: spectral.cuda_ptr()?, saved_out: saved.cuda_ptr()?, op: s_op, dt_part: 0 };
-        launch_rfc(&dev, &g, m, times, false, &a)?;
-        launch_expand(&dev, &g, m.basis.cuda_ptr()?, s_op, 0, out.cuda_ptr()?, 0, 0)?;
-        return Ok(Forward { out, spectral, saved });
-    }
     if let Some(grid) = fused_grid(&dev, &g, tune)? {
         let a = FusedArgs {
             y: x.cuda_ptr()?,
@@ -1462,10 +1325,7 @@ pub(crate) fn backward(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor
 pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &Tensor, d_spectral: Option<&Tensor>, tune: &Tuning) -> Result<Grads> {
     let dev = d_out.cuda_device()?.clone();
     let (c, dtype, device) = (d_out.dim(1), m.dtype(), m.device());
-    let (g, rfc) = match rfc_geometry(&dev, m, c, tune)? {
-        Some(g) => (g, true),
-        None => (Geometry::new(&dev, m, c, tune)?, false),
-    };
+    let g = Geometry::new(&dev, m, c, tune)?;
     let d_x = Tensor::output(d_out.shape(), dtype, device)?;
     let d_times = Tensor::output(&[c], DType::F32, device)?;
     let ws = workspace(device, &[g.partial_bytes()?, g.operand_bytes(), g.dt_rows() * g.cpe * 4])?;
@@ -1475,12 +1335,6 @@ pub(crate) fn backward_tuned(m: &Meshes, times: &Tensor, fwd: &Forward, d_out: &
         Some(t) => t.cuda_ptr()?,
         None => 0u64,
     };
-    if rfc {
-        let a = RfcArgs { y: d_out.cuda_ptr()?, mass: 0, saved_in: fwd.saved.cuda_ptr()?, d_spectral: dsp, spectral: 0, saved_out: 0, op: g_op, dt_part };
-        launch_rfc(&dev, &g, m, times, true, &a)?;
-        launch_expand(&dev, &g, basis, g_op, m.mass.cuda_ptr()?, d_x.cuda_ptr()?, dt_part, d_times.cuda_ptr()?)?;
-        return Ok(Grads { d_x, d_times });
-    }
     if let Some(grid) = fused_grid(&dev, &g, tune)? {
         let a = FusedArgs {
             y: d_out.cuda_ptr()?,

@@ -289,30 +289,22 @@ __device__ __forceinline__ void reduce_compute(const T* st, float (&acc)[4][WN][
 }
 
 // grid: (chunks, m-tiles × n-tiles). ws: [chunks][KP][CP] f32, every element of the tile written.
-// Output tile `tile` of the reduce (row-major over KP/128 eigenvector × CP/BN channel tiles): its
-// first eigenvector and channel.
 template <int WN>
-__device__ __forceinline__ void reduce_tile_origin(int tile, int CP, int& e0, int& c0) {
-    const int n_nt = CP / RLay<WN>::BN;
-    e0 = (tile / n_nt) * RBM;
-    c0 = (tile % n_nt) * RLay<WN>::BN;
-}
-
-// This thread's part of the chunk's 128 × BN partial of output tile `tile`, in mma fragment order.
-// Leaves the stages unread by this thread only: the caller synchronises before reusing them.
-template <int WN>
-__device__ __forceinline__ void reduce_accumulate(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
-                                                  const Seg* __restrict__ chunks, i64 rows_per_chunk, i64 n_rows, i64 n_chunks,
-                                                  int K, int C, int CP, int vec, i64 chunk, int tile, float (&acc)[4][WN][4]) {
+__device__ __forceinline__ void reduce_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
+                                              float* __restrict__ ws, const Seg* __restrict__ chunks, i64 rows_per_chunk,
+                                              i64 n_rows, i64 n_chunks, int K, int C, int KP, int CP, int vec, i64 chunk, int tile) {
     typedef RLay<WN> L;
     extern __shared__ __align__(128) unsigned char diff_smem[];
     T* smem = reinterpret_cast<T*>(diff_smem);
-    int e0, c0;
-    reduce_tile_origin<WN>(tile, CP, e0, c0);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wm = warp >> 2, wn = warp & 3;
+    const int n_nt = CP / L::BN;
+    const int e0 = (tile / n_nt) * RBM, c0 = (tile % n_nt) * L::BN;
     const Seg s = seg_at(chunks, chunk, rows_per_chunk, n_rows, n_chunks);
     const i64 base = s.begin & ~(i64)7;
     const int n_steps = (int)((s.end - base + RBV - 1) / RBV);
 
+    float acc[4][WN][4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -353,37 +345,21 @@ __device__ __forceinline__ void reduce_accumulate(const T* __restrict__ basis, c
 #endif
     }
     cp_async_wait<0>();
-}
 
-// Stores a partial tile: its element (0, 0) at out[e0·ld + c0], rows ld floats apart. Each thread
-// owns rows (g, g+8) × columns (2t, 2t+1) of every 16×8 tile: 8-byte stores, each warp store fills
-// whole 32-byte sectors.
-template <int WN>
-__device__ __forceinline__ void reduce_store(const float (&acc)[4][WN][4], float* out, i64 ld, int e0, int c0) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int wm = warp >> 2, wn = warp & 3;
+    // Each thread owns rows (g, g+8) × columns (2t, 2t+1) of every 16×8 tile: 8-byte stores, each
+    // warp store fills whole 32-byte sectors.
     const int g = lane >> 2, t = lane & 3;
+    float* out = ws + chunk * (i64)KP * CP;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const i64 e = e0 + wm * 64 + i * 16 + g;
 #pragma unroll
         for (int j = 0; j < WN; ++j) {
             const int c = c0 + wn * WN * 8 + j * 8 + 2 * t;
-            *reinterpret_cast<float2*>(out + e * ld + c) = make_float2(acc[i][j][0], acc[i][j][1]);
-            *reinterpret_cast<float2*>(out + (e + 8) * ld + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+            *reinterpret_cast<float2*>(out + e * CP + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(out + (e + 8) * CP + c) = make_float2(acc[i][j][2], acc[i][j][3]);
         }
     }
-}
-
-template <int WN>
-__device__ __forceinline__ void reduce_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
-                                              float* __restrict__ ws, const Seg* __restrict__ chunks, i64 rows_per_chunk,
-                                              i64 n_rows, i64 n_chunks, int K, int C, int KP, int CP, int vec, i64 chunk, int tile) {
-    float acc[4][WN][4];
-    reduce_accumulate<WN>(basis, y, mass, chunks, rows_per_chunk, n_rows, n_chunks, K, C, CP, vec, chunk, tile, acc);
-    int e0, c0;
-    reduce_tile_origin<WN>(tile, CP, e0, c0);
-    reduce_store<WN>(acc, ws + chunk * (i64)KP * CP, CP, e0, c0);
 }
 
 // ---- finalize: fixed-order sums of the partials, the decay, the GEMM operand ----------------------
@@ -402,37 +378,21 @@ __device__ __forceinline__ float ld_cg(const float* p) {
     return v;
 }
 
-// A cursor over one output's chunk partials from chunk ch0 on: at(j) is chunk ch0 + 8·steps + j,
-// step() moves on by 8. From the workspace (WsCursor), or from the cluster CTAs' shared memory in
-// the cluster pass (v19, RfcCursor): the same sum in the same order, so the same bits.
-struct WsCursor {
-    const float* p;
-    i64 stride;
-    __device__ __forceinline__ float at(int j) const { return ld_cg(p + j * stride); }
-    __device__ __forceinline__ void step() { p += 8 * stride; }
-};
-
-template <class Cursor>
-__device__ __forceinline__ float sum_chunks(i64 n, Cursor cur) {
+__device__ __forceinline__ float sum_partials(const float* ws, i64 ch0, i64 ch1, int e, int c, int KP, int CP) {
     float s[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) s[j] = 0.0f;
-    for (; n >= 8; n -= 8, cur.step()) {
+    const i64 stride = (i64)KP * CP;
+    const float* p = ws + (ch0 * KP + e) * (i64)CP + c;
+    i64 n = ch1 - ch0;
+    for (; n >= 8; n -= 8, p += 8 * stride) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) s[j] += cur.at(j);
+        for (int j = 0; j < 8; ++j) s[j] += ld_cg(p + j * stride);
     }
 #pragma unroll
     for (int j = 0; j < 7; ++j)
-        if (j < n) s[j] += cur.at(j);
+        if (j < n) s[j] += ld_cg(p + j * stride);
     return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-}
-
-__device__ __forceinline__ WsCursor ws_cursor(const float* ws, i64 ch0, int e, int c, int KP, int CP) {
-    return WsCursor{ws + (ch0 * KP + e) * (i64)CP + c, (i64)KP * CP};
-}
-
-__device__ __forceinline__ float sum_partials(const float* ws, i64 ch0, i64 ch1, int e, int c, int KP, int CP) {
-    return sum_chunks(ch1 - ch0, ws_cursor(ws, ch0, e, c, KP, CP));
 }
 
 // A mesh of n ≥ FIN_SPLIT_MIN chunks is summed as FIN_PARTS sub-ranges (part p: chunks
@@ -477,23 +437,13 @@ __device__ __forceinline__ float fin_part(const float* ws, const FinIdx& f, int 
 
 __device__ __forceinline__ float fin_combine(const float* r, int np) { return np == 1 ? r[0] : (r[0] + r[1]) + (r[2] + r[3]); }
 
-// All parts in this thread (the fused pass; the cluster pass with its own cursors): cursor(ch0)
-// starts at chunk ch0.
-template <class MakeCursor>
-__device__ __forceinline__ float fin_sum_serial_with(const FinIdx& f, MakeCursor cursor) {
+// All parts in this thread (the fused pass).
+__device__ __forceinline__ float fin_sum_serial(const float* ws, const FinIdx& f, int KP, int CP) {
     const int np = fin_nparts(f);
-    const i64 n = f.ch1 - f.ch0;
     float r[FIN_PARTS];
 #pragma unroll
-    for (int p = 0; p < FIN_PARTS; ++p) {
-        const i64 a = f.ch0 + n * p / np, b = f.ch0 + n * (p + 1) / np;
-        r[p] = f.live && p < np ? sum_chunks(b - a, cursor(a)) : 0.0f;
-    }
+    for (int p = 0; p < FIN_PARTS; ++p) r[p] = f.live && p < np ? fin_part(ws, f, p, np, KP, CP) : 0.0f;
     return fin_combine(r, np);
-}
-
-__device__ __forceinline__ float fin_sum_serial(const float* ws, const FinIdx& f, int KP, int CP) {
-    return fin_sum_serial_with(f, [&](i64 ch0) { return ws_cursor(ws, ch0, f.e, f.c, KP, CP); });
 }
 
 // Thread z of blockDim.z sums parts z, z + blockDim.z, …; every thread of the block must call it.
@@ -2086,107 +2036,3 @@ __device__ __forceinline__ void fused_kernel(const T* __restrict__ basis, const 
 // The 2-wide tiles of both GEMMs (the widths small problems pick; every dtype has them).
 DIFF_FUSED(2, 2, false, diffusion_fused_fwd)
 DIFF_FUSED(2, 2, true, diffusion_fused_bwd)
-
-// ---- small single meshes: reduce and finalize on one cluster per output tile (v19) ---------------
-//
-// diffusion_rfc_{fwd,bwd}: a cluster of RFC_CS CTAs per 128 × 64 output tile of basisᵀ·diag(mass)·y
-// (2-wide tiles). CTA rank r reduces chunk r of the mesh (at most RFC_CS chunks) with the reduce's
-// own device function and keeps its partial tile in shared memory; after a cluster barrier it
-// finalizes eigenvectors 8r … 8r + 7 of the tile (two 32 × 8 layers of the finalize's block),
-// reading the chunks' partials from the cluster's shared memory in chunk order with the finalize's
-// fixed-order sum: the same bits as the reduce and finalize launches with the same chunks, without
-// the partials' round trip through L2 or the finalize's launch. The expand follows as before.
-#define RFC_CS 16
-#define RFC_LD (RLay<2>::BN + 4)  // floats per row of the partial tile in shared memory
-
-__device__ __forceinline__ void rfc_cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// The float at the same shared-memory offset as `local`, in cluster CTA `rank`.
-__device__ __forceinline__ float rfc_ld_remote(const float* local, u32 rank) {
-    u32 r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr(local)), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(r) : "memory");
-    return v;
-}
-
-// Chunk ch's partial is CTA ch's (see WsCursor).
-struct RfcCursor {
-    const float* mine;
-    u32 ch;
-    __device__ __forceinline__ float at(int j) const { return rfc_ld_remote(mine, ch + (u32)j); }
-    __device__ __forceinline__ void step() { ch += 8; }
-};
-
-// Pass arguments as in fused_kernel: fwd reduces y = x with mass and writes spectral, saved_out and
-// the operand; bwd reduces y = d_out, adds d_spectral, writes the operand and the d_times rows.
-template <bool BWD>
-__device__ __forceinline__ void rfc_kernel(const T* __restrict__ basis, const T* __restrict__ y, const T* __restrict__ mass,
-                                           const float* __restrict__ evals, const float* __restrict__ times,
-                                           const float* __restrict__ saved_in, const T* __restrict__ d_spectral,
-                                           T* __restrict__ spectral, float* __restrict__ saved_out, T* __restrict__ s_op,
-                                           float* __restrict__ dt_part, i64 rows_per_chunk, i64 n_rows, i64 n_chunks, int K,
-                                           int C, int KPr, int CPr, int KPe, int CPe, int vec) {
-    extern __shared__ __align__(128) unsigned char diff_smem[];
-    float* part = reinterpret_cast<float*>(diff_smem);                     // RBM × RFC_LD, after the reduce
-    float(*red)[33] = reinterpret_cast<float(*)[33]>(part + RBM * RFC_LD);  // the backward's d_times block sum
-    const int rank = (int)(blockIdx.x % RFC_CS), tile = (int)(blockIdx.x / RFC_CS);
-    const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-    int e0, c0;
-    reduce_tile_origin<2>(tile, CPr, e0, c0);
-    // This CTA's outputs: eigenvector e0 + 8·rank + ty, channels c0 + 32h + tx (h = 0, 1); rows of
-    // the reduce's padding beyond the operand's (KPr > KPe) have nothing to write.
-    const int eb = e0 + 8 * rank;
-    const bool writes = eb < KPe;
-    FinIdx f[2];
-    FinIn in[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        f[h].m = 0;
-        f[h].ch0 = 0;
-        f[h].ch1 = n_chunks;
-        f[h].e = eb + ty;
-        f[h].c = c0 + 32 * h + tx;
-        f[h].live = f[h].e < K && f[h].c < C;
-        in[h] = fin_inputs<BWD>(f[h], evals, times, saved_in, d_spectral, K, C);
-    }
-    if (rank < n_chunks) {
-        float acc[4][2][4];
-        reduce_accumulate<2>(basis, y, BWD ? nullptr : mass, nullptr, rows_per_chunk, n_rows, n_chunks, K, C, CPr, vec, rank,
-                             tile, acc);
-        __syncthreads();  // every warp has read its last stage: the partial tile takes their place
-        reduce_store<2>(acc, part, RFC_LD, 0, 0);
-    }
-    rfc_cluster_sync();  // every chunk's partial tile is in its CTA's shared memory
-    if (writes) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float* mine = part + (8 * rank + ty) * RFC_LD + 32 * h + tx;
-            const float s = fin_sum_serial_with(f[h], [&](i64 ch0) { return RfcCursor{mine, (u32)ch0}; });
-            if (BWD) {
-                // One 32 × 8 layer per h: the d_times block sum of its 32 channels (red is reused:
-                // the block sum's own barrier orders the two layers' uses).
-                if (h == 1) __syncthreads();
-                finalize_bwd_block(f[h], s, in[h], s_op, KPe, CPe, dt_part, eb / 8, KPe / 8, tx, ty, red);
-            } else {
-                finalize_fwd_block(f[h], s, in[h], K, C, spectral, saved_out, s_op, KPe, CPe);
-            }
-        }
-    }
-    rfc_cluster_sync();  // no CTA leaves while others still read its partial tile
-}
-
-#define DIFF_RFC(BWD, NAME)                                                                                                    \
-    extern "C" __global__ void __cluster_dims__(RFC_CS, 1, 1) __launch_bounds__(NTHREADS, 1) NAME(                            \
-        const T* basis, const T* y, const T* mass, const float* evals, const float* times, const float* saved_in,            \
-        const T* d_spectral, T* spectral, float* saved_out, T* s_op, float* dt_part, i64 rows_per_chunk, i64 n_rows,         \
-        i64 n_chunks, int K, int C, int KPr, int CPr, int KPe, int CPe, int vec) {                                           \
-        ember_grid_dependency_wait(); /* the previous kernel, where a dependent launch (reduce_pdl) */                          \
-        ember_launch_dependents();                                                                                             \
-        rfc_kernel<BWD>(basis, y, mass, evals, times, saved_in, d_spectral, spectral, saved_out, s_op, dt_part,              \
-                        rows_per_chunk, n_rows, n_chunks, K, C, KPr, CPr, KPe, CPe, vec);                                     \
-    }
-DIFF_RFC(false, diffusion_rfc_fwd)
-DIFF_RFC(true, diffusion_rfc_bwd)

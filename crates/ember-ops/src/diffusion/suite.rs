@@ -216,21 +216,14 @@ fn tuned(sizes: &[usize], k: usize, c: usize, reduce_wn: usize, expand_wn: usize
         expand_load: None,
         expand_ctas: None,
         reduce_load: None,
-        rfc: Some(false),
     };
     Case { sizes: sizes.to_vec(), k, c, d_spectral: true, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
 }
 
 /// One cooperative launch per pass (2-wide tiles), `chunk_rows` vertices per reduce chunk.
 fn fused(sizes: &[usize], k: usize, c: usize, d_spectral: bool, chunk_rows: usize) -> Case {
-    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None, rfc: Some(false) };
+    let t = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(chunk_rows), fused: Some(true), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
     Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, Some(chunk_rows))), dtypes: ALL }
-}
-
-/// v19, the cluster reduce-finalize pass forced (single meshes, sm_90 and later), the expand after it.
-fn rfc(sizes: &[usize], k: usize, c: usize, d_spectral: bool) -> Case {
-    let t = Tuning { rfc: Some(true), ..Tuning::default() };
-    Case { sizes: sizes.to_vec(), k, c, d_spectral, tune: Some((t, None)), dtypes: ALL }
 }
 
 /// The expand on wgmma (sm_90a), everything else chosen as by default; 16-bit dtypes.
@@ -294,14 +287,6 @@ fn wg_fits(device: Device, dtype: DType, k: usize, c: usize, bulk: bool) -> bool
 fn has_wgmma(device: Device) -> bool {
     match device {
         Device::Cuda(i) => ember_core::cuda::CudaDevice::get(i).is_ok_and(|d| d.info().compute_capability == (9, 0)),
-        Device::Cpu => false,
-    }
-}
-
-/// Thread-block clusters (compute capability 9.0 and later): the cluster reduce-finalize pass.
-fn has_clusters(device: Device) -> bool {
-    match device {
-        Device::Cuda(i) => ember_core::cuda::CudaDevice::get(i).is_ok_and(|d| d.info().compute_capability.0 >= 9),
         Device::Cpu => false,
     }
 }
@@ -515,33 +500,6 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
             ],
         };
         v.extend(rwg_cases);
-        // v19, the cluster reduce-finalize (also the default for single meshes up to
-        // RFC_AUTO_MAX_V, so the plain cases above run it too): fewer chunks than CTAs (V = 1, 7,
-        // 100), 16 chunks with a short last one (1000), K of one and of two 128-row tiles and
-        // operand rows short of the reduce's (K ≤ 64: KPe < KPr; K = 136: KPe = 192 of 256), C of
-        // one channel and past several 64-wide tiles, forward and backward, d_spectral or not;
-        // beyond the Auto rule's sizes where forced (long chunks of many stages).
-        let rfc_cases: Vec<Case> = match tier {
-            _ if !has_clusters(device) => vec![],
-            Tier::Quick => vec![],
-            Tier::Small => vec![
-                rfc(&[1], 1, 1, true),
-                rfc(&[7], 8, 33, false),
-                rfc(&[100], 64, 64, true),
-                rfc(&[1000], 128, 72, true),
-                rfc(&[1029], 136, 257, false),
-                rfc(&[2000], 64, 256, true),
-                rfc(&[4109], 256, 64, true),
-            ],
-            Tier::Full => vec![
-                rfc(&[4109], 128, 256, true),
-                rfc(&[8191], 128, 256, false),
-                rfc(&[4109], 1, 257, true),
-                rfc(&[20000], 64, 33, true),
-                rfc(&[65537], 128, 256, true),
-            ],
-        };
-        v.extend(rfc_cases);
         for mut c in extra {
             // f32 has no 8-wide tiles, and its reduce only the 2-wide one.
             if c.tune.as_ref().is_some_and(|(t, _)| t.reduce_wn != Some(2) || t.expand_wn == Some(8)) {
@@ -561,9 +519,6 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
             s += &format!(" w{}/{} r{}", t.reduce_wn.unwrap_or(0), t.expand_wn.unwrap_or(0), rows.unwrap_or(0));
             if t.fused == Some(true) {
                 s += " fused";
-            }
-            if t.rfc == Some(true) {
-                s += " rfc";
             }
             if t.expand_wg == Some(true) {
                 s += " wgmma";
@@ -710,33 +665,12 @@ fn fused_matches_launches(ctx: &CheckCtx, sizes: &[usize], k: usize, c: usize, d
         Ok(v)
     };
     let rows = 64;
-    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None, rfc: Some(false) };
+    let t = |fused| Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(fused), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), expand_store: None, expand_load: None, expand_ctas: None, reduce_load: None };
     let (a, b) = (bits(dev.run(&p.offsets, Some((&t(true), Some(rows))))?)?, bits(dev.run(&p.offsets, Some((&t(false), Some(rows))))?)?);
     let (m1, s1) = (p.mesh(0)?.on(ctx.device)?, t(true));
     let (c1, d1) = (bits(m1.run_single(Some(&s1))?)?, bits(m1.run_single(Some(&t(false)))?)?);
     let label = format!("V={sizes:?} K={k} C={c} fused vs three launches");
     Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b && c1 == d1 && !a.is_empty()))
-}
-
-/// The cluster reduce-finalize pass (v19) gives the same bits as the three launches with its chunks
-/// and tiles (2-wide, mma.sync), forward and backward, and the same bits in two runs.
-fn rfc_matches_launches(ctx: &CheckCtx, v: usize, k: usize, c: usize, dtype: DType) -> Result<CheckRow> {
-    let p = Problem::new(&[v], k, c, dtype, true, ctx.seed_for("rfc=launches"))?;
-    let m = p.mesh(0)?.on(ctx.device)?;
-    let bits = |(f, g): (Forward, Grads)| -> Result<Vec<u64>> {
-        let mut v: Vec<u64> = Vec::new();
-        for t in [&f.out, &f.spectral, &f.saved, &g.d_x, &g.d_times] {
-            v.extend(t.to_vec_f64()?.iter().map(|x| x.to_bits()));
-        }
-        Ok(v)
-    };
-    let rows = v.div_ceil(16).next_multiple_of(cuda::stages().rbv);
-    let three = Tuning { reduce_wn: Some(2), expand_wn: Some(2), chunk_rows: Some(rows), fused: Some(false), expand_wg: Some(false), reduce_wg: Some(WgmmaMode::Never), rfc: Some(false), ..Tuning::default() };
-    let one = Tuning { rfc: Some(true), ..Tuning::default() };
-    let (a, b) = (bits(m.run_single(Some(&one))?)?, bits(m.run_single(Some(&three))?)?);
-    let again = bits(m.run_single(Some(&one))?)?;
-    let label = format!("V={v} K={k} C={c} rfc vs three launches, two runs");
-    Ok(property("diffusion", &label, "bitwise", dtype, ctx.device, a == b && a == again && !a.is_empty()))
 }
 
 /// Bad input on a CUDA device is an `Err` before any launch, and the device stays usable.
@@ -860,15 +794,6 @@ impl crate::OpFamily for Family {
             rows.extend(cuda_properties(ctx.device)?);
             for dtype in DType::ACTIVATIONS {
                 rows.push(fused_matches_launches(ctx, sizes, k, c, dtype)?);
-            }
-            if has_clusters(ctx.device) {
-                let (v, k, c) = match ctx.tier {
-                    Tier::Full => (8000, 128, 256),
-                    _ => (1000, 136, 72),
-                };
-                for dtype in DType::ACTIVATIONS {
-                    rows.push(rfc_matches_launches(ctx, v, k, c, dtype)?);
-                }
             }
         }
         Ok(rows)
