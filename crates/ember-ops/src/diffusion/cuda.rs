@@ -65,15 +65,27 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
         DType::F64 => unreachable!("f64 never reaches CUDA (validated)"),
     };
     // Always explicit: the host sizes shared memory and padding from the same values (and picks
-    // the finalize's layers by FIN_SPLIT_MIN).
-    vec![
+    // the finalize's layers by FIN_SPLIT_MIN and FIN_MIN_BLOCKS).
+    let mut o = vec![
         format!("-DDIFF_DTYPE={code}"),
         format!("-DRBV={}", st.rbv),
         format!("-DRNST={}", st.rnst),
         format!("-DEBK={}", st.ebk),
         format!("-DENST={}", st.enst),
         format!("-DFIN_SPLIT_MIN={}", fin_split_min()),
-    ]
+    ];
+    if fin_min_blocks() != 2 {
+        o.push(format!("-DFIN_MIN_BLOCKS={}", fin_min_blocks()));
+    }
+    o
+}
+
+/// The finalize's blocks per SM its register budget is sized for (its `__launch_bounds__`; 1024
+/// threads per block): 2 (32 registers, default) or 1 (64). `EMBER_DIFFUSION_FIN_MIN_BLOCKS=1`
+/// (measurements); the layer rule ([`finalize_layers`]) counts the threads an SM then holds.
+fn fin_min_blocks() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| std::env::var("EMBER_DIFFUSION_FIN_MIN_BLOCKS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n == 1 || n == 2).unwrap_or(2))
 }
 
 /// Whether the reduce (each pass's first kernel) is a programmatic dependent launch (v18, default):
@@ -1113,10 +1125,10 @@ fn finalize_layers(n_sm: usize, blocks: usize, chunks_per_mesh: usize) -> u32 {
     if let Some(l) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l))) {
         return l;
     }
-    // Threads the GPU holds at once (2048 per SM) against one layer's; meshes of fewer than
-    // fin_split_min() chunks (FIN_SPLIT_MIN in diffusion.cu) are summed as one part, which one
-    // layer does.
-    let room = (n_sm * 2048) / (blocks * 256).max(1);
+    // Threads the GPU holds at once (1024 per SM for each block the finalize's registers allow)
+    // against one layer's; meshes of fewer than fin_split_min() chunks (FIN_SPLIT_MIN in
+    // diffusion.cu) are summed as one part, which one layer does.
+    let room = (n_sm * 1024 * fin_min_blocks()) / (blocks * 256).max(1);
     if room >= 4 && chunks_per_mesh >= fin_split_min() {
         4
     } else {

@@ -497,8 +497,11 @@ __device__ __forceinline__ void finalize_fwd_block(const FinIdx& f, float s, con
 
 // The finalize's block: 32 × 8 × (1, 2 or 4) threads; layer z > 0 only helps with the sums.
 #define FIN_MAX_THREADS (32 * 8 * FIN_PARTS)
+#ifndef FIN_MIN_BLOCKS  // blocks per SM the registers are sized for (cuda.rs, fin_min_blocks)
+#define FIN_MIN_BLOCKS 2
+#endif
 
-extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, 2) diffusion_finalize_fwd(
+extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, FIN_MIN_BLOCKS) diffusion_finalize_fwd(
     const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
     const float* __restrict__ times, int K, int C, int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,
     T* __restrict__ s_op, int KPe, int CPe) {
@@ -536,7 +539,7 @@ __device__ __forceinline__ void finalize_bwd_block(const FinIdx& f, float s, con
     }
 }
 
-extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, 2) diffusion_finalize_bwd(
+extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, FIN_MIN_BLOCKS) diffusion_finalize_bwd(
     const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,
     const float* __restrict__ times, const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,
     int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part) {
