@@ -65,27 +65,26 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
         DType::F64 => unreachable!("f64 never reaches CUDA (validated)"),
     };
     // Always explicit: the host sizes shared memory and padding from the same values (and picks
-    // the finalize's layers by FIN_SPLIT_MIN and FIN_MIN_BLOCKS).
-    let mut o = vec![
+    // the finalize's layers by FIN_SPLIT_MIN).
+    vec![
         format!("-DDIFF_DTYPE={code}"),
         format!("-DRBV={}", st.rbv),
         format!("-DRNST={}", st.rnst),
         format!("-DEBK={}", st.ebk),
         format!("-DENST={}", st.enst),
         format!("-DFIN_SPLIT_MIN={}", fin_split_min()),
-    ];
-    if fin_min_blocks() != 2 {
-        o.push(format!("-DFIN_MIN_BLOCKS={}", fin_min_blocks()));
-    }
-    o
+    ]
 }
 
-/// The finalize's blocks per SM its register budget is sized for (its `__launch_bounds__`; 1024
-/// threads per block): 2 (32 registers, default) or 1 (64). `EMBER_DIFFUSION_FIN_MIN_BLOCKS=1`
-/// (measurements); the layer rule ([`finalize_layers`]) counts the threads an SM then holds.
-fn fin_min_blocks() -> usize {
-    static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| std::env::var("EMBER_DIFFUSION_FIN_MIN_BLOCKS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n == 1 || n == 2).unwrap_or(2))
+/// v18b: the four-layer finalize built for one 1024-thread block per SM (`diffusion_finalize_*_1cta`:
+/// 64 registers, no spills, instead of 32 with 64–76 bytes of spills on its critical chain) wherever
+/// its grid fits one block per SM. Measured on an H200 (bf16, K = 128, C = 256): V = 4096 fwd+bwd
+/// 30.5 → 27.0 µs of GPU time, V = 16384 53.9 → 49.1, V = 131072 170.9 → 167.4. Same code, same
+/// bits. `EMBER_DIFFUSION_FIN_1CTA=0` keeps the two-block build.
+fn finalize_1cta(g: &Geometry, n_sm: usize) -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    let on = *ON.get_or_init(|| std::env::var("EMBER_DIFFUSION_FIN_1CTA").map(|v| v != "0").unwrap_or(true));
+    on && g.finalize_layers == 4 && (g.finalize_grid.0 as usize) * (g.finalize_grid.1 as usize) <= n_sm
 }
 
 /// Whether the reduce (each pass's first kernel) is a programmatic dependent launch (v18, default):
@@ -1125,14 +1124,24 @@ fn finalize_layers(n_sm: usize, blocks: usize, chunks_per_mesh: usize) -> u32 {
     if let Some(l) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l))) {
         return l;
     }
-    // Threads the GPU holds at once (1024 per SM for each block the finalize's registers allow)
-    // against one layer's; meshes of fewer than fin_split_min() chunks (FIN_SPLIT_MIN in
-    // diffusion.cu) are summed as one part, which one layer does.
-    let room = (n_sm * 1024 * fin_min_blocks()) / (blocks * 256).max(1);
+    // Threads the GPU holds at once (2048 per SM) against one layer's; meshes of fewer than
+    // fin_split_min() chunks (FIN_SPLIT_MIN in diffusion.cu) are summed as one part, which one
+    // layer does.
+    let room = (n_sm * 2048) / (blocks * 256).max(1);
     if room >= 4 && chunks_per_mesh >= fin_split_min() {
         4
     } else {
         1
+    }
+}
+
+/// The finalize build for geometry `g` (see [`finalize_1cta`]).
+fn finalize_entry(dev: &Arc<CudaDevice>, g: &Geometry, bwd: bool) -> &'static str {
+    match (bwd, finalize_1cta(g, dev.info().multiprocessors.max(1) as usize)) {
+        (false, false) => "diffusion_finalize_fwd",
+        (false, true) => "diffusion_finalize_fwd_1cta",
+        (true, false) => "diffusion_finalize_bwd",
+        (true, true) => "diffusion_finalize_bwd_1cta",
     }
 }
 
@@ -1142,7 +1151,7 @@ fn finalize_cfg(g: &Geometry) -> LaunchConfig {
 
 #[allow(clippy::too_many_arguments)]
 fn launch_finalize_fwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals: u64, times: u64, spectral: u64, saved: u64, s_op: u64) -> Result<()> {
-    let (f, _) = kernel(dev, &SOURCE, g.dtype, "diffusion_finalize_fwd", 0)?;
+    let (f, _) = kernel(dev, &SOURCE, g.dtype, finalize_entry(dev, g, false), 0)?;
     let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
     dev.launch(&f, finalize_cfg(g))
         .arg(&partials)
@@ -1166,7 +1175,7 @@ fn launch_finalize_fwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals
 
 #[allow(clippy::too_many_arguments)]
 fn launch_finalize_bwd(dev: &Arc<CudaDevice>, g: &Geometry, partials: u64, evals: u64, times: u64, saved: u64, d_spectral: u64, g_op: u64, dt_part: u64) -> Result<()> {
-    let (f, _) = kernel(dev, &SOURCE, g.dtype, "diffusion_finalize_bwd", 0)?;
+    let (f, _) = kernel(dev, &SOURCE, g.dtype, finalize_entry(dev, g, true), 0)?;
     let (n_chunks, k, c, kpr, cpr, kpe, cpe) = (g.n_chunks as i64, g.k as i32, g.c as i32, g.kpr as i32, g.cpr as i32, g.kpe as i32, g.cpe as i32);
     dev.launch(&f, finalize_cfg(g))
         .arg(&partials)
