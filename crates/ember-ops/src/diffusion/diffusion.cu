@@ -498,7 +498,7 @@ __device__ __forceinline__ void finalize_fwd_block(const FinIdx& f, float s, con
 // The finalize's block: 32 × 8 × (1, 2 or 4) threads; layer z > 0 only helps with the sums.
 // Two builds of each: registers for two 1024-thread blocks per SM (32: diffusion_finalize_{fwd,bwd};
 // the sums spill 64–76 bytes), or for one (64, no spills: diffusion_finalize_{fwd,bwd}_1cta, v18b),
-// which the host takes where the four-layer grid fits one block per SM (cuda.rs, finalize_1cta).
+// which the host takes where asked and the four-layer grid fits one block per SM (finalize_1cta).
 #define FIN_MAX_THREADS (32 * 8 * FIN_PARTS)
 
 __device__ __forceinline__ void finalize_fwd_kernel(const float* __restrict__ ws, const i64* __restrict__ chunk_prefix,
@@ -515,10 +515,11 @@ __device__ __forceinline__ void finalize_fwd_kernel(const float* __restrict__ ws
 }
 
 #define DIFF_FINALIZE_FWD(NAME, MIN_BLOCKS)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, MIN_BLOCKS) NAME(                                           \
-        const float* ws, const i64* chunk_prefix, i64 n_chunks, const float* evals, const float* times, int K, int C, int KPr, \
-        int CPr, T* spectral, float* saved, T* s_op, int KPe, int CPe) {                                                      \
-        finalize_fwd_kernel(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved, s_op, KPe, CPe);       \
+    extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, MIN_BLOCKS) NAME(                                            \
+        const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,     \
+        const float* __restrict__ times, int K, int C, int KPr, int CPr, T* __restrict__ spectral, float* __restrict__ saved,  \
+        T* __restrict__ s_op, int KPe, int CPe) {                                                                              \
+        finalize_fwd_kernel(ws, chunk_prefix, n_chunks, evals, times, K, C, KPr, CPr, spectral, saved, s_op, KPe, CPe);        \
     }
 DIFF_FINALIZE_FWD(diffusion_finalize_fwd, 2)
 DIFF_FINALIZE_FWD(diffusion_finalize_fwd_1cta, 1)
@@ -565,10 +566,11 @@ __device__ __forceinline__ void finalize_bwd_kernel(const float* __restrict__ ws
 }
 
 #define DIFF_FINALIZE_BWD(NAME, MIN_BLOCKS)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, MIN_BLOCKS) NAME(                                           \
-        const float* ws, const i64* chunk_prefix, i64 n_chunks, const float* evals, const float* times, const float* saved,   \
-        const T* d_spectral, int K, int C, int KPr, int CPr, T* g_op, int KPe, int CPe, float* dt_part) {                     \
-        finalize_bwd_kernel(ws, chunk_prefix, n_chunks, evals, times, saved, d_spectral, K, C, KPr, CPr, g_op, KPe, CPe,      \
+    extern "C" __global__ void __launch_bounds__(FIN_MAX_THREADS, MIN_BLOCKS) NAME(                                            \
+        const float* __restrict__ ws, const i64* __restrict__ chunk_prefix, i64 n_chunks, const float* __restrict__ evals,     \
+        const float* __restrict__ times, const float* __restrict__ saved, const T* __restrict__ d_spectral, int K, int C,      \
+        int KPr, int CPr, T* __restrict__ g_op, int KPe, int CPe, float* __restrict__ dt_part) {                               \
+        finalize_bwd_kernel(ws, chunk_prefix, n_chunks, evals, times, saved, d_spectral, K, C, KPr, CPr, g_op, KPe, CPe,       \
                             dt_part);                                                                                          \
     }
 DIFF_FINALIZE_BWD(diffusion_finalize_bwd, 2)
