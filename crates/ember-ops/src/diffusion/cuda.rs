@@ -79,12 +79,11 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
 /// v18b: the four-layer finalize built for one 1024-thread block per SM (`diffusion_finalize_*_1cta`:
 /// 64 registers, no spills, instead of 32 with 64–76 bytes of spills on its critical chain) wherever
 /// its grid fits one block per SM. Measured on an H200 (bf16, K = 128, C = 256): V = 4096 fwd+bwd
-/// 30.5 → 27.0 µs of GPU time, V = 16384 53.9 → 49.1, V = 131072 170.9 → 167.4. Same code, same
-/// bits, but not yet compared with the reference on a GPU at four layers, so opt-in until then:
-/// `EMBER_DIFFUSION_FIN_1CTA=1`.
+/// 30.5 → 27.0 µs of GPU time, V = 16384 53.9 → 49.1, V = 131072 170.9 → 167.4. Same code as the
+/// two-block build, same bits. Default; `EMBER_DIFFUSION_FIN_1CTA=0` builds the two-block launch.
 fn finalize_1cta(g: &Geometry, n_sm: usize) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("EMBER_DIFFUSION_FIN_1CTA").is_ok_and(|v| v == "1"));
+    let on = *ON.get_or_init(|| std::env::var("EMBER_DIFFUSION_FIN_1CTA").map(|v| v != "0").unwrap_or(true));
     on && g.finalize_layers == 4 && (g.finalize_grid.0 as usize) * (g.finalize_grid.1 as usize) <= n_sm
 }
 

@@ -304,8 +304,8 @@ fn cases(tier: Tier, device: Device) -> Vec<Case> {
             case(&[50], 136, 16, true),
             case(&[37, 1, 130], 16, 24, true),
             // 17 chunks of the default 128 rows: the finalize's four layers (four parts per
-            // output), which smaller meshes never reach (with EMBER_DIFFUSION_FIN_1CTA=1 in its
-            // one-block-per-SM build, v18b).
+            // output), which smaller meshes never reach (in its one-block-per-SM build by
+            // default, v18b).
             case(&[2100], 64, 64, true),
         ],
         // The sizes: V ∈ {1, 7, 4109, 131077, 1M+}, C ∈ {1, 64, 256, 257}, K ∈ {1, 64, 128, 256}.
