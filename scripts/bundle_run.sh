@@ -56,6 +56,9 @@ if has sanitize; then
   # filter made racecheck fail inside cuBLAS's GEMMs ("failed to handle a hardware exception",
   # CUBLAS_STATUS_EXECUTION_FAILED) even when it matched no kernel. Hazards inside cuBLAS's own
   # kernels (names starting "nvjet") are counted apart in the summary instead.
+  # The buffer cache off (EMBER_CUDA_CACHE_MB=0): every buffer exactly its tensor's size and freed
+  # when dropped, so memcheck sees an access past a tensor's end or into a dropped one.
+  export EMBER_CUDA_CACHE_MB=0
   race_filter=()
   for tool in memcheck racecheck; do
     filter=()

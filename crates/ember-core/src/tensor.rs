@@ -7,6 +7,7 @@ use crate::cuda::{self, CudaDevice};
 use crate::{rng, DType, Device, Element, Error, Result};
 use half::{bf16, f16};
 use rayon::prelude::*;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -19,11 +20,31 @@ pub enum CpuStorage {
     BF16(Vec<bf16>),
 }
 
-/// Device storage: raw bytes plus the device they live on.
+/// Device storage: raw bytes plus the device they live on. The buffer may be larger than the
+/// tensor (its allocation's size class); on drop it goes back to the device's cache when it came
+/// from there (`cached`), else it is freed.
 pub struct CudaStorage {
-    buf: cudarc::driver::CudaSlice<u8>,
+    buf: ManuallyDrop<cudarc::driver::CudaSlice<u8>>,
     ptr: u64,
     dev: Arc<CudaDevice>,
+    cached: bool,
+}
+
+impl CudaStorage {
+    fn new(dev: &Arc<CudaDevice>, (buf, cached): (cudarc::driver::CudaSlice<u8>, bool)) -> CudaStorage {
+        let ptr = raw_ptr(&buf, dev);
+        CudaStorage { buf: ManuallyDrop::new(buf), ptr, dev: dev.clone(), cached }
+    }
+}
+
+impl Drop for CudaStorage {
+    fn drop(&mut self) {
+        // SAFETY: `buf` is taken once, here, and not used after.
+        let buf = unsafe { ManuallyDrop::take(&mut self.buf) };
+        if self.cached {
+            self.dev.recycle(buf);
+        }
+    }
 }
 
 pub enum Storage {
@@ -237,9 +258,7 @@ impl Tensor {
                     return Err(f64_on_cuda());
                 }
                 let dev = CudaDevice::get(i)?;
-                let buf = dev.alloc_bytes(n * dtype.size())?;
-                let ptr = raw_ptr(&buf, &dev);
-                Storage::Cuda(CudaStorage { buf, ptr, dev })
+                Storage::Cuda(CudaStorage::new(&dev, dev.alloc_bytes(n * dtype.size())?))
             }
         };
         Ok(Tensor { shape: shape.to_vec(), dtype, storage })
@@ -346,12 +365,12 @@ impl Tensor {
                     return Err(f64_on_cuda());
                 }
                 let dev = CudaDevice::get(i)?;
-                let mut buf = dev.alloc_bytes(self.size_bytes())?;
+                let mut c = CudaStorage::new(&dev, dev.alloc_bytes(self.size_bytes())?);
                 if self.numel() > 0 {
-                    dev.stream().memcpy_htod(s.bytes(), &mut buf).map_err(|e| Error::cuda("host-to-device copy", e))?;
+                    let mut dst = c.buf.slice_mut(0..self.size_bytes());
+                    dev.stream().memcpy_htod(s.bytes(), &mut dst).map_err(|e| Error::cuda("host-to-device copy", e))?;
                 }
-                let ptr = raw_ptr(&buf, &dev);
-                Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cuda(CudaStorage { buf, ptr, dev }) })
+                Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cuda(c) })
             }
             (Storage::Cuda(c), Device::Cpu) => {
                 let mut bytes = vec![0u8; self.size_bytes()];
@@ -376,14 +395,13 @@ impl Tensor {
         match &self.storage {
             Storage::Cpu(s) => Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cpu(s.clone()) }),
             Storage::Cuda(c) => {
-                let mut buf = c.dev.alloc_bytes(self.size_bytes())?;
+                let mut copy = CudaStorage::new(&c.dev, c.dev.alloc_bytes(self.size_bytes())?);
                 if self.size_bytes() > 0 {
                     let src = c.buf.slice(0..self.size_bytes());
-                    let mut dst = buf.slice_mut(0..self.size_bytes());
+                    let mut dst = copy.buf.slice_mut(0..self.size_bytes());
                     c.dev.stream().memcpy_dtod(&src, &mut dst).map_err(|e| Error::cuda("device-to-device copy", e))?;
                 }
-                let ptr = raw_ptr(&buf, &c.dev);
-                Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cuda(CudaStorage { buf, ptr, dev: c.dev.clone() }) })
+                Ok(Tensor { shape: self.shape.clone(), dtype: self.dtype, storage: Storage::Cuda(copy) })
             }
         }
     }

@@ -66,5 +66,36 @@ fn runtime_properties(device: Device) -> Vec<CheckRow> {
     rows.push(p("no sticky error after bad input", ember_ops::gelu::forward(&x).and_then(|y| y.to_vec_f64()).is_ok()));
     // f64 is the CPU reference dtype only.
     rows.push(p("f64 on cuda is Err", Tensor::zeros(&[4], DType::F64, device).is_err()));
+    rows.extend(buffer_cache_properties(device));
     rows
+}
+
+/// The device's buffer cache (ember_core::cuda::cache): a dropped tensor's buffer serves the next
+/// allocation of its size class, holds whatever the new owner writes, and is freed on request.
+fn buffer_cache_properties(device: Device) -> Vec<CheckRow> {
+    let p = |name: &str, holds: bool| property("runtime", name, "holds", DType::F32, device, holds);
+    let run = || -> ember_core::Result<Vec<bool>> {
+        let a = Tensor::rand(&[1000], -1.0, 1.0, DType::F32, device, 3)?;
+        let dev = a.cuda_device()?.clone();
+        let caching = std::env::var("EMBER_CUDA_CACHE_MB").map(|v| v.trim() != "0").unwrap_or(true);
+        let first = a.cuda_ptr()?;
+        drop(a);
+        let held = dev.cached_bytes();
+        // 1000 and 900 f32 words are one class (4 KiB): the same buffer, with the new tensor's values.
+        let values: Vec<f32> = (0..900).map(|i| i as f32 * 0.5 - 7.0).collect();
+        let b = Tensor::from_vec(values.clone(), &[900])?.to_device(device)?;
+        let reused = b.cuda_ptr()? == first;
+        let back = b.to_vec_f64()?.iter().zip(&values).all(|(x, &y)| *x == y as f64);
+        drop(b);
+        dev.release_cached();
+        Ok(vec![!caching || (held >= 4096 && reused), back, dev.cached_bytes() == 0])
+    };
+    match run() {
+        Ok(v) => vec![
+            p("a dropped buffer serves the next allocation of its class", v[0]),
+            p("a reused buffer holds the new owner's values", v[1]),
+            p("release_cached empties the buffer cache", v[2]),
+        ],
+        Err(_) => vec![p("buffer cache checks ran", false)],
+    }
 }

@@ -6,6 +6,7 @@
 //! can be opened before cudarc touches it).
 
 pub mod blas;
+pub mod cache;
 pub mod libs;
 pub mod nvrtc;
 pub mod timing;
@@ -82,6 +83,9 @@ pub struct CudaDevice {
     functions: Mutex<HashMap<(String, String), CudaFunction>>,
     /// See [`CudaDevice::work_counters`]: the buffer and its address, made on first use.
     work_counters: Mutex<Option<(cudarc::driver::CudaSlice<u8>, u64)>>,
+    /// Dropped tensors' buffers kept for reuse ([`cache`]), and the most bytes it may hold.
+    cache: Mutex<cache::FreeLists<cudarc::driver::CudaSlice<u8>>>,
+    cache_limit: usize,
 }
 
 /// Devices initialised so far, or why initialisation failed (remembered so it is not retried).
@@ -156,7 +160,17 @@ impl CudaDevice {
                     2.0 * khz * 1e3 * bits / 8.0 / 1e9
                 },
             };
-            Ok(Arc::new(CudaDevice { ctx, stream, info, modules: Mutex::new(HashMap::new()), functions: Mutex::new(HashMap::new()), work_counters: Mutex::new(None) }))
+            let cache_limit = cache::limit_for(info.total_memory);
+            Ok(Arc::new(CudaDevice {
+                ctx,
+                stream,
+                info,
+                modules: Mutex::new(HashMap::new()),
+                functions: Mutex::new(HashMap::new()),
+                work_counters: Mutex::new(None),
+                cache: Mutex::new(cache::FreeLists::new(cache_limit)),
+                cache_limit,
+            }))
         })
     }
 
@@ -223,9 +237,55 @@ impl CudaDevice {
         Launch { args: self.stream.launch_builder(f), params: Vec::new(), func: f, stream: &self.stream, cc: self.info.compute_capability, cfg, name: "kernel", pdl: false }
     }
 
-    /// Allocate `bytes` of device memory (at least one byte, so empty tensors have a valid pointer).
-    pub fn alloc_bytes(&self, bytes: usize) -> Result<cudarc::driver::CudaSlice<u8>> {
-        unsafe { self.stream.alloc::<u8>(bytes.max(1)) }.map_err(|e| Error::cuda(&format!("allocating {bytes} bytes"), e))
+    /// Allocate at least `bytes` of device memory (at least one byte, so empty tensors have a valid
+    /// pointer): a cached buffer of the request's size class when one is free ([`cache`]), else a new
+    /// one of that class. Returns the buffer and whether it may go back to the cache
+    /// ([`CudaDevice::recycle`]) when its owner drops it: not when caching is off, nor for buffers
+    /// allocated while the stream is being captured into a graph (those belong to the graph).
+    pub fn alloc_bytes(&self, bytes: usize) -> Result<(cudarc::driver::CudaSlice<u8>, bool)> {
+        let fresh = |n: usize| unsafe { self.stream.alloc::<u8>(n) }.map_err(|e| Error::cuda(&format!("allocating {bytes} bytes"), e));
+        if self.cache_limit == 0 || self.capturing() {
+            return Ok((fresh(bytes.max(1))?, false));
+        }
+        let class = cache::size_class(bytes);
+        if let Some(buf) = self.cache.lock().unwrap().take(class) {
+            return Ok((buf, true));
+        }
+        let buf = match fresh(class) {
+            Ok(buf) => buf,
+            // Out of memory, perhaps because of what the cache holds: free it and try once more.
+            Err(_) if self.cache.lock().unwrap().held() > 0 => {
+                self.release_cached();
+                fresh(class)?
+            }
+            Err(e) => return Err(e),
+        };
+        Ok((buf, true))
+    }
+
+    /// Take back a buffer that [`CudaDevice::alloc_bytes`] returned as cacheable, once its owner is
+    /// done with it (its work may still be queued: the next owner's work queues after it on the
+    /// device's one stream). Freed instead when the cache is full.
+    pub fn recycle(&self, buf: cudarc::driver::CudaSlice<u8>) {
+        let class = cudarc::driver::DeviceSlice::len(&buf);
+        let over = self.cache.lock().unwrap().put(class, buf);
+        drop(over);
+    }
+
+    /// Free every cached buffer (as `torch.cuda.empty_cache()` does); tensors alive are untouched.
+    pub fn release_cached(&self) {
+        let bufs = self.cache.lock().unwrap().drain();
+        drop(bufs);
+    }
+
+    /// Bytes of device memory the cache holds for reuse.
+    pub fn cached_bytes(&self) -> usize {
+        self.cache.lock().unwrap().held()
+    }
+
+    /// Whether the stream is being captured into a CUDA graph.
+    fn capturing(&self) -> bool {
+        !matches!(self.stream.capture_status(), Ok(sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE))
     }
 
     /// Address of [`WORK_COUNTERS`] zeroed u32 words kept for the device's lifetime, for kernels that
