@@ -28,6 +28,12 @@ pub fn run(request: DeviceRequest) -> Result<ExitCode> {
                         );
                         if i == 0 {
                             println!("driver:     CUDA {}.{}", d.driver_version / 1000, (d.driver_version % 1000) / 10);
+                            let limit = dev.cache_limit();
+                            if limit > 0 {
+                                println!("buffers:    dropped tensors' buffers kept for reuse, up to {:.1} GiB per device (EMBER_CUDA_CACHE_MB)", limit as f64 / (1u64 << 30) as f64);
+                            } else {
+                                println!("buffers:    freed when their tensor drops (EMBER_CUDA_CACHE_MB=0)");
+                            }
                         }
                     }
                     Err(e) => println!("  cuda:{i}    unusable: {e}"),

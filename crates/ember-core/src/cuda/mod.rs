@@ -278,6 +278,11 @@ impl CudaDevice {
         drop(bufs);
     }
 
+    /// The most bytes the cache may hold (0: caching off).
+    pub fn cache_limit(&self) -> usize {
+        self.cache_limit
+    }
+
     /// Bytes of device memory the cache holds for reuse.
     pub fn cached_bytes(&self) -> usize {
         self.cache.lock().unwrap().held()
