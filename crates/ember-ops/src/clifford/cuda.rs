@@ -874,9 +874,36 @@ fn sum_chunks(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usiz
 /// Chunks summed per group at each level of [`sum_tree`] (CL_SUM_G in sums.cu).
 const SUM_GROUP: usize = 16;
 
+/// Levels of additions in a plan's chunk sums: one per `clifford_sum_tree` launch, two per
+/// `clifford_sum_tree2`.
+#[cfg(test)]
+pub(super) fn tree_levels(plan: &Plan) -> usize {
+    plan.launches.iter().map(|l| match l.name {
+        "clifford_sum_tree" => 1,
+        "clifford_sum_tree2" => 2,
+        _ => 0,
+    }).sum()
+}
+
 /// out[i] = Σ_c part[c][i] in a fixed tree: groups of 16 consecutive chunks summed in order, then
-/// the groups' sums the same way, until one is left. The order depends only on `chunks`.
-fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize) -> Result<()> {
+/// the groups' sums the same way, until one is left. The order depends only on `chunks`. Two levels
+/// (16 < chunks ≤ 256) run as one launch (`cl_sum_tree2`, the same additions in the same order):
+/// one launch gap and one latency-bound second level less per backward. `EMBER_CLIFFORD_SUM_TREE2=0`
+/// launches each level (same bits; for measurements).
+pub(super) fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize) -> Result<()> {
+    static TREE2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let tree2 = *TREE2.get_or_init(|| std::env::var("EMBER_CLIFFORD_SUM_TREE2").as_deref() != Ok("0"));
+    if tree2 && chunks > SUM_GROUP && chunks <= SUM_GROUP * SUM_GROUP {
+        let args = vec![Arg::Buf(part), Arg::Buf(out), Arg::I64(chunks as i64), Arg::I64(len as i64)];
+        let grid = blocks("w", len, SUM_GROUP)?;
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_tree2".into(), grid: (grid, 1, 1), block: (SUM_GROUP * SUM_GROUP) as u32, smem: 0, args, name: "clifford_sum_tree2" });
+        return Ok(());
+    }
+    sum_tree_by_level(plan, part, out, chunks, len)
+}
+
+/// [`sum_tree`] one launch per level.
+pub(super) fn sum_tree_by_level(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize) -> Result<()> {
     let (mut src, mut n) = (part, chunks);
     while n > 1 {
         let groups = n.div_ceil(SUM_GROUP);

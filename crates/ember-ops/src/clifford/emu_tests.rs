@@ -134,7 +134,7 @@ fn emu_bwd_pipe(spec: &str, (nb, n): (usize, usize)) {
         let mut got = Vec::new();
         for bv in [cuda::BwdVariant::Cols, cuda::BwdVariant::Pipe, cuda::BwdVariant::Serial] {
             let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
-            let trees = plan.launches.iter().filter(|l| l.name == "clifford_sum_tree").count();
+            let trees = cuda::tree_levels(&plan);
             let serial = plan.launches.iter().filter(|l| l.name == "clifford_sum_chunks").count();
             if bv == cuda::BwdVariant::Serial {
                 assert_eq!((trees, serial), (0, 1), "{tag}: serial chunk sums");
@@ -176,7 +176,7 @@ fn row_backward_matches(tag: &str, layer: &Layer, dims: Dims, st: Stages, bv: cu
     let plan = cuda::plan_fused_backward_with(layer, dims, DType::F32, st, cuda::RowVariant::Dynamic, bv, gpu).unwrap();
     let names: Vec<&str> = plan.launches.iter().map(|l| l.name).collect();
     assert_eq!(names[0], format!("clifford_bwd_{}", bv.name()), "{tag}: plan {names:?}");
-    assert!(names[1..].iter().all(|&l| l == "clifford_sum_tree") && (parts == 1) == (names.len() == 1), "{tag}: plan {names:?}");
+    assert!(names[1..].iter().all(|&l| l == "clifford_sum_tree" || l == "clifford_sum_tree2") && (parts == 1) == (names.len() == 1), "{tag}: plan {names:?}");
     let got = run_host(&plan, inputs);
     for (i, (what, want)) in [("d_x", want.0), ("d_y", want.1), ("d_w", want.2)].into_iter().enumerate() {
         close(&format!("{tag} {what}"), &got[i], want, 1e-5);
@@ -290,7 +290,7 @@ fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
         let plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Fold, gpu).unwrap();
         let cols_plan = cuda::plan_fused_backward_with(&layer, dims, dtype, st, cuda::RowVariant::Dynamic, cuda::BwdVariant::Cols, gpu).unwrap();
         let names = |p: &super::plan::Plan| p.launches.iter().map(|l| l.name).collect::<Vec<_>>();
-        let trees = names(&cols_plan).iter().filter(|&&l| l == "clifford_sum_tree").count();
+        let trees = cuda::tree_levels(&cols_plan);
         if !norm {
             assert_eq!(names(&plan), names(&cols_plan), "{tag}: the default's plan");
             continue;
@@ -310,13 +310,14 @@ fn emu_bwd_fold(spec: &str, (nb, n): (usize, usize), levels: usize) {
 }
 
 /// The folded sums' buffers at the bench sizes (Cl(3,0)): intermediate level words and counters,
-/// level by level as the tree launches them; two launches (dot, column) instead of four or five.
+/// level by level as the tree sums them; two launches (dot, column) instead of three (the default's
+/// two tree levels are one launch, `cl_sum_tree2`, at up to 256 chunks).
 #[test]
 fn fold_sizes_at_the_bench_sizes() {
     let gpu = cuda::Gpu { sms: 132, smem_optin: 227 * 1024, dram_gbps: 3350.0 };
     let layer = Layer::new("3,0").unwrap();
     // (B, N) → (chunks, column tiles, sum launches of the default)
-    for ((b, n), (chunks, tiles, trees)) in [((4096, 512), (64usize, 4usize, 2usize)), ((16384, 128), (256, 1, 2)), ((65536, 1024), (32, 8, 2))] {
+    for ((b, n), (chunks, tiles, trees)) in [((4096, 512), (64usize, 4usize, 1usize)), ((16384, 128), (256, 1, 1)), ((65536, 1024), (32, 8, 1))] {
         let dims = Dims { m: 8, b, n };
         let st = Stages { gelu: true, norm: true };
         let len = n * 20;
@@ -788,4 +789,40 @@ fn default_row_order_follows_the_dram_rate() {
     assert_eq!(cuda::RowVariant::default_for(&cl3, gpu(4800.0)), cuda::RowVariant::Staged, "H200-class DRAM");
     assert_eq!(cuda::RowVariant::default_for(&cl3, gpu(0.0)), cuda::RowVariant::Staged, "DRAM rate unknown");
     assert_eq!(cuda::RowVariant::default_for(&Layer::new("1,3").unwrap(), gpu(3350.0)), cuda::RowVariant::Rows, "16 blades");
+}
+
+/// The two tree levels in one launch (`cl_sum_tree2`, 16 < chunks ≤ 256) give the bits of the two
+/// launches, on partials of mixed sign and magnitude (so that the order of the additions shows),
+/// with a word count that is not a multiple of the CTA's 16 words.
+#[test]
+fn emulated_two_level_sum_is_the_two_launches_bitwise() {
+    for (chunks, len) in [(17usize, 37usize), (100, 1000), (256, 16)] {
+        let noise = Tensor::randn(&[chunks, len], DType::F32, Device::Cpu, 900 + chunks as u64).unwrap().to_vec_f64().unwrap();
+        // Magnitudes from 1e-3 to 1e3 by position, so rounding depends on the order of the additions.
+        let vals: Vec<f32> = noise.iter().enumerate().map(|(k, v)| (v * 10f64.powi((k % 7) as i32 - 3)) as f32).collect();
+        let part = Tensor::from_vec(vals, &[chunks, len]).unwrap();
+        let run = |by_level: bool| {
+            let mut plan = super::plan::Plan::new(1);
+            let out = plan.output(&[len], DType::F32);
+            if by_level {
+                cuda::sum_tree_by_level(&mut plan, 0, out, chunks, len).unwrap();
+            } else {
+                cuda::sum_tree(&mut plan, 0, out, chunks, len).unwrap();
+            }
+            let names: Vec<&str> = plan.launches.iter().map(|l| l.name).collect();
+            (names, run_host(&plan, &[&part]).remove(0))
+        };
+        let (one, a) = run(false);
+        let (two, b) = run(true);
+        assert_eq!(one, ["clifford_sum_tree2"], "chunks={chunks}");
+        assert_eq!(two, ["clifford_sum_tree", "clifford_sum_tree"], "chunks={chunks}");
+        assert!(bits(&a) == bits(&b), "chunks={chunks} len={len}: not the two launches' bits");
+        // And the sums themselves, against f64.
+        let p = part.to_vec_f64().unwrap();
+        let got = a.to_vec_f64().unwrap();
+        for i in 0..len {
+            let want: f64 = (0..chunks).map(|c| p[c * len + i]).sum();
+            assert!((got[i] - want).abs() <= 1e-4 * (1.0 + want.abs()) * chunks as f64, "chunks={chunks} word {i}: {} vs {want}", got[i]);
+        }
+    }
 }

@@ -32,6 +32,35 @@ extern "C" __global__ void __launch_bounds__(256) cl_sum_tree(const float* __res
     out[(i64)blockIdx.y * len + i] = s;
 }
 
+// Both levels of cl_sum_tree in one launch, for CL_SUM_G < chunks ≤ CL_SUM_G²: thread (word j, group
+// g) of a CTA of CL_SUM_G words × CL_SUM_G groups sums group g's partials of its word in order from
+// 0.0f (the first level), then one thread per word sums the groups' sums in order from 0.0f (the
+// second level): the same additions in the same order as the two launches, so the same bits.
+extern "C" __global__ void __launch_bounds__(CL_SUM_G * CL_SUM_G) cl_sum_tree2(const float* __restrict__ part, float* __restrict__ out, i64 chunks, i64 len) {
+    __shared__ float group_sums[CL_SUM_G][CL_SUM_G + 1];
+    const int j = threadIdx.x % CL_SUM_G, g = threadIdx.x / CL_SUM_G;
+    const i64 i = (i64)blockIdx.x * CL_SUM_G + j;
+    const i64 c0 = (i64)g * CL_SUM_G;
+    const i64 rest = chunks - c0;
+    const int cnt = rest <= 0 ? 0 : (int)min((i64)CL_SUM_G, rest);
+    float v[CL_SUM_G];
+#pragma unroll
+    for (int q = 0; q < CL_SUM_G; ++q) v[q] = (i < len && q < cnt) ? __ldg(part + (c0 + q) * len + i) : 0.0f;
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < CL_SUM_G; ++q) {
+        if (q < cnt) s += v[q];
+    }
+    group_sums[g][j] = s;
+    __syncthreads();
+    if (g == 0 && i < len) {
+        const int groups = (int)((chunks + CL_SUM_G - 1) / CL_SUM_G);
+        float t = 0.0f;
+        for (int q = 0; q < groups; ++q) t += group_sums[q][j];
+        out[i] = t;
+    }
+}
+
 // Partial column sums of a (rows × cols) matrix over row chunks: part[chunk][col] = Σ over the
 // chunk's rows in order (the bias gradient of MVLinear is the column sum of the scalar blade's
 // upstream gradient). One thread per column; the chunks are summed by cl_sum_chunks.
