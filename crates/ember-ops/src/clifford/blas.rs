@@ -67,7 +67,7 @@ fn weights_as(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DTyp
     let len = layer.grades() * dims.n * n_out;
     let wb = plan.alloc(&[layer.grades(), dims.n, n_out], dt);
     let args = vec![Arg::Buf(w), Arg::Buf(wb), Arg::I64(len as i64)];
-    plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_round_{}", dt.name()), grid: (grid(len), 1, 1), block: THREADS, smem: 0, args, name: "clifford_linear_round_w" });
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_round_{}", dt.name()), grid: (grid(len), 1, 1), block: THREADS, smem: 0, args, name: "clifford_linear_round_w", dependent: false });
     wb
 }
 
@@ -81,7 +81,7 @@ pub fn plan_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bo
     if bias {
         let args = vec![Arg::Buf(2), Arg::Buf(out), Arg::I64(dims.b as i64), Arg::I64(n_out as i64)];
         let g = grid(dims.b * n_out);
-        plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_bias_rows_{}", dt.name()), grid: (g, 1, 1), block: THREADS, smem: 0, args, name: "clifford_linear_bias" });
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_bias_rows_{}", dt.name()), grid: (g, 1, 1), block: THREADS, smem: 0, args, name: "clifford_linear_bias", dependent: false });
     }
     for (k, &(j0, nb)) in ranges.iter().enumerate() {
         let desc = GemmDesc { ab: dt, c: dt, ta: false, tb: false, m: nb * dims.b, n: n_out, k: dims.n, beta: if k == 0 && bias { 1.0 } else { 0.0 } };

@@ -320,7 +320,7 @@ fn row_launch(rows: usize, n: usize, v: usize) -> Result<(u32, u32)> {
 }
 
 pub(super) fn launch(src: KernelSource, opts: Vec<String>, grid: (u32, u32, u32), smem: usize, args: Vec<Arg>, name: &'static str) -> Launch {
-    Launch { src, opts, entry: "cl_kernel".into(), grid, block: THREADS, smem, args, name }
+    Launch { src, opts, entry: "cl_kernel".into(), grid, block: THREADS, smem, args, name, dependent: false }
 }
 
 fn sizes2(b: usize, n: usize) -> [Arg; 2] {
@@ -626,6 +626,7 @@ fn plan_rowwise(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, geo: Row
         smem: geo.smem,
         args,
         name: "clifford_bwd_rowwise",
+        dependent: false,
     });
     if geo.chunks > 1 {
         sum_tree(plan, part, dw, geo.chunks, dims.n * layer.paths())?;
@@ -868,7 +869,7 @@ pub fn fused_backward_with(layer: &Layer, dims: Dims, x: &Tensor, y: &Tensor, w:
 fn sum_chunks(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize) {
     let grid = len.div_ceil(THREADS as usize).clamp(1, 4096) as u32;
     let args = vec![Arg::Buf(part), Arg::Buf(out), Arg::I64(chunks as i64), Arg::I64(len as i64)];
-    plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_chunks".into(), grid: (grid, 1, 1), block: THREADS, smem: 0, args, name: "clifford_sum_chunks" });
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_chunks".into(), grid: (grid, 1, 1), block: THREADS, smem: 0, args, name: "clifford_sum_chunks", dependent: false });
 }
 
 /// Chunks summed per group at each level of [`sum_tree`] (CL_SUM_G in sums.cu).
@@ -896,10 +897,18 @@ pub(super) fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, 
     if tree2 && chunks > SUM_GROUP && chunks <= SUM_GROUP * SUM_GROUP {
         let args = vec![Arg::Buf(part), Arg::Buf(out), Arg::I64(chunks as i64), Arg::I64(len as i64)];
         let grid = blocks("w", len, SUM_GROUP)?;
-        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_tree2".into(), grid: (grid, 1, 1), block: (SUM_GROUP * SUM_GROUP) as u32, smem: 0, args, name: "clifford_sum_tree2" });
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_tree2".into(), grid: (grid, 1, 1), block: (SUM_GROUP * SUM_GROUP) as u32, smem: 0, args, name: "clifford_sum_tree2", dependent: sum_pdl() });
         return Ok(());
     }
     sum_tree_by_level(plan, part, out, chunks, len)
+}
+
+/// Whether the one-launch chunk sums are a programmatic dependent launch of the kernel that wrote
+/// the partials (their CTAs take SMs as that kernel's CTAs exit, and wait for it to complete before
+/// reading): on by default, `EMBER_CLIFFORD_SUM_PDL=0` (or `EMBER_PDL=0`) launches them in order.
+fn sum_pdl() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("EMBER_CLIFFORD_SUM_PDL").as_deref() != Ok("0"))
 }
 
 /// [`sum_tree`] one launch per level.
@@ -910,7 +919,7 @@ pub(super) fn sum_tree_by_level(plan: &mut Plan, part: usize, out: usize, chunks
         let dst = if groups == 1 { out } else { plan.alloc(&[groups, len], DType::F32) };
         let gy = u32::try_from(groups).ok().filter(|&g| g <= 65535).ok_or_else(|| Error::TooLarge { arg: "x".into(), what: format!("{groups} groups of d_w partials") })?;
         let args = vec![Arg::Buf(src), Arg::Buf(dst), Arg::I64(n as i64), Arg::I64(len as i64)];
-        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_tree".into(), grid: (blocks("w", len, THREADS as usize)?, gy, 1), block: THREADS, smem: 0, args, name: "clifford_sum_tree" });
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_tree".into(), grid: (blocks("w", len, THREADS as usize)?, gy, 1), block: THREADS, smem: 0, args, name: "clifford_sum_tree", dependent: false });
         (src, n) = (dst, groups);
     }
     Ok(())
@@ -1551,7 +1560,7 @@ pub(super) fn plan_bias_grad(plan: &mut Plan, dims: Dims, n_out: usize, dt: DTyp
     let part = plan.alloc(&[chunks, n_out], DType::F32);
     let args = vec![Arg::Buf(g), Arg::Buf(part), Arg::I64(dims.b as i64), Arg::I64(n_out as i64), Arg::I64(rpc as i64)];
     let grid = (blocks("w", n_out, THREADS as usize)?, chunks as u32, 1);
-    plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_col_sums_{}", dt.name()), grid, block: THREADS, smem: 0, args, name: "clifford_col_sums" });
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_col_sums_{}", dt.name()), grid, block: THREADS, smem: 0, args, name: "clifford_col_sums", dependent: false });
     sum_chunks(plan, part, db, chunks, n_out);
     Ok(())
 }

@@ -52,6 +52,10 @@ struct ember_bf16 { u16 bits; };
 struct ember_f16 { u16 bits; };
 inline float ember_bf16_bits_to_f32(u32 bits) { return __uint_as_float(bits << 16); }
 inline float ember_f16_bits_to_f32(u32 bits) { _Float16 h; u16 b = (u16)bits; std::memcpy(&h, &b, 2); return (float)h; }
+// Programmatic dependent launch: blocks run after the previous launch completes, so the wait and
+// the trigger (common.cuh) have nothing to do.
+inline void ember_grid_dependency_wait() {}
+inline void ember_launch_dependents() {}
 inline float ember_to_f32(float v) { return v; }
 inline float ember_to_f32(ember_bf16 v) { return ember_bf16_bits_to_f32(v.bits); }
 inline float ember_to_f32(ember_f16 v) { return ember_f16_bits_to_f32(v.bits); }

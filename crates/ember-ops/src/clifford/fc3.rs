@@ -252,7 +252,7 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     args.extend([p, dims.n, n_out, nch, nct, cw, cn, nw].map(|v| Arg::I64(v as i64)));
     args.extend([Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64), Arg::I64(weight_blocks as i64)]);
     let prep_grid = (weight_blocks + gate_blocks, 1, 1);
-    plan.launch(Launch { src, opts: opts(dt, Pass::Prep, Load::Scalar, false, None, false), entry: "cl_kernel".into(), grid: prep_grid, block: 256, smem: 0, args, name: "clifford_fc3_prep" });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Prep, Load::Scalar, false, None, false), entry: "cl_kernel".into(), grid: prep_grid, block: 256, smem: 0, args, name: "clifford_fc3_prep", dependent: false });
     let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
         .ok()
         .filter(|&v| v <= 65535)
@@ -267,7 +267,7 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     };
     let cluster = cluster && load == Load::Staged && cluster_fits(&cfg);
     let name = if cluster { "clifford_fc3_cluster" } else { "clifford_fc3" };
-    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn)), cluster), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn)), cluster), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name, dependent: false });
     Ok(())
 }
 

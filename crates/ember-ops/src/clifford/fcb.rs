@@ -188,7 +188,7 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
         let len = dims.m * b * n_out;
         let h = plan.alloc(&[dims.m, b, n_out], dt);
         let args = vec![Arg::Buf(g), Arg::Buf(h), Arg::I64(len as i64)];
-        plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_round_{}", dt.name()), grid: grid("x", len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_round_g" });
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_round_{}", dt.name()), grid: grid("x", len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_round_g", dependent: false });
         h
     } else {
         g

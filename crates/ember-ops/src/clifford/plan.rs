@@ -31,6 +31,10 @@ pub struct Launch {
     pub smem: usize,
     pub args: Vec<Arg>,
     pub name: &'static str,
+    /// A programmatic dependent launch (`Launch::dependent` in ember-core): the kernel may be
+    /// scheduled while the launch before it drains, and calls `ember_grid_dependency_wait()`
+    /// before it touches memory.
+    pub dependent: bool,
 }
 
 /// One cuBLAS GEMM on buffers of the plan: (buffer, element offset) of A, B and C (A and B of
@@ -159,7 +163,7 @@ pub fn run_cuda(plan: Plan, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
                 }
             };
         }
-        launch.named(l.name).run()?;
+        launch.named(l.name).dependent_if(l.dependent).run()?;
     }
     run_gemms(plan.launches.len())?;
     let mut out = Vec::new();

@@ -36,8 +36,11 @@ extern "C" __global__ void __launch_bounds__(256) cl_sum_tree(const float* __res
 // g) of a CTA of CL_SUM_G words × CL_SUM_G groups sums group g's partials of its word in order from
 // 0.0f (the first level), then one thread per word sums the groups' sums in order from 0.0f (the
 // second level): the same additions in the same order as the two launches, so the same bits.
+// Launched as a programmatic dependent of the kernel that writes the partials (cuda.rs sum_pdl):
+// nothing is read before the grid-dependency wait.
 extern "C" __global__ void __launch_bounds__(CL_SUM_G * CL_SUM_G) cl_sum_tree2(const float* __restrict__ part, float* __restrict__ out, i64 chunks, i64 len) {
     __shared__ float group_sums[CL_SUM_G][CL_SUM_G + 1];
+    ember_grid_dependency_wait();
     const int j = threadIdx.x % CL_SUM_G, g = threadIdx.x / CL_SUM_G;
     const i64 i = (i64)blockIdx.x * CL_SUM_G + j;
     const i64 c0 = (i64)g * CL_SUM_G;
