@@ -355,7 +355,7 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var:
         // memory, else two CTAs can share an SM and leave another idle (half types at N = 512 with
         // v16's 112 registers: bf16 4096 × 512 53.2 µs against 48.6 under ncu).
         let smem_launch = smem.max(gpu.smem_optin / 2 + 1024);
-        plan.launch(launch(src, opts, (grid, 1, 1), smem_launch, args, name));
+        plan.launch(Launch { dependent: entry_pdl(), ..launch(src, opts, (grid, 1, 1), smem_launch, args, name) });
         return Ok(plan);
     }
     if !st.norm {
@@ -719,7 +719,7 @@ fn plan_whole(plan: &mut Plan, layer: &Layer, dims: Dims, st: Stages, geo: Whole
     // Persistent: as many CTAs as fit at once (at most one per slot); the slots, and so the
     // partials, are the same whatever the grid.
     let grid = u32::try_from(geo.slots.min(geo.per_sm * gpu.sms).max(1)).map_err(|_| Error::invalid("clifford", "grid overflows u32"))?;
-    plan.launch(launch(whole_source(layer, st.gelu, st.norm)?, whole_opts(st.norm, geo.v), (grid, 1, 1), geo.smem, args, "clifford_bwd_whole"));
+    plan.launch(Launch { dependent: entry_pdl(), ..launch(whole_source(layer, st.gelu, st.norm)?, whole_opts(st.norm, geo.v), (grid, 1, 1), geo.smem, args, "clifford_bwd_whole") });
     if geo.slots > 1 {
         sum_tree(plan, part, dw, geo.slots, dims.n * layer.paths())?;
     }
@@ -901,6 +901,15 @@ pub(super) fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, 
         return Ok(());
     }
     sum_tree_by_level(plan, part, out, chunks, len)
+}
+
+/// Whether the staged forward and the whole-row backward (each the first kernel of its pass) are
+/// programmatic dependent launches: they wait for the kernel before them on the stream (whatever it
+/// is) first thing, so only the launch itself overlaps that kernel's end. On by default,
+/// `EMBER_CLIFFORD_ENTRY_PDL=0` (or `EMBER_PDL=0`) launches them in order.
+fn entry_pdl() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("EMBER_CLIFFORD_ENTRY_PDL").as_deref() != Ok("0"))
 }
 
 /// Whether the one-launch chunk sums are a programmatic dependent launch of the kernel that wrote

@@ -339,6 +339,8 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 #endif
 extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                       act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team CL_TICKET_ARGS) {
+    // A programmatic dependent launch (cuda.rs entry_pdl): nothing is read before the wait.
+    ember_grid_dependency_wait();
     float* sw = cl_dynamic_smem();
     act_t* stage = reinterpret_cast<act_t*>(sw + CL_WWORDS(N));
     __shared__ float red[(CL_THREADS / 32) * CL_NG];

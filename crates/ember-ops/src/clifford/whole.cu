@@ -76,6 +76,8 @@ extern "C" __global__ void __launch_bounds__(CL_WH_T, 2)
     cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w, const act_t* __restrict__ g,
               const act_t* __restrict__ out, const float* __restrict__ rms, act_t* __restrict__ dx, act_t* __restrict__ dy,
               float* __restrict__ dw_part, i64 B, i64 N, int R, int ct, int team, i64 slots, i64 cps) {
+    // A programmatic dependent launch (cuda.rs entry_pdl): nothing is read before the wait.
+    ember_grid_dependency_wait();
     const int tid = (int)threadIdx.x, nn = (int)N, rt = CL_WH_T / ct;
     const int c = tid % ct, l = tid / ct;
     const int RN = R * nn, ld = nn + 1;
