@@ -367,6 +367,6 @@ __device__ void fc_fwd_direct(const FcParams& p) {
 #define FD_FWD_MINB 4
 #endif
 #if FC_BLOCK == 256  // one copy, in the module the host launches it from
-extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, FD_FWD_MINB) fc_fwd_direct_bf16_bf16(FcParams p) { fc_fwd_direct<ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, FD_FWD_MINB) fc_fwd_direct_bf16_f32(FcParams p) { fc_fwd_direct<float>(p); }
+extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, FD_FWD_MINB) fc_fwd_direct_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_direct<ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, FD_FWD_MINB) fc_fwd_direct_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_direct<float>(p); }
 #endif

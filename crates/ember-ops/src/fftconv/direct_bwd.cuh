@@ -368,7 +368,7 @@ __device__ void fc_bwd_direct(const FcParams& p) {
 #define FDB_MINB(m) m
 #endif
 #define FDB_ENTRY(G, P, NAME, TD, MINB) \
-    extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, FDB_MINB(MINB)) fc_bwd_direct##G##P##_bf16_##NAME(FcParams p) { fc_bwd_direct<TD, G, P>(p); }
+    extern "C" __global__ void __launch_bounds__(FD_WARPS * 32, FDB_MINB(MINB)) fc_bwd_direct##G##P##_bf16_##NAME(FcParams p) { ember_grid_dependency_wait(); fc_bwd_direct<TD, G, P>(p); }
 FDB_ENTRY(0, 0, bf16, ember_bf16, 4)
 FDB_ENTRY(0, 1, bf16, ember_bf16, 3)
 FDB_ENTRY(1, 0, bf16, ember_bf16, 4)
@@ -382,7 +382,7 @@ FDB_ENTRY(1, 1, f32, float, 3)
 
 // The filter gradients of heads with several CTAs: the CTAs' partials (sbuf, [head][part][diag])
 // summed in part order.
-extern "C" __global__ void fc_dk_direct(FcParams p) {
+extern "C" __global__ void fc_dk_direct(FcParams p) { ember_grid_dependency_wait();
     const int dmin = p.lkr > 0 ? -(p.lkr - 1) : 0;
     const int ndiag = p.lk - 1 - dmin + 1;
     const i64 rbs = (p.B + FD_ROWS - 1) / FD_ROWS;

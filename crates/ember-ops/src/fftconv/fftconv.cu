@@ -1181,29 +1181,29 @@ extern "C" __global__ void fc_tc_table(float2* tw) { tc_table_fill(reinterpret_c
 #endif
 #define FC_LB __launch_bounds__(FC_BLOCK, FC_MINB)
 
-extern "C" __global__ void FC_LB fc_spectrum(FcParams p) { fc_spectrum_onchip(p); }
-extern "C" __global__ void FC_LB fc_dk(FcParams p) { fc_dk_onchip(p); }
-extern "C" __global__ void FC_LB fc_col_filter_k(FcParams p) { fc_col_filter(p); }
-extern "C" __global__ void FC_LB fc_col_dk_k(FcParams p) { fc_col_dk(p); }
-extern "C" __global__ void FC_LB fc_row_spectrum(FcParams p) { fc_row_pass<FC_ROW_SPECTRUM>(p); }
-extern "C" __global__ void FC_LB fc_row_conv(FcParams p) { fc_row_pass<FC_ROW_CONV>(p); }
-extern "C" __global__ void FC_LB fc_row_save(FcParams p) { fc_row_pass<FC_ROW_SAVE>(p); }
-extern "C" __global__ void FC_LB fc_row_corr(FcParams p) { fc_row_pass<FC_ROW_CORR>(p); }
-extern "C" __global__ void FC_LB fc_row_dk(FcParams p) { fc_row_pass<FC_ROW_DK>(p); }
+extern "C" __global__ void FC_LB fc_spectrum(FcParams p) { ember_grid_dependency_wait(); fc_spectrum_onchip(p); }
+extern "C" __global__ void FC_LB fc_dk(FcParams p) { ember_grid_dependency_wait(); fc_dk_onchip(p); }
+extern "C" __global__ void FC_LB fc_col_filter_k(FcParams p) { ember_grid_dependency_wait(); fc_col_filter(p); }
+extern "C" __global__ void FC_LB fc_col_dk_k(FcParams p) { ember_grid_dependency_wait(); fc_col_dk(p); }
+extern "C" __global__ void FC_LB fc_row_spectrum(FcParams p) { ember_grid_dependency_wait(); fc_row_pass<FC_ROW_SPECTRUM>(p); }
+extern "C" __global__ void FC_LB fc_row_conv(FcParams p) { ember_grid_dependency_wait(); fc_row_pass<FC_ROW_CONV>(p); }
+extern "C" __global__ void FC_LB fc_row_save(FcParams p) { ember_grid_dependency_wait(); fc_row_pass<FC_ROW_SAVE>(p); }
+extern "C" __global__ void FC_LB fc_row_corr(FcParams p) { ember_grid_dependency_wait(); fc_row_pass<FC_ROW_CORR>(p); }
+extern "C" __global__ void FC_LB fc_row_dk(FcParams p) { ember_grid_dependency_wait(); fc_row_pass<FC_ROW_DK>(p); }
 
 #define FC_TYPED(T, TO, NAME)                                                                        \
-    extern "C" __global__ void FC_LB fc_fwd_##NAME(FcParams p) { fc_fwd_onchip<T, TO>(p); }          \
-    extern "C" __global__ void FC_LB fc_bwd_##NAME(FcParams p) { fc_bwd_onchip<T, TO>(p); }          \
-    extern "C" __global__ void FC_LB fc_col_data_##NAME(FcParams p) { fc_col_data<T>(p); }           \
-    extern "C" __global__ void FC_LB fc_col_out_##NAME(FcParams p) { fc_col_out<T, TO>(p); }         \
-    extern "C" __global__ void FC_LB fc_col_dz_##NAME(FcParams p) { fc_col_dz<T, TO>(p); }           \
-    extern "C" __global__ void FC_LB fc_col_dw_##NAME(FcParams p) { fc_col_dw<T>(p); }               \
-    extern "C" __global__ void FC_LB fc_mix_fwd_##NAME(FcParams p) { fc_mix_fwd<T, TO>(p); }         \
-    extern "C" __global__ void FC_LB fc_mix_bwd_##NAME(FcParams p) { fc_mix_bwd<T>(p); }
+    extern "C" __global__ void FC_LB fc_fwd_##NAME(FcParams p) { ember_grid_dependency_wait(); fc_fwd_onchip<T, TO>(p); }          \
+    extern "C" __global__ void FC_LB fc_bwd_##NAME(FcParams p) { ember_grid_dependency_wait(); fc_bwd_onchip<T, TO>(p); }          \
+    extern "C" __global__ void FC_LB fc_col_data_##NAME(FcParams p) { ember_grid_dependency_wait(); fc_col_data<T>(p); }           \
+    extern "C" __global__ void FC_LB fc_col_out_##NAME(FcParams p) { ember_grid_dependency_wait(); fc_col_out<T, TO>(p); }         \
+    extern "C" __global__ void FC_LB fc_col_dz_##NAME(FcParams p) { ember_grid_dependency_wait(); fc_col_dz<T, TO>(p); }           \
+    extern "C" __global__ void FC_LB fc_col_dw_##NAME(FcParams p) { ember_grid_dependency_wait(); fc_col_dw<T>(p); }               \
+    extern "C" __global__ void FC_LB fc_mix_fwd_##NAME(FcParams p) { ember_grid_dependency_wait(); fc_mix_fwd<T, TO>(p); }         \
+    extern "C" __global__ void FC_LB fc_mix_bwd_##NAME(FcParams p) { ember_grid_dependency_wait(); fc_mix_bwd<T>(p); }
 FC_TYPED(float, float, f32_f32)
 FC_TYPED(ember_f16, ember_f16, f16_f16)
 FC_TYPED(ember_f16, float, f16_f32)
 FC_TYPED(ember_bf16, ember_bf16, bf16_bf16)
 FC_TYPED(ember_bf16, float, bf16_f32)
-extern "C" __global__ void FC_LB fc_fwd_tc_bf16_bf16(FcParams p) { fc_fwd_onchip_tc<ember_bf16, ember_bf16>(p); }
-extern "C" __global__ void FC_LB fc_fwd_tc_bf16_f32(FcParams p) { fc_fwd_onchip_tc<ember_bf16, float>(p); }
+extern "C" __global__ void FC_LB fc_fwd_tc_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_onchip_tc<ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void FC_LB fc_fwd_tc_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_onchip_tc<ember_bf16, float>(p); }

@@ -387,10 +387,10 @@ __device__ void fc_bwd_pair(const FcParams& p) {
 #define FC_PAIR_BWD_MINB 2
 #endif
 #define FC_BWD_PAIR_ENTRIES(LOGP)                                                                                              \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, float>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##z_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, true, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##z_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, true, ember_bf16, float>(p); }
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair<LOGP, false, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair<LOGP, false, ember_bf16, float>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##z_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair<LOGP, true, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##z_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair<LOGP, true, ember_bf16, float>(p); }
 FC_BWD_PAIR_ENTRIES(1)
 FC_BWD_PAIR_ENTRIES(2)
 FC_BWD_PAIR_ENTRIES(3)
@@ -399,10 +399,10 @@ FC_BWD_PAIR_ENTRIES(5)
 // Narrow slot groups (R = 16/P slots per CTA: 16 segments) at P = 2 and 4; the partial of
 // slot s is tbuf's entry s whatever R is, so at the same pairs per slot the bits are the wide kernel's.
 #define FC_BWD_PAIR_NARROW(LOGP, R)                                                                                              \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, ember_bf16, R>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, false, ember_bf16, float, R>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##z_bf16_bf16(FcParams p) { fc_bwd_pair<LOGP, true, ember_bf16, ember_bf16, R>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##z_bf16_f32(FcParams p) { fc_bwd_pair<LOGP, true, ember_bf16, float, R>(p); }
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair<LOGP, false, ember_bf16, ember_bf16, R>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair<LOGP, false, ember_bf16, float, R>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##z_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair<LOGP, true, ember_bf16, ember_bf16, R>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FC_PAIR_BWD_MINB) fc_bwd_pair##LOGP##g##R##z_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair<LOGP, true, ember_bf16, float, R>(p); }
 FC_BWD_PAIR_NARROW(1, 8)
 FC_BWD_PAIR_NARROW(2, 4)
 
@@ -489,8 +489,8 @@ __device__ void fc_bwd_pair64(const FcParams& p) {
 
 // Each with its staged-u variant (STG; fc_bwd_pair_staged6*, the host's choice).
 #define FP64_BWD(ZM, ZS, TO, SFX) \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair64<ZM, ember_bf16, TO>(p); } \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair64<ZM, ember_bf16, TO, true>(p); }
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair6##ZS##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair64<ZM, ember_bf16, TO>(p); } \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pair_staged6##ZS##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair64<ZM, ember_bf16, TO, true>(p); }
 FP64_BWD(false, , ember_bf16, bf16)
 FP64_BWD(false, , float, f32)
 FP64_BWD(true, z, ember_bf16, bf16)
@@ -590,8 +590,8 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
 
 // Each with its staged variant (STG; fc_bwd_pair_staged7*, the host's choice).
 #define FP128_BWD(ZM, ZS, TO, SFX) \
-    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair7##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair128<ZM, ember_bf16, TO>(p); } \
-    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair_staged7##ZS##_bf16_##SFX(FcParams p) { fc_bwd_pair128<ZM, ember_bf16, TO, true>(p); }
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair7##ZS##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair128<ZM, ember_bf16, TO>(p); } \
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair_staged7##ZS##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair128<ZM, ember_bf16, TO, true>(p); }
 FP128_BWD(false, , ember_bf16, bf16)
 FP128_BWD(false, , float, f32)
 FP128_BWD(true, z, ember_bf16, bf16)
@@ -602,7 +602,7 @@ FP128_BWD(true, z, float, f32)
 // The filter-gradient spectrum of the pair backward, one thread per (head of the launch, bin
 // k ≤ M = N/2): S[k] = 2·(T[k] + conj T[(N − k) mod N]) summed over the head's `parts` partials in
 // order, i.e. 4·Σ_rows G_r·conj(W_r), written where fc_dk (parts = 1) reads it.
-extern "C" __global__ void fc_dk_pair(FcParams p) {
+extern "C" __global__ void fc_dk_pair(FcParams p) { ember_grid_dependency_wait();
     const i64 m = (i64)1 << p.logm, n = 2 * m;
     const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (i64)p.nheads * (m + 1)) return;

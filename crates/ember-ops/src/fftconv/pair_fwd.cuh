@@ -97,16 +97,16 @@ __device__ void fc_fwd_pair_staged(const FcParams& p) {
 // values per thread need 128 registers (2 CTAs).
 #define FP_MINB(LOGP) ((LOGP) == 5 ? 2 : 3)
 #define FC_PAIR_ENTRIES(LOGP)                                                                                                   \
-    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_bf16(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_f32(FcParams p) { fc_fwd_pair<LOGP, ember_bf16, float>(p); }
+    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pair<LOGP, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, FP_MINB(LOGP)) fc_fwd_pair##LOGP##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pair<LOGP, ember_bf16, float>(p); }
 FC_PAIR_ENTRIES(1)
 FC_PAIR_ENTRIES(2)
 FC_PAIR_ENTRIES(3)
 FC_PAIR_ENTRIES(4)
 FC_PAIR_ENTRIES(5)
 // The staged forward where it keeps the plain kernel's occupancy (2 CTAs per SM): P = 32.
-extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_bf16(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_f32(FcParams p) { fc_fwd_pair_staged<5, ember_bf16, float>(p); }
+extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pair_staged<5, ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pair_staged<5, ember_bf16, float>(p); }
 
 // The staged u (STG) of the backward at P = 64 (CS = 1: one CTA), of the cluster forwards at
 // P = 64·CS and of the cluster backward at P = 128. At T = 2·CS = 2, 4, 8 or 16 lanes per
@@ -286,8 +286,8 @@ __device__ void fc_fwd_pair64(const FcParams& p) {
     fp_epilogue_sel<16, 9>(fp_epilogue_flags(p), o16, 16, fp_out_factors(inv1, bal), ks, ea, eb);
 }
 
-extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
-extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { fc_fwd_pair64<ember_bf16, float>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pair64<ember_bf16, ember_bf16>(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pair64<ember_bf16, float>(p); }
 
 #if __CUDA_ARCH__ >= 900  // clusters (P = 128 … 512)
 // The forward on a cluster of CS CTAs (P = 64·CS, N = 16384·CS, L ≤ N/2; fpc_lane, fpc_stage1): one
@@ -368,8 +368,8 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
 // of 4 and 8: N = 65536 by default, 131072 opt-in by EMBER_FFTCONV_PAIR_BIG=1; cuda.rs, pair_big).
 // Each with its staged-u variant (STG; fc_fwd_pair_staged*, the host's choice).
 #define FPC_FWD(LOGP, CS, TO, SFX) \
-    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO>(p); } \
-    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair_staged##LOGP##_bf16_##SFX(FcParams p) { fc_fwd_pairc<CS, ember_bf16, TO, true>(p); }
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair##LOGP##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, TO>(p); } \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pair_staged##LOGP##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, TO, true>(p); }
 FPC_FWD(7, 2, ember_bf16, bf16)
 FPC_FWD(7, 2, float, f32)
 FPC_FWD(8, 4, ember_bf16, bf16)

@@ -305,16 +305,16 @@ __device__ void fc_spec_pairq(const FcParams& p) {
 }
 
 #define FQ_ENTRIES(Q)                                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pairq##Q##_bf16_bf16(FcParams p) { fc_fwd_pairq<Q, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pairq##Q##_bf16_f32(FcParams p) { fc_fwd_pairq<Q, ember_bf16, float>(p); }     \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pairq##Q(FcParams p) { fc_spec_pairq<Q>(p); }
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pairq##Q##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairq<Q, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pairq##Q##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairq<Q, ember_bf16, float>(p); }     \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pairq##Q(FcParams p) { ember_grid_dependency_wait(); fc_spec_pairq<Q>(p); }
 FQ_ENTRIES(20)
 FQ_ENTRIES(24)
 FQ_ENTRIES(28)
 // Two columns per thread pair, two CTAs per SM (P = 40, 48: 86 / 102 KB of shared memory each).
 #define FQ_ENTRIES_NARROW(Q)                                                                                                                                \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pairq##Q##n_bf16_bf16(FcParams p) { fc_fwd_pairq<Q, ember_bf16, ember_bf16, 256>(p); } \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pairq##Q##n_bf16_f32(FcParams p) { fc_fwd_pairq<Q, ember_bf16, float, 256>(p); }
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pairq##Q##n_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairq<Q, ember_bf16, ember_bf16, 256>(p); } \
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pairq##Q##n_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairq<Q, ember_bf16, float, 256>(p); }
 FQ_ENTRIES_NARROW(20)
 FQ_ENTRIES_NARROW(24)
 
@@ -487,11 +487,11 @@ __device__ void fc_dk_pairq(const FcParams& p) {
 }
 
 #define FQ_BWD_ENTRIES(Q)                                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##_bf16_bf16(FcParams p) { fc_bwd_pairq<Q, false, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##_bf16_f32(FcParams p) { fc_bwd_pairq<Q, false, ember_bf16, float>(p); }       \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##z_bf16_bf16(FcParams p) { fc_bwd_pairq<Q, true, ember_bf16, ember_bf16>(p); } \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##z_bf16_f32(FcParams p) { fc_bwd_pairq<Q, true, ember_bf16, float>(p); }       \
-    extern "C" __global__ void __launch_bounds__(512, 1) fc_dk_pairq##Q(FcParams p) { fc_dk_pairq<Q>(p); }
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairq<Q, false, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairq<Q, false, ember_bf16, float>(p); }       \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##z_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairq<Q, true, ember_bf16, ember_bf16>(p); } \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_bwd_pairq##Q##z_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairq<Q, true, ember_bf16, float>(p); }       \
+    extern "C" __global__ void __launch_bounds__(512, 1) fc_dk_pairq##Q(FcParams p) { ember_grid_dependency_wait(); fc_dk_pairq<Q>(p); }
 // P = 40, 48 only: at P = 56 the backward measured slower than the power-of-two one (cuda.rs,
 // MIXED_BWD_MAX_P).
 FQ_BWD_ENTRIES(20)

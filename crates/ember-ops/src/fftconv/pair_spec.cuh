@@ -191,22 +191,22 @@ __device__ void fc_spec_pairc(const FcParams& p) {
 #endif  // __CUDA_ARCH__ >= 900
 
 #define FC_SPEC_PAIR_ENTRY(LOGP) \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_spec_pair##LOGP(FcParams p) { fc_spec_pair<LOGP>(p); }
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_spec_pair##LOGP(FcParams p) { ember_grid_dependency_wait(); fc_spec_pair<LOGP>(p); }
 FC_SPEC_PAIR_ENTRY(1)
 FC_SPEC_PAIR_ENTRY(2)
 FC_SPEC_PAIR_ENTRY(3)
 FC_SPEC_PAIR_ENTRY(4)
 FC_SPEC_PAIR_ENTRY(5)
 #define FC_SPEC_PAIR_NARROW(LOGP, R) \
-    extern "C" __global__ void __launch_bounds__(256, 2) fc_spec_pair##LOGP##g##R(FcParams p) { fc_spec_pair<LOGP, R>(p); }
+    extern "C" __global__ void __launch_bounds__(256, 2) fc_spec_pair##LOGP##g##R(FcParams p) { ember_grid_dependency_wait(); fc_spec_pair<LOGP, R>(p); }
 FC_SPEC_PAIR_NARROW(1, 4)
 FC_SPEC_PAIR_NARROW(2, 2)
 FC_SPEC_PAIR_NARROW(3, 2)
-extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pair6(FcParams p) { fc_spec_pair64(p); }
+extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pair6(FcParams p) { ember_grid_dependency_wait(); fc_spec_pair64(p); }
 #if __CUDA_ARCH__ >= 900
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_spec_pair7(FcParams p) { fc_spec_pairc<2>(p); }
-extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512, 1) fc_spec_pair8(FcParams p) { fc_spec_pairc<4>(p); }
-extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) fc_spec_pair9(FcParams p) { fc_spec_pairc<8>(p); }
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_spec_pair7(FcParams p) { ember_grid_dependency_wait(); fc_spec_pairc<2>(p); }
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512, 1) fc_spec_pair8(FcParams p) { ember_grid_dependency_wait(); fc_spec_pairc<4>(p); }
+extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) fc_spec_pair9(FcParams p) { ember_grid_dependency_wait(); fc_spec_pairc<8>(p); }
 #endif
 
 #endif  // FC_BLOCK == 256
