@@ -591,12 +591,18 @@ impl crate::OpFamily for Family {
         // For a sanitizer run over a few kernels: EMBER_FFTCONV_CHECK_L=9000,16384 keeps the cases
         // of those lengths.
         let only: Option<Vec<usize>> = std::env::var("EMBER_FFTCONV_CHECK_L").ok().map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect());
-        for c in cases(ctx.tier).into_iter().filter(|c| only.as_ref().is_none_or(|ls| ls.contains(&c.l))) {
+        // EMBER_FFTCONV_CHECK_SHARD=i/n keeps every n-th case from the i-th, so n processes can share
+        // a tier (its f64 references are most of its time); the bad-input rows run in shard 0.
+        let (shard, shards) = check_shard()?;
+        let kept = cases(ctx.tier).into_iter().filter(|c| only.as_ref().is_none_or(|ls| ls.contains(&c.l)));
+        for c in kept.enumerate().filter(|(i, _)| i % shards == shard).map(|(_, c)| c) {
             for dtype in DType::ACTIVATIONS {
                 rows.extend(check_case(ctx, &c, dtype).map_err(|e| Error::invalid("case", format!("{} {dtype}: {e}", c.name())))?);
             }
         }
-        rows.extend(bad_input_rows(ctx)?);
+        if shard == 0 {
+            rows.extend(bad_input_rows(ctx)?);
+        }
         Ok(rows)
     }
 
@@ -670,4 +676,16 @@ pub(super) fn quick_cases() -> Vec<Case> {
 #[cfg(test)]
 pub(super) fn check_case_for_tests(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     check_case(ctx, c, dtype)
+}
+
+/// `EMBER_FFTCONV_CHECK_SHARD=i/n` as (i, n); (0, 1) when unset.
+fn check_shard() -> Result<(usize, usize)> {
+    let Ok(v) = std::env::var("EMBER_FFTCONV_CHECK_SHARD") else { return Ok((0, 1)) };
+    let bad = || Error::invalid("EMBER_FFTCONV_CHECK_SHARD", format!("expected i/n with i < n, got {v:?}"));
+    let (i, n) = v.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if i >= n {
+        return Err(bad());
+    }
+    Ok((i, n))
 }
