@@ -347,11 +347,8 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var:
         if var == RowVariant::Dynamic && steps >= DYNAMIC_MIN_STEPS_PER_SM * gpu.sms {
             opts.push(DYNAMIC_OPT.into());
             args.push(Arg::Counters(0));
-        } else {
-            if !prefetch_two(steps, gpu.sms) {
-                opts.push("-DCL_PRE2=0".into());
-            }
-            opts.extend(early_opt("-DCL_EARLY=1"));
+        } else if !prefetch_two(steps, gpu.sms) {
+            opts.push("-DCL_PRE2=0".into());
         }
         let name = if st.norm { "clifford_fwd_norm_staged" } else { "clifford_fwd_staged" };
         // One CTA per SM, as the grid assumes: the launch asks for more than half of an SM's shared
@@ -712,9 +709,7 @@ fn whole_opts(norm: bool, v: usize) -> Vec<String> {
     let v = if norm { v } else { 1 };
     static WV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let wv = *WV.get_or_init(|| std::env::var("EMBER_CLIFFORD_WH_WV").as_deref() != Ok("0"));
-    let mut o = vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}"), format!("-DCL_WH_WV={}", u8::from(wv))];
-    o.extend(early_opt("-DCL_WH_EARLY=1"));
-    o
+    vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}"), format!("-DCL_WH_WV={}", u8::from(wv))]
 }
 
 /// The whole-row backward's launch and the tree of its slot sums into `dw`.
@@ -902,7 +897,7 @@ pub(super) fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, 
     if tree2 && chunks > SUM_GROUP && chunks <= SUM_GROUP * SUM_GROUP {
         let args = vec![Arg::Buf(part), Arg::Buf(out), Arg::I64(chunks as i64), Arg::I64(len as i64)];
         let grid = blocks("w", len, SUM_GROUP)?;
-        plan.launch(Launch { src: SUMS, opts: sums_tree2_opts(), entry: "cl_sum_tree2".into(), grid: (grid, 1, 1), block: (SUM_GROUP * SUM_GROUP) as u32, smem: 0, args, name: "clifford_sum_tree2", dependent: sum_pdl() });
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_sum_tree2".into(), grid: (grid, 1, 1), block: (SUM_GROUP * SUM_GROUP) as u32, smem: 0, args, name: "clifford_sum_tree2", dependent: sum_pdl() });
         return Ok(());
     }
     sum_tree_by_level(plan, part, out, chunks, len)
@@ -915,28 +910,6 @@ pub(super) fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, 
 fn entry_pdl() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("EMBER_CLIFFORD_ENTRY_PDL").as_deref() != Ok("0"))
-}
-
-/// Whether a chain of the family's dependent launches overlaps (v20): the staged forward (fixed
-/// order) and the whole-row backward ask L2 for their first rows before their grid-dependency
-/// wait, the staged forward lets the next kernel be scheduled when each CTA starts its last step,
-/// and the one-launch chunk sums right after their wait (one short wave), so the next pass's CTAs
-/// take the SMs the last steps leave and warm L2 meanwhile. Nothing is read into registers or
-/// shared memory before a wait, so what a kernel computes is unchanged. On by default;
-/// `EMBER_CLIFFORD_EARLY=0` turns it off (for measurements).
-pub(super) fn early_trigger() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EMBER_CLIFFORD_EARLY").as_deref() != Ok("0"))
-}
-
-/// `opt` where [`early_trigger`] is on.
-fn early_opt(opt: &str) -> Option<String> {
-    early_trigger().then(|| opt.to_string())
-}
-
-/// Options of the one-launch chunk sums (`cl_sum_tree2`).
-pub(super) fn sums_tree2_opts() -> Vec<String> {
-    early_opt("-DCL_SUM_EARLY=1").into_iter().collect()
 }
 
 /// Whether the one-launch chunk sums are a programmatic dependent launch of the kernel that wrote
@@ -1629,14 +1602,11 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             for &v in &vs {
                 out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, false, false) });
                 let staged_fwd = |norm: bool| {
-                    let plain = fwd_opts(dt, v, norm, true, true);
-                    let mut dynamic = plain.clone();
+                    let fixed = fwd_opts(dt, v, norm, true, true);
+                    let mut dynamic = fixed.clone();
                     dynamic.push(DYNAMIC_OPT.into());
-                    let mut one_step = plain.clone();
+                    let mut one_step = fixed.clone();
                     one_step.push("-DCL_PRE2=0".into());
-                    one_step.extend(early_opt("-DCL_EARLY=1"));
-                    let mut fixed = plain;
-                    fixed.extend(early_opt("-DCL_EARLY=1"));
                     [fixed, dynamic, one_step].map(|options| KernelBuild { source: src, options })
                 };
                 if v > 1 {

@@ -332,17 +332,6 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 #if CL_PRE2 && CL_DYN
 #error "CL_PRE2 needs the fixed step order"
 #endif
-// CL_EARLY = 1 (fixed order; cuda.rs early_trigger): a chain of dependent launches overlaps. Before
-// its grid-dependency wait the kernel asks L2 for its first two steps' x and y and for the weights
-// (hints only: nothing is read into registers or shared memory before the wait), and each CTA lets
-// the next dependent kernel be scheduled when it starts its last step, so that kernel's CTAs take
-// the SMs this launch's early finishers leave and warm L2 the same way while the last steps run.
-#ifndef CL_EARLY
-#define CL_EARLY 0
-#endif
-#if CL_EARLY && CL_DYN
-#error "CL_EARLY needs the fixed step order"
-#endif
 #if CL_DYN
 #define CL_TICKET_ARGS , u32* __restrict__ tickets
 #else
@@ -350,25 +339,13 @@ __device__ __forceinline__ void cl_issue(const act_t* __restrict__ x, const act_
 #endif
 extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
                                                                       act_t* __restrict__ out, float* __restrict__ rms, i64 B, i64 N, int team CL_TICKET_ARGS) {
+    // A programmatic dependent launch (cuda.rs entry_pdl): nothing is read before the wait.
+    ember_grid_dependency_wait();
     float* sw = cl_dynamic_smem();
     act_t* stage = reinterpret_cast<act_t*>(sw + CL_WWORDS(N));
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int tid = threadIdx.x, lt = tid % team, rows = CL_THREADS / team;
     const i64 G = N / CL_V, BN = B * N, steps = (B + rows - 1) / rows, n0 = (i64)lt * CL_V;
-#if CL_EARLY
-    cl_l2_range(w, N * CL_P);
-    for (int k = 0; k < 2; ++k) {
-        const i64 sk = blockIdx.x + k * (i64)gridDim.x, b0 = sk * rows;
-        if (sk >= steps) break;
-#pragma unroll
-        for (int j = 0; j < CL_M; ++j) {
-            cl_l2_range(x + (i64)j * BN + b0 * N, min((i64)rows, B - b0) * N);
-            cl_l2_range(y + (i64)j * BN + b0 * N, min((i64)rows, B - b0) * N);
-        }
-    }
-#endif
-    // A programmatic dependent launch (cuda.rs entry_pdl): nothing is read before the wait.
-    ember_grid_dependency_wait();
     const bool mine = lt < G;
     act_t* my = stage + tid * CL_V;
     const float inv_n = 1.0f / (float)N;
@@ -410,9 +387,6 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS, 1) cl_kernel(const act_
         if (tid == 0 && nx < steps) ticket = atomicAdd(tickets, 1u);
 #else
         const i64 nx = s + gridDim.x;
-#endif
-#if CL_EARLY
-        if (nx >= steps) ember_launch_dependents();
 #endif
         // With CL_PRE2 the first step's next one is already in flight.
         if (!CL_PRE2 || it > 0) {

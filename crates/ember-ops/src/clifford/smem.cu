@@ -26,26 +26,6 @@ template <int BYTES> __device__ __forceinline__ void cl_cp_async(void* dst, cons
     }
 #endif
 }
-// A hint to bring the 128-byte line holding p into L2 (no-op on the host emulation). Safe before a
-// dependent launch's grid-dependency wait: L2 is where every kernel's writes meet, so a line brought
-// in early is still updated by the kernel before; only the registers and shared memory of this
-// kernel must wait.
-__device__ __forceinline__ void cl_l2_line(const void* p) {
-#ifndef EMBER_HOST_EMU
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-#else
-    (void)p;
-#endif
-}
-// The lines of n consecutive values of T at p, spread over the CTA's threads (each line once).
-template <typename T> __device__ __forceinline__ void cl_l2_range(const T* p, i64 n) {
-    if (n <= 0) return;
-    const char* c = reinterpret_cast<const char*>(p);
-    const i64 first = (i64)(reinterpret_cast<unsigned long long>(c) & 127), lines = (first + n * (i64)sizeof(T) + 127) / 128;
-    // The first line from p itself (its aligned start may lie before the tensor), the rest from
-    // their starts; the last start is at most p's last byte.
-    for (i64 k = threadIdx.x; k < lines; k += blockDim.x) cl_l2_line(k == 0 ? c : c - first + 128 * k);
-}
 __device__ __forceinline__ void cl_cp_commit() {
 #ifndef EMBER_HOST_EMU
     asm volatile("cp.async.commit_group;\n" ::: "memory");

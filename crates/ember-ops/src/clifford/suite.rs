@@ -581,9 +581,6 @@ impl crate::OpFamily for Family {
 
     fn kernels(&self) -> Vec<KernelBuild> {
         let mut out = vec![KernelBuild { source: cuda::SUMS, options: vec![] }];
-        if !cuda::sums_tree2_opts().is_empty() {
-            out.push(KernelBuild { source: cuda::SUMS, options: cuda::sums_tree2_opts() });
-        }
         for spec in ALGEBRAS {
             let layer = Layer::new(spec).expect("named algebra");
             out.extend(cuda::kernels_of(&layer).expect("generated kernels"));

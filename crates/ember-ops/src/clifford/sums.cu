@@ -41,11 +41,6 @@ extern "C" __global__ void __launch_bounds__(256) cl_sum_tree(const float* __res
 extern "C" __global__ void __launch_bounds__(CL_SUM_G * CL_SUM_G) cl_sum_tree2(const float* __restrict__ part, float* __restrict__ out, i64 chunks, i64 len) {
     __shared__ float group_sums[CL_SUM_G][CL_SUM_G + 1];
     ember_grid_dependency_wait();
-#if CL_SUM_EARLY
-    // One short wave: the kernel after it (the next forward, rows.cu CL_EARLY) may be scheduled
-    // beside it at once and warm L2 for its first steps while these sums run.
-    ember_launch_dependents();
-#endif
     const int j = threadIdx.x % CL_SUM_G, g = threadIdx.x / CL_SUM_G;
     const i64 i = (i64)blockIdx.x * CL_SUM_G + j;
     const i64 c0 = (i64)g * CL_SUM_G;

@@ -23,9 +23,6 @@
 // dws[rt][P][N + 1] (d_w of the slot per row lane), then with the norm cf[R][NG][2] and
 // dred[R][team/32][NG].
 #define CL_WH_T 256
-#ifndef CL_WH_EARLY
-#define CL_WH_EARLY 0
-#endif
 
 // V words at p (aligned to 4·V bytes where V = 2, 4) into v, and back.
 template <int V> __device__ __forceinline__ void cl_wh_ld(const float* __restrict__ p, float (&v)[V]) {
@@ -79,20 +76,6 @@ extern "C" __global__ void __launch_bounds__(CL_WH_T, 2)
     cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w, const act_t* __restrict__ g,
               const act_t* __restrict__ out, const float* __restrict__ rms, act_t* __restrict__ dx, act_t* __restrict__ dy,
               float* __restrict__ dw_part, i64 B, i64 N, int R, int ct, int team, i64 slots, i64 cps) {
-#if CL_WH_EARLY
-    // Before the wait, L2 hints for the first chunk's g, out, x and y (rows.cu CL_EARLY: the forward
-    // before lets this kernel be scheduled while its last steps run).
-    if ((i64)blockIdx.x < slots && (i64)blockIdx.x * cps * R < B) {
-        const i64 b0 = (i64)blockIdx.x * cps * R, len = min((i64)R, B - b0) * N, BN = B * N;
-#pragma unroll
-        for (int j = 0; j < CL_M; ++j) {
-            cl_l2_range(g + (i64)j * BN + b0 * N, len);
-            if (CL_NORM) cl_l2_range(out + (i64)j * BN + b0 * N, len);
-            cl_l2_range(x + (i64)j * BN + b0 * N, len);
-            cl_l2_range(y + (i64)j * BN + b0 * N, len);
-        }
-    }
-#endif
     // A programmatic dependent launch (cuda.rs entry_pdl): nothing is read before the wait.
     ember_grid_dependency_wait();
     const int tid = (int)threadIdx.x, nn = (int)N, rt = CL_WH_T / ct;
