@@ -699,21 +699,7 @@ pub(super) fn whole_geom(layer: &Layer, dims: Dims, dt: DType, gpu: Gpu) -> Opti
 }
 
 fn whole_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
-    if norm && whole_recompute() {
-        // The forward's program and scaling beside the backward's, for phase 1's out (whole.cu).
-        let progs = [Prog::Dot, Prog::Fwd { gelu }, Prog::Scale, Prog::Bwd { gelu, norm }];
-        return source(layer, &format!("whr{}", u8::from(gelu)), || Ok(prefix(layer, &progs)? + BWD_STATS + SMEM_CU + BWD_COMMON_CU + WHOLE_CU));
-    }
     source(layer, &format!("wh{}{}", u8::from(gelu), u8::from(norm)), || Ok(stats_prefix(layer, gelu, norm)? + WHOLE_CU))
-}
-
-/// Whether the normed whole-row backward computes the forward's out again from x, y, w and the
-/// saved rms in phase 1 instead of reading it (whole.cu CL_WH_RECOMPUTE, v21): one tensor less
-/// from DRAM per call, and phase 2's x and y from L2. The same coefficients bit for bit.
-/// `EMBER_CLIFFORD_WH_OUT=1` reads out as before (for measurements).
-fn whole_recompute() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EMBER_CLIFFORD_WH_OUT").as_deref() != Ok("1"))
 }
 
 /// Options of the whole-row backward; the statistics' vector width only matters with the norm.
@@ -723,11 +709,7 @@ fn whole_opts(norm: bool, v: usize) -> Vec<String> {
     let v = if norm { v } else { 1 };
     static WV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     let wv = *WV.get_or_init(|| std::env::var("EMBER_CLIFFORD_WH_WV").as_deref() != Ok("0"));
-    let mut o = vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}"), format!("-DCL_WH_WV={}", u8::from(wv))];
-    if norm && whole_recompute() {
-        o.push("-DCL_WH_RECOMPUTE=1".into());
-    }
-    o
+    vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}"), format!("-DCL_WH_WV={}", u8::from(wv))]
 }
 
 /// The whole-row backward's launch and the tree of its slot sums into `dw`.

@@ -3,11 +3,10 @@
 // do in two. The rows are cut into chunks of R whole rows (all N channels) and the chunks into
 // `slots` runs of `cps` consecutive chunks; R, cps and the slots depend only on (B, N) and the
 // algebra. CTA i walks slots i, i + gridDim.x, ...; per chunk of its slot:
-//   1. (norm) g of the chunk's rows is read once and kept in shared memory, and the per-row,
-//      per-grade Σ g·out reduced with the dot pass's mapping and order (cl_bwd_row_sums,
-//      bwd_common.cu): coefficients bitwise the dot pass's. By default (CL_WH_RECOMPUTE) out is
-//      computed again from x, y, w and the saved rms (the forward's bits), so phase 2 finds x and y
-//      in L2; otherwise the forward's out is read. Without the norm g is only copied.
+//   1. (norm) g and the forward's out of the chunk's rows are read once, g kept in shared memory,
+//      and the per-row, per-grade Σ g·out reduced with the dot pass's mapping and order
+//      (cl_bwd_row_sums, bwd_common.cu): coefficients bitwise the dot pass's. Without the norm g
+//      is only copied.
 //   2. The column program: thread (c = t % ct, l = t / ct) takes channels n = c, c + ct, ... and,
 //      for each, rows l, l + rt, ... of the chunk (rt = blockDim.x / ct): x and y from global
 //      memory, g from shared memory, the generated cl_bwd_norm / cl_bwd_plain (the column kernel's
@@ -24,9 +23,6 @@
 // dws[rt][P][N + 1] (d_w of the slot per row lane), then with the norm cf[R][NG][2] and
 // dred[R][team/32][NG].
 #define CL_WH_T 256
-#ifndef CL_WH_RECOMPUTE
-#define CL_WH_RECOMPUTE 0
-#endif
 
 // V words at p (aligned to 4·V bytes where V = 2, 4) into v, and back.
 template <int V> __device__ __forceinline__ void cl_wh_ld(const float* __restrict__ p, float (&v)[V]) {
@@ -76,68 +72,6 @@ __device__ __forceinline__ void cl_wh_weights(const float* __restrict__ w, int n
     for (int p = 0; p < CL_P; ++p) wi[p] = __ldg(w + (i64)n * CL_P + p);
 }
 
-#if CL_NORM && CL_WH_RECOMPUTE
-// Phase 1 without reading the forward's output (CL_WH_RECOMPUTE = 1, the host's default): each
-// element's out = cl_scale(cl_fwd(x, y, w), 1/r) is computed again from x, y, w and the saved r —
-// the forward's own program and its a = 1/r (rows.cu cl_inv_rms, f32), so the same bits as the
-// stored out — and summed against g with cl_bwd_row_sums' mapping and order (the same coefficients,
-// bitwise). The x and y words it reads are those phase 2 reads next, from L2 then: the chunk costs
-// DRAM one tensor less (g, x, y instead of g, out, x, y). g's words also go to gs.
-__device__ __forceinline__ void cl_wh_row_sums_recompute(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w,
-                                                         const act_t* __restrict__ g, const float* __restrict__ rms, float* gs, i64 b0, int nr,
-                                                         int nn, int RN, int team, i64 BN, float* dred) {
-    const int tid = (int)threadIdx.x, teams = (int)blockDim.x / team, per = team / 32;
-    const int lt = tid % team, tm = tid / team, warp = lt >> 5, G = nn / CL_WH_V;
-    for (int row0 = 0; row0 < nr; row0 += teams) {
-        const int row = row0 + tm;
-        if (tm < teams) {
-            const bool live = row < nr;
-            float e[CL_NG], a[CL_NG];
-#pragma unroll
-            for (int k = 0; k < CL_NG; ++k) {
-                e[k] = 0.0f;
-                a[k] = live ? 1.0f / __ldg(rms + (b0 + row) * CL_NG + k) : 0.0f;
-            }
-            for (int q = lt; live && q < G; q += team) {
-                const int c0 = q * CL_WH_V;
-                const i64 base = (b0 + row) * (i64)nn + c0;
-                float gv[CL_M][CL_WH_V];
-#pragma unroll
-                for (int j = 0; j < CL_M; ++j) {
-                    cl_wh_ld<CL_WH_V>(g + (i64)j * BN + base, gv[j]);
-                    cl_wh_st<CL_WH_V>(gs + j * RN + row * nn + c0, gv[j]);
-                }
-#pragma unroll
-                for (int c = 0; c < CL_WH_V; ++c) {
-                    float xi[CL_M], yi[CL_M], wi[CL_P], o[CL_M], ss[CL_NG], ui[CL_M], gi[CL_M], s[CL_NG];
-#pragma unroll
-                    for (int j = 0; j < CL_M; ++j) {
-                        xi[j] = __ldg(x + (i64)j * BN + base + c);
-                        yi[j] = __ldg(y + (i64)j * BN + base + c);
-                        gi[j] = gv[j][c];
-                    }
-                    cl_wh_weights(w, c0 + c, wi);
-                    cl_fwd(xi, yi, wi, o, ss);
-                    cl_scale(o, a, ui);
-                    cl_dot(gi, ui, s);
-#pragma unroll
-                    for (int k = 0; k < CL_NG; ++k) e[k] += s[k];
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < CL_NG; ++k) {
-#pragma unroll
-                for (int off = 16; off > 0; off >>= 1) e[k] += __shfl_xor_sync(0xffffffffu, e[k], off);
-            }
-            if (live && (tid & 31) == 0) {
-#pragma unroll
-                for (int k = 0; k < CL_NG; ++k) dred[(row * per + warp) * CL_NG + k] = e[k];
-            }
-        }
-    }
-}
-#endif
-
 extern "C" __global__ void __launch_bounds__(CL_WH_T, 2)
     cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const float* __restrict__ w, const act_t* __restrict__ g,
               const act_t* __restrict__ out, const float* __restrict__ rms, act_t* __restrict__ dx, act_t* __restrict__ dy,
@@ -166,9 +100,6 @@ extern "C" __global__ void __launch_bounds__(CL_WH_T, 2)
             const int nr = (int)min((i64)R, B - b0);
             // Phase 1: the chunk's g into shared memory (and, with the norm, its row statistics).
 #if CL_NORM
-#if CL_WH_RECOMPUTE
-            cl_wh_row_sums_recompute(x, y, w, g, rms, gs, b0, nr, nn, RN, team, BN, dred);
-#else
             cl_bwd_row_sums<CL_WH_V>(nr, nn, team, dred, [&](int row, int c0, float (&gv)[CL_M][CL_WH_V], float (&uv)[CL_M][CL_WH_V]) {
                 const i64 base = (b0 + row) * N + c0;
 #pragma unroll
@@ -178,7 +109,6 @@ extern "C" __global__ void __launch_bounds__(CL_WH_T, 2)
                     cl_wh_st<CL_WH_V>(gs + j * RN + row * nn + c0, gv[j]);
                 }
             });
-#endif
             __syncthreads();
             cl_bwd_row_coef(nr, team, dred, rms, b0, N, cf);
 #else
