@@ -680,7 +680,14 @@ pub(super) fn check_case_for_tests(ctx: &CheckCtx, c: &Case, dtype: DType) -> Re
 
 /// `EMBER_FFTCONV_CHECK_SHARD=i/n` as (i, n); (0, 1) when unset.
 fn check_shard() -> Result<(usize, usize)> {
-    let Ok(v) = std::env::var("EMBER_FFTCONV_CHECK_SHARD") else { return Ok((0, 1)) };
+    match std::env::var("EMBER_FFTCONV_CHECK_SHARD") {
+        Ok(v) => parse_shard(&v),
+        Err(_) => Ok((0, 1)),
+    }
+}
+
+/// "i/n" with i < n as (i, n).
+fn parse_shard(v: &str) -> Result<(usize, usize)> {
     let bad = || Error::invalid("EMBER_FFTCONV_CHECK_SHARD", format!("expected i/n with i < n, got {v:?}"));
     let (i, n) = v.split_once('/').ok_or_else(bad)?;
     let (i, n): (usize, usize) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
@@ -688,4 +695,19 @@ fn check_shard() -> Result<(usize, usize)> {
         return Err(bad());
     }
     Ok((i, n))
+}
+
+#[cfg(test)]
+mod shard_tests {
+    use super::parse_shard;
+
+    #[test]
+    fn shards_parse_and_bad_ones_are_errors() {
+        assert_eq!(parse_shard("0/6").unwrap(), (0, 6));
+        assert_eq!(parse_shard(" 5 / 6 ").unwrap(), (5, 6));
+        for bad in ["6/6", "1", "a/2", "1/0", "-1/3", ""] {
+            let e = parse_shard(bad).unwrap_err().to_string();
+            assert!(e.contains("EMBER_FFTCONV_CHECK_SHARD") && e.contains("i/n"), "{bad:?}: {e}");
+        }
+    }
 }
