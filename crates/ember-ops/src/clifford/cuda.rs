@@ -114,24 +114,36 @@ fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
 }
 
 /// The row kernels' shorter norm tail (rows.cu CL_FAST_NORM) for the half types, where it was measured
-/// faster on an H200 (staged forward −19 to −25 %); f32 keeps the IEEE sqrt and division.
-/// `EMBER_CLIFFORD_FAST_NORM=1|0` sets it for every dtype (measurements of the f32 case, NOTES "v18").
-/// The variable is read once per process: the options are built on every call's plan.
-fn fast_norm_opt(dt: DType, o: &mut Vec<String>) {
+/// faster on an H200 (staged forward −19 to −25 %), and for f32 where the caller asks (`f32_fast`: the
+/// staged forward up to [`F32_FAST_NORM_MAX_ELEMENTS`]); elsewhere f32 keeps the IEEE sqrt and division.
+/// `EMBER_CLIFFORD_FAST_NORM=1|0` sets it for every dtype and size (measurements of the f32 case, NOTES
+/// "v18", "v22"). The variable is read once per process: the options are built on every call's plan.
+fn fast_norm_opt(dt: DType, f32_fast: bool, o: &mut Vec<String>) {
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
     let forced = *FORCED.get_or_init(|| match std::env::var("EMBER_CLIFFORD_FAST_NORM").as_deref() {
         Ok("1") => Some(true),
         Ok("0") => Some(false),
         _ => None,
     });
-    if forced.unwrap_or(dt != DType::F32) {
+    if forced.unwrap_or(dt != DType::F32 || f32_fast) {
         o.push("-DCL_FAST_NORM=1".into());
     }
 }
 
+/// Elements (B·N) up to which the f32 staged forward takes the short norm tail. Measured on an H200
+/// (NOTES "v18", "v22"): faster at B·N ≤ 2^21 (1024 × 512, 4096 × 256, 4096 × 512, 16384 × 128), but
+/// 4–8 % slower at N = 1024 and from 2^22 up when calls run back to back, for reasons not found.
+pub const F32_FAST_NORM_MAX_ELEMENTS: usize = 1 << 21;
+
 fn fwd_opts(dt: DType, v: usize, norm: bool, hold: bool, staged: bool) -> Vec<String> {
+    fwd_opts_tail(dt, v, norm, hold, staged, false)
+}
+
+/// `fwd_opts` with the f32 short norm tail chosen by the caller (`f32_fast`; the half types always
+/// take it).
+fn fwd_opts_tail(dt: DType, v: usize, norm: bool, hold: bool, staged: bool, f32_fast: bool) -> Vec<String> {
     let mut o = vec![dtype_opt(dt), "-DCL_KIND=1".into(), format!("-DCL_V={v}"), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_K={}", u8::from(hold))];
-    fast_norm_opt(dt, &mut o);
+    fast_norm_opt(dt, f32_fast, &mut o);
     if staged {
         o.extend(staged_opts());
     }
@@ -294,7 +306,7 @@ fn rows_opts(dt: DType, kind: &str, v: usize, staged: bool) -> Vec<String> {
         _ => 4,
     };
     let mut o = vec![dtype_opt(dt), format!("-DCL_KIND={k}"), format!("-DCL_V={v}")];
-    fast_norm_opt(dt, &mut o);
+    fast_norm_opt(dt, false, &mut o);
     if kind == "dot" {
         // Half types recompute o in f32 rather than read their rounded `out`.
         o.push(format!("-DCL_DOT_O={}", u8::from(dt != DType::F32)));
@@ -343,7 +355,8 @@ pub fn plan_fused_forward(layer: &Layer, dims: Dims, dt: DType, st: Stages, var:
         let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(2), Arg::Buf(out), rms];
         args.extend(sizes2(dims.b, dims.n));
         args.push(Arg::I32(t as i32));
-        let mut opts = fwd_opts(dt, v, st.norm, true, true);
+        let f32_fast = st.norm && dims.b * dims.n <= F32_FAST_NORM_MAX_ELEMENTS;
+        let mut opts = fwd_opts_tail(dt, v, st.norm, true, true, f32_fast);
         if var == RowVariant::Dynamic && steps >= DYNAMIC_MIN_STEPS_PER_SM * gpu.sms {
             opts.push(DYNAMIC_OPT.into());
             args.push(Arg::Counters(0));
@@ -1601,8 +1614,8 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             let src = fwd_source(layer, gelu)?;
             for &v in &vs {
                 out.push(KernelBuild { source: src, options: fwd_opts(dt, v, false, false, false) });
-                let staged_fwd = |norm: bool| {
-                    let fixed = fwd_opts(dt, v, norm, true, true);
+                let staged_fwd = |norm: bool, f32_fast: bool| {
+                    let fixed = fwd_opts_tail(dt, v, norm, true, true, f32_fast);
                     let mut dynamic = fixed.clone();
                     dynamic.push(DYNAMIC_OPT.into());
                     let mut one_step = fixed.clone();
@@ -1610,13 +1623,16 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
                     [fixed, dynamic, one_step].map(|options| KernelBuild { source: src, options })
                 };
                 if v > 1 {
-                    out.extend(staged_fwd(false));
+                    out.extend(staged_fwd(false, false));
                 }
                 if gelu {
                     out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, false, false) });
                     if v > 1 {
                         out.push(KernelBuild { source: src, options: fwd_opts(dt, v, true, true, false) });
-                        out.extend(staged_fwd(true));
+                        out.extend(staged_fwd(true, false));
+                        if dt == DType::F32 {
+                            out.extend(staged_fwd(true, true));
+                        }
                     }
                 }
             }
