@@ -687,7 +687,19 @@ fn bench_fused(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) ->
             let f = fused::forward(&layer, x, y, w, true)?;
             fused::backward(&layer, x, y, w, &f, g).map(drop)
         };
-        graph_row(ctx, &dev, &mut rows, "fwd+bwd graph", dtype, p, 8.0 * words, per(fwd_ops) + per(bwd_ops), &mut fwd_bwd);
+        graph_row(ctx, &dev, &mut rows, "fwd+bwd graph", dtype, p.clone(), 8.0 * words, per(fwd_ops) + per(bwd_ops), &mut fwd_bwd);
+        // The host's share: CPU time to enqueue one call. Where it is above the graph row, a loop of
+        // calls is paced by the host, not the GPU.
+        for (pass, bytes, flops, f) in [
+            ("fwd host", 3.0 * words, per(fwd_ops), &mut fwd_only as &mut dyn FnMut(usize) -> Result<()>),
+            ("fwd+bwd host", 8.0 * words, per(fwd_ops) + per(bwd_ops), &mut fwd_bwd),
+        ] {
+            if let Some(ms) = ctx.host_ms(f)? {
+                let mut row = ctx.row("clifford", pass, dtype, p.clone(), ms, bytes, flops);
+                row.note = "CPU time per call (enqueue only, median)".into();
+                rows.push(row);
+            }
+        }
     }
     // EMBER_CLIFFORD_PROFILE=1: each launch of the default backward alone (pass "bwd:<kernel>",
     // bytes of the whole backward), to see where its time goes.

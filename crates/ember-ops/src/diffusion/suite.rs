@@ -980,24 +980,7 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
     // reference (event-timed calls, as a training loop issues them).
     if single && d.is_cuda() && v <= 131072 {
         let dev = inputs[0].x.cuda_device()?.clone();
-        let host = |f: &mut dyn FnMut(usize) -> Result<()>| -> Result<f64> {
-            for i in 0..5 {
-                f(i)?;
-            }
-            dev.synchronize()?;
-            let mut t: Vec<f64> = Vec::with_capacity(200);
-            for i in 0..200 {
-                let t0 = std::time::Instant::now();
-                f(i)?;
-                t.push(t0.elapsed().as_secs_f64() * 1e3);
-                if i % 20 == 19 {
-                    dev.synchronize()?; // keep the launch queue short
-                }
-            }
-            dev.synchronize()?;
-            t.sort_by(|a, b| a.total_cmp(b));
-            Ok(t[t.len() / 2])
-        };
+        let host = |f: &mut dyn FnMut(usize) -> Result<()>| -> Result<f64> { Ok(ctx.host_ms(f)?.expect("a CUDA bench context")) };
         let mut fwd_only = |i: usize| fwd(i).map(drop);
         let mut both = |i: usize| {
             let f = fwd(i)?;

@@ -104,6 +104,29 @@ impl BenchCtx {
         }
     }
 
+    /// CPU time in ms to enqueue one call of `f` (median of 200, the GPU running behind; the queue
+    /// drained every 20 calls so it stays short), on a CUDA device; `None` on the CPU. Beside the
+    /// event-timed and graph-replayed rows it says whether a call's time is the GPU's or the host's.
+    pub fn host_ms(&self, mut f: impl FnMut(usize) -> Result<()>) -> Result<Option<f64>> {
+        let Some(dev) = &self.cuda else { return Ok(None) };
+        for i in 0..5 {
+            f(i)?;
+        }
+        dev.synchronize()?;
+        let mut t: Vec<f64> = Vec::with_capacity(200);
+        for i in 0..200 {
+            let t0 = Instant::now();
+            f(i)?;
+            t.push(t0.elapsed().as_secs_f64() * 1e3);
+            if i % 20 == 19 {
+                dev.synchronize()?;
+            }
+        }
+        dev.synchronize()?;
+        t.sort_by(|a, b| a.total_cmp(b));
+        Ok(Some(t[t.len() / 2]))
+    }
+
     /// How many input sets of `bytes_per_set` to rotate among so that repeated runs do not just
     /// measure the L2 cache (1 when one set is already several times the L2).
     pub fn rotation(&self, bytes_per_set: f64) -> usize {
