@@ -66,7 +66,7 @@ pub fn set_poison_outputs(on: bool) {
     POISON_OUTPUTS.store(on, Ordering::Relaxed);
 }
 pub fn poison_outputs() -> bool {
-    POISON_OUTPUTS.load(Ordering::Relaxed) || std::env::var("EMBER_POISON").is_ok_and(|v| v == "1")
+    POISON_OUTPUTS.load(Ordering::Relaxed) || crate::knob("EMBER_POISON") == Some("1")
 }
 
 /// Number of elements of `shape`, or an error naming `arg` if the count or its byte size overflows.

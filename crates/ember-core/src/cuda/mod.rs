@@ -80,7 +80,11 @@ pub struct CudaDevice {
     stream: Arc<CudaStream>,
     info: DeviceInfo,
     modules: Mutex<HashMap<String, Arc<CudaModule>>>,
-    functions: Mutex<HashMap<(String, String), CudaFunction>>,
+    /// Loaded functions by "source name|options#entry".
+    functions: Mutex<HashMap<String, CudaFunction>>,
+    /// The dynamic shared memory each function (by its driver handle) was last allowed, so that a
+    /// launch asking for no more skips the driver call ([`CudaDevice::set_max_dynamic_smem`]).
+    smem_allowed: Mutex<HashMap<usize, usize>>,
     /// See [`CudaDevice::work_counters`]: the buffer and its address, made on first use.
     work_counters: Mutex<Option<(cudarc::driver::CudaSlice<u8>, u64)>>,
     /// Dropped tensors' buffers kept for reuse ([`cache`]), and the most bytes it may hold.
@@ -167,6 +171,7 @@ impl CudaDevice {
                 info,
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
+                smem_allowed: Mutex::new(HashMap::new()),
                 work_counters: Mutex::new(None),
                 cache: Mutex::new(cache::FreeLists::new(cache_limit)),
                 cache_limit,
@@ -192,11 +197,24 @@ impl CudaDevice {
     /// Load (compiling with NVRTC on first use) the module of `src` built with `options` (e.g.
     /// `-DTILE=64`), and return its function `entry`.
     pub fn function(&self, src: &KernelSource, options: &[String], entry: &str) -> Result<CudaFunction> {
-        let module_key = format!("{}|{}", src.name, options.join(" "));
-        let fkey = (module_key.clone(), entry.to_string());
+        // One key string, "name|options#entry", built without intermediate allocations: this lookup
+        // runs before every launch.
+        let mut fkey = String::with_capacity(src.name.len() + entry.len() + 2 + options.iter().map(|o| o.len() + 1).sum::<usize>());
+        fkey.push_str(src.name);
+        fkey.push('|');
+        for (i, o) in options.iter().enumerate() {
+            if i > 0 {
+                fkey.push(' ');
+            }
+            fkey.push_str(o);
+        }
+        let module_len = fkey.len();
+        fkey.push('#');
+        fkey.push_str(entry);
         if let Some(f) = self.functions.lock().unwrap().get(&fkey) {
             return Ok(f.clone());
         }
+        let module_key = fkey[..module_len].to_string();
         let module = {
             let mut modules = self.modules.lock().unwrap();
             match modules.get(&module_key) {
@@ -228,8 +246,17 @@ impl CudaDevice {
                 self.info.shared_memory_per_block_optin
             )));
         }
+        // Called before every launch that needs more than 48 KB; the attribute only has to be raised,
+        // and a driver call per launch was a measurable part of small calls' host time.
+        let handle = f.cu_function() as usize;
+        let mut allowed = self.smem_allowed.lock().unwrap();
+        if allowed.get(&handle).is_some_and(|&a| a >= bytes) {
+            return Ok(());
+        }
         f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes as i32)
-            .map_err(|e| Error::cuda("cuFuncSetAttribute", e))
+            .map_err(|e| Error::cuda("cuFuncSetAttribute", e))?;
+        allowed.insert(handle, bytes);
+        Ok(())
     }
 
     /// Start building a launch of `f` on this device's stream.
@@ -384,8 +411,10 @@ impl<'a> Launch<'a> {
         unsafe { self.args.launch(self.cfg) }.map(|_| ()).map_err(|e| Error::cuda(&format!("launching {}", self.name), e))
     }
     fn run_dependent(mut self) -> Result<()> {
-        let what = format!("launching {} (programmatic dependent launch)", self.name);
-        self.stream.context().bind_to_thread().map_err(|e| Error::cuda(&what, e))?;
+        // The error text is built only on failure (a format per launch showed in small calls' host time).
+        let name = self.name;
+        let what = move |e| Error::cuda(&format!("launching {name} (programmatic dependent launch)"), e);
+        self.stream.context().bind_to_thread().map_err(what)?;
         // SAFETY: the attribute union is plain data; only the field the id names is read.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -406,7 +435,7 @@ impl<'a> Launch<'a> {
         // SAFETY: as `run`; `params` points at the arguments, which outlive this call ('a).
         unsafe { sys::cuLaunchKernelEx(&config, self.func.cu_function(), self.params.as_mut_ptr(), std::ptr::null_mut()) }
             .result()
-            .map_err(|e| Error::cuda(&what, e))
+            .map_err(what)
     }
     /// Cooperative launch (cuLaunchCooperativeKernel): every block of the grid is resident at once,
     /// so blocks may wait on each other; a grid larger than the device can hold is an error from the

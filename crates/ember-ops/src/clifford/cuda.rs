@@ -159,9 +159,9 @@ pub const PREFETCH2_MIN_STEPS_PER_SM: usize = 6;
 /// Whether the staged forward's prologue copies two steps: `EMBER_CLIFFORD_FWD_PREFETCH=1|2`
 /// forces one or two; by default two from [`PREFETCH2_MIN_STEPS_PER_SM`] steps per SM.
 fn prefetch_two(steps: usize, sms: usize) -> bool {
-    match std::env::var("EMBER_CLIFFORD_FWD_PREFETCH").as_deref() {
-        Ok("1") => false,
-        Ok("2") => true,
+    match ember_core::knob("EMBER_CLIFFORD_FWD_PREFETCH") {
+        Some("1") => false,
+        Some("2") => true,
         _ => steps >= PREFETCH2_MIN_STEPS_PER_SM * sms,
     }
 }
@@ -184,14 +184,14 @@ pub const DYNAMIC_MAX_DRAM_GBPS: f64 = 4000.0;
 /// __ldg loop into the same layout, for comparison; by default w's own order in groups of CL_V
 /// channels, copied by 16-byte cp.async (v16).
 fn weights_grouped() -> bool {
-    !matches!(std::env::var("EMBER_CLIFFORD_WSTAGE").as_deref(), Ok("transposed" | "ldg"))
+    !matches!(ember_core::knob("EMBER_CLIFFORD_WSTAGE"), Some("transposed" | "ldg"))
 }
 
 fn staged_opts() -> Vec<String> {
     let mut o = vec!["-DCL_WS=1".to_string()];
-    match std::env::var("EMBER_CLIFFORD_WSTAGE").as_deref() {
-        Ok("transposed") => o.push("-DCL_WGROUP=0".into()),
-        Ok("ldg") => o.extend(["-DCL_WGROUP=0".into(), "-DCL_WCP=0".into()]),
+    match ember_core::knob("EMBER_CLIFFORD_WSTAGE") {
+        Some("transposed") => o.push("-DCL_WGROUP=0".into()),
+        Some("ldg") => o.extend(["-DCL_WGROUP=0".into(), "-DCL_WCP=0".into()]),
         _ => {}
     }
     o
@@ -239,10 +239,10 @@ impl RowVariant {
     /// [`DYNAMIC_MAX_DRAM_GBPS`]; rows for 16 blades (staged measured slower there: one CTA per SM
     /// is too few warps for their arithmetic).
     pub fn selected(layer: &Layer, gpu: Gpu) -> RowVariant {
-        match std::env::var("EMBER_CLIFFORD_ROWS").as_deref() {
-            Ok("rows") => RowVariant::Rows,
-            Ok("staged") => RowVariant::Staged,
-            Ok("dynamic") => RowVariant::Dynamic,
+        match ember_core::knob("EMBER_CLIFFORD_ROWS") {
+            Some("rows") => RowVariant::Rows,
+            Some("staged") => RowVariant::Staged,
+            Some("dynamic") => RowVariant::Dynamic,
             _ => RowVariant::default_for(layer, gpu),
         }
     }
@@ -455,13 +455,13 @@ impl BwdVariant {
     pub const ALL: [BwdVariant; 6] = [BwdVariant::Cols, BwdVariant::Pipe, BwdVariant::Serial, BwdVariant::Rowwise, BwdVariant::Fold, BwdVariant::Whole];
     /// `EMBER_CLIFFORD_BWD=cols|pipe|serial|rowwise|fold|whole`, if set.
     pub fn from_env() -> Option<BwdVariant> {
-        match std::env::var("EMBER_CLIFFORD_BWD").as_deref() {
-            Ok("cols") => Some(BwdVariant::Cols),
-            Ok("pipe") => Some(BwdVariant::Pipe),
-            Ok("serial") => Some(BwdVariant::Serial),
-            Ok("rowwise") => Some(BwdVariant::Rowwise),
-            Ok("fold") => Some(BwdVariant::Fold),
-            Ok("whole") => Some(BwdVariant::Whole),
+        match ember_core::knob("EMBER_CLIFFORD_BWD") {
+            Some("cols") => Some(BwdVariant::Cols),
+            Some("pipe") => Some(BwdVariant::Pipe),
+            Some("serial") => Some(BwdVariant::Serial),
+            Some("rowwise") => Some(BwdVariant::Rowwise),
+            Some("fold") => Some(BwdVariant::Fold),
+            Some("whole") => Some(BwdVariant::Whole),
             _ => None,
         }
     }
@@ -1469,9 +1469,9 @@ impl LinearVariant {
     pub const ALL: [LinearVariant; 2] = [LinearVariant::Tiles, LinearVariant::Blas];
     /// `EMBER_CLIFFORD_LINEAR=tiles|blas`; otherwise cuBLAS where it loads, the tiles where not.
     pub fn selected(x: &Tensor) -> LinearVariant {
-        match std::env::var("EMBER_CLIFFORD_LINEAR").as_deref() {
-            Ok("tiles") => LinearVariant::Tiles,
-            Ok("blas") => LinearVariant::Blas,
+        match ember_core::knob("EMBER_CLIFFORD_LINEAR") {
+            Some("tiles") => LinearVariant::Tiles,
+            Some("blas") => LinearVariant::Blas,
             _ if super::blas::available(x) => LinearVariant::Blas,
             _ => LinearVariant::Tiles,
         }

@@ -43,7 +43,7 @@ pub const DEFAULT_STAGES: Stages = Stages { rbv: 64, rnst: 3, ebk: 64, enst: 3 }
 pub fn stages() -> Stages {
     static S: OnceLock<Stages> = OnceLock::new();
     *S.get_or_init(|| {
-        let parsed = std::env::var("EMBER_DIFFUSION_STAGES").ok().and_then(|v| {
+        let parsed = ember_core::knob("EMBER_DIFFUSION_STAGES").and_then(|v| {
             let n: Vec<usize> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
             match n[..] {
                 [rbv, rnst, ebk, enst] if rbv % 16 == 0 && ebk % 16 == 0 && (16..=128).contains(&rbv) && (16..=128).contains(&ebk) && (2..=4).contains(&rnst) && (2..=4).contains(&enst) => {
@@ -101,7 +101,7 @@ fn reduce_pdl() -> bool {
 /// as before v16) changes the summation order, so the bits too.
 pub fn fin_split_min() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
-    *N.get_or_init(|| std::env::var("EMBER_DIFFUSION_FIN_SPLIT_MIN").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| (1..=1 << 20).contains(&n)).unwrap_or(16))
+    *N.get_or_init(|| ember_core::knob("EMBER_DIFFUSION_FIN_SPLIT_MIN").and_then(|v| v.parse::<usize>().ok()).filter(|&n| (1..=1 << 20).contains(&n)).unwrap_or(16))
 }
 
 /// Build options of the module for activation dtype `dtype` with the stages in use.
@@ -340,7 +340,7 @@ fn reduce_wg_shape(dev: &Arc<CudaDevice>, dtype: DType, c: usize) -> Option<(usi
     // EMBER_DIFFUSION_REDUCE_NH=1 (measurements): 128-channel tiles at any C, so each chunk's
     // partial is split over C/128 CTAs (which each read the chunk's basis).
     static FORCED_NH: OnceLock<Option<usize>> = OnceLock::new();
-    let forced = *FORCED_NH.get_or_init(|| std::env::var("EMBER_DIFFUSION_REDUCE_NH").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&n| n == 1));
+    let forced = *FORCED_NH.get_or_init(|| ember_core::knob("EMBER_DIFFUSION_REDUCE_NH").and_then(|v| v.parse::<usize>().ok()).filter(|&n| n == 1));
     let nh = forced.unwrap_or(if c <= 128 { 1 } else { 2 });
     [nh, 1].into_iter().map(|nh| (nh, reduce_wg_smem(nh))).find(|&(_, smem)| smem <= optin)
 }
@@ -490,7 +490,7 @@ pub const DEFAULT_FUSED: FusedMode = FusedMode::Never;
 /// `EMBER_DIFFUSION_CHUNK_ROWS=n` (measurements) sets it for every call.
 pub fn default_chunk_rows(v_total: usize, n_sm: usize) -> usize {
     static FORCED: OnceLock<Option<usize>> = OnceLock::new();
-    if let Some(rows) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_CHUNK_ROWS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|&r| r > 0 && r <= 1 << 30)) {
+    if let Some(rows) = *FORCED.get_or_init(|| ember_core::knob("EMBER_DIFFUSION_CHUNK_ROWS").and_then(|v| v.parse::<usize>().ok()).filter(|&r| r > 0 && r <= 1 << 30)) {
         return rows.next_multiple_of(8);
     }
     let per_sm = v_total.div_ceil(n_sm.max(1)).next_multiple_of(8);
@@ -1121,7 +1121,7 @@ fn launch_expand_tma(dev: &Arc<CudaDevice>, g: &Geometry, (nh, bulk, slots, smem
 /// `EMBER_DIFFUSION_FINALIZE_LAYERS=1|2|4` (measurements) forces it.
 fn finalize_layers(n_sm: usize, blocks: usize, chunks_per_mesh: usize) -> u32 {
     static FORCED: OnceLock<Option<u32>> = OnceLock::new();
-    if let Some(l) = *FORCED.get_or_init(|| std::env::var("EMBER_DIFFUSION_FINALIZE_LAYERS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l))) {
+    if let Some(l) = *FORCED.get_or_init(|| ember_core::knob("EMBER_DIFFUSION_FINALIZE_LAYERS").and_then(|v| v.parse::<u32>().ok()).filter(|l| [1, 2, 4].contains(l))) {
         return l;
     }
     // Threads the GPU holds at once (2048 per SM) against one layer's; meshes of fewer than

@@ -26,16 +26,16 @@ const WORKSPACE_BUDGET: usize = 1 << 31;
 fn options(block: u32) -> Vec<String> {
     let mut o = vec![format!("-DFC_BLOCK={block}")];
     // Tuning knob for measurements: CTAs per SM the register cap aims at (see FC_MINB).
-    if let Some(v) = std::env::var("EMBER_FFTCONV_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
+    if let Some(v) = ember_core::knob("EMBER_FFTCONV_MINB").and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_MINB={v}"));
     }
-    if let Some(v) = std::env::var("EMBER_FFTCONV_PAIR_BWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
+    if let Some(v) = ember_core::knob("EMBER_FFTCONV_PAIR_BWD_MINB").and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_PAIR_BWD_MINB={v}"));
     }
-    if let Some(v) = std::env::var("EMBER_FFTCONV_DIRECT_BWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
+    if let Some(v) = ember_core::knob("EMBER_FFTCONV_DIRECT_BWD_MINB").and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFD_BWD_MINB={v}"));
     }
-    if let Some(v) = std::env::var("EMBER_FFTCONV_DIRECT_FWD_MINB").ok().and_then(|v| v.parse::<u32>().ok()) {
+    if let Some(v) = ember_core::knob("EMBER_FFTCONV_DIRECT_FWD_MINB").and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFD_FWD_MINB={v}"));
     }
     o
@@ -153,7 +153,7 @@ const TC_LOGM: std::ops::RangeInclusive<u32> = 8..=12;
 /// with f32 accumulation hold bf16's accuracy target, not f16's or f32's), on-chip sizes with
 /// 256 ≤ M ≤ 4096; asked for by `Options::tensor_cores` or `EMBER_FFTCONV_TC=1`.
 fn use_tc(u: DType, opts: &Options, path: Path) -> bool {
-    let asked = opts.tensor_cores || std::env::var("EMBER_FFTCONV_TC").is_ok_and(|v| v == "1");
+    let asked = opts.tensor_cores || ember_core::knob("EMBER_FFTCONV_TC") == Some("1");
     asked && u == DType::BF16 && matches!(path, Path::OnChip { logm, .. } if TC_LOGM.contains(&logm))
 }
 
@@ -165,7 +165,7 @@ const PAIR_LOGM: std::ops::RangeInclusive<u32> = 8..=14;
 /// cover (P = 128 runs on thread-block clusters: `clusters`, sm_90 and later), unless the v3
 /// tensor-core forward is asked for or `EMBER_FFTCONV_PAIR=0`.
 fn use_pair(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -> bool {
-    let off = std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
+    let off = ember_core::knob("EMBER_FFTCONV_PAIR") == Some("0");
     let fits = matches!(path, Path::OnChip { logm, tc: false, .. } if PAIR_LOGM.contains(&logm) && (logm < 13 || dims.l <= 1 << logm) && (logm < 14 || clusters));
     !off && u == DType::BF16 && fits && !opts.tensor_cores
 }
@@ -180,7 +180,7 @@ const MIXED_P: [usize; 3] = [40, 48, 56];
 /// The backward takes it too where it runs the pair kernels (hd = 1) and P ≤ [`MIXED_BWD_MAX_P`], and
 /// then reuses the forward's spectrum.
 fn mixed_p(u: DType, opts: &Options, dims: &Dims) -> Option<u32> {
-    let off = std::env::var("EMBER_FFTCONV_MIXED").is_ok_and(|v| v == "0") || std::env::var("EMBER_FFTCONV_PAIR").is_ok_and(|v| v == "0");
+    let off = ember_core::knob("EMBER_FFTCONV_MIXED") == Some("0") || ember_core::knob("EMBER_FFTCONV_PAIR") == Some("0");
     if off || u != DType::BF16 || opts.tensor_cores || opts.force_four_step || !use_pair_spectrum(opts) || dims.fft_size() != 1 << 14 {
         return None;
     }
@@ -204,7 +204,7 @@ fn smem_bytes_mixed(p: u32) -> usize {
 /// Whether the mixed-radix forward at P = 40, 48 runs 256-thread CTAs, two per SM (fc_fwd_pairq{Q}n);
 /// `EMBER_FFTCONV_MIXED_NARROW=0` runs the 512-thread kernel (one CTA per SM) there too.
 fn mixed_narrow() -> bool {
-    !std::env::var("EMBER_FFTCONV_MIXED_NARROW").is_ok_and(|v| v == "0")
+    ember_core::knob("EMBER_FFTCONV_MIXED_NARROW") != Some("0")
 }
 
 /// Shared memory of the mixed-radix backward: P segments of 256 float2, their W as f16 pairs (1 KB
@@ -223,7 +223,7 @@ const MIXED_BWD_MAX_P: u32 = 48;
 /// [`MIXED_BWD_MAX_P`]);
 /// `EMBER_FFTCONV_MIXED_BWD=0` keeps the power-of-two pair backward (measurements).
 fn mixed_bwd() -> bool {
-    !std::env::var("EMBER_FFTCONV_MIXED_BWD").is_ok_and(|v| v == "0")
+    ember_core::knob("EMBER_FFTCONV_MIXED_BWD") != Some("0")
 }
 
 /// Whether the device launches thread-block clusters (compute capability 9.0 and later).
@@ -271,9 +271,9 @@ pub(crate) fn forward_keeps_row_range(u: &Tensor, opts: &Options, dims: &Dims) -
 /// `EMBER_FFTCONV_PAIR_BIG=1` takes it at both sizes, `=0` at neither.
 fn pair_big(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<Option<Path>> {
     let n = dims.fft_size();
-    let asked = match std::env::var("EMBER_FFTCONV_PAIR_BIG").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
+    let asked = match ember_core::knob("EMBER_FFTCONV_PAIR_BIG") {
+        Some("1") => true,
+        Some("0") => false,
         _ => n == 1 << 16 || (n == 1 << 17 && use_pair_stage_u(9, true, u, opts, dims)?),
     };
     let fits = (n == 1 << 17 || n == 1 << 16) && dims.l <= n / 2;
@@ -285,7 +285,7 @@ fn pair_big(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<O
 /// forward runs with hd = 1 (N ≤ 32768, at N ≥ 16384 only L ≤ N/2), unless
 /// `EMBER_FFTCONV_PAIR_BWD=0` (the v2 backward, to compare).
 fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -> bool {
-    let off = std::env::var("EMBER_FFTCONV_PAIR_BWD").is_ok_and(|v| v == "0");
+    let off = ember_core::knob("EMBER_FFTCONV_PAIR_BWD") == Some("0");
     !off && dims.hd == 1 && use_pair(u, opts, path, dims, clusters)
 }
 
@@ -360,7 +360,7 @@ fn smem_bytes_pair(logp: u32, staged_elems: usize) -> usize {
 /// without a pregate (the staged copy holds u alone), rows of 16-byte multiples (L % 8 = 0) from
 /// a 16-byte-aligned u; unless `EMBER_FFTCONV_PAIR_PREFETCH=0`.
 fn use_pair_prefetch(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
-    let off = std::env::var("EMBER_FFTCONV_PAIR_PREFETCH").is_ok_and(|v| v == "0");
+    let off = ember_core::knob("EMBER_FFTCONV_PAIR_PREFETCH") == Some("0");
     Ok(!off && logp == 5 && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
 }
 
@@ -372,7 +372,7 @@ fn use_pair_prefetch(logp: u32, u: &Tensor, opts: &Options, dims: &Dims) -> Resu
 /// (`bench/results/nvidia-h200/fftconv-stage-u/`): L = 16384 fwd −15 %, fwd+bwd −15 %; L = 5000
 /// fwd+bwd −7.6 %; L = 65536 on clusters of 8 fwd −16 %.
 fn use_pair_stage_u(logp: u32, forward: bool, u: &Tensor, opts: &Options, dims: &Dims) -> Result<bool> {
-    let off = std::env::var("EMBER_FFTCONV_PAIR_STAGE_U").is_ok_and(|v| v == "0");
+    let off = ember_core::knob("EMBER_FFTCONV_PAIR_STAGE_U") == Some("0");
     let kernel = if forward { logp >= 7 } else { logp == 6 || logp == 7 };
     Ok(!off && kernel && opts.pregate.is_none() && dims.l.is_multiple_of(8) && u.cuda_ptr()?.is_multiple_of(16))
 }
@@ -553,7 +553,7 @@ fn round_bytes(dev: &CudaDevice, opts: &Options) -> usize {
     if let Some(bytes) = opts.four_step_round_bytes {
         return bytes.max(1);
     }
-    match std::env::var("EMBER_FFTCONV_CHUNK_MB").ok().and_then(|v| v.parse::<usize>().ok()) {
+    match ember_core::knob("EMBER_FFTCONV_CHUNK_MB").and_then(|v| v.parse::<usize>().ok()) {
         Some(mb) => mb << 20,
         None => {
             let info = dev.info();
@@ -629,7 +629,7 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
 /// `bwd_slot_group`); `EMBER_FFTCONV_NARROW=0` returns to 32 segments per CTA (measurements).
 fn narrow_groups() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("EMBER_FFTCONV_NARROW").is_ok_and(|v| v == "0"))
+    *ON.get_or_init(|| ember_core::knob("EMBER_FFTCONV_NARROW") != Some("0"))
 }
 
 /// Heads per CTA of 256 threads of the pair spectrum (fc_spec_pair*) at P = 2^logp ≤ 32. The
@@ -671,7 +671,7 @@ fn group_suffix(logp: u32, r: usize) -> String {
 /// without k_rev (its lags N − m would need the full-length stage 1), unless
 /// `EMBER_FFTCONV_PAIR_SPEC=0` (fc_spectrum's v2 transform, to compare).
 fn use_pair_spectrum(opts: &Options) -> bool {
-    let off = std::env::var("EMBER_FFTCONV_PAIR_SPEC").is_ok_and(|v| v == "0");
+    let off = ember_core::knob("EMBER_FFTCONV_PAIR_SPEC") == Some("0");
     !off && opts.k_rev.is_none()
 }
 
@@ -1008,7 +1008,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             let n = 256 * pm as usize;
             let pph = rph.div_ceil(2);
             let sms = dev.info().multiprocessors.max(1) as usize;
-            let ppc = match std::env::var("EMBER_FFTCONV_PAIR_BWD_PPC").ok().and_then(|v| v.parse::<usize>().ok()) {
+            let ppc = match ember_core::knob("EMBER_FFTCONV_PAIR_BWD_PPC").and_then(|v| v.parse::<usize>().ok()) {
                 Some(c) => c.clamp(1, pph),
                 None => pair_bwd_chunk(heads, pph, 1, 1, sms, n),
             };
@@ -1041,7 +1041,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             let ctas_per_slot = if logp == 7 { 2 } else { 1 };
             let pph = rph.div_ceil(2);
             let sms = dev.info().multiprocessors.max(1) as usize / ctas_per_slot;
-            let ppc = match std::env::var("EMBER_FFTCONV_PAIR_BWD_PPC").ok().and_then(|v| v.parse::<usize>().ok()) {
+            let ppc = match ember_core::knob("EMBER_FFTCONV_PAIR_BWD_PPC").and_then(|v| v.parse::<usize>().ok()) {
                 Some(c) => c.clamp(1, pph),
                 None => pair_bwd_chunk(heads, pph, slots_per_cta, ctas_per_sm, sms, n),
             };
