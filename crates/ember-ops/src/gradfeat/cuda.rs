@@ -78,9 +78,9 @@ enum Family16 {
 }
 
 fn family16() -> Family16 {
-    match std::env::var("EMBER_GRADFEAT_TILES").as_deref() {
-        Ok("narrow") => Family16::Narrow,
-        Ok("wide") => Family16::Wide,
+    match ember_core::knob("EMBER_GRADFEAT_TILES") {
+        Some("narrow") => Family16::Narrow,
+        Some("wide") => Family16::Wide,
         _ => Family16::Wgmma,
     }
 }
@@ -161,7 +161,7 @@ impl BwdVariant {
     /// `EMBER_GRADFEAT_BWD`, "packed-img" when unset or unknown (it runs as "packed" where the
     /// image build does not apply).
     pub fn from_env() -> BwdVariant {
-        let v = std::env::var("EMBER_GRADFEAT_BWD").unwrap_or_default();
+        let v = ember_core::knob("EMBER_GRADFEAT_BWD").unwrap_or_default();
         BwdVariant::ALL.into_iter().find(|b| b.name() == v).unwrap_or(BwdVariant::PackedImg)
     }
 
@@ -220,7 +220,7 @@ impl FwdVariant {
 
     /// `EMBER_GRADFEAT_FWD`, "packed" when unset or unknown.
     pub fn from_env() -> FwdVariant {
-        let v = std::env::var("EMBER_GRADFEAT_FWD").unwrap_or_default();
+        let v = ember_core::knob("EMBER_GRADFEAT_FWD").unwrap_or_default();
         FwdVariant::ALL.into_iter().find(|f| f.name() == v).unwrap_or(FwdVariant::Packed)
     }
 }

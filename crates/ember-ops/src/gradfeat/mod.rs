@@ -270,7 +270,7 @@ pub fn forward_with(input: &Input, weights: &Weights, variant: cuda::FwdVariant)
 /// The training forward: `forward`'s out (the same bits), and, where the saved path applies (see the
 /// module docs; `EMBER_GRADFEAT_SAVE=0` turns it off), b_re and b_im for `backward_from`.
 pub fn forward_train(input: &Input, weights: &Weights) -> Result<Forward> {
-    let save = std::env::var("EMBER_GRADFEAT_SAVE").map_or(true, |v| v != "0");
+    let save = ember_core::knob("EMBER_GRADFEAT_SAVE") != Some("0");
     forward_train_with(input, weights, save)
 }
 

@@ -68,7 +68,7 @@ fn reduce_ctas(dev: &CudaDevice) -> usize {
 /// slices to write and sum (4 waves: 132 splits of 2·C² f32, 67 MB at C = 256 whatever V; 1 wave:
 /// 17 MB). One wave measured 1–7 % faster per fwd+bwd than four (NOTES.md, v13).
 fn img_reduce_ctas(dev: &CudaDevice) -> usize {
-    let waves = std::env::var("EMBER_GRADFEAT_DA_WAVES").ok().and_then(|v| v.parse::<usize>().ok()).filter(|w| (1..=16).contains(w)).unwrap_or(1);
+    let waves = ember_core::knob("EMBER_GRADFEAT_DA_WAVES").and_then(|v| v.parse::<usize>().ok()).filter(|w| (1..=16).contains(w)).unwrap_or(1);
     waves * dev.info().multiprocessors.max(1) as usize
 }
 
@@ -568,7 +568,7 @@ enum MapOut<'a> {
 /// `EMBER_GRADFEAT_MAP=general`: the general map kernel even where an `_sv` build applies (to compare
 /// the two; NOTES.md, v4).
 fn general_map_forced() -> bool {
-    std::env::var("EMBER_GRADFEAT_MAP").is_ok_and(|v| v == "general")
+    ember_core::knob("EMBER_GRADFEAT_MAP") == Some("general")
 }
 
 /// The map kernel's entry point: the `_sv` builds take only the spectral form with K and C multiples
