@@ -1,9 +1,8 @@
 //! Measurement knobs: environment variables read once per process.
 //!
 //! The launch code consults variables such as `EMBER_CLIFFORD_ROWS` on every call; `std::env::var`
-//! takes the environment lock, scans the environment and allocates, which added up to a visible
-//! share of a small call's host time. ember never sets variables itself, so the first value seen is
-//! the value for the process.
+//! takes the environment lock, scans the environment and allocates each time. ember never sets
+//! variables itself, so the first value seen is the value for the process.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};

@@ -247,7 +247,7 @@ impl CudaDevice {
             )));
         }
         // Called before every launch that needs more than 48 KB; the attribute only has to be raised,
-        // and a driver call per launch was a measurable part of small calls' host time.
+        // so a launch that needs no more than before makes no driver call (host time per call).
         let handle = f.cu_function() as usize;
         let mut allowed = self.smem_allowed.lock().unwrap();
         if allowed.get(&handle).is_some_and(|&a| a >= bytes) {
@@ -411,7 +411,7 @@ impl<'a> Launch<'a> {
         unsafe { self.args.launch(self.cfg) }.map(|_| ()).map_err(|e| Error::cuda(&format!("launching {}", self.name), e))
     }
     fn run_dependent(mut self) -> Result<()> {
-        // The error text is built only on failure (a format per launch showed in small calls' host time).
+        // The error text is built only on failure, not formatted on every launch.
         let name = self.name;
         let what = move |e| Error::cuda(&format!("launching {name} (programmatic dependent launch)"), e);
         self.stream.context().bind_to_thread().map_err(what)?;
