@@ -369,7 +369,7 @@ pub struct Launch<'a> {
 /// capability 9.0 and newer) unless `EMBER_PDL=0`.
 pub fn pdl_enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EMBER_PDL").map(|v| v != "0").unwrap_or(true))
+    *ON.get_or_init(|| crate::knob("EMBER_PDL") != Some("0"))
 }
 
 impl<'a> Launch<'a> {

@@ -120,9 +120,9 @@ fn fwd_source(layer: &Layer, gelu: bool) -> Result<KernelSource> {
 /// "v18", "v22"). The variable is read once per process: the options are built on every call's plan.
 fn fast_norm_opt(dt: DType, f32_fast: bool, o: &mut Vec<String>) {
     static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
-    let forced = *FORCED.get_or_init(|| match std::env::var("EMBER_CLIFFORD_FAST_NORM").as_deref() {
-        Ok("1") => Some(true),
-        Ok("0") => Some(false),
+    let forced = *FORCED.get_or_init(|| match ember_core::knob("EMBER_CLIFFORD_FAST_NORM") {
+        Some("1") => Some(true),
+        Some("0") => Some(false),
         _ => None,
     });
     if forced.unwrap_or(dt != DType::F32 || f32_fast) {
@@ -413,7 +413,7 @@ fn column_plan(b: usize, n: usize) -> (usize, usize, usize) {
     // 134.3, 131.4), level from 2^24 (±0.3 %), slower at 2048 everywhere; hence 256.
     // `EMBER_CLIFFORD_COL_CTAS=n` (measurements) aims at n instead.
     static CTAS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let ctas = *CTAS.get_or_init(|| std::env::var("EMBER_CLIFFORD_COL_CTAS").ok().and_then(|v| v.parse().ok()).filter(|&n: &usize| (1..=1 << 20).contains(&n)).unwrap_or(256));
+    let ctas = *CTAS.get_or_init(|| ember_core::knob("EMBER_CLIFFORD_COL_CTAS").and_then(|v| v.parse().ok()).filter(|&n: &usize| (1..=1 << 20).contains(&n)).unwrap_or(256));
     let chunks = ctas.div_ceil(col_tiles).clamp(1, b.div_ceil(rt).max(1));
     let rows = b.div_ceil(chunks);
     (ct, b.div_ceil(rows), rows)
@@ -721,7 +721,7 @@ fn whole_source(layer: &Layer, gelu: bool, norm: bool) -> Result<KernelSource> {
 fn whole_opts(norm: bool, v: usize) -> Vec<String> {
     let v = if norm { v } else { 1 };
     static WV: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let wv = *WV.get_or_init(|| std::env::var("EMBER_CLIFFORD_WH_WV").as_deref() != Ok("0"));
+    let wv = *WV.get_or_init(|| ember_core::knob("EMBER_CLIFFORD_WH_WV") != Some("0"));
     vec![dtype_opt(DType::F32), format!("-DCL_NORM={}", u8::from(norm)), format!("-DCL_WH_V={v}"), format!("-DCL_WH_WV={}", u8::from(wv))]
 }
 
@@ -906,7 +906,7 @@ pub(super) fn tree_levels(plan: &Plan) -> usize {
 /// launches each level (same bits; for measurements).
 pub(super) fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, len: usize) -> Result<()> {
     static TREE2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let tree2 = *TREE2.get_or_init(|| std::env::var("EMBER_CLIFFORD_SUM_TREE2").as_deref() != Ok("0"));
+    let tree2 = *TREE2.get_or_init(|| ember_core::knob("EMBER_CLIFFORD_SUM_TREE2") != Some("0"));
     if tree2 && chunks > SUM_GROUP && chunks <= SUM_GROUP * SUM_GROUP {
         let args = vec![Arg::Buf(part), Arg::Buf(out), Arg::I64(chunks as i64), Arg::I64(len as i64)];
         let grid = blocks("w", len, SUM_GROUP)?;
@@ -922,7 +922,7 @@ pub(super) fn sum_tree(plan: &mut Plan, part: usize, out: usize, chunks: usize, 
 /// `EMBER_CLIFFORD_ENTRY_PDL=0` (or `EMBER_PDL=0`) launches them in order.
 fn entry_pdl() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EMBER_CLIFFORD_ENTRY_PDL").as_deref() != Ok("0"))
+    *ON.get_or_init(|| ember_core::knob("EMBER_CLIFFORD_ENTRY_PDL") != Some("0"))
 }
 
 /// Whether the one-launch chunk sums are a programmatic dependent launch of the kernel that wrote
@@ -930,7 +930,7 @@ fn entry_pdl() -> bool {
 /// reading): on by default, `EMBER_CLIFFORD_SUM_PDL=0` (or `EMBER_PDL=0`) launches them in order.
 fn sum_pdl() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EMBER_CLIFFORD_SUM_PDL").as_deref() != Ok("0"))
+    *ON.get_or_init(|| ember_core::knob("EMBER_CLIFFORD_SUM_PDL") != Some("0"))
 }
 
 /// [`sum_tree`] one launch per level.

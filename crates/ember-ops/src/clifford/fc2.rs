@@ -41,12 +41,12 @@ impl FcVariant {
     pub const ALL: [FcVariant; 5] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas, FcVariant::Wgmma, FcVariant::Cluster];
     /// `EMBER_CLIFFORD_FC=tile|gemm|blas|wgmma|cluster`; otherwise the default.
     pub fn selected() -> FcVariant {
-        match std::env::var("EMBER_CLIFFORD_FC").as_deref() {
-            Ok("tile") => FcVariant::Tile,
-            Ok("gemm") => FcVariant::Gemm,
-            Ok("blas") => FcVariant::Blas,
-            Ok("wgmma") => FcVariant::Wgmma,
-            Ok("cluster") => FcVariant::Cluster,
+        match ember_core::knob("EMBER_CLIFFORD_FC") {
+            Some("tile") => FcVariant::Tile,
+            Some("gemm") => FcVariant::Gemm,
+            Some("blas") => FcVariant::Blas,
+            Some("wgmma") => FcVariant::Wgmma,
+            Some("cluster") => FcVariant::Cluster,
             _ => FcVariant::Wgmma,
         }
     }

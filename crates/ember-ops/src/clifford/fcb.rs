@@ -43,7 +43,7 @@ impl FcBwdVariant {
     /// NOTES.md).
     /// Where cuBLAS does not load, or the algebra has more than 16 blades, the tile engine runs.
     pub fn selected() -> FcBwdVariant {
-        Self::from_setting(std::env::var("EMBER_CLIFFORD_FCBWD").ok().as_deref())
+        Self::from_setting(ember_core::knob("EMBER_CLIFFORD_FCBWD"))
     }
     /// The variant a value of `EMBER_CLIFFORD_FCBWD` names (unset or unknown: the default).
     pub fn from_setting(v: Option<&str>) -> FcBwdVariant {

@@ -83,7 +83,7 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
 /// two-block build, same bits. Default; `EMBER_DIFFUSION_FIN_1CTA=0` builds the two-block launch.
 fn finalize_1cta(g: &Geometry, n_sm: usize) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    let on = *ON.get_or_init(|| std::env::var("EMBER_DIFFUSION_FIN_1CTA").map(|v| v != "0").unwrap_or(true));
+    let on = *ON.get_or_init(|| ember_core::knob("EMBER_DIFFUSION_FIN_1CTA") != Some("0"));
     on && g.finalize_layers == 4 && (g.finalize_grid.0 as usize) * (g.finalize_grid.1 as usize) <= n_sm
 }
 
@@ -93,7 +93,7 @@ fn finalize_1cta(g: &Geometry, n_sm: usize) -> bool {
 /// −1.4 µs at V = 16384 and 131072; graph replay level. `EMBER_DIFFUSION_REDUCE_PDL=0` turns it off.
 fn reduce_pdl() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EMBER_DIFFUSION_REDUCE_PDL").map(|v| v != "0").unwrap_or(true))
+    *ON.get_or_init(|| ember_core::knob("EMBER_DIFFUSION_REDUCE_PDL") != Some("0"))
 }
 
 /// Chunks from which a mesh's partials are summed in FIN_PARTS parts (diffusion.cu), default 16;

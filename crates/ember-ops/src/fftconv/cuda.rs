@@ -441,7 +441,7 @@ fn launch_smem_threads(dev: &Arc<CudaDevice>, block: u32, threads: u32, entry: &
 /// `EMBER_FFTCONV_PDL=0` (or `EMBER_PDL=0`) launches in order.
 fn launch_pdl() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("EMBER_FFTCONV_PDL").as_deref() != Ok("0"))
+    *ON.get_or_init(|| ember_core::knob("EMBER_FFTCONV_PDL") != Some("0"))
 }
 
 /// The twiddle tables (see fft.cuh), once per device.
@@ -738,9 +738,9 @@ pub(super) fn use_direct(u: DType, opts: &Options, dims: &Dims) -> bool {
 /// `EMBER_FFTCONV_DIRECT`, read once per process (the rules run on every call).
 fn direct_knob() -> Option<bool> {
     static KNOB: OnceLock<Option<bool>> = OnceLock::new();
-    *KNOB.get_or_init(|| match std::env::var("EMBER_FFTCONV_DIRECT").as_deref() {
-        Ok("0") => Some(false),
-        Ok("1") => Some(true),
+    *KNOB.get_or_init(|| match ember_core::knob("EMBER_FFTCONV_DIRECT") {
+        Some("0") => Some(false),
+        Some("1") => Some(true),
         _ => None,
     })
 }
@@ -773,7 +773,7 @@ fn forward_direct(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, di
 /// the FFT backward, for measurements.
 pub(super) fn use_direct_bwd(dev: &CudaDevice, u: DType, opts: &Options, dims: &Dims) -> bool {
     static KNOB: OnceLock<bool> = OnceLock::new();
-    let on = *KNOB.get_or_init(|| std::env::var("EMBER_FFTCONV_DIRECT_BWD").as_deref() != Ok("0"));
+    let on = *KNOB.get_or_init(|| ember_core::knob("EMBER_FFTCONV_DIRECT_BWD") != Some("0"));
     let short = dims.l <= DIRECT_BWD_MAX_L || direct_knob() == Some(true);
     on && short && use_direct(u, opts, dims) && direct_bwd_smem(dims) <= dev.info().shared_memory_per_block_optin.max(0) as usize
 }
