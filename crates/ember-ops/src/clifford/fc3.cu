@@ -686,11 +686,8 @@ template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A
     }
 }
 
-// Grid: x = column tile (fastest, so the CTAs that read the same x and y rows run together), y = type ·
-// (row blocks) + block of 64 batch rows (F3_TYPE_MAJOR = 1, the default: the types are ordered by
-// their products per chunk, most first, so the heaviest CTAs are dispatched first and the light ones
-// fill the last wave) or (block of 64 batch rows) · F3_TYPES + type (F3_TYPE_MAJOR = 0, and always in
-// the cluster build, whose clusters are the types of one row block). The NCT tiles split N_out (rounded up to 8) as evenly as
+// Grid: x = column tile (fastest, so the CTAs that read the same x and y rows run together), y = (block
+// of 64 batch rows) · F3_TYPES + type. The NCT tiles split N_out (rounded up to 8) as evenly as
 // multiples of 8 allow: the first NW are F3_CW wide, the rest F3_CN (F3_CN ≤ F3_CW ≤ F3_CN + 8), so no
 // tile is mostly padding (N_out = 512: 176 + 168 + 168 instead of 3 × 192 with the last a third
 // empty). Each output value is the same sum of the same products whatever the tile width.
@@ -701,9 +698,6 @@ extern "C" const unsigned ember_emu_cluster_dims[3] = {1, F3_TYPES, 1};
 #endif
 #else
 #define F3_CLUSTER_DIMS
-#endif
-#ifndef F3_TYPE_MAJOR
-#define F3_TYPE_MAJOR 0
 #endif
 extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const u16* __restrict__ wt,
                                                                       const float* __restrict__ g, void* __restrict__ dst, i64 B, i64 N, i64 Mo, i64 NCH,
@@ -726,20 +720,14 @@ extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_THREADS, 1) cl_k
     A.Mo = Mo;
     A.NCH = NCH;
     A.NCT = NCT;
-#if F3_TYPE_MAJOR && !F3_CLUSTER
-    const i64 n_rb = (B + F3_ROWS - 1) / F3_ROWS;
-    const int type = (int)(blockIdx.y / n_rb);
-    A.b0 = (i64)(blockIdx.y % n_rb) * F3_ROWS;
-#else
-    const int type = (int)(blockIdx.y % F3_TYPES);
     A.b0 = (i64)(blockIdx.y / F3_TYPES) * F3_ROWS;
-#endif
     A.ct = blockIdx.x;
     A.col0 = A.ct < NW ? A.ct * F3_CW : NW * F3_CW + (A.ct - NW) * F3_CN;
     // Tile (path p, column tile ct, chunk c) is tile (p·NCT + ct)·NCH + c of wt.
     A.wct = wt + A.ct * NCH * (F3_COLS * 16);
     A.path_stride = NCT * NCH * (F3_COLS * 16);
     if (A.b0 >= B) return;
+    const int type = (int)(blockIdx.y % F3_TYPES);
     if (F3_CW == F3_CN || A.ct >= NW) {
 #define F3_CALL(T) f3_run<T, F3_CN>(A, smem)
         F3_SWITCH(type, F3_CALL)

@@ -114,9 +114,6 @@ pub fn config(t: &Tables) -> Option<Fc3Cfg> {
             types.push(TypeCfg { rbs, pr, bpaths });
         }
     }
-    // Most products per chunk first (stable: by paths per row, then the fuller groups): with the
-    // type-major grid the heaviest CTAs are dispatched first and the lightest fill the last wave.
-    types.sort_by_key(|ty| std::cmp::Reverse(ty.rbs.len() * ty.pr));
     let stage = types.iter().map(TypeCfg::stage_bytes).max()?;
     let smem = STAGES * stage;
     let staged = 2 * stage + 2 * raw_bytes(t.m());
@@ -208,13 +205,6 @@ enum Pass {
     Prep = 1,
 }
 
-/// Whether the product's grid is type-major (heaviest types dispatched first; `F3_TYPE_MAJOR`).
-/// `EMBER_CLIFFORD_FC3_ORDER=interleaved` (measurements): the types of a row block one after the other,
-/// as before.
-fn type_major() -> bool {
-    ember_core::knob("EMBER_CLIFFORD_FC3_ORDER") != Some("interleaved")
-}
-
 /// Build options; `cols` = (CW, CN), the product's two tile widths (the passes take none);
 /// `cluster`: the types of a row block share the staged loads (`F3_CLUSTER`).
 fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usize)>, cluster: bool) -> Vec<String> {
@@ -227,8 +217,6 @@ fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usi
     ];
     if cluster {
         o.push("-DF3_CLUSTER=1".into());
-    } else if pass == Pass::Product && type_major() {
-        o.push("-DF3_TYPE_MAJOR=1".into());
     }
     if let Some((cw, cn)) = cols {
         o.push(format!("-DF3_CW={cw}"));
@@ -338,9 +326,6 @@ mod tests {
         assert_eq!(cfg.types.len(), 3);
         assert!(cfg.types.iter().all(|t| t.rbs.iter().all(|r| r.terms.len() == t.pr && r.btiles.len() == t.pr)));
         assert!(cfg.smem <= SMEM_MAX, "{} bytes", cfg.smem);
-        // Most products per chunk first (the type-major grid dispatches them first): 3 × 6, 3 × 6, 2 × 4.
-        let work: Vec<usize> = cfg.types.iter().map(|t| t.rbs.len() * t.pr).collect();
-        assert_eq!(work, [18, 18, 8]);
         // Each row block's slots name terms of its own blade only.
         let t = layer.tables();
         for ty in &cfg.types {
