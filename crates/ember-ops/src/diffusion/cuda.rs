@@ -73,7 +73,16 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
         format!("-DEBK={}", st.ebk),
         format!("-DENST={}", st.enst),
         format!("-DFIN_SPLIT_MIN={}", fin_split_min()),
+        format!("-DDIFF_F32_BF16X3={}", u8::from(dtype == DType::F32 && f32_bf16x3())),
     ]
+}
+
+/// How f32 inputs reach the tensor cores: three bf16 m16n8k16 products per 16 deep (hi·hi + hi·lo +
+/// lo·hi of bf16 halves; default) or three TF32 m16n8k8 passes per 8 deep (`EMBER_DIFFUSION_F32=tf32x3`,
+/// the path before: ~1e-7 relative instead of ~5e-6, twice the tensor-core time).
+fn f32_bf16x3() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| ember_core::knob("EMBER_DIFFUSION_F32") != Some("tf32x3"))
 }
 
 /// v18b: the four-layer finalize built for one 1024-thread block per SM (`diffusion_finalize_*_1cta`:

@@ -735,6 +735,11 @@ fn cuda_properties(device: Device) -> Result<Vec<CheckRow>> {
     Ok(rows)
 }
 
+
+/// The batch of 16 meshes (5k–20k vertices) of the GPU bench, shared with the PyTorch reference.
+fn gpu_batch_sizes() -> Vec<usize> {
+    (0..16).map(|i| 5000 + (i * 7919) % 15001).collect()
+}
 impl crate::OpFamily for Family {
     fn name(&self) -> &'static str {
         "diffusion"
@@ -813,10 +818,20 @@ impl crate::OpFamily for Family {
             (_, false) => vec![4096, 32768, 131072, 524288, 2097152],
         };
         let mut problems: Vec<(Vec<usize>, DType)> = Vec::new();
-        // EMBER_DIFFUSION_BENCH_V="131072,524288": only those single bf16 meshes (for profiling runs).
+        // EMBER_DIFFUSION_BENCH_V="131072,524288": only those single meshes (for profiling runs and
+        // A/Bs), bf16 or the dtype EMBER_DIFFUSION_BENCH_DTYPE=f32|f16|bf16 names; "batch" is the batch of
+        // 16 meshes below.
         if let Ok(only) = std::env::var("EMBER_DIFFUSION_BENCH_V") {
-            for v in only.split(',').filter_map(|s| s.trim().parse::<usize>().ok()) {
-                problems.push((vec![v], DType::BF16));
+            let dtype = match std::env::var("EMBER_DIFFUSION_BENCH_DTYPE").as_deref() {
+                Ok("f32") => DType::F32,
+                Ok("f16") => DType::F16,
+                _ => DType::BF16,
+            };
+            for item in only.split(',').map(str::trim) {
+                match item {
+                    "batch" => problems.push((gpu_batch_sizes(), dtype)),
+                    v => problems.extend(v.parse::<usize>().ok().map(|v| (vec![v], dtype))),
+                }
             }
             let mut rows = Vec::new();
             for (sizes, dtype) in problems {
@@ -832,7 +847,7 @@ impl crate::OpFamily for Family {
             problems.push((vec![v], DType::F32));
         }
         // A batch of 16 meshes of 5k–20k vertices (fixed sizes, shared with the PyTorch reference).
-        let batch: Vec<usize> = if ctx.device == Device::Cpu { vec![500, 1200, 800, 2000] } else { (0..16).map(|i| 5000 + (i * 7919) % 15001).collect() };
+        let batch: Vec<usize> = if ctx.device == Device::Cpu { vec![500, 1200, 800, 2000] } else { gpu_batch_sizes() };
         problems.push((batch.clone(), DType::BF16));
         if ctx.device.is_cuda() {
             problems.push((batch, DType::F32));
