@@ -553,7 +553,7 @@ fn check_case(ctx: &CheckCtx, c: &Case, dtype: DType) -> Result<Vec<CheckRow>> {
     let p = Problem::new(&c.sizes, c.k, c.c, dtype, c.d_spectral, seed)?;
     let [out, spectral, d_x, d_times] = p.reference();
     let dev = p.on(ctx.device)?;
-    let tol = dtype.tolerance();
+    let tol = if ctx.device.is_cuda() { cuda::tolerance(dtype) } else { dtype.tolerance() };
     let mut rows = Vec::new();
     let push = |rows: &mut Vec<CheckRow>, tag: &str, fwd: &Forward, g: &Grads| -> Result<()> {
         rows.push(compare("diffusion", &format!("{label}{tag}"), "out", &fwd.out, &out, tol)?);
