@@ -140,7 +140,7 @@ pub fn reduce_wn_choices(dtype: DType) -> &'static [usize] {
     }
 }
 
-/// Expand tile widths: f32 stops at 4 (its split-TF32 fragments need twice the registers).
+/// Expand tile widths: f32 stops at 4 (its split hi/lo fragments need twice the registers).
 pub fn expand_wn_choices(dtype: DType) -> &'static [usize] {
     if dtype == DType::F32 {
         &[4, 2]

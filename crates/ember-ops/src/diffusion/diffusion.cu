@@ -17,8 +17,10 @@
 //                              variants, same results contract): see their sections below.
 //
 // Tensor cores: 16-bit inputs use mma.sync m16n8k16 with f32 accumulation, fragments from ldmatrix
-// (.trans where the reduction runs down smem rows). f32 inputs use m16n8k8 TF32 in three passes
-// (hi·hi + hi·lo + lo·hi with hi = tf32(x), lo = tf32(x − hi)), which keeps f32 accuracy.
+// (.trans where the reduction runs down smem rows). f32 inputs use three products hi·hi + hi·lo +
+// lo·hi of split values: bf16 m16n8k16 with hi = bf16(x), lo = bf16(x − hi) (DIFF_F32_BF16X3 = 1, the
+// host's default: ~5e-6 relative) or m16n8k8 TF32 with hi = tf32(x), lo = tf32(x − hi) (~1e-7, twice
+// the tensor-core time).
 // Shared-memory tiles are filled by cp.async (16-byte, zero-filling outside the matrix) when rows
 // are 16-byte multiples ("vec"), else by plain element loads — same tiles, same arithmetic.
 // Rows are indexed in 64 bits everywhere (V·C passes 2^31 at V = 8M, C = 256).
