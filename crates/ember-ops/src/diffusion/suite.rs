@@ -735,11 +735,11 @@ fn cuda_properties(device: Device) -> Result<Vec<CheckRow>> {
     Ok(rows)
 }
 
-
 /// The batch of 16 meshes (5k–20k vertices) of the GPU bench, shared with the PyTorch reference.
 fn gpu_batch_sizes() -> Vec<usize> {
     (0..16).map(|i| 5000 + (i * 7919) % 15001).collect()
 }
+
 impl crate::OpFamily for Family {
     fn name(&self) -> &'static str {
         "diffusion"
@@ -822,11 +822,8 @@ impl crate::OpFamily for Family {
         // A/Bs), bf16 or the dtype EMBER_DIFFUSION_BENCH_DTYPE=f32|f16|bf16 names; "batch" is the batch of
         // 16 meshes below.
         if let Ok(only) = std::env::var("EMBER_DIFFUSION_BENCH_V") {
-            let dtype = match std::env::var("EMBER_DIFFUSION_BENCH_DTYPE").as_deref() {
-                Ok("f32") => DType::F32,
-                Ok("f16") => DType::F16,
-                _ => DType::BF16,
-            };
+            // f64 is the CPU reference's dtype, not a CUDA one: bf16 then, as for an unknown name.
+            let dtype = std::env::var("EMBER_DIFFUSION_BENCH_DTYPE").ok().and_then(|d| d.parse::<DType>().ok()).filter(|&d| d != DType::F64).unwrap_or(DType::BF16);
             for item in only.split(',').map(str::trim) {
                 match item {
                     "batch" => problems.push((gpu_batch_sizes(), dtype)),
