@@ -9,6 +9,7 @@
 pub mod clifford;
 pub mod cpu;
 pub mod diffusion;
+pub mod f32_products;
 pub mod fftconv;
 pub mod gelu;
 pub mod gradfeat;

@@ -113,6 +113,14 @@ template <> __device__ __forceinline__ u32 ember_pack2<ember_f16>(float lo, floa
     return (u32)ember_from_f32<ember_f16>(lo).bits | ((u32)ember_from_f32<ember_f16>(hi).bits << 16);
 #endif
 }
+// f32 on bf16 tensor cores: x ≈ hi + lo with hi = bf16(x), lo = bf16(x − hi) (16 significant bits), for
+// two values at once (x0 in the low half of each word). Three m16n8k16 products hi·hi + hi·lo + lo·hi
+// then give ~5e-6 relative per product sum (the dropped lo·lo and the tails below lo's bits).
+__device__ __forceinline__ void ember_split_bf16x2(float x0, float x1, u32& hi, u32& lo) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));
+    const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - h1), "f"(x0 - h0));
+}
 template <typename T>
 __device__ __forceinline__ void ember_store16(T* p, const float (&v)[8]) {
     u32 w[4];

@@ -82,19 +82,14 @@ pub fn options_with(dtype: DType, st: Stages) -> Vec<String> {
 /// at most, at V = 7 where few products meet in each output; one bf16 split keeps ~16 of f32's 24
 /// bits, so a lone product can be off by ~5e-5); the TF32 passes keep f32's 1e-5.
 pub fn tolerance(dtype: DType) -> f64 {
-    if dtype == DType::F32 && f32_bf16x3() {
-        3e-4
-    } else {
-        dtype.tolerance()
-    }
+    crate::f32_products::cuda_tolerance(dtype, f32_bf16x3())
 }
 
 /// How f32 inputs reach the tensor cores: three bf16 m16n8k16 products per 16 deep (hi·hi + hi·lo +
 /// lo·hi of bf16 halves; default) or three TF32 m16n8k8 passes per 8 deep (`EMBER_DIFFUSION_F32=tf32x3`,
 /// the path before: ~1e-7 relative instead of ~5e-6, twice the tensor-core time).
 pub fn f32_bf16x3() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| ember_core::knob("EMBER_DIFFUSION_F32") != Some("tf32x3"))
+    crate::f32_products::bf16x3("EMBER_DIFFUSION_F32")
 }
 
 /// v18b: the four-layer finalize built for one 1024-thread block per SM (`diffusion_finalize_*_1cta`:

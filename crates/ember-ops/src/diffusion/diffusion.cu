@@ -139,11 +139,6 @@ __device__ __forceinline__ void mma_1688(float (&d)[4], const u32 (&a)[4], u32 b
 // a k16 product sums over its 16 k in any order, so logical k = 2t, 2t + 1, 2t + 8, 2t + 9 of the bf16
 // layout (lane t = lane % 4) take the TF32 steps' k = t, 8 + t, t + 4, 12 + t — for A and B alike, so
 // each bf16 register is (first step's value, second step's value) of the same TF32 fragment slot.
-__device__ __forceinline__ void split_bf16x2(float x0, float x1, u32& hi, u32& lo) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(hi) : "f"(x1), "f"(x0));  // x0 in the low half
-    const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(lo) : "f"(x1 - h1), "f"(x0 - h0));
-}
 __device__ __forceinline__ void mma_16816_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -299,18 +294,18 @@ __device__ __forceinline__ void reduce_compute(const T* st, float (&acc)[4][WN][
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int col = wm * 64 + i * 16 + g;
-            split_bf16x2(As[r0 * L::LDA + col], As[(r0 + 8) * L::LDA + col], ahi[i][0], alo[i][0]);
-            split_bf16x2(As[r0 * L::LDA + col + 8], As[(r0 + 8) * L::LDA + col + 8], ahi[i][1], alo[i][1]);
-            split_bf16x2(As[r1 * L::LDA + col], As[(r1 + 8) * L::LDA + col], ahi[i][2], alo[i][2]);
-            split_bf16x2(As[r1 * L::LDA + col + 8], As[(r1 + 8) * L::LDA + col + 8], ahi[i][3], alo[i][3]);
+            ember_split_bf16x2(As[r0 * L::LDA + col], As[(r0 + 8) * L::LDA + col], ahi[i][0], alo[i][0]);
+            ember_split_bf16x2(As[r0 * L::LDA + col + 8], As[(r0 + 8) * L::LDA + col + 8], ahi[i][1], alo[i][1]);
+            ember_split_bf16x2(As[r1 * L::LDA + col], As[(r1 + 8) * L::LDA + col], ahi[i][2], alo[i][2]);
+            ember_split_bf16x2(As[r1 * L::LDA + col + 8], As[(r1 + 8) * L::LDA + col + 8], ahi[i][3], alo[i][3]);
         }
         const float w0 = weighted ? Ms[r0] : 1.0f, w0b = weighted ? Ms[r0 + 8] : 1.0f;
         const float w1 = weighted ? Ms[r1] : 1.0f, w1b = weighted ? Ms[r1 + 8] : 1.0f;
 #pragma unroll
         for (int j = 0; j < WN; ++j) {
             const int col = wn * WN * 8 + j * 8 + g;
-            split_bf16x2(Bs[r0 * L::LDB + col] * w0, Bs[(r0 + 8) * L::LDB + col] * w0b, bhi[j][0], blo[j][0]);
-            split_bf16x2(Bs[r1 * L::LDB + col] * w1, Bs[(r1 + 8) * L::LDB + col] * w1b, bhi[j][1], blo[j][1]);
+            ember_split_bf16x2(Bs[r0 * L::LDB + col] * w0, Bs[(r0 + 8) * L::LDB + col] * w0b, bhi[j][0], blo[j][0]);
+            ember_split_bf16x2(Bs[r1 * L::LDB + col] * w1, Bs[(r1 + 8) * L::LDB + col] * w1b, bhi[j][1], blo[j][1]);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -722,17 +717,17 @@ __device__ __forceinline__ void expand_compute(const T* st, const T* Ss, int kc,
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int r = wm * 64 + i * 16 + g;
-            split_bf16x2(st[r * L::LDA + c0], st[r * L::LDA + c0 + 8], ahi[i][0], alo[i][0]);
-            split_bf16x2(st[(r + 8) * L::LDA + c0], st[(r + 8) * L::LDA + c0 + 8], ahi[i][1], alo[i][1]);
-            split_bf16x2(st[r * L::LDA + c0 + 4], st[r * L::LDA + c0 + 12], ahi[i][2], alo[i][2]);
-            split_bf16x2(st[(r + 8) * L::LDA + c0 + 4], st[(r + 8) * L::LDA + c0 + 12], ahi[i][3], alo[i][3]);
+            ember_split_bf16x2(st[r * L::LDA + c0], st[r * L::LDA + c0 + 8], ahi[i][0], alo[i][0]);
+            ember_split_bf16x2(st[(r + 8) * L::LDA + c0], st[(r + 8) * L::LDA + c0 + 8], ahi[i][1], alo[i][1]);
+            ember_split_bf16x2(st[r * L::LDA + c0 + 4], st[r * L::LDA + c0 + 12], ahi[i][2], alo[i][2]);
+            ember_split_bf16x2(st[(r + 8) * L::LDA + c0 + 4], st[(r + 8) * L::LDA + c0 + 12], ahi[i][3], alo[i][3]);
         }
         const int k = kc * EBK + c0;
 #pragma unroll
         for (int j = 0; j < WN; ++j) {
             const int col = wn * WN * 8 + j * 8 + g;
-            split_bf16x2(Ss[k * L::LDS + col], Ss[(k + 8) * L::LDS + col], bhi[j][0], blo[j][0]);
-            split_bf16x2(Ss[(k + 4) * L::LDS + col], Ss[(k + 12) * L::LDS + col], bhi[j][1], blo[j][1]);
+            ember_split_bf16x2(Ss[k * L::LDS + col], Ss[(k + 8) * L::LDS + col], bhi[j][0], blo[j][0]);
+            ember_split_bf16x2(Ss[(k + 4) * L::LDS + col], Ss[(k + 12) * L::LDS + col], bhi[j][1], blo[j][1]);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i)

@@ -59,7 +59,22 @@ fn options(dtype: DType, kind: Kind, t: Tile) -> Vec<String> {
     if t.wgmma {
         v.push("-DGF_WGMMA=1".into());
     }
+    if dtype == DType::F32 && f32_bf16x3() {
+        v.push("-DGF_F32_BF16X3=1".into());
+    }
     v
+}
+
+/// How f32 inputs reach the tensor cores (`crate::f32_products`): three bf16 m16n8k16 products per 16
+/// deep (the default) or three TF32 m16n8k8 passes per 8 deep (`EMBER_GRADFEAT_F32=tf32x3`, the path
+/// before: ~1e-7 relative instead of ~5e-6, twice the tensor-core time).
+pub fn f32_bf16x3() -> bool {
+    crate::f32_products::bf16x3("EMBER_GRADFEAT_F32")
+}
+
+/// ‖out − ref‖/‖ref‖ that the CUDA path is held to for `dtype` (3e-4 for f32 on the bf16 products).
+pub fn tolerance(dtype: DType) -> f64 {
+    crate::f32_products::cuda_tolerance(dtype, f32_bf16x3())
 }
 
 /// Tile families of the 16-bit fused kernels, chosen by `EMBER_GRADFEAT_TILES`:
@@ -345,6 +360,22 @@ pub fn all_builds() -> Vec<KernelBuild> {
         }
         v.push(KernelBuild { source: SOURCE, options: options(dtype, Kind::SplitK, SPLITK) });
     }
+    // The f32 builds of the other product split too (`EMBER_GRADFEAT_F32`).
+    let other_split: Vec<KernelBuild> = v
+        .iter()
+        .filter(|b| b.options[0] == format!("-DGF_DTYPE={}", dtype_code(DType::F32)))
+        .map(|b| {
+            let mut options = b.options.clone();
+            match options.iter().position(|o| o == "-DGF_F32_BF16X3=1") {
+                Some(i) => {
+                    options.remove(i);
+                }
+                None => options.push("-DGF_F32_BF16X3=1".into()),
+            }
+            KernelBuild { source: SOURCE, options }
+        })
+        .collect();
+    v.extend(other_split);
     v
 }
 

@@ -3,7 +3,10 @@
 // counts, design and measurements in NOTES.md.
 //
 // Specialisations (NVRTC options):
-//   GF_DTYPE  0: f32 (three-pass split TF32, mma.m16n8k8), 1: f16, 2: bf16 (mma.m16n8k16), f32 accumulate
+//   GF_DTYPE  0: f32 (three products of split values, see GF_F32_BF16X3), 1: f16, 2: bf16
+//             (mma.m16n8k16), f32 accumulate
+//   GF_F32_BF16X3  f32 only: 1 (the host's default) three bf16 m16n8k16 products per 16 deep,
+//             0 three TF32 m16n8k8 passes per 8 deep (twice the tensor-core time, ~1e-7 instead of ~5e-6)
 //   GF_KIND   0: fused forward, 1: fused backward, 2: split-K reductions and their final sums
 //   GF_BM     vertices per CTA of the fused kernels (128, 64, 32 or 16)
 //   GF_NT     n8 tiles per warp of the fused kernels (4 or 8: warp blocks 32×32 or 32×64 per plane)
@@ -21,11 +24,18 @@
 // Operands are staged in shared memory by cp.async (16-byte chunks, zero-filled outside the matrix)
 // in a GF_STAGES-deep ring, or by checked scalar loads when rows are not 16-byte aligned.
 
+#ifndef GF_F32_BF16X3
+#define GF_F32_BF16X3 0
+#endif
 #if GF_DTYPE == 0
 typedef float T;
 #define GF_ES 4
 #define GF_BK 16
+#if GF_F32_BF16X3
+#define GF_KSTEP 16
+#else
 #define GF_KSTEP 8
+#endif
 #elif GF_DTYPE == 1
 typedef ember_f16 T;
 #define GF_ES 2
@@ -224,16 +234,85 @@ __device__ __forceinline__ FragA neg(const FragA& a) {
     return n;
 }
 #else
-// f32 inputs: each value splits into a TF32 head and a TF32 tail; a·b ≈ ah·bh + ah·bt + at·bh keeps
-// about 22 bits, so results match f32 arithmetic. One k-step is 8 deep.
-struct FragA { u32 hi[4], lo[4]; };  // A 16×8: (g, t), (g+8, t), (g, t+4), (g+8, t+4)
-struct FragB { u32 hi[2], lo[2]; };  // B 8×8: (k t, n g), (k t+4, n g)
-
 __device__ __forceinline__ float gf_lds(u32 addr) {
     float v;
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr));
     return v;
 }
+#if GF_F32_BF16X3
+// f32 inputs on bf16 tensor cores: each value splits into bf16 halves hi + lo (ember_split_bf16x2);
+// a·b ≈ ah·bh + ah·bl + al·bh as three m16n8k16 products, ~5e-6 relative — inside the 3e-4 that f32
+// on tensor cores is held to, at half the tensor-core time of three TF32 passes. One k-step is 16
+// deep. A k16 product sums its 16 k in any order, so each lane takes the f32 words of the TF32 layout
+// of two 8-deep steps (columns t, 8 + t, t + 4, 12 + t) as the bf16 layout's logical k = 2t, 2t + 1,
+// 2t + 8, 2t + 9 — A and B alike — and the f32 tiles keep their layout and padding.
+struct FragA { u32 hi[4], lo[4]; };  // A 16×16: (g, t | 8+t), (g+8, t | 8+t), (g, t+4 | 12+t), (g+8, t+4 | 12+t)
+struct FragB { u32 hi[2], lo[2]; };  // B 16×8: (k t | 8+t, n g), (k t+4 | 12+t, n g)
+
+// A stored [m][k].
+__device__ __forceinline__ void load_a(FragA& f, u32 base, int pitch, int m0, int k0) {
+    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+    const u32 r0 = base + (m0 + g) * pitch + (k0 + t) * 4, r1 = r0 + 8 * pitch;
+    ember_split_bf16x2(gf_lds(r0), gf_lds(r0 + 32), f.hi[0], f.lo[0]);
+    ember_split_bf16x2(gf_lds(r1), gf_lds(r1 + 32), f.hi[1], f.lo[1]);
+    ember_split_bf16x2(gf_lds(r0 + 16), gf_lds(r0 + 48), f.hi[2], f.lo[2]);
+    ember_split_bf16x2(gf_lds(r1 + 16), gf_lds(r1 + 48), f.hi[3], f.lo[3]);
+}
+// A stored [k][m].
+__device__ __forceinline__ void load_a_t(FragA& f, u32 base, int pitch, int m0, int k0) {
+    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+    const u32 k0a = base + (k0 + t) * pitch + (m0 + g) * 4, k4a = k0a + 4 * pitch, k8a = k0a + 8 * pitch, k12a = k0a + 12 * pitch;
+    ember_split_bf16x2(gf_lds(k0a), gf_lds(k8a), f.hi[0], f.lo[0]);
+    ember_split_bf16x2(gf_lds(k0a + 32), gf_lds(k8a + 32), f.hi[1], f.lo[1]);
+    ember_split_bf16x2(gf_lds(k4a), gf_lds(k12a), f.hi[2], f.lo[2]);
+    ember_split_bf16x2(gf_lds(k4a + 32), gf_lds(k12a + 32), f.hi[3], f.lo[3]);
+}
+// B stored [n][k], two n8 tiles.
+__device__ __forceinline__ void load_b2(FragB (&f)[2], u32 base, int pitch, int n0, int k0) {
+    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const u32 a = base + (n0 + 8 * j + g) * pitch + (k0 + t) * 4;
+        ember_split_bf16x2(gf_lds(a), gf_lds(a + 32), f[j].hi[0], f[j].lo[0]);
+        ember_split_bf16x2(gf_lds(a + 16), gf_lds(a + 48), f[j].hi[1], f[j].lo[1]);
+    }
+}
+// B stored [k][n], two n8 tiles.
+__device__ __forceinline__ void load_b2_t(FragB (&f)[2], u32 base, int pitch, int n0, int k0) {
+    const int l = threadIdx.x & 31, g = l >> 2, t = l & 3;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const u32 a = base + (k0 + t) * pitch + (n0 + 8 * j + g) * 4;
+        ember_split_bf16x2(gf_lds(a), gf_lds(a + 8 * pitch), f[j].hi[0], f[j].lo[0]);
+        ember_split_bf16x2(gf_lds(a + 4 * pitch), gf_lds(a + 12 * pitch), f[j].hi[1], f[j].lo[1]);
+    }
+}
+__device__ __forceinline__ void gf_mma_bf16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+__device__ __forceinline__ void mma(float (&d)[4], const FragA& a, const FragB& b) {
+    // Small terms first.
+    gf_mma_bf16(d, a.lo, b.hi);
+    gf_mma_bf16(d, a.hi, b.lo);
+    gf_mma_bf16(d, a.hi, b.hi);
+}
+__device__ __forceinline__ FragA neg(const FragA& a) {
+    FragA n;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        n.hi[i] = a.hi[i] ^ 0x80008000u;
+        n.lo[i] = a.lo[i] ^ 0x80008000u;
+    }
+    return n;
+}
+#else
+// f32 inputs: each value splits into a TF32 head and a TF32 tail; a·b ≈ ah·bh + ah·bt + at·bh keeps
+// about 22 bits, so results match f32 arithmetic. One k-step is 8 deep.
+struct FragA { u32 hi[4], lo[4]; };  // A 16×8: (g, t), (g+8, t), (g, t+4), (g+8, t+4)
+struct FragB { u32 hi[2], lo[2]; };  // B 8×8: (k t, n g), (k t+4, n g)
+
 __device__ __forceinline__ void gf_split(float x, u32& hi, u32& lo) {
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
     const float rest = x - __uint_as_float(hi);
@@ -293,6 +372,7 @@ __device__ __forceinline__ FragA neg(const FragA& a) {
     }
     return n;
 }
+#endif  // GF_F32_BF16X3
 #endif
 
 template <int MT, int NT>

@@ -221,7 +221,7 @@ fn check_case(ctx: &CheckCtx, case: &Case, dtype: DType) -> Result<Vec<CheckRow>
     let expected = reference_outputs(case, &data)?;
     let dev = data.to_device(ctx.device)?;
     let (input, weights) = (dev.input(case), dev.weights(case));
-    let tol = dtype.tolerance();
+    let tol = if ctx.device.is_cuda() { cuda::tolerance(dtype) } else { dtype.tolerance() };
     let mut rows = Vec::new();
     let mut out = None;
     // packed-pp runs packed's products and epilogue per element in the same order: the same bits.
@@ -521,7 +521,7 @@ impl crate::OpFamily for Family {
             let case = Case::new(v, k, c, true, true);
             let sets = ctx.rotation(es * vf * (2.0 * kf + 2.0 * cf));
             let data: Vec<Data> = (0..sets).map(|i| Data::bench(&case, dtype, ctx.device, 500 + 10 * i as u64)).collect::<Result<_>>()?;
-            // f32 runs as split TF32 on tensor cores: its ceiling is the TF32 GEMM rate.
+            // f32 runs as split products on tensor cores (bf16 or TF32 halves): its ceiling is the TF32 GEMM rate.
             let rate = if dtype == DType::F32 { ctx.gemm_tflops(DType::F32, true)? } else { ctx.gemm_tflops(dtype, false)? };
             let p = params(&[("V", json!(v)), ("K", json!(k)), ("C", json!(c)), ("form", json!("spectral")), ("rotation", json!(true))]);
             // The sizes time every variant (NOTES.md compares them): each forward, each
