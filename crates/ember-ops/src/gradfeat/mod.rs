@@ -26,7 +26,9 @@
 //! all meshes and d_x is M×K×C. A mesh may have no vertices (its d_x is zero).
 //!
 //! dtypes f32, f16, bf16 (accumulation in f32; the CUDA kernels run 16-bit inputs on tensor cores and
-//! f32 inputs as three-pass split TF32, accurate to f32 rounding); f64 on the CPU runs the reference.
+//! f32 inputs as three bf16 products of split values, ~5e-6 relative and held to the 3e-4 of f32 on
+//! tensor cores — `EMBER_GRADFEAT_F32=tf32x3` takes three TF32 passes instead, ~1e-7 at 1.5× the
+//! time; `crate::f32_products`); f64 on the CPU runs the reference.
 //! `backward` recomputes g and b rather than keeping V×C intermediates from `forward`. For training,
 //! `forward_train` + `backward_from` trade memory for time where the CUDA kernels support it and it
 //! pays (Hopper, 16-bit inputs, spectral form, K and C multiples of 8, 128 < C ≤ 256): the forward
