@@ -34,6 +34,13 @@ impl CheckCtx {
             eprintln!("  {}", line());
         }
     }
+    /// The activation dtypes a family's cases run in: all of them, or those named in
+    /// `EMBER_CHECK_DTYPES` (comma-separated, e.g. "f32"), to narrow a sanitizer run to the kernels
+    /// one change touched.
+    pub fn dtypes(&self) -> Vec<DType> {
+        let only = ember_core::knob("EMBER_CHECK_DTYPES").unwrap_or_default();
+        DType::ACTIVATIONS.into_iter().filter(|d| only.is_empty() || only.split(',').any(|n| n.trim() == d.name())).collect()
+    }
     /// A fresh seed for each case, so every case draws new random inputs.
     pub fn seed_for(&self, case: &str) -> u64 {
         let mut h = self.seed ^ 0xcbf2_9ce4_8422_2325;
