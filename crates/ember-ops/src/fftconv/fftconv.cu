@@ -682,12 +682,22 @@ __device__ void fc_dk_onchip(const FcParams& p) {
 // =================================================================================================
 
 // exp(−2πi·e/2^logm) for any e (reduced mod 2^logm), accurate to f32 rounding.
-__device__ __forceinline__ float2 fc_twiddle(i64 e, int logm) {
-    const i64 m = (i64)1 << logm;
-    e &= m - 1;
-    float s, c;
-    sincospif(-2.f * (float)e / (float)m, &s, &c);
-    return make_float2(c, s);
+// exp(−2πi·e/2^logm) from the tables: the flat table's 2^15-th roots of unity, times a 2^24-th root
+// for the bits of e below them where logm > 15 (both entries rounded from f64, so the product is within
+// ~1.5 ulp, as sincospif). Two loads and a complex product where sincospif, its argument's 64-bit
+// conversion and division cost ~50 instructions: the four-step passes take one per element.
+__device__ __forceinline__ float2 fc_twiddle(const float2* __restrict__ tw, i64 e, int logm) {
+    e &= ((i64)1 << logm) - 1;
+    if (logm <= FC_TWN_LOG) return tw[(int)e << (FC_TWN_LOG - logm)];
+    if (logm > FC_TW_FINE_LOG) {
+        float s, c;
+        sincospif(-2.f * (float)e / (float)((i64)1 << logm), &s, &c);
+        return make_float2(c, s);
+    }
+    const int lo = logm - FC_TWN_LOG;
+    const float2 coarse = tw[(int)(e >> lo)];
+    const float2 fine = tw[FC_TW_FINE + ((int)(e & ((1 << lo) - 1)) << (FC_TW_FINE_LOG - logm))];
+    return c_mul(coarse, fine);
 }
 
 struct FcTile {
@@ -725,7 +735,7 @@ __device__ __forceinline__ void fc_col_fwd_store(const FcParams& p, float2* x, c
         const int e = threadIdx.x + FC_BLOCK * c;
         const int k1 = e >> t.logc, cc = e & (t.c - 1);
         const int n2 = t.c0 + cc;
-        const float2 v = c_mul(x[FC_P(e)], fc_twiddle((i64)n2 * k1, p.logm));
+        const float2 v = c_mul(x[FC_P(e)], fc_twiddle(tw, (i64)n2 * k1, p.logm));
         st2(p.tbuf, base + k1 * m2 + n2, v);
     }
 }
@@ -739,7 +749,7 @@ __device__ __forceinline__ void fc_col_load_inv(const FcParams& p, float2* x, co
         const int e = threadIdx.x + FC_BLOCK * c;
         const int k1 = e >> t.logc, cc = e & (t.c - 1);
         const int n2 = t.c0 + cc;
-        x[FC_P(e)] = c_mulc(ld2(p.tbuf, base + k1 * m2 + n2), fc_twiddle((i64)n2 * k1, p.logm));
+        x[FC_P(e)] = c_mulc(ld2(p.tbuf, base + k1 * m2 + n2), fc_twiddle(tw, (i64)n2 * k1, p.logm));
     }
     __syncthreads();
     block_fft<1>(x, fc_cols_layout(p, t), tw);
@@ -1017,7 +1027,7 @@ __device__ void fc_row_pass(const FcParams& p) {
                     real_post0(x[FC_P(pr.fa)], Xa.x, Xb.x);
                     Xa.y = Xb.y = 0.f;
                 } else {
-                    real_post(x[FC_P(pr.fa)], x[FC_P(pr.fb)], fc_twiddle(pr.k, p.logm + 1), Xa, Xb);
+                    real_post(x[FC_P(pr.fa)], x[FC_P(pr.fb)], fc_twiddle(tw, pr.k, p.logm + 1), Xa, Xb);
                 }
             }
             const i64 ia = pr.ka, ib = dc ? m : pr.kb;  // spectrum indices (Nyquist stored at M)
@@ -1050,7 +1060,7 @@ __device__ void fc_row_pass(const FcParams& p) {
                 x[FC_P(pr.fa)] = real_pre0(Ya.x, Yb.x);
             } else {
                 float2 Za, Zb;
-                real_pre(Ya, Yb, fc_twiddle(pr.k, p.logm + 1), Za, Zb);
+                real_pre(Ya, Yb, fc_twiddle(tw, pr.k, p.logm + 1), Za, Zb);
                 x[FC_P(pr.fa)] = Za;
                 if (!pr.self) x[FC_P(pr.fb)] = Zb;
             }
@@ -1130,7 +1140,10 @@ extern "C" __global__ void fc_twiddles(float2* tw) {
     if (e >= FC_TW_TOTAL) return;
     // The flat table, or entry r·ns + k of a pass table: the angle −2π·num/den.
     double num = e, den = 1 << FC_TWN_LOG;
-    if (e >= FC_TW_MIX40) {
+    if (e >= FC_TW_FINE) {
+        num = e - FC_TW_FINE;
+        den = (double)(1 << FC_TW_FINE_LOG);
+    } else if (e >= FC_TW_MIX40) {
         // The mixed-radix tables: N = 10240, 12288, 14336, entry r·256 + k = exp(−2πi·r·k/N).
         const int off = e >= FC_TW_MIX56 ? FC_TW_MIX56 : e >= FC_TW_MIX48 ? FC_TW_MIX48 : FC_TW_MIX40;
         num = (double)((e - off) >> 8) * ((e - off) & 255);
