@@ -453,9 +453,9 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
         return t.cuda_ptr();
     }
     // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair kernels' N = 8192
-    // … 131072, the mixed-radix N = 10240, 12288, 14336 and the four-step's fine 2^24-th roots), then
-    // the tensor-core kernels' per-lane table (40 words × 32 lanes).
-    const TOTAL: usize = (2 << 15) + 8192 + 16384 + 32768 + 65536 + 131072 + 10240 + 12288 + 14336 + 512;
+    // … 131072 and the mixed-radix N = 10240, 12288, 14336), then the tensor-core kernels'
+    // per-lane table (40 words × 32 lanes).
+    const TOTAL: usize = (2 << 15) + 8192 + 16384 + 32768 + 65536 + 131072 + 10240 + 12288 + 14336;
     let t = Tensor::zeros(&[2 * TOTAL + 40 * 32], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;

@@ -38,10 +38,7 @@
 #define FC_TW_MIX40 (FC_TW_PAIR512 + 131072)
 #define FC_TW_MIX48 (FC_TW_MIX40 + 10240)
 #define FC_TW_MIX56 (FC_TW_MIX48 + 12288)
-// Then the fine table of the four-step twiddles (fc_twiddle): entry j = exp(−2πi·j/2^24), j < 2^9.
-#define FC_TW_FINE (FC_TW_MIX56 + 14336)
-#define FC_TW_FINE_LOG 24
-#define FC_TW_TOTAL (FC_TW_FINE + (1 << (FC_TW_FINE_LOG - FC_TWN_LOG)))
+#define FC_TW_TOTAL (FC_TW_MIX56 + 14336)
 
 #ifndef FC_SMEM_DECL
 #define FC_SMEM_DECL extern __shared__ float2 fc_smem[];

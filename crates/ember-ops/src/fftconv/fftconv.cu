@@ -682,22 +682,27 @@ __device__ void fc_dk_onchip(const FcParams& p) {
 // =================================================================================================
 
 // exp(−2πi·e/2^logm) for any e (reduced mod 2^logm), accurate to f32 rounding.
-// exp(−2πi·e/2^logm) from the tables: the flat table's 2^15-th roots of unity, times a 2^24-th root
-// for the bits of e below them where logm > 15 (both entries rounded from f64, so the product is within
-// ~1.5 ulp, as sincospif). Two loads and a complex product where sincospif, its argument's 64-bit
-// conversion and division cost ~50 instructions: the four-step passes take one per element.
-__device__ __forceinline__ float2 fc_twiddle(const float2* __restrict__ tw, i64 e, int logm) {
+// Four-step loads of the intermediate T issued together per thread, before their shared-memory stores.
+#ifndef FC_IO_BATCH
+#define FC_IO_BATCH 8
+#endif
+// Pairs of the row pass whose filter-spectrum entries are loaded together.
+#ifndef FC_ROW_AHEAD
+#define FC_ROW_AHEAD 3
+#endif
+
+// exp(−2πi·e/2^logm). The angle −2e/2^logm (in units of π) is formed exactly: e < 2^24 converts
+// from 32 bits and 2^(1 − logm) is a power of two, so the product is what (−2·e)/2^logm gives, with
+// a 32-bit conversion and a multiply instead of a 64-bit conversion and an IEEE division. (Two table
+// loads — the flat 2^15-th roots times a fine 2^24-th root — measured 7–10 % slower on the four-step
+// passes than this arithmetic: the gathers' latency, NOTES.md "Four-step twiddles".)
+__device__ __forceinline__ float2 fc_twiddle(i64 e, int logm) {
     e &= ((i64)1 << logm) - 1;
-    if (logm <= FC_TWN_LOG) return tw[(int)e << (FC_TWN_LOG - logm)];
-    if (logm > FC_TW_FINE_LOG) {
-        float s, c;
-        sincospif(-2.f * (float)e / (float)((i64)1 << logm), &s, &c);
-        return make_float2(c, s);
-    }
-    const int lo = logm - FC_TWN_LOG;
-    const float2 coarse = tw[(int)(e >> lo)];
-    const float2 fine = tw[FC_TW_FINE + ((int)(e & ((1 << lo) - 1)) << (FC_TW_FINE_LOG - logm))];
-    return c_mul(coarse, fine);
+    const float scale = __int_as_float((int)0x80000000u | ((128 - logm) << 23));  // −2^(1 − logm)
+    const float a = (logm <= 24 ? __int2float_rn((int)e) : (float)e) * scale;
+    float s, c;
+    sincospif(a, &s, &c);
+    return make_float2(c, s);
 }
 
 struct FcTile {
@@ -735,7 +740,7 @@ __device__ __forceinline__ void fc_col_fwd_store(const FcParams& p, float2* x, c
         const int e = threadIdx.x + FC_BLOCK * c;
         const int k1 = e >> t.logc, cc = e & (t.c - 1);
         const int n2 = t.c0 + cc;
-        const float2 v = c_mul(x[FC_P(e)], fc_twiddle(tw, (i64)n2 * k1, p.logm));
+        const float2 v = c_mul(x[FC_P(e)], fc_twiddle((i64)n2 * k1, p.logm));
         st2(p.tbuf, base + k1 * m2 + n2, v);
     }
 }
@@ -744,12 +749,22 @@ __device__ __forceinline__ void fc_col_fwd_store(const FcParams& p, float2* x, c
 __device__ __forceinline__ void fc_col_load_inv(const FcParams& p, float2* x, const FcTile& t, const float2* tw) {
     const i64 m2 = (i64)1 << p.logm2;
     const i64 base = t.row << p.logm;
-#pragma unroll 4
-    for (int c = 0; c < FC_E; ++c) {
-        const int e = threadIdx.x + FC_BLOCK * c;
-        const int k1 = e >> t.logc, cc = e & (t.c - 1);
-        const int n2 = t.c0 + cc;
-        x[FC_P(e)] = c_mulc(ld2(p.tbuf, base + k1 * m2 + n2), fc_twiddle(tw, (i64)n2 * k1, p.logm));
+    // The loads in batches ahead of the shared-memory stores: each generic load would otherwise wait
+    // for the store before it (they might alias), one load in flight per thread.
+#pragma unroll 1
+    for (int c0 = 0; c0 < FC_E; c0 += FC_IO_BATCH) {
+        float2 v[FC_IO_BATCH];
+#pragma unroll
+        for (int u = 0; u < FC_IO_BATCH; ++u) {
+            const int e = threadIdx.x + FC_BLOCK * (c0 + u);
+            v[u] = ld2(p.tbuf, base + (e >> t.logc) * m2 + t.c0 + (e & (t.c - 1)));
+        }
+#pragma unroll
+        for (int u = 0; u < FC_IO_BATCH; ++u) {
+            const int e = threadIdx.x + FC_BLOCK * (c0 + u);
+            const int k1 = e >> t.logc, n2 = t.c0 + (e & (t.c - 1));
+            x[FC_P(e)] = c_mulc(v[u], fc_twiddle((i64)n2 * k1, p.logm));
+        }
     }
     __syncthreads();
     block_fft<1>(x, fc_cols_layout(p, t), tw);
@@ -954,17 +969,45 @@ __device__ __forceinline__ FcSeqs fc_rowpairs_layout(const FcParams& p) {
 }
 
 // Rows of job pj of a slot from/to T (row base `base` = local row << logm).
+template <int BATCH>
 __device__ __forceinline__ void fc_rows_io(const FcParams& p, float2* x, const FcJobs& j, int pj, i64 base, bool load, bool valid) {
     const int m1 = 1 << p.logm1, m2 = 1 << p.logm2;
     const int ra = pj, rb = pj == 0 ? m1 / 2 : m1 - pj;
-    const int per = (2 * m2) / j.tps;  // elements per thread over both rows
-    for (int c = 0; c < per; ++c) {
+    // Elements per thread over both rows: (2·M2) / tps = FC_E (a CTA's jobs fill its FC_SLOTS).
+    auto at = [&](int c, int& f, i64& off) {
         const int e = j.lt + j.tps * c;  // 0 .. 2·M2
         const int which = e >> p.logm2, col = e & (m2 - 1);
-        const int f = ((2 * j.slot + which) << p.logm2) + col;
-        const i64 off = base + (i64)(which ? rb : ra) * m2 + col;
-        if (load) x[FC_P(f)] = valid ? ld2(p.tbuf, off) : make_float2(0.f, 0.f);
-        else if (valid) st2(p.tbuf, off, x[FC_P(f)]);
+        f = ((2 * j.slot + which) << p.logm2) + col;
+        off = base + (i64)(which ? rb : ra) * m2 + col;
+    };
+    if (load) {
+        // In batches, the loads ahead of the shared-memory stores (see fc_col_load_inv).
+#pragma unroll 1
+        for (int c0 = 0; c0 < FC_E; c0 += BATCH) {
+            float2 v[BATCH];
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u) {
+                int f;
+                i64 off;
+                at(c0 + u, f, off);
+                v[u] = valid ? ld2(p.tbuf, off) : make_float2(0.f, 0.f);
+            }
+#pragma unroll
+            for (int u = 0; u < BATCH; ++u) {
+                int f;
+                i64 off;
+                at(c0 + u, f, off);
+                x[FC_P(f)] = v[u];
+            }
+        }
+    } else if (valid) {
+#pragma unroll 1
+        for (int c = 0; c < FC_E; ++c) {
+            int f;
+            i64 off;
+            at(c, f, off);
+            st2(p.tbuf, off, x[FC_P(f)]);
+        }
     }
 }
 
@@ -1009,17 +1052,17 @@ __device__ void fc_row_pass(const FcParams& p) {
         const bool valid = job_ok && (MODE == FC_ROW_SPECTRUM ? row < p.nheads : MODE == FC_ROW_DK ? true : row < p.nrows);
         const i64 base = row << p.logm;
         if (MODE != FC_ROW_DK) {
-            fc_rows_io(p, x, j, pj, base, true, valid);
+            // (Fewer loads ahead in the correlation pass, whose registers are short: 8 spilled there.)
+            fc_rows_io<MODE == FC_ROW_CORR ? FC_IO_BATCH / 2 : FC_IO_BATCH>(p, x, j, pj, base, true, valid);
             __syncthreads();
             block_fft<-1>(x, q, tw);
         }
         const i64 srow = (i64)g * (m + 1);
         const i64 hrow = (i64)(g - p.head0) * (m + 1);  // per-launch head row of vbuf/sbuf
         const i64 vrow = row * (m + 1);                  // the row's saved spectrum
-        for (int c = 0; c <= FC_E / 2; ++c) {
-            const int qq = j.lt + j.tps * c;
-            const FcPair pr = fc_pair(p, pj, j.slot, qq);
-            if (!pr.ok || !valid) continue;
+        // One pair (k, M − k): ka, kb are its Ks entries where the forward product or the saving pass
+        // loaded them ahead.
+        auto pair_step = [&](const FcPair& pr, float2 ka, float2 kb) {
             const bool dc = pr.k == 0;
             float2 Xa, Xb;  // 2X at k and M − k (dc: 2X[0], 2X[M] in .x)
             if (MODE != FC_ROW_DK) {
@@ -1027,7 +1070,7 @@ __device__ void fc_row_pass(const FcParams& p) {
                     real_post0(x[FC_P(pr.fa)], Xa.x, Xb.x);
                     Xa.y = Xb.y = 0.f;
                 } else {
-                    real_post(x[FC_P(pr.fa)], x[FC_P(pr.fb)], fc_twiddle(tw, pr.k, p.logm + 1), Xa, Xb);
+                    real_post(x[FC_P(pr.fa)], x[FC_P(pr.fb)], fc_twiddle(pr.k, p.logm + 1), Xa, Xb);
                 }
             }
             const i64 ia = pr.ka, ib = dc ? m : pr.kb;  // spectrum indices (Nyquist stored at M)
@@ -1035,16 +1078,16 @@ __device__ void fc_row_pass(const FcParams& p) {
             if (MODE == FC_ROW_SPECTRUM) {
                 st2(p.spec, srow + ia, c_scale(Xa, inv4n));
                 if (!pr.self) st2(p.spec, srow + ib, c_scale(Xb, inv4n));
-                continue;
+                return;
             } else if (MODE == FC_ROW_CONV) {
-                Ya = c_mul(Xa, ld2(p.spec, srow + ia));
-                Yb = c_mul(Xb, ld2(p.spec, srow + ib));
+                Ya = c_mul(Xa, ka);
+                Yb = c_mul(Xb, kb);
             } else if (MODE == FC_ROW_SAVE) {
                 st2(p.vbuf, vrow + ia, Xa);
                 if (!pr.self) st2(p.vbuf, vrow + ib, Xb);
-                if (!p.need_z) continue;
-                Ya = c_mul(Xa, ld2(p.spec, srow + ia));
-                Yb = c_mul(Xb, ld2(p.spec, srow + ib));
+                if (!p.need_z) return;
+                Ya = c_mul(Xa, ka);
+                Yb = c_mul(Xb, kb);
             } else if (MODE == FC_ROW_CORR) {
                 const float2 sa = c_mulc(Xa, ld2(p.vbuf, vrow + ia));
                 const float2 sb = c_mulc(Xb, ld2(p.vbuf, vrow + ib));
@@ -1060,9 +1103,36 @@ __device__ void fc_row_pass(const FcParams& p) {
                 x[FC_P(pr.fa)] = real_pre0(Ya.x, Yb.x);
             } else {
                 float2 Za, Zb;
-                real_pre(Ya, Yb, fc_twiddle(tw, pr.k, p.logm + 1), Za, Zb);
+                real_pre(Ya, Yb, fc_twiddle(pr.k, p.logm + 1), Za, Zb);
                 x[FC_P(pr.fa)] = Za;
                 if (!pr.self) x[FC_P(pr.fb)] = Zb;
+            }
+        };
+        if constexpr (MODE == FC_ROW_CONV || MODE == FC_ROW_SAVE) {
+            // The pairs in batches of FC_ROW_AHEAD, their Ks entries loaded ahead of the batch's
+            // shared-memory traffic (one load in flight per thread otherwise: see fc_col_load_inv).
+            // The other modes keep one pair at a time: the correlation's registers are short (its
+            // own loads beside these spilled 0.2–0.5 KB).
+            for (int c0 = 0; c0 <= FC_E / 2; c0 += FC_ROW_AHEAD) {
+                FcPair prs[FC_ROW_AHEAD];
+                float2 ksa[FC_ROW_AHEAD], ksb[FC_ROW_AHEAD];
+#pragma unroll
+                for (int u = 0; u < FC_ROW_AHEAD; ++u) {
+                    prs[u] = fc_pair(p, pj, j.slot, j.lt + j.tps * (c0 + u));
+                    prs[u].ok = prs[u].ok && valid && c0 + u <= FC_E / 2;
+                    if (prs[u].ok && (MODE == FC_ROW_CONV || p.need_z)) {
+                        ksa[u] = ld2(p.spec, srow + prs[u].ka);
+                        ksb[u] = ld2(p.spec, srow + (prs[u].k == 0 ? m : prs[u].kb));
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < FC_ROW_AHEAD; ++u)
+                    if (prs[u].ok) pair_step(prs[u], ksa[u], ksb[u]);
+            }
+        } else {
+            for (int c = 0; c <= FC_E / 2; ++c) {
+                const FcPair pr = fc_pair(p, pj, j.slot, j.lt + j.tps * c);
+                if (pr.ok && valid) pair_step(pr, make_float2(0.f, 0.f), make_float2(0.f, 0.f));
             }
         }
         if (MODE == FC_ROW_SPECTRUM || (MODE == FC_ROW_SAVE && !p.need_z)) {
@@ -1071,7 +1141,7 @@ __device__ void fc_row_pass(const FcParams& p) {
         }
         __syncthreads();
         block_fft<1>(x, q, tw);
-        fc_rows_io(p, x, j, pj, base, false, valid);
+        fc_rows_io<1>(p, x, j, pj, base, false, valid);
         __syncthreads();
     }
 }
@@ -1140,10 +1210,7 @@ extern "C" __global__ void fc_twiddles(float2* tw) {
     if (e >= FC_TW_TOTAL) return;
     // The flat table, or entry r·ns + k of a pass table: the angle −2π·num/den.
     double num = e, den = 1 << FC_TWN_LOG;
-    if (e >= FC_TW_FINE) {
-        num = e - FC_TW_FINE;
-        den = (double)(1 << FC_TW_FINE_LOG);
-    } else if (e >= FC_TW_MIX40) {
+    if (e >= FC_TW_MIX40) {
         // The mixed-radix tables: N = 10240, 12288, 14336, entry r·256 + k = exp(−2πi·r·k/N).
         const int off = e >= FC_TW_MIX56 ? FC_TW_MIX56 : e >= FC_TW_MIX48 ? FC_TW_MIX48 : FC_TW_MIX40;
         num = (double)((e - off) >> 8) * ((e - off) & 255);
