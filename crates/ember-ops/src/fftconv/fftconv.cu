@@ -1053,7 +1053,7 @@ __device__ void fc_row_pass(const FcParams& p) {
         const i64 base = row << p.logm;
         if (MODE != FC_ROW_DK) {
             // (Fewer loads ahead in the correlation pass, whose registers are short: 8 spilled there.)
-            fc_rows_io<MODE == FC_ROW_CORR ? FC_IO_BATCH / 2 : FC_IO_BATCH>(p, x, j, pj, base, true, valid);
+            fc_rows_io<(MODE == FC_ROW_CORR && FC_IO_BATCH > 1 ? FC_IO_BATCH / 2 : FC_IO_BATCH)>(p, x, j, pj, base, true, valid);
             __syncthreads();
             block_fft<-1>(x, q, tw);
         }
