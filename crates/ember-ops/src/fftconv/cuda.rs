@@ -29,13 +29,16 @@ fn options(block: u32) -> Vec<String> {
     if let Some(v) = ember_core::knob("EMBER_FFTCONV_MINB").and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_MINB={v}"));
     }
-    // Measurement knobs of the four-step passes: loads of the intermediate issued together per thread
-    // (FC_IO_BATCH, default 8) and row-pass pairs whose Ks entries load together (FC_ROW_AHEAD, default 3).
-    if let Some(v) = ember_core::knob("EMBER_FFTCONV_IO_BATCH").and_then(|v| v.parse::<u32>().ok()) {
-        o.push(format!("-DFC_IO_BATCH={v}"));
-    }
-    if let Some(v) = ember_core::knob("EMBER_FFTCONV_ROW_AHEAD").and_then(|v| v.parse::<u32>().ok()) {
-        o.push(format!("-DFC_ROW_AHEAD={v}"));
+    // Measurement knobs of the four-step passes (their modules only: 512 and 1024 threads): loads of the
+    // intermediate issued together per thread (FC_IO_BATCH, default 8) and row-pass pairs whose Ks
+    // entries load together (FC_ROW_AHEAD, default 3).
+    if block >= 512 {
+        if let Some(v) = ember_core::knob("EMBER_FFTCONV_IO_BATCH").and_then(|v| v.parse::<u32>().ok()) {
+            o.push(format!("-DFC_IO_BATCH={v}"));
+        }
+        if let Some(v) = ember_core::knob("EMBER_FFTCONV_ROW_AHEAD").and_then(|v| v.parse::<u32>().ok()) {
+            o.push(format!("-DFC_ROW_AHEAD={v}"));
+        }
     }
     if let Some(v) = ember_core::knob("EMBER_FFTCONV_PAIR_BWD_MINB").and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_PAIR_BWD_MINB={v}"));
