@@ -30,7 +30,7 @@ fn options(block: u32) -> Vec<String> {
         o.push(format!("-DFC_MINB={v}"));
     }
     // Measurement knobs of the four-step passes (their modules only: 512 and 1024 threads): loads of the
-    // intermediate issued together per thread (FC_IO_BATCH, default 8) and row-pass pairs whose Ks
+    // intermediate issued together per thread (FC_IO_BATCH, default 16) and row-pass pairs whose Ks
     // entries load together (FC_ROW_AHEAD, default 3).
     if block >= 512 {
         if let Some(v) = ember_core::knob("EMBER_FFTCONV_IO_BATCH").and_then(|v| v.parse::<u32>().ok()) {

@@ -684,7 +684,7 @@ __device__ void fc_dk_onchip(const FcParams& p) {
 // exp(−2πi·e/2^logm) for any e (reduced mod 2^logm), accurate to f32 rounding.
 // Four-step loads of the intermediate T issued together per thread, before their shared-memory stores.
 #ifndef FC_IO_BATCH
-#define FC_IO_BATCH 8
+#define FC_IO_BATCH 16
 #endif
 // Pairs of the row pass whose filter-spectrum entries are loaded together.
 #ifndef FC_ROW_AHEAD
@@ -1052,7 +1052,7 @@ __device__ void fc_row_pass(const FcParams& p) {
         const bool valid = job_ok && (MODE == FC_ROW_SPECTRUM ? row < p.nheads : MODE == FC_ROW_DK ? true : row < p.nrows);
         const i64 base = row << p.logm;
         if (MODE != FC_ROW_DK) {
-            // (Fewer loads ahead in the correlation pass, whose registers are short: 8 spilled there.)
+            // (Half as many loads ahead in the correlation pass, whose registers are short.)
             fc_rows_io<(MODE == FC_ROW_CORR && FC_IO_BATCH > 1 ? FC_IO_BATCH / 2 : FC_IO_BATCH)>(p, x, j, pj, base, true, valid);
             __syncthreads();
             block_fft<-1>(x, q, tw);
