@@ -287,26 +287,13 @@ __device__ __forceinline__ void load_b2_t(FragB (&f)[2], u32 base, int pitch, in
         ember_split_bf16x2(gf_lds(a + 4 * pitch), gf_lds(a + 12 * pitch), f[j].hi[1], f[j].lo[1]);
     }
 }
-__device__ __forceinline__ void gf_mma_bf16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+// One product of halves; a register holds two bf16 values, so negation flips both sign bits.
+__device__ __forceinline__ void gf_mma_part(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-__device__ __forceinline__ void mma(float (&d)[4], const FragA& a, const FragB& b) {
-    // Small terms first.
-    gf_mma_bf16(d, a.lo, b.hi);
-    gf_mma_bf16(d, a.hi, b.lo);
-    gf_mma_bf16(d, a.hi, b.hi);
-}
-__device__ __forceinline__ FragA neg(const FragA& a) {
-    FragA n;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        n.hi[i] = a.hi[i] ^ 0x80008000u;
-        n.lo[i] = a.lo[i] ^ 0x80008000u;
-    }
-    return n;
-}
+#define GF_SIGN_BITS 0x80008000u
 #else
 // f32 inputs: each value splits into a TF32 head and a TF32 tail; a·b ≈ ah·bh + ah·bt + at·bh keeps
 // about 22 bits, so results match f32 arithmetic. One k-step is 8 deep.
@@ -352,27 +339,28 @@ __device__ __forceinline__ void load_b2_t(FragB (&f)[2], u32 base, int pitch, in
         gf_split(gf_lds(a + 4 * pitch), f[j].hi[1], f[j].lo[1]);
     }
 }
-__device__ __forceinline__ void gf_mma_tf32(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
+__device__ __forceinline__ void gf_mma_part(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+#define GF_SIGN_BITS 0x80000000u
+#endif  // GF_F32_BF16X3
+// a·b of split f32 values: three products of the halves, small terms first.
 __device__ __forceinline__ void mma(float (&d)[4], const FragA& a, const FragB& b) {
-    // Small terms first.
-    gf_mma_tf32(d, a.lo, b.hi);
-    gf_mma_tf32(d, a.hi, b.lo);
-    gf_mma_tf32(d, a.hi, b.hi);
+    gf_mma_part(d, a.lo, b.hi);
+    gf_mma_part(d, a.hi, b.lo);
+    gf_mma_part(d, a.hi, b.hi);
 }
 __device__ __forceinline__ FragA neg(const FragA& a) {
     FragA n;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        n.hi[i] = a.hi[i] ^ 0x80000000u;
-        n.lo[i] = a.lo[i] ^ 0x80000000u;
+        n.hi[i] = a.hi[i] ^ GF_SIGN_BITS;
+        n.lo[i] = a.lo[i] ^ GF_SIGN_BITS;
     }
     return n;
 }
-#endif  // GF_F32_BF16X3
 #endif
 
 template <int MT, int NT>
