@@ -681,7 +681,6 @@ __device__ void fc_dk_onchip(const FcParams& p) {
 // flat index n1·C + c. Row kernels: `npc` = FC_SLOTS/(2·M2) pair jobs per CTA, each two rows of M2.
 // =================================================================================================
 
-// exp(−2πi·e/2^logm) for any e (reduced mod 2^logm), accurate to f32 rounding.
 // Four-step loads of the intermediate T issued together per thread, before their shared-memory stores.
 #ifndef FC_IO_BATCH
 #define FC_IO_BATCH 16
@@ -691,11 +690,12 @@ __device__ void fc_dk_onchip(const FcParams& p) {
 #define FC_ROW_AHEAD 3
 #endif
 
-// exp(−2πi·e/2^logm). The angle −2e/2^logm (in units of π) is formed exactly: e < 2^24 converts
-// from 32 bits and 2^(1 − logm) is a power of two, so the product is what (−2·e)/2^logm gives, with
-// a 32-bit conversion and a multiply instead of a 64-bit conversion and an IEEE division. (Two table
+// exp(−2πi·e/2^logm) for any e (reduced mod 2^logm), accurate to f32 rounding. The angle −2e/2^logm
+// (in units of π) is formed exactly: e < 2^24 converts from 32 bits and 2^(1 − logm) is a power of
+// two, so the product is what (−2·e)/2^logm gives, with a 32-bit conversion and a multiply instead
+// of a 64-bit conversion and an IEEE division. (Two table
 // loads — the flat 2^15-th roots times a fine 2^24-th root — measured 7–10 % slower on the four-step
-// passes than this arithmetic: the gathers' latency, NOTES.md "Four-step twiddles".)
+// passes than this arithmetic: the gathers' latency, NOTES.md "v16".)
 __device__ __forceinline__ float2 fc_twiddle(i64 e, int logm) {
     e &= ((i64)1 << logm) - 1;
     const float scale = __int_as_float((int)0x80000000u | ((128 - logm) << 23));  // −2^(1 − logm)
