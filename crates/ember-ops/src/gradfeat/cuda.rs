@@ -745,7 +745,9 @@ mod tests {
             assert!(builds.iter().any(|b| b.options == options(dtype, Kind::SplitK, SPLITK)));
         }
         // 16-bit: 4 forward (wgmma, wide, narrow, and the C > 256 fallback) and 3 backward shapes;
-        // f32: 2 + 2.
-        assert_eq!(builds.len(), 2 * (4 + 3 + 1) + (2 + 2 + 1));
+        // f32: 2 + 2, each (and the split-K) for both product splits (EMBER_GRADFEAT_F32).
+        assert_eq!(builds.len(), 2 * (4 + 3 + 1) + 2 * (2 + 2 + 1));
+        let f32_builds = builds.iter().filter(|b| b.options[0] == "-DGF_DTYPE=0");
+        assert_eq!(f32_builds.filter(|b| b.options.iter().any(|o| o == "-DGF_F32_BF16X3=1")).count(), 2 + 2 + 1);
     }
 }
