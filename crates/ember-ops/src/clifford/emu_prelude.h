@@ -132,8 +132,9 @@ struct ember_emu_wgmma_op {
     const u16* a;
     const u16* b;
 };
+// Up to 32 products per group (fc3's f32 build issues three per path: 18 for a 6-path type).
 struct ember_emu_wgmma_queue {
-    ember_emu_wgmma_op ops[64][16];
+    ember_emu_wgmma_op ops[64][32];
     int count[64];
     int head = 0, tail = 0;  // groups [head, tail) committed; group `tail` is open
 };
@@ -144,6 +145,7 @@ inline ember_emu_wgmma_queue& ember_emu_wgmma_q() {
 template <int KIND, int N> inline void ember_emu_wgmma(float* d, const u16* a, const u16* b) {
     ember_emu_wgmma_queue& q = ember_emu_wgmma_q();
     int& c = q.count[q.tail % 64];
+    if (c == 32) __builtin_trap();  // more products in one group than the queue holds
     q.ops[q.tail % 64][c++] = {&ember_emu_wgmma_now<KIND, N>, d, a, b};
 }
 inline void ember_emu_wgmma_commit() {

@@ -29,8 +29,9 @@ pub enum FcVariant {
     /// For comparison only: the path terms written to memory (`fcb.cu`), then one cuBLAS GEMM per
     /// output grade (f32 without TF32); fc2 where cuBLAS does not load.
     Blas,
-    /// `fc3.cu`, the default: v2's GEMMs on warpgroup MMA (sm_90a; elsewhere, and for f32, fc2),
-    /// term generation overlapped with the products of the previous chunk through a 3-stage ring.
+    /// `fc3.cu`, the default: v2's GEMMs on warpgroup MMA (sm_90a; elsewhere fc2, and for f32 the tile
+    /// engine), term generation overlapped with the products of the previous chunk through a 3-stage
+    /// ring; f32 as three bf16 products of hi and lo halves per 16 deep (two stages).
     Wgmma,
     /// fc3 with the CTAs of a row block's types in one thread block cluster that shares the staged
     /// x, y and gates (`F3_CLUSTER`); plain fc3 where the loads are not staged.

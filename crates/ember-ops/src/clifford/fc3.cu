@@ -31,6 +31,12 @@
 // Options: -DEMBER_T=..., -DF3_BF16=<0|1>, -DF3_PREP=<0|1> (product, prep pass: weights and gates), -DF3_LOAD=<0|1|2> (how x, y and the
 // gates reach the generation: 0 channel by channel, any N; 1 quads of channels straight from global
 // memory, N a multiple of 4; 2 staged: cp.async into a raw ring one chunk ahead, N a multiple of 8), -DF3_D_F32=<0|1> (output f32 or the activation type).
+// -DF3_X3=1 (f32 activations, F3_LOAD 0 or 1, F3_D_F32 = 1, F3_BF16 = 1 for the products): each term and
+// each weight splits into bf16 halves, v ≈ hi + lo (16 significant bits), and every product of the half
+// types becomes three bf16 wgmma, lo·hi + hi·lo + hi·hi (~5e-6 relative per sum; the dropped lo·lo is
+// below lo's own rounding). A stage then holds a hi and a lo tile of every A and B slot, so the column
+// tiles are F3_COLS = 96 wide and two stages fit (Cl(3,0): 2 × 108 KB): the generation of chunk c + 1
+// overlaps the products of chunk c as in the 3-stage ring, the weights' copies are waited for at once.
 // -DF3_CLUSTER=<0|1> (staged loads only): the F3_TYPES CTAs of a row block and column tile (one per
 // type) form a thread block cluster and share the raw stage: each copies the planes p with
 // p % F3_TYPES == its rank (gates: plane 2·CL_M), and the generation reads each plane from its
@@ -42,10 +48,20 @@ typedef EMBER_T act_t;
 #ifndef F3_CLUSTER
 #define F3_CLUSTER 0
 #endif
+#ifndef F3_X3
+#define F3_X3 0
+#endif
 #define F3_THREADS 384
+#ifndef F3_COLS
 #define F3_COLS 192
+#endif
 #define F3_ROWS 64
 #define F3_STAGES 3
+// Tiles per A or B slot: hi and lo halves with F3_X3, else the value itself.
+#define F3_HL (F3_X3 ? 2 : 1)
+#if F3_X3 && (!F3_D_F32 || F3_LOAD == 2 || F3_CLUSTER || !F3_BF16)
+#error "F3_X3 takes f32 output, loads 0 or 1, no cluster, bf16 products"
+#endif
 #define F3_ATILE 2048             // bytes of one A tile: 64 rows × 16 k
 #define F3_BTILE (F3_COLS * 32)   // bytes of one B tile: 192 columns × 16 k
 
@@ -54,6 +70,12 @@ typedef EMBER_T act_t;
 #else
 #define F3_HAS_WGMMA 0
 #endif
+
+// f32 → bf16 halves of two values (a in the low 16 bits of each word): hi = bf16(v), lo = bf16(v − hi).
+__device__ __forceinline__ void f3_split2(float a, float b, u32& hi, u32& lo) {
+    hi = ember_pack2<ember_bf16>(a, b);
+    lo = ember_pack2<ember_bf16>(a - __uint_as_float(hi << 16), b - __uint_as_float(hi & 0xffff0000u));
+}
 
 #if F3_PREP == 1
 // The prep pass, one launch for two independent jobs (each alone left the GPU two-thirds busy for
@@ -84,6 +106,17 @@ __device__ __forceinline__ void f3_prep_weights(const float* __restrict__ w, u16
         const i64 gn0 = c * 16 + k0, gm = (ct < NW ? ct * CW : NW * CW + (ct - NW) * CN) + m;
         const bool col = m < (ct < NW ? CW : CN) && gm < Mo;
         const float* src = w + (p * N + gn0) * Mo + gm;
+#if F3_X3
+        // The hi tiles, then (total · 8 values further) the lo tiles in the same order.
+        float v[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = (col && gn0 + k < N) ? __ldg(src + k * Mo) : 0.0f;
+        u32 hi[4], lo[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) f3_split2(v[2 * k], v[2 * k + 1], hi[k], lo[k]);
+        *reinterpret_cast<uint4*>(wt + (i64)i * 8) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4*>(wt + ((i64)total + (i64)i) * 8) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+#else
         u32 h[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
@@ -91,6 +124,7 @@ __device__ __forceinline__ void f3_prep_weights(const float* __restrict__ w, u16
             h[k] = ember_from_f32<act_t>(v).bits;
         }
         *reinterpret_cast<uint4*>(wt + (i64)i * 8) = make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16));
+#endif
     }
 }
 // g[i] = Φ(x₀)·Φ(y₀) of element i = b·N + n (blade 0 is the first B × N plane of x and y).
@@ -117,11 +151,13 @@ extern "C" __global__ void __launch_bounds__(256) cl_kernel(const float* __restr
 }
 #else
 
+#if !F3_X3
 __device__ __forceinline__ float f3_f32(u32 bits) {
     act_t v;
     v.bits = (u16)bits;
     return ember_to_f32(v);
 }
+#endif
 
 __device__ __forceinline__ void f3_cp16(unsigned char* dst, const u16* src) {
 #ifdef EMBER_HOST_EMU
@@ -213,21 +249,33 @@ struct f3_args {
     // The weight tiles of this column tile: chunk c of path p at wct + p·path_stride + c·(tile).
     const u16* wct;
     i64 path_stride;
+    i64 lo_off;  // F3_X3: the lo tiles' offset from the hi tiles (elements)
 };
 
 // Weights of chunk c (the type's NB paths) into the B part of a stage: the first NC columns of each
 // 192-column tile (NC · 32 bytes, one 16-byte unit per thread; the rest of the slot is never read).
 template <int T, int NC> __device__ __forceinline__ void f3_load_w(const f3_args& A, unsigned char* Bs, i64 c) {
     using t = f3t<T>;
+#if F3_X3
+    // F3_THREADS = the 16-byte chunks of a hi and a lo tile: the first half copies the hi tiles, the
+    // second the lo tiles (stored after the stage's NB hi tiles).
+    static_assert(F3_THREADS == 4 * F3_COLS, "one thread per 16-byte chunk of a hi and a lo tile");
+    const int tid0 = f3_tid(), hl = tid0 / (F3_COLS * 2), tid = tid0 % (F3_COLS * 2);
+    if (NC < F3_COLS && tid >= NC * 2) return;
+    const u16* src = A.wct + hl * A.lo_off + c * (F3_COLS * 16) + tid * 8;
+    Bs += hl * t::NB * F3_BTILE;
+#else
     const int tid = f3_tid();  // F3_THREADS = 16-byte chunks of a whole tile
     if (NC < F3_COLS && tid >= NC * 2) return;
     // One base for the chunk, a constant multiple of the path stride per tile (the multiples are
     // the same in every chunk, so they stay out of the chunk loop).
     const u16* src = A.wct + c * (F3_COLS * 16) + tid * 8;
+#endif
 #pragma unroll
     for (int u = 0; u < t::NB; ++u) f3_cp16(Bs + u * F3_BTILE + tid * 16, src + t::bpath(u) * A.path_stride);
 }
 
+#if !F3_X3
 // The path terms of one element pair (channels 2q, 2q + 1 of row r in the chunk) into the A tiles:
 // wx, wy the pairs' words of x and y per blade (lo channel in the low half), g0, g1 their gates. Per
 // pair: 2·CL_M unpacks, CL_M gate products per element, the type's products, NS conversions of two
@@ -254,7 +302,91 @@ __device__ __forceinline__ void f3_pair(const u32 (&wx)[CL_M], const u32 (&wy)[C
 #pragma unroll
     for (int s = 0; s < t::NS; ++s) *reinterpret_cast<u32*>(As + s * F3_ATILE + off) = ember_pack2<act_t>(vlo[s], vhi[s]);
 }
+#endif
 
+#if F3_X3
+// f3_pair for f32 activations: xa, ya of channel 2q and xb, yb of 2q + 1 (every blade), ga, gb their
+// gates; each term split into its bf16 halves, hi into slot s's tile, lo into slot NS + s's.
+template <int T>
+__device__ __forceinline__ void f3_pair_x3(float (&xa)[CL_M], const float (&ya)[CL_M], float ga, float (&xb)[CL_M], const float (&yb)[CL_M], float gb,
+                                           unsigned char* As, int r, int q) {
+    using t = f3t<T>;
+    float tt[CL_NT], va[t::NS], vb[t::NS];
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) xa[j] *= ga;
+    cl_terms_raw(xa, ya, tt);
+    t::pick(tt, va);
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) xb[j] *= gb;
+    cl_terms_raw(xb, yb, tt);
+    t::pick(tt, vb);
+    const u32 off = (u32)((r >> 3) * 256 + (q >> 2) * 128 + (r & 7) * 16 + (q & 3) * 4);
+#pragma unroll
+    for (int s = 0; s < t::NS; ++s) {
+        u32 hi, lo;
+        f3_split2(va[s], vb[s], hi, lo);
+        *reinterpret_cast<u32*>(As + s * F3_ATILE + off) = hi;
+        *reinterpret_cast<u32*>(As + (t::NS + s) * F3_ATILE + off) = lo;
+    }
+}
+
+// Path terms of chunk c (f32 x and y) into the A part of a stage: hi tiles, then lo tiles.
+template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsigned char* As, i64 c) {
+    const i64 BN = A.B * A.N;
+    const float* X = reinterpret_cast<const float*>(A.x);
+    const float* Y = reinterpret_cast<const float*>(A.y);
+    float xa[CL_M], ya[CL_M], xb[CL_M], yb[CL_M];
+#if F3_LOAD == 1
+    // N a multiple of 4: item i = (row i / 4, channels 4·(i % 4) .. + 3) on the last 256 threads, all
+    // of a quad's 16-byte loads (one per blade plane of x and y, one of gates) issued before any use.
+    const int i = (int)threadIdx.x - (F3_THREADS - F3_ROWS * 4);
+    if (i < 0) return;
+    const int r = i >> 2, qq = i & 3;
+    const i64 b = A.b0 + r, n = c * 16 + 4 * qq;
+    const bool ok = b < A.B && n < A.N;  // a quad is whole or absent
+    const i64 at = ok ? b * A.N + n : 0;
+    float4 qx[CL_M], qy[CL_M];
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        qx[j] = ok ? __ldg(reinterpret_cast<const float4*>(X + j * BN + at)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        qy[j] = ok ? __ldg(reinterpret_cast<const float4*>(Y + j * BN + at)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    const float4 gq = ok ? __ldg(reinterpret_cast<const float4*>(A.g + at)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        xa[j] = qx[j].x;
+        ya[j] = qy[j].x;
+        xb[j] = qx[j].y;
+        yb[j] = qy[j].y;
+    }
+    f3_pair_x3<T>(xa, ya, gq.x, xb, yb, gq.y, As, r, 2 * qq);
+#pragma unroll
+    for (int j = 0; j < CL_M; ++j) {
+        xa[j] = qx[j].z;
+        ya[j] = qy[j].z;
+        xb[j] = qx[j].w;
+        yb[j] = qy[j].w;
+    }
+    f3_pair_x3<T>(xa, ya, gq.z, xb, yb, gq.w, As, r, 2 * qq + 1);
+#else
+    // Any N: element pairs e = (row e / 8, channels 2·(e % 8), +1), channels loaded one by one.
+    for (int e = threadIdx.x; e < F3_ROWS * 8; e += F3_THREADS) {
+        const int r = e >> 3, q = e & 7;
+        const i64 b = A.b0 + r, n = c * 16 + 2 * q;
+        const i64 at = b * A.N + n;
+        const bool lo = b < A.B && n < A.N, hi = b < A.B && n + 1 < A.N;
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) {
+            xa[j] = lo ? __ldg(X + j * BN + at) : 0.0f;
+            ya[j] = lo ? __ldg(Y + j * BN + at) : 0.0f;
+            xb[j] = hi ? __ldg(X + j * BN + at + 1) : 0.0f;
+            yb[j] = hi ? __ldg(Y + j * BN + at + 1) : 0.0f;
+        }
+        f3_pair_x3<T>(xa, ya, lo ? __ldg(A.g + at) : 0.0f, xb, yb, hi ? __ldg(A.g + at + 1) : 0.0f, As, r, q);
+    }
+#endif
+}
+#else
 // Path terms of chunk c into the A part of a stage (slot s's tile at As + s·F3_ATILE).
 template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsigned char* As, i64 c) {
     const i64 BN = A.B * A.N;
@@ -312,6 +444,7 @@ template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsign
     }
 #endif
 }
+#endif  // F3_X3
 
 #if F3_LOAD == 2
 // The raw stage of a chunk: x then y as [blade][row][16 channels] (32 bytes a row), then the gates as
@@ -522,13 +655,32 @@ template <int T, int NC, int PP> struct f3_issue {
     static __device__ __forceinline__ void run(float (&acc)[NC / 2], const unsigned char* st, u64 sd, u64 sa, u32 wa, int wg) {
         using t = f3t<T>;
         if constexpr (PP < t::PR) {
-            constexpr int A_BYTES = t::NS * F3_ATILE;
+            constexpr int A_BYTES = F3_HL * t::NS * F3_ATILE;
+#if F3_X3
+            // lo·hi, hi·lo, hi·hi: the small products first. The lo tiles follow the NS hi A tiles
+            // and the NB hi B tiles.
+            constexpr int LO_A = t::NS * F3_ATILE, LO_B = t::NB * F3_BTILE;
+#ifdef EMBER_HOST_EMU
+            (void)sa;
+            const unsigned char* a = st + wa + PP * F3_ATILE;
+            const unsigned char* b = st + A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE;
+            ember_emu_wgmma<1, NC>(acc, reinterpret_cast<const u16*>(a + LO_A), reinterpret_cast<const u16*>(b));
+            ember_emu_wgmma<1, NC>(acc, reinterpret_cast<const u16*>(a), reinterpret_cast<const u16*>(b + LO_B));
+            ember_emu_wgmma<1, NC>(acc, reinterpret_cast<const u16*>(a), reinterpret_cast<const u16*>(b));
+#elif F3_HAS_WGMMA
+            const u64 da = sa + (u32)(PP * F3_ATILE / 16), db = sd + (u32)((A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE) / 16);
+            f3_wgmma<NC>(acc, da + (u32)(LO_A / 16), db);
+            f3_wgmma<NC>(acc, da, db + (u32)(LO_B / 16));
+            f3_wgmma<NC>(acc, da, db);
+#endif
+#else
 #ifdef EMBER_HOST_EMU
             (void)sa;
             ember_emu_wgmma<F3_BF16 ? 1 : 2, NC>(acc, reinterpret_cast<const u16*>(st + wa + PP * F3_ATILE),
                                                  reinterpret_cast<const u16*>(st + A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE));
 #elif F3_HAS_WGMMA
             f3_wgmma<NC>(acc, sa + (u32)(PP * F3_ATILE / 16), sd + (u32)((A_BYTES + f3_btile<T, PP>(wg) * F3_BTILE) / 16));
+#endif
 #endif
             f3_issue<T, NC, PP + 1>::run(acc, st, sd, sa, wa, wg);
         }
@@ -543,8 +695,8 @@ template <int T, int NC, int PP> struct f3_issue {
 // One CTA's tile of NC output channels (NC a multiple of 8, at most 192).
 template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A, unsigned char* smem) {
     using t = f3t<T>;
-    constexpr int A_BYTES = t::NS * F3_ATILE;
-    constexpr int STAGE = A_BYTES + t::NB * F3_BTILE;
+    constexpr int A_BYTES = F3_HL * t::NS * F3_ATILE;
+    constexpr int STAGE = A_BYTES + F3_HL * t::NB * F3_BTILE;
     const int wg = threadIdx.x >> 7;
     const bool active = wg < t::RB;  // uniform per warpgroup
 
@@ -603,6 +755,36 @@ template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A
         f3_cp_commit();
         if (c + 1 < chunks) f3_gen_staged<T>(raw + nxt * F3_RAW_BYTES, stg + nxt * STAGE);
         f3_cp_wait<1>();  // chunk c + 1's weights have landed (chunk c + 2's raw data may be in flight)
+        f3_fence_async();
+        __syncthreads();
+    }
+#elif F3_X3
+    // Two stages: chunk 0 into stage 0; per chunk c, the products of c on stage c % 2 while chunk c + 1
+    // is generated into the other stage (freed by the wait for chunk c − 1's products and a barrier).
+    f3_load_w<T, NC>(A, smem + A_BYTES, 0);
+    f3_cp_commit();
+    f3_gen<T>(A, smem, 0);
+    f3_cp_wait<0>();
+    f3_fence_async();
+    __syncthreads();
+    for (i64 c = 0; c < chunks; ++c) {
+        const unsigned char* st = smem + (int)(c & 1) * STAGE;
+        if (active) {
+            f3_fence_regs(acc);
+            f3_wg_fence();
+            f3_issue<T, NC, 0>::start(acc, st, wg);
+            f3_wg_commit();
+            f3_wg_wait<1>();  // the products of chunk c − 1 are done
+            f3_fence_regs(acc);
+        }
+        __syncthreads();  // every warpgroup is done reading stage (c + 1) % 2
+        if (c + 1 < chunks) {
+            unsigned char* nx = smem + (int)((c + 1) & 1) * STAGE;
+            f3_load_w<T, NC>(A, nx + A_BYTES, c + 1);
+            f3_cp_commit();
+            f3_gen<T>(A, nx, c + 1);
+            f3_cp_wait<0>();
+        }
         f3_fence_async();
         __syncthreads();
     }
@@ -726,6 +908,7 @@ extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_THREADS, 1) cl_k
     // Tile (path p, column tile ct, chunk c) is tile (p·NCT + ct)·NCH + c of wt.
     A.wct = wt + A.ct * NCH * (F3_COLS * 16);
     A.path_stride = NCT * NCH * (F3_COLS * 16);
+    A.lo_off = CL_P * A.path_stride;
     if (A.b0 >= B) return;
     const int type = (int)(blockIdx.y % F3_TYPES);
     if (F3_CW == F3_CN || A.ct >= NW) {

@@ -4,6 +4,11 @@
 //! up to three blades whose grades have the same number of paths, generates their path terms per
 //! chunk of 16 channels into a 3-stage ring and runs m64n192k16 products on them while the next
 //! chunk is generated. See NOTES.md, "FC product v3".
+//!
+//! f32 activations run the same kernel built with `F3_X3`: every term and weight split into bf16 hi
+//! and lo halves, three bf16 products per path and chunk (lo·hi + hi·lo + hi·hi), ~5e-6 relative per
+//! sum (held to the 3e-4 of f32 on tensor cores); 96-column tiles so that two stages of hi and lo
+//! tiles fit. See NOTES.md, "FC product v7".
 
 use super::cuda::{blocks, dtype_opt, prefix, source};
 use super::fc2::chain;
@@ -19,6 +24,10 @@ use std::collections::BTreeMap;
 const FC3_CU: &str = include_str!("fc3.cu");
 /// Output channels per CTA (the wgmma N), batch rows per CTA (the wgmma M), threads per CTA.
 const COLS: usize = 192;
+/// Output channels per CTA of the f32 build (`F3_X3`: hi and lo tiles of A and B in each stage).
+const COLS_X3: usize = 96;
+/// Stages of the f32 build.
+const STAGES_X3: usize = 2;
 const ROWS: usize = 64;
 const THREADS: u32 = 384;
 const STAGES: usize = 3;
@@ -49,6 +58,10 @@ impl TypeCfg {
     fn stage_bytes(&self) -> usize {
         self.rbs.len() * self.pr * A_TILE + self.bpaths.len() * B_TILE
     }
+    /// A stage of the f32 build: a hi and a lo tile per A slot and per B path, B tiles COLS_X3 wide.
+    fn stage_bytes_x3(&self) -> usize {
+        2 * (self.rbs.len() * self.pr * A_TILE + self.bpaths.len() * COLS_X3 * 32)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -59,6 +72,8 @@ pub struct Fc3Cfg {
     /// Shared memory of the staged kernel (two stages of tiles, two raw stages of x, y and the
     /// gates), `None` where it does not fit.
     pub smem_staged: Option<usize>,
+    /// Shared memory of the f32 build (two stages of hi and lo tiles), `None` where it does not fit.
+    pub smem_x3: Option<usize>,
 }
 
 /// Bytes of one raw stage (`F3_RAW_BYTES`): x and y of 64 rows × 16 channels per blade, the gates.
@@ -117,19 +132,34 @@ pub fn config(t: &Tables) -> Option<Fc3Cfg> {
     let stage = types.iter().map(TypeCfg::stage_bytes).max()?;
     let smem = STAGES * stage;
     let staged = 2 * stage + 2 * raw_bytes(t.m());
-    (smem <= SMEM_MAX).then_some(Fc3Cfg { types, smem, smem_staged: (staged <= SMEM_MAX).then_some(staged) })
+    let x3 = STAGES_X3 * types.iter().map(TypeCfg::stage_bytes_x3).max()?;
+    (smem <= SMEM_MAX).then_some(Fc3Cfg { types, smem, smem_staged: (staged <= SMEM_MAX).then_some(staged), smem_x3: (x3 <= SMEM_MAX).then_some(x3) })
 }
 
 /// Whether v3 can run the forward of `layer` in `dt` (the caller also needs an sm_90a device).
 pub fn applies(layer: &Layer, dt: DType) -> bool {
-    dt != DType::F32 && config(layer.tables()).is_some()
+    config(layer.tables()).is_some_and(|c| dt != DType::F32 || c.smem_x3.is_some())
+}
+
+/// Output channels per CTA in `dt` (the f32 build's tiles are narrower).
+fn cols_of(dt: DType) -> usize {
+    if dt == DType::F32 {
+        COLS_X3
+    } else {
+        COLS
+    }
 }
 
 /// The column tiles of `n_out` output channels: (CW, CN, NW, NCT) — NCT tiles of at most COLS, the
 /// first NW of CW channels and the rest of CN, multiples of 8 as even as they go (N_out = 512: 176,
 /// 168, 168), so that no tile is mostly padding.
 pub fn col_tiles(n_out: usize) -> (usize, usize, usize, usize) {
-    let nct = n_out.div_ceil(COLS).max(1);
+    col_tiles_of(n_out, COLS)
+}
+
+/// [`col_tiles`] for tiles of at most `cols` channels.
+fn col_tiles_of(n_out: usize, cols: usize) -> (usize, usize, usize, usize) {
+    let nct = n_out.div_ceil(cols).max(1);
     let groups = n_out.div_ceil(8).max(1);
     let (cn, nw) = (8 * (groups / nct), groups % nct);
     let cw = if nw == 0 { cn } else { cn + 8 };
@@ -207,14 +237,20 @@ enum Pass {
 
 /// Build options; `cols` = (CW, CN), the product's two tile widths (the passes take none);
 /// `cluster`: the types of a row block share the staged loads (`F3_CLUSTER`).
+/// f32 builds are `F3_X3` (bf16 products, f32 output, 96-column tiles).
 fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usize)>, cluster: bool) -> Vec<String> {
+    let x3 = dt == DType::F32;
     let mut o = vec![
         dtype_opt(dt),
-        format!("-DF3_BF16={}", u8::from(dt == DType::BF16)),
+        format!("-DF3_BF16={}", u8::from(dt == DType::BF16 || x3)),
         format!("-DF3_PREP={}", pass as u8),
         format!("-DF3_LOAD={}", load as u8),
-        format!("-DF3_D_F32={}", u8::from(d_f32)),
+        format!("-DF3_D_F32={}", u8::from(d_f32 || x3)),
     ];
+    if x3 {
+        o.push("-DF3_X3=1".into());
+        o.push(format!("-DF3_COLS={COLS_X3}"));
+    }
     if cluster {
         o.push("-DF3_CLUSTER=1".into());
     }
@@ -240,13 +276,16 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     let src = fc3_source(layer)?;
     let nch = dims.n.div_ceil(16);
-    let (cw, cn, nw, nct) = col_tiles(n_out);
+    let x3 = dt == DType::F32;
+    let cols = cols_of(dt);
+    let (cw, cn, nw, nct) = col_tiles_of(n_out, cols);
     let p = layer.paths();
-    let wt = plan.alloc(&[p, nct, nch, COLS * 16], dt);
+    // The arranged weights: in the activation type, or (f32) bf16 hi tiles followed by the lo tiles.
+    let wt = if x3 { plan.alloc(&[2, p, nct, nch, cols * 16], DType::BF16) } else { plan.alloc(&[p, nct, nch, cols * 16], dt) };
     // The prep pass: one thread per 16-byte unit of the arranged weights (8 values) in the first
     // blocks, the GELU gates Φ(x₀)·Φ(y₀) of every element (B × N f32) in the rest.
     let gates = plan.alloc(&[dims.b, dims.n], DType::F32);
-    let weight_blocks = blocks("w", p * nct * nch * COLS * 2, 256)?.min(8192);
+    let weight_blocks = blocks("w", p * nct * nch * cols * 2, 256)?.min(8192);
     let gate_blocks = blocks("x", dims.b * dims.n, 256)?.min(8192);
     let mut args = vec![Arg::Buf(2), Arg::Buf(wt)];
     args.extend([p, dims.n, n_out, nch, nct, cw, cn, nw].map(|v| Arg::I64(v as i64)));
@@ -260,8 +299,12 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let gx = u32::try_from(nct).ok().filter(|&v| v <= i32::MAX as u32).ok_or_else(|| Error::TooLarge { arg: "w".into(), what: format!("{n_out} output channels") })?;
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(wt), Arg::Buf(gates), Arg::Buf(dst)];
     args.extend([dims.b, dims.n, n_out, nch, nct, nw].map(|v| Arg::I64(v as i64)));
-    let (load, smem) = match cfg.smem_staged {
-        Some(sm) if aligned && dims.n.is_multiple_of(8) => (Load::Staged, sm),
+    let (load, smem) = match (x3, cfg.smem_staged) {
+        (true, _) => {
+            let sm = cfg.smem_x3.ok_or_else(|| Error::Unsupported(format!("fc v3 in f32 for {}", layer.name())))?;
+            (if aligned && dims.n.is_multiple_of(4) { Load::Quads } else { Load::Scalar }, sm)
+        }
+        (false, Some(sm)) if aligned && dims.n.is_multiple_of(8) => (Load::Staged, sm),
         _ if aligned && dims.n.is_multiple_of(4) => (Load::Quads, cfg.smem),
         _ => (Load::Scalar, cfg.smem),
     };
@@ -278,13 +321,18 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
     }
     let src = fc3_source(layer)?;
     let mut out = vec![KernelBuild { source: src, options: opts(dt, Pass::Prep, Load::Scalar, false, None, false) }];
-    let staged = config(layer.tables()).is_some_and(|c| c.smem_staged.is_some());
+    let x3 = dt == DType::F32;
+    let staged = !x3 && config(layer.tables()).is_some_and(|c| c.smem_staged.is_some());
     let clustered = config(layer.tables()).is_some_and(|c| cluster_fits(&c));
-    // Tile widths of N_out = 512 (176 and 168: two instantiations per type) and of a multiple of 192.
-    let (cw, cn, _, _) = col_tiles(512);
+    // Tile widths of N_out = 512 (176 and 168, f32: 88 and 80: two instantiations per type) and of a
+    // multiple of the tile width.
+    let full = cols_of(dt);
+    let (cw, cn, _, _) = col_tiles_of(512, full);
+    // f32 output only in f32 (one build per load and widths).
+    let outs: &[bool] = if x3 { &[true] } else { &[false, true] };
     for load in [Load::Scalar, Load::Quads, Load::Staged].into_iter().filter(|&l| l != Load::Staged || staged) {
-        for d_f32 in [false, true] {
-            for cols in [(cw, cn), (COLS, COLS)] {
+        for &d_f32 in outs {
+            for cols in [(cw, cn), (full, full)] {
                 out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), false) });
                 if load == Load::Staged && clustered {
                     out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), true) });
