@@ -569,10 +569,8 @@ impl crate::OpFamily for Family {
                 for row in bench_fc(ctx, "3,0", b, n, dtype)? {
                     emit(row, &mut rows);
                 }
-                if dtype == DType::BF16 {
-                    for row in bench_fc(ctx, "2,0", b, n, dtype)? {
-                        emit(row, &mut rows);
-                    }
+                for row in bench_fc(ctx, "2,0", b, n, dtype)? {
+                    emit(row, &mut rows);
                 }
             }
             if want("linear") {
