@@ -798,9 +798,15 @@ fn emu_fc_gemm_bwd(spec: &str, (nb, nin, nout): (usize, usize, usize), dtype: DT
             run_host(&plan, &[&x, &y, &w, &g])
         };
         let (dx, dy, dw) = reference::fc_backward(&alg, dims, nout, &xv, &yv, &wv, &gv, norm);
-        close(&format!("{tag} d_x"), &gr[0], &dx, tol);
-        close(&format!("{tag} d_y"), &gr[1], &dy, tol);
-        close(&format!("{tag} d_w"), &gr[2], &dw, tol);
+        // f32: three bf16 GEMMs per f32 one (3e-4 allowed on tensor cores); under 3e-5 here, which a
+        // lost lo half (~1e-3) or single bf16 GEMMs (~3e-3) would exceed.
+        let tol_b = if dtype == DType::F32 { 3e-5 } else { tol };
+        close(&format!("{tag} d_x"), &gr[0], &dx, tol_b);
+        close(&format!("{tag} d_y"), &gr[1], &dy, tol_b);
+        close(&format!("{tag} d_w"), &gr[2], &dw, tol_b);
+        if dtype == DType::F32 {
+            eprintln!("{tag}: d_x {:e} d_w {:e}", ember_core::compare::rel_err(&gr[0].to_vec_f64().unwrap(), &dx), ember_core::compare::rel_err(&gr[2].to_vec_f64().unwrap(), &dw));
+        }
     }
 }
 

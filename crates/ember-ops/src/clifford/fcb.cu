@@ -12,14 +12,39 @@
 //   2  dw[fb_path[q]][n][m] = dwg[q][n][m] (f32, back to the weights' path order)
 //   3  T from x, y (generated cl_terms, GELU included), in the activation type
 //   4  d_x, d_y from x, y and dT (generated cl_terms_vjp, through the GELU)
+//   5  (f32 only) h[i], h[len + i] = the bf16 hi and lo halves of g[i]
+// -DFB_X3=1 (f32, kinds 1 and 3): the weights and the terms written as bf16 hi halves followed by the
+// lo halves (v ≈ hi + lo, 16 significant bits), for three bf16 GEMMs lo·hi + hi·lo + hi·hi in place of
+// one f32 GEMM (fcb.rs).
 // One thread per element, grid-stride; every output element written once (no atomics).
 
 typedef EMBER_T act_t;
 #define FB_THREADS 256
+#ifndef FB_X3
+#define FB_X3 0
+#endif
+
+// v ≈ hi + lo in bf16: hi = bf16(v), lo = bf16(v − hi).
+__device__ __forceinline__ void fb_split(float v, ember_bf16& hi, ember_bf16& lo) {
+    hi = ember_from_f32<ember_bf16>(v);
+    lo = ember_from_f32<ember_bf16>(v - ember_to_f32(hi));
+}
 
 #define FB_LOOP(i, total) for (i64 i = (i64)blockIdx.x * FB_THREADS + threadIdx.x; i < (total); i += (i64)gridDim.x * FB_THREADS)
 
-#if FB_KIND == 1
+#if FB_KIND == 1 && FB_X3
+extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* __restrict__ w, ember_bf16* __restrict__ wg, i64 NM) {
+    const i64 LO = (i64)FB_P * NM;
+    FB_LOOP(i, LO) {
+        const i64 q = i / NM, r = i - q * NM;
+        fb_split(__ldg(w + (i64)fb_path[q] * NM + r), wg[i], wg[LO + i]);
+    }
+}
+#elif FB_KIND == 5
+extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* __restrict__ g, ember_bf16* __restrict__ h, i64 len) {
+    FB_LOOP(i, len) fb_split(__ldg(g + i), h[i], h[len + i]);
+}
+#elif FB_KIND == 1
 extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* __restrict__ w, act_t* __restrict__ wg, i64 NM) {
     FB_LOOP(i, (i64)FB_P * NM) {
         const i64 q = i / NM, r = i - q * NM;
@@ -34,8 +59,13 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* 
     }
 }
 #elif FB_KIND == 3
-// Consecutive threads take consecutive channels n: every store of a slot is coalesced.
+// Consecutive threads take consecutive channels n: every store of a slot is coalesced. With FB_X3 the
+// lo halves go LO elements after the hi halves.
+#if FB_X3
+extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, ember_bf16* __restrict__ T, i64 B, i64 N, i64 LO) {
+#else
 extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, act_t* __restrict__ T, i64 B, i64 N) {
+#endif
     const i64 BN = B * N;
     FB_LOOP(e, BN) {
         const i64 b = e / N, n = e - b * N;
@@ -46,12 +76,23 @@ extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const act_t* 
             ys[j] = ember_to_f32(y[(i64)j * BN + e]);
         }
         cl_terms(xs, ys, t);
+#if FB_X3
+#define FB_AT(c1, pg, pp) ((i64)(c1) * BN + b * ((i64)(pg) * N) + (i64)(pp) * N + n)
+#define FB_PUT(q, c1, pg, pp) fb_split(t[q], T[FB_AT(c1, pg, pp)], T[LO + FB_AT(c1, pg, pp)]);
+        FB_SLOTS(FB_PUT)
+#undef FB_PUT
+#define FB_ZERO(c1, pg, pp) fb_split(0.0f, T[FB_AT(c1, pg, pp)], T[LO + FB_AT(c1, pg, pp)]);
+        FB_ZEROS(FB_ZERO)
+#undef FB_ZERO
+#undef FB_AT
+#else
 #define FB_PUT(q, c1, pg, pp) T[(i64)(c1) * BN + b * ((i64)(pg) * N) + (i64)(pp) * N + n] = ember_from_f32<act_t>(t[q]);
         FB_SLOTS(FB_PUT)
 #undef FB_PUT
 #define FB_ZERO(c1, pg, pp) T[(i64)(c1) * BN + b * ((i64)(pg) * N) + (i64)(pp) * N + n] = ember_from_f32<act_t>(0.0f);
         FB_ZEROS(FB_ZERO)
 #undef FB_ZERO
+#endif
     }
 }
 #elif FB_KIND == 4

@@ -10,6 +10,11 @@
 //! The weights are copied into grade order first (paths are ordered by (gx, go, gy), so one grade's
 //! paths are not contiguous), rounded to the activation type (cuBLAS multiplies operands of one
 //! type); dW comes back from grade order into path order. See NOTES.md, "FC backward v1".
+//!
+//! f32: the GEMMs' operands (terms, weights, the product's gradient) are written as bf16 hi and lo
+//! halves and each GEMM becomes three bf16 GEMMs accumulating in f32, lo·hi + hi·lo + hi·hi (~5e-6
+//! relative, held to the 3e-4 of f32 on tensor cores), where one f32 GEMM ran on CUDA cores
+//! (`EMBER_CLIFFORD_FCB_F32=f32` keeps that). See NOTES.md, "FC product v7".
 
 use super::cuda::{blocks, dtype_opt, launch, prefix, source, SUMS};
 use super::gen::Tables;
@@ -150,6 +155,18 @@ fn opts(dt: DType, kind: u8) -> Vec<String> {
     vec![dtype_opt(dt), format!("-DFB_KIND={kind}")]
 }
 
+/// The f32 builds of kinds 1 and 3 that write bf16 halves (`FB_X3`), and kind 5.
+fn opts_x3(kind: u8) -> Vec<String> {
+    let mut o = opts(DType::F32, kind);
+    o.push("-DFB_X3=1".into());
+    o
+}
+
+/// Whether f32 runs its GEMMs on bf16 halves (the default) rather than in f32 on CUDA cores.
+pub fn f32_halves() -> bool {
+    ember_core::knob("EMBER_CLIFFORD_FCB_F32") != Some("f32")
+}
+
 fn grid(arg: &str, items: usize) -> Result<(u32, u32, u32)> {
     Ok((blocks(arg, items, THREADS)?.min(MAX_GRID as u32), 1, 1))
 }
@@ -183,8 +200,15 @@ fn checked_layout(layer: &Layer, dims: Dims, n_out: usize, what: &str) -> Result
 pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, g: usize, g_f32: bool, (dx, dy, dw): (usize, usize, usize)) -> Result<()> {
     let (lay, ws) = checked_layout(layer, dims, n_out, "the GEMM backward")?;
     let (b, n, p) = (dims.b, dims.n, layer.tables().p());
-    // The product's gradient in the GEMMs' operand type.
-    let go = if g_f32 && dt != DType::F32 {
+    let x3 = dt == DType::F32 && f32_halves();
+    let g_len = dims.m * b * n_out;
+    // The product's gradient in the GEMMs' operand type (f32: its bf16 halves, lo g_len further).
+    let go = if x3 {
+        let h = plan.alloc(&[2, dims.m, b, n_out], DType::BF16);
+        let args = vec![Arg::Buf(g), Arg::Buf(h), Arg::I64(g_len as i64)];
+        plan.launch(launch(fcb_source(layer, 5)?, opts_x3(5), grid("x", g_len)?, 0, args, "clifford_fcb_split_g"));
+        h
+    } else if g_f32 && dt != DType::F32 {
         let len = dims.m * b * n_out;
         let h = plan.alloc(&[dims.m, b, n_out], dt);
         let args = vec![Arg::Buf(g), Arg::Buf(h), Arg::I64(len as i64)];
@@ -194,9 +218,11 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
         g
     };
     let nm = n * n_out;
-    let wg = plan.alloc(&[p, n, n_out], dt);
-    plan.launch(launch(fcb_source(layer, 1)?, opts(dt, 1), grid("w", p * nm)?, 0, vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)], "clifford_fcb_weights"));
-    let tt = plan.alloc(&[ws], dt);
+    let (op_t, halves) = if x3 { (DType::BF16, 2) } else { (dt, 1) };
+    let wg = plan.alloc(&[halves, p, n, n_out], op_t);
+    let wopts = if x3 { opts_x3(1) } else { opts(dt, 1) };
+    plan.launch(launch(fcb_source(layer, 1)?, wopts, grid("w", p * nm)?, 0, vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)], "clifford_fcb_weights"));
+    let tt = plan.alloc(&[halves * ws], op_t);
     // dT stays f32: the VJP sums up to 44 (path, blade) products per element, and with few
     // channels those sums cancel enough that dT rounded to bf16 put d_x 3.6e-2 off the reference
     // (Cl(2,0), B = N_in = N_out = 1, measured on the GPU).
@@ -204,15 +230,29 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
     let sizes = [Arg::I64(b as i64), Arg::I64(n as i64)];
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(tt)];
     args.extend(sizes);
-    plan.launch(launch(fcb_source(layer, 3)?, opts(dt, 3), grid("x", b * n)?, 0, args, "clifford_fcb_terms"));
+    if x3 {
+        args.push(Arg::I64(ws as i64));
+    }
+    let topts = if x3 { opts_x3(3) } else { opts(dt, 3) };
+    plan.launch(launch(fcb_source(layer, 3)?, topts, grid("x", b * n)?, 0, args, "clifford_fcb_terms"));
     let dwg = plan.alloc(&[p, n, n_out], DType::F32);
+    // Offsets of the lo halves (f32), and the products of each GEMM: (A lo, B hi), (A hi, B lo),
+    // (A hi, B hi), the small ones first, accumulated in f32 (β = 1 after the first); else one.
+    let (gl, wl, tl) = (g_len, p * nm, ws);
+    let parts: &[(bool, bool)] = if x3 { &[(true, false), (false, true), (false, false)] } else { &[(false, false)] };
     for m in &lay.grades {
         let (rows, cols) = (m.c * b, m.paths.len() * n);
         let (t_off, g_off, w_off) = (m.s0 * b * n, m.j0 * b * n_out, m.q0 * nm);
-        let data = GemmDesc { ab: dt, c: DType::F32, ta: false, tb: true, m: rows, n: cols, k: n_out, beta: 0.0 };
-        plan.gemm(Gemm { desc: data, a: (go, g_off), b: (wg, w_off), c: (dtt, t_off) });
-        let weight = GemmDesc { ab: dt, c: DType::F32, ta: true, tb: false, m: cols, n: n_out, k: rows, beta: 0.0 };
-        plan.gemm(Gemm { desc: weight, a: (tt, t_off), b: (go, g_off), c: (dwg, w_off) });
+        for (i, &(a_lo, b_lo)) in parts.iter().enumerate() {
+            let beta = if i == 0 { 0.0 } else { 1.0 };
+            let data = GemmDesc { ab: op_t, c: DType::F32, ta: false, tb: true, m: rows, n: cols, k: n_out, beta };
+            plan.gemm(Gemm { desc: data, a: (go, g_off + usize::from(a_lo) * gl), b: (wg, w_off + usize::from(b_lo) * wl), c: (dtt, t_off) });
+        }
+        for (i, &(a_lo, b_lo)) in parts.iter().enumerate() {
+            let beta = if i == 0 { 0.0 } else { 1.0 };
+            let weight = GemmDesc { ab: op_t, c: DType::F32, ta: true, tb: false, m: cols, n: n_out, k: rows, beta };
+            plan.gemm(Gemm { desc: weight, a: (tt, t_off + usize::from(a_lo) * tl), b: (go, g_off + usize::from(b_lo) * gl), c: (dwg, w_off) });
+        }
     }
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(dtt), Arg::Buf(dx), Arg::Buf(dy)];
     args.extend(sizes);
@@ -252,6 +292,10 @@ pub fn kernels(layer: &Layer) -> Result<Vec<KernelBuild>> {
         for kind in [1, 3, 4] {
             out.push(KernelBuild { source: fcb_source(layer, kind)?, options: opts(dt, kind) });
         }
+    }
+    // f32 on bf16 halves: the weights, the terms and the product's gradient split.
+    for kind in [1, 3, 5] {
+        out.push(KernelBuild { source: fcb_source(layer, kind)?, options: opts_x3(kind) });
     }
     Ok(out)
 }
@@ -305,7 +349,9 @@ mod tests {
             let terms = names.iter().position(|&n| n == "clifford_fcb_terms").unwrap();
             let vjp = names.iter().position(|&n| n == "clifford_fcb_vjp").unwrap();
             // Two GEMMs per grade, all after the terms and before their VJP.
-            assert_eq!(plan.gemms.len(), 2 * layer.grades());
+            // f32: three bf16 GEMMs (lo·hi, hi·lo, hi·hi) for each f32 one.
+            let per = if dt == DType::F32 && f32_halves() { 3 } else { 1 };
+            assert_eq!(plan.gemms.len(), 2 * per * layer.grades());
             assert!(plan.gemm_at.iter().all(|&at| at == terms + 1 && at == vjp), "{names:?} {:?}", plan.gemm_at);
             // Half types with the norm round the norm's f32 gradient first.
             assert_eq!(names.contains(&"clifford_fcb_round_g"), dt != DType::F32 && norm);
