@@ -1,7 +1,7 @@
 //! One Clifford layer call on `cuda:0` after a warm-up, for a profiler (`ncu`, `nsys`) to catch the
-//! kernels of exactly that call: `clifford_once fused|fusedbwd|fc [bf16|f32] [B] [N]` (Cl(3,0), with
-//! the norm; `fusedbwd` is the fused forward then its backward; defaults: f32 fused, bf16 fc,
-//! B = 4096, N = 512).
+//! kernels of exactly that call: `clifford_once fused|fusedbwd|fc|fcbwd [bf16|f32] [B] [N]` (Cl(3,0),
+//! with the norm; `fusedbwd` and `fcbwd` are the forward then its backward; defaults: f32 fused, bf16
+//! fc, B = 4096, N = 512).
 
 use ember_core::{DType, DeviceRequest, Tensor};
 use ember_ops::clifford::{fc, fused, Layer};
@@ -12,7 +12,7 @@ fn main() -> ember_core::Result<()> {
     let dtype = match args.get(1).map(String::as_str) {
         Some("bf16") => DType::BF16,
         Some("f32") => DType::F32,
-        _ if layer_kind == "fc" => DType::BF16,
+        _ if layer_kind.starts_with("fc") => DType::BF16,
         _ => DType::F32,
     };
     let nb: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(4096);
@@ -27,6 +27,12 @@ fn main() -> ember_core::Result<()> {
             "fc" => {
                 let w = Tensor::rand(&[layer.paths(), n, n], -0.05, 0.05, DType::F32, device, 3)?;
                 fc::forward(&layer, &x, &y, &w, true)?.out.to_vec_f64().map(drop)
+            }
+            "fcbwd" => {
+                let w = Tensor::rand(&[layer.paths(), n, n], -0.05, 0.05, DType::F32, device, 3)?;
+                let fwd = fc::forward(&layer, &x, &y, &w, true)?;
+                let d_out = Tensor::rand(&[m, nb, n], -1.0, 1.0, dtype, device, 4)?;
+                fc::backward(&layer, &x, &y, &w, &fwd, &d_out)?.d_w.to_vec_f64().map(drop)
             }
             "fusedbwd" => {
                 let w = Tensor::rand(&[n, layer.paths()], -0.5, 0.5, DType::F32, device, 3)?;
