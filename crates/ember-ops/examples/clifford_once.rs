@@ -1,10 +1,10 @@
 //! One Clifford layer call on `cuda:0` after a warm-up, for a profiler (`ncu`, `nsys`) to catch the
-//! kernels of exactly that call: `clifford_once fused|fusedbwd|fc|fcbwd [bf16|f32] [B] [N]` (Cl(3,0),
-//! with the norm; `fusedbwd` and `fcbwd` are the forward then its backward; defaults: f32 fused, bf16
-//! fc, B = 4096, N = 512).
+//! kernels of exactly that call: `clifford_once fused|fusedbwd|fc|fcbwd|linear|linearbwd [bf16|f32] [B]
+//! [N]` (Cl(3,0), with the norm; the `…bwd` kinds are the forward then its backward; defaults: f32
+//! fused and linear, bf16 fc, B = 4096, N = 512).
 
 use ember_core::{DType, DeviceRequest, Tensor};
-use ember_ops::clifford::{fc, fused, Layer};
+use ember_ops::clifford::{fc, fused, linear, Layer};
 
 fn main() -> ember_core::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -27,6 +27,16 @@ fn main() -> ember_core::Result<()> {
             "fc" => {
                 let w = Tensor::rand(&[layer.paths(), n, n], -0.05, 0.05, DType::F32, device, 3)?;
                 fc::forward(&layer, &x, &y, &w, true)?.out.to_vec_f64().map(drop)
+            }
+            "linear" | "linearbwd" => {
+                let w = Tensor::rand(&[layer.grades(), n, n], -0.05, 0.05, DType::F32, device, 3)?;
+                let bias = Tensor::rand(&[n], -1.0, 1.0, DType::F32, device, 5)?;
+                let out = linear::forward(&layer, &x, &w, Some(&bias))?;
+                if layer_kind == "linear" {
+                    return out.to_vec_f64().map(drop);
+                }
+                let d_out = Tensor::rand(&[m, nb, n], -1.0, 1.0, dtype, device, 4)?;
+                linear::backward(&layer, &x, &w, &d_out)?.d_w.to_vec_f64().map(drop)
             }
             "fcbwd" => {
                 let w = Tensor::rand(&[layer.paths(), n, n], -0.05, 0.05, DType::F32, device, 3)?;

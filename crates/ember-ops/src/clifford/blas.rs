@@ -7,9 +7,11 @@
 //! - backward: dX_k = dO_k · W_kᵀ, dW_k = X_kᵀ · dO_k (K = C(n,k)·B), d_bias = column sums of
 //!   dO_scalar (the fixed-order chunked sums of the tile path).
 //!
-//! cuBLAS runs with CUBLAS_COMPUTE_32F (no TF32: f32 inputs keep f32 accuracy); cuBLAS multiplies
-//! operands of one type, so half-type activations take the f32 weights rounded to their type (one
-//! small launch per call). Every GEMM is deterministic for a fixed cuBLAS version and GPU (no
+//! cuBLAS runs with CUBLAS_COMPUTE_32F (f32 accumulation); cuBLAS multiplies operands of one type, so
+//! half-type activations take the f32 weights rounded to their type (one small launch per call).
+//! f32 operands are split into bf16 halves, v ≈ hi + lo (`cl_split_bf16`), and each GEMM becomes three
+//! bf16 GEMMs accumulating in f32, lo·hi + hi·lo + hi·hi (~5e-6 relative, held to the 3e-4 of f32 on
+//! tensor cores); `EMBER_CLIFFORD_LINEAR_F32=f32` keeps the f32 GEMMs on CUDA cores. Every GEMM is deterministic for a fixed cuBLAS version and GPU (no
 //! atomics mode), so the outputs are bitwise reproducible; the GPU checks verify it.
 
 use super::cuda::{plan_bias_grad, SUMS};
@@ -59,6 +61,33 @@ fn grid(len: usize) -> u32 {
     len.div_ceil(THREADS as usize).clamp(1, 4096) as u32
 }
 
+/// Whether f32 runs its GEMMs on bf16 halves (the default) rather than in f32 on CUDA cores.
+pub fn f32_halves() -> bool {
+    ember_core::knob("EMBER_CLIFFORD_LINEAR_F32") != Some("f32")
+}
+
+/// The bf16 halves of f32 buffer `src` (`len` values): hi, then lo `len` elements further.
+fn split(plan: &mut Plan, src: usize, len: usize, name: &'static str) -> usize {
+    let h = plan.alloc(&[2, len], DType::BF16);
+    let args = vec![Arg::Buf(src), Arg::Buf(h), Arg::I64(len as i64)];
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_split_bf16".into(), grid: (grid(len), 1, 1), block: THREADS, smem: 0, args, name, dependent: false });
+    h
+}
+
+/// One GEMM `desc` of A = (buffer, offset) and B into C; with `lo` = (A's lo offset, B's lo offset),
+/// three of bf16 halves instead — A lo · B hi, A hi · B lo, A hi · B hi, the small ones first — the
+/// first with `desc`'s β, the others accumulating (β = 1).
+fn gemm3(plan: &mut Plan, desc: GemmDesc, a: (usize, usize), b: (usize, usize), c: (usize, usize), lo: Option<(usize, usize)>) {
+    let Some((al, bl)) = lo else {
+        plan.gemm(Gemm { desc, a, b, c });
+        return;
+    };
+    for (i, (da, db)) in [(al, 0), (0, bl), (0, 0)].into_iter().enumerate() {
+        let d = GemmDesc { ab: DType::BF16, beta: if i == 0 { desc.beta } else { 1.0 }, ..desc };
+        plan.gemm(Gemm { desc: d, a: (a.0, a.1 + da), b: (b.0, b.1 + db), c });
+    }
+}
+
 /// The weights as GEMM operands: buffer `w` itself for f32, else a rounded copy in `dt`.
 fn weights_as(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, w: usize) -> usize {
     if dt == DType::F32 {
@@ -77,7 +106,13 @@ pub fn plan_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bo
     let ranges = grade_ranges(layer)?;
     let mut plan = Plan::new(if bias { 3 } else { 2 });
     let out = plan.output(&[dims.m, dims.b, n_out], dt);
-    let wb = weights_as(&mut plan, layer, dims, n_out, dt, 1);
+    let x3 = dt == DType::F32 && f32_halves();
+    let (x_len, w_len) = (dims.m * dims.b * dims.n, layer.grades() * dims.n * n_out);
+    let (xa, wb, lo) = if x3 {
+        (split(&mut plan, 0, x_len, "clifford_linear_split_x"), split(&mut plan, 1, w_len, "clifford_linear_split_w"), Some((x_len, w_len)))
+    } else {
+        (0, weights_as(&mut plan, layer, dims, n_out, dt, 1), None)
+    };
     if bias {
         let args = vec![Arg::Buf(2), Arg::Buf(out), Arg::I64(dims.b as i64), Arg::I64(n_out as i64)];
         let g = grid(dims.b * n_out);
@@ -85,7 +120,7 @@ pub fn plan_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bo
     }
     for (k, &(j0, nb)) in ranges.iter().enumerate() {
         let desc = GemmDesc { ab: dt, c: dt, ta: false, tb: false, m: nb * dims.b, n: n_out, k: dims.n, beta: if k == 0 && bias { 1.0 } else { 0.0 } };
-        plan.gemm(Gemm { desc, a: (0, j0 * dims.b * dims.n), b: (wb, k * dims.n * n_out), c: (out, j0 * dims.b * n_out) });
+        gemm3(&mut plan, desc, (xa, j0 * dims.b * dims.n), (wb, k * dims.n * n_out), (out, j0 * dims.b * n_out), lo);
     }
     Ok(plan)
 }
@@ -98,14 +133,21 @@ pub fn plan_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType) -> Resu
     let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dw = plan.output(&[layer.grades(), dims.n, n_out], DType::F32);
     let db = plan.output(&[n_out], DType::F32);
-    let wb = weights_as(&mut plan, layer, dims, n_out, dt, 1);
+    let x3 = dt == DType::F32 && f32_halves();
+    let (x_len, w_len, g_len) = (dims.m * dims.b * dims.n, layer.grades() * dims.n * n_out, dims.m * dims.b * n_out);
+    let (xa, wb, ga) = if x3 {
+        let g = split(&mut plan, 2, g_len, "clifford_linear_split_g");
+        (split(&mut plan, 0, x_len, "clifford_linear_split_x"), split(&mut plan, 1, w_len, "clifford_linear_split_w"), g)
+    } else {
+        (0, weights_as(&mut plan, layer, dims, n_out, dt, 1), 2)
+    };
     plan_bias_grad(&mut plan, dims, n_out, dt, 2, db)?;
     for (k, &(j0, nb)) in ranges.iter().enumerate() {
         let rows = nb * dims.b;
         let data = GemmDesc { ab: dt, c: dt, ta: false, tb: true, m: rows, n: dims.n, k: n_out, beta: 0.0 };
-        plan.gemm(Gemm { desc: data, a: (2, j0 * dims.b * n_out), b: (wb, k * dims.n * n_out), c: (dx, j0 * dims.b * dims.n) });
+        gemm3(&mut plan, data, (ga, j0 * dims.b * n_out), (wb, k * dims.n * n_out), (dx, j0 * dims.b * dims.n), x3.then_some((g_len, w_len)));
         let weight = GemmDesc { ab: dt, c: DType::F32, ta: true, tb: false, m: dims.n, n: n_out, k: rows, beta: 0.0 };
-        plan.gemm(Gemm { desc: weight, a: (0, j0 * dims.b * dims.n), b: (2, j0 * dims.b * n_out), c: (dw, k * dims.n * n_out) });
+        gemm3(&mut plan, weight, (xa, j0 * dims.b * dims.n), (ga, j0 * dims.b * n_out), (dw, k * dims.n * n_out), x3.then_some((x_len, g_len)));
     }
     Ok(plan)
 }

@@ -294,7 +294,9 @@ fn check_linear(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usi
     let w = input(r.ctx, &[layer.grades(), nin, nout], DType::F32, seed + 1, 1.0 / (nin as f64).sqrt())?;
     let bias = input(r.ctx, &[nout], DType::F32, seed + 2, 1.0)?;
     let g = input(r.ctx, &[dims.m, nb, nout], dtype, seed + 3, 1.0)?;
-    let t = tol(dtype);
+    // f32 on CUDA: the cuBLAS path's GEMMs run on bf16 halves (3e-4, f32 on tensor cores); the tile
+    // engine's three TF32 passes are as accurate as f32 but share the bound.
+    let t = if r.ctx.device.is_cuda() { crate::f32_products::cuda_tolerance(dtype, super::blas::f32_halves()) } else { tol(dtype) };
     let o = linear::forward(layer, &x.t, &w.t, Some(&bias.t))?;
     r.cmp("clifford", &case, "linear out", &o, &reference::linear_forward(alg, dims, nout, &x.v, &w.v, Some(&bias.v)), t)?;
     let o = linear::forward(layer, &x.t, &w.t, None)?;

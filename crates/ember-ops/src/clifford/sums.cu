@@ -88,6 +88,16 @@ __device__ __forceinline__ void cl_round_impl(const float* __restrict__ w, T* __
 }
 extern "C" __global__ void __launch_bounds__(256) cl_round_f16(const float* w, ember_f16* out, i64 len) { cl_round_impl(w, out, len); }
 extern "C" __global__ void __launch_bounds__(256) cl_round_bf16(const float* w, ember_bf16* out, i64 len) { cl_round_impl(w, out, len); }
+// f32 operands of MVLinear's GEMMs as bf16 halves, x ≈ hi + lo: h[i] = bf16(x[i]), h[len + i] = bf16(x[i] − h[i])
+// (three bf16 GEMMs lo·hi + hi·lo + hi·hi then stand in for one f32 GEMM; blas.rs).
+extern "C" __global__ void __launch_bounds__(256) cl_split_bf16(const float* __restrict__ x, ember_bf16* __restrict__ h, i64 len) {
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (i64)blockDim.x * gridDim.x) {
+        const float v = x[i];
+        const ember_bf16 hi = ember_from_f32<ember_bf16>(v);
+        h[i] = hi;
+        h[len + i] = ember_from_f32<ember_bf16>(v - ember_to_f32(hi));
+    }
+}
 
 // The bias broadcast over the rows of the scalar blade, out[r][c] = bias[c] (rows × cols), which
 // the scalar grade's GEMM then accumulates into (β = 1).
