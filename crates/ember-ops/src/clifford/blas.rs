@@ -9,9 +9,11 @@
 //!
 //! cuBLAS runs with CUBLAS_COMPUTE_32F (f32 accumulation); cuBLAS multiplies operands of one type, so
 //! half-type activations take the f32 weights rounded to their type (one small launch per call).
-//! f32 operands are split into bf16 halves, v ≈ hi + lo (`cl_split_bf16`), and each GEMM becomes three
-//! bf16 GEMMs accumulating in f32, lo·hi + hi·lo + hi·hi (~5e-6 relative, held to the 3e-4 of f32 on
-//! tensor cores); `EMBER_CLIFFORD_LINEAR_F32=f32` keeps the f32 GEMMs on CUDA cores. Every GEMM is deterministic for a fixed cuBLAS version and GPU (no
+//! f32 operands are split into bf16 halves, v ≈ hi + lo, and each GEMM computes lo·hi + hi·lo + hi·hi in f32
+//! (~5e-6 relative, held to the 3e-4 of f32 on tensor cores): the forward and the data gradient as one
+//! bf16 GEMM three times as deep (`cl_split3_bf16` lays the parts side by side along K), the weight
+//! gradient (a small C) as three accumulating GEMMs; `EMBER_CLIFFORD_LINEAR_F32=f32` keeps the f32
+//! GEMMs on CUDA cores. Every GEMM is deterministic for a fixed cuBLAS version and GPU (no
 //! atomics mode), so the outputs are bitwise reproducible; the GPU checks verify it.
 
 use super::cuda::{plan_bias_grad, SUMS};
@@ -66,6 +68,21 @@ pub fn f32_halves() -> bool {
     ember_core::knob("EMBER_CLIFFORD_LINEAR_F32") != Some("f32")
 }
 
+/// `cl_split3_bf16`: f32 buffer `src` as `rows` rows of `cols` values, K along each row, laid out for one
+/// GEMM of depth 3·cols (parts lo where the bits of `lo_parts` are set); with `halves` also the plain
+/// halves. Returns (the K-concatenated buffer, the halves' buffer or `src` where none).
+fn split3(plan: &mut Plan, src: usize, rows: usize, cols: usize, lo_parts: i32, halves: bool, name: &'static str) -> (usize, usize) {
+    let len = rows * cols;
+    let cat = plan.alloc(&[rows, 3 * cols], DType::BF16);
+    let h = if halves { plan.alloc(&[2, len], DType::BF16) } else { src };
+    let args = vec![Arg::Buf(src), Arg::Buf(cat), if halves { Arg::Buf(h) } else { Arg::Null }, Arg::I64(rows as i64), Arg::I64(cols as i64), Arg::I32(lo_parts)];
+    plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_split3_bf16".into(), grid: (grid(len), 1, 1), block: THREADS, smem: 0, args, name, dependent: false });
+    (cat, h)
+}
+/// Parts of the K-concatenated operands: A lo, hi, hi against B hi, lo, hi.
+const A_PARTS: i32 = 0b001;
+const B_PARTS: i32 = 0b010;
+
 /// The bf16 halves of f32 buffer `src` (`len` values): hi, then lo `len` elements further.
 fn split(plan: &mut Plan, src: usize, len: usize, name: &'static str) -> usize {
     let h = plan.alloc(&[2, len], DType::BF16);
@@ -107,11 +124,14 @@ pub fn plan_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bo
     let mut plan = Plan::new(if bias { 3 } else { 2 });
     let out = plan.output(&[dims.m, dims.b, n_out], dt);
     let x3 = dt == DType::F32 && f32_halves();
-    let (x_len, w_len) = (dims.m * dims.b * dims.n, layer.grades() * dims.n * n_out);
-    let (xa, wb, lo) = if x3 {
-        (split(&mut plan, 0, x_len, "clifford_linear_split_x"), split(&mut plan, 1, w_len, "clifford_linear_split_w"), Some((x_len, w_len)))
+    // f32: one GEMM per grade of depth 3·N_in, X's rows [lo | hi | hi] against W's stacked [hi; lo; hi]
+    // (each grade's N_in × N_out block taken as one row of the split).
+    let (xa, wb, depth) = if x3 {
+        let (xc, _) = split3(&mut plan, 0, dims.m * dims.b, dims.n, A_PARTS, false, "clifford_linear_split_x");
+        let (wc, _) = split3(&mut plan, 1, layer.grades(), dims.n * n_out, B_PARTS, false, "clifford_linear_split_w");
+        (xc, wc, 3)
     } else {
-        (0, weights_as(&mut plan, layer, dims, n_out, dt, 1), None)
+        (0, weights_as(&mut plan, layer, dims, n_out, dt, 1), 1)
     };
     if bias {
         let args = vec![Arg::Buf(2), Arg::Buf(out), Arg::I64(dims.b as i64), Arg::I64(n_out as i64)];
@@ -119,8 +139,9 @@ pub fn plan_forward(layer: &Layer, dims: Dims, n_out: usize, dt: DType, bias: bo
         plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_bias_rows_{}", dt.name()), grid: (g, 1, 1), block: THREADS, smem: 0, args, name: "clifford_linear_bias", dependent: false });
     }
     for (k, &(j0, nb)) in ranges.iter().enumerate() {
-        let desc = GemmDesc { ab: dt, c: dt, ta: false, tb: false, m: nb * dims.b, n: n_out, k: dims.n, beta: if k == 0 && bias { 1.0 } else { 0.0 } };
-        gemm3(&mut plan, desc, (xa, j0 * dims.b * dims.n), (wb, k * dims.n * n_out), (out, j0 * dims.b * n_out), lo);
+        let ab = if x3 { DType::BF16 } else { dt };
+        let desc = GemmDesc { ab, c: dt, ta: false, tb: false, m: nb * dims.b, n: n_out, k: depth * dims.n, beta: if k == 0 && bias { 1.0 } else { 0.0 } };
+        plan.gemm(Gemm { desc, a: (xa, j0 * dims.b * depth * dims.n), b: (wb, k * depth * dims.n * n_out), c: (out, j0 * dims.b * n_out) });
     }
     Ok(plan)
 }
@@ -134,18 +155,23 @@ pub fn plan_backward(layer: &Layer, dims: Dims, n_out: usize, dt: DType) -> Resu
     let dw = plan.output(&[layer.grades(), dims.n, n_out], DType::F32);
     let db = plan.output(&[n_out], DType::F32);
     let x3 = dt == DType::F32 && f32_halves();
-    let (x_len, w_len, g_len) = (dims.m * dims.b * dims.n, layer.grades() * dims.n * n_out, dims.m * dims.b * n_out);
-    let (xa, wb, ga) = if x3 {
-        let g = split(&mut plan, 2, g_len, "clifford_linear_split_g");
-        (split(&mut plan, 0, x_len, "clifford_linear_split_x"), split(&mut plan, 1, w_len, "clifford_linear_split_w"), g)
+    let (x_len, g_len) = (dims.m * dims.b * dims.n, dims.m * dims.b * n_out);
+    // f32: the data gradient as one GEMM of depth 3·N_out (d_out's rows [lo | hi | hi] against W's rows
+    // [hi | lo | hi], K = N_out along both); the weight gradient (K down the batch rows) as three GEMMs
+    // of the plain halves of X and d_out.
+    let (xa, wb, gc, ga, depth) = if x3 {
+        let (gc, gh) = split3(&mut plan, 2, dims.m * dims.b, n_out, A_PARTS, true, "clifford_linear_split_g");
+        let (wc, _) = split3(&mut plan, 1, layer.grades() * dims.n, n_out, B_PARTS, false, "clifford_linear_split_w");
+        (split(&mut plan, 0, x_len, "clifford_linear_split_x"), wc, gc, gh, 3)
     } else {
-        (0, weights_as(&mut plan, layer, dims, n_out, dt, 1), 2)
+        (0, weights_as(&mut plan, layer, dims, n_out, dt, 1), 2, 2, 1)
     };
     plan_bias_grad(&mut plan, dims, n_out, dt, 2, db)?;
     for (k, &(j0, nb)) in ranges.iter().enumerate() {
         let rows = nb * dims.b;
-        let data = GemmDesc { ab: dt, c: dt, ta: false, tb: true, m: rows, n: dims.n, k: n_out, beta: 0.0 };
-        gemm3(&mut plan, data, (ga, j0 * dims.b * n_out), (wb, k * dims.n * n_out), (dx, j0 * dims.b * dims.n), x3.then_some((g_len, w_len)));
+        let ab = if x3 { DType::BF16 } else { dt };
+        let data = GemmDesc { ab, c: dt, ta: false, tb: true, m: rows, n: dims.n, k: depth * n_out, beta: 0.0 };
+        plan.gemm(Gemm { desc: data, a: (gc, j0 * dims.b * depth * n_out), b: (wb, k * dims.n * depth * n_out), c: (dx, j0 * dims.b * dims.n) });
         let weight = GemmDesc { ab: dt, c: DType::F32, ta: true, tb: false, m: dims.n, n: n_out, k: rows, beta: 0.0 };
         gemm3(&mut plan, weight, (xa, j0 * dims.b * dims.n), (ga, j0 * dims.b * n_out), (dw, k * dims.n * n_out), x3.then_some((x_len, g_len)));
     }

@@ -12,10 +12,10 @@
 //   2  dw[fb_path[q]][n][m] = dwg[q][n][m] (f32, back to the weights' path order)
 //   3  T from x, y (generated cl_terms, GELU included), in the activation type
 //   4  d_x, d_y from x, y and dT (generated cl_terms_vjp, through the GELU)
-//   5  (f32 only) h[i], h[len + i] = the bf16 hi and lo halves of g[i]
-// -DFB_X3=1 (f32, kinds 1 and 3): the weights and the terms written as bf16 hi halves followed by the
-// lo halves (v ≈ hi + lo, 16 significant bits), for three bf16 GEMMs lo·hi + hi·lo + hi·hi in place of
-// one f32 GEMM (fcb.rs).
+// -DFB_X3=1 (f32, kinds 1 and 3): bf16 halves (v ≈ hi + lo, 16 significant bits) for GEMMs that compute
+// lo·hi + hi·lo + hi·hi in place of one f32 GEMM (fcb.rs): the terms as hi halves followed by the lo
+// halves (three accumulating GEMMs for dW); the weights as rows [hi | lo | hi] of 3·N_out values (one
+// GEMM of depth 3·N_out for dT, against d_out's rows [lo | hi | hi] from cl_split3_bf16).
 // One thread per element, grid-stride; every output element written once (no atomics).
 
 typedef EMBER_T act_t;
@@ -33,16 +33,18 @@ __device__ __forceinline__ void fb_split(float v, ember_bf16& hi, ember_bf16& lo
 #define FB_LOOP(i, total) for (i64 i = (i64)blockIdx.x * FB_THREADS + threadIdx.x; i < (total); i += (i64)gridDim.x * FB_THREADS)
 
 #if FB_KIND == 1 && FB_X3
-extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* __restrict__ w, ember_bf16* __restrict__ wg, i64 NM) {
-    const i64 LO = (i64)FB_P * NM;
-    FB_LOOP(i, LO) {
+// Row (q, n) of the grade-ordered weights (Mo values) as the 3·Mo values [hi | lo | hi].
+extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* __restrict__ w, ember_bf16* __restrict__ wg, i64 NM, i64 Mo) {
+    FB_LOOP(i, (i64)FB_P * NM) {
         const i64 q = i / NM, r = i - q * NM;
-        fb_split(__ldg(w + (i64)fb_path[q] * NM + r), wg[i], wg[LO + i]);
+        ember_bf16 hi, lo;
+        fb_split(__ldg(w + (i64)fb_path[q] * NM + r), hi, lo);
+        const i64 row = i / Mo, m = i - row * Mo;
+        ember_bf16* out = wg + row * 3 * Mo + m;
+        out[0] = hi;
+        out[Mo] = lo;
+        out[2 * Mo] = hi;
     }
-}
-#elif FB_KIND == 5
-extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* __restrict__ g, ember_bf16* __restrict__ h, i64 len) {
-    FB_LOOP(i, len) fb_split(__ldg(g + i), h[i], h[len + i]);
 }
 #elif FB_KIND == 1
 extern "C" __global__ void __launch_bounds__(FB_THREADS) cl_kernel(const float* __restrict__ w, act_t* __restrict__ wg, i64 NM) {

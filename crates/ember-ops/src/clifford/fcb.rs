@@ -12,9 +12,10 @@
 //! type); dW comes back from grade order into path order. See NOTES.md, "FC backward v1".
 //!
 //! f32: the GEMMs' operands (terms, weights, the product's gradient) are written as bf16 hi and lo
-//! halves and each GEMM becomes three bf16 GEMMs accumulating in f32, lo·hi + hi·lo + hi·hi (~5e-6
-//! relative, held to the 3e-4 of f32 on tensor cores), where one f32 GEMM ran on CUDA cores
-//! (`EMBER_CLIFFORD_FCB_F32=f32` keeps that). See NOTES.md, "FC product v7".
+//! halves and each GEMM computes lo·hi + hi·lo + hi·hi in f32 (~5e-6 relative, held to the 3e-4 of f32
+//! on tensor cores), where one f32 GEMM ran on CUDA cores (`EMBER_CLIFFORD_FCB_F32=f32` keeps that):
+//! dT as one bf16 GEMM of depth 3·N_out (the parts side by side along K: its f32 C, the largest buffer
+//! of the backward, written once), dW as three accumulating GEMMs. See NOTES.md, "FC product v7".
 
 use super::cuda::{blocks, dtype_opt, launch, prefix, source, SUMS};
 use super::gen::Tables;
@@ -155,7 +156,7 @@ fn opts(dt: DType, kind: u8) -> Vec<String> {
     vec![dtype_opt(dt), format!("-DFB_KIND={kind}")]
 }
 
-/// The f32 builds of kinds 1 and 3 that write bf16 halves (`FB_X3`), and kind 5.
+/// The f32 builds of kinds 1 and 3 that write bf16 halves (`FB_X3`).
 fn opts_x3(kind: u8) -> Vec<String> {
     let mut o = opts(DType::F32, kind);
     o.push("-DFB_X3=1".into());
@@ -202,26 +203,32 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
     let (b, n, p) = (dims.b, dims.n, layer.tables().p());
     let x3 = dt == DType::F32 && f32_halves();
     let g_len = dims.m * b * n_out;
-    // The product's gradient in the GEMMs' operand type (f32: its bf16 halves, lo g_len further).
-    let go = if x3 {
+    // The product's gradient in the GEMMs' operand type. f32: its rows [lo | hi | hi] (3·N_out values,
+    // for dT) and its plain halves (hi, then lo g_len further, for dW), from one pass.
+    let (go, g_cat) = if x3 {
+        let cat = plan.alloc(&[dims.m * b, 3 * n_out], DType::BF16);
         let h = plan.alloc(&[2, dims.m, b, n_out], DType::BF16);
-        let args = vec![Arg::Buf(g), Arg::Buf(h), Arg::I64(g_len as i64)];
-        plan.launch(launch(fcb_source(layer, 5)?, opts_x3(5), grid("x", g_len)?, 0, args, "clifford_fcb_split_g"));
-        h
+        let args = vec![Arg::Buf(g), Arg::Buf(cat), Arg::Buf(h), Arg::I64((dims.m * b) as i64), Arg::I64(n_out as i64), Arg::I32(0b001)];
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_split3_bf16".into(), grid: grid("x", g_len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_split_g", dependent: false });
+        (h, cat)
     } else if g_f32 && dt != DType::F32 {
-        let len = dims.m * b * n_out;
         let h = plan.alloc(&[dims.m, b, n_out], dt);
-        let args = vec![Arg::Buf(g), Arg::Buf(h), Arg::I64(len as i64)];
-        plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_round_{}", dt.name()), grid: grid("x", len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_round_g", dependent: false });
-        h
+        let args = vec![Arg::Buf(g), Arg::Buf(h), Arg::I64(g_len as i64)];
+        plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_round_{}", dt.name()), grid: grid("x", g_len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_round_g", dependent: false });
+        (h, h)
     } else {
-        g
+        (g, g)
     };
     let nm = n * n_out;
     let (op_t, halves) = if x3 { (DType::BF16, 2) } else { (dt, 1) };
-    let wg = plan.alloc(&[halves, p, n, n_out], op_t);
+    // f32: the weights' rows as [hi | lo | hi] (3·N_out values), against d_out's [lo | hi | hi].
+    let wg = plan.alloc(&[if x3 { 3 } else { 1 }, p, n, n_out], op_t);
+    let mut wargs = vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)];
+    if x3 {
+        wargs.push(Arg::I64(n_out as i64));
+    }
     let wopts = if x3 { opts_x3(1) } else { opts(dt, 1) };
-    plan.launch(launch(fcb_source(layer, 1)?, wopts, grid("w", p * nm)?, 0, vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)], "clifford_fcb_weights"));
+    plan.launch(launch(fcb_source(layer, 1)?, wopts, grid("w", p * nm)?, 0, wargs, "clifford_fcb_weights"));
     let tt = plan.alloc(&[halves * ws], op_t);
     // dT stays f32: the VJP sums up to 44 (path, blade) products per element, and with few
     // channels those sums cancel enough that dT rounded to bf16 put d_x 3.6e-2 off the reference
@@ -236,18 +243,16 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
     let topts = if x3 { opts_x3(3) } else { opts(dt, 3) };
     plan.launch(launch(fcb_source(layer, 3)?, topts, grid("x", b * n)?, 0, args, "clifford_fcb_terms"));
     let dwg = plan.alloc(&[p, n, n_out], DType::F32);
-    // Offsets of the lo halves (f32), and the products of each GEMM: (A lo, B hi), (A hi, B lo),
-    // (A hi, B hi), the small ones first, accumulated in f32 (β = 1 after the first); else one.
-    let (gl, wl, tl) = (g_len, p * nm, ws);
+    // dW's products with f32: (A lo, B hi), (A hi, B lo), (A hi, B hi), the small ones first, accumulated
+    // in f32 (β = 1 after the first), the lo halves g_len and ws elements after the hi ones; else one.
+    let (gl, tl) = (g_len, ws);
     let parts: &[(bool, bool)] = if x3 { &[(true, false), (false, true), (false, false)] } else { &[(false, false)] };
+    let depth = if x3 { 3 } else { 1 };
     for m in &lay.grades {
         let (rows, cols) = (m.c * b, m.paths.len() * n);
         let (t_off, g_off, w_off) = (m.s0 * b * n, m.j0 * b * n_out, m.q0 * nm);
-        for (i, &(a_lo, b_lo)) in parts.iter().enumerate() {
-            let beta = if i == 0 { 0.0 } else { 1.0 };
-            let data = GemmDesc { ab: op_t, c: DType::F32, ta: false, tb: true, m: rows, n: cols, k: n_out, beta };
-            plan.gemm(Gemm { desc: data, a: (go, g_off + usize::from(a_lo) * gl), b: (wg, w_off + usize::from(b_lo) * wl), c: (dtt, t_off) });
-        }
+        let data = GemmDesc { ab: op_t, c: DType::F32, ta: false, tb: true, m: rows, n: cols, k: depth * n_out, beta: 0.0 };
+        plan.gemm(Gemm { desc: data, a: (g_cat, depth * g_off), b: (wg, depth * w_off), c: (dtt, t_off) });
         for (i, &(a_lo, b_lo)) in parts.iter().enumerate() {
             let beta = if i == 0 { 0.0 } else { 1.0 };
             let weight = GemmDesc { ab: op_t, c: DType::F32, ta: true, tb: false, m: cols, n: n_out, k: rows, beta };
@@ -293,8 +298,8 @@ pub fn kernels(layer: &Layer) -> Result<Vec<KernelBuild>> {
             out.push(KernelBuild { source: fcb_source(layer, kind)?, options: opts(dt, kind) });
         }
     }
-    // f32 on bf16 halves: the weights, the terms and the product's gradient split.
-    for kind in [1, 3, 5] {
+    // f32 on bf16 halves: the weights and the terms split (the product's gradient: SUMS).
+    for kind in [1, 3] {
         out.push(KernelBuild { source: fcb_source(layer, kind)?, options: opts_x3(kind) });
     }
     Ok(out)
@@ -349,9 +354,9 @@ mod tests {
             let terms = names.iter().position(|&n| n == "clifford_fcb_terms").unwrap();
             let vjp = names.iter().position(|&n| n == "clifford_fcb_vjp").unwrap();
             // Two GEMMs per grade, all after the terms and before their VJP.
-            // f32: three bf16 GEMMs (lo·hi, hi·lo, hi·hi) for each f32 one.
-            let per = if dt == DType::F32 && f32_halves() { 3 } else { 1 };
-            assert_eq!(plan.gemms.len(), 2 * per * layer.grades());
+            // f32: dT as one GEMM three times as deep, dW as three bf16 GEMMs (lo·hi, hi·lo, hi·hi).
+            let per = if dt == DType::F32 && f32_halves() { 4 } else { 2 };
+            assert_eq!(plan.gemms.len(), per * layer.grades());
             assert!(plan.gemm_at.iter().all(|&at| at == terms + 1 && at == vjp), "{names:?} {:?}", plan.gemm_at);
             // Half types with the norm round the norm's f32 gradient first.
             assert_eq!(names.contains(&"clifford_fcb_round_g"), dt != DType::F32 && norm);

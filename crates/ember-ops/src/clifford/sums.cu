@@ -88,6 +88,29 @@ __device__ __forceinline__ void cl_round_impl(const float* __restrict__ w, T* __
 }
 extern "C" __global__ void __launch_bounds__(256) cl_round_f16(const float* w, ember_f16* out, i64 len) { cl_round_impl(w, out, len); }
 extern "C" __global__ void __launch_bounds__(256) cl_round_bf16(const float* w, ember_bf16* out, i64 len) { cl_round_impl(w, out, len); }
+// f32 operands as bf16 halves laid out for ONE GEMM three times as deep (K' = 3·K) in place of three
+// accumulating GEMMs (each of those reads and writes the whole f32 C again): row r of x (cols values, K
+// along the row) becomes the 3·cols values [part 0 | part 1 | part 2] of row r of `cat`, part p the lo half
+// where bit p of `lo_parts` is set, else the hi half (A: lo, hi, hi against B: hi, lo, hi gives
+// lo·hi + hi·lo + hi·hi). With K down the rows of an R × cols matrix, pass rows = 1 and cols = R·cols: the
+// three parts are then stacked blocks. `halves` (null: none) also gets the plain halves, hi then lo
+// rows·cols further, for the GEMMs that stay three.
+extern "C" __global__ void __launch_bounds__(256) cl_split3_bf16(const float* __restrict__ x, ember_bf16* __restrict__ cat, ember_bf16* __restrict__ halves,
+                                                                 i64 rows, i64 cols, int lo_parts) {
+    const i64 len = rows * cols;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (i64)blockDim.x * gridDim.x) {
+        const float v = x[i];
+        const ember_bf16 hi = ember_from_f32<ember_bf16>(v), lo = ember_from_f32<ember_bf16>(v - ember_to_f32(hi));
+        const i64 r = i / cols, c = i - r * cols;
+        ember_bf16* row = cat + r * 3 * cols + c;
+#pragma unroll
+        for (int p = 0; p < 3; ++p) row[p * cols] = ((lo_parts >> p) & 1) ? lo : hi;
+        if (halves) {
+            halves[i] = hi;
+            halves[len + i] = lo;
+        }
+    }
+}
 // f32 operands of MVLinear's GEMMs as bf16 halves, x ≈ hi + lo: h[i] = bf16(x[i]), h[len + i] = bf16(x[i] − h[i])
 // (three bf16 GEMMs lo·hi + hi·lo + hi·hi then stand in for one f32 GEMM; blas.rs).
 extern "C" __global__ void __launch_bounds__(256) cl_split_bf16(const float* __restrict__ x, ember_bf16* __restrict__ h, i64 len) {
