@@ -330,7 +330,9 @@ __device__ __forceinline__ void f3_pair_x3(float (&xa)[CL_M], const float (&ya)[
     }
 }
 
-// Path terms of chunk c (f32 x and y) into the A part of a stage: hi tiles, then lo tiles.
+// Path terms of chunk c (f32 x and y) into the A part of a stage: hi tiles, then lo tiles. The items
+// (quads or element pairs) are the half-type loader's below; its index lines are repeated rather than
+// shared because factoring them changed that tuned kernel's machine code (the bf16 quad builds).
 template <int T> __device__ __forceinline__ void f3_gen(const f3_args& A, unsigned char* As, i64 c) {
     const i64 BN = A.B * A.N;
     const float* X = reinterpret_cast<const float*>(A.x);
