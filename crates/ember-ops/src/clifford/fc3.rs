@@ -8,7 +8,7 @@
 //! f32 activations run the same kernel built with `F3_X3`: every term and weight split into bf16 hi
 //! and lo halves, three bf16 products per path and chunk (lo·hi + hi·lo + hi·hi), ~5e-6 relative per
 //! sum (held to the 3e-4 of f32 on tensor cores); 96-column tiles so that two stages of hi and lo
-//! tiles fit. See NOTES.md, "FC product v7".
+//! tiles fit. See NOTES.md, "FC product v8".
 
 use super::cuda::{blocks, dtype_opt, prefix, source};
 use super::fc2::chain;

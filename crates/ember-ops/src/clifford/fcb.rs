@@ -15,7 +15,7 @@
 //! halves and each GEMM computes lo·hi + hi·lo + hi·hi in f32 (~5e-6 relative, held to the 3e-4 of f32
 //! on tensor cores), where one f32 GEMM ran on CUDA cores (`EMBER_CLIFFORD_FCB_F32=f32` keeps that):
 //! dT as one bf16 GEMM of depth 3·N_out (the parts side by side along K: its f32 C, the largest buffer
-//! of the backward, written once), dW as three accumulating GEMMs. See NOTES.md, "FC product v7".
+//! of the backward, written once), dW as three accumulating GEMMs. See NOTES.md, "FC product v8".
 
 use super::cuda::{blocks, dtype_opt, launch, prefix, source, SUMS};
 use super::gen::Tables;
