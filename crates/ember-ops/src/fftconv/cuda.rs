@@ -39,6 +39,11 @@ fn options(block: u32) -> Vec<String> {
         if let Some(v) = ember_core::knob("EMBER_FFTCONV_ROW_AHEAD").and_then(|v| v.parse::<u32>().ok()) {
             o.push(format!("-DFC_ROW_AHEAD={v}"));
         }
+        // `direct`: every four-step twiddle from fc_twiddle, as before the chained column twiddles and
+        // the row pass's table twiddles (fftconv.cu, FC_TW_DIRECT).
+        if ember_core::knob("EMBER_FFTCONV_TWIDDLE") == Some("direct") {
+            o.push("-DFC_TW_DIRECT=1".into());
+        }
     }
     if let Some(v) = ember_core::knob("EMBER_FFTCONV_PAIR_BWD_MINB").and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_PAIR_BWD_MINB={v}"));

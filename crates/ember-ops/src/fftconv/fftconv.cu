@@ -729,12 +729,50 @@ __device__ __forceinline__ FcSeqs fc_cols_layout(const FcParams& p, const FcTile
     return q;
 }
 
+// The twiddles W_M^(n2·k1) of a thread's elements e = tid + FC_BLOCK·c (c < FC_E) in a column tile at
+// most FC_BLOCK columns wide: all of them lie in the thread's column n2 = c0 + tid mod c, at k1 =
+// tid / c + D·c with D = FC_BLOCK / c, so the twiddle of element c is W_M^(n2·k1(0)) · s^c with
+// s = W_M^(n2·D). Two chains of FC_E/2 from exact anchors at c = 0 and c = FC_E/2, each next one by a
+// complex product (at most 7 roundings after the anchor: ~4e-7 relative at worst, against f32's 1e-5
+// bound), where fc_twiddle per element cost ~45 instructions — about half of a column pass's.
+// FC_TW_DIRECT = 1 (knob EMBER_FFTCONV_TWIDDLE=direct) keeps fc_twiddle per element, for measurements.
+#ifndef FC_TW_DIRECT
+#define FC_TW_DIRECT 0
+#endif
+struct FcColTw {
+    int n2, k0, d;      // the thread's column, its first k1, the k1 step
+    float2 wa, wb, s;   // twiddles of elements c and c + FC_E/2 (advanced by s after each use), the step
+};
+__device__ __forceinline__ bool fc_col_tw_chained(const FcTile& t) { return !FC_TW_DIRECT && t.c <= FC_BLOCK; }
+__device__ __forceinline__ FcColTw fc_col_tw(const FcParams& p, const FcTile& t) {
+    FcColTw w;
+    w.n2 = t.c0 + ((int)threadIdx.x & (t.c - 1));
+    w.k0 = (int)threadIdx.x >> t.logc;
+    w.d = FC_BLOCK >> t.logc;
+    w.wa = fc_twiddle((i64)w.n2 * w.k0, p.logm);
+    w.wb = fc_twiddle((i64)w.n2 * (w.k0 + w.d * (FC_E / 2)), p.logm);
+    w.s = fc_twiddle((i64)w.n2 * w.d, p.logm);
+    return w;
+}
+
 // Column forward FFT + twiddle of the tile in x, then store to T.
 __device__ __forceinline__ void fc_col_fwd_store(const FcParams& p, float2* x, const FcTile& t, const float2* tw) {
     __syncthreads();
     block_fft<-1>(x, fc_cols_layout(p, t), tw);
     const i64 m2 = (i64)1 << p.logm2;
     const i64 base = t.row << p.logm;
+    if (fc_col_tw_chained(t)) {
+        FcColTw w = fc_col_tw(p, t);
+#pragma unroll 4
+        for (int c = 0; c < FC_E / 2; ++c) {
+            const int ka = w.k0 + w.d * c, kb = ka + w.d * (FC_E / 2);
+            st2(p.tbuf, base + ka * m2 + w.n2, c_mul(x[FC_P(threadIdx.x + FC_BLOCK * c)], w.wa));
+            st2(p.tbuf, base + kb * m2 + w.n2, c_mul(x[FC_P(threadIdx.x + FC_BLOCK * (c + FC_E / 2))], w.wb));
+            w.wa = c_mul(w.wa, w.s);
+            w.wb = c_mul(w.wb, w.s);
+        }
+        return;
+    }
 #pragma unroll 4
     for (int c = 0; c < FC_E; ++c) {
         const int e = threadIdx.x + FC_BLOCK * c;
@@ -751,6 +789,26 @@ __device__ __forceinline__ void fc_col_load_inv(const FcParams& p, float2* x, co
     const i64 base = t.row << p.logm;
     // The loads in batches ahead of the shared-memory stores: each generic load would otherwise wait
     // for the store before it (they might alias), one load in flight per thread.
+    if (FC_IO_BATCH == FC_E && fc_col_tw_chained(t)) {
+        // All of the thread's loads in one batch, then the twiddles by the two chains (fc_col_tw).
+        float2 v[FC_E];
+#pragma unroll
+        for (int c = 0; c < FC_E; ++c) {
+            const int e = threadIdx.x + FC_BLOCK * c;
+            v[c] = ld2(p.tbuf, base + (e >> t.logc) * m2 + t.c0 + (e & (t.c - 1)));
+        }
+        FcColTw w = fc_col_tw(p, t);
+#pragma unroll
+        for (int c = 0; c < FC_E / 2; ++c) {
+            x[FC_P(threadIdx.x + FC_BLOCK * c)] = c_mulc(v[c], w.wa);
+            x[FC_P(threadIdx.x + FC_BLOCK * (c + FC_E / 2))] = c_mulc(v[c + FC_E / 2], w.wb);
+            w.wa = c_mul(w.wa, w.s);
+            w.wb = c_mul(w.wb, w.s);
+        }
+        __syncthreads();
+        block_fft<1>(x, fc_cols_layout(p, t), tw);
+        return;
+    }
 #pragma unroll 1
     for (int c0 = 0; c0 < FC_E; c0 += FC_IO_BATCH) {
         float2 v[FC_IO_BATCH];
@@ -903,6 +961,8 @@ struct FcPair {
     i64 ka, kb;     // T offsets (k1·M2 + k2) of both
     i64 k;          // frequency of the element (k = k1 + M1·k2); 0 means the DC/Nyquist pair
     bool self;      // partner is the element itself (k = M/2)
+    int q2;         // k = M1·q2 + (row_k ? the job's row k1 : 0) (fc_pair_tw)
+    bool row_k;
 };
 
 __device__ __forceinline__ FcPair fc_pair(const FcParams& p, int pj, int slot, int q) {
@@ -919,6 +979,8 @@ __device__ __forceinline__ FcPair fc_pair(const FcParams& p, int pj, int slot, i
             r.ka = q;
             r.kb = qb;
             r.k = (i64)m1 * q;
+            r.q2 = q;
+            r.row_k = false;
             r.self = q == m2 / 2;
         } else if (q <= m2) {  // row M1/2: (M1/2, q') ↔ (M1/2, M2 − 1 − q')
             const int qa = q - m2 / 2 - 1;
@@ -928,6 +990,8 @@ __device__ __forceinline__ FcPair fc_pair(const FcParams& p, int pj, int slot, i
             r.ka = (i64)h1 * m2 + qa;
             r.kb = (i64)h1 * m2 + (m2 - 1 - qa);
             r.k = h1 + (i64)m1 * qa;
+            r.q2 = qa;
+            r.row_k = true;
         } else {
             r.ok = false;
         }
@@ -937,11 +1001,29 @@ __device__ __forceinline__ FcPair fc_pair(const FcParams& p, int pj, int slot, i
         r.ka = (i64)pj * m2 + q;
         r.kb = (i64)(m1 - pj) * m2 + (m2 - 1 - q);
         r.k = pj + (i64)m1 * q;
+        r.q2 = q;
+        r.row_k = true;
     } else {
         r.ok = false;
     }
     return r;
 }
+
+// W_2M^k of pair pr, the twiddle of the real-spectrum step: k = M1·q2 (+ the job's row k1), and
+// W_2M^(M1·q2) = W_(2·M2)^q2 is an entry of the flat table (2·M2 ≤ 2^15), which a warp's lanes (pairs
+// q, q + 1, …) read from neighbouring entries; times W_2M^k1, once per job (wk1). Per pair one load and
+// a complex product instead of fc_twiddle (~45 instructions), two roundings instead of one.
+__device__ __forceinline__ float2 fc_pair_tw(const FcParams& p, const FcPair& pr, float2 wk1) {
+#if FC_TW_DIRECT
+    (void)wk1;
+    return fc_twiddle(pr.k, p.logm + 1);
+#else
+    const float2 w = ld2(p.tw, (i64)pr.q2 << (FC_TWN_LOG - 1 - p.logm2));
+    return pr.row_k ? c_mul(w, wk1) : w;
+#endif
+}
+// The job's W_2M^k1 for fc_pair_tw: k1 = pj, or M1/2 for the second row of job 0.
+__device__ __forceinline__ float2 fc_job_tw(const FcParams& p, int pj) { return fc_twiddle(pj == 0 ? (i64)1 << (p.logm1 - 1) : (i64)pj, p.logm + 1); }
 
 struct FcJobs {
     int lognpc, npc, slot, tps, lt;  // jobs per CTA, this thread's slot, threads per slot
@@ -1047,6 +1129,7 @@ __device__ void fc_row_pass(const FcParams& p) {
         else g = fc_row(p, first < p.nrows ? first : 0).g;
     }
     const bool job_ok = pj < jobs_per_row;
+    const float2 wk1 = fc_job_tw(p, pj);
     for (i64 it = 0; it < count; ++it) {
         const i64 row = first + it;
         const bool valid = job_ok && (MODE == FC_ROW_SPECTRUM ? row < p.nheads : MODE == FC_ROW_DK ? true : row < p.nrows);
@@ -1062,7 +1145,7 @@ __device__ void fc_row_pass(const FcParams& p) {
         const i64 vrow = row * (m + 1);                  // the row's saved spectrum
         // One pair (k, M − k): ka, kb are its Ks entries where the forward product or the saving pass
         // loaded them ahead.
-        auto pair_step = [&](const FcPair& pr, float2 ka, float2 kb) {
+        auto pair_step = [&](const FcPair& pr, float2 ka, float2 kb, float2 wk) {
             const bool dc = pr.k == 0;
             float2 Xa, Xb;  // 2X at k and M − k (dc: 2X[0], 2X[M] in .x)
             if (MODE != FC_ROW_DK) {
@@ -1070,7 +1153,7 @@ __device__ void fc_row_pass(const FcParams& p) {
                     real_post0(x[FC_P(pr.fa)], Xa.x, Xb.x);
                     Xa.y = Xb.y = 0.f;
                 } else {
-                    real_post(x[FC_P(pr.fa)], x[FC_P(pr.fb)], fc_twiddle(pr.k, p.logm + 1), Xa, Xb);
+                    real_post(x[FC_P(pr.fa)], x[FC_P(pr.fb)], wk, Xa, Xb);
                 }
             }
             const i64 ia = pr.ka, ib = dc ? m : pr.kb;  // spectrum indices (Nyquist stored at M)
@@ -1103,7 +1186,7 @@ __device__ void fc_row_pass(const FcParams& p) {
                 x[FC_P(pr.fa)] = real_pre0(Ya.x, Yb.x);
             } else {
                 float2 Za, Zb;
-                real_pre(Ya, Yb, fc_twiddle(pr.k, p.logm + 1), Za, Zb);
+                real_pre(Ya, Yb, wk, Za, Zb);
                 x[FC_P(pr.fa)] = Za;
                 if (!pr.self) x[FC_P(pr.fb)] = Zb;
             }
@@ -1115,11 +1198,12 @@ __device__ void fc_row_pass(const FcParams& p) {
             // own loads beside these spilled 0.2–0.5 KB).
             for (int c0 = 0; c0 <= FC_E / 2; c0 += FC_ROW_AHEAD) {
                 FcPair prs[FC_ROW_AHEAD];
-                float2 ksa[FC_ROW_AHEAD], ksb[FC_ROW_AHEAD];
+                float2 ksa[FC_ROW_AHEAD], ksb[FC_ROW_AHEAD], wks[FC_ROW_AHEAD];
 #pragma unroll
                 for (int u = 0; u < FC_ROW_AHEAD; ++u) {
                     prs[u] = fc_pair(p, pj, j.slot, j.lt + j.tps * (c0 + u));
                     prs[u].ok = prs[u].ok && valid && c0 + u <= FC_E / 2;
+                    if (prs[u].ok) wks[u] = fc_pair_tw(p, prs[u], wk1);
                     if (prs[u].ok && (MODE == FC_ROW_CONV || p.need_z)) {
                         ksa[u] = ld2(p.spec, srow + prs[u].ka);
                         ksb[u] = ld2(p.spec, srow + (prs[u].k == 0 ? m : prs[u].kb));
@@ -1127,12 +1211,12 @@ __device__ void fc_row_pass(const FcParams& p) {
                 }
 #pragma unroll
                 for (int u = 0; u < FC_ROW_AHEAD; ++u)
-                    if (prs[u].ok) pair_step(prs[u], ksa[u], ksb[u]);
+                    if (prs[u].ok) pair_step(prs[u], ksa[u], ksb[u], wks[u]);
             }
         } else {
             for (int c = 0; c <= FC_E / 2; ++c) {
                 const FcPair pr = fc_pair(p, pj, j.slot, j.lt + j.tps * c);
-                if (pr.ok && valid) pair_step(pr, make_float2(0.f, 0.f), make_float2(0.f, 0.f));
+                if (pr.ok && valid) pair_step(pr, make_float2(0.f, 0.f), make_float2(0.f, 0.f), fc_pair_tw(p, pr, wk1));
             }
         }
         if (MODE == FC_ROW_SPECTRUM || (MODE == FC_ROW_SAVE && !p.need_z)) {
