@@ -735,7 +735,8 @@ __device__ __forceinline__ FcSeqs fc_cols_layout(const FcParams& p, const FcTile
 // s = W_M^(n2·D). Two chains of FC_E/2 from exact anchors at c = 0 and c = FC_E/2, each next one by a
 // complex product (at most 7 roundings after the anchor: ~4e-7 relative at worst, against f32's 1e-5
 // bound), where fc_twiddle per element cost ~45 instructions — about half of a column pass's.
-// FC_TW_DIRECT = 1 (knob EMBER_FFTCONV_TWIDDLE=direct) keeps fc_twiddle per element, for measurements.
+// FC_TW_DIRECT (knob EMBER_FFTCONV_TWIDDLE, for measurements): bit 0 keeps fc_twiddle per element here,
+// bit 1 in the row pass (fc_pair_tw).
 #ifndef FC_TW_DIRECT
 #define FC_TW_DIRECT 0
 #endif
@@ -743,7 +744,7 @@ struct FcColTw {
     int n2, k0, d;      // the thread's column, its first k1, the k1 step
     float2 wa, wb, s;   // twiddles of elements c and c + FC_E/2 (advanced by s after each use), the step
 };
-__device__ __forceinline__ bool fc_col_tw_chained(const FcTile& t) { return !FC_TW_DIRECT && t.c <= FC_BLOCK; }
+__device__ __forceinline__ bool fc_col_tw_chained(const FcTile& t) { return !(FC_TW_DIRECT & 1) && t.c <= FC_BLOCK; }
 __device__ __forceinline__ FcColTw fc_col_tw(const FcParams& p, const FcTile& t) {
     FcColTw w;
     w.n2 = t.c0 + ((int)threadIdx.x & (t.c - 1));
@@ -1014,7 +1015,7 @@ __device__ __forceinline__ FcPair fc_pair(const FcParams& p, int pj, int slot, i
 // q, q + 1, …) read from neighbouring entries; times W_2M^k1, once per job (wk1). Per pair one load and
 // a complex product instead of fc_twiddle (~45 instructions), two roundings instead of one.
 __device__ __forceinline__ float2 fc_pair_tw(const FcParams& p, const FcPair& pr, float2 wk1) {
-#if FC_TW_DIRECT
+#if FC_TW_DIRECT & 2
     (void)wk1;
     return fc_twiddle(pr.k, p.logm + 1);
 #else
