@@ -94,7 +94,7 @@ fn split(plan: &mut Plan, src: usize, len: usize, name: &'static str) -> usize {
 /// One GEMM `desc` of A = (buffer, offset) and B into C; with `lo` = (A's lo offset, B's lo offset),
 /// three of bf16 halves instead — A lo · B hi, A hi · B lo, A hi · B hi, the small ones first — the
 /// first with `desc`'s β, the others accumulating (β = 1).
-fn gemm3(plan: &mut Plan, desc: GemmDesc, a: (usize, usize), b: (usize, usize), c: (usize, usize), lo: Option<(usize, usize)>) {
+pub(crate) fn gemm3(plan: &mut Plan, desc: GemmDesc, a: (usize, usize), b: (usize, usize), c: (usize, usize), lo: Option<(usize, usize)>) {
     let Some((al, bl)) = lo else {
         plan.gemm(Gemm { desc, a, b, c });
         return;

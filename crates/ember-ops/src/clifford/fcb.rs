@@ -17,6 +17,7 @@
 //! dT as one bf16 GEMM of depth 3·N_out (the parts side by side along K: its f32 C, the largest buffer
 //! of the backward, written once), dW as three accumulating GEMMs. See NOTES.md, "FC product v8".
 
+use super::blas;
 use super::cuda::{blocks, dtype_opt, launch, prefix, source, SUMS};
 use super::gen::Tables;
 use super::layer::{Layer, Prog};
@@ -243,21 +244,16 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
     let topts = if x3 { opts_x3(3) } else { opts(dt, 3) };
     plan.launch(launch(fcb_source(layer, 3)?, topts, grid("x", b * n)?, 0, args, "clifford_fcb_terms"));
     let dwg = plan.alloc(&[p, n, n_out], DType::F32);
-    // dW's products with f32: (A lo, B hi), (A hi, B lo), (A hi, B hi), the small ones first, accumulated
-    // in f32 (β = 1 after the first), the lo halves g_len and ws elements after the hi ones; else one.
-    let (gl, tl) = (g_len, ws);
-    let parts: &[(bool, bool)] = if x3 { &[(true, false), (false, true), (false, false)] } else { &[(false, false)] };
+    // dW with f32: three accumulating GEMMs of the halves (`blas::gemm3`), the lo halves ws (terms) and
+    // g_len (d_out) elements after the hi ones; else one.
     let depth = if x3 { 3 } else { 1 };
     for m in &lay.grades {
         let (rows, cols) = (m.c * b, m.paths.len() * n);
         let (t_off, g_off, w_off) = (m.s0 * b * n, m.j0 * b * n_out, m.q0 * nm);
         let data = GemmDesc { ab: op_t, c: DType::F32, ta: false, tb: true, m: rows, n: cols, k: depth * n_out, beta: 0.0 };
         plan.gemm(Gemm { desc: data, a: (g_cat, depth * g_off), b: (wg, depth * w_off), c: (dtt, t_off) });
-        for (i, &(a_lo, b_lo)) in parts.iter().enumerate() {
-            let beta = if i == 0 { 0.0 } else { 1.0 };
-            let weight = GemmDesc { ab: op_t, c: DType::F32, ta: true, tb: false, m: cols, n: n_out, k: rows, beta };
-            plan.gemm(Gemm { desc: weight, a: (tt, t_off + usize::from(a_lo) * tl), b: (go, g_off + usize::from(b_lo) * gl), c: (dwg, w_off) });
-        }
+        let weight = GemmDesc { ab: op_t, c: DType::F32, ta: true, tb: false, m: cols, n: n_out, k: rows, beta: 0.0 };
+        blas::gemm3(plan, weight, (tt, t_off), (go, g_off), (dwg, w_off), x3.then_some((ws, g_len)));
     }
     let mut args = vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(dtt), Arg::Buf(dx), Arg::Buf(dy)];
     args.extend(sizes);
