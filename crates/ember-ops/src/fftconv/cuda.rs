@@ -39,16 +39,10 @@ fn options(block: u32) -> Vec<String> {
         if let Some(v) = ember_core::knob("EMBER_FFTCONV_ROW_AHEAD").and_then(|v| v.parse::<u32>().ok()) {
             o.push(format!("-DFC_ROW_AHEAD={v}"));
         }
-        // `direct`: every four-step twiddle from fc_twiddle, as before the chained column twiddles and
-        // the row pass's table twiddles; `direct-cols`, `direct-rows` only there (fftconv.cu, FC_TW_DIRECT).
-        let direct = match ember_core::knob("EMBER_FFTCONV_TWIDDLE") {
-            Some("direct") => 3,
-            Some("direct-cols") => 1,
-            Some("direct-rows") => 2,
-            _ => 0,
-        };
-        if direct != 0 {
-            o.push(format!("-DFC_TW_DIRECT={direct}"));
+        // `direct`: the column passes' twiddles from fc_twiddle per element, as before the chains
+        // (fftconv.cu, FC_TW_DIRECT).
+        if ember_core::knob("EMBER_FFTCONV_TWIDDLE") == Some("direct") {
+            o.push("-DFC_TW_DIRECT=1".into());
         }
     }
     if let Some(v) = ember_core::knob("EMBER_FFTCONV_PAIR_BWD_MINB").and_then(|v| v.parse::<u32>().ok()) {

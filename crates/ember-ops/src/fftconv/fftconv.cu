@@ -734,9 +734,10 @@ __device__ __forceinline__ FcSeqs fc_cols_layout(const FcParams& p, const FcTile
 // tid / c + D·c with D = FC_BLOCK / c, so the twiddle of element c is W_M^(n2·k1(0)) · s^c with
 // s = W_M^(n2·D). Two chains of FC_E/2 from exact anchors at c = 0 and c = FC_E/2, each next one by a
 // complex product (at most 7 roundings after the anchor: ~4e-7 relative at worst, against f32's 1e-5
-// bound), where fc_twiddle per element cost ~45 instructions — about half of a column pass's.
-// FC_TW_DIRECT (knob EMBER_FFTCONV_TWIDDLE, for measurements): bit 0 keeps fc_twiddle per element here,
-// bit 1 in the row pass (fc_pair_tw).
+// bound): 3 fc_twiddle per thread instead of FC_E (each a sincospif with its argument reduction).
+// FC_TW_DIRECT = 1 (knob EMBER_FFTCONV_TWIDDLE=direct) keeps fc_twiddle per element, for measurements.
+// The row pass keeps fc_twiddle per pair: its twiddles from the flat table (one load and a complex
+// product per pair) measured slower (NOTES, "v17").
 #ifndef FC_TW_DIRECT
 #define FC_TW_DIRECT 0
 #endif
@@ -744,7 +745,7 @@ struct FcColTw {
     int n2, k0, d;      // the thread's column, its first k1, the k1 step
     float2 wa, wb, s;   // twiddles of elements c and c + FC_E/2 (advanced by s after each use), the step
 };
-__device__ __forceinline__ bool fc_col_tw_chained(const FcTile& t) { return !(FC_TW_DIRECT & 1) && t.c <= FC_BLOCK; }
+__device__ __forceinline__ bool fc_col_tw_chained(const FcTile& t) { return !FC_TW_DIRECT && t.c <= FC_BLOCK; }
 __device__ __forceinline__ FcColTw fc_col_tw(const FcParams& p, const FcTile& t) {
     FcColTw w;
     w.n2 = t.c0 + ((int)threadIdx.x & (t.c - 1));
@@ -962,8 +963,6 @@ struct FcPair {
     i64 ka, kb;     // T offsets (k1·M2 + k2) of both
     i64 k;          // frequency of the element (k = k1 + M1·k2); 0 means the DC/Nyquist pair
     bool self;      // partner is the element itself (k = M/2)
-    int q2;         // k = M1·q2 + (row_k ? the job's row k1 : 0) (fc_pair_tw)
-    bool row_k;
 };
 
 __device__ __forceinline__ FcPair fc_pair(const FcParams& p, int pj, int slot, int q) {
@@ -980,8 +979,6 @@ __device__ __forceinline__ FcPair fc_pair(const FcParams& p, int pj, int slot, i
             r.ka = q;
             r.kb = qb;
             r.k = (i64)m1 * q;
-            r.q2 = q;
-            r.row_k = false;
             r.self = q == m2 / 2;
         } else if (q <= m2) {  // row M1/2: (M1/2, q') ↔ (M1/2, M2 − 1 − q')
             const int qa = q - m2 / 2 - 1;
@@ -991,8 +988,6 @@ __device__ __forceinline__ FcPair fc_pair(const FcParams& p, int pj, int slot, i
             r.ka = (i64)h1 * m2 + qa;
             r.kb = (i64)h1 * m2 + (m2 - 1 - qa);
             r.k = h1 + (i64)m1 * qa;
-            r.q2 = qa;
-            r.row_k = true;
         } else {
             r.ok = false;
         }
@@ -1002,29 +997,11 @@ __device__ __forceinline__ FcPair fc_pair(const FcParams& p, int pj, int slot, i
         r.ka = (i64)pj * m2 + q;
         r.kb = (i64)(m1 - pj) * m2 + (m2 - 1 - q);
         r.k = pj + (i64)m1 * q;
-        r.q2 = q;
-        r.row_k = true;
     } else {
         r.ok = false;
     }
     return r;
 }
-
-// W_2M^k of pair pr, the twiddle of the real-spectrum step: k = M1·q2 (+ the job's row k1), and
-// W_2M^(M1·q2) = W_(2·M2)^q2 is an entry of the flat table (2·M2 ≤ 2^15), which a warp's lanes (pairs
-// q, q + 1, …) read from neighbouring entries; times W_2M^k1, once per job (wk1). Per pair one load and
-// a complex product instead of fc_twiddle (~45 instructions), two roundings instead of one.
-__device__ __forceinline__ float2 fc_pair_tw(const FcParams& p, const FcPair& pr, float2 wk1) {
-#if FC_TW_DIRECT & 2
-    (void)wk1;
-    return fc_twiddle(pr.k, p.logm + 1);
-#else
-    const float2 w = ld2(p.tw, (i64)pr.q2 << (FC_TWN_LOG - 1 - p.logm2));
-    return pr.row_k ? c_mul(w, wk1) : w;
-#endif
-}
-// The job's W_2M^k1 for fc_pair_tw: k1 = pj, or M1/2 for the second row of job 0.
-__device__ __forceinline__ float2 fc_job_tw(const FcParams& p, int pj) { return fc_twiddle(pj == 0 ? (i64)1 << (p.logm1 - 1) : (i64)pj, p.logm + 1); }
 
 struct FcJobs {
     int lognpc, npc, slot, tps, lt;  // jobs per CTA, this thread's slot, threads per slot
@@ -1130,7 +1107,6 @@ __device__ void fc_row_pass(const FcParams& p) {
         else g = fc_row(p, first < p.nrows ? first : 0).g;
     }
     const bool job_ok = pj < jobs_per_row;
-    const float2 wk1 = fc_job_tw(p, pj);
     for (i64 it = 0; it < count; ++it) {
         const i64 row = first + it;
         const bool valid = job_ok && (MODE == FC_ROW_SPECTRUM ? row < p.nheads : MODE == FC_ROW_DK ? true : row < p.nrows);
@@ -1146,7 +1122,7 @@ __device__ void fc_row_pass(const FcParams& p) {
         const i64 vrow = row * (m + 1);                  // the row's saved spectrum
         // One pair (k, M − k): ka, kb are its Ks entries where the forward product or the saving pass
         // loaded them ahead.
-        auto pair_step = [&](const FcPair& pr, float2 ka, float2 kb, float2 wk) {
+        auto pair_step = [&](const FcPair& pr, float2 ka, float2 kb) {
             const bool dc = pr.k == 0;
             float2 Xa, Xb;  // 2X at k and M − k (dc: 2X[0], 2X[M] in .x)
             if (MODE != FC_ROW_DK) {
@@ -1154,7 +1130,7 @@ __device__ void fc_row_pass(const FcParams& p) {
                     real_post0(x[FC_P(pr.fa)], Xa.x, Xb.x);
                     Xa.y = Xb.y = 0.f;
                 } else {
-                    real_post(x[FC_P(pr.fa)], x[FC_P(pr.fb)], wk, Xa, Xb);
+                    real_post(x[FC_P(pr.fa)], x[FC_P(pr.fb)], fc_twiddle(pr.k, p.logm + 1), Xa, Xb);
                 }
             }
             const i64 ia = pr.ka, ib = dc ? m : pr.kb;  // spectrum indices (Nyquist stored at M)
@@ -1187,7 +1163,7 @@ __device__ void fc_row_pass(const FcParams& p) {
                 x[FC_P(pr.fa)] = real_pre0(Ya.x, Yb.x);
             } else {
                 float2 Za, Zb;
-                real_pre(Ya, Yb, wk, Za, Zb);
+                real_pre(Ya, Yb, fc_twiddle(pr.k, p.logm + 1), Za, Zb);
                 x[FC_P(pr.fa)] = Za;
                 if (!pr.self) x[FC_P(pr.fb)] = Zb;
             }
@@ -1199,12 +1175,11 @@ __device__ void fc_row_pass(const FcParams& p) {
             // own loads beside these spilled 0.2–0.5 KB).
             for (int c0 = 0; c0 <= FC_E / 2; c0 += FC_ROW_AHEAD) {
                 FcPair prs[FC_ROW_AHEAD];
-                float2 ksa[FC_ROW_AHEAD], ksb[FC_ROW_AHEAD], wks[FC_ROW_AHEAD];
+                float2 ksa[FC_ROW_AHEAD], ksb[FC_ROW_AHEAD];
 #pragma unroll
                 for (int u = 0; u < FC_ROW_AHEAD; ++u) {
                     prs[u] = fc_pair(p, pj, j.slot, j.lt + j.tps * (c0 + u));
                     prs[u].ok = prs[u].ok && valid && c0 + u <= FC_E / 2;
-                    if (prs[u].ok) wks[u] = fc_pair_tw(p, prs[u], wk1);
                     if (prs[u].ok && (MODE == FC_ROW_CONV || p.need_z)) {
                         ksa[u] = ld2(p.spec, srow + prs[u].ka);
                         ksb[u] = ld2(p.spec, srow + (prs[u].k == 0 ? m : prs[u].kb));
@@ -1212,12 +1187,12 @@ __device__ void fc_row_pass(const FcParams& p) {
                 }
 #pragma unroll
                 for (int u = 0; u < FC_ROW_AHEAD; ++u)
-                    if (prs[u].ok) pair_step(prs[u], ksa[u], ksb[u], wks[u]);
+                    if (prs[u].ok) pair_step(prs[u], ksa[u], ksb[u]);
             }
         } else {
             for (int c = 0; c <= FC_E / 2; ++c) {
                 const FcPair pr = fc_pair(p, pj, j.slot, j.lt + j.tps * c);
-                if (pr.ok && valid) pair_step(pr, make_float2(0.f, 0.f), make_float2(0.f, 0.f), fc_pair_tw(p, pr, wk1));
+                if (pr.ok && valid) pair_step(pr, make_float2(0.f, 0.f), make_float2(0.f, 0.f));
             }
         }
         if (MODE == FC_ROW_SPECTRUM || (MODE == FC_ROW_SAVE && !p.need_z)) {
