@@ -113,20 +113,16 @@ __device__ __forceinline__ void fc_w4(const FcParams& p, const FcRow& r, const i
     }
 }
 
-// k_eff[t] = v + D·δ[t] + k_rev[(N − t) mod N] for v = k[t] (or 0 past k) of head g, t in [0, N).
-__device__ __forceinline__ float fc_keff_rest(const FcParams& p, int g, i64 t, i64 n, float v) {
+// k_eff[t] of head g for t in [0, N): k[t] + D·δ[t] + k_rev[(N − t) mod N].
+__device__ __forceinline__ float fc_keff(const FcParams& p, int g, i64 t, i64 n) {
+    float v = 0.f;
+    if (t < p.lk) v += reinterpret_cast<const float*>(p.k)[(i64)g * p.lk + t];
     if (t == 0 && p.dd) v += reinterpret_cast<const float*>(p.dd)[g];
     if (p.lkr > 0) {
         const i64 m = t == 0 ? 0 : n - t;
         if (m < p.lkr) v += reinterpret_cast<const float*>(p.krev)[(i64)g * p.lkr + m];
     }
     return v;
-}
-// k_eff[t] of head g for t in [0, N): k[t] + D·δ[t] + k_rev[(N − t) mod N].
-__device__ __forceinline__ float fc_keff(const FcParams& p, int g, i64 t, i64 n) {
-    float v = 0.f;
-    if (t < p.lk) v += reinterpret_cast<const float*>(p.k)[(i64)g * p.lk + t];
-    return fc_keff_rest(p, g, t, n, v);
 }
 
 // Forward epilogue for element t of a valid row: z (D included) → output or, for hd > 1, g_ij.
@@ -866,27 +862,12 @@ __device__ void fc_col_filter(const FcParams& p) {
     const FcTile t = fc_tile(p);
     const i64 nn = (i64)2 << p.logm;
     const int g = p.head0 + (int)t.row;
-    // k's taps of all the thread's elements loaded first (predicated), then D and k_rev where given,
-    // then the shared-memory stores: fc_keff per element, stored at once, left one branchy load chain
-    // per element (each load waits for the store before it, as in fc_col_load_inv). Same sums in the
-    // same order (k, + D, + k_rev; only a −0 tap stays −0 where fc_keff's 0 + k made it +0).
-    const float* kg = reinterpret_cast<const float*>(p.k) + (i64)g * p.lk;
-    float2 v[FC_E];
-#pragma unroll
+#pragma unroll 4
     for (int c = 0; c < FC_E; ++c) {
-        const i64 t2 = 2 * fc_tile_n(p, t, threadIdx.x + FC_BLOCK * c);
-        v[c] = make_float2(t2 < p.lk ? kg[t2] : 0.f, t2 + 1 < p.lk ? kg[t2 + 1] : 0.f);
+        const int e = threadIdx.x + FC_BLOCK * c;
+        const i64 n = fc_tile_n(p, t, e);
+        x[FC_P(e)] = make_float2(fc_keff(p, g, 2 * n, nn), fc_keff(p, g, 2 * n + 1, nn));
     }
-    if (p.dd || p.lkr > 0) {
-#pragma unroll
-        for (int c = 0; c < FC_E; ++c) {
-            const i64 t2 = 2 * fc_tile_n(p, t, threadIdx.x + FC_BLOCK * c);
-            v[c].x = fc_keff_rest(p, g, t2, nn, v[c].x);
-            v[c].y = fc_keff_rest(p, g, t2 + 1, nn, v[c].y);
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < FC_E; ++c) x[FC_P(threadIdx.x + FC_BLOCK * c)] = v[c];
     fc_col_fwd_store(p, x, t, reinterpret_cast<const float2*>(p.tw));
 }
 
