@@ -157,9 +157,19 @@ pub fn plan(dims: &Dims, force_four_step: bool) -> Path {
         let logm2 = m2.trailing_zeros();
         return Path::FourStep { logm1: logm - logm2, logm2, col_block: 32, row_block: 32 };
     }
-    let m2 = FOUR_STEP_M2.min(m / 4);
+    let (m2_max, row_block) = four_step_rows();
+    let m2 = m2_max.min(m / 4);
     let logm2 = m2.trailing_zeros();
-    Path::FourStep { logm1: logm - logm2, logm2, col_block: 512, row_block: 1024 }
+    Path::FourStep { logm1: logm - logm2, logm2, col_block: 512, row_block }
+}
+
+/// The four-step row length M2 and row-pass CTA size: FOUR_STEP_M2 on 1024 threads, or for
+/// measurements `EMBER_FFTCONV_M2` (a power of two from 1024 to 8192) and `EMBER_FFTCONV_ROW_BLOCK`
+/// (512 or 1024; a CTA holds 16 values per thread, so 2·M2 ≤ 16·block).
+fn four_step_rows() -> (usize, u32) {
+    let m2 = ember_core::knob("EMBER_FFTCONV_M2").and_then(|v| v.parse::<usize>().ok()).filter(|v| v.is_power_of_two() && (1024..=FOUR_STEP_M2).contains(v)).unwrap_or(FOUR_STEP_M2);
+    let block = ember_core::knob("EMBER_FFTCONV_ROW_BLOCK").and_then(|v| v.parse::<u32>().ok()).filter(|&b| (b == 512 || b == 1024) && 2 * m2 <= PER_THREAD * b as usize).unwrap_or(1024);
+    (m2, block)
 }
 
 /// Complex sizes the tensor-core forward handles: M = 256·P, P ≤ 16 (one CTA of 256 threads).
