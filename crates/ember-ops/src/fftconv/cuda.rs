@@ -18,8 +18,12 @@ const BLOCKS: [u32; 4] = [32, 256, 512, 1024];
 const PER_THREAD: usize = 16;
 /// Largest complex size transformed on chip (one CTA of 1024 threads).
 const ONCHIP_MAX_M: usize = 16 * 1024;
-/// Row length of the four-step row pass (a pair of rows per CTA of 1024 threads).
-const FOUR_STEP_M2: usize = 8192;
+/// Longest row of the four-step row pass (a pair of rows per CTA of 1024 threads).
+const FOUR_STEP_M2_MAX: usize = 8192;
+/// The four-step row length and row-pass CTA size by default: rows of 4096 on 512 threads (two CTAs
+/// per SM, one radix pass fewer per row FFT than 8192 on 1024 threads; NOTES.md, "v18").
+const FOUR_STEP_M2: usize = 4096;
+const FOUR_STEP_ROW_BLOCK: u32 = 512;
 /// Bytes any one workspace buffer may take; larger problems run in chunks of rows or heads.
 const WORKSPACE_BUDGET: usize = 1 << 31;
 
@@ -163,12 +167,15 @@ pub fn plan(dims: &Dims, force_four_step: bool) -> Path {
     Path::FourStep { logm1: logm - logm2, logm2, col_block: 512, row_block }
 }
 
-/// The four-step row length M2 and row-pass CTA size: FOUR_STEP_M2 on 1024 threads, or for
-/// measurements `EMBER_FFTCONV_M2` (a power of two from 1024 to 8192) and `EMBER_FFTCONV_ROW_BLOCK`
-/// (512 or 1024; a CTA holds 16 values per thread, so 2·M2 ≤ 16·block).
+/// The four-step row length M2 and row-pass CTA size: FOUR_STEP_M2 on FOUR_STEP_ROW_BLOCK threads,
+/// or for measurements `EMBER_FFTCONV_M2` (a power of two from 1024 to 8192) and
+/// `EMBER_FFTCONV_ROW_BLOCK` (256, 512 or 1024; a CTA holds 16 values per thread, so 2·M2 ≤
+/// 16·block; the smallest block that holds a row pair where the knob is absent or does not fit).
 fn four_step_rows() -> (usize, u32) {
-    let m2 = ember_core::knob("EMBER_FFTCONV_M2").and_then(|v| v.parse::<usize>().ok()).filter(|v| v.is_power_of_two() && (1024..=FOUR_STEP_M2).contains(v)).unwrap_or(FOUR_STEP_M2);
-    let block = ember_core::knob("EMBER_FFTCONV_ROW_BLOCK").and_then(|v| v.parse::<u32>().ok()).filter(|&b| (b == 512 || b == 1024) && 2 * m2 <= PER_THREAD * b as usize).unwrap_or(1024);
+    let m2 = ember_core::knob("EMBER_FFTCONV_M2").and_then(|v| v.parse::<usize>().ok()).filter(|v| v.is_power_of_two() && (1024..=FOUR_STEP_M2_MAX).contains(v)).unwrap_or(FOUR_STEP_M2);
+    let fits = |b: u32| 2 * m2 <= PER_THREAD * b as usize;
+    let fallback = [FOUR_STEP_ROW_BLOCK, 1024].into_iter().find(|&b| fits(b)).unwrap_or(1024);
+    let block = ember_core::knob("EMBER_FFTCONV_ROW_BLOCK").and_then(|v| v.parse::<u32>().ok()).filter(|&b| matches!(b, 256 | 512 | 1024) && fits(b)).unwrap_or(fallback);
     (m2, block)
 }
 

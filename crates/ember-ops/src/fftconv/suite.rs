@@ -246,6 +246,10 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case::all(4, 7, 1134).four_step().rounds1());
             v.push(Case::all(2, 7, 65539).lk(70).rounds1());
             v.push(Case::all(1, 7, 65539).lk(70));
+            // The long rows of the bench (four-step with M1 = 256 and 1024 columns): an odd length
+            // past 2^20 with every option, and 2^22 itself.
+            v.push(Case::all(1, 2, (1 << 20) + 7));
+            v.push(Case { gelu: true, d: true, ..Case::plain(1, 2, 1 << 22) });
             v.push(Case::all(1, 8, 16500).hd(8).lk(300));
             // Tensor-core forward at every P (M = 256 … 4096), awkward lengths, Lk < L, hd = 8.
             for l in [129, 256, 372, 784, 1134, 2000, 4096] {
