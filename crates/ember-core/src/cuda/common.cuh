@@ -166,4 +166,59 @@ __device__ __forceinline__ void ember_launch_dependents() {
 #endif
 }
 
+// mbarriers and 1-D bulk copies (sm_90+; nothing before, where kernels that use them are never
+// launched). `bar` is a shared-memory address (__cvta_generic_to_shared) of an 8-byte barrier.
+// A phase of a barrier initialised with `count` completes once `count` arrivals have come and every
+// transaction byte announced in it (arrive_tx) has landed.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define EMBER_SM90_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define EMBER_SM90_ASM(...) ((void)0)
+#endif
+__device__ __forceinline__ void ember_mbar_init(u32 bar, u32 count) {
+    EMBER_SM90_ASM("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// The initialised barriers, visible to the async proxy (bulk copies' complete-tx).
+__device__ __forceinline__ void ember_mbar_fence_init() {
+    EMBER_SM90_ASM("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void ember_mbar_arrive(u32 bar) {
+    EMBER_SM90_ASM("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
+}
+// Arrive and add `bytes` to the transactions the current phase waits for.
+__device__ __forceinline__ void ember_mbar_arrive_tx(u32 bar, u32 bytes) {
+    EMBER_SM90_ASM("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Until the phase of parity `parity` has completed. A phase that never completes (a copy that
+// faulted, a pipeline bug) traps once the wait has lasted EMBER_MBAR_WATCHDOG_NS of wall time —
+// against microseconds for a real wait, with room for compute-sanitizer's slowdown — so a broken
+// pipeline is a launch error within seconds, not a hung device. The clock is read only every 1024
+// failed tries (each try_wait may suspend the thread for a hardware-chosen time).
+#define EMBER_MBAR_WATCHDOG_NS 4000000000ull
+__device__ __forceinline__ void ember_mbar_wait(u32 bar, u32 parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    u32 done = 0, tries = 0;
+    u64 since = 0;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+        if (!done && (++tries & 1023u) == 0) {
+            u64 now;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+            if (since == 0) since = now;
+            else if (now - since > EMBER_MBAR_WATCHDOG_NS) __trap();
+        }
+    } while (!done);
+#else
+    (void)bar, (void)parity;
+#endif
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) global → shared by the bulk-copy unit,
+// completing as transactions on `bar`.
+__device__ __forceinline__ void ember_bulk_load(u32 dst, const void* src, u32 bytes, u32 bar) {
+    EMBER_SM90_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
+
 #endif  // EMBER_COMMON_CUH

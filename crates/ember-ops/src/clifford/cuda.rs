@@ -1266,9 +1266,14 @@ pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTyp
     };
     if var == FcVariant::Blas && fcb::applies(layer) {
         fcb::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm)?;
-    } else if matches!(var, FcVariant::Wgmma | FcVariant::Cluster) && fc3::applies(layer, dt) {
-        fc3::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned, var == FcVariant::Cluster)?;
-    } else if matches!(var, FcVariant::Gemm | FcVariant::Wgmma | FcVariant::Cluster) && fc2::applies(layer, dt) {
+    } else if matches!(var, FcVariant::Wgmma | FcVariant::Cluster | FcVariant::Ws) && fc3::applies(layer, dt) {
+        let crew = match var {
+            FcVariant::Cluster => fc3::Crew::Cluster,
+            FcVariant::Ws => fc3::Crew::Specialised,
+            _ => fc3::Crew::Cta,
+        };
+        fc3::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned, crew)?;
+    } else if matches!(var, FcVariant::Gemm | FcVariant::Wgmma | FcVariant::Cluster | FcVariant::Ws) && fc2::applies(layer, dt) {
         fc2::plan_forward(&mut plan, layer, dims, n_out, dt, o, st.norm, aligned && dims.n.is_multiple_of(2))?;
     } else if fc_tensor_cores(layer, dt) {
         let call = TileCall {
@@ -1308,7 +1313,7 @@ pub fn fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, x: &Tensor, y
     let aligned = x.cuda_ptr()? % 16 == 0 && y.cuda_ptr()? % 16 == 0;
     let var = match var {
         FcVariant::Blas if !super::blas::available(x) => FcVariant::Gemm,
-        FcVariant::Wgmma | FcVariant::Cluster if !fc3::arch_has_wgmma(&x.cuda_device()?.info().arch) => FcVariant::Gemm,
+        FcVariant::Wgmma | FcVariant::Cluster | FcVariant::Ws if !fc3::arch_has_wgmma(&x.cuda_device()?.info().arch) => FcVariant::Gemm,
         v => v,
     };
     let mut outs = run_cuda(plan_fc_forward_variant(layer, dims, n_out, x.dtype(), st, var, aligned)?, &[x, y, w])?.into_iter();

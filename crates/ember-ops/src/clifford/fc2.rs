@@ -36,11 +36,14 @@ pub enum FcVariant {
     /// fc3 with the CTAs of a row block's types in one thread block cluster that shares the staged
     /// x, y and gates (`F3_CLUSTER`); plain fc3 where the loads are not staged.
     Cluster,
+    /// fc3 warp-specialised (`F3_WS`): a producer warpgroup loads and generates, three consumer
+    /// warpgroups multiply, meeting at mbarriers; plain fc3 where the loads are not staged.
+    Ws,
 }
 
 impl FcVariant {
-    pub const ALL: [FcVariant; 5] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas, FcVariant::Wgmma, FcVariant::Cluster];
-    /// `EMBER_CLIFFORD_FC=tile|gemm|blas|wgmma|cluster`; otherwise the default.
+    pub const ALL: [FcVariant; 6] = [FcVariant::Tile, FcVariant::Gemm, FcVariant::Blas, FcVariant::Wgmma, FcVariant::Cluster, FcVariant::Ws];
+    /// `EMBER_CLIFFORD_FC=tile|gemm|blas|wgmma|cluster|ws`; otherwise the default.
     pub fn selected() -> FcVariant {
         match ember_core::knob("EMBER_CLIFFORD_FC") {
             Some("tile") => FcVariant::Tile,
@@ -48,6 +51,7 @@ impl FcVariant {
             Some("blas") => FcVariant::Blas,
             Some("wgmma") => FcVariant::Wgmma,
             Some("cluster") => FcVariant::Cluster,
+            Some("ws") => FcVariant::Ws,
             _ => FcVariant::Wgmma,
         }
     }
@@ -58,6 +62,7 @@ impl FcVariant {
             FcVariant::Blas => "blas",
             FcVariant::Wgmma => "wgmma",
             FcVariant::Cluster => "cluster",
+            FcVariant::Ws => "ws",
         }
     }
 }

@@ -51,6 +51,12 @@ typedef EMBER_T act_t;
 #ifndef F3_X3
 #define F3_X3 0
 #endif
+#ifndef F3_WS
+#define F3_WS 0
+#endif
+#if F3_WS && (F3_LOAD != 2 || F3_X3 || F3_CLUSTER)
+#error "F3_WS takes the staged loads, half types, no cluster"
+#endif
 #define F3_THREADS 384
 #ifndef F3_COLS
 #define F3_COLS 192
@@ -534,23 +540,25 @@ __device__ __forceinline__ float2 f3_ld_c64(f3_caddr a, int off) {
 #endif
 
 // x, y and the gates of chunk c into the raw stage R (N a multiple of 8: every 16-byte unit is whole
-// or absent, and 16-byte aligned). In a cluster, only the planes this CTA owns.
-__device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, i64 c) {
+// or absent, and 16-byte aligned), by the NT threads from TID0 on (this one: f3_tid() − TID0, read
+// here: where it is read changes the tuned kernel's machine code). In a cluster, only the planes this
+// CTA owns.
+template <int NT, int TID0> __device__ __forceinline__ void f3_load_raw_by(const f3_args& A, unsigned char* R, i64 c) {
     const i64 BN = A.B * A.N;
     // Unit u = ((array · CL_M + blade) · 64 + row) · 2 + half: plane jj's row r, half h, stored at
-    // unit u ^ ((u >> 3) & 1) (f3_raw_xy). u ≡ threadIdx.x mod F3_THREADS, a multiple of 16, so the
-    // swizzle bit is the thread's and the stores stay at constant offsets from R + 16·(tid ^ sw)
-    // (per-unit offsets were hoisted out of the chunk loop and spilled).
-    static_assert(F3_THREADS % 16 == 0, "the raw swizzle bit must not depend on the unit's iteration");
-    const int tid = f3_tid(), sw = (tid >> 3) & 1;
+    // unit u ^ ((u >> 3) & 1) (f3_raw_xy). u ≡ tid mod NT, a multiple of 16, so the swizzle bit is
+    // the thread's and the stores stay at constant offsets from R + 16·(tid ^ sw) (per-unit offsets
+    // were hoisted out of the chunk loop and spilled).
+    static_assert(NT % 16 == 0, "the raw swizzle bit must not depend on the unit's iteration");
+    const int tid = f3_tid() - TID0, sw = (tid >> 3) & 1;
     unsigned char* const Rt = R + (tid ^ sw) * 16;
 #if F3_CLUSTER
     // Owned planes rank, rank + F3_TYPES, …: owned unit v is unit u = plane · 128 + v % 128, and
-    // v ≡ u (mod 16) since F3_THREADS is a multiple of 128, so the swizzle bit is still the thread's.
-    static_assert(F3_THREADS % (F3_ROWS * 2) == 0, "owned units must keep the thread's residue mod 128");
+    // v ≡ u (mod 16) since NT is a multiple of 128, so the swizzle bit is still the thread's.
+    static_assert(NT % (F3_ROWS * 2) == 0, "owned units must keep the thread's residue mod 128");
     const int rank = f3_rank();
     const int owned = (2 * CL_M - rank + F3_TYPES - 1) / F3_TYPES;
-    for (int v = tid; v < owned * F3_ROWS * 2; v += F3_THREADS) {
+    for (int v = tid; v < owned * F3_ROWS * 2; v += NT) {
         const int u = (rank + F3_TYPES * (v >> 7)) * (F3_ROWS * 2) + (v & (F3_ROWS * 2 - 1));
         const int h = u & 1, r = (u >> 1) & (F3_ROWS - 1), jj = u >> 7;
         const int j = jj % CL_M;
@@ -560,27 +568,26 @@ __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, 
         f3_cp16z(Rt + (u - tid) * 16, ok ? base + j * BN + b * A.N + n : base, ok);
     }
 #else
-    // Unit u = tid + F3_THREADS·k: its row r = (tid >> 1) & 63 and half h = tid & 1 are the thread's
-    // for every k, and its plane jj = u >> 7 = tid / 128 + (F3_THREADS / 128)·k (F3_THREADS a
-    // multiple of 128). So the row's offset is computed once per chunk and each unit adds only its
+    // Unit u = tid + NT·k: its row r = (tid >> 1) & 63 and half h = tid & 1 are the thread's for
+    // every k, and its plane jj = u >> 7 = tid / 128 + (NT / 128)·k (NT a multiple of 128). So the row's offset is computed once per chunk and each unit adds only its
     // plane's base: ~18 instructions a unit, where the per-unit index math (64-bit, a division by
     // CL_M, bounds) was ~47 — 40 % of the product's instructions at B = 4096, N = N_out = 512 (ncu,
     // H200). Same units, same bytes.
-    static_assert(F3_THREADS % 128 == 0, "a unit's row and half must be the thread's");
-    constexpr int UNITS = 2 * CL_M * F3_ROWS * 2, KMAX = (UNITS + F3_THREADS - 1) / F3_THREADS;
+    static_assert(NT % 128 == 0, "a unit's row and half must be the thread's");
+    constexpr int UNITS = 2 * CL_M * F3_ROWS * 2, KMAX = (UNITS + NT - 1) / NT;
     const int r = (tid >> 1) & (F3_ROWS - 1), h = tid & 1, wg = tid >> 7;
     const i64 b = A.b0 + r, n = c * 16 + 8 * h;
     const bool ok = b < A.B && n < A.N;
     const i64 off = ok ? b * A.N + n : 0;  // a valid address where nothing is read
 #pragma unroll
     for (int k = 0; k < KMAX; ++k) {
-        const int jj = wg + (F3_THREADS / 128) * k;
-        // Every thread's unit k exists where (k + 1)·F3_THREADS ≤ UNITS (a constant per k).
-        if ((k + 1) * F3_THREADS <= UNITS || jj < 2 * CL_M) {
+        const int jj = wg + (NT / 128) * k;
+        // Every thread's unit k exists where (k + 1)·NT ≤ UNITS (a constant per k).
+        if ((k + 1) * NT <= UNITS || jj < 2 * CL_M) {
             const bool in_x = jj < CL_M;
             const u16* base = in_x ? A.x : A.y;
             const int j = in_x ? jj : jj - CL_M;
-            f3_cp16z(Rt + F3_THREADS * k * 16, base + (j * BN + off), ok);
+            f3_cp16z(Rt + NT * k * 16, base + (j * BN + off), ok);
         }
     }
 #endif
@@ -589,13 +596,15 @@ __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, 
     if (F3_OWNER(2 * CL_M) != rank) return;
 #endif
     unsigned char* Rg = R + 2 * CL_M * F3_ROWS * 32;
-    for (int v = tid; v < F3_ROWS * 4; v += F3_THREADS) {
+    for (int v = tid; v < F3_ROWS * 4; v += NT) {
         const int r = v >> 2, k = v & 3;
         const i64 b = A.b0 + r, n = c * 16 + 4 * k;
         const bool ok = b < A.B && n < A.N;
         f3_cp16z(Rg + (v ^ (((v >> 3) & 1) << 1)) * 16, ok ? A.g + b * A.N + n : A.g, ok);
     }
 }
+// The raw stage by the whole CTA.
+__device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, i64 c) { f3_load_raw_by<F3_THREADS, 0>(A, R, c); }
 
 // Path terms of a chunk from its raw stage into the A part of a stage: the last 256 threads, thread
 // (row r, qq) the channel pairs qq (channels 2qq, 2qq + 1) and qq + 4 (channels 8 + 2qq, + 1), one
@@ -604,9 +613,7 @@ __device__ __forceinline__ void f3_load_raw(const f3_args& A, unsigned char* R, 
 // each 128-byte core matrix whole (32 banks), where adjacent pairs put both halves' words on the
 // same 16 banks (2-way conflicts on every store); with the raw stage's swizzle the loads are
 // conflict-free too. Same values per element, so the same bits.
-template <int T> __device__ __forceinline__ void f3_gen_staged(const unsigned char* R, unsigned char* As) {
-    const int i = f3_tid() - (F3_THREADS - F3_ROWS * 4);
-    if (i < 0) return;
+template <int T> __device__ __forceinline__ void f3_gen_item(const unsigned char* R, unsigned char* As, const int i) {
     const int r = i >> 2, qq = i & 3;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -633,6 +640,12 @@ template <int T> __device__ __forceinline__ void f3_gen_staged(const unsigned ch
 #endif
         f3_pair<T>(wx, wy, g.x, g.y, As, r, qq + 4 * half);
     }
+}
+// Item i of the 256 (row i / 4, pairs i % 4 and i % 4 + 4) on each of the last 256 threads.
+template <int T> __device__ __forceinline__ void f3_gen_staged(const unsigned char* R, unsigned char* As) {
+    const int i = f3_tid() - (F3_THREADS - F3_ROWS * 4);
+    if (i < 0) return;
+    f3_gen_item<T>(R, As, i);
 }
 #endif
 
@@ -693,6 +706,47 @@ template <int T, int NC, int PP> struct f3_issue {
         run(acc, st, sd, sd + (wa >> 4), wa, wg);
     }
 };
+
+// Warpgroup wg's 64 × NC block of the output (its blade's rows b0.., columns col0..) from its
+// accumulators, once its products have completed.
+template <int T, int NC> __device__ __forceinline__ void f3_store(const f3_args& A, const float (&acc)[NC / 2], const int wg) {
+    using t = f3t<T>;
+    const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const i64 J = t::blade(wg);
+    // Accumulators i, i + 1 (i even) are columns m, m + 1 of one row, m even: one 8-byte (f32) or
+    // 4-byte store where N_out is even (the pair is then aligned and whole or past the end), so a
+    // warp's stores fill whole 32-byte sectors (single values used half of each).
+    const bool pairs = (A.Mo & 1) == 0;
+#pragma unroll
+    for (int i = 0; i < NC / 2; i += 2) {
+        const i64 b = A.b0 + 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1);
+        const i64 m = A.col0 + 8 * (i >> 2) + 2 * (lane & 3);
+        if (b >= A.B) continue;
+        const i64 at = (J * A.B + b) * A.Mo + m;
+        if (pairs) {
+            if (m < A.Mo) {
+#if F3_D_F32
+                *reinterpret_cast<float2*>(reinterpret_cast<float*>(A.dst) + at) = make_float2(acc[i], acc[i + 1]);
+#else
+                // Each value rounded as a single store rounds it (NaN payloads included).
+                *reinterpret_cast<u32*>(reinterpret_cast<act_t*>(A.dst) + at) =
+                    (u32)ember_from_f32<act_t>(acc[i]).bits | ((u32)ember_from_f32<act_t>(acc[i + 1]).bits << 16);
+#endif
+            }
+            continue;
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            if (m + e < A.Mo) {
+#if F3_D_F32
+                reinterpret_cast<float*>(A.dst)[at + e] = acc[i + e];
+#else
+                reinterpret_cast<act_t*>(A.dst)[at + e] = ember_from_f32<act_t>(acc[i + e]);
+#endif
+            }
+        }
+    }
+}
 
 // One CTA's tile of NC output channels (NC a multiple of 8, at most 192).
 template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A, unsigned char* smem) {
@@ -832,49 +886,125 @@ template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A
     if (active) {
         f3_wg_wait<0>();
         f3_fence_regs(acc);
-        const int w = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-        const i64 J = t::blade(wg);
-        // Accumulators i, i + 1 (i even) are columns m, m + 1 of one row, m even: one 8-byte (f32) or
-        // 4-byte store where N_out is even (the pair is then aligned and whole or past the end), so a
-        // warp's stores fill whole 32-byte sectors (single values used half of each).
-        const bool pairs = (A.Mo & 1) == 0;
-#pragma unroll
-        for (int i = 0; i < NC / 2; i += 2) {
-            const i64 b = A.b0 + 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1);
-            const i64 m = A.col0 + 8 * (i >> 2) + 2 * (lane & 3);
-            if (b >= A.B) continue;
-            const i64 at = (J * A.B + b) * A.Mo + m;
-            if (pairs) {
-                if (m < A.Mo) {
-#if F3_D_F32
-                    *reinterpret_cast<float2*>(reinterpret_cast<float*>(A.dst) + at) = make_float2(acc[i], acc[i + 1]);
-#else
-                    // Each value rounded as a single store rounds it (NaN payloads included).
-                    *reinterpret_cast<u32*>(reinterpret_cast<act_t*>(A.dst) + at) =
-                        (u32)ember_from_f32<act_t>(acc[i]).bits | ((u32)ember_from_f32<act_t>(acc[i + 1]).bits << 16);
-#endif
-                }
-                continue;
-            }
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                if (m + e < A.Mo) {
-#if F3_D_F32
-                    reinterpret_cast<float*>(A.dst)[at + e] = acc[i + e];
-#else
-                    reinterpret_cast<act_t*>(A.dst)[at + e] = ember_from_f32<act_t>(acc[i + e]);
-#endif
-                }
-            }
-        }
+        f3_store<T, NC>(A, acc, wg);
     }
 }
+
+#if F3_WS
+// Warp-specialised product (-DF3_WS=1, staged loads, half types, sm_90a only; NOTES.md "FC product v9").
+// Why: fc3 above meets as a whole CTA twice per chunk, so each chunk's weight copies (issued after the
+// first barrier, waited for before the second) and the generation run in series with the products'
+// wait, and the loads' latency is exposed once per chunk. Here a fourth warpgroup, the producer,
+// does all the loading and the term generation, and the three consumer warpgroups only wait for a
+// stage, issue their products and release the stage; the two sides meet only at mbarriers:
+//   full[s]  (2 arrivals + the stage's weight bytes): the producer's thread 0 arrives with the bytes
+//            of chunk c's weight tiles, which the bulk-copy unit brings in (one copy per tile,
+//            completing on full[s]), and arrives again once the producer has generated chunk c's
+//            terms into the stage;
+//   empty[s] (4 arrivals per active consumer warpgroup, one per warp): chunk c's products on stage
+//            s have completed, so chunk c + 2 may overwrite it.
+// The producer's 128 threads copy x, y and the gates of chunk c + 1 into the raw ring (cp.async)
+// while they generate chunk c from it; they meet at a named barrier (bar 1, 128 threads) around
+// the generation. The weights' latency is hidden behind the generation and the products of the
+// chunk before; the consumers never wait on a CTA barrier.
+// Same products in the same order as fc3 (the same tiles, descriptors, chunk order): bitwise the same
+// output.
+#ifdef EMBER_HOST_EMU
+#error "the warp-specialised product runs on sm_90a only"
+#endif
+__device__ __forceinline__ void f3_bar_producers() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+
+template <int T, int NC> __device__ __forceinline__ void f3_run_ws(const f3_args& A, unsigned char* smem, u64* bars) {
+    using t = f3t<T>;
+    constexpr int A_BYTES = t::NS * F3_ATILE;
+    constexpr int STAGE = A_BYTES + t::NB * F3_BTILE;
+    constexpr u32 B_BYTES = t::NB * NC * 32;
+    unsigned char* const raw = smem;
+    unsigned char* const stg = smem + 2 * F3_RAW_BYTES;
+    // full[s] at full0 + 8s, empty[s] at empty0 + 8s.
+    const u32 full0 = (u32)__cvta_generic_to_shared(bars), empty0 = full0 + 16;
+    const int wg = threadIdx.x >> 7;
+    const i64 chunks = A.NCH;
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int st = 0; st < 2; ++st) {
+            ember_mbar_init(full0 + 8 * st, 2);
+            ember_mbar_init(empty0 + 8 * st, 4 * t::RB);
+        }
+        ember_mbar_fence_init();
+    }
+    __syncthreads();
+    // Registers: 128 per thread (512 threads), enough for both sides without spills (ptxas); moving
+    // registers from the producer to the consumers by setmaxnreg made ptxas spill the generation.
+    if (wg == 3) {
+        const int ptid = threadIdx.x - F3_THREADS;
+        f3_load_raw_by<128, F3_THREADS>(A, raw, 0);
+        f3_cp_commit();
+        for (i64 c = 0; c < chunks; ++c) {
+            const int st = (int)(c & 1);
+            unsigned char* const stage = stg + st * STAGE;
+            // Stage st last held chunk c − 2: wait for its products (phase (c − 2) / 2 of empty[st]).
+            if (c >= 2) ember_mbar_wait(empty0 + 8 * st, (u32)(((c >> 1) - 1) & 1));
+            if (ptid == 0) {
+                const u32 bar = full0 + 8 * st;
+                ember_mbar_arrive_tx(bar, B_BYTES);
+                const u16* src = A.wct + c * (F3_COLS * 16);
+#pragma unroll
+                for (int u = 0; u < t::NB; ++u) {
+                    ember_bulk_load((u32)__cvta_generic_to_shared(stage + A_BYTES + u * F3_BTILE), src + t::bpath(u) * A.path_stride, NC * 32, bar);
+                }
+            }
+            // Raw stage (c + 1) % 2 was read by the generation of chunk c − 1 (before the last barrier).
+            if (c + 1 < chunks) f3_load_raw_by<128, F3_THREADS>(A, raw + (int)((c + 1) & 1) * F3_RAW_BYTES, c + 1);
+            f3_cp_commit();
+            f3_cp_wait<1>();  // this thread's copies of chunk c have landed
+            f3_bar_producers();  // everyone's
+            const unsigned char* R = raw + st * F3_RAW_BYTES;
+            // Items ptid and ptid + 128 one after the other (interleaved, their words spill).
+#pragma unroll 1
+            for (int i = ptid; i < F3_ROWS * 4; i += 128) f3_gen_item<T>(R, stage, i);
+            f3_fence_async();  // the terms, written by the generic proxy, are read by wgmma
+            f3_bar_producers();
+            if (ptid == 0) ember_mbar_arrive(full0 + 8 * st);
+        }
+        return;
+    }
+    if (wg >= t::RB) return;
+    float acc[NC / 2];
+#pragma unroll
+    for (int i = 0; i < NC / 2; ++i) acc[i] = 0.0f;
+    const bool leader = (threadIdx.x & 31) == 0;
+    for (i64 c = 0; c < chunks; ++c) {
+        const int st = (int)(c & 1);
+        ember_mbar_wait(full0 + 8 * st, (u32)((c >> 1) & 1));
+        f3_fence_regs(acc);
+        f3_wg_fence();
+        f3_issue<T, NC, 0>::start(acc, stg + st * STAGE, wg);
+        f3_wg_commit();
+        f3_wg_wait<1>();  // the products of chunk c − 1 are done: release its stage
+        f3_fence_regs(acc);
+        if (c >= 1 && leader) ember_mbar_arrive(empty0 + 8 * (st ^ 1));
+    }
+    f3_wg_wait<0>();
+    f3_fence_regs(acc);
+    f3_store<T, NC>(A, acc, wg);
+}
+#endif
 
 // Grid: x = column tile (fastest, so the CTAs that read the same x and y rows run together), y = (block
 // of 64 batch rows) · F3_TYPES + type. The NCT tiles split N_out (rounded up to 8) as evenly as
 // multiples of 8 allow: the first NW are F3_CW wide, the rest F3_CN (F3_CN ≤ F3_CW ≤ F3_CN + 8), so no
 // tile is mostly padding (N_out = 512: 176 + 168 + 168 instead of 3 × 192 with the last a third
 // empty). Each output value is the same sum of the same products whatever the tile width.
+#if F3_WS
+#define F3_CTA_THREADS (F3_THREADS + 128)  // three consumer warpgroups and the producer
+#define F3_RUN f3_run_ws
+#define F3_RUN_ARGS A, smem, f3_bars
+#else
+#define F3_CTA_THREADS F3_THREADS
+#define F3_RUN f3_run
+#define F3_RUN_ARGS A, smem
+#endif
 #if F3_CLUSTER && F3_HAS_WGMMA  // (without wgmma the kernel is a trap stub, and sm_80 has no clusters)
 #define F3_CLUSTER_DIMS __cluster_dims__(1, F3_TYPES, 1)
 #ifdef EMBER_HOST_EMU
@@ -883,7 +1013,7 @@ extern "C" const unsigned ember_emu_cluster_dims[3] = {1, F3_TYPES, 1};
 #else
 #define F3_CLUSTER_DIMS
 #endif
-extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const u16* __restrict__ wt,
+extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_CTA_THREADS, 1) cl_kernel(const act_t* __restrict__ x, const act_t* __restrict__ y, const u16* __restrict__ wt,
                                                                       const float* __restrict__ g, void* __restrict__ dst, i64 B, i64 N, i64 Mo, i64 NCH,
                                                                       i64 NCT, i64 NW) {
 #if F3_HAS_WGMMA
@@ -892,6 +1022,9 @@ extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_THREADS, 1) cl_k
 #else
     extern __shared__ __align__(128) unsigned char f3_smem[];
     unsigned char* smem = f3_smem;
+#endif
+#if F3_WS
+    __shared__ __align__(8) u64 f3_bars[4];
 #endif
     f3_args A;
     A.x = reinterpret_cast<const u16*>(x);
@@ -914,12 +1047,12 @@ extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_THREADS, 1) cl_k
     if (A.b0 >= B) return;
     const int type = (int)(blockIdx.y % F3_TYPES);
     if (F3_CW == F3_CN || A.ct >= NW) {
-#define F3_CALL(T) f3_run<T, F3_CN>(A, smem)
+#define F3_CALL(T) F3_RUN<T, F3_CN>(F3_RUN_ARGS)
         F3_SWITCH(type, F3_CALL)
 #undef F3_CALL
     } else {
 #if F3_CW != F3_CN
-#define F3_CALL(T) f3_run<T, F3_CW>(A, smem)
+#define F3_CALL(T) F3_RUN<T, F3_CW>(F3_RUN_ARGS)
         F3_SWITCH(type, F3_CALL)
 #undef F3_CALL
 #endif

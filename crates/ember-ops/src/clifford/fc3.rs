@@ -235,10 +235,22 @@ enum Pass {
     Prep = 1,
 }
 
+/// How the staged product's CTAs are organised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Crew {
+    /// 384 threads that all load, generate and (three warpgroups) multiply, meeting at CTA barriers.
+    Cta,
+    /// The types of a row block in one thread block cluster sharing the staged loads (`F3_CLUSTER`).
+    Cluster,
+    /// A producer warpgroup (loads and generation) beside three consumer warpgroups (products),
+    /// meeting at mbarriers (`F3_WS`; 512 threads).
+    Specialised,
+}
+
 /// Build options; `cols` = (CW, CN), the product's two tile widths (the passes take none);
-/// `cluster`: the types of a row block share the staged loads (`F3_CLUSTER`).
+/// `crew`: how the staged product's CTA is organised (Cta for every other build).
 /// f32 builds are `F3_X3` (bf16 products, f32 output, 96-column tiles).
-fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usize)>, cluster: bool) -> Vec<String> {
+fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usize)>, crew: Crew) -> Vec<String> {
     let x3 = dt == DType::F32;
     let mut o = vec![
         dtype_opt(dt),
@@ -251,8 +263,10 @@ fn opts(dt: DType, pass: Pass, load: Load, d_f32: bool, cols: Option<(usize, usi
         o.push("-DF3_X3=1".into());
         o.push(format!("-DF3_COLS={COLS_X3}"));
     }
-    if cluster {
-        o.push("-DF3_CLUSTER=1".into());
+    match crew {
+        Crew::Cta => {}
+        Crew::Cluster => o.push("-DF3_CLUSTER=1".into()),
+        Crew::Specialised => o.push("-DF3_WS=1".into()),
     }
     if let Some((cw, cn)) = cols {
         o.push(format!("-DF3_CW={cw}"));
@@ -269,10 +283,10 @@ fn cluster_fits(cfg: &Fc3Cfg) -> bool {
 
 /// The forward product into `dst` (M × B × N_out, f32 when `d_f32`, else `dt`) from plan buffers
 /// x = 0, y = 1, w = 2. `aligned`: x and y start 16-byte aligned (ember's own allocations), so N
-/// a multiple of 8 can stage them by cp.async and a multiple of 4 read them as quads. `cluster`:
-/// the staged loads shared by the types of a row block (where they are staged and it fits).
+/// a multiple of 8 can stage them by cp.async and a multiple of 4 read them as quads. `crew`: the
+/// staged product's organisation where the loads are staged (Cluster where it fits), else Cta.
 #[allow(clippy::too_many_arguments)]
-pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, aligned: bool, cluster: bool) -> Result<()> {
+pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, dst: usize, d_f32: bool, aligned: bool, crew: Crew) -> Result<()> {
     let cfg = config(layer.tables()).ok_or_else(|| Error::Unsupported(format!("fc v3 for {}", layer.name())))?;
     let src = fc3_source(layer)?;
     let nch = dims.n.div_ceil(16);
@@ -291,7 +305,7 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     args.extend([p, dims.n, n_out, nch, nct, cw, cn, nw].map(|v| Arg::I64(v as i64)));
     args.extend([Arg::Buf(0), Arg::Buf(1), Arg::Buf(gates), Arg::I64((dims.b * dims.n) as i64), Arg::I64(weight_blocks as i64)]);
     let prep_grid = (weight_blocks + gate_blocks, 1, 1);
-    plan.launch(Launch { src, opts: opts(dt, Pass::Prep, Load::Scalar, false, None, false), entry: "cl_kernel".into(), grid: prep_grid, block: 256, smem: 0, args, name: "clifford_fc3_prep", dependent: false });
+    plan.launch(Launch { src, opts: opts(dt, Pass::Prep, Load::Scalar, false, None, Crew::Cta), entry: "cl_kernel".into(), grid: prep_grid, block: 256, smem: 0, args, name: "clifford_fc3_prep", dependent: false });
     let gy = u32::try_from(dims.b.div_ceil(ROWS) * cfg.types.len())
         .ok()
         .filter(|&v| v <= 65535)
@@ -308,9 +322,17 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
         _ if aligned && dims.n.is_multiple_of(4) => (Load::Quads, cfg.smem),
         _ => (Load::Scalar, cfg.smem),
     };
-    let cluster = cluster && load == Load::Staged && cluster_fits(&cfg);
-    let name = if cluster { "clifford_fc3_cluster" } else { "clifford_fc3" };
-    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn)), cluster), entry: "cl_kernel".into(), grid: (gx, gy, 1), block: THREADS, smem, args, name, dependent: false });
+    let crew = match crew {
+        _ if load != Load::Staged => Crew::Cta,
+        Crew::Cluster if !cluster_fits(&cfg) => Crew::Cta,
+        c => c,
+    };
+    let (name, block) = match crew {
+        Crew::Cta => ("clifford_fc3", THREADS),
+        Crew::Cluster => ("clifford_fc3_cluster", THREADS),
+        Crew::Specialised => ("clifford_fc3_ws", THREADS + 128),
+    };
+    plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn)), crew), entry: "cl_kernel".into(), grid: (gx, gy, 1), block, smem, args, name, dependent: false });
     Ok(())
 }
 
@@ -320,7 +342,7 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
         return Ok(Vec::new());
     }
     let src = fc3_source(layer)?;
-    let mut out = vec![KernelBuild { source: src, options: opts(dt, Pass::Prep, Load::Scalar, false, None, false) }];
+    let mut out = vec![KernelBuild { source: src, options: opts(dt, Pass::Prep, Load::Scalar, false, None, Crew::Cta) }];
     let x3 = dt == DType::F32;
     let staged = !x3 && config(layer.tables()).is_some_and(|c| c.smem_staged.is_some());
     let clustered = config(layer.tables()).is_some_and(|c| cluster_fits(&c));
@@ -333,9 +355,12 @@ pub fn kernels(layer: &Layer, dt: DType) -> Result<Vec<KernelBuild>> {
     for load in [Load::Scalar, Load::Quads, Load::Staged].into_iter().filter(|&l| l != Load::Staged || staged) {
         for &d_f32 in outs {
             for cols in [(cw, cn), (full, full)] {
-                out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), false) });
+                out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), Crew::Cta) });
+                if load == Load::Staged {
+                    out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), Crew::Specialised) });
+                }
                 if load == Load::Staged && clustered {
-                    out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), true) });
+                    out.push(KernelBuild { source: src, options: opts(dt, Pass::Product, load, d_f32, Some(cols), Crew::Cluster) });
                 }
             }
         }

@@ -250,9 +250,9 @@ fn check_fc(r: &mut Rows, layer: &Layer, (nb, nin, nout): (usize, usize, usize),
             for var in fc2::FcVariant::ALL.into_iter().filter(|&v| v != sel) {
                 let fv = cuda::fc_forward_variant(layer, dims, nout, &x.t, &y.t, &w.t, fused::Stages { gelu: true, norm }, var)?;
                 r.cmp("clifford", &case, &format!("fc out ({})", var.name()), &fv.out, &ro, t_fwd)?;
-                if var == fc2::FcVariant::Cluster && sel == fc2::FcVariant::Wgmma {
+                if matches!(var, fc2::FcVariant::Cluster | fc2::FcVariant::Ws) && sel == fc2::FcVariant::Wgmma {
                     // Same products in the same order as the plain product: the same bits.
-                    r.prop("clifford", &case, "fc out (cluster) = fc out bitwise", dtype, bitwise(&fv.out, &f.out));
+                    r.prop("clifford", &case, &format!("fc out ({}) = fc out bitwise", var.name()), dtype, bitwise(&fv.out, &f.out));
                 }
                 if let (Some(got), Some(want)) = (&fv.rms, &rr) {
                     r.cmp("clifford", &case, &format!("fc rms ({})", var.name()), got, want, t_fwd)?;

@@ -1378,52 +1378,6 @@ struct __align__(64) EtmMap {
     unsigned long long opaque[16];
 };
 
-__device__ __forceinline__ void etm_bar_init(u32 bar, u32 count) {
-    EWG_ASM("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-// The initialised barriers, visible to the async proxy (the TMA unit's complete-tx).
-__device__ __forceinline__ void etm_fence_init() {
-    EWG_ASM("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void etm_arrive(u32 bar) {
-    EWG_ASM("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(bar) : "memory");
-}
-// Arrive and add `bytes` to the transactions the current phase waits for.
-__device__ __forceinline__ void etm_arrive_tx(u32 bar, u32 bytes) {
-    EWG_ASM("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(bar), "r"(bytes) : "memory");
-}
-// Until the phase of parity `parity` has completed (try_wait suspends the thread for a while
-// between checks, so the loop does not hammer shared memory). A phase that never completes (a
-// tensor copy that faulted or never came, a pipeline bug) traps once the wait has lasted
-// ETM_WATCHDOG_NS of wall time — against microseconds for a real wait, and with room for
-// compute-sanitizer's slowdown — so a broken pipeline is a launch error within seconds, not a hung
-// device. (A count of tries is no clock: each try_wait may suspend for a hardware-chosen time, and
-// 2^28 tries lasted minutes.) The clock is read only every 1024 failed tries.
-#define ETM_WATCHDOG_NS 4000000000ull
-__device__ __forceinline__ u64 etm_clock_ns() {
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-__device__ __forceinline__ void etm_wait(u32 bar, u32 parity) {
-#if EWG_HAS_WGMMA
-    u32 done = 0, tries = 0;
-    u64 since = 0;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-        if (!done && (++tries & 1023u) == 0) {
-            const u64 now = etm_clock_ns();
-            if (since == 0) since = now;
-            else if (now - since > ETM_WATCHDOG_NS) __trap();
-        }
-    } while (!done);
-#else
-    (void)bar, (void)parity;
-#endif
-}
 // Box (col, row) of the tensor map into shared memory at `dst`; completes `bar`'s transactions.
 __device__ __forceinline__ void etm_load_box(u32 dst, const EtmMap* map, int col, int row, u32 bar) {
     EWG_ASM("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
@@ -1531,21 +1485,21 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
         for (; q_next < min(q_end, n_box); ++q_next) {
             const int s = (int)(q_next % n_slots);
             const i64 use = q_next / n_slots;
-            if (use > 0) etm_wait(empty0 + 8 * s, (u32)((use - 1) & 1));
+            if (use > 0) ember_mbar_wait(empty0 + 8 * s, (u32)((use - 1) & 1));
             const i64 t = t_lo + q_next / nb;
             const int b = (int)(q_next % nb);
             const Seg ts = seg_at(tiles, t, EBM, n_rows, n_tiles);
-            etm_arrive_tx(full0 + 8 * s, ETM_BOX_BYTES);
+            ember_mbar_arrive_tx(full0 + 8 * s, ETM_BOX_BYTES);
             etm_load_box(slot0 + (u32)s * ETM_BOX_BYTES, map, b * ETM_BOX_K, (int)ts.begin, full0 + 8 * s);
         }
     };
     if (tid == 0) {
         etm_prefetch_map(map);
         for (int s = 0; s < n_slots; ++s) {
-            etm_bar_init(full0 + 8 * s, 1);
-            etm_bar_init(empty0 + 8 * s, 8);
+            ember_mbar_init(full0 + 8 * s, 1);
+            ember_mbar_init(empty0 + 8 * s, 8);
         }
-        etm_fence_init();
+        ember_mbar_fence_init();
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
     // First use of every slot: nothing to wait for. The basis and the tile table are inputs no
@@ -1594,7 +1548,7 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
             __syncwarp();
             for (int b = 0; b < nb; ++b) {
                 const i64 q = j * nb + b;
-                etm_wait(full0 + 8 * (int)(q % n_slots), (u32)((q / n_slots) & 1));
+                ember_mbar_wait(full0 + 8 * (int)(q % n_slots), (u32)((q / n_slots) & 1));
             }
             __syncwarp();  // converged again before the warpgroup-wide instructions
             if (PINGPONG) ewg_named_sync(1 + wg);
@@ -1616,7 +1570,7 @@ __device__ __forceinline__ void expand_tma_kernel(const EtmMap* map, const T* __
             if (PINGPONG && (wg == 0 || j + 1 < my_tiles)) ewg_named_arrive(2 - wg);
             if ((tid & 31) == 0) {
                 // This warp's products reading the tile's slots have completed.
-                for (int b = 0; b < nb; ++b) etm_arrive(empty0 + 8 * (int)((j * nb + b) % n_slots));
+                for (int b = 0; b < nb; ++b) ember_mbar_arrive(empty0 + 8 * (int)((j * nb + b) % n_slots));
             }
             if (BULK && vec)
                 etm_tile_out_boxes<NH>(acc, epi, mass, out, rb, re, n_rows, c0, C, map_out);
@@ -1944,7 +1898,7 @@ __device__ __forceinline__ void reduce_tma_kernel(const EtmMap* map_b, const Etm
         const int sl = st % RGNST;
         const u32 dst = sm0 + (u32)(sl * L::STAGE);
         const int row = (int)(base + (i64)st * RGV);
-        etm_arrive_tx(full(sl), (u32)(L::A_BYTES + L::B_BYTES));
+        ember_mbar_arrive_tx(full(sl), (u32)(L::A_BYTES + L::B_BYTES));
         etm_load_box(dst, map_b, e0, row, full(sl));
         etm_load_box(dst + L::BLOCK, map_b, e0 + 64, row, full(sl));
 #pragma unroll
@@ -1992,15 +1946,15 @@ __device__ __forceinline__ void reduce_tma_kernel(const EtmMap* map_b, const Etm
     if (tid == 0) {
         etm_prefetch_map(map_b);
         etm_prefetch_map(map_y);
-        for (int sl = 0; sl < RGNST; ++sl) etm_bar_init(full(sl), 1);
-        etm_fence_init();
+        for (int sl = 0; sl < RGNST; ++sl) ember_mbar_init(full(sl), 1);
+        ember_mbar_fence_init();
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
     if (tid == 0)
         for (int st = 0; st < min(RGNST, n_steps); ++st) produce(st);
     const u32 wa0 = mass_bits(0, ra), wb0 = mass_bits(0, ra + 32);
     u32 wa = mass_bits(1, ra), wb = mass_bits(1, ra + 32);  // stage 1's, a stage ahead
-    etm_wait(full(0), 0u);
+    ember_mbar_wait(full(0), 0u);
     prep(0, wa0, wb0);
     __syncthreads();
     for (int it = 0; it < n_steps; ++it) {
@@ -2008,7 +1962,7 @@ __device__ __forceinline__ void reduce_tma_kernel(const EtmMap* map_b, const Etm
         rwg_issue<NH>(acc, sm0 + (u32)((it % RGNST) * L::STAGE) + (u32)(wg * L::BLOCK), sm0 + (u32)((it % RGNST) * L::STAGE + L::A_BYTES));
         if (it + 1 < n_steps) {
             const int nx = it + 1;
-            etm_wait(full(nx % RGNST), (u32)((nx / RGNST) & 1));
+            ember_mbar_wait(full(nx % RGNST), (u32)((nx / RGNST) & 1));
             prep(nx, wa, wb);  // while stage it's products run
         }
         wa = mass_bits(it + 2, ra);
