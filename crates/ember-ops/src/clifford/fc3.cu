@@ -895,41 +895,46 @@ template <int T, int NC> __device__ __forceinline__ void f3_run(const f3_args& A
 // Why: fc3 above meets as a whole CTA twice per chunk, so each chunk's weight copies (issued after the
 // first barrier, waited for before the second) and the generation run in series with the products'
 // wait, and the loads' latency is exposed once per chunk. Here a fourth warpgroup, the producer,
-// does all the loading and the term generation, and the three consumer warpgroups only wait for a
-// stage, issue their products and release the stage; the two sides meet only at mbarriers:
-//   full[s]  (2 arrivals + the stage's weight bytes): the producer's thread 0 arrives with the bytes
-//            of chunk c's weight tiles, which the bulk-copy unit brings in (one copy per tile,
-//            completing on full[s]), and arrives again once the producer has generated chunk c's
-//            terms into the stage;
-//   empty[s] (4 arrivals per active consumer warpgroup, one per warp): chunk c's products on stage
-//            s have completed, so chunk c + 2 may overwrite it.
-// The producer's 128 threads copy x, y and the gates of chunk c + 1 into the raw ring (cp.async)
-// while they generate chunk c from it; they meet at a named barrier (bar 1, 128 threads) around
-// the generation. The weights' latency is hidden behind the generation and the products of the
-// chunk before; the consumers never wait on a CTA barrier.
+// generates the terms and has the weights brought in, the consumer warpgroups (one per row block)
+// issue the products and the raw copies, and the two sides meet only at mbarriers:
+//   full[s]     (1 + 128 arrivals + the stage's weight bytes): the producer's thread 0 arrives with
+//               the bytes of chunk c's weight tiles, which the bulk-copy unit brings in (one copy per
+//               tile, completing on full[s]); each producer thread arrives once it has written its
+//               terms of chunk c into the stage;
+//   empty[s]    (4 arrivals per consumer warpgroup, one per warp): chunk c's products on stage s
+//               have completed, so chunk c + 2 may overwrite it;
+//   rawfull[r]  (one arrival per consumer thread, by cp.async.mbarrier.arrive once its copies have
+//               landed): x, y and the gates of chunk c are in raw stage r = c % 2.
+// A consumer that has seen full[c % 2] knows the generation of chunk c is done, so raw stage c % 2 is
+// free: it then issues chunk c + 2's raw copies into it, then chunk c's products. The producer
+// generates chunk c + 1 while the products of chunk c run; the consumers never wait on a CTA barrier.
 // Same products in the same order as fc3 (the same tiles, descriptors, chunk order): bitwise the same
 // output.
 #ifdef EMBER_HOST_EMU
 #error "the warp-specialised product runs on sm_90a only"
 #endif
-__device__ __forceinline__ void f3_bar_producers() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+// Arrive on `bar` once this thread's cp.async copies issued so far have landed (the barrier's count
+// includes this arrival).
+__device__ __forceinline__ void f3_cp_arrive(u32 bar) { asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory"); }
 
 template <int T, int NC> __device__ __forceinline__ void f3_run_ws(const f3_args& A, unsigned char* smem, u64* bars) {
     using t = f3t<T>;
     constexpr int A_BYTES = t::NS * F3_ATILE;
     constexpr int STAGE = A_BYTES + t::NB * F3_BTILE;
     constexpr u32 B_BYTES = t::NB * NC * 32;
+    constexpr int CONSUMERS = 128 * t::RB;  // threads of the consumer warpgroups
     unsigned char* const raw = smem;
     unsigned char* const stg = smem + 2 * F3_RAW_BYTES;
-    // full[s] at full0 + 8s, empty[s] at empty0 + 8s.
-    const u32 full0 = (u32)__cvta_generic_to_shared(bars), empty0 = full0 + 16;
+    // full[s] at full0 + 8s, empty[s] at empty0 + 8s, rawfull[r] at rawfull0 + 8r.
+    const u32 full0 = (u32)__cvta_generic_to_shared(bars), empty0 = full0 + 16, rawfull0 = full0 + 32;
     const int wg = threadIdx.x >> 7;
     const i64 chunks = A.NCH;
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int st = 0; st < 2; ++st) {
-            ember_mbar_init(full0 + 8 * st, 2);
+            ember_mbar_init(full0 + 8 * st, 1 + 128);
             ember_mbar_init(empty0 + 8 * st, 4 * t::RB);
+            ember_mbar_init(rawfull0 + 8 * st, CONSUMERS);
         }
         ember_mbar_fence_init();
     }
@@ -938,13 +943,12 @@ template <int T, int NC> __device__ __forceinline__ void f3_run_ws(const f3_args
     // registers from the producer to the consumers by setmaxnreg made ptxas spill the generation.
     if (wg == 3) {
         const int ptid = threadIdx.x - F3_THREADS;
-        f3_load_raw_by<128, F3_THREADS>(A, raw, 0);
-        f3_cp_commit();
         for (i64 c = 0; c < chunks; ++c) {
             const int st = (int)(c & 1);
+            const u32 par = (u32)((c >> 1) & 1);
             unsigned char* const stage = stg + st * STAGE;
             // Stage st last held chunk c − 2: wait for its products (phase (c − 2) / 2 of empty[st]).
-            if (c >= 2) ember_mbar_wait(empty0 + 8 * st, (u32)(((c >> 1) - 1) & 1));
+            if (c >= 2) ember_mbar_wait(empty0 + 8 * st, par ^ 1u);
             if (ptid == 0) {
                 const u32 bar = full0 + 8 * st;
                 ember_mbar_arrive_tx(bar, B_BYTES);
@@ -954,22 +958,25 @@ template <int T, int NC> __device__ __forceinline__ void f3_run_ws(const f3_args
                     ember_bulk_load((u32)__cvta_generic_to_shared(stage + A_BYTES + u * F3_BTILE), src + t::bpath(u) * A.path_stride, NC * 32, bar);
                 }
             }
-            // Raw stage (c + 1) % 2 was read by the generation of chunk c − 1 (before the last barrier).
-            if (c + 1 < chunks) f3_load_raw_by<128, F3_THREADS>(A, raw + (int)((c + 1) & 1) * F3_RAW_BYTES, c + 1);
-            f3_cp_commit();
-            f3_cp_wait<1>();  // this thread's copies of chunk c have landed
-            f3_bar_producers();  // everyone's
+            ember_mbar_wait(rawfull0 + 8 * st, par);  // chunk c's x, y and gates have landed
             const unsigned char* R = raw + st * F3_RAW_BYTES;
             // Items ptid and ptid + 128 one after the other (interleaved, their words spill).
 #pragma unroll 1
             for (int i = ptid; i < F3_ROWS * 4; i += 128) f3_gen_item<T>(R, stage, i);
             f3_fence_async();  // the terms, written by the generic proxy, are read by wgmma
-            f3_bar_producers();
-            if (ptid == 0) ember_mbar_arrive(full0 + 8 * st);
+            ember_mbar_arrive(full0 + 8 * st);
         }
         return;
     }
     if (wg >= t::RB) return;
+    // The raw copies of chunks 0 and 1.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (r < chunks) {
+            f3_load_raw_by<CONSUMERS, 0>(A, raw + r * F3_RAW_BYTES, r);
+            f3_cp_arrive(rawfull0 + 8 * r);
+        }
+    }
     float acc[NC / 2];
 #pragma unroll
     for (int i = 0; i < NC / 2; ++i) acc[i] = 0.0f;
@@ -977,6 +984,11 @@ template <int T, int NC> __device__ __forceinline__ void f3_run_ws(const f3_args
     for (i64 c = 0; c < chunks; ++c) {
         const int st = (int)(c & 1);
         ember_mbar_wait(full0 + 8 * st, (u32)((c >> 1) & 1));
+        // Chunk c is generated, so its raw stage is free for chunk c + 2.
+        if (c + 2 < chunks) {
+            f3_load_raw_by<CONSUMERS, 0>(A, raw + st * F3_RAW_BYTES, c + 2);
+            f3_cp_arrive(rawfull0 + 8 * st);
+        }
         f3_fence_regs(acc);
         f3_wg_fence();
         f3_issue<T, NC, 0>::start(acc, stg + st * STAGE, wg);
@@ -1024,7 +1036,7 @@ extern "C" __global__ void F3_CLUSTER_DIMS __launch_bounds__(F3_CTA_THREADS, 1) 
     unsigned char* smem = f3_smem;
 #endif
 #if F3_WS
-    __shared__ __align__(8) u64 f3_bars[4];
+    __shared__ __align__(8) u64 f3_bars[6];
 #endif
     f3_args A;
     A.x = reinterpret_cast<const u16*>(x);
