@@ -43,6 +43,9 @@
 // owner's shared memory (ld.shared::cluster). x, y and the gates then cross L2 once per cluster
 // instead of once per type. Opt-in (EMBER_CLIFFORD_FC=cluster): measured slower than the plain staged
 // build on an H100, the cluster barriers cost more than the L2 bytes saved (NOTES, "FC product v6").
+// -DF3_WS=1 (staged loads, half types, sm_90a): warp-specialised, a producer warpgroup beside the three
+// consumer warpgroups, mbarriers instead of CTA barriers (f3_run_ws below). Opt-in (EMBER_CLIFFORD_FC=ws):
+// measured 4–11 % slower than this kernel on an H200 (NOTES, "FC product v9").
 
 typedef EMBER_T act_t;
 #ifndef F3_CLUSTER
