@@ -36,8 +36,9 @@ pub enum FcVariant {
     /// fc3 with the CTAs of a row block's types in one thread block cluster that shares the staged
     /// x, y and gates (`F3_CLUSTER`); plain fc3 where the loads are not staged.
     Cluster,
-    /// fc3 warp-specialised (`F3_WS`): a producer warpgroup loads and generates, three consumer
-    /// warpgroups multiply, meeting at mbarriers; plain fc3 where the loads are not staged.
+    /// fc3 warp-specialised (`F3_WS`): a producer warpgroup has the weights copied and generates the
+    /// terms, three consumer warpgroups copy x and y in and multiply, meeting at mbarriers; plain fc3
+    /// where the loads are not staged.
     Ws,
 }
 

@@ -242,8 +242,9 @@ pub enum Crew {
     Cta,
     /// The types of a row block in one thread block cluster sharing the staged loads (`F3_CLUSTER`).
     Cluster,
-    /// A producer warpgroup (loads and generation) beside three consumer warpgroups (products),
-    /// meeting at mbarriers (`F3_WS`; 512 threads).
+    /// A producer warpgroup (weight copies and term generation) beside three consumer warpgroups
+    /// (raw copies and products), meeting at mbarriers (`F3_WS`; 512 threads; opt-in, measured
+    /// slower: NOTES.md "FC product v9").
     Specialised,
 }
 
