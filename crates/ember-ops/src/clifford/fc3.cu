@@ -572,10 +572,11 @@ template <int NT, int TID0> __device__ __forceinline__ void f3_load_raw_by(const
     }
 #else
     // Unit u = tid + NT·k: its row r = (tid >> 1) & 63 and half h = tid & 1 are the thread's for
-    // every k, and its plane jj = u >> 7 = tid / 128 + (NT / 128)·k (NT a multiple of 128). So the row's offset is computed once per chunk and each unit adds only its
-    // plane's base: ~18 instructions a unit, where the per-unit index math (64-bit, a division by
-    // CL_M, bounds) was ~47 — 40 % of the product's instructions at B = 4096, N = N_out = 512 (ncu,
-    // H200). Same units, same bytes.
+    // every k, and its plane jj = u >> 7 = tid / 128 + (NT / 128)·k (NT a multiple of 128). So the
+    // row's offset is computed once per chunk and each unit adds only its plane's base: ~18
+    // instructions a unit, where the per-unit index math (64-bit, a division by CL_M, bounds) was
+    // ~47 — 40 % of the product's instructions at B = 4096, N = N_out = 512 (ncu, H200). Same units,
+    // same bytes.
     static_assert(NT % 128 == 0, "a unit's row and half must be the thread's");
     constexpr int UNITS = 2 * CL_M * F3_ROWS * 2, KMAX = (UNITS + NT - 1) / NT;
     const int r = (tid >> 1) & (F3_ROWS - 1), h = tid & 1, wg = tid >> 7;

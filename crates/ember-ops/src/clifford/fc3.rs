@@ -30,6 +30,8 @@ const COLS_X3: usize = 96;
 const STAGES_X3: usize = 2;
 const ROWS: usize = 64;
 const THREADS: u32 = 384;
+/// Threads per CTA of the warp-specialised product: the three consumer warpgroups and the producer.
+const WS_THREADS: u32 = THREADS + 128;
 const STAGES: usize = 3;
 /// Bytes of one A tile (64 × 16) and one B tile (192 × 16) of 16-bit values.
 const A_TILE: usize = ROWS * 32;
@@ -331,7 +333,7 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let (name, block) = match crew {
         Crew::Cta => ("clifford_fc3", THREADS),
         Crew::Cluster => ("clifford_fc3_cluster", THREADS),
-        Crew::Specialised => ("clifford_fc3_ws", THREADS + 128),
+        Crew::Specialised => ("clifford_fc3_ws", WS_THREADS),
     };
     plan.launch(Launch { src, opts: opts(dt, Pass::Product, load, d_f32, Some((cw, cn)), crew), entry: "cl_kernel".into(), grid: (gx, gy, 1), block, smem, args, name, dependent: false });
     Ok(())
