@@ -197,9 +197,8 @@ fn checked_layout(layer: &Layer, dims: Dims, n_out: usize, what: &str) -> Result
 }
 
 /// The GEMM backward into plan buffers d_x, d_y (activation type), d_w (f32) from x = 0, y = 1,
-/// w = 2 and the product's gradient `g` (buffer; f32 when `g_f32`, else the activation type).
-#[allow(clippy::too_many_arguments)]
-pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, g: usize, g_f32: bool, (dx, dy, dw): (usize, usize, usize)) -> Result<()> {
+/// w = 2 and the product's gradient `g` (buffer, in the activation type).
+pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, g: usize, (dx, dy, dw): (usize, usize, usize)) -> Result<()> {
     let (lay, ws) = checked_layout(layer, dims, n_out, "the GEMM backward")?;
     let (b, n, p) = (dims.b, dims.n, layer.tables().p());
     let x3 = dt == DType::F32 && f32_halves();
@@ -212,11 +211,6 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
         let args = vec![Arg::Buf(g), Arg::Buf(cat), Arg::Buf(h), Arg::I64((dims.m * b) as i64), Arg::I64(n_out as i64), Arg::I32(0b001)];
         plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_split3_bf16".into(), grid: grid("x", g_len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_split_g", dependent: false });
         (h, cat)
-    } else if g_f32 && dt != DType::F32 {
-        let h = plan.alloc(&[dims.m, b, n_out], dt);
-        let args = vec![Arg::Buf(g), Arg::Buf(h), Arg::I64(g_len as i64)];
-        plan.launch(Launch { src: SUMS, opts: vec![], entry: format!("cl_round_{}", dt.name()), grid: grid("x", g_len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_round_g", dependent: false });
-        (h, h)
     } else {
         (g, g)
     };
@@ -354,8 +348,9 @@ mod tests {
             let per = if dt == DType::F32 && f32_halves() { 4 } else { 2 };
             assert_eq!(plan.gemms.len(), per * layer.grades());
             assert!(plan.gemm_at.iter().all(|&at| at == terms + 1 && at == vjp), "{names:?} {:?}", plan.gemm_at);
-            // Half types with the norm round the norm's f32 gradient first.
-            assert_eq!(names.contains(&"clifford_fcb_round_g"), dt != DType::F32 && norm);
+            // With the norm, its backward writes the gradient in the operands' type: no pass between.
+            assert_eq!(names.iter().filter(|&&n| n == "clifford_rows").count(), usize::from(norm));
+            assert_eq!(terms, 1 + usize::from(norm) + usize::from(dt == DType::F32 && f32_halves()));
             assert_eq!(plan.outputs.len(), 3);
         }
     }
@@ -365,7 +360,7 @@ mod tests {
         let layer = Layer::new("3,0").unwrap();
         let mut plan = Plan::new(4);
         let dims = Dims { m: 8, b: 1 << 29, n: 1 << 20 };
-        let e = plan_backward(&mut plan, &layer, dims, 4, DType::BF16, 3, false, (4, 5, 6)).unwrap_err();
+        let e = plan_backward(&mut plan, &layer, dims, 4, DType::BF16, 3, (4, 5, 6)).unwrap_err();
         assert!(e.to_string().contains("`x`"), "{e}");
         assert!(!applies(&Layer::new("2,2,1").unwrap()));
     }

@@ -699,7 +699,8 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* 
 
 #if CL_KIND == CL_KIND_NORMBWD
 // d_o = cl_normbwd(g, o, a, c) of the CL_V channels of loaded words at base.
-__device__ __forceinline__ void cl_normbwd_vals_store(float* __restrict__ d_o, i64 BN, i64 base, const float (&gv)[CL_M][CL_V], const float (&ov)[CL_M][CL_V],
+template <typename D>
+__device__ __forceinline__ void cl_normbwd_vals_store(D* __restrict__ d_o, i64 BN, i64 base, const float (&gv)[CL_M][CL_V], const float (&ov)[CL_M][CL_V],
                                                       const float (&a)[CL_NG], const float (&c)[CL_NG]) {
     float d[CL_V][CL_M];
 #pragma unroll
@@ -713,9 +714,19 @@ __device__ __forceinline__ void cl_normbwd_vals_store(float* __restrict__ d_o, i
 }
 
 // The gradient of the product o (f32, kept by the forward) from the gradient g of out = o/r:
-// d_o = cl_normbwd(g, o, a, c) = (g − o·c)·a with a = 1/r, c = a²·Σ g·o / N.
+// d_o = cl_normbwd(g, o, a, c) = (g − o·c)·a with a = 1/r, c = a²·Σ g·o / N. In f32, or with
+// CL_DO_ACT = 1 rounded to the activation type as it is stored (for the fully connected layer's GEMM
+// backward, whose operands share one type).
+#ifndef CL_DO_ACT
+#define CL_DO_ACT 0
+#endif
+#if CL_DO_ACT
+typedef act_t cl_do_t;
+#else
+typedef float cl_do_t;
+#endif
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ g, const float* __restrict__ o, const float* __restrict__ rms,
-                                                                   float* __restrict__ d_o, i64 B, i64 N, int team) {
+                                                                   cl_do_t* __restrict__ d_o, i64 B, i64 N, int team) {
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team;
     const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
