@@ -1222,20 +1222,39 @@ fn fc_tensor_cores(layer: &Layer, dt: DType) -> bool {
 
 /// The norm of a product computed elsewhere ("normfwd") or its gradient ("normbwd") over `rows` rows
 /// of `n` channels.
-/// `d_act`: the backward (`normbwd`) writes its gradient in the activation type instead of f32.
+/// `d_out`: where the backward (`normbwd`) puts its gradient (one buffer, two for `Split3`).
 #[allow(clippy::too_many_arguments)]
-fn plan_norm_rows(plan: &mut Plan, layer: &Layer, kind: &str, dt: DType, rows: usize, n: usize, bufs: &[usize], d_act: bool) -> Result<()> {
+fn plan_norm_rows(plan: &mut Plan, layer: &Layer, kind: &str, dt: DType, rows: usize, n: usize, bufs: &[usize], d_out: NormGrad) -> Result<()> {
     let v = vec_width(layer.blades(), n);
     let (grid, t) = row_launch(rows, n, v)?;
     let mut args: Vec<Arg> = bufs.iter().map(|&b| Arg::Buf(b)).collect();
     args.extend(sizes2(rows, n));
     args.push(Arg::I32(t as i32));
     let mut opts = norm_opts(dt, kind, v, holds_row(n, v));
-    if d_act {
-        opts.push("-DCL_DO_ACT=1".into());
-    }
+    opts.extend(d_out.opt().map(String::from));
     plan.launch(launch(rows_source(layer, kind)?, opts, (grid, 1, 1), 0, args, "clifford_rows"));
     Ok(())
+}
+
+/// The form of the norm backward's gradient (rows.cu `CL_DO_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NormGrad {
+    /// f32 (what the forward's norm ignores; the tile engine's operand).
+    F32,
+    /// The activation type (the half types' GEMM backward).
+    Act,
+    /// bf16 halves in the f32 GEMM backward's layouts (fcb.rs `GradIn::Split`).
+    Split3,
+}
+
+impl NormGrad {
+    fn opt(self) -> Option<&'static str> {
+        match self {
+            NormGrad::F32 => None,
+            NormGrad::Act => Some("-DCL_DO_ACT=1"),
+            NormGrad::Split3 => Some("-DCL_DO_SPLIT3=1"),
+        }
+    }
 }
 
 /// Whether a team of row threads covers a row of `n` channels with one group of `v` each, so a row
@@ -1304,7 +1323,7 @@ pub fn plan_fc_forward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTyp
         plan_simt(&mut plan, layer, 1, dt, st.norm, dims.m * dims.b * n_out, &[0, 1, 2, o], dims, n_out)?;
     }
     if let Some(rms) = rms {
-        plan_norm_rows(&mut plan, layer, "normfwd", dt, dims.b, n_out, &[o, out, rms], false)?;
+        plan_norm_rows(&mut plan, layer, "normfwd", dt, dims.b, n_out, &[o, out, rms], NormGrad::F32)?;
     }
     Ok(plan)
 }
@@ -1339,23 +1358,34 @@ pub fn plan_fc_backward_variant(layer: &Layer, dims: Dims, n_out: usize, dt: DTy
     let dx = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dy = plan.output(&[dims.m, dims.b, dims.n], dt);
     let dw = plan.output(&[layer.paths(), dims.n, n_out], DType::F32);
-    let gemm = var == FcBwdVariant::Gemm && fcb::applies(layer);
-    // The gradient of the product: d_out itself, or the norm's backward of it — in the activation
-    // type for the GEMM backward (its GEMMs multiply operands of one type; each value is rounded
-    // once where it is computed, which a separate pass over an f32 copy did before: 134 MB less
-    // traffic at Cl(3,0) B = 4096, N_out = 512), else in f32 for the tile engine.
+    // The gradient of the product: d_out itself, or the norm's backward of it. For the GEMM
+    // backward the norm writes it as the GEMMs' operands (the activation type, or f32's bf16 halves),
+    // each value rounded where it is computed, which a pass over an f32 copy did before (Cl(3,0),
+    // B = 4096, N_out = 512: 134 MB less traffic and a launch fewer); for the tile engine in f32.
+    if var == FcBwdVariant::Gemm && fcb::applies(layer) {
+        let g = match (norm, dt == DType::F32 && fcb::f32_halves()) {
+            (false, _) => fcb::GradIn::Plain(3),
+            (true, false) => {
+                let d = plan.alloc(&[dims.m, dims.b, n_out], dt);
+                plan_norm_rows(&mut plan, layer, "normbwd", dt, dims.b, n_out, &[3, 4, 5, d], if dt == DType::F32 { NormGrad::F32 } else { NormGrad::Act })?;
+                fcb::GradIn::Plain(d)
+            }
+            (true, true) => {
+                let (cat, halves) = fcb::split_buffers(&mut plan, dims, n_out);
+                plan_norm_rows(&mut plan, layer, "normbwd", dt, dims.b, n_out, &[3, 4, 5, cat, halves], NormGrad::Split3)?;
+                fcb::GradIn::Split { cat, halves }
+            }
+        };
+        fcb::plan_backward(&mut plan, layer, dims, n_out, dt, g, (dx, dy, dw))?;
+        return Ok(plan);
+    }
     let g = if norm {
-        let d_act = gemm && dt != DType::F32;
-        let d = plan.alloc(&[dims.m, dims.b, n_out], if d_act { dt } else { DType::F32 });
-        plan_norm_rows(&mut plan, layer, "normbwd", dt, dims.b, n_out, &[3, 4, 5, d], d_act)?;
+        let d = plan.alloc(&[dims.m, dims.b, n_out], DType::F32);
+        plan_norm_rows(&mut plan, layer, "normbwd", dt, dims.b, n_out, &[3, 4, 5, d], NormGrad::F32)?;
         d
     } else {
         3
     };
-    if gemm {
-        fcb::plan_backward(&mut plan, layer, dims, n_out, dt, g, (dx, dy, dw))?;
-        return Ok(plan);
-    }
     if fc_tensor_cores(layer, dt) {
         let data = TileCall {
             a: Arg::Buf(g),
@@ -1658,10 +1688,11 @@ pub fn kernels_of(layer: &Layer) -> Result<Vec<KernelBuild>> {
             for &v in &vs {
                 for hold in [false, true] {
                     out.push(KernelBuild { source: src, options: norm_opts(dt, kind, v, hold) });
-                    // The half types' gradient for the fully connected GEMM backward.
-                    if kind == "normbwd" && dt != DType::F32 && fcb::applies(layer) {
+                    // The gradient as the fully connected GEMM backward's operands.
+                    if kind == "normbwd" && fcb::applies(layer) {
+                        let form = if dt == DType::F32 { NormGrad::Split3 } else { NormGrad::Act };
                         let mut options = norm_opts(dt, kind, v, hold);
-                        options.push("-DCL_DO_ACT=1".into());
+                        options.extend(form.opt().map(String::from));
                         out.push(KernelBuild { source: src, options });
                     }
                 }

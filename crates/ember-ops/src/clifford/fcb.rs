@@ -196,23 +196,42 @@ fn checked_layout(layer: &Layer, dims: Dims, n_out: usize, what: &str) -> Result
     Ok((lay, ws))
 }
 
+/// The product's gradient as [`plan_backward`] takes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradIn {
+    /// A buffer in the activation type.
+    Plain(usize),
+    /// f32 already split into bf16 halves (buffers from [`split_buffers`], as the norm's backward
+    /// writes them): `cat` its rows [lo | hi | hi] (3·N_out values, for dT), `halves` hi then lo.
+    Split { cat: usize, halves: usize },
+}
+
+/// The buffers of an f32 gradient's bf16 halves for the three-product GEMMs: (`cat`, `halves`).
+pub fn split_buffers(plan: &mut Plan, dims: Dims, n_out: usize) -> (usize, usize) {
+    let cat = plan.alloc(&[dims.m * dims.b, 3 * n_out], DType::BF16);
+    let halves = plan.alloc(&[2, dims.m, dims.b, n_out], DType::BF16);
+    (cat, halves)
+}
+
 /// The GEMM backward into plan buffers d_x, d_y (activation type), d_w (f32) from x = 0, y = 1,
-/// w = 2 and the product's gradient `g` (buffer, in the activation type).
-pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, g: usize, (dx, dy, dw): (usize, usize, usize)) -> Result<()> {
+/// w = 2 and the product's gradient `g`.
+pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt: DType, g: GradIn, (dx, dy, dw): (usize, usize, usize)) -> Result<()> {
     let (lay, ws) = checked_layout(layer, dims, n_out, "the GEMM backward")?;
     let (b, n, p) = (dims.b, dims.n, layer.tables().p());
     let x3 = dt == DType::F32 && f32_halves();
     let g_len = dims.m * b * n_out;
     // The product's gradient in the GEMMs' operand type. f32: its rows [lo | hi | hi] (3·N_out values,
     // for dT) and its plain halves (hi, then lo g_len further, for dW), from one pass.
-    let (go, g_cat) = if x3 {
-        let cat = plan.alloc(&[dims.m * b, 3 * n_out], DType::BF16);
-        let h = plan.alloc(&[2, dims.m, b, n_out], DType::BF16);
-        let args = vec![Arg::Buf(g), Arg::Buf(cat), Arg::Buf(h), Arg::I64((dims.m * b) as i64), Arg::I64(n_out as i64), Arg::I32(0b001)];
-        plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_split3_bf16".into(), grid: grid("x", g_len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_split_g", dependent: false });
-        (h, cat)
-    } else {
-        (g, g)
+    let (go, g_cat) = match g {
+        GradIn::Split { cat, halves } if x3 => (halves, cat),
+        GradIn::Split { .. } => return Err(Error::invalid("g", "bf16 halves for the f32 three-product GEMMs, got them for another path")),
+        GradIn::Plain(g) if x3 => {
+            let (cat, h) = split_buffers(plan, dims, n_out);
+            let args = vec![Arg::Buf(g), Arg::Buf(cat), Arg::Buf(h), Arg::I64((dims.m * b) as i64), Arg::I64(n_out as i64), Arg::I32(0b001)];
+            plan.launch(Launch { src: SUMS, opts: vec![], entry: "cl_split3_bf16".into(), grid: grid("x", g_len)?, block: THREADS as u32, smem: 0, args, name: "clifford_fcb_split_g", dependent: false });
+            (h, cat)
+        }
+        GradIn::Plain(g) => (g, g),
     };
     let nm = n * n_out;
     let (op_t, halves) = if x3 { (DType::BF16, 2) } else { (dt, 1) };
@@ -338,7 +357,7 @@ mod tests {
     fn plan_runs_gemms_between_the_terms_and_their_vjp() {
         let layer = Layer::new("3,0").unwrap();
         let dims = Dims { m: 8, b: 5, n: 7 };
-        for (dt, norm) in [(DType::BF16, true), (DType::F32, false)] {
+        for (dt, norm) in [(DType::BF16, true), (DType::BF16, false), (DType::F32, false), (DType::F32, true)] {
             let plan = super::super::cuda::plan_fc_backward_variant(&layer, dims, 9, dt, norm, FcBwdVariant::Gemm).unwrap();
             let names: Vec<&str> = plan.launches.iter().map(|l| l.name).collect();
             let terms = names.iter().position(|&n| n == "clifford_fcb_terms").unwrap();
@@ -348,9 +367,10 @@ mod tests {
             let per = if dt == DType::F32 && f32_halves() { 4 } else { 2 };
             assert_eq!(plan.gemms.len(), per * layer.grades());
             assert!(plan.gemm_at.iter().all(|&at| at == terms + 1 && at == vjp), "{names:?} {:?}", plan.gemm_at);
-            // With the norm, its backward writes the gradient in the operands' type: no pass between.
+            // With the norm, its backward writes the gradient as the GEMMs' operands: no pass between.
+            // Without it, f32 splits d_out into bf16 halves first.
             assert_eq!(names.iter().filter(|&&n| n == "clifford_rows").count(), usize::from(norm));
-            assert_eq!(terms, 1 + usize::from(norm) + usize::from(dt == DType::F32 && f32_halves()));
+            assert_eq!(names.contains(&"clifford_fcb_split_g"), !norm && dt == DType::F32 && f32_halves());
             assert_eq!(plan.outputs.len(), 3);
         }
     }
@@ -360,7 +380,7 @@ mod tests {
         let layer = Layer::new("3,0").unwrap();
         let mut plan = Plan::new(4);
         let dims = Dims { m: 8, b: 1 << 29, n: 1 << 20 };
-        let e = plan_backward(&mut plan, &layer, dims, 4, DType::BF16, 3, (4, 5, 6)).unwrap_err();
+        let e = plan_backward(&mut plan, &layer, dims, 4, DType::BF16, GradIn::Plain(3), (4, 5, 6)).unwrap_err();
         assert!(e.to_string().contains("`x`"), "{e}");
         assert!(!applies(&Layer::new("2,2,1").unwrap()));
     }

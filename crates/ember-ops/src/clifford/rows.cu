@@ -698,9 +698,52 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const float* 
 #endif
 
 #if CL_KIND == CL_KIND_NORMBWD
-// d_o = cl_normbwd(g, o, a, c) of the CL_V channels of loaded words at base.
-template <typename D>
-__device__ __forceinline__ void cl_normbwd_vals_store(D* __restrict__ d_o, i64 BN, i64 base, const float (&gv)[CL_M][CL_V], const float (&ov)[CL_M][CL_V],
+// Where the gradient goes. Plain: d_o (f32, or the activation type) as [blade][b][n]. CL_DO_SPLIT3 = 1
+// (f32 activations, the fully connected GEMM backward): each value as bf16 halves hi = bf16(d),
+// lo = bf16(d − hi) (~16 significant bits together), into `cat`, rows j·B + b of 3N values
+// [lo | hi | hi], and `halves`, hi at [j][b][n] then lo CL_M·B·N further — the layouts fcb.rs's
+// three-product GEMMs read, which cl_split3_bf16 wrote from an f32 copy before (same bits).
+template <typename D> struct cl_do_plain {
+    D* p;
+    __device__ __forceinline__ void store(i64 B, i64 N, i64 b, i64 n0, const float (&d)[CL_V][CL_M]) const { cl_store_mv(p, B * N, b * N + n0, d); }
+};
+template <int V> __device__ __forceinline__ void cl_st_bits(ember_bf16* p, const u32 (&h)[V]) {
+    if constexpr (V == 4) {
+        *reinterpret_cast<uint2*>(p) = make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+    } else if constexpr (V == 2) {
+        *reinterpret_cast<u32*>(p) = h[0] | (h[1] << 16);
+    } else {
+        p->bits = (u16)h[0];
+    }
+}
+struct cl_do_split3 {
+    ember_bf16* cat;
+    ember_bf16* halves;
+    __device__ __forceinline__ void store(i64 B, i64 N, i64 b, i64 n0, const float (&d)[CL_V][CL_M]) const {
+        const i64 BN = B * N;
+#pragma unroll
+        for (int j = 0; j < CL_M; ++j) {
+            u32 hi[CL_V], lo[CL_V];
+#pragma unroll
+            for (int c = 0; c < CL_V; ++c) {
+                const ember_bf16 h = ember_from_f32<ember_bf16>(d[c][j]);
+                hi[c] = h.bits;
+                lo[c] = ember_from_f32<ember_bf16>(d[c][j] - ember_to_f32(h)).bits;
+            }
+            ember_bf16* row = cat + ((i64)j * B + b) * 3 * N + n0;
+            cl_st_bits<CL_V>(row, lo);
+            cl_st_bits<CL_V>(row + N, hi);
+            cl_st_bits<CL_V>(row + 2 * N, hi);
+            const i64 i = (i64)j * BN + b * N + n0;
+            cl_st_bits<CL_V>(halves + i, hi);
+            cl_st_bits<CL_V>(halves + CL_M * BN + i, lo);
+        }
+    }
+};
+
+// d_o = cl_normbwd(g, o, a, c) of the CL_V channels n0.. of row b from loaded words.
+template <typename S>
+__device__ __forceinline__ void cl_normbwd_vals_store(const S& sink, i64 B, i64 N, i64 b, i64 n0, const float (&gv)[CL_M][CL_V], const float (&ov)[CL_M][CL_V],
                                                       const float (&a)[CL_NG], const float (&c)[CL_NG]) {
     float d[CL_V][CL_M];
 #pragma unroll
@@ -710,23 +753,32 @@ __device__ __forceinline__ void cl_normbwd_vals_store(D* __restrict__ d_o, i64 B
         for (int j = 0; j < CL_M; ++j) { gi[j] = gv[j][cc]; oi[j] = ov[j][cc]; }
         cl_normbwd(gi, oi, a, c, d[cc]);
     }
-    cl_store_mv(d_o, BN, base, d);
+    sink.store(B, N, b, n0, d);
 }
 
 // The gradient of the product o (f32, kept by the forward) from the gradient g of out = o/r:
 // d_o = cl_normbwd(g, o, a, c) = (g − o·c)·a with a = 1/r, c = a²·Σ g·o / N. In f32, or with
 // CL_DO_ACT = 1 rounded to the activation type as it is stored (for the fully connected layer's GEMM
-// backward, whose operands share one type).
+// backward, whose operands share one type), or with CL_DO_SPLIT3 = 1 as bf16 halves (cl_do_split3).
 #ifndef CL_DO_ACT
 #define CL_DO_ACT 0
 #endif
-#if CL_DO_ACT
-typedef act_t cl_do_t;
+#ifndef CL_DO_SPLIT3
+#define CL_DO_SPLIT3 0
+#endif
+#if CL_DO_SPLIT3
+#define CL_DO_PARAMS ember_bf16* __restrict__ d_cat, ember_bf16* __restrict__ d_halves
+#define CL_DO_SINK cl_do_split3{d_cat, d_halves}
+#elif CL_DO_ACT
+#define CL_DO_PARAMS act_t* __restrict__ d_o
+#define CL_DO_SINK cl_do_plain<act_t>{d_o}
 #else
-typedef float cl_do_t;
+#define CL_DO_PARAMS float* __restrict__ d_o
+#define CL_DO_SINK cl_do_plain<float>{d_o}
 #endif
 extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* __restrict__ g, const float* __restrict__ o, const float* __restrict__ rms,
-                                                                   cl_do_t* __restrict__ d_o, i64 B, i64 N, int team) {
+                                                                   CL_DO_PARAMS, i64 B, i64 N, int team) {
+    const auto sink = CL_DO_SINK;
     __shared__ float red[(CL_THREADS / 32) * CL_NG];
     const int lt = threadIdx.x % team;
     const i64 b = (i64)blockIdx.x * (blockDim.x / team) + threadIdx.x / team;
@@ -754,13 +806,13 @@ extern "C" __global__ void __launch_bounds__(CL_THREADS) cl_kernel(const act_t* 
         c[k] = a[k] * a[k] * e[k] / (float)N;
     }
 #if CL_K
-    if (mine) cl_normbwd_vals_store(d_o, BN, b * N + lt * CL_V, gv, ov, a, c);
+    if (mine) cl_normbwd_vals_store(sink, B, N, b, lt * CL_V, gv, ov, a, c);
 #else
     for (i64 q = lt; live && q < G; q += team) {
         float gv[CL_M][CL_V], ov[CL_M][CL_V];
         cl_load_mv(g, BN, b * N + q * CL_V, gv);
         cl_load_mv(o, BN, b * N + q * CL_V, ov);
-        cl_normbwd_vals_store(d_o, BN, b * N + q * CL_V, gv, ov, a, c);
+        cl_normbwd_vals_store(sink, B, N, b, q * CL_V, gv, ov, a, c);
     }
 #endif
 }
