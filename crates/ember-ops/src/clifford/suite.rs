@@ -866,6 +866,25 @@ fn bench_fc(ctx: &BenchCtx, spec: &str, nb: usize, n: usize, dtype: DType) -> Re
             rows.push(row);
         }
     }
+    // EMBER_CLIFFORD_PROFILE=1: each launch of the default backward alone (pass "bwd:<kernel>"; the
+    // GEMMs are what the backward row adds to their sum), to see where its time goes.
+    if ctx.device.is_cuda() && std::env::var("EMBER_CLIFFORD_PROFILE").is_ok() {
+        let dims = Dims { m, b: nb, n };
+        let (x, y, w, g) = &sets[0];
+        let f = fc::forward(&layer, x, y, w, true)?;
+        let (o, rms) = (f.o.as_ref().expect("normed forward keeps o"), f.rms.as_ref().expect("normed forward"));
+        let var = if super::blas::available(x) { fcb::FcBwdVariant::selected() } else { fcb::FcBwdVariant::Tile };
+        let plan = cuda::plan_fc_backward_variant(&layer, dims, n, dtype, true, var)?;
+        for (li, l) in plan.launches.iter().enumerate() {
+            let mut one = plan.clone();
+            one.launches = vec![l.clone()];
+            one.gemms.clear();
+            one.gemm_at.clear();
+            let ms = ctx.time(200.0, |_| super::plan::run_cuda(one.clone(), &[x, y, w, g, o, rms]).map(drop))?;
+            let pv = params(&[("layer", json!("fc")), ("alg", json!(spec)), ("B", json!(nb)), ("N", json!(n)), ("launch", json!(li))]);
+            rows.push(ctx.row_with_rate("clifford", &format!("bwd:{}", l.name), dtype, pv, ms, 1.5 * bytes, 0.0, rate));
+        }
+    }
     // The forward kernels that are not the default, for comparison in the same run (f32: the tile
     // engine and cuBLAS; its gemm and cluster variants are the tile engine and fc3 again).
     if ctx.device.is_cuda() && (fc2::applies(&layer, dtype) || fc3::applies(&layer, dtype)) {
