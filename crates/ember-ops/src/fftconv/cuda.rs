@@ -577,10 +577,11 @@ fn heads_per_chunk(heads: usize, bytes_per_head: usize) -> usize {
 /// heads, so every launch ran part-empty: on an H200, L = 65536 (B = 4, H = 256) fwd+bwd took
 /// 15.6 ms with L2-sized rounds and 8.8 ms with 480 MB ones (2000 MB: 8.5 ms); L = 2^20 fwd+bwd
 /// 17.3 → 10.9 ms. The passes are bound by their arithmetic and latency, not by the intermediates'
-/// HBM traffic, so a full GPU beats an L2-resident round. 512 MiB bounds a call's four-step
-/// workspaces to about that much; on devices with less than 16 GiB the bound is 1/32 of the memory
-/// (never under half the L2), so a call never takes a large share of a small GPU (see NOTES.md,
-/// "Four-step rounds").
+/// HBM traffic, so a full GPU beats an L2-resident round. 2 GiB bounds a call's four-step
+/// workspaces to about that much (512 MiB before: rounds of 2048 instead of 512 MiB took fwd+bwd at
+/// L = 65536 and 2^20 −1.5 %, L = 2^22 −3 % on an H200, NOTES.md "Four-step rounds"); on devices
+/// with less than 64 GiB the bound is 1/32 of the memory (never under half the L2), so a call never
+/// takes a large share of a small GPU.
 /// `Options::four_step_round_bytes` overrides both.
 fn round_bytes(dev: &CudaDevice, opts: &Options) -> usize {
     if let Some(bytes) = opts.four_step_round_bytes {
@@ -591,7 +592,7 @@ fn round_bytes(dev: &CudaDevice, opts: &Options) -> usize {
         None => {
             let info = dev.info();
             let half_l2 = (info.l2_bytes.max(1 << 20) as usize) / 2;
-            (info.total_memory / 32).min(512 << 20).max(half_l2)
+            (info.total_memory / 32).min(2048 << 20).max(half_l2)
         }
     }
 }
