@@ -153,24 +153,6 @@ fn fcb_source(layer: &Layer, kind: u8) -> Result<KernelSource> {
     })
 }
 
-/// Channels per thread of the terms kernel (kind 3, `FB_V`): 2 where N is even and the algebra has
-/// at most 8 blades (two elements' terms then fit in registers), else 1.
-fn terms_width(layer: &Layer, n: usize) -> usize {
-    if n % 2 == 0 && layer.blades() <= 8 {
-        2
-    } else {
-        1
-    }
-}
-
-/// The terms kernel's options (`base`: `opts` or `opts_x3` of kind 3) for `width` channels per thread.
-fn with_width(mut base: Vec<String>, width: usize) -> Vec<String> {
-    if width > 1 {
-        base.push(format!("-DFB_V={width}"));
-    }
-    base
-}
-
 fn opts(dt: DType, kind: u8) -> Vec<String> {
     vec![dtype_opt(dt), format!("-DFB_KIND={kind}")]
 }
@@ -272,9 +254,8 @@ pub fn plan_backward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, d
     if x3 {
         args.push(Arg::I64(ws as i64));
     }
-    let tw = terms_width(layer, n);
-    let topts = with_width(if x3 { opts_x3(3) } else { opts(dt, 3) }, tw);
-    plan.launch(launch(fcb_source(layer, 3)?, topts, grid("x", b * n / tw)?, 0, args, "clifford_fcb_terms"));
+    let topts = if x3 { opts_x3(3) } else { opts(dt, 3) };
+    plan.launch(launch(fcb_source(layer, 3)?, topts, grid("x", b * n)?, 0, args, "clifford_fcb_terms"));
     let dwg = plan.alloc(&[p, n, n_out], DType::F32);
     // dW with f32: three accumulating GEMMs of the halves (`blas::gemm3`), the lo halves ws (terms) and
     // g_len (d_out) elements after the hi ones; else one.
@@ -305,8 +286,7 @@ pub fn plan_forward(plan: &mut Plan, layer: &Layer, dims: Dims, n_out: usize, dt
     let wg = plan.alloc(&[p, n, n_out], dt);
     plan.launch(launch(fcb_source(layer, 1)?, opts(dt, 1), grid("w", p * nm)?, 0, vec![Arg::Buf(2), Arg::Buf(wg), Arg::I64(nm as i64)], "clifford_fcb_weights"));
     let tt = plan.alloc(&[ws], dt);
-    let tw = terms_width(layer, n);
-    plan.launch(launch(fcb_source(layer, 3)?, with_width(opts(dt, 3), tw), grid("x", b * n / tw)?, 0, vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(tt), Arg::I64(b as i64), Arg::I64(n as i64)], "clifford_fcb_terms"));
+    plan.launch(launch(fcb_source(layer, 3)?, opts(dt, 3), grid("x", b * n)?, 0, vec![Arg::Buf(0), Arg::Buf(1), Arg::Buf(tt), Arg::I64(b as i64), Arg::I64(n as i64)], "clifford_fcb_terms"));
     let c = if d_f32 { DType::F32 } else { dt };
     for m in &lay.grades {
         let (rows, k) = (m.c * b, m.paths.len() * n);
@@ -322,19 +302,14 @@ pub fn kernels(layer: &Layer) -> Result<Vec<KernelBuild>> {
         return Ok(Vec::new());
     }
     let mut out = vec![KernelBuild { source: fcb_source(layer, 2)?, options: opts(DType::F32, 2) }];
-    let widths: &[usize] = if terms_width(layer, 2) == 2 { &[1, 2] } else { &[1] };
     for dt in DType::ACTIVATIONS {
-        for kind in [1, 4] {
+        for kind in [1, 3, 4] {
             out.push(KernelBuild { source: fcb_source(layer, kind)?, options: opts(dt, kind) });
-        }
-        for &w in widths {
-            out.push(KernelBuild { source: fcb_source(layer, 3)?, options: with_width(opts(dt, 3), w) });
         }
     }
     // f32 on bf16 halves: the weights and the terms split (the product's gradient: SUMS).
-    out.push(KernelBuild { source: fcb_source(layer, 1)?, options: opts_x3(1) });
-    for &w in widths {
-        out.push(KernelBuild { source: fcb_source(layer, 3)?, options: with_width(opts_x3(3), w) });
+    for kind in [1, 3] {
+        out.push(KernelBuild { source: fcb_source(layer, kind)?, options: opts_x3(kind) });
     }
     Ok(out)
 }
