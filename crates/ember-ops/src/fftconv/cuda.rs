@@ -49,6 +49,10 @@ fn options(block: u32) -> Vec<String> {
             o.push("-DFC_TW_DIRECT=1".into());
         }
     }
+    // `0`: full transforms of the zero-padded rows in the CUDA-core FFT kernels (fftconv.cu, FC_PRUNE).
+    if ember_core::knob("EMBER_FFTCONV_PRUNE") == Some("0") {
+        o.push("-DFC_PRUNE=0".into());
+    }
     if let Some(v) = ember_core::knob("EMBER_FFTCONV_PAIR_BWD_MINB").and_then(|v| v.parse::<u32>().ok()) {
         o.push(format!("-DFC_PAIR_BWD_MINB={v}"));
     }

@@ -69,9 +69,10 @@ template <int DIR> __device__ __forceinline__ void dft2(float2& a0, float2& a1) 
     a1 = c_sub(t, a1);
 }
 
-template <int DIR> __device__ __forceinline__ void dft4(float2& a0, float2& a1, float2& a2, float2& a3) {
-    const float2 t0 = c_add(a0, a2), t1 = c_sub(a0, a2);
-    const float2 t2 = c_add(a1, a3), t3 = c_rot<DIR>(c_sub(a1, a3));
+// ZIN: a2 = a3 = 0 (not read), so t0 = t1 = a0 and t2 = a1: half the adds of the first stage.
+template <int DIR, bool ZIN = false> __device__ __forceinline__ void dft4(float2& a0, float2& a1, float2& a2, float2& a3) {
+    const float2 t0 = ZIN ? a0 : c_add(a0, a2), t1 = ZIN ? a0 : c_sub(a0, a2);
+    const float2 t2 = ZIN ? a1 : c_add(a1, a3), t3 = c_rot<DIR>(ZIN ? a1 : c_sub(a1, a3));
     a0 = c_add(t0, t2);
     a2 = c_sub(t0, t2);
     a1 = c_add(t1, t3);
@@ -103,10 +104,10 @@ template <int DIR> __device__ __forceinline__ float2 w16(int e) {
     return DIR < 0 ? w : c_conj(w);
 }
 
-template <int DIR> __device__ __forceinline__ void dft8(float2 (&a)[8]) {
+template <int DIR, bool ZIN = false> __device__ __forceinline__ void dft8(float2 (&a)[8]) {
     // Radix-2 split: E = DFT4(even), O = DFT4(odd); X[k] = E[k] + W8^k·O[k], X[k+4] = E[k] − W8^k·O[k].
-    dft4<DIR>(a[0], a[2], a[4], a[6]);
-    dft4<DIR>(a[1], a[3], a[5], a[7]);
+    dft4<DIR, ZIN>(a[0], a[2], a[4], a[6]);
+    dft4<DIR, ZIN>(a[1], a[3], a[5], a[7]);
     float2 e[4] = {a[0], a[2], a[4], a[6]};
     float2 o[4] = {a[1], a[3], a[5], a[7]};
 #pragma unroll
@@ -117,13 +118,13 @@ template <int DIR> __device__ __forceinline__ void dft8(float2 (&a)[8]) {
     }
 }
 
-template <int DIR> __device__ __forceinline__ void dft16(float2 (&a)[16]) {
+template <int DIR, bool ZIN = false> __device__ __forceinline__ void dft16(float2 (&a)[16]) {
     // n = 4·n1 + n2, k = k1 + 4·k2: DFT4 over n1 for each n2, twiddle W16^(n2·k1), DFT4 over n2.
     float2 b[4][4];
 #pragma unroll
     for (int n2 = 0; n2 < 4; ++n2) {
         float2 x0 = a[n2], x1 = a[4 + n2], x2 = a[8 + n2], x3 = a[12 + n2];
-        dft4<DIR>(x0, x1, x2, x3);
+        dft4<DIR, ZIN>(x0, x1, x2, x3);
         b[n2][0] = x0;
         b[n2][1] = n2 == 0 ? x1 : c_mul(x1, w16<DIR>(n2));
         b[n2][2] = n2 == 0 ? x2 : c_mul(x2, w16<DIR>(2 * n2));
@@ -140,15 +141,17 @@ template <int DIR> __device__ __forceinline__ void dft16(float2 (&a)[16]) {
     }
 }
 
-template <int R, int DIR> __device__ __forceinline__ void dft(float2 (&a)[R]) {
+// ZIN: a[R/2 ..] are zero and not read (a pruned first pass, see block_fft).
+template <int R, int DIR, bool ZIN = false> __device__ __forceinline__ void dft(float2 (&a)[R]) {
     if constexpr (R == 2) {
-        dft2<DIR>(a[0], a[1]);
+        if constexpr (ZIN) a[1] = a[0];
+        else dft2<DIR>(a[0], a[1]);
     } else if constexpr (R == 4) {
-        dft4<DIR>(a[0], a[1], a[2], a[3]);
+        dft4<DIR, ZIN>(a[0], a[1], a[2], a[3]);
     } else if constexpr (R == 8) {
-        dft8<DIR>(a);
+        dft8<DIR, ZIN>(a);
     } else {
-        dft16<DIR>(a);
+        dft16<DIR, ZIN>(a);
     }
 }
 
@@ -161,7 +164,10 @@ struct FcSeqs {
     int ss, es;   // flat index of (s, i) = s·ss + i·es
 };
 
-template <int LOGR, int DIR>
+// ZIN (first pass only, logns = 0): the upper half of every sequence is zero, i.e. inputs r ≥ R/2; they
+// are not read. HOUT (last pass only): only outputs r < R/2 (the lower half of every sequence) are
+// stored; the compiler drops the arithmetic of the others.
+template <int LOGR, int DIR, bool ZIN = false, bool HOUT = false>
 __device__ __forceinline__ void fft_pass(float2* __restrict__ x, const FcSeqs q, int logns, const float2* __restrict__ tw) {
     constexpr int R = 1 << LOGR;
     constexpr int Q = FC_E / R;  // butterflies per thread
@@ -183,41 +189,62 @@ __device__ __forceinline__ void fft_pass(float2* __restrict__ x, const FcSeqs q,
         base[c] = s * q.ss;
         jj[c] = j;
 #pragma unroll
-        for (int r = 0; r < R; ++r) a[c][r] = x[FC_P(base[c] + (j + (r << lognr)) * q.es)];
+        for (int r = 0; r < R; ++r) a[c][r] = ZIN && r >= R / 2 ? make_float2(0.f, 0.f) : x[FC_P(base[c] + (j + (r << lognr)) * q.es)];
     }
     __syncthreads();
 #pragma unroll
     for (int c = 0; c < Q; ++c) {
         const int ns = 1 << logns;
         const int k = jj[c] & (ns - 1);
-        if (logns > 0) {
+        if (!ZIN && logns > 0) {
             // W_{ns·R}^{r·k} from the pass's own table (neighbouring k are neighbours there, so a
             // warp's loads coalesce; indexing the flat table by r·k would scatter them).
             const float2* st = tw + FC_STAGE_TW(logns, LOGR);
 #pragma unroll
             for (int r = 1; r < R; ++r) a[c][r] = c_mul(a[c][r], tw_get<DIR>(st, r * ns + k));
         }
-        dft<R, DIR>(a[c]);
+        dft<R, DIR, ZIN>(a[c]);
         const int out = (jj[c] - k) * R + k;
 #pragma unroll
-        for (int r = 0; r < R; ++r) x[FC_P(base[c] + (out + r * ns) * q.es)] = a[c][r];
+        for (int r = 0; r < (HOUT ? R / 2 : R); ++r) x[FC_P(base[c] + (out + r * ns) * q.es)] = a[c][r];
     }
     __syncthreads();
 }
 
+// Pruned transforms of zero-padded signals (a convolution's rows are zero from L on, and only its first
+// L outputs are kept): FFT_ZIN — the upper half of every input sequence is zero and is not read (the
+// first pass loads half its inputs and does half its first-stage adds); FFT_HOUT — only the lower half
+// of every output sequence is wanted (the last pass computes and stores only that half; the upper half
+// of x is left stale). Both need sequences of at least 16 (a radix-16 first pass; fc_prunable).
+#define FFT_FULL 0
+#define FFT_ZIN 1
+#define FFT_HOUT 2
+
 // FFT of every sequence (unnormalised; DIR = −1 forward, +1 inverse). Callers sync before. Not
-// inlined: each kernel calls it several times, and one copy per direction keeps NVRTC fast.
-template <int DIR>
+// inlined: each kernel calls it several times, and one copy per direction and mode keeps NVRTC fast.
+template <int DIR, int MODE = FFT_FULL>
 __device__ __noinline__ void block_fft(float2* __restrict__ x, const FcSeqs q, const float2* __restrict__ tw) {
+    constexpr bool HOUT = (MODE & FFT_HOUT) != 0;
     int done = 0;
+    if constexpr ((MODE & FFT_ZIN) != 0) {
+        if (HOUT && q.logn == 4) {
+            fft_pass<4, DIR, true, true>(x, q, 0, tw);
+            return;
+        }
+        fft_pass<4, DIR, true>(x, q, 0, tw);
+        done = 4;
+    }
+    const int rem = q.logn & 3;
+    // Radix-16 passes; with HOUT the last of them is the transform's last pass when no smaller radix follows.
     while (q.logn - done >= 4) {
-        fft_pass<4, DIR>(x, q, done, tw);
+        if (HOUT && rem == 0 && q.logn - done == 4) fft_pass<4, DIR, false, HOUT>(x, q, done, tw);
+        else fft_pass<4, DIR>(x, q, done, tw);
         done += 4;
     }
     switch (q.logn - done) {
-        case 3: fft_pass<3, DIR>(x, q, done, tw); break;
-        case 2: fft_pass<2, DIR>(x, q, done, tw); break;
-        case 1: fft_pass<1, DIR>(x, q, done, tw); break;
+        case 3: fft_pass<3, DIR, false, HOUT>(x, q, done, tw); break;
+        case 2: fft_pass<2, DIR, false, HOUT>(x, q, done, tw); break;
+        case 1: fft_pass<1, DIR, false, HOUT>(x, q, done, tw); break;
         default: break;
     }
 }

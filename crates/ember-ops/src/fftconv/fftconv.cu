@@ -125,6 +125,26 @@ __device__ __forceinline__ float fc_keff(const FcParams& p, int g, i64 t, i64 n)
     return v;
 }
 
+// Pruned transforms (fft.cuh, FFT_ZIN / FFT_HOUT). A row's signal fills at most the lower half of the
+// N = 2M points when L ≤ M: its pairs n ≥ M/2 are zero on the way in and not wanted on the way out. The
+// filter's are when k_eff has no taps from M on (Lk ≤ M, no k_rev beyond its lag-0 tap). Sequences of at
+// least 16 points (the pruned first pass is radix 16). FC_PRUNE=0 (EMBER_FFTCONV_PRUNE=0) keeps the full
+// transforms, for measurements.
+#ifndef FC_PRUNE
+#define FC_PRUNE 1
+#endif
+__device__ __forceinline__ bool fc_prune_row(const FcParams& p, int logn) {
+    return FC_PRUNE && logn >= 4 && p.L <= ((i64)1 << p.logm);
+}
+__device__ __forceinline__ bool fc_prune_filter(const FcParams& p, int logn) {
+    return FC_PRUNE && logn >= 4 && p.lk <= ((i64)1 << p.logm) && p.lkr <= 1;
+}
+template <int DIR, int MODE>
+__device__ __forceinline__ void block_fft_if(bool pruned, float2* __restrict__ x, const FcSeqs q, const float2* __restrict__ tw) {
+    if (pruned) block_fft<DIR, MODE>(x, q, tw);
+    else block_fft<DIR>(x, q, tw);
+}
+
 // Forward epilogue for element t of a valid row: z (D included) → output or, for hd > 1, g_ij.
 __device__ __forceinline__ int fp_kpos(int k, int logp);  // pair_tc.cuh
 
@@ -322,7 +342,7 @@ __device__ void fc_spectrum_onchip(const FcParams& p) {
     fc_pack(x, l, [&](i64 t) { return valid ? fc_keff(p, g, t, n) : 0.f; });
     __syncthreads();
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    block_fft<-1>(x, fc_rows_layout(p.logm), tw);
+    block_fft_if<-1, FFT_ZIN>(fc_prune_filter(p, p.logm), x, fc_rows_layout(p.logm), tw);
     if (p.tc == 2) {
         // The pair forward (pair_tc.cuh): all N bins of K = X/N in its fragment order (real_post
         // gives 2X; bins above N/2 are the conjugates of bins below), divided by a power of two
@@ -432,13 +452,14 @@ __device__ void fc_fwd_onchip(const FcParams& p) {
     fc_pack_w<T>(x, l, p, r);
     __syncthreads();
     const FcSeqs q = fc_rows_layout(p.logm);
-    block_fft<-1>(x, q, tw);
+    const bool pruned = fc_prune_row(p, p.logm);
+    block_fft_if<-1, FFT_ZIN>(pruned, x, q, tw);
     fc_pair_mul<false>(x, l, p.spec, (i64)r.g * (l.m + 1), tw);
     __syncthreads();
-    block_fft<1>(x, q, tw);
+    block_fft_if<1, FFT_HOUT>(pruned, x, q, tw);
     if (!r.valid) return;
 #pragma unroll 4
-    for (int c = 0; c < FC_E; ++c) {
+    for (int c = 0; c < (pruned ? FC_E / 2 : FC_E); ++c) {
         const int n = l.lt + l.tpr * c;
         const float2 y = x[FC_P(l.base + n)];
         const i64 t = 2 * (i64)n;
@@ -529,6 +550,7 @@ __device__ void fc_bwd_onchip(const FcParams& p) {
     const FcLane l = fc_lane(p.logm);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const FcSeqs q = fc_rows_layout(p.logm);
+    const bool pruned = fc_prune_row(p, p.logm);
     const int h = blockIdx.y;
     const int g = p.head0 + h;
     const int pidx = blockIdx.x * l.lanes + l.lane;
@@ -543,7 +565,7 @@ __device__ void fc_bwd_onchip(const FcParams& p) {
         r.valid = r.valid && within < rph;
         fc_pack_w<T>(x, l, p, r);
         __syncthreads();
-        block_fft<-1>(x, q, tw);
+        block_fft_if<-1, FFT_ZIN>(pruned, x, q, tw);
         // Save 2W; with need_z also form Y = 2W·Ks for the recomputation of z.
         for (int c = 0; c <= FC_E / 2; ++c) {
             const int k = l.lt + l.tpr * c;
@@ -569,12 +591,12 @@ __device__ void fc_bwd_onchip(const FcParams& p) {
             }
         }
         __syncthreads();
-        if (p.need_z) block_fft<1>(x, q, tw);
+        if (p.need_z) block_fft_if<1, FFT_HOUT>(pruned, x, q, tw);
         // d_z, packed in place of z.
         // (Per element: batching the d_out loads as fc_col_dz does took the 256-thread kernel from
         // 128 to 142 registers, one CTA per SM instead of two.)
 #pragma unroll 2
-        for (int c = 0; c < FC_E; ++c) {
+        for (int c = 0; c < (pruned ? FC_E / 2 : FC_E); ++c) {
             const int n = l.lt + l.tpr * c;
             const float2 z = x[FC_P(l.base + n)];
             const i64 t = 2 * (i64)n;
@@ -584,7 +606,7 @@ __device__ void fc_bwd_onchip(const FcParams& p) {
             x[FC_P(l.base + n)] = dz;
         }
         __syncthreads();
-        block_fft<-1>(x, q, tw);
+        block_fft_if<-1, FFT_ZIN>(pruned, x, q, tw);
         // S += 2G·conj(2W); Y = 2G·conj(Ks).
         for (int c = 0; c <= FC_E / 2; ++c) {
             const int k = l.lt + l.tpr * c;
@@ -617,10 +639,10 @@ __device__ void fc_bwd_onchip(const FcParams& p) {
             }
         }
         __syncthreads();
-        block_fft<1>(x, q, tw);
+        block_fft_if<1, FFT_HOUT>(pruned, x, q, tw);
         if (r.valid) {
 #pragma unroll 2
-            for (int c = 0; c < FC_E; ++c) {
+            for (int c = 0; c < (pruned ? FC_E / 2 : FC_E); ++c) {
                 const int n = l.lt + l.tpr * c;
                 const float2 dw = x[FC_P(l.base + n)];
                 const i64 t = 2 * (i64)n;
@@ -664,10 +686,11 @@ __device__ void fc_dk_onchip(const FcParams& p) {
         }
     }
     __syncthreads();
-    block_fft<1>(x, fc_rows_layout(p.logm), tw);
+    const bool pruned = fc_prune_filter(p, p.logm);
+    block_fft_if<1, FFT_HOUT>(pruned, x, fc_rows_layout(p.logm), tw);
     if (!valid) return;
     const int g = p.head0 + h;
-    for (int c = 0; c < FC_E; ++c) {
+    for (int c = 0; c < (pruned ? FC_E / 2 : FC_E); ++c) {
         const int nn = l.lt + l.tpr * c;
         const float2 v = x[FC_P(l.base + nn)];
         fc_epi_dk(p, g, 2 * (i64)nn, n, v.x);
@@ -757,10 +780,11 @@ __device__ __forceinline__ FcColTw fc_col_tw(const FcParams& p, const FcTile& t)
     return w;
 }
 
-// Column forward FFT + twiddle of the tile in x, then store to T.
-__device__ __forceinline__ void fc_col_fwd_store(const FcParams& p, float2* x, const FcTile& t, const float2* tw) {
+// Column forward FFT + twiddle of the tile in x, then store to T. `pruned`: the tile's upper half
+// (n1 ≥ M1/2, its elements e ≥ FC_SLOTS/2) is padding and was not written (FFT_ZIN).
+__device__ __forceinline__ void fc_col_fwd_store(const FcParams& p, float2* x, const FcTile& t, const float2* tw, bool pruned) {
     __syncthreads();
-    block_fft<-1>(x, fc_cols_layout(p, t), tw);
+    block_fft_if<-1, FFT_ZIN>(pruned, x, fc_cols_layout(p, t), tw);
     const i64 m2 = (i64)1 << p.logm2;
     const i64 base = t.row << p.logm;
     if (fc_col_tw_chained(t)) {
@@ -785,8 +809,9 @@ __device__ __forceinline__ void fc_col_fwd_store(const FcParams& p, float2* x, c
     }
 }
 
-// Load the tile from T, twiddle back and column inverse FFT: x holds y-pairs at (n1, c).
-__device__ __forceinline__ void fc_col_load_inv(const FcParams& p, float2* x, const FcTile& t, const float2* tw) {
+// Load the tile from T, twiddle back and column inverse FFT: x holds y-pairs at (n1, c). `pruned`: only
+// the lower half (n1 < M1/2, elements e < FC_SLOTS/2) is transformed (FFT_HOUT); the upper half is stale.
+__device__ __forceinline__ void fc_col_load_inv(const FcParams& p, float2* x, const FcTile& t, const float2* tw, bool pruned) {
     const i64 m2 = (i64)1 << p.logm2;
     const i64 base = t.row << p.logm;
     // The loads in batches ahead of the shared-memory stores: each generic load would otherwise wait
@@ -808,7 +833,7 @@ __device__ __forceinline__ void fc_col_load_inv(const FcParams& p, float2* x, co
             w.wb = c_mul(w.wb, w.s);
         }
         __syncthreads();
-        block_fft<1>(x, fc_cols_layout(p, t), tw);
+        block_fft_if<1, FFT_HOUT>(pruned, x, fc_cols_layout(p, t), tw);
         return;
     }
 #pragma unroll 1
@@ -827,7 +852,7 @@ __device__ __forceinline__ void fc_col_load_inv(const FcParams& p, float2* x, co
         }
     }
     __syncthreads();
-    block_fft<1>(x, fc_cols_layout(p, t), tw);
+    block_fft_if<1, FFT_HOUT>(pruned, x, fc_cols_layout(p, t), tw);
 }
 
 // Sample index pair of tile element e: n = M2·n1 + c0 + c.
@@ -842,8 +867,9 @@ __device__ void fc_col_data(const FcParams& p) {
     float2* x = fc_smem;
     const FcTile t = fc_tile(p);
     const FcRow r = fc_row(p, t.row);
+    const bool pruned = fc_prune_row(p, p.logm1);
 #pragma unroll 1
-    for (int c0 = 0; c0 < FC_E; c0 += 4) {
+    for (int c0 = 0; c0 < (pruned ? FC_E / 2 : FC_E); c0 += 4) {
         i64 n[4];
         float2 v[4];
 #pragma unroll
@@ -852,7 +878,7 @@ __device__ void fc_col_data(const FcParams& p) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) x[FC_P(threadIdx.x + FC_BLOCK * (c0 + i))] = v[i];
     }
-    fc_col_fwd_store(p, x, t, reinterpret_cast<const float2*>(p.tw));
+    fc_col_fwd_store(p, x, t, reinterpret_cast<const float2*>(p.tw), pruned);
 }
 
 // Pass 1 of a filter: row = head.
@@ -862,13 +888,14 @@ __device__ void fc_col_filter(const FcParams& p) {
     const FcTile t = fc_tile(p);
     const i64 nn = (i64)2 << p.logm;
     const int g = p.head0 + (int)t.row;
+    const bool pruned = fc_prune_filter(p, p.logm1);
 #pragma unroll 4
-    for (int c = 0; c < FC_E; ++c) {
+    for (int c = 0; c < (pruned ? FC_E / 2 : FC_E); ++c) {
         const int e = threadIdx.x + FC_BLOCK * c;
         const i64 n = fc_tile_n(p, t, e);
         x[FC_P(e)] = make_float2(fc_keff(p, g, 2 * n, nn), fc_keff(p, g, 2 * n + 1, nn));
     }
-    fc_col_fwd_store(p, x, t, reinterpret_cast<const float2*>(p.tw));
+    fc_col_fwd_store(p, x, t, reinterpret_cast<const float2*>(p.tw), pruned);
 }
 
 // Pass 3 of the forward: column inverse FFT, epilogue.
@@ -878,9 +905,10 @@ __device__ void fc_col_out(const FcParams& p) {
     float2* x = fc_smem;
     const FcTile t = fc_tile(p);
     const FcRow r = fc_row(p, t.row);
-    fc_col_load_inv(p, x, t, reinterpret_cast<const float2*>(p.tw));
+    const bool pruned = fc_prune_row(p, p.logm1);
+    fc_col_load_inv(p, x, t, reinterpret_cast<const float2*>(p.tw), pruned);
 #pragma unroll 4
-    for (int c = 0; c < FC_E; ++c) {
+    for (int c = 0; c < (pruned ? FC_E / 2 : FC_E); ++c) {
         const int e = threadIdx.x + FC_BLOCK * c;
         const i64 n = fc_tile_n(p, t, e);
         const float2 y = x[FC_P(e)];
@@ -897,9 +925,11 @@ __device__ void fc_col_dz(const FcParams& p) {
     const FcTile t = fc_tile(p);
     const FcRow r = fc_row(p, t.row);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
-    if (p.need_z) fc_col_load_inv(p, x, t, tw);
+    // Pruned: z only where t < L (FFT_HOUT), d_z zero from L on (FFT_ZIN), both the tile's lower half.
+    const bool pruned = fc_prune_row(p, p.logm1);
+    if (p.need_z) fc_col_load_inv(p, x, t, tw, pruned);
 #pragma unroll 1
-    for (int c0 = 0; c0 < FC_E; c0 += 4) {
+    for (int c0 = 0; c0 < (pruned ? FC_E / 2 : FC_E); c0 += 4) {
         i64 n[4];
         float2 z[4];
 #pragma unroll
@@ -912,7 +942,7 @@ __device__ void fc_col_dz(const FcParams& p) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) x[FC_P(threadIdx.x + FC_BLOCK * (c0 + i))] = z[i];
     }
-    fc_col_fwd_store(p, x, t, tw);
+    fc_col_fwd_store(p, x, t, tw, pruned);
 }
 
 // Backward end: column inverse FFT → d_w → d_u, d_pregate.
@@ -922,9 +952,10 @@ __device__ void fc_col_dw(const FcParams& p) {
     float2* x = fc_smem;
     const FcTile t = fc_tile(p);
     const FcRow r = fc_row(p, t.row);
-    fc_col_load_inv(p, x, t, reinterpret_cast<const float2*>(p.tw));
+    const bool pruned = fc_prune_row(p, p.logm1);
+    fc_col_load_inv(p, x, t, reinterpret_cast<const float2*>(p.tw), pruned);
 #pragma unroll 4
-    for (int c = 0; c < FC_E; ++c) {
+    for (int c = 0; c < (pruned ? FC_E / 2 : FC_E); ++c) {
         const int e = threadIdx.x + FC_BLOCK * c;
         const i64 n = fc_tile_n(p, t, e);
         const float2 dw = x[FC_P(e)];
@@ -938,11 +969,12 @@ __device__ void fc_col_dk(const FcParams& p) {
     FC_SMEM_DECL
     float2* x = fc_smem;
     const FcTile t = fc_tile(p);
-    fc_col_load_inv(p, x, t, reinterpret_cast<const float2*>(p.tw));
+    const bool pruned = fc_prune_filter(p, p.logm1);
+    fc_col_load_inv(p, x, t, reinterpret_cast<const float2*>(p.tw), pruned);
     const i64 nn = (i64)2 << p.logm;
     const int g = p.head0 + (int)t.row;
 #pragma unroll 4
-    for (int c = 0; c < FC_E; ++c) {
+    for (int c = 0; c < (pruned ? FC_E / 2 : FC_E); ++c) {
         const int e = threadIdx.x + FC_BLOCK * c;
         const i64 n = fc_tile_n(p, t, e);
         const float2 v = x[FC_P(e)];

@@ -612,7 +612,12 @@ impl crate::OpFamily for Family {
 
     fn bench(&self, ctx: &BenchCtx, progress: &mut dyn FnMut(&BenchRow)) -> Result<Vec<BenchRow>> {
         let mut rows = Vec::new();
-        let dtype = DType::BF16;
+        // Hyena's configuration is bf16 u; EMBER_FFTCONV_BENCH_DTYPE=f32|f16 times another u dtype
+        // (the f32 and f16 rows run the CUDA-core FFT kernels where bf16 runs the tensor-core ones).
+        let dtype = match std::env::var("EMBER_FFTCONV_BENCH_DTYPE") {
+            Ok(v) => v.parse::<DType>()?,
+            Err(_) => DType::BF16,
+        };
         let es = dtype.size() as f64;
         for s in bench_shapes(ctx) {
             let (b, h, l) = (s.b, s.h, s.l);
