@@ -726,12 +726,17 @@ fn pairs_per_cta(logm2: u32, row_block: u32) -> usize {
 
 // ---- forward -------------------------------------------------------------------------------------
 
-/// Whether a training forward keeps z for the backward: where the backward runs the pair kernels
-/// (bf16, hd = 1, on chip), needs z at all (GELU or a postgate), and reading z beats recomputing
-/// it: P ≥ 2^[`SAVE_Z_MIN_LOGP`].
+/// Whether a training forward keeps z for the backward (`path`: the backward's), where the backward
+/// needs z at all (GELU or a postgate) and reads it instead of recomputing it: the pair kernels
+/// (bf16, hd = 1, on chip) from P = 2^[`SAVE_Z_MIN_LOGP`], and the four-step path at hd = 1 in
+/// every dtype (its backward then skips one inverse row FFT and one inverse column FFT of every
+/// row; NOTES.md, "v20"; `EMBER_FFTCONV_FOUR_STEP_Z=0` recomputes there). The forward writes z
+/// only on these paths: the caller checks that its own path is the pair or the four-step one.
 fn saves_z(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -> bool {
-    let big_enough = path.logm() >= SAVE_Z_MIN_LOGP + 7;
-    opts.training && big_enough && (opts.gelu || opts.postgate.is_some()) && use_pair_bwd(u, opts, path, dims, clusters)
+    let needed = opts.training && (opts.gelu || opts.postgate.is_some());
+    let pair = path.logm() >= SAVE_Z_MIN_LOGP + 7 && use_pair_bwd(u, opts, path, dims, clusters);
+    let four = matches!(path, Path::FourStep { .. }) && dims.hd == 1 && ember_core::knob("EMBER_FFTCONV_FOUR_STEP_Z") != Some("0");
+    needed && (pair || four)
 }
 
 /// log2 P from which the training forward saves z (the pair kernels' complex length P·256 = the
@@ -898,7 +903,9 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     p.out = out.cuda_ptr()?;
     // z is kept for the backward's path, which is never the mixed one (see mixed_p).
     let z_path = if mixed.is_some() { plan(&dims, false) } else { path };
-    let z = if want_pair && saves_z(u.dtype(), opts, z_path, &dims, clusters) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
+    // The pair forward writes z for the pair backward, the four-step forward for the four-step one.
+    let writes_z = want_pair || matches!(path, Path::FourStep { .. });
+    let z = if writes_z && saves_z(u.dtype(), opts, z_path, &dims, clusters) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
     p.zs = ptr(z.as_ref())?;
     let sfx = type_suffix(u.dtype(), out_dt)?;
     let m = 1usize << path.logm();
@@ -1144,6 +1151,12 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             }
         }
         Path::FourStep { logm1, logm2, col_block, row_block } => {
+            if let Some(z) = z {
+                // The training forward's z: the saving pass and fc_col_dz skip its recomputation.
+                validate::like("z", z, devc, dt, u.shape(), "the shape of u")?;
+                p.zs = z.cuda_ptr()?;
+                p.need_z = 0;
+            }
             // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
             let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
             let chunk = heads_per_chunk(heads, per_head).min((round_bytes(&dev, opts) / (rph * m * 16)).max(1));
@@ -1198,9 +1211,9 @@ mod tests {
         assert!(direct_bwd_smem(&dims(DIRECT_MAX_L, DIRECT_MAX_L)) <= 227 * 1024);
     }
 
-    /// The training forward keeps z only for the bf16 pair backward with GELU or a postgate, from
-    /// N = 8192 (P = 32), as measured; elsewhere (small P, other dtypes, hd = 8, four-step sizes,
-    /// no GELU and no postgate, inference) it keeps nothing.
+    /// The training forward keeps z for the bf16 pair backward with GELU or a postgate, from
+    /// N = 8192 (P = 32), as measured, and for the four-step backward at hd = 1; elsewhere (small P,
+    /// other dtypes on chip, hd = 8, no GELU and no postgate, inference) it keeps nothing.
     #[test]
     fn training_forward_keeps_z_where_the_pair_backward_reads_it() {
         let dims = |b: usize, h: usize, l: usize, hd: usize| Dims { b, h, l, lk: l, lk_rev: 0, hd };
@@ -1222,7 +1235,9 @@ mod tests {
         assert!(!keeps(DType::BF16, &train, dims(16, 768, 256, 1)), "L = 256: P = 2");
         assert!(!keeps(DType::F16, &train, dims(16, 768, 4096, 1)), "f16 runs the v2 backward");
         assert!(!keeps(DType::BF16, &train, dims(2, 16, 4096, 8)), "hd = 8 runs the v2 backward");
-        assert!(!keeps(DType::BF16, &train, dims(1, 4, 1 << 16, 1)), "four-step sizes");
+        assert!(keeps(DType::BF16, &train, dims(1, 4, 1 << 20, 1)), "four-step both ways: L = 2^20");
+        assert!(keeps(DType::F32, &train, dims(1, 4, 1 << 20, 1)), "four-step in every dtype");
+        assert!(!keeps(DType::BF16, &train, dims(1, 2, 1 << 20, 8)), "four-step at hd = 8 recomputes");
         assert!(!keeps(DType::BF16, &Options::new().training(true), dims(16, 768, 4096, 1)), "no GELU, no postgate: z is not needed");
         assert!(!keeps(DType::BF16, &Options::new().gelu(true), dims(16, 768, 4096, 1)), "inference forward");
     }

@@ -181,6 +181,9 @@ template <typename T, typename TO>
 __device__ __forceinline__ void fc_epi_fwd(const FcParams& p, const FcRow& r, i64 t, float z) {
     const float gz = p.gelu ? fc_gelu(z) : z;
     if (p.hd == 1) {
+        // A training forward on the four-step path keeps z for the backward (p.zs; the pair kernels
+        // write theirs in their own epilogues).
+        if (p.zs) st<T>(p.zs, r.urow + t, z);
         float o = gz;
         if (p.has_post) o *= ld<T>(p.post, r.urow + t);
         if (p.has_mask) o *= reinterpret_cast<const float*>(p.mask)[(i64)r.b * p.H + r.g];
@@ -926,6 +929,7 @@ __device__ void fc_col_dz(const FcParams& p) {
     const FcRow r = fc_row(p, t.row);
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     // Pruned: z only where t < L (FFT_HOUT), d_z zero from L on (FFT_ZIN), both the tile's lower half.
+    // With the training forward's z (p.zs, hd = 1; need_z is 0 then) z is read instead of recomputed.
     const bool pruned = fc_prune_row(p, p.logm1);
     if (p.need_z) fc_col_load_inv(p, x, t, tw, pruned);
 #pragma unroll 1
@@ -936,7 +940,12 @@ __device__ void fc_col_dz(const FcParams& p) {
         for (int i = 0; i < 4; ++i) {
             const int e = threadIdx.x + FC_BLOCK * (c0 + i);
             n[i] = fc_tile_n(p, t, e);
-            z[i] = p.need_z ? x[FC_P(e)] : make_float2(0.f, 0.f);
+            if (p.zs) {
+                const i64 tt = 2 * n[i];
+                z[i] = make_float2(r.valid && tt < p.L ? ld<T>(p.zs, r.urow + tt) : 0.f, r.valid && tt + 1 < p.L ? ld<T>(p.zs, r.urow + tt + 1) : 0.f);
+            } else {
+                z[i] = p.need_z ? x[FC_P(e)] : make_float2(0.f, 0.f);
+            }
         }
         fc_dz4<T, TO>(p, r, n, z);
 #pragma unroll

@@ -139,6 +139,9 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case::all(1, 1, 8193).lk(8193),
             Case::all(2, 3, 17).four_step(),
             Case::all(1, 2, 300).four_step(),
+            // The training forward's z on the four-step path: every option, and GELU alone.
+            Case::all(2, 3, 300).four_step().train(),
+            Case { gelu: true, ..Case::plain(3, 2, 40) }.four_step().train(),
             Case::all(1, 8, 40).hd(8),
             Case::all(1, 8, 40).hd(8).four_step(),
             // Many four-step rounds: one row (one head at hd = 8) per round.
@@ -250,6 +253,7 @@ fn cases(tier: Tier) -> Vec<Case> {
             // past 2^20 with every option, and 2^22 itself.
             v.push(Case::all(1, 2, (1 << 20) + 7));
             v.push(Case { gelu: true, d: true, ..Case::plain(1, 2, 1 << 22) });
+            v.push(Case { gelu: true, d: true, post: true, ..Case::plain(1, 3, (1 << 20) + 7) }.train());
             v.push(Case::all(1, 8, 16500).hd(8).lk(300));
             // Tensor-core forward at every P (M = 256 … 4096), awkward lengths, Lk < L, hd = 8.
             for l in [129, 256, 372, 784, 1134, 2000, 4096] {
@@ -454,6 +458,10 @@ fn cuda_properties(
         if dtype == DType::BF16 && c.hd == 1 && !c.four_step && (c.gelu || c.post) {
             let want = c.l + c.lk.max(c.lkr) - 1 > 4096;
             rows.push(property("fftconv", case, if want { "train z saved" } else { "train z not saved (small P)" }, dtype, ctx.device, f.saved_z() == want));
+        }
+        // The four-step path keeps it in every dtype (hd = 1).
+        if (c.four_step || c.l > 1 << 17) && c.hd == 1 && (c.gelu || c.post) && ember_core::knob("EMBER_FFTCONV_FOUR_STEP_Z") != Some("0") {
+            rows.push(property("fftconv", case, "train z saved (four-step)", dtype, ctx.device, f.saved_z()));
         }
     }
     let again = run_all(dev_inputs, c)?;
