@@ -816,7 +816,7 @@ impl Geometry {
         let rmode = tune.reduce_wg.unwrap_or_else(wgmma_reduce_mode);
         // Whether the wgmma reduce, where it runs, would be fed by TMA: the Auto rule's threshold
         // depends on it (the TMA-fed reduce pays off on shorter chunks).
-        let rtma_wanted = tune.reduce_load.unwrap_or_else(reduce_load_mode) == ReduceLoad::Tma && k % 8 == 0 && c % 8 == 0;
+        let rtma_wanted = tune.reduce_load.unwrap_or_else(reduce_load_mode) == ReduceLoad::Tma && k.is_multiple_of(8) && c.is_multiple_of(8);
         let rwg_min_rows = if rtma_wanted { RWG_MIN_CHUNK_ROWS_TMA } else { RWG_MIN_CHUNK_ROWS };
         let rwg = match rmode {
             WgmmaMode::Never => None,
@@ -827,7 +827,7 @@ impl Geometry {
         };
         let rtma = match (tune.reduce_load, rwg) {
             (Some(ReduceLoad::Tma), None) => return Err(Error::invalid("reduce_load", "TMA loads are a variant of the wgmma reduce, which does not run here")),
-            (Some(ReduceLoad::Tma), Some(_)) if !(k % 8 == 0 && c % 8 == 0) => {
+            (Some(ReduceLoad::Tma), Some(_)) if !(k.is_multiple_of(8) && c.is_multiple_of(8)) => {
                 return Err(Error::Unsupported(format!("the TMA-fed wgmma reduce for K = {k}, C = {c} (needs multiples of 8: 16-byte rows)")))
             }
             (Some(ReduceLoad::Tma), Some(_)) => true,
@@ -1415,7 +1415,7 @@ pub(crate) fn phase_times(time: &mut Timer, m: &Meshes, x: &Tensor, times: &Tens
             v.push((f, b, Geometry::new(&dev, m, c, &Tuning { reduce_wg: Some(mode), reduce_load: Some(ReduceLoad::CpAsync), ..Tuning::default() })?));
         }
         // v12b: the TMA-fed wgmma reduce beside the cp.async one.
-        if m.k() % 8 == 0 && c % 8 == 0 {
+        if m.k().is_multiple_of(8) && c.is_multiple_of(8) {
             let t = Tuning { reduce_wg: Some(WgmmaMode::Always), reduce_load: Some(ReduceLoad::Tma), ..Tuning::default() };
             v.push(("fwd:reduce wgmma tma", "bwd:reduce wgmma tma", Geometry::new(&dev, m, c, &t)?));
         }

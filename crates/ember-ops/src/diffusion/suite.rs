@@ -944,7 +944,7 @@ fn bench_one(ctx: &BenchCtx, sizes: &[usize], k: usize, c: usize, dtype: DType, 
             for (mode, name) in [(WgmmaMode::Never, "mma.sync"), (WgmmaMode::Always, "wgmma")] {
                 variants.push((format!("reduce={name}"), Tuning { reduce_wg: Some(mode), ..Tuning::default() }, "reduce variant forced, expand as by default"));
             }
-            if k % 8 == 0 && c % 8 == 0 {
+            if k.is_multiple_of(8) && c.is_multiple_of(8) {
                 for (load, name) in [(cuda::ReduceLoad::CpAsync, "cp.async"), (cuda::ReduceLoad::Tma, "tma")] {
                     let t = Tuning { reduce_wg: Some(WgmmaMode::Always), reduce_load: Some(load), ..Tuning::default() };
                     variants.push((format!("reduce=wgmma rload={name}"), t, "wgmma reduce forced with this load path, expand as by default"));

@@ -104,10 +104,10 @@ template <int DIR> __device__ __forceinline__ float2 w16(int e) {
     return DIR < 0 ? w : c_conj(w);
 }
 
-template <int DIR, bool ZIN = false> __device__ __forceinline__ void dft8(float2 (&a)[8]) {
+template <int DIR> __device__ __forceinline__ void dft8(float2 (&a)[8]) {
     // Radix-2 split: E = DFT4(even), O = DFT4(odd); X[k] = E[k] + W8^k·O[k], X[k+4] = E[k] − W8^k·O[k].
-    dft4<DIR, ZIN>(a[0], a[2], a[4], a[6]);
-    dft4<DIR, ZIN>(a[1], a[3], a[5], a[7]);
+    dft4<DIR>(a[0], a[2], a[4], a[6]);
+    dft4<DIR>(a[1], a[3], a[5], a[7]);
     float2 e[4] = {a[0], a[2], a[4], a[6]};
     float2 o[4] = {a[1], a[3], a[5], a[7]};
 #pragma unroll
@@ -141,15 +141,15 @@ template <int DIR, bool ZIN = false> __device__ __forceinline__ void dft16(float
     }
 }
 
-// ZIN: a[R/2 ..] are zero and not read (a pruned first pass, see block_fft).
+// ZIN: a[R/2 ..] are zero and not read (a pruned first pass, which block_fft makes radix 16).
 template <int R, int DIR, bool ZIN = false> __device__ __forceinline__ void dft(float2 (&a)[R]) {
+    static_assert(!ZIN || R == 16, "pruned first passes are radix 16");
     if constexpr (R == 2) {
-        if constexpr (ZIN) a[1] = a[0];
-        else dft2<DIR>(a[0], a[1]);
+        dft2<DIR>(a[0], a[1]);
     } else if constexpr (R == 4) {
-        dft4<DIR, ZIN>(a[0], a[1], a[2], a[3]);
+        dft4<DIR>(a[0], a[1], a[2], a[3]);
     } else if constexpr (R == 8) {
-        dft8<DIR, ZIN>(a);
+        dft8<DIR>(a);
     } else {
         dft16<DIR, ZIN>(a);
     }
@@ -215,7 +215,8 @@ __device__ __forceinline__ void fft_pass(float2* __restrict__ x, const FcSeqs q,
 // L outputs are kept): FFT_ZIN — the upper half of every input sequence is zero and is not read (the
 // first pass loads half its inputs and does half its first-stage adds); FFT_HOUT — only the lower half
 // of every output sequence is wanted (the last pass computes and stores only that half; the upper half
-// of x is left stale). Both need sequences of at least 16 (a radix-16 first pass; fc_prunable).
+// of x is left stale). Both need sequences of at least 16 (a radix-16 first pass; fc_prune_row and
+// fc_prune_filter in fftconv.cu decide per launch).
 #define FFT_FULL 0
 #define FFT_ZIN 1
 #define FFT_HOUT 2

@@ -502,10 +502,9 @@ fn cluster_stage1_model_matches_the_dft() {
         for j in 0..tt {
             let r = (0..t).fold(0, |acc, i| acc | (((j >> i) & 1) << (t - 1 - i)));
             assert_eq!(rho[j], r, "T = {tt}: lane {j} holds bins k + 32·{}, expected bitrev {r}", rho[j]);
-            for k in 0..32 {
+            for (k, &got) in lanes[j].iter().enumerate() {
                 let bin = k + 32 * r;
                 let want = x.iter().enumerate().fold((0.0, 0.0), |acc, (n, v)| add(acc, cmul(*v, cis(-1.0, (n * bin) % p, p))));
-                let got = lanes[j][k];
                 worst = worst.max(((got.0 - want.0).powi(2) + (got.1 - want.1).powi(2)).sqrt());
             }
         }
@@ -553,7 +552,7 @@ fn mixed_small_dft(a: &[C64], dir: f64) -> Vec<C64> {
     if r.is_power_of_two() || [3, 5, 7].contains(&r) {
         return direct(a);
     }
-    let f = if r % 3 == 0 { 3 } else if r % 5 == 0 { 5 } else { 7 };
+    let f = if r.is_multiple_of(3) { 3 } else if r.is_multiple_of(5) { 5 } else { 7 };
     let b = r / f;
     assert!(f * b == r && b.is_power_of_two(), "R = {r}");
     let u: Vec<Vec<C64>> = (0..b)
