@@ -428,6 +428,36 @@ pub struct Spectrum {
     path: Path,
 }
 
+/// What a training forward keeps for its backward besides the filter spectrum: z where [`saves_z`],
+/// and on the four-step path the spectrum of every row where [`saves_w`].
+#[derive(Default)]
+pub struct Kept {
+    z: Option<Tensor>,
+    w: Option<RowSpectra>,
+}
+
+/// 2W, the four-step forward's spectrum of every row of v = u ⊙ pregate (f32 complex, M + 1 bins per
+/// row in fc_row_pass's order, rows head-major as the rounds number them): what the backward's
+/// saving row pass would write to its vbuf.
+struct RowSpectra {
+    w: Tensor,
+    path: Path,
+}
+
+impl Kept {
+    pub fn z(&self) -> bool {
+        self.z.is_some()
+    }
+    pub fn w(&self) -> bool {
+        self.w.is_some()
+    }
+}
+
+/// The vbuf pointer of a round whose first row is `row0`: row `row0` of the saved spectra.
+fn row_spectra_at(w: &RowSpectra, row0: i64, m: usize) -> Result<u64> {
+    Ok(w.w.cuda_ptr()? + row0 as u64 * (m as u64 + 1) * 8)
+}
+
 fn smem_bytes(block: u32) -> usize {
     let slots = PER_THREAD * block as usize;
     (slots + slots / 32) * 8
@@ -739,6 +769,19 @@ fn saves_z(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) ->
     needed && (pair || four)
 }
 
+/// Whether a training forward on the four-step path (both passes four-step, hd = 1) keeps 2W, the
+/// spectrum of every row of v, for the backward (`path`: the backward's): 8 bytes per bin, M + 1
+/// bins per row — for L a power of two 8·(L + 1) bytes per row, what PyTorch's autograd keeps of
+/// rfft(u, 2L) for the same layer. The backward then skips its first column pass and its saving
+/// row pass (a column FFT and a row FFT of every row, and the intermediate's round trip; NOTES.md,
+/// "v21"). Where the backward needs z it must have the forward's z too (else its saving pass
+/// recomputes z from its own transform anyway). `EMBER_FFTCONV_FOUR_STEP_W=0` recomputes.
+fn saves_w(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -> bool {
+    let z_ok = !(opts.gelu || opts.postgate.is_some()) || saves_z(u, opts, path, dims, clusters);
+    let four = matches!(path, Path::FourStep { .. }) && dims.hd == 1 && ember_core::knob("EMBER_FFTCONV_FOUR_STEP_W") != Some("0");
+    opts.training && four && z_ok
+}
+
 /// log2 P from which the training forward saves z (the pair kernels' complex length P·256 = the
 /// real FFT size N: N ≥ 8192). Measured on an H200 (B = 16, H = 768, GELU and D, fwd+bwd, saved z
 /// against recomputed, same runs): L = 4096 (P = 32) 1.645 → 1.368 ms, L = 5000 (P = 64) 4.14 →
@@ -886,12 +929,13 @@ fn grad_outputs(u: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, d_ou
 }
 
 /// The output, the filter spectrum (reused by the backward; none from the direct forward) and, for
-/// a training forward where [`saves_z`], z (u's dtype, u's shape).
-pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Option<Spectrum>, Option<Tensor>)> {
+/// a training forward, what [`Kept`] says: z where [`saves_z`] (u's dtype, u's shape), the rows'
+/// spectra where [`saves_w`].
+pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims) -> Result<(Tensor, Option<Spectrum>, Kept)> {
     let dev = u.cuda_device()?.clone();
     let clusters = has_clusters(&dev);
     if use_direct(u.dtype(), opts, &dims) {
-        return Ok((forward_direct(u, k, d, opts, dims)?, None, None));
+        return Ok((forward_direct(u, k, d, opts, dims)?, None, Kept::default()));
     }
     let (path, mixed, want_pair) = forward_path(u, opts, &dims, clusters)?;
     let tw = twiddles(&dev)?;
@@ -911,6 +955,12 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let m = 1usize << path.logm();
     let heads = dims.heads();
     let rph = dims.b * dims.hd * dims.hd;
+    // The four-step forward's row pass stores 2W where the backward will read it (its path is this one).
+    let w = if matches!(path, Path::FourStep { .. }) && saves_w(u.dtype(), opts, z_path, &dims, clusters) {
+        Some(RowSpectra { w: workspace(u.device(), heads * rph * (m + 1) * 2)?, path })
+    } else {
+        None
+    };
     let devc = u.device();
     let four = matches!(path, Path::FourStep { .. });
     // Rounds of launches: with hd = 1 any range of rows; with hd > 1 whole heads (the mixing
@@ -933,6 +983,9 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
         let nrows = nu * unit;
         p.row0 = (c0 * unit) as i64;
         p.nrows = nrows as i64;
+        if let Some(w) = &w {
+            p.vbuf = row_spectra_at(w, p.row0, m)?;
+        }
         // Heads of this round (used by the mixing kernel; exact when hd > 1).
         p.head0 = (c0 * unit / rph) as i32;
         p.nheads = nrows.div_ceil(rph) as i32;
@@ -997,15 +1050,16 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
             launch(&dev, 256, &format!("fc_mix_fwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_fwd")?;
         }
     }
-    Ok((out, Some(spec), z))
+    Ok((out, Some(spec), Kept { z, w }))
 }
 
 // ---- backward ------------------------------------------------------------------------------------
 
-/// `z`: the training forward's saved z (see [`saves_z`]); used by the pair backward, which then
-/// skips recomputing it (one of its four transforms).
+/// `kept`: what the training forward kept (see [`Kept`]); the pair and four-step backwards read z
+/// instead of recomputing it (one of their four transforms), the four-step one the rows' spectra.
 #[allow(clippy::too_many_arguments)]
-pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, saved: Option<&Spectrum>, z: Option<&Tensor>, d_out: &Tensor) -> Result<Grads> {
+pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims: Dims, saved: Option<&Spectrum>, kept: &Kept, d_out: &Tensor) -> Result<Grads> {
+    let z = kept.z.as_ref();
     let dev = u.cuda_device()?.clone();
     if use_direct_bwd(&dev, u.dtype(), opts, &dims) {
         return backward_direct(&dev, u, k, d, opts, dims, d_out);
@@ -1157,16 +1211,19 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 p.zs = z.cuda_ptr()?;
                 p.need_z = 0;
             }
+            // The training forward's row spectra: with z not needed or read, the first column pass
+            // and the saving row pass (which only write 2W then) have nothing left to do.
+            let kept_w = kept.w.as_ref().filter(|w| w.path == path && p.need_z == 0);
             // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
             let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
             let chunk = heads_per_chunk(heads, per_head).min((round_bytes(&dev, opts) / (rph * m * 16)).max(1));
             let tbuf = workspace(devc, 2 * chunk * rph * m)?;
-            let vbuf = workspace(devc, 2 * chunk * rph * (m + 1))?;
+            let vbuf = if kept_w.is_none() { Some(workspace(devc, 2 * chunk * rph * (m + 1))?) } else { None };
             let sbuf = workspace(devc, 2 * chunk * (m + 1))?;
             let wsa = if mix { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
             let wsb = if mix && opts.postgate.is_some() { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
             p.tbuf = tbuf.cuda_ptr()?;
-            p.vbuf = vbuf.cuda_ptr()?;
+            p.vbuf = ptr(vbuf.as_ref())?;
             p.sbuf = sbuf.cuda_ptr()?;
             p.wsa = ptr(wsa.as_ref())?;
             p.wsb = ptr(wsb.as_ref())?;
@@ -1178,8 +1235,12 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 p.set_head_round(h0, nh, rph);
                 let cols = grid_u32(nrows * tiles, "backward")?;
                 let jobs_row = 1usize << (logm1 - 1);
-                launch(&dev, col_block, &format!("fc_col_data_{sfx}"), (cols, 1), &p, "fc_col_data")?;
-                launch(&dev, row_block, "fc_row_save", (grid_u32((nrows * jobs_row).div_ceil(ppc), "backward")?, 1), &p, "fc_row_save")?;
+                if let Some(w) = kept_w {
+                    p.vbuf = row_spectra_at(w, p.row0, m)?;
+                } else {
+                    launch(&dev, col_block, &format!("fc_col_data_{sfx}"), (cols, 1), &p, "fc_col_data")?;
+                    launch(&dev, row_block, "fc_row_save", (grid_u32((nrows * jobs_row).div_ceil(ppc), "backward")?, 1), &p, "fc_row_save")?;
+                }
                 launch(&dev, col_block, &format!("fc_col_dz_{sfx}"), (cols, 1), &p, "fc_col_dz")?;
                 launch(&dev, row_block, "fc_row_corr", (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32), &p, "fc_row_corr")?;
                 launch(&dev, col_block, &format!("fc_col_dw_{sfx}"), (cols, 1), &p, "fc_col_dw")?;
@@ -1240,5 +1301,20 @@ mod tests {
         assert!(!keeps(DType::BF16, &train, dims(1, 2, 1 << 20, 8)), "four-step at hd = 8 recomputes");
         assert!(!keeps(DType::BF16, &Options::new().training(true), dims(16, 768, 4096, 1)), "no GELU, no postgate: z is not needed");
         assert!(!keeps(DType::BF16, &Options::new().gelu(true), dims(16, 768, 4096, 1)), "inference forward");
+    }
+
+    /// The four-step training forward keeps the rows' spectra at hd = 1 with or without GELU (where
+    /// z is needed, beside z); nowhere else.
+    #[test]
+    fn training_forward_keeps_row_spectra_on_the_four_step_path() {
+        let dims = |b: usize, h: usize, l: usize, hd: usize| Dims { b, h, l, lk: l, lk_rev: 0, hd };
+        let keeps = |dt: DType, opts: &Options, d: Dims| saves_w(dt, opts, plan(&d, opts.force_four_step), &d, true);
+        let train = Options::new().training(true);
+        assert!(keeps(DType::BF16, &train.gelu(true), dims(1, 4, 1 << 20, 1)), "L = 2^20 with GELU");
+        assert!(keeps(DType::F32, &train, dims(2, 4, 1 << 20, 1)), "L = 2^20, z not needed");
+        assert!(keeps(DType::F16, &Options { force_four_step: true, ..train }, dims(2, 3, 300, 1)), "forced four-step");
+        assert!(!keeps(DType::BF16, &train, dims(1, 2, 1 << 20, 8)), "hd = 8");
+        assert!(!keeps(DType::BF16, &train, dims(16, 768, 4096, 1)), "on chip");
+        assert!(!keeps(DType::BF16, &Options::new().gelu(true), dims(1, 4, 1 << 20, 1)), "inference forward");
     }
 }

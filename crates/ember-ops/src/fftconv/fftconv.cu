@@ -1114,7 +1114,7 @@ __device__ __forceinline__ void fc_rows_io(const FcParams& p, float2* x, const F
 
 // Row-pass modes.
 #define FC_ROW_SPECTRUM 0  // filter: row FFT → Ks (four-step layout, Nyquist at [M])
-#define FC_ROW_CONV 1      // forward: × Ks
+#define FC_ROW_CONV 1      // forward: × Ks; a training forward also saves 2W to vbuf (set: saves_w)
 #define FC_ROW_SAVE 2      // backward 1: save 2W to vbuf; with need_z × Ks
 #define FC_ROW_CORR 3      // backward 2: S += 2G·conj(2W); × conj(Ks)
 #define FC_ROW_DK 4        // filter gradient: S/(4N) → packed, inverse row FFT
@@ -1181,6 +1181,11 @@ __device__ void fc_row_pass(const FcParams& p) {
                 if (!pr.self) st2(p.spec, srow + ib, c_scale(Xb, inv4n));
                 return;
             } else if (MODE == FC_ROW_CONV) {
+                // The backward's saving pass would store the same values (same transform of the same row).
+                if (p.vbuf) {
+                    st2(p.vbuf, vrow + ia, Xa);
+                    if (!pr.self) st2(p.vbuf, vrow + ib, Xb);
+                }
                 Ya = c_mul(Xa, ka);
                 Yb = c_mul(Xb, kb);
             } else if (MODE == FC_ROW_SAVE) {

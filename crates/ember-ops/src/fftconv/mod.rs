@@ -221,8 +221,8 @@ struct Saved<'a> {
     opts: Options<'a>,
     dims: Dims,
     spectrum: Option<cuda::Spectrum>,
-    /// z of a training forward (see [`Options::training`]), for the backward.
-    z: Option<Tensor>,
+    /// What a training forward kept for the backward on CUDA (see [`Options::training`]).
+    kept: cuda::Kept,
 }
 
 impl Forward<'_> {
@@ -231,7 +231,12 @@ impl Forward<'_> {
     }
     /// Whether the forward kept z for the backward (a training forward where it applies).
     pub fn saved_z(&self) -> bool {
-        self.saved.z.is_some()
+        self.saved.kept.z()
+    }
+    /// Whether the forward kept every row's spectrum for the backward (a training forward on the
+    /// CUDA four-step path).
+    pub fn saved_row_spectra(&self) -> bool {
+        self.saved.kept.w()
     }
 }
 
@@ -319,17 +324,15 @@ pub fn validate(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options) -> R
 /// out = fftconv(u, k, D, options); see the module doc for the exact formula.
 pub fn forward<'a>(u: &'a Tensor, k: &'a Tensor, d: Option<&'a Tensor>, opts: &Options<'a>) -> Result<Forward<'a>> {
     let dims = validate(u, k, d, opts)?;
-    let (out, spectrum, z) = match u.device() {
+    let (out, spectrum, kept) = match u.device() {
         Device::Cpu if u.dtype() == DType::F64 => {
             let p = reference_problem(u, k, d, opts, dims)?;
-            (Tensor::from_vec(reference::forward(&p), u.shape())?, None, None)
+            (Tensor::from_vec(reference::forward(&p), u.shape())?, None, cuda::Kept::default())
         }
-        Device::Cpu => (cpu::forward(u, k, d, opts, dims)?, None, None),
-        Device::Cuda(_) => {
-cuda::forward(u, k, d, opts, dims)?
-        }
+        Device::Cpu => (cpu::forward(u, k, d, opts, dims)?, None, cuda::Kept::default()),
+        Device::Cuda(_) => cuda::forward(u, k, d, opts, dims)?,
     };
-    Ok(Forward { out, saved: Saved { u, k, d, opts: *opts, dims, spectrum, z } })
+    Ok(Forward { out, saved: Saved { u, k, d, opts: *opts, dims, spectrum, kept } })
 }
 
 /// Gradients of Σ out·d_out with respect to every input of the forward call.
@@ -352,7 +355,7 @@ pub fn backward(fwd: &Forward, d_out: &Tensor) -> Result<Grads> {
             })
         }
         Device::Cpu => cpu::backward(u, s.k, s.d, &s.opts, s.dims, d_out),
-        Device::Cuda(_) => cuda::backward(u, s.k, s.d, &s.opts, s.dims, s.spectrum.as_ref(), s.z.as_ref(), d_out),
+        Device::Cuda(_) => cuda::backward(u, s.k, s.d, &s.opts, s.dims, s.spectrum.as_ref(), &s.kept, d_out),
     }
 }
 

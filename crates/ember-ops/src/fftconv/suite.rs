@@ -139,9 +139,13 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case::all(1, 1, 8193).lk(8193),
             Case::all(2, 3, 17).four_step(),
             Case::all(1, 2, 300).four_step(),
-            // The training forward's z on the four-step path: every option, and GELU alone.
+            // The training forward's z and row spectra on the four-step path: every option, and GELU
+            // alone; the spectra alone (no GELU, no postgate: z is not needed), with Lk < L; one row
+            // per forward round against one head per backward round.
             Case::all(2, 3, 300).four_step().train(),
             Case { gelu: true, ..Case::plain(3, 2, 40) }.four_step().train(),
+            Case { d: true, pre: true, mask: true, ..Case::plain(2, 3, 1000) }.lk(300).four_step().train(),
+            Case::all(3, 2, 300).four_step().rounds1().train(),
             Case::all(1, 8, 40).hd(8),
             Case::all(1, 8, 40).hd(8).four_step(),
             // Many four-step rounds: one row (one head at hd = 8) per round.
@@ -254,6 +258,7 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case::all(1, 2, (1 << 20) + 7));
             v.push(Case { gelu: true, d: true, ..Case::plain(1, 2, 1 << 22) });
             v.push(Case { gelu: true, d: true, post: true, ..Case::plain(1, 3, (1 << 20) + 7) }.train());
+            v.push(Case { d: true, ..Case::plain(2, 2, (1 << 20) + 7) }.lk(5000).train());
             v.push(Case::all(1, 8, 16500).hd(8).lk(300));
             // Tensor-core forward at every P (M = 256 … 4096), awkward lengths, Lk < L, hd = 8.
             for l in [129, 256, 372, 784, 1134, 2000, 4096] {
@@ -462,6 +467,11 @@ fn cuda_properties(
         // The four-step path keeps it in every dtype (hd = 1).
         if (c.four_step || c.l > 1 << 17) && c.hd == 1 && (c.gelu || c.post) && ember_core::knob("EMBER_FFTCONV_FOUR_STEP_Z") != Some("0") {
             rows.push(property("fftconv", case, "train z saved (four-step)", dtype, ctx.device, f.saved_z()));
+        }
+        // And every row's spectrum, where z is saved or not needed.
+        let z_ok = !(c.gelu || c.post) || ember_core::knob("EMBER_FFTCONV_FOUR_STEP_Z") != Some("0");
+        if (c.four_step || c.l > 1 << 17) && c.hd == 1 && z_ok && ember_core::knob("EMBER_FFTCONV_FOUR_STEP_W") != Some("0") {
+            rows.push(property("fftconv", case, "train row spectra saved (four-step)", dtype, ctx.device, f.saved_row_spectra()));
         }
     }
     let again = run_all(dev_inputs, c)?;
