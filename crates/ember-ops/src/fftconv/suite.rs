@@ -678,10 +678,13 @@ impl crate::OpFamily for Family {
                 Ok(())
             };
             time_both(&opts, p.clone())?;
-            // The training forward (z kept for the backward) where it applies, beside the rows above.
+            // The training forward (z, and on the four-step path the rows' spectra, kept for the
+            // backward) where it applies, beside the rows above.
             let topts = opts.training(true);
             let (u0, k0, d0, _) = &sets_v[0];
-            if forward(u0, k0, Some(d0), &topts)?.saved_z() {
+            let f0 = forward(u0, k0, Some(d0), &topts)?;
+            if f0.saved_z() || f0.saved_row_spectra() {
+                drop(f0);
                 let mut pt = p;
                 pt.insert("train".into(), json!(true));
                 time_both(&topts, pt)?;
