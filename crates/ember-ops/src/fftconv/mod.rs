@@ -107,6 +107,10 @@ pub struct Options<'a> {
     /// the backward reads it instead of recomputing it (one of its four transforms; on the
     /// four-step path an inverse row FFT and an inverse column FFT per row). d_z then sees z rounded
     /// to u's dtype (≈ 2^−9 relative in bf16, within bf16's tolerance); out is bitwise the same.
+    /// On the four-step path (head_dim = 1) the forward also keeps the spectrum of every row of
+    /// u ⊙ pregate, with or without GELU: f32 complex, 8·(L + 1) bytes per row for a power-of-two L
+    /// (as much as PyTorch's autograd keeps of rfft(u, 2L)); the backward then skips a column and a
+    /// row FFT of every row, and the values are the ones it would have computed.
     /// Elsewhere (CPU, other dtypes or sizes) nothing is saved and the backward recomputes z.
     pub training: bool,
 }
