@@ -945,8 +945,11 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let out_dt = super::out_dtype(u.dtype(), opts);
     let out = Tensor::output(u.shape(), out_dt, u.device())?;
     p.out = out.cuda_ptr()?;
-    // z is kept for the backward's path, which is never the mixed one (see mixed_p).
-    let z_path = if mixed.is_some() { plan(&dims, false) } else { path };
+    // z is kept for the backward's path: never the mixed one (see mixed_p), and after the cluster
+    // forward (pair_big) the four-step one, which plans every size from N = 65536 on (the cluster
+    // forward's epilogue writes z as the on-chip pair forward's does).
+    let planned = plan(&dims, opts.force_four_step);
+    let z_path = if mixed.is_some() || matches!(planned, Path::FourStep { .. }) { planned } else { path };
     // The pair forward writes z for the pair backward, the four-step forward for the four-step one.
     let writes_z = want_pair || matches!(path, Path::FourStep { .. });
     let z = if writes_z && saves_z(u.dtype(), opts, z_path, &dims, clusters) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
@@ -1296,6 +1299,7 @@ mod tests {
         assert!(!keeps(DType::BF16, &train, dims(16, 768, 256, 1)), "L = 256: P = 2");
         assert!(!keeps(DType::F16, &train, dims(16, 768, 4096, 1)), "f16 runs the v2 backward");
         assert!(!keeps(DType::BF16, &train, dims(2, 16, 4096, 8)), "hd = 8 runs the v2 backward");
+        assert!(keeps(DType::BF16, &train, dims(4, 256, 32768, 1)), "L = 32768: the four-step backward (the forward on clusters writes z)");
         assert!(keeps(DType::BF16, &train, dims(1, 4, 1 << 20, 1)), "four-step both ways: L = 2^20");
         assert!(keeps(DType::F32, &train, dims(1, 4, 1 << 20, 1)), "four-step in every dtype");
         assert!(!keeps(DType::BF16, &train, dims(1, 2, 1 << 20, 8)), "four-step at hd = 8 recomputes");

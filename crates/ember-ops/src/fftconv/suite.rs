@@ -146,6 +146,8 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case { gelu: true, ..Case::plain(3, 2, 40) }.four_step().train(),
             Case { d: true, pre: true, mask: true, ..Case::plain(2, 3, 1000) }.lk(300).four_step().train(),
             Case::all(3, 2, 300).four_step().rounds1().train(),
+            // z from the cluster forward (bf16; N = 65536) for the four-step backward.
+            Case { gelu: true, d: true, ..Case::plain(2, 3, 20000) }.train(),
             Case::all(1, 8, 40).hd(8),
             Case::all(1, 8, 40).hd(8).four_step(),
             // Many four-step rounds: one row (one head at hd = 8) per round.
@@ -259,6 +261,9 @@ fn cases(tier: Tier) -> Vec<Case> {
             v.push(Case { gelu: true, d: true, ..Case::plain(1, 2, 1 << 22) });
             v.push(Case { gelu: true, d: true, post: true, ..Case::plain(1, 3, (1 << 20) + 7) }.train());
             v.push(Case { d: true, ..Case::plain(2, 2, (1 << 20) + 7) }.lk(5000).train());
+            // The cluster forward's z (N = 65536, 131072 staged) for the four-step backward, every option but k_rev.
+            v.push(Case { gelu: true, d: true, mask: true, pre: true, post: true, ..Case::plain(3, 5, 30000) }.train());
+            v.push(Case { gelu: true, d: true, post: true, ..Case::plain(2, 3, 65536) }.train());
             v.push(Case::all(1, 8, 16500).hd(8).lk(300));
             // Tensor-core forward at every P (M = 256 … 4096), awkward lengths, Lk < L, hd = 8.
             for l in [129, 256, 372, 784, 1134, 2000, 4096] {
@@ -464,8 +469,10 @@ fn cuda_properties(
             let want = c.l + c.lk.max(c.lkr) - 1 > 4096;
             rows.push(property("fftconv", case, if want { "train z saved" } else { "train z not saved (small P)" }, dtype, ctx.device, f.saved_z() == want));
         }
-        // The four-step path keeps it in every dtype (hd = 1).
-        if (c.four_step || c.l > 1 << 17) && c.hd == 1 && (c.gelu || c.post) && ember_core::knob("EMBER_FFTCONV_FOUR_STEP_Z") != Some("0") {
+        // For the four-step backward (N ≥ 65536, or forced) it is kept in every dtype (hd = 1), whether
+        // the forward ran four-step or, in bf16 at N = 65536 and 131072, on clusters.
+        let four_step_bwd = c.four_step || c.l + c.lk.max(c.lkr) - 1 > 1 << 15;
+        if four_step_bwd && c.hd == 1 && (c.gelu || c.post) && ember_core::knob("EMBER_FFTCONV_FOUR_STEP_Z") != Some("0") {
             rows.push(property("fftconv", case, "train z saved (four-step)", dtype, ctx.device, f.saved_z()));
         }
         // And every row's spectrum, where z is saved or not needed.
