@@ -188,7 +188,8 @@ __device__ __forceinline__ void fpc_load_staged(float2 (&y)[16], const FcParams&
 // The staged output (STG at CS = 8 with bf16 output, hd = 1): the epilogue writes the lane's outputs into the
 // staging copy at the places fpc_read_u read u from (fp_epilogue with OST = 2·T·SW bf16 per m),
 // then the CTA stores its columns of both rows by 16-byte stores, the reverse of fpc_stage_u (only
-// chunks below L, valid rows). The output rows are u's (hd = 1).
+// chunks below L, valid rows). The output rows are u's (hd = 1); so are z's, which a training
+// forward stages and flushes the same way first (to `dst` = p.zs).
 template <typename X> struct FpIsBf16 { static constexpr bool v = false; };
 template <> struct FpIsBf16<ember_bf16> { static constexpr bool v = true; };
 
@@ -199,10 +200,10 @@ __device__ __forceinline__ ember_bf16* fpc_out_slot(int n2, int j, unsigned rank
 }
 
 template <int CS>
-__device__ __forceinline__ void fpc_flush_out(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, const unsigned* __restrict__ stg) {
+__device__ __forceinline__ void fpc_flush_out(u64 dst, const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, const unsigned* __restrict__ stg) {
     using S = FpcStg<CS>;
     const int c0 = (int)rank * S::COLS;
-    ember_bf16* out = reinterpret_cast<ember_bf16*>(p.out);
+    ember_bf16* out = reinterpret_cast<ember_bf16*>(dst);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int w = threadIdx.x + 512 * i, s = w / (S::NR * S::CPR), e = w % (S::NR * S::CPR);
@@ -351,11 +352,28 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
         if (p.hd == 1) {
             using S = FpcStg<CS>;
             unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
+            constexpr int OST = 2 * FpcLane<CS>::T * S::SW;
             fa.out = reinterpret_cast<TO*>(fpc_out_slot<CS>(l.n2, l.j, rank, stg));
             fb.out = fa.out + S::NR * 2 * S::SW;
-            fp_epilogue_sel<16, 8 + TL, 2 * FpcLane<CS>::T * S::SW>(fp_epilogue_flags(p), o16, 16, make_float2(inv1, inv1), ks, fa, fb);
+            int sel = fp_epilogue_flags(p);
+            if (sel & 8) {
+                // A training forward's z (u's dtype, bf16 here as the output) through the staging copy
+                // first: its direct 2-byte stores cost a training forward at P = 512 +14 % (H200,
+                // B = 4, H = 256, L = 65536), as the unstaged output did. z is the epilogue's value
+                // before GELU, mask and postgate, i.e. its hd = 1 form with the mask at 1.
+                const float ma = fa.mask, mb = fb.mask;
+                fa.mask = fb.mask = 1.f;
+                fp_epilogue_sel<16, 8 + TL, OST>(1, o16, 16, make_float2(inv1, inv1), ks, fa, fb);
+                __syncthreads();
+                fpc_flush_out<CS>(p.zs, p, ra, rb, rank, stg);
+                __syncthreads();  // the staging copy is free again
+                fa.mask = ma;
+                fb.mask = mb;
+                sel &= ~8;
+            }
+            fp_epilogue_sel<16, 8 + TL, OST>(sel, o16, 16, make_float2(inv1, inv1), ks, fa, fb);
             __syncthreads();
-            fpc_flush_out<CS>(p, ra, rb, rank, stg);
+            fpc_flush_out<CS>(p.out, p, ra, rb, rank, stg);
             fp_cluster_wait();
             return;
         }
