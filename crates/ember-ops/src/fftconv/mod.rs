@@ -102,8 +102,9 @@ pub struct Options<'a> {
     /// CUDA pair kernels (bf16 u, head_dim = 1, on-chip sizes) with an FFT of N ≥ 8192 points
     /// (L + max(Lk, Lkr) − 1 > 4096; below, recomputing was measured faster) and needs z (GELU or
     /// a postgate),
-    /// and where both passes take the CUDA four-step path (long rows, head_dim = 1, any dtype, GELU
-    /// or a postgate), the forward also writes z = y + D·v in u's dtype (one more B·H·L store) and
+    /// and where the backward takes the CUDA four-step path (long rows, head_dim = 1, any dtype, GELU
+    /// or a postgate; the forward four-step too, or in bf16 at FFT sizes 65536 and 131072 on thread
+    /// block clusters), the forward also writes z = y + D·v in u's dtype (one more B·H·L store) and
     /// the backward reads it instead of recomputing it (one of its four transforms; on the
     /// four-step path an inverse row FFT and an inverse column FFT per row). d_z then sees z rounded
     /// to u's dtype (≈ 2^−9 relative in bf16, within bf16's tolerance); out is bitwise the same.
