@@ -650,8 +650,11 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
     // forward).
     let pair = matches!(path, Path::OnChip { pair: true, .. });
     let floats = if pair { heads * (4 * m + 1) } else { heads * 2 * (m + 1) };
-    // The pair layout is written whole by either kernel below (every bin and scale of every head).
-    let spec = if pair { Tensor::output(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? } else { Tensor::zeros(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? };
+    // The pair layout is written whole by either kernel below (every bin and scale of every head), and
+    // so is the four-step one (fc_row_spectrum stores bins 0..=M of every head): no zero fill first,
+    // which at L = 2^20 (H = 64) was a 512 MB memset in every forward. fc_spectrum's layout keeps it.
+    let whole = pair || matches!(path, Path::FourStep { .. });
+    let spec = if whole { Tensor::output(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? } else { Tensor::zeros(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? };
     let mut p = *base;
     p.spec = spec.cuda_ptr()?;
     match path {
