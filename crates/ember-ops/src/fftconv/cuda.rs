@@ -650,11 +650,11 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
     // forward).
     let pair = matches!(path, Path::OnChip { pair: true, .. });
     let floats = if pair { heads * (4 * m + 1) } else { heads * 2 * (m + 1) };
-    // The pair layout is written whole by either kernel below (every bin and scale of every head), and
-    // so is the four-step one (fc_row_spectrum stores bins 0..=M of every head): no zero fill first,
-    // which at L = 2^20 (H = 64) was a 512 MB memset in every forward. fc_spectrum's layout keeps it.
-    let whole = pair || matches!(path, Path::FourStep { .. });
-    let spec = if whole { Tensor::output(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? } else { Tensor::zeros(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))? };
+    // Every layout is written whole by the kernels below: the pair layout every bin and scale of every
+    // head, the others bins 0..=M of every head (fc_spectrum: k and M − k for every k ≤ M/2 in natural
+    // or TC order; fc_row_spectrum the same pairs). So no zero fill first, which at L = 2^20 (H = 64)
+    // was a 512 MB memset in every forward (NOTES.md, "v21c").
+    let spec = Tensor::output(&[floats], DType::F32, Device::Cuda(dev.info().ordinal))?;
     let mut p = *base;
     p.spec = spec.cuda_ptr()?;
     match path {
