@@ -348,14 +348,18 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     fp_cluster_arrive();  // done reading the other CTAs' shared memory
     // Staged output at CS = 8 only (H200, same run: P = 512 fwd −8.7 %; P = 256 +0.7 %, P = 128 +3.5 %:
     // with 4 or 8 lanes per column the direct 2-byte stores cost less than the extra barrier).
-    if constexpr (STG && FpIsBf16<TO>::v && CS == 8) {
-        if (p.hd == 1) {
+    // A training forward's z goes through the staging copy at CS = 4 too (p.zstage; NOTES.md "v22b"),
+    // the output after it by direct stores.
+    int sel = fp_epilogue_flags(p);
+    if constexpr (STG && FpIsBf16<TO>::v && (CS == 8 || CS == 4)) {
+        if (p.hd == 1 && (CS == 8 || ((sel & 8) && p.zstage))) {
             using S = FpcStg<CS>;
             unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
             constexpr int OST = 2 * FpcLane<CS>::T * S::SW;
+            TO* const out_a = fa.out;
+            TO* const out_b = fb.out;
             fa.out = reinterpret_cast<TO*>(fpc_out_slot<CS>(l.n2, l.j, rank, stg));
             fb.out = fa.out + S::NR * 2 * S::SW;
-            int sel = fp_epilogue_flags(p);
             if (sel & 8) {
                 // A training forward's z (u's dtype, bf16 here as the output) through the staging copy
                 // first: its direct 2-byte stores cost a training forward at P = 512 +14 % (H200,
@@ -371,14 +375,18 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
                 fb.mask = mb;
                 sel &= ~8;
             }
-            fp_epilogue_sel<16, 8 + TL, OST>(sel, o16, 16, make_float2(inv1, inv1), ks, fa, fb);
-            __syncthreads();
-            fpc_flush_out<CS>(p.out, p, ra, rb, rank, stg);
-            fp_cluster_wait();
-            return;
+            if constexpr (CS == 8) {
+                fp_epilogue_sel<16, 8 + TL, OST>(sel, o16, 16, make_float2(inv1, inv1), ks, fa, fb);
+                __syncthreads();
+                fpc_flush_out<CS>(p.out, p, ra, rb, rank, stg);
+                fp_cluster_wait();
+                return;
+            }
+            fa.out = out_a;
+            fb.out = out_b;
         }
     }
-    fp_epilogue_sel<16, 8 + TL>(fp_epilogue_flags(p), o16, 16, make_float2(inv1, inv1), ks, fa, fb);
+    fp_epilogue_sel<16, 8 + TL>(sel, o16, 16, make_float2(inv1, inv1), ks, fa, fb);
     fp_cluster_wait();  // the others are done reading ours: all may exit
 }
 
