@@ -118,7 +118,6 @@ struct FcParams {
     nheads: i32,
     tc: i32,
     zs: u64,
-    kbuf: u64,
     zstage: i32,
 }
 
@@ -787,14 +786,6 @@ fn saves_w(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) ->
     opts.training && four && z_ok
 }
 
-/// Whether the four-step backward's correlation pass ends with the filter gradient's row pass
-/// (fc_row_corr with `kbuf` set) instead of launching fc_row_dk after it: no launch, and S read
-/// back by the threads that just wrote it instead of by another kernel from memory (NOTES.md,
-/// "v22"). `EMBER_FFTCONV_FUSE_DK=0` launches fc_row_dk (measurements).
-fn fuse_dk() -> bool {
-    ember_core::knob("EMBER_FFTCONV_FUSE_DK") != Some("0")
-}
-
 /// log2 P from which the training forward saves z (the pair kernels' complex length P·256 = the
 /// real FFT size N: N ≥ 8192). Measured on an H200 (B = 16, H = 768, GELU and D, fwd+bwd, saved z
 /// against recomputed, same runs): L = 4096 (P = 32) 1.645 → 1.368 ms, L = 5000 (P = 64) 4.14 →
@@ -1233,21 +1224,15 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             // The training forward's row spectra: with z not needed or read, the first column pass
             // and the saving row pass (which only write 2W then) have nothing left to do.
             let kept_w = kept.w.as_ref().filter(|w| w.path == path && p.need_z == 0);
-            // The filter gradient's row pass at the end of the correlation pass (`fuse_dk`): its
-            // rows go to a workspace of their own, M per head.
-            let fuse = fuse_dk();
-            // T and the saved spectra per row; S (and the fused pass's rows) per head; hd > 1
-            // workspaces per row.
-            let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if fuse { m * 8 } else { 0 } + if mix { 2 * rph * dims.l * 4 } else { 0 };
+            // T and the saved spectra per row; S per head; hd > 1 workspaces per row.
+            let per_head = rph * (m * 8 + (m + 1) * 8) + (m + 1) * 8 + if mix { 2 * rph * dims.l * 4 } else { 0 };
             let chunk = heads_per_chunk(heads, per_head).min((round_bytes(&dev, opts) / (rph * m * 16)).max(1));
             let tbuf = workspace(devc, 2 * chunk * rph * m)?;
             let vbuf = if kept_w.is_none() { Some(workspace(devc, 2 * chunk * rph * (m + 1))?) } else { None };
             let sbuf = workspace(devc, 2 * chunk * (m + 1))?;
-            let kbuf = if fuse { Some(workspace(devc, 2 * chunk * m)?) } else { None };
             let wsa = if mix { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
             let wsb = if mix && opts.postgate.is_some() { Some(workspace(devc, chunk * rph * dims.l)?) } else { None };
             p.tbuf = tbuf.cuda_ptr()?;
-            p.kbuf = ptr(kbuf.as_ref())?;
             p.vbuf = ptr(vbuf.as_ref())?;
             p.sbuf = sbuf.cuda_ptr()?;
             p.wsa = ptr(wsa.as_ref())?;
@@ -1269,15 +1254,9 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
                 launch(&dev, col_block, &format!("fc_col_dz_{sfx}"), (cols, 1), &p, "fc_col_dz")?;
                 launch(&dev, row_block, "fc_row_corr", (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32), &p, "fc_row_corr")?;
                 launch(&dev, col_block, &format!("fc_col_dw_{sfx}"), (cols, 1), &p, "fc_col_dw")?;
-                // Filter gradients: S → inverse four-step (one row per head), its row pass fused
-                // into fc_row_corr (rows in kbuf) or fc_row_dk's (rows in T).
-                let mut pk = p;
-                if fuse {
-                    pk.tbuf = pk.kbuf;
-                } else {
-                    launch(&dev, row_block, "fc_row_dk", (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32), &p, "fc_row_dk")?;
-                }
-                launch(&dev, col_block, "fc_col_dk_k", (grid_u32(nh * tiles, "backward")?, 1), &pk, "fc_col_dk")?;
+                // Filter gradients: S → inverse four-step into T (one row per head).
+                launch(&dev, row_block, "fc_row_dk", (grid_u32(jobs_row.div_ceil(ppc), "backward")?, nh as u32), &p, "fc_row_dk")?;
+                launch(&dev, col_block, "fc_col_dk_k", (grid_u32(nh * tiles, "backward")?, 1), &p, "fc_col_dk")?;
                 if mix {
                     let total = dims.b * nh * dims.hd * dims.l;
                     launch(&dev, 256, &format!("fc_mix_bwd_{sfx}"), (dev.grid_for(total, 256), 1), &p, "fc_mix_bwd")?;

@@ -50,8 +50,6 @@ struct FcParams {
                 // 2: all N bins in fragment order (pair_tc.cuh), for fc_fwd_pair*
     u64 zs;     // z saved for the backward (u's dtype, (B, H, L); pair kernels, hd = 1): the
                 // forward writes it, the backward reads it instead of recomputing; 0: none
-    u64 kbuf;   // four-step backward: fc_row_corr ends with the filter gradient's row pass and
-                // writes its rows here, float2 (heads of the launch, M); 0: fc_row_dk does that
     int zstage; // cluster forward at CS = 4 (P = 256): z through the output's staging copy
 };
 
@@ -1074,7 +1072,7 @@ __device__ __forceinline__ FcSeqs fc_rowpairs_layout(const FcParams& p) {
 
 // Rows of job pj of a slot from/to T (row base `base` = local row << logm).
 template <int BATCH>
-__device__ __forceinline__ void fc_rows_io(const FcParams& p, u64 buf, float2* x, const FcJobs& j, int pj, i64 base, bool load, bool valid) {
+__device__ __forceinline__ void fc_rows_io(const FcParams& p, float2* x, const FcJobs& j, int pj, i64 base, bool load, bool valid) {
     const int m1 = 1 << p.logm1, m2 = 1 << p.logm2;
     const int ra = pj, rb = pj == 0 ? m1 / 2 : m1 - pj;
     // Elements per thread over both rows: (2·M2) / tps = FC_E (a CTA's jobs fill its FC_SLOTS).
@@ -1094,7 +1092,7 @@ __device__ __forceinline__ void fc_rows_io(const FcParams& p, u64 buf, float2* x
                 int f;
                 i64 off;
                 at(c0 + u, f, off);
-                v[u] = valid ? ld2(buf, off) : make_float2(0.f, 0.f);
+                v[u] = valid ? ld2(p.tbuf, off) : make_float2(0.f, 0.f);
             }
 #pragma unroll
             for (int u = 0; u < BATCH; ++u) {
@@ -1110,7 +1108,7 @@ __device__ __forceinline__ void fc_rows_io(const FcParams& p, u64 buf, float2* x
             int f;
             i64 off;
             at(c, f, off);
-            st2(buf, off, x[FC_P(f)]);
+            st2(p.tbuf, off, x[FC_P(f)]);
         }
     }
 }
@@ -1157,7 +1155,7 @@ __device__ void fc_row_pass(const FcParams& p) {
         const i64 base = row << p.logm;
         if (MODE != FC_ROW_DK) {
             // (Half as many loads ahead in the correlation pass, whose registers are short.)
-            fc_rows_io<(MODE == FC_ROW_CORR && FC_IO_BATCH > 1 ? FC_IO_BATCH / 2 : FC_IO_BATCH)>(p, p.tbuf, x, j, pj, base, true, valid);
+            fc_rows_io<(MODE == FC_ROW_CORR && FC_IO_BATCH > 1 ? FC_IO_BATCH / 2 : FC_IO_BATCH)>(p, x, j, pj, base, true, valid);
             __syncthreads();
             block_fft<-1>(x, q, tw);
         }
@@ -1250,36 +1248,8 @@ __device__ void fc_row_pass(const FcParams& p) {
         }
         __syncthreads();
         block_fft<1>(x, q, tw);
-        fc_rows_io<1>(p, p.tbuf, x, j, pj, base, false, valid);
+        fc_rows_io<1>(p, x, j, pj, base, false, valid);
         __syncthreads();
-    }
-    if constexpr (MODE == FC_ROW_CORR) {
-        // The filter gradient's row pass (FC_ROW_DK's step) for this job of the head, now that its
-        // S entries are final: they were written by these same threads (same pairs) in the last
-        // row's step, so no barrier is needed before reading them, and no other CTA touches them.
-        // Saves fc_row_dk's launch and its reading S back from memory; the rows go to kbuf (T's
-        // rows are the correlation's output, which fc_col_dw still has to read).
-        if (p.kbuf) {
-            const i64 hrow = (i64)(g - p.head0) * (m + 1);
-            for (int c = 0; c <= FC_E / 2; ++c) {
-                const FcPair pr = fc_pair(p, pj, j.slot, j.lt + j.tps * c);
-                if (!pr.ok || !job_ok) continue;
-                const bool dc = pr.k == 0;
-                const float2 Ya = c_scale(ld2(p.sbuf, hrow + pr.ka), inv4n);
-                const float2 Yb = c_scale(ld2(p.sbuf, hrow + (dc ? m : pr.kb)), inv4n);
-                if (dc) {
-                    x[FC_P(pr.fa)] = real_pre0(Ya.x, Yb.x);
-                } else {
-                    float2 Za, Zb;
-                    real_pre(Ya, Yb, fc_twiddle(pr.k, p.logm + 1), Za, Zb);
-                    x[FC_P(pr.fa)] = Za;
-                    if (!pr.self) x[FC_P(pr.fb)] = Zb;
-                }
-            }
-            __syncthreads();
-            block_fft<1>(x, q, tw);
-            fc_rows_io<1>(p, p.kbuf, x, j, pj, (i64)blockIdx.y << p.logm, false, job_ok);
-        }
     }
 }
 
