@@ -135,8 +135,10 @@ pub enum Path {
     /// M = M1·M2 = 2^(logm1 + logm2); column passes with `col_block` threads, row passes with
     /// `row_block`.
     FourStep { logm1: u32, logm2: u32, col_block: u32, row_block: u32 },
-    /// The pair forward at a mixed-radix size N = 256·`p` (pair_mixed.cuh; see [`mixed_p`]), in place
-    /// of the power-of-two N = 16384.
+    /// The pair forward at a mixed-radix size N = 256·`p`: P = 40, 48, 56 in place of the power-of-two
+    /// N = 16384 (pair_mixed.cuh; see [`mixed_p`]), P = 80, 96, 112 on clusters of two CTAs in place of
+    /// 32768 and P = 160, 192, 224 on clusters of four in place of 65536 (pair_fwd.cuh; see
+    /// [`mixed_cluster_p`]).
     PairMixed { p: u32 },
 }
 
@@ -145,8 +147,13 @@ impl Path {
         match *self {
             Path::OnChip { logm, .. } => logm,
             Path::FourStep { logm1, logm2, .. } => logm1 + logm2,
-            // The power-of-two size it replaces (N = 16384); the mixed kernels do not read it.
-            Path::PairMixed { .. } => 13,
+            // The power-of-two size it replaces (N = 16384, 32768, 65536); the mixed kernels do not
+            // read it.
+            Path::PairMixed { p } => match p {
+                ..=56 => 13,
+                ..=112 => 14,
+                _ => 15,
+            },
         }
     }
 }
@@ -222,14 +229,59 @@ fn mixed_p(u: DType, opts: &Options, dims: &Dims) -> Option<u32> {
     if off || u != DType::BF16 || opts.tensor_cores || opts.force_four_step || !use_pair_spectrum(opts) || dims.fft_size() != 1 << 14 {
         return None;
     }
-    let need = (dims.l + dims.lk.max(dims.lk_rev) - 1).max(2 * dims.l);
-    MIXED_P.iter().find(|&&p| 256 * p >= need).map(|&p| p as u32)
+    mixed_size(&MIXED_P, dims)
+}
+
+/// Mixed-radix sizes of the cluster forward: P = 2R·CS with R = 20, 24, 28 on clusters of CS = 2
+/// (N = 20480, 24576, 28672) and 4 (N = 40960, 49152, 57344) CTAs (pair_fwd.cuh).
+const MIXED_CLUSTER_P: [usize; 6] = [80, 96, 112, 160, 192, 224];
+
+/// P of the mixed-radix cluster forward for `dims` (NOTES.md "v23"): the smallest N = 256·P that holds
+/// L + Lk − 1 and L ≤ N/2 where it is below the power-of-two size the pair forwards would take for the
+/// same rule (8192 < L ≤ 14336 and 16384 < L ≤ 28672 with a full-length filter; L = 20000 transforms
+/// 40960 points instead of 65536). The cluster forward's conditions (sm_90 clusters, bf16 u, hd = 1,
+/// the pair spectrum) and its staged u's (no pregate, L % 8 = 0, a 16-byte aligned u), as these
+/// kernels read u staged only. The backward keeps its power-of-two path (it recomputes the spectrum at
+/// its own N). `EMBER_FFTCONV_MIXED_CLUSTER=0` (or `EMBER_FFTCONV_MIXED=0`) keeps the power-of-two
+/// sizes; where the size replaced is 65536, `EMBER_FFTCONV_PAIR_BIG=0` (four-step) does too.
+fn mixed_cluster_p(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<Option<u32>> {
+    let knob_off = |k: &'static str| ember_core::knob(k) == Some("0");
+    let off = knob_off("EMBER_FFTCONV_MIXED_CLUSTER") || knob_off("EMBER_FFTCONV_MIXED") || knob_off("EMBER_FFTCONV_PAIR");
+    let Some(p) = mixed_cluster_size(dims) else { return Ok(None) };
+    if off || (p > 112 && knob_off("EMBER_FFTCONV_PAIR_BIG")) {
+        return Ok(None);
+    }
+    let ok = clusters && u.dtype() == DType::BF16 && dims.hd == 1 && use_pair_spectrum(opts) && !opts.tensor_cores && !opts.force_four_step;
+    Ok((ok && use_pair_stage_u(7, true, u, opts, dims)?).then_some(p))
+}
+
+/// The pair forwards' size rule: N ≥ L + max(Lk, Lkr) − 1 and L ≤ N/2.
+fn pair_need(dims: &Dims) -> usize {
+    (dims.l + dims.lk.max(dims.lk_rev) - 1).max(2 * dims.l)
+}
+
+/// The smallest of `sizes` (P, N = 256·P) that holds [`pair_need`].
+fn mixed_size(sizes: &[usize], dims: &Dims) -> Option<u32> {
+    let need = pair_need(dims);
+    sizes.iter().find(|&&p| 256 * p >= need).map(|&p| p as u32)
+}
+
+/// [`mixed_cluster_p`]'s size rule alone: the smallest cluster size that holds [`pair_need`], where it
+/// is below the power of two that does.
+pub(super) fn mixed_cluster_size(dims: &Dims) -> Option<u32> {
+    let need = pair_need(dims);
+    mixed_size(&MIXED_CLUSTER_P, dims).filter(|&p| 256 * (p as usize) < need.next_power_of_two() && need > 1 << 14)
 }
 
 /// [`mixed_p`] for a bf16 u with the default options (tests).
 #[cfg(test)]
 pub(super) fn mixed_p_for_test(dims: &Dims) -> Option<u32> {
     mixed_p(DType::BF16, &Options::default(), dims)
+}
+
+/// CTAs per cluster of the mixed-radix cluster kernels at P (80 … 112: 2, 160 … 224: 4).
+fn mixed_cluster_ctas(p: u32) -> usize {
+    if p <= 112 { 2 } else { 4 }
 }
 
 /// Shared memory of the mixed-radix forward and spectrum: P segments of 256 float2, the per-lane table
@@ -272,8 +324,11 @@ fn has_clusters(dev: &CudaDevice) -> bool {
 /// The FFT forward's path for `dims` (not the direct one): the plan, or the cluster or mixed-radix
 /// pair path in its place, with `tc` and `pair` set; the mixed P; whether the pair kernels run.
 fn forward_path(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<(Path, Option<u32>, bool)> {
-    let big = pair_big(u, opts, dims, clusters)?;
-    let mixed = mixed_p(u.dtype(), opts, dims).filter(|_| big.is_none());
+    let mixed = match mixed_p(u.dtype(), opts, dims) {
+        Some(p) => Some(p),
+        None => mixed_cluster_p(u, opts, dims, clusters)?,
+    };
+    let big = if mixed.is_some() { None } else { pair_big(u, opts, dims, clusters)? };
     let mut path = big.or(mixed.map(|p| Path::PairMixed { p })).unwrap_or_else(|| plan(dims, opts.force_four_step));
     let want_tc = big.is_none() && mixed.is_none() && use_tc(u.dtype(), opts, path);
     // pair_big's and mixed_p's paths are pair forwards by construction (use_pair covers the
@@ -294,7 +349,8 @@ pub(crate) fn forward_keeps_row_range(u: &Tensor, opts: &Options, dims: &Dims) -
         return Ok(true);
     }
     Ok(match forward_path(u, opts, dims, has_clusters(u.cuda_device()?))? {
-        (Path::PairMixed { .. }, _, _) => true,
+        // The cluster sizes (P ≥ 80) share one pair scale as the power-of-two cluster forwards do.
+        (Path::PairMixed { p }, _, _) => p <= 56,
         (Path::OnChip { logm, pair: true, .. }, _, _) => logm == 13,
         _ => false,
     })
@@ -521,9 +577,9 @@ fn twiddles(dev: &Arc<CudaDevice>) -> Result<u64> {
         return t.cuda_ptr();
     }
     // FC_TW_TOTAL complex values (the flat table, the per-pass tables, the pair kernels' N = 8192
-    // … 131072 and the mixed-radix N = 10240, 12288, 14336), then the tensor-core kernels'
+    // … 131072 and the mixed-radix N = 10240 … 57344), then the tensor-core kernels'
     // per-lane table (40 words × 32 lanes).
-    const TOTAL: usize = (2 << 15) + 8192 + 16384 + 32768 + 65536 + 131072 + 10240 + 12288 + 14336;
+    const TOTAL: usize = (2 << 15) + 8192 + 16384 + 32768 + 65536 + 131072 + 10240 + 12288 + 14336 + 20480 + 24576 + 28672 + 40960 + 49152 + 57344;
     let t = Tensor::zeros(&[2 * TOTAL + 40 * 32], DType::F32, Device::Cuda(ord))?;
     let f = dev.function(&SOURCE, &options(256), "fc_twiddles")?;
     let ptr = t.cuda_ptr()?;
@@ -638,12 +694,18 @@ fn spectrum(dev: &Arc<CudaDevice>, base: &FcParams, opts: &Options, dims: Dims, 
     let heads = dims.heads();
     if let Path::PairMixed { p: pm } = path {
         // The pair layout at N = 256·P: all N bins per head in fragment order, then one scale per
-        // head; fc_spec_pairq{P/2}: one head per CTA of 512 threads, every bin and scale written.
+        // head; fc_spec_pairq{P/2}: one head per CTA of 512 threads, every bin and scale written;
+        // fc_spec_pairm{P} (P ≥ 80): one head per cluster of 2 or 4 such CTAs.
         let n = 256 * pm as usize;
         let spec = Tensor::output(&[heads * (2 * n + 1)], DType::F32, Device::Cuda(dev.info().ordinal))?;
         let mut p = *base;
         p.spec = spec.cuda_ptr()?;
-        launch_smem_threads(dev, 256, 512, &format!("fc_spec_pairq{}", pm / 2), (grid_u32(heads, "spectrum")?, 1), &p, "fc_spec_pairq", smem_bytes_mixed(pm))?;
+        if pm > 56 {
+            let grid = grid_u32(heads * mixed_cluster_ctas(pm), "spectrum")?;
+            launch_smem_threads(dev, 256, 512, &format!("fc_spec_pairm{pm}"), (grid, 1), &p, "fc_spec_pairm", smem_bytes_pair(7, 0))?;
+        } else {
+            launch_smem_threads(dev, 256, 512, &format!("fc_spec_pairq{}", pm / 2), (grid_u32(heads, "spectrum")?, 1), &p, "fc_spec_pairq", smem_bytes_mixed(pm))?;
+        }
         return Ok(Spectrum { spec, path });
     }
     let m = 1usize << path.logm();
@@ -1027,6 +1089,13 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                     groups
                 };
                 launch_smem_threads(&dev, 256, threads, &entry, (grid_u32(grid_x, "forward")?, 1), &p, "fc_fwd_pair", smem)?;
+            }
+            Path::PairMixed { p: pm } if pm > 56 => {
+                // One row pair per cluster of 2 or 4 CTAs of 512 threads (fc_fwd_pairm{P}, u staged),
+                // ⌈rph/2⌉ pairs per head; the shared memory of the staged power-of-two cluster forward.
+                let pairs = (nrows / rph) * rph.div_ceil(2);
+                let grid = grid_u32(pairs * mixed_cluster_ctas(pm), "forward")?;
+                launch_smem_threads(&dev, 256, 512, &format!("fc_fwd_pairm{pm}_{sfx}"), (grid, 1), &p, "fc_fwd_pairm", smem_bytes_pair(7, PAIR_STAGE_U_ELEMS))?;
             }
             Path::PairMixed { p: pm } => {
                 // One row pair per CTA of 512 threads (pair_mixed.cuh), ⌈rph/2⌉ pairs per head.

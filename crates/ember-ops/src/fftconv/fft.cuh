@@ -38,7 +38,15 @@
 #define FC_TW_MIX40 (FC_TW_PAIR512 + 131072)
 #define FC_TW_MIX48 (FC_TW_MIX40 + 10240)
 #define FC_TW_MIX56 (FC_TW_MIX48 + 12288)
-#define FC_TW_TOTAL (FC_TW_MIX56 + 14336)
+// Then the mixed-radix cluster kernels' N = 256·P, P = 80, 96, 112, 160, 192, 224 (pair_fwd.cuh), same rule.
+#define FC_TW_MIX80 (FC_TW_MIX56 + 14336)
+#define FC_TW_MIX96 (FC_TW_MIX80 + 20480)
+#define FC_TW_MIX112 (FC_TW_MIX96 + 24576)
+#define FC_TW_MIX160 (FC_TW_MIX112 + 28672)
+#define FC_TW_MIX192 (FC_TW_MIX160 + 40960)
+#define FC_TW_MIX224 (FC_TW_MIX192 + 49152)
+#define FC_TW_MIXC(P) ((P) == 80 ? FC_TW_MIX80 : (P) == 96 ? FC_TW_MIX96 : (P) == 112 ? FC_TW_MIX112 : (P) == 160 ? FC_TW_MIX160 : (P) == 192 ? FC_TW_MIX192 : FC_TW_MIX224)
+#define FC_TW_TOTAL (FC_TW_MIX224 + 57344)
 
 #ifndef FC_SMEM_DECL
 #define FC_SMEM_DECL extern __shared__ float2 fc_smem[];

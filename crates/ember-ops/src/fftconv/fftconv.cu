@@ -1318,10 +1318,13 @@ extern "C" __global__ void fc_twiddles(float2* tw) {
     // The flat table, or entry r·ns + k of a pass table: the angle −2π·num/den.
     double num = e, den = 1 << FC_TWN_LOG;
     if (e >= FC_TW_MIX40) {
-        // The mixed-radix tables: N = 10240, 12288, 14336, entry r·256 + k = exp(−2πi·r·k/N).
-        const int off = e >= FC_TW_MIX56 ? FC_TW_MIX56 : e >= FC_TW_MIX48 ? FC_TW_MIX48 : FC_TW_MIX40;
+        // The mixed-radix tables: N = 256·P, P = 40, 48, 56, 80, 96, 112, 160, 192, 224, entry
+        // r·256 + k = exp(−2πi·r·k/N); each table follows the previous one.
+        const int ps[9] = {40, 48, 56, 80, 96, 112, 160, 192, 224};
+        int off = FC_TW_MIX40, t = 0;
+        while (t < 8 && e >= off + 256 * ps[t]) off += 256 * ps[t++];
         num = (double)((e - off) >> 8) * ((e - off) & 255);
-        den = off == FC_TW_MIX56 ? 14336 : off == FC_TW_MIX48 ? 12288 : 10240;
+        den = 256 * ps[t];
     } else if (e >= FC_TW_PAIR32) {
         // The pair tables: N = 8192 << i from offset FC_TW_PAIR32 + (8192 << i) − 8192.
         int off = FC_TW_PAIR32, size = 8192;

@@ -118,8 +118,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) fc_fwd_pair_staged5_bf16_f3
 // padding, so that the reads below, lanes j = 0 … T − 1 at word j·SW + w, fall in distinct banks),
 // then each thread reads its 16 elements n1 = T·m + j there. Zero past L (L % 8 = 0: no chunk
 // straddles it) and for an invalid row b.
-template <int CS> struct FpcStg {
-    static constexpr int COLS = 256 / CS, W = COLS / 2, SW = W + 8 / CS, NR = 32 * CS, CPR = COLS / 8;
+// At mixed radix (R ≠ 32) the rows n1 < P/2 = R·CS.
+template <int CS, int R = 32> struct FpcStg {
+    static constexpr int COLS = 256 / CS, W = COLS / 2, SW = W + 8 / CS, NR = R * CS, CPR = COLS / 8;
     static constexpr int BYTES = 2 * NR * SW * 4;  // both rows
 };
 // After the CTA's segments, table, rows and pair max (with room for two sets of rows and pair maxima;
@@ -129,11 +130,12 @@ template <int CS> struct FpcStg {
 // Rows n1 ∈ [n0, n0 + HR) of both rows of `src` (bf16, u's row layout), this CTA's columns, into
 // stg (row r = n1 − n0 of row s at word (s·HR + r)·SW); all of a thread's 16-byte loads before its
 // stores. fpc_stage_u takes all P/2 rows; the P = 128 backward's d_out two halves of them.
-template <int CS, int HR>
+// At mixed radix the chunks (2·HR·CPR = 64·R) are not a multiple of 512: the last round's threads
+// past the end load nothing and store to a spare slot (dst = −1: skipped).
+template <int CS, int HR, int R = 32>
 __device__ __forceinline__ void fpc_copy_rows(const FcParams& p, const ember_bf16* __restrict__ src, const FcRow& ra, const FcRow& rb, unsigned rank, int n0, unsigned* __restrict__ stg) {
-    using S = FpcStg<CS>;
-    constexpr int PER = 2 * HR * S::CPR / 512;
-    static_assert(PER * 512 == 2 * HR * S::CPR, "whole 16-byte chunks per thread");
+    using S = FpcStg<CS, R>;
+    constexpr int ALL = 2 * HR * S::CPR, PER = (ALL + 511) / 512;
     const int c0 = (int)rank * S::COLS;
     uint4 v[PER];
     int dst[PER];
@@ -145,11 +147,13 @@ __device__ __forceinline__ void fpc_copy_rows(const FcParams& p, const ember_bf1
         const bool valid = s ? rb.valid : ra.valid;
         const i64 urow = s ? rb.urow : ra.urow;
         const i64 n = (i64)(n0 + r) * 256 + c0 + 8 * q;
-        v[i] = valid && n < p.L ? *reinterpret_cast<const uint4*>(src + urow + n) : make_uint4(0u, 0u, 0u, 0u);
-        dst[i] = (s * HR + r) * S::SW + 4 * q;
+        const bool in = ALL % 512 == 0 || w < ALL;
+        v[i] = in && valid && n < p.L ? *reinterpret_cast<const uint4*>(src + urow + n) : make_uint4(0u, 0u, 0u, 0u);
+        dst[i] = in ? (s * HR + r) * S::SW + 4 * q : -1;
     }
 #pragma unroll
     for (int i = 0; i < PER; ++i) {
+        if (ALL % 512 != 0 && dst[i] < 0) continue;
         stg[dst[i]] = v[i].x;
         stg[dst[i] + 1] = v[i].y;
         stg[dst[i] + 2] = v[i].z;
@@ -157,20 +161,20 @@ __device__ __forceinline__ void fpc_copy_rows(const FcParams& p, const ember_bf1
     }
 }
 
-template <int CS>
+template <int CS, int R = 32>
 __device__ __forceinline__ void fpc_stage_u(const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, unsigned* __restrict__ stg) {
-    fpc_copy_rows<CS, FpcStg<CS>::NR>(p, reinterpret_cast<const ember_bf16*>(p.u), ra, rb, rank, 0, stg);
+    fpc_copy_rows<CS, FpcStg<CS, R>::NR, R>(p, reinterpret_cast<const ember_bf16*>(p.u), ra, rb, rank, 0, stg);
 }
 
 // y[m] = (row a, row b) at n1 = T·m + j of the lane's column, from fpc_stage_u's copy.
 // Lane j of column n2 (of the whole row; this CTA's columns start at rank·256/CS).
-template <int CS>
-__device__ __forceinline__ void fpc_read_u(float2 (&y)[16], int n2, int j, unsigned rank, const unsigned* __restrict__ stg) {
-    using S = FpcStg<CS>;
+template <int CS, int R = 32>
+__device__ __forceinline__ void fpc_read_u(float2 (&y)[R / 2], int n2, int j, unsigned rank, const unsigned* __restrict__ stg) {
+    using S = FpcStg<CS, R>;
     const unsigned short* h = reinterpret_cast<const unsigned short*>(stg);
     const int c = n2 - (int)rank * S::COLS;
 #pragma unroll
-    for (int m = 0; m < 16; ++m) {
+    for (int m = 0; m < R / 2; ++m) {
         const int n1 = 2 * CS * m + j;
         const unsigned a = h[n1 * 2 * S::SW + c], b = h[(S::NR + n1) * 2 * S::SW + c];
         y[m] = make_float2(__uint_as_float(a << 16), __uint_as_float(b << 16));
@@ -178,11 +182,11 @@ __device__ __forceinline__ void fpc_read_u(float2 (&y)[16], int n2, int j, unsig
 }
 
 // u staged and read back: the copy (fpc_stage_u), a block barrier, the lane's 16 elements.
-template <int CS>
-__device__ __forceinline__ void fpc_load_staged(float2 (&y)[16], const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, int n2, int j, unsigned* __restrict__ stg) {
-    fpc_stage_u<CS>(p, ra, rb, rank, stg);
+template <int CS, int R = 32>
+__device__ __forceinline__ void fpc_load_staged(float2 (&y)[R / 2], const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, int n2, int j, unsigned* __restrict__ stg) {
+    fpc_stage_u<CS, R>(p, ra, rb, rank, stg);
     __syncthreads();
-    fpc_read_u<CS>(y, n2, j, rank, stg);
+    fpc_read_u<CS, R>(y, n2, j, rank, stg);
 }
 
 // The staged output (STG at CS = 8 with bf16 output, hd = 1): the epilogue writes the lane's outputs into the
@@ -193,20 +197,22 @@ __device__ __forceinline__ void fpc_load_staged(float2 (&y)[16], const FcParams&
 template <typename X> struct FpIsBf16 { static constexpr bool v = false; };
 template <> struct FpIsBf16<ember_bf16> { static constexpr bool v = true; };
 
-template <int CS>
+template <int CS, int R = 32>
 __device__ __forceinline__ ember_bf16* fpc_out_slot(int n2, int j, unsigned rank, unsigned* __restrict__ stg) {
-    using S = FpcStg<CS>;
+    using S = FpcStg<CS, R>;
     return reinterpret_cast<ember_bf16*>(stg) + j * 2 * S::SW + (n2 - (int)rank * S::COLS);
 }
 
-template <int CS>
+template <int CS, int R = 32>
 __device__ __forceinline__ void fpc_flush_out(u64 dst, const FcParams& p, const FcRow& ra, const FcRow& rb, unsigned rank, const unsigned* __restrict__ stg) {
-    using S = FpcStg<CS>;
+    using S = FpcStg<CS, R>;
+    constexpr int ALL = 2 * S::NR * S::CPR;
     const int c0 = (int)rank * S::COLS;
     ember_bf16* out = reinterpret_cast<ember_bf16*>(dst);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < (ALL + 511) / 512; ++i) {
         const int w = threadIdx.x + 512 * i, s = w / (S::NR * S::CPR), e = w % (S::NR * S::CPR);
+        if (ALL % 512 != 0 && w >= ALL) break;
         const int n1 = e / S::CPR, q = e % S::CPR;
         const bool valid = s ? rb.valid : ra.valid;
         const i64 urow = s ? rb.urow : ra.urow;
@@ -295,9 +301,12 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcPar
 // row pair per cluster, clusters consecutive CTAs.
 // STG (bf16 u without pregate, L % 8 = 0, 16-byte aligned u: the host's choice): stage 1
 // reads u from fpc_stage_u's copy in shared memory instead of by 2-byte global loads.
-template <int CS, typename T, typename TO, bool STG = false>
+// R ≠ 32: the mixed-radix sizes P = R·2·CS (FpcLane), always staged (STG; the host's choice).
+template <int CS, typename T, typename TO, bool STG = false, int R = 32>
 __device__ void fc_fwd_pairc(const FcParams& p) {
-    constexpr int LOGN = FpcLane<CS>::LOGN, TL = FpcLane<CS>::TL;
+    using L = FpcLane<CS, R>;
+    constexpr int TL = L::TL, N = L::N, SEG = L::SEG;
+    static_assert(R == 32 || STG, "the mixed-radix cluster forward reads u staged");
     FC_SMEM_DECL
     float2* x = fc_smem;  // this CTA's 64 segments
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
@@ -307,7 +316,7 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
     const unsigned rank = fp_cluster_rank();
-    const FpcLane<CS> l = fpc_lane<CS>(x, pmax);
+    const L l = fpc_lane<CS, R>(x, pmax);
     const bool pre = p.has_pre;
     const i64 rph = p.B * (i64)p.hd * p.hd;
     const i64 pph = (rph + 1) / 2;
@@ -320,31 +329,31 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     // Thread j's elements n1 = T·m + j sit at offset j·256 + m·T·256.
     fp_row_shift(fa, l.j << 8);
     fp_row_shift(fb, l.j << 8);
-    const float2* wtab = tw + FpcLane<CS>::TW + l.n2;  // W_N^(n2·k1) at k1·256
+    const float2* wtab = tw + L::TW + l.n2;  // W_N^(n2·k1) at k1·256
     // ---- stage 1.
     {
-        float2 y[16];
+        float2 y[R / 2];
         if constexpr (STG) {
             unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
-            fpc_load_staged<CS>(y, p, ra, rb, rank, l.n2, l.j, stg);
+            fpc_load_staged<CS, R>(y, p, ra, rb, rank, l.n2, l.j, stg);
         } else {
             fp_load16<8 + TL>(y, pre, fa, fb);
         }
-        fpc_stage1<CS>(y, l, tw, wtab, 0);
+        fpc_stage1<CS, R>(y, l, tw, wtab, 0);
     }
     fp_cluster_sync();
-    // ---- stage 2: this CTA's 64 segments (k1 = 64·rank + sg), 4 per warp.
+    // ---- stage 2: this CTA's SEG = 2R segments (k1 = SEG·rank + sg; 64, 4 per warp, at R = 32).
     float s1, inv1;
     fp_pair_scale(pmax[0], s1, inv1);
-    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
-        const float4* kf = reinterpret_cast<const float4*>(p.spec) + ((i64)ra.g << (LOGN - 1)) + ((i64)((rank << 6) + sg) << 7);
+    for (int sg = threadIdx.x >> 5; sg < SEG; sg += 16) {
+        const float4* kf = reinterpret_cast<const float4*>(p.spec) + (i64)ra.g * (N / 2) + ((i64)(rank * SEG + sg) << 7);
         fp_segment(x + sg * 256, kf, tab, s1);
     }
     fp_cluster_sync();
     // ---- inverse stage 1 (every CTA's segments), then the epilogue.
-    const float ks = reinterpret_cast<const float*>(p.spec)[((i64)p.heads << (LOGN + 1)) + ra.g];
-    float2 o16[16];
-    fpc_stage1_inv<CS>(o16, l, tw, wtab);
+    const float ks = reinterpret_cast<const float*>(p.spec)[(i64)p.heads * 2 * N + ra.g];
+    float2 o16[R / 2];
+    fpc_stage1_inv<CS, R>(o16, l, tw, wtab);
     fp_cluster_arrive();  // done reading the other CTAs' shared memory
     // Staged output at CS = 8 only (H200, same run: P = 512 fwd −8.7 %; P = 256 +0.7 %, P = 128 +3.5 %:
     // with 4 or 8 lanes per column the direct 2-byte stores cost less than the extra barrier).
@@ -353,12 +362,12 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     int sel = fp_epilogue_flags(p);
     if constexpr (STG && FpIsBf16<TO>::v && (CS == 8 || CS == 4)) {
         if (p.hd == 1 && (CS == 8 || ((sel & 8) && p.zstage))) {
-            using S = FpcStg<CS>;
+            using S = FpcStg<CS, R>;
             unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
-            constexpr int OST = 2 * FpcLane<CS>::T * S::SW;
+            constexpr int OST = 2 * L::T * S::SW;
             TO* const out_a = fa.out;
             TO* const out_b = fb.out;
-            fa.out = reinterpret_cast<TO*>(fpc_out_slot<CS>(l.n2, l.j, rank, stg));
+            fa.out = reinterpret_cast<TO*>(fpc_out_slot<CS, R>(l.n2, l.j, rank, stg));
             fb.out = fa.out + S::NR * 2 * S::SW;
             if (sel & 8) {
                 // A training forward's z (u's dtype, bf16 here as the output) through the staging copy
@@ -367,18 +376,18 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
                 // before GELU, mask and postgate, i.e. its hd = 1 form with the mask at 1.
                 const float ma = fa.mask, mb = fb.mask;
                 fa.mask = fb.mask = 1.f;
-                fp_epilogue_sel<16, 8 + TL, OST>(1, o16, 16, make_float2(inv1, inv1), ks, fa, fb);
+                fp_epilogue_sel<R / 2, 8 + TL, OST>(1, o16, R / 2, make_float2(inv1, inv1), ks, fa, fb);
                 __syncthreads();
-                fpc_flush_out<CS>(p.zs, p, ra, rb, rank, stg);
+                fpc_flush_out<CS, R>(p.zs, p, ra, rb, rank, stg);
                 __syncthreads();  // the staging copy is free again
                 fa.mask = ma;
                 fb.mask = mb;
                 sel &= ~8;
             }
             if constexpr (CS == 8) {
-                fp_epilogue_sel<16, 8 + TL, OST>(sel, o16, 16, make_float2(inv1, inv1), ks, fa, fb);
+                fp_epilogue_sel<R / 2, 8 + TL, OST>(sel, o16, R / 2, make_float2(inv1, inv1), ks, fa, fb);
                 __syncthreads();
-                fpc_flush_out<CS>(p.out, p, ra, rb, rank, stg);
+                fpc_flush_out<CS, R>(p.out, p, ra, rb, rank, stg);
                 fp_cluster_wait();
                 return;
             }
@@ -386,7 +395,7 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
             fb.out = out_b;
         }
     }
-    fp_epilogue_sel<16, 8 + TL>(sel, o16, 16, make_float2(inv1, inv1), ks, fa, fb);
+    fp_epilogue_sel<R / 2, 8 + TL>(sel, o16, R / 2, make_float2(inv1, inv1), ks, fa, fb);
     fp_cluster_wait();  // the others are done reading ours: all may exit
 }
 
@@ -402,6 +411,19 @@ FPC_FWD(8, 4, ember_bf16, bf16)
 FPC_FWD(8, 4, float, f32)
 FPC_FWD(9, 8, ember_bf16, bf16)
 FPC_FWD(9, 8, float, f32)
+
+// Mixed radix on clusters (NOTES.md "v23"): P = 80, 96, 112 on clusters of 2 (N = 20480, 24576, 28672
+// in place of 32768) and P = 160, 192, 224 on clusters of 4 (N = 40960, 49152, 57344 in place of
+// 65536); u always staged (the host takes these sizes only where it can be).
+#define FPC_FWD_MIXED(P, CS, R)                                                                                                                                                        \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pairm##P##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, ember_bf16, true, R>(p); } \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pairm##P##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, float, true, R>(p); }
+FPC_FWD_MIXED(80, 2, 20)
+FPC_FWD_MIXED(96, 2, 24)
+FPC_FWD_MIXED(112, 2, 28)
+FPC_FWD_MIXED(160, 4, 20)
+FPC_FWD_MIXED(192, 4, 24)
+FPC_FWD_MIXED(224, 4, 28)
 
 #endif  // __CUDA_ARCH__ >= 900
 

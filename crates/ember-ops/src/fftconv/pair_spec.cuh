@@ -150,10 +150,11 @@ __device__ void fc_spec_pair64(const FcParams& p) {
 
 #if __CUDA_ARCH__ >= 900  // clusters (P = 128 … 512)
 // P = 64·CS: one head per cluster of CS CTAs of 512 threads (fpc_lane, fpc_stage1); each CTA writes
-// its own 64 segments.
-template <int CS>
+// its own 64 segments. R ≠ 32: the mixed-radix sizes P = 2R·CS (2R segments per CTA).
+template <int CS, int R = 32>
 __device__ void fc_spec_pairc(const FcParams& p) {
-    constexpr int LOGN = FpcLane<CS>::LOGN, TL = FpcLane<CS>::TL;
+    using L = FpcLane<CS, R>;
+    constexpr int LOGN = L::LOGN, TL = L::TL, SEG = L::SEG;
     FC_SMEM_DECL
     float2* x = fc_smem;
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
@@ -162,21 +163,21 @@ __device__ void fc_spec_pairc(const FcParams& p) {
     fp_copy_tab(tab, p, 512);
     if (threadIdx.x < 2) pmax[threadIdx.x] = 0;
     const unsigned rank = fp_cluster_rank();
-    const FpcLane<CS> l = fpc_lane<CS>(x, pmax);
+    const L l = fpc_lane<CS, R>(x, pmax);
     const int g = blockIdx.x / CS;
-    const i64 n = (i64)1 << LOGN;
+    const i64 n = L::N;
     fp_cluster_sync();  // every CTA started, maxima zeroed
     {
-        float2 y[16];
+        float2 y[R / 2];
 #pragma unroll
-        for (int m = 0; m < 16; ++m) y[m] = make_float2(fp_keff_k(p, g, (i64)((m << TL) + l.j) * 256 + l.n2), 0.f);
+        for (int m = 0; m < R / 2; ++m) y[m] = make_float2(fp_keff_k(p, g, (i64)((m << TL) + l.j) * 256 + l.n2), 0.f);
         if (l.j == 0 && l.n2 == 0) y[0].x += fp_keff_d(p, g);  // t = 0
-        fpc_stage1<CS>(y, l, tw, tw + FpcLane<CS>::TW + l.n2, 0);
+        fpc_stage1<CS, R>(y, l, tw, tw + L::TW + l.n2, 0);
     }
     fp_cluster_sync();
     float s1, inv1;
     fp_pair_scale(pmax[0], s1, inv1);
-    for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) {
+    for (int sg = threadIdx.x >> 5; sg < SEG; sg += 16) {
         float mx = fp_spec_segment(x + sg * 256, tab, s1);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -185,7 +186,8 @@ __device__ void fc_spec_pairc(const FcParams& p) {
             for (int c = 0; c < CS; ++c) fp_max_dsm(l.pm[c] + 4, __float_as_int(mx));
     }
     fp_cluster_sync();  // the head's largest |D| from every CTA
-    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n + ((i64)rank << 14), 64 * 256, pmax[1], inv1, fp_inv_pow2(LOGN), reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, rank == 0 && threadIdx.x == 0, 512);
+    const float inv_n = R == 32 ? fp_inv_pow2(LOGN) : 1.f / L::N;
+    fp_spec_out(x, reinterpret_cast<float2*>(p.spec) + (i64)g * n + (i64)rank * SEG * 256, SEG * 256, pmax[1], inv1, inv_n, reinterpret_cast<float*>(p.spec) + 2 * (i64)p.heads * n + g, rank == 0 && threadIdx.x == 0, 512);
 }
 
 #endif  // __CUDA_ARCH__ >= 900
@@ -207,6 +209,15 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_spec_pair6(FcParams p) {
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_spec_pair7(FcParams p) { ember_grid_dependency_wait(); fc_spec_pairc<2>(p); }
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512, 1) fc_spec_pair8(FcParams p) { ember_grid_dependency_wait(); fc_spec_pairc<4>(p); }
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) fc_spec_pair9(FcParams p) { ember_grid_dependency_wait(); fc_spec_pairc<8>(p); }
+// The mixed-radix cluster sizes (pair_fwd.cuh, FPC_FWD_MIXED).
+#define FC_SPEC_PAIR_MIXED(P, CS, R) \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_spec_pairm##P(FcParams p) { ember_grid_dependency_wait(); fc_spec_pairc<CS, R>(p); }
+FC_SPEC_PAIR_MIXED(80, 2, 20)
+FC_SPEC_PAIR_MIXED(96, 2, 24)
+FC_SPEC_PAIR_MIXED(112, 2, 28)
+FC_SPEC_PAIR_MIXED(160, 4, 20)
+FC_SPEC_PAIR_MIXED(192, 4, 24)
+FC_SPEC_PAIR_MIXED(224, 4, 28)
 #endif
 
 #endif  // FC_BLOCK == 256

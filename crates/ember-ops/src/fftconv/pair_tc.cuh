@@ -847,6 +847,123 @@ __device__ __forceinline__ void fp64_stage1_inv(float2 (&o)[16], int h, const fl
     fp_idft32_first16(a, o);
 }
 
+// ---- small DFTs of mixed radix (the P = 2Q kernels, pair_mixed.cuh, and the cluster kernels at
+// P = 2R·CS) ------------------------------------------------------------------------------------------
+
+// exp(DIR·2πi·e/R) for R dividing 40, 48, 56, 160, 192 or 224 (e a compile-time constant at every use:
+// the table folds into immediates). Quarter-wave tables of cos(2πr/B), B = 40, 48, 56 (the P = 2Q
+// kernels), 160, 192, 224 (the lane steps of the cluster kernels at P = 2R·CS, R = 20, 24, 28).
+template <int R> struct FqBase {
+    static constexpr int B = 40 % R == 0 ? 40 : 48 % R == 0 ? 48 : 56 % R == 0 ? 56 : 160 % R == 0 ? 160 : 192 % R == 0 ? 192 : 224;
+    static_assert(B % R == 0, "R divides 40, 48, 56, 160, 192 or 224");
+};
+template <int B> __device__ __forceinline__ float fq_cos_quarter(int r) {
+    if constexpr (B == 40) {
+        const float C[11] = {1.f, 0.98768834059513772619f, 0.95105651629515357212f, 0.89100652418836786236f, 0.8090169943749474241f, 0.7071067811865475244f,
+                             0.58778525229247312917f, 0.45399049973954679156f, 0.3090169943749474241f, 0.15643446504023086901f, 0.f};
+        return C[r];
+    } else if constexpr (B == 48) {
+        const float C[13] = {1.f, 0.99144486137381041114f, 0.96592582628906828675f, 0.92387953251128675613f, 0.86602540378443864676f, 0.79335334029123516458f, 0.7071067811865475244f,
+                             0.60876142900872063942f, 0.5f, 0.38268343236508977173f, 0.25881904510252076235f, 0.13052619222005159155f, 0.f};
+        return C[r];
+    } else if constexpr (B == 56) {
+        const float C[15] = {1.f, 0.99371220989324258353f, 0.97492791218182360702f, 0.9438833303083675629f, 0.90096886790241912624f, 0.84672419922828416835f, 0.78183148246802980871f, 0.7071067811865475244f,
+                             0.62348980185873353053f, 0.53203207651533656356f, 0.43388373911755812048f, 0.33027906195516708177f, 0.22252093395631440429f, 0.11196447610330785847f, 0.f};
+        return C[r];
+    } else if constexpr (B == 160) {
+        const float C[41] = {1.f, 0.99922903624072293474f, 0.9969173337331279762f, 0.99306845695492629564f, 0.98768834059513772619f, 0.98078528040323044913f, 0.97236992039767660183f, 0.96245523645364728763f, 0.95105651629515357212f, 0.93819133592248413445f, 0.92387953251128675613f, 0.90814317382508129926f, 0.89100652418836786236f, 0.87249600707279711453f, 0.85264016435409222152f, 0.83146961230254523708f, 0.8090169943749474241f, 0.78531693088074492747f, 0.76040596560003093817f, 0.73432250943568553564f, 0.7071067811865475244f, 0.67880074553294174139f, 0.64944804833018365573f, 0.61909394930983398694f, 0.58778525229247312917f, 0.55557023301960222474f, 0.52249856471594886499f, 0.48862124149695494742f, 0.45399049973954679156f, 0.41865973753742808668f, 0.38268343236508977173f, 0.34611705707749297647f, 0.3090169943749474241f, 0.27144044986507425334f, 0.23344536385590541177f, 0.19509032201612826785f, 0.15643446504023086901f, 0.11753739745783764411f, 0.078459095727844945033f, 0.039259815759068609021f, 0.f};
+        return C[r];
+    } else if constexpr (B == 192) {
+        const float C[49] = {1.f, 0.99946458747636564443f, 0.99785892323860350674f, 0.99518472667219688624f, 0.99144486137381041114f, 0.98664333208487900475f, 0.98078528040323044913f, 0.97387697927733364815f, 0.96592582628906828675f, 0.95694033573220886494f, 0.94693012949510566426f, 0.93590592675732570029f, 0.92387953251128675613f, 0.91086382492117581857f, 0.89687274153268830389f, 0.88192126434835502971f, 0.86602540378443864676f, 0.84920218152657888765f, 0.83146961230254523708f, 0.81284668459161521658f, 0.79335334029123516458f, 0.77301045336273696081f, 0.75183980747897739641f, 0.72986407269783565735f, 0.7071067811865475244f, 0.68359230202287128051f, 0.65934581510006886843f, 0.63439328416364549822f, 0.60876142900872063942f, 0.5824776968678021492f, 0.55557023301960222474f, 0.52806785065036799587f, 0.5f, 0.47139673682599764856f, 0.442288690219001282f, 0.41270702980439473705f, 0.38268343236508977173f, 0.35225004792123350653f, 0.3214394653031615807f, 0.29028467725446236764f, 0.25881904510252076235f, 0.22707626303437320759f, 0.19509032201612826785f, 0.16289547339458873948f, 0.13052619222005159155f, 0.098017140329560601994f, 0.065403129230143066815f, 0.032719082821776142064f, 0.f};
+        return C[r];
+    } else {
+        const float C[57] = {1.f, 0.99960662638305288551f, 0.99842681501781656213f, 0.99646149411761914653f, 0.99371220989324258353f, 0.99018112533644559044f, 0.98587101851823587392f, 0.98078528040323044913f, 0.97492791218182360702f, 0.96830352212226143939f, 0.96091732194509954321f, 0.95277512272289628966f, 0.9438833303083675629f, 0.93424894029459985508f, 0.92387953251128675613f, 0.91278326506131890892f, 0.90096886790241912624f, 0.88844563597887230031f, 0.8752234219087536975f, 0.861312628232408941f, 0.84672419922828416835f, 0.83146961230254523708f, 0.81556086895926017135f, 0.79901048535824903392f, 0.78183148246802980871f, 0.76403737582160743666f, 0.74564216488316560949f, 0.72666032203402704716f, 0.7071067811865475244f, 0.68699692603490163354f, 0.66634657795200394558f, 0.64517198354208763329f, 0.62348980185873353053f, 0.60131709129840580824f, 0.57867129617980574163f, 0.55557023301960222474f, 0.53203207651533656356f, 0.50807534524652945854f, 0.48371888710523979107f, 0.45898186446753768136f, 0.43388373911755812048f, 0.40844425693599613546f, 0.38268343236508977173f, 0.35662153266231302436f, 0.33027906195516708177f, 0.30367674510961473081f, 0.27683551142484938763f, 0.24977647816722684996f, 0.22252093395631440429f, 0.19509032201612826785f, 0.16750622330473640809f, 0.13979033953549947793f, 0.11196447610330785847f, 0.084050524929247545051f, 0.056070447237191788191f, 0.028046256275868958377f, 0.f};
+        return C[r];
+    }
+}
+template <int R, int DIR> __device__ __forceinline__ float2 fq_w(int e) {
+    constexpr int B = FqBase<R>::B, Q4 = B / 4;
+    e = (e % R + R) % R * (B / R);  // the angle 2π·e/B
+    const int r = e % Q4;
+    return fp_quarter_turn<DIR>(fq_cos_quarter<B>(r), fq_cos_quarter<B>(Q4 - r), e / Q4);  // angle (e / Q4)·π/2 + 2πr/B
+}
+
+// Natural-order DFT of R points in registers, a[k] ← Σ_n a[n]·exp(DIR·2πi·n·k/R): powers of two up
+// to 16 (fft.cuh), the odd factors 3, 5, 7 directly, and R = A·B (A odd, B a power of two) by one
+// Cooley–Tukey split: n = B·n1 + n2, k = k1 + A·k2 — A-point DFTs over n1, the twiddle W_R^(n2·k1),
+// B-point DFTs over n2.
+template <int R, int DIR> __device__ __forceinline__ void fq_dft(float2 (&a)[R]) {
+    if constexpr ((R & (R - 1)) == 0) {
+        if constexpr (R > 1) dft<R, DIR>(a);
+    } else if constexpr (R == 3 || R == 5 || R == 7) {
+        float2 o[R];
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            float2 s = a[0];
+#pragma unroll
+            for (int n = 1; n < R; ++n) s = c_add(s, k == 0 ? a[n] : c_mul(a[n], fq_w<R, DIR>(n * k)));
+            o[k] = s;
+        }
+#pragma unroll
+        for (int k = 0; k < R; ++k) a[k] = o[k];
+    } else {
+        constexpr int A = R % 3 == 0 ? 3 : R % 5 == 0 ? 5 : 7, B = R / A;
+        static_assert(A * B == R && (B & (B - 1)) == 0, "R = odd factor × power of two");
+        float2 u[B][A];
+#pragma unroll
+        for (int n2 = 0; n2 < B; ++n2) {
+#pragma unroll
+            for (int n1 = 0; n1 < A; ++n1) u[n2][n1] = a[B * n1 + n2];
+            fq_dft<A, DIR>(u[n2]);
+#pragma unroll
+            for (int k1 = 1; k1 < A; ++k1)
+                if (n2 > 0) u[n2][k1] = c_mul(u[n2][k1], fq_w<R, DIR>(n2 * k1));
+        }
+#pragma unroll
+        for (int k1 = 0; k1 < A; ++k1) {
+            float2 v[B];
+#pragma unroll
+            for (int n2 = 0; n2 < B; ++n2) v[n2] = u[n2][k1];
+            fq_dft<B, DIR>(v);
+#pragma unroll
+            for (int k2 = 0; k2 < B; ++k2) a[k1 + A * k2] = v[k2];
+        }
+    }
+}
+
+// The Q-point DFT of y[m] (only m < Q/2 nonzero) as two Q/2-point DFTs: a[2j + e] =
+// DFT_{Q/2}(y[m]·W_Q^(m·e))[j] (fp_dft32_half for any even Q).
+template <int Q> __device__ __forceinline__ void fq_dft_half(const float2 (&y)[Q / 2], float2 (&a)[Q]) {
+    float2 ev[Q / 2], od[Q / 2];
+#pragma unroll
+    for (int m = 0; m < Q / 2; ++m) {
+        ev[m] = y[m];
+        od[m] = m == 0 ? y[m] : c_mul(y[m], fq_w<Q, -1>(m));
+    }
+    fq_dft<Q / 2, -1>(ev);
+    fq_dft<Q / 2, -1>(od);
+#pragma unroll
+    for (int j = 0; j < Q / 2; ++j) {
+        a[2 * j] = ev[j];
+        a[2 * j + 1] = od[j];
+    }
+}
+
+// The first Q/2 outputs of the inverse Q-point DFT of a[]: o[m] = E[m] + W_Q^−m·O[m] (E, O the
+// inverse Q/2-point DFTs of the even and odd entries).
+template <int Q> __device__ __forceinline__ void fq_idft_first_half(const float2 (&a)[Q], float2 (&o)[Q / 2]) {
+    float2 ev[Q / 2], od[Q / 2];
+#pragma unroll
+    for (int j = 0; j < Q / 2; ++j) {
+        ev[j] = a[2 * j];
+        od[j] = a[2 * j + 1];
+    }
+    fq_dft<Q / 2, 1>(ev);
+    fq_dft<Q / 2, 1>(od);
+#pragma unroll
+    for (int m = 0; m < Q / 2; ++m) o[m] = c_add(ev[m], m == 0 ? od[m] : c_mul(od[m], fq_w<Q, 1>(m)));
+}
+
 #if __CUDA_ARCH__ >= 900  // thread-block clusters: sm_90 and later (the host takes P ≥ 128 only there)
 // ---- N = 32768 … 131072 (P = 128 … 512, L ≤ N/2): one row pair per cluster of 2, 4 or 8 CTAs ---------
 // (The design below is written for two CTAs, P = 128; fpc_stage1 generalises its two radix-2 steps to
@@ -901,26 +1018,33 @@ template <int DIR> __device__ __forceinline__ float2 fp_rot(float2 w, int s) {
 // stage 1 (r = bitrev_TL(j)), where they live (segment k + 32·(r & 1) of CTA r / 2: xo, the generic
 // address of its k = 0 element) and the pair-max word of every CTA (shared::cluster addresses of
 // this CTA's `pmax`).
-template <int CS>
+//
+// Mixed radix (R = 20, 24, 28 at CS = 2, 4: P = R·T = 80 … 224, N = 20480 … 57344): each lane's
+// R-point DFT of its R/2 inputs (fq_dft_half) in place of the 32-point one, the lane steps' twiddles
+// W_(R·2^s)^k as immediates (fq_w), 2R segments per CTA; the rest as at R = 32.
+template <int CS, int R = 32>
 struct FpcLane {
     static constexpr int T = 2 * CS, TL = CS == 2 ? 2 : CS == 4 ? 3 : 4;
-    // log2 N (N = 256·P = 16384·CS) and the offset of N's stage-1 twiddle table (fft.cuh).
-    static constexpr int LOGN = 13 + TL, TW = CS == 2 ? FC_TW_PAIR128 : CS == 4 ? FC_TW_PAIR256 : FC_TW_PAIR512;
+    // P, N = 256·P (16384·CS at R = 32), log2 N at R = 32, this CTA's segments, and the offset of N's
+    // stage-1 twiddle table (fft.cuh).
+    static constexpr int P = R * T, N = 256 * P, LOGN = 13 + TL, SEG = 2 * R;
+    static constexpr int TW = R == 32 ? (CS == 2 ? FC_TW_PAIR128 : CS == 4 ? FC_TW_PAIR256 : FC_TW_PAIR512) : FC_TW_MIXC(P);
     int j, n2, pos, r;
     float2* xo;
     unsigned pm[CS];
 };
 
-template <int CS>
-__device__ __forceinline__ FpcLane<CS> fpc_lane(float2* x, int* pmax) {
+template <int CS, int R = 32>
+__device__ __forceinline__ FpcLane<CS, R> fpc_lane(float2* x, int* pmax) {
     static_assert(CS == 2 || CS == 4 || CS == 8, "clusters of 2, 4 or 8 CTAs");
-    FpcLane<CS> l;
+    static_assert(R == 32 || ((R == 20 || R == 24 || R == 28) && CS <= 4), "R = 32, or 20, 24, 28 at CS = 2, 4");
+    FpcLane<CS, R> l;
     const unsigned rank = fp_cluster_rank();
     l.j = threadIdx.x & (FpcLane<CS>::T - 1);
     l.n2 = (int)rank * (256 / CS) + (int)(threadIdx.x >> FpcLane<CS>::TL);
     l.pos = fp_idx(l.n2 >> 4, l.n2 & 15);
     l.r = (int)(__brev((unsigned)l.j) >> (32 - FpcLane<CS>::TL));
-    l.xo = fp_peer(x, (unsigned)(l.r >> 1)) + 32 * (l.r & 1) * 256 + l.pos;
+    l.xo = fp_peer(x, (unsigned)(l.r >> 1)) + R * (l.r & 1) * 256 + l.pos;
 #pragma unroll
     for (int c = 0; c < CS; ++c) l.pm[c] = fp_dsm(pmax, (unsigned)c);
     return l;
@@ -928,9 +1052,9 @@ __device__ __forceinline__ FpcLane<CS> fpc_lane(float2* x, int* pmax) {
 
 // The lane's own factor W_N^(32·n2·r) of the stage-1 twiddles W_N^(n2·k1), k1 = k + 32·r (wtab
 // offset by n2; row k1 at k1·256).
-template <int CS>
-__device__ __forceinline__ float2 fpc_twiddle(const FpcLane<CS>& l, const float2* __restrict__ wtab) {
-    return wtab[(32 * l.r) << 8];
+template <int CS, int R>
+__device__ __forceinline__ float2 fpc_twiddle(const FpcLane<CS, R>& l, const float2* __restrict__ wtab) {
+    return wtab[(R * l.r) << 8];
 }
 
 // Stage 1 at P = 64·CS for lane l: y[m] = the pair's input at n1 = T·m + j. The 32-point DFT of the
@@ -941,24 +1065,33 @@ __device__ __forceinline__ float2 fpc_twiddle(const FpcLane<CS>& l, const float2
 // step (model: tests.rs, cluster_stage1_model_matches_the_dft). Then × W_N^(n2·k1) (wtab offset by
 // n2), stored at the owning CTA (l.xo); the largest component to every CTA's max word at byte
 // offset `pm_off`.
-template <int CS>
-__device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<CS>& l, const float2* __restrict__ tw, const float2* __restrict__ wtab, unsigned pm_off) {
-    constexpr int TL = FpcLane<CS>::TL;
-    float2 a[32];
-    fp_dft32_half(y, a);
+// At R ≠ 32 (mixed radix) the lanes hold bins k + R·r, k < R, and the table twiddles W_(R·2^s)^k are
+// immediates (fq_w); the model covers R = 20, 24, 28 as well.
+template <int CS, int R = 32>
+__device__ __forceinline__ void fpc_stage1(const float2 (&y)[R / 2], const FpcLane<CS, R>& l, const float2* __restrict__ tw, const float2* __restrict__ wtab, unsigned pm_off) {
+    constexpr int TL = FpcLane<CS, R>::TL;
+    float2 a[R];
+    if constexpr (R == 32) fp_dft32_half(y, a);
+    else fq_dft_half<R>(y, a);
     int rho = 0;
 #pragma unroll
     for (int s = 1; s <= TL; ++s) {
         const int b = TL - s, jb = (l.j >> b) & 1;
         const float2 c = s >= 3 ? tw[rho << (FC_TWN_LOG - s)] : make_float2(1.f, 0.f);
 #pragma unroll
-        for (int k = 0; k < 32; ++k) {
+        for (int k = 0; k < R; ++k) {
             const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1 << b), __shfl_xor_sync(0xffffffffu, a[k].y, 1 << b));
             const float2 e0 = jb == 0 ? a[k] : other, e1 = jb == 0 ? other : a[k];
             float2 t;
-            if (s == 1) t = k == 0 ? e1 : c_mul(e1, tw[k << (FC_TWN_LOG - 6)]);
-            else if (s == 2) t = c_mul(e1, fp_rot<-1>(tw[k << (FC_TWN_LOG - 7)], rho));
-            else t = c_mul(e1, c_mul(tw[k << (FC_TWN_LOG - 5 - s)], c));
+            if constexpr (R == 32) {
+                if (s == 1) t = k == 0 ? e1 : c_mul(e1, tw[k << (FC_TWN_LOG - 6)]);
+                else if (s == 2) t = c_mul(e1, fp_rot<-1>(tw[k << (FC_TWN_LOG - 7)], rho));
+                else t = c_mul(e1, c_mul(tw[k << (FC_TWN_LOG - 5 - s)], c));
+            } else {
+                if (s == 1) t = k == 0 ? e1 : c_mul(e1, fq_w<2 * R, -1>(k));
+                else if (s == 2) t = c_mul(e1, fp_rot<-1>(fq_w<4 * R, -1>(k), rho));
+                else t = c_mul(e1, c_mul(fq_w<8 * R, -1>(k), c));
+            }
             a[k] = jb == 0 ? c_add(e0, t) : c_sub(e0, t);
         }
         rho |= jb << (s - 1);
@@ -973,18 +1106,18 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
         // between two loads serialises them. ncu, P = 512 forward: 3.48 → 2.90 ms.
         const float2 wr = fpc_twiddle(l, wtab);
 #pragma unroll
-        for (int k = 0; k < 32; ++k) {
+        for (int k = 0; k < R; ++k) {
             a[k] = c_mul(a[k], k == 0 ? wr : c_mul(wtab[k << 8], wr));
             mx = fmaxf(mx, fmaxf(fabsf(a[k].x), fabsf(a[k].y)));
         }
 #pragma unroll
-        for (int k = 0; k < 32; ++k) l.xo[k * 256] = a[k];
+        for (int k = 0; k < R; ++k) l.xo[k * 256] = a[k];
     } else {
         // P = 128: a warp's 8 columns × 4 lanes read whole sectors of the table's rows (as
         // measured and validated; the factored form above was not faster there).
 #pragma unroll
-        for (int k = 0; k < 32; ++k) {
-            const float2 v = c_mul(a[k], wtab[(k + 32 * l.r) << 8]);
+        for (int k = 0; k < R; ++k) {
+            const float2 v = c_mul(a[k], wtab[(k + R * l.r) << 8]);
             mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
             l.xo[k * 256] = v;
         }
@@ -1000,19 +1133,19 @@ __device__ __forceinline__ void fpc_stage1(const float2 (&y)[16], const FpcLane<
 // loads first), the steps s = TL … 1 mirrored — the lane with bit TL − s clear forms F[κ] + F[κ + h],
 // the other (F[κ] − F[κ + h])·conj(W_(32·2^s)^k·W_(2^s)^ρ) — then the first 16 outputs of the inverse
 // 32-point DFT: o[m] = output n1 = T·m + j.
-template <int CS>
-__device__ __forceinline__ void fpc_stage1_inv(float2 (&o)[16], const FpcLane<CS>& l, const float2* __restrict__ tw, const float2* __restrict__ wtab) {
-    constexpr int TL = FpcLane<CS>::TL;
-    float2 a[32];
+template <int CS, int R = 32>
+__device__ __forceinline__ void fpc_stage1_inv(float2 (&o)[R / 2], const FpcLane<CS, R>& l, const float2* __restrict__ tw, const float2* __restrict__ wtab) {
+    constexpr int TL = FpcLane<CS, R>::TL;
+    float2 a[R];
 #pragma unroll
-    for (int k = 0; k < 32; ++k) a[k] = l.xo[k * 256];
+    for (int k = 0; k < R; ++k) a[k] = l.xo[k * 256];
     if constexpr (CS >= 4) {
         const float2 wr = fpc_twiddle(l, wtab);  // factored as in fpc_stage1
 #pragma unroll
-        for (int k = 0; k < 32; ++k) a[k] = c_mulc(a[k], k == 0 ? wr : c_mul(wtab[k << 8], wr));
+        for (int k = 0; k < R; ++k) a[k] = c_mulc(a[k], k == 0 ? wr : c_mul(wtab[k << 8], wr));
     } else {
 #pragma unroll
-        for (int k = 0; k < 32; ++k) a[k] = c_mulc(a[k], wtab[(k + 32 * l.r) << 8]);
+        for (int k = 0; k < R; ++k) a[k] = c_mulc(a[k], wtab[(k + R * l.r) << 8]);
     }
     int rho = l.r;
 #pragma unroll
@@ -1021,24 +1154,31 @@ __device__ __forceinline__ void fpc_stage1_inv(float2 (&o)[16], const FpcLane<CS
         rho &= ~(1 << (s - 1));  // the bits combined before step s
         const float2 c = s >= 3 ? c_conj(tw[rho << (FC_TWN_LOG - s)]) : make_float2(1.f, 0.f);
 #pragma unroll
-        for (int k = 0; k < 32; ++k) {
+        for (int k = 0; k < R; ++k) {
             const float2 other = make_float2(__shfl_xor_sync(0xffffffffu, a[k].x, 1 << b), __shfl_xor_sync(0xffffffffu, a[k].y, 1 << b));
             if (jb == 0) {
                 a[k] = c_add(a[k], other);
             } else {
                 const float2 d = c_sub(other, a[k]);
-                if (s == 1) {
-                    a[k] = k == 0 ? d : c_mulc(d, tw[k << (FC_TWN_LOG - 6)]);
-                } else if (s == 2) {
-                    const float2 w = tw[k << (FC_TWN_LOG - 7)];
-                    a[k] = c_mul(d, fp_rot<1>(make_float2(w.x, -w.y), rho));
+                if constexpr (R == 32) {
+                    if (s == 1) {
+                        a[k] = k == 0 ? d : c_mulc(d, tw[k << (FC_TWN_LOG - 6)]);
+                    } else if (s == 2) {
+                        const float2 w = tw[k << (FC_TWN_LOG - 7)];
+                        a[k] = c_mul(d, fp_rot<1>(make_float2(w.x, -w.y), rho));
+                    } else {
+                        a[k] = c_mul(d, c_mul(c_conj(tw[k << (FC_TWN_LOG - 5 - s)]), c));
+                    }
                 } else {
-                    a[k] = c_mul(d, c_mul(c_conj(tw[k << (FC_TWN_LOG - 5 - s)]), c));
+                    if (s == 1) a[k] = k == 0 ? d : c_mul(d, fq_w<2 * R, 1>(k));
+                    else if (s == 2) a[k] = c_mul(d, fp_rot<1>(fq_w<4 * R, 1>(k), rho));
+                    else a[k] = c_mul(d, c_mul(fq_w<8 * R, 1>(k), c));
                 }
             }
         }
     }
-    fp_idft32_first16(a, o);
+    if constexpr (R == 32) fp_idft32_first16(a, o);
+    else fq_idft_first_half<R>(a, o);
 }
 
 #endif  // __CUDA_ARCH__ >= 900

@@ -183,9 +183,10 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case::all(3, 1, 9000),
             Case::all(3, 1, 9000).train(),
             Case { gelu: true, d: true, ..Case::plain(5, 30, 16384) },
-            // P = 128 without a pregate and with L % 8 = 0: forward and backward read u from a
-            // staged copy (fc_fwd_pair_staged7, fc_bwd_pair_staged7*); an odd row count, f32 output
-            // in one, training in one; L = 9001 (% 8 ≠ 0) keeps the direct loads.
+            // P = 128 without a pregate and with L % 8 = 0: the backward reads u from a staged copy
+            // (fc_bwd_pair_staged7*), the forward runs the mixed-radix P = 80 at L = 9000 (fc_fwd_pairm80,
+            // staged; the staged P = 128 forward at L = 16384 above); an odd row count, f32 output
+            // in one, training in one; L = 9001 (% 8 ≠ 0) keeps the direct loads and P = 128.
             Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 9000) },
             Case { gelu: true, d: true, post: true, out_f32: true, ..Case::plain(3, 2, 9000) }.train(),
             Case { gelu: true, d: true, ..Case::plain(3, 1, 9001) },
@@ -230,6 +231,20 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 2, 40000) },
             Case { gelu: true, d: true, out_f32: true, ..Case::plain(1, 3, 49152) },
             Case { gelu: true, d: true, ..Case::plain(3, 1, 40004) },
+            // The mixed-radix cluster forwards (pair_fwd.cuh, u staged: no pregate, L % 8 = 0; NOTES.md "v23"),
+            // which the cases at L = 9000, 20000 and 24576 above take as well (P = 80, 160, 192): P = 96
+            // (also with Lk < L, where L ≤ N/2 decides), 112 and 224 with an odd row count, every
+            // epilogue option, training (z staged at CS = 4) and f32 output; L = 20000 with Lk = 100
+            // (L + Lk − 1 plans N = 32768, L ≤ N/2 takes P = 160). L = 30000 keeps the staged P = 256
+            // power-of-two forward (above the mixed sizes), plain and training.
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 2, 12000) },
+            Case { gelu: true, d: true, ..Case::plain(2, 2, 12000) }.lk(3000).train(),
+            Case { gelu: true, d: true, post: true, out_f32: true, ..Case::plain(3, 1, 14336) }.train(),
+            Case { gelu: true, d: true, post: true, ..Case::plain(3, 2, 24000) }.train(),
+            Case { gelu: true, d: true, mask: true, ..Case::plain(3, 1, 28672) },
+            Case { gelu: true, d: true, ..Case::plain(2, 3, 20000) }.lk(100),
+            Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 30000) },
+            Case { gelu: true, d: true, ..Case::plain(3, 1, 30000) }.train(),
         ]]
         .concat(),
         // Every size the issue names, large ones included.

@@ -472,23 +472,24 @@ fn training_forward_on_the_cpu_is_the_plain_one() {
 fn cluster_stage1_model_matches_the_dft() {
     let add = |a: C64, b: C64| (a.0 + b.0, a.1 + b.1);
     let sub = |a: C64, b: C64| (a.0 - b.0, a.1 - b.1);
-    for t in 1..=4u32 {
+    // R = 32 (P = 64·CS), and the mixed-radix lanes R = 20, 24, 28 at T = 4, 8 (P = 2R·CS, CS = 2, 4).
+    for (rp, t) in [(32usize, 1..=4u32), (20, 2..=3), (24, 2..=3), (28, 2..=3)].into_iter().flat_map(|(rp, ts)| ts.map(move |t| (rp, t))) {
         let tt = 1usize << t;
-        let p = 32 * tt;
-        let x: Vec<C64> = (0..p).map(|i| if i < p / 2 { (rng::normal(31 + t as u64, 2 * i as u64), rng::normal(31 + t as u64, 2 * i as u64 + 1)) } else { (0.0, 0.0) }).collect();
-        // Lane j: the 32-point DFT of x[T·m + j].
+        let p = rp * tt;
+        let x: Vec<C64> = (0..p).map(|i| if i < p / 2 { (rng::normal(31 + t as u64 + rp as u64, 2 * i as u64), rng::normal(31 + t as u64 + rp as u64, 2 * i as u64 + 1)) } else { (0.0, 0.0) }).collect();
+        // Lane j: the R-point DFT of x[T·m + j].
         let mut lanes: Vec<Vec<C64>> = (0..tt)
-            .map(|j| (0..32).map(|k| (0..16).fold((0.0, 0.0), |acc, m| add(acc, cmul(x[tt * m + j], cis(-1.0, (m * k) % 32, 32))))).collect())
+            .map(|j| (0..rp).map(|k| (0..rp / 2).fold((0.0, 0.0), |acc, m| add(acc, cmul(x[tt * m + j], cis(-1.0, (m * k) % rp, rp))))).collect())
             .collect();
         let mut rho = vec![0usize; tt];
         for s in 1..=t {
             let b = t - s;
-            let size = 32 << s;
+            let size = rp << s;
             let prev = lanes.clone();
             for j in 0..tt {
                 let jb = (j >> b) & 1;
                 let (lo, hi) = if jb == 0 { (j, j ^ (1 << b)) } else { (j ^ (1 << b), j) };
-                for k in 0..32 {
+                for k in 0..rp {
                     let w = cmul(cis(-1.0, k, size), cis(-1.0, rho[j] % (1 << s), 1 << s));
                     let tw = cmul(prev[hi][k], w);
                     lanes[j][k] = if jb == 0 { add(prev[lo][k], tw) } else { sub(prev[lo][k], tw) };
@@ -501,14 +502,14 @@ fn cluster_stage1_model_matches_the_dft() {
         let mut worst: f64 = 0.0;
         for j in 0..tt {
             let r = (0..t).fold(0, |acc, i| acc | (((j >> i) & 1) << (t - 1 - i)));
-            assert_eq!(rho[j], r, "T = {tt}: lane {j} holds bins k + 32·{}, expected bitrev {r}", rho[j]);
+            assert_eq!(rho[j], r, "R = {rp}, T = {tt}: lane {j} holds bins k + R·{}, expected bitrev {r}", rho[j]);
             for (k, &got) in lanes[j].iter().enumerate() {
-                let bin = k + 32 * r;
+                let bin = k + rp * r;
                 let want = x.iter().enumerate().fold((0.0, 0.0), |acc, (n, v)| add(acc, cmul(*v, cis(-1.0, (n * bin) % p, p))));
                 worst = worst.max(((got.0 - want.0).powi(2) + (got.1 - want.1).powi(2)).sqrt());
             }
         }
-        assert!(worst < 1e-9, "T = {tt}: forward error {worst}");
+        assert!(worst < 1e-9, "R = {rp}, T = {tt}: forward error {worst}");
         // Inverse: steps s = t … 1, lane j_b = 0 takes F[κ] + F[κ + h], lane j_b = 1
         // (F[κ] − F[κ + h])·conj(W_(32·2^s)^k·W_(2^s)^ρ) with ρ the lower combined bits.
         for s in (1..=t).rev() {
@@ -516,12 +517,12 @@ fn cluster_stage1_model_matches_the_dft() {
             for (j, r) in rho.iter_mut().enumerate() {
                 *r -= ((j >> b) & 1) << (s - 1);
             }
-            let size = 32 << s;
+            let size = rp << s;
             let prev = lanes.clone();
             for j in 0..tt {
                 let jb = (j >> b) & 1;
                 let other = j ^ (1 << b);
-                for k in 0..32 {
+                for k in 0..rp {
                     lanes[j][k] = if jb == 0 {
                         add(prev[j][k], prev[other][k])
                     } else {
@@ -533,13 +534,13 @@ fn cluster_stage1_model_matches_the_dft() {
         }
         let mut worst: f64 = 0.0;
         for (j, lane) in lanes.iter().enumerate() {
-            for m in 0..16 {
-                let got = lane.iter().enumerate().fold((0.0, 0.0), |acc, (k, v)| add(acc, cmul(*v, cis(1.0, (m * k) % 32, 32))));
+            for m in 0..rp / 2 {
+                let got = lane.iter().enumerate().fold((0.0, 0.0), |acc, (k, v)| add(acc, cmul(*v, cis(1.0, (m * k) % rp, rp))));
                 let want = x[tt * m + j];
                 worst = worst.max(((got.0 / p as f64 - want.0).powi(2) + (got.1 / p as f64 - want.1).powi(2)).sqrt());
             }
         }
-        assert!(worst < 1e-9, "T = {tt}: round-trip error {worst}");
+        assert!(worst < 1e-9, "R = {rp}, T = {tt}: round-trip error {worst}");
     }
 }
 
@@ -649,4 +650,27 @@ fn mixed_radix_sizes_replace_16384_only() {
     assert_eq!(mp(&dims(5000, 4000)), Some(40));
     assert_eq!(mp(&dims(6500, 300)), None);  // N = 8192 (the P = 32 kernel without the half split)
     assert_eq!(mp(&dims(7000, 2000)), Some(56));  // L + Lk − 1 = 8999 → 16384; L ≤ N/2 needs 14000
+}
+
+/// The mixed-radix cluster sizes hold N ≥ L + Lk − 1 and L ≤ N/2, and replace a larger power of two only.
+#[test]
+fn mixed_cluster_sizes_replace_32768_and_65536_only() {
+    use super::cuda::mixed_cluster_size as mc;
+    let dims = |l: usize, lk: usize| Dims { b: 2, h: 4, l, lk, lk_rev: 0, hd: 1 };
+    assert_eq!(mc(&dims(9000, 9000)), Some(80));  // 17999 ≤ 20480
+    assert_eq!(mc(&dims(10240, 10240)), Some(80));
+    assert_eq!(mc(&dims(10241, 10241)), Some(96));
+    assert_eq!(mc(&dims(14336, 14336)), Some(112));
+    assert_eq!(mc(&dims(14337, 14337)), None);  // P = 128
+    assert_eq!(mc(&dims(16384, 16384)), None);
+    assert_eq!(mc(&dims(20000, 20000)), Some(160));  // 39999 ≤ 40960
+    assert_eq!(mc(&dims(24000, 24000)), Some(192));
+    assert_eq!(mc(&dims(28672, 28672)), Some(224));
+    assert_eq!(mc(&dims(30000, 30000)), None);  // P = 256
+    assert_eq!(mc(&dims(12000, 3000)), Some(96));  // L + Lk − 1 = 14999, but L ≤ N/2 needs 24000
+    assert_eq!(mc(&dims(20000, 100)), Some(160));  // 40000
+    assert_eq!(mc(&dims(15000, 100)), None);  // 30000: P = 128 (32768) is the smallest
+    assert_eq!(mc(&dims(40000, 40000)), None);  // N = 131072
+    assert_eq!(mc(&dims(7000, 7000)), None);  // N = 16384 (pair_mixed.cuh's sizes)
+    assert_eq!(mc(&dims(8192, 8192)), None);  // 16383 ≤ 16384: P = 64
 }
