@@ -654,7 +654,7 @@ fn mixed_radix_sizes_replace_16384_only() {
 
 /// The mixed-radix cluster sizes hold N ≥ L + Lk − 1 and L ≤ N/2, and replace a larger power of two only.
 #[test]
-fn mixed_cluster_sizes_replace_32768_and_65536_only() {
+fn mixed_cluster_sizes_are_below_the_power_of_two() {
     use super::cuda::mixed_cluster_size as mc;
     let dims = |l: usize, lk: usize| Dims { b: 2, h: 4, l, lk, lk_rev: 0, hd: 1 };
     assert_eq!(mc(&dims(9000, 9000)), Some(80));  // 17999 ≤ 20480
