@@ -150,8 +150,8 @@ impl Path {
             // The power-of-two size it replaces (N = 16384, 32768, 65536); the mixed kernels do not
             // read it.
             Path::PairMixed { p } => match p {
-                ..=56 => 13,
-                ..=112 => 14,
+                0..=56 => 13,
+                57..=112 => 14,
                 _ => 15,
             },
         }
