@@ -479,9 +479,11 @@ fn cuda_properties(
         let (a, b) = (f.out.to_vec_f64()?, plain.out.to_vec_f64()?);
         rows.push(property("fftconv", case, "train out = plain out", dtype, ctx.device, a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits())));
         // Saved where the pair backward runs at P ≥ 32 (bf16, hd = 1, N ≥ 8192: at these cases'
-        // on-chip sizes, L + max(Lk, Lkr) − 1 > 4096).
+        // on-chip sizes, L + max(Lk, Lkr) − 1 > 4096; from N = 16384 only with L ≤ N/2, else the v2
+        // backward runs, e.g. L = 12000 with Lk = 3000 at N = 16384) and for the four-step one (N ≥ 65536).
         if dtype == DType::BF16 && c.hd == 1 && !c.four_step && (c.gelu || c.post) {
-            let want = c.l + c.lk.max(c.lkr) - 1 > 4096;
+            let n = (c.l + c.lk.max(c.lkr) - 1).next_power_of_two();
+            let want = n > 4096 && (n <= 8192 || 2 * c.l <= n || n >= 1 << 16);
             rows.push(property("fftconv", case, if want { "train z saved" } else { "train z not saved (small P)" }, dtype, ctx.device, f.saved_z() == want));
         }
         // For the four-step backward (N ≥ 65536, or forced) it is kept in every dtype (hd = 1), whether
