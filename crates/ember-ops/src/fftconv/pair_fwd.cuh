@@ -418,12 +418,7 @@ FPC_FWD(9, 8, float, f32)
 #define FPC_FWD_MIXED(P, CS, R)                                                                                                                                                        \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pairm##P##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, ember_bf16, true, R>(p); } \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pairm##P##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, float, true, R>(p); }
-FPC_FWD_MIXED(80, 2, 20)
-FPC_FWD_MIXED(96, 2, 24)
-FPC_FWD_MIXED(112, 2, 28)
-FPC_FWD_MIXED(160, 4, 20)
-FPC_FWD_MIXED(192, 4, 24)
-FPC_FWD_MIXED(224, 4, 28)
+FPC_MIXED_SIZES(FPC_FWD_MIXED)
 
 #endif  // __CUDA_ARCH__ >= 900
 

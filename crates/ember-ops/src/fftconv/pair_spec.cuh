@@ -212,12 +212,7 @@ extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1) f
 // The mixed-radix cluster sizes (pair_fwd.cuh, FPC_FWD_MIXED).
 #define FC_SPEC_PAIR_MIXED(P, CS, R) \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_spec_pairm##P(FcParams p) { ember_grid_dependency_wait(); fc_spec_pairc<CS, R>(p); }
-FC_SPEC_PAIR_MIXED(80, 2, 20)
-FC_SPEC_PAIR_MIXED(96, 2, 24)
-FC_SPEC_PAIR_MIXED(112, 2, 28)
-FC_SPEC_PAIR_MIXED(160, 4, 20)
-FC_SPEC_PAIR_MIXED(192, 4, 24)
-FC_SPEC_PAIR_MIXED(224, 4, 28)
+FPC_MIXED_SIZES(FC_SPEC_PAIR_MIXED)
 #endif
 
 #endif  // FC_BLOCK == 256

@@ -1042,6 +1042,9 @@ template <int DIR> __device__ __forceinline__ float2 fp_rot(float2 w, int s) {
 // Mixed radix (R = 20, 24, 28 at CS = 2, 4: P = R·T = 80 … 224, N = 20480 … 57344): each lane's
 // R-point DFT of its R/2 inputs (fq_dft_half) in place of the 32-point one, the lane steps' twiddles
 // W_(R·2^s)^k as immediates (fq_w), 2R segments per CTA; the rest as at R = 32.
+// The mixed-radix cluster sizes as (P, CS, R), for the entry lists (pair_fwd.cuh, pair_spec.cuh) and the
+// host's MIXED_CLUSTER_P (cuda.rs).
+#define FPC_MIXED_SIZES(X) X(80, 2, 20) X(96, 2, 24) X(112, 2, 28) X(160, 4, 20) X(192, 4, 24) X(224, 4, 28)
 template <int CS, int R = 32>
 struct FpcLane {
     static constexpr int T = 2 * CS, TL = CS == 2 ? 2 : CS == 4 ? 3 : 4;
