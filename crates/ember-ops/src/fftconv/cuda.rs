@@ -240,9 +240,9 @@ const MIXED_CLUSTER_P: [usize; 6] = [80, 96, 112, 160, 192, 224];
 /// L + Lk − 1 and L ≤ N/2 where it is below the power-of-two size the pair forwards would take for the
 /// same rule (8192 < L ≤ 14336 and 16384 < L ≤ 28672 with a full-length filter; L = 20000 transforms
 /// 40960 points instead of 65536). The cluster forward's conditions (sm_90 clusters, bf16 u, hd = 1,
-/// the pair spectrum) and its staged u's (no pregate, L % 8 = 0, a 16-byte aligned u), as these
-/// kernels read u staged only. The backward keeps its power-of-two path (it recomputes the spectrum at
-/// its own N). `EMBER_FFTCONV_MIXED_CLUSTER=0` (or `EMBER_FFTCONV_MIXED=0`) keeps the power-of-two
+/// the pair spectrum); u is read staged where the power-of-two cluster forward's is (no pregate,
+/// L % 8 = 0, a 16-byte aligned u: fc_fwd_pairm{P}), else directly (fc_fwd_pairmd{P}). The backward
+/// keeps its power-of-two path (it recomputes the spectrum at its own N). `EMBER_FFTCONV_MIXED_CLUSTER=0` (or `EMBER_FFTCONV_MIXED=0`) keeps the power-of-two
 /// sizes; where the size replaced is 65536, `EMBER_FFTCONV_PAIR_BIG=0` (four-step) does too.
 fn mixed_cluster_p(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<Option<u32>> {
     let knob_off = |k: &'static str| ember_core::knob(k) == Some("0");
@@ -252,7 +252,7 @@ fn mixed_cluster_p(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> R
         return Ok(None);
     }
     let ok = clusters && u.dtype() == DType::BF16 && dims.hd == 1 && use_pair_spectrum(opts) && !opts.tensor_cores && !opts.force_four_step;
-    Ok((ok && use_pair_stage_u(7, true, u, opts, dims)?).then_some(p))
+    Ok(ok.then_some(p))
 }
 
 /// The pair forwards' size rule: N ≥ L + max(Lk, Lkr) − 1 and L ≤ N/2.
@@ -1091,11 +1091,14 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
                 launch_smem_threads(&dev, 256, threads, &entry, (grid_u32(grid_x, "forward")?, 1), &p, "fc_fwd_pair", smem)?;
             }
             Path::PairMixed { p: pm } if pm > 56 => {
-                // One row pair per cluster of 2 or 4 CTAs of 512 threads (fc_fwd_pairm{P}, u staged),
-                // ⌈rph/2⌉ pairs per head; the shared memory of the staged power-of-two cluster forward.
+                // One row pair per cluster of 2 or 4 CTAs of 512 threads (fc_fwd_pairm{P} with u staged,
+                // fc_fwd_pairmd{P} with direct loads), ⌈rph/2⌉ pairs per head; the shared memory of the
+                // power-of-two cluster forward.
                 let pairs = (nrows / rph) * rph.div_ceil(2);
                 let grid = grid_u32(pairs * mixed_cluster_ctas(pm), "forward")?;
-                launch_smem_threads(&dev, 256, 512, &format!("fc_fwd_pairm{pm}_{sfx}"), (grid, 1), &p, "fc_fwd_pairm", smem_bytes_pair(7, PAIR_STAGE_U_ELEMS))?;
+                let staged = use_pair_stage_u(7, true, u, opts, &dims)?;
+                let (entry, smem) = if staged { (format!("fc_fwd_pairm{pm}_{sfx}"), smem_bytes_pair(7, PAIR_STAGE_U_ELEMS)) } else { (format!("fc_fwd_pairmd{pm}_{sfx}"), smem_bytes_pair(7, 0)) };
+                launch_smem_threads(&dev, 256, 512, &entry, (grid, 1), &p, "fc_fwd_pairm", smem)?;
             }
             Path::PairMixed { p: pm } => {
                 // One row pair per CTA of 512 threads (pair_mixed.cuh), ⌈rph/2⌉ pairs per head.

@@ -32,8 +32,8 @@
 //! so the circular convolution of size N equals the linear one on [0, L); on CUDA with bf16 u and no
 //! k_rev, where that gives 16384 but 10240, 12288 or 14336 points also hold L + Lk − 1 and L ≤ N/2
 //! (4096 < L ≤ 7168 with a full filter), the forward takes the mixed-radix size, and so does the
-//! backward up to 12288 (`pair_mixed.cuh`); likewise on thread-block clusters (sm_90, hd = 1, no
-//! pregate, L % 8 = 0) the forward takes N = 20480, 24576, 28672, 40960, 49152 or 57344 below the
+//! backward up to 12288 (`pair_mixed.cuh`); likewise on thread-block clusters (sm_90, hd = 1) the
+//! forward takes N = 20480, 24576, 28672, 40960, 49152 or 57344 below the
 //! power of two 32768 or 65536 (8192 < L ≤ 14336 and 16384 < L ≤ 28672 with a full filter; the
 //! backward keeps the power of two). D is folded into the
 //! filter (it is a tap at lag 0), so the fused kernels never re-read v for the skip term.

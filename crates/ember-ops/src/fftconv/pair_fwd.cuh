@@ -301,12 +301,11 @@ extern "C" __global__ void __launch_bounds__(512, 1) fc_fwd_pair6_bf16_f32(FcPar
 // row pair per cluster, clusters consecutive CTAs.
 // STG (bf16 u without pregate, L % 8 = 0, 16-byte aligned u: the host's choice): stage 1
 // reads u from fpc_stage_u's copy in shared memory instead of by 2-byte global loads.
-// R ≠ 32: the mixed-radix sizes P = R·2·CS (FpcLane), always staged (STG; the host's choice).
+// R ≠ 32: the mixed-radix sizes P = R·2·CS (FpcLane), staged or not as at R = 32 (the host's choice).
 template <int CS, typename T, typename TO, bool STG = false, int R = 32>
 __device__ void fc_fwd_pairc(const FcParams& p) {
     using L = FpcLane<CS, R>;
     constexpr int TL = L::TL, N = L::N, SEG = L::SEG;
-    static_assert(R == 32 || STG, "the mixed-radix cluster forward reads u staged");
     FC_SMEM_DECL
     float2* x = fc_smem;  // this CTA's 64 segments
     unsigned* tab = reinterpret_cast<unsigned*>(x + 64 * 256);
@@ -414,10 +413,13 @@ FPC_FWD(9, 8, float, f32)
 
 // Mixed radix on clusters (NOTES.md "v23"): P = 80, 96, 112 on clusters of 2 (N = 20480, 24576, 28672
 // in place of 32768) and P = 160, 192, 224 on clusters of 4 (N = 40960, 49152, 57344 in place of
-// 65536); u always staged (the host takes these sizes only where it can be).
+// 65536): fc_fwd_pairm{P} with u staged, fc_fwd_pairmd{P} with direct loads (a pregate, L % 8 ≠ 0 or an
+// unaligned u).
 #define FPC_FWD_MIXED(P, CS, R)                                                                                                                                                        \
     extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pairm##P##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, ember_bf16, true, R>(p); } \
-    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pairm##P##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, float, true, R>(p); }
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pairm##P##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, float, true, R>(p); } \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pairmd##P##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, ember_bf16, false, R>(p); } \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_fwd_pairmd##P##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_fwd_pairc<CS, ember_bf16, float, false, R>(p); }
 FPC_MIXED_SIZES(FPC_FWD_MIXED)
 
 #endif  // __CUDA_ARCH__ >= 900

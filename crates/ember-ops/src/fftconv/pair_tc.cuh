@@ -450,16 +450,17 @@ __device__ __forceinline__ void fp_row_shift(FpRow<T, TO>& f, int off) {
 // the loop every element was its own block, and each element's loads were issued only after the
 // previous element's were used (ncu of the P = 128 forward: ~17 % of its warp samples waiting on
 // them, one load pair at a time). Same products, same bits.
-template <int SH, typename T, typename TO>
-__device__ __forceinline__ void fp_load16(float2 (&y)[16], bool pre, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
+// NE < 16: the mixed-radix cluster forward's R/2 inputs per lane.
+template <int SH, int NE = 16, typename T, typename TO>
+__device__ __forceinline__ void fp_load16(float2 (&y)[NE], bool pre, const FpRow<T, TO>& fa, const FpRow<T, TO>& fb) {
 #pragma unroll
-    for (int m = 0; m < 16; ++m) {
+    for (int m = 0; m < NE; ++m) {
         const int o = m << SH;
         y[m] = make_float2(o < fa.len ? ember_to_f32(fa.u[o]) : 0.f, o < fb.len ? ember_to_f32(fb.u[o]) : 0.f);
     }
     if (pre) {
 #pragma unroll
-        for (int m = 0; m < 16; ++m) {
+        for (int m = 0; m < NE; ++m) {
             const int o = m << SH;
             y[m].x *= o < fa.len ? ember_to_f32(fa.pre[o]) : 0.f;
             y[m].y *= o < fb.len ? ember_to_f32(fb.pre[o]) : 0.f;

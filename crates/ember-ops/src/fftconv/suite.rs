@@ -186,7 +186,8 @@ fn cases(tier: Tier) -> Vec<Case> {
             // P = 128 without a pregate and with L % 8 = 0: the backward reads u from a staged copy
             // (fc_bwd_pair_staged7*), the forward runs the mixed-radix P = 80 at L = 9000 (fc_fwd_pairm80,
             // staged; the staged P = 128 forward at L = 16384 above); an odd row count, f32 output
-            // in one, training in one; L = 9001 (% 8 ≠ 0) keeps the direct loads and P = 128.
+            // in one, training in one; L = 9001 (% 8 ≠ 0) keeps the direct loads (the forward's at P = 80,
+            // fc_fwd_pairmd80; L = 16383 below at P = 128).
             Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 9000) },
             Case { gelu: true, d: true, post: true, out_f32: true, ..Case::plain(3, 2, 9000) }.train(),
             Case { gelu: true, d: true, ..Case::plain(3, 1, 9001) },
@@ -223,7 +224,8 @@ fn cases(tier: Tier) -> Vec<Case> {
             // Without a pregate and with L % 8 = 0 the cluster forwards at P = 256, 512 read u from a
             // staged copy (fc_fwd_pair_staged8/9; at P = 512 the default then, with the bf16 output
             // staged too); L = 20004 and 40004 (% 8 ≠ 0) keep the direct loads (and 131072
-            // four-step). An odd row count again, f32 output in two.
+            // four-step). An odd row count again, f32 output in two. (Since v23 L = 20000, 20004 and 24576
+            // run the mixed-radix P = 160 / 192 forwards; L = 30000 and 30004 below keep P = 256.)
             Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 20000) },
             Case { gelu: true, d: true, out_f32: true, ..Case::plain(1, 3, 24576) },
             Case { gelu: true, d: true, ..Case::plain(3, 1, 20004) },
@@ -236,7 +238,10 @@ fn cases(tier: Tier) -> Vec<Case> {
             // (also with Lk < L, where L ≤ N/2 decides), 112 and 224 with an odd row count, every
             // epilogue option, training (z staged at CS = 4) and f32 output; L = 20000 with Lk = 100
             // (L + Lk − 1 plans N = 32768, L ≤ N/2 takes P = 160). L = 30000 keeps the staged P = 256
-            // power-of-two forward (above the mixed sizes), plain and training.
+            // power-of-two forward (above the mixed sizes), plain and training. Direct loads (a pregate or
+            // L % 8 ≠ 0: fc_fwd_pairmd{P}) at P = 160 above (L = 20000 with every option but k_rev, L = 20004)
+            // and P = 96 with a pregate here; the power-of-two direct forwards at L = 16383 (P = 128) and
+            // 30004 (P = 256).
             Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 2, 12000) },
             Case { gelu: true, d: true, ..Case::plain(2, 2, 12000) }.lk(3000).train(),
             Case { gelu: true, d: true, post: true, out_f32: true, ..Case::plain(3, 1, 14336) }.train(),
@@ -245,6 +250,9 @@ fn cases(tier: Tier) -> Vec<Case> {
             Case { gelu: true, d: true, ..Case::plain(2, 3, 20000) }.lk(100),
             Case { gelu: true, d: true, mask: true, post: true, ..Case::plain(3, 1, 30000) },
             Case { gelu: true, d: true, ..Case::plain(3, 1, 30000) }.train(),
+            Case { lkr: 0, ..Case::all(1, 3, 12000) },
+            Case { gelu: true, d: true, mask: true, ..Case::plain(3, 1, 16383) },
+            Case { gelu: true, d: true, post: true, ..Case::plain(3, 1, 30004) },
         ]]
         .concat(),
         // Every size the issue names, large ones included.
