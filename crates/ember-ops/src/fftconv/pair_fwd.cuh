@@ -131,7 +131,7 @@ template <int CS, int R = 32> struct FpcStg {
 // stg (row r = n1 − n0 of row s at word (s·HR + r)·SW); all of a thread's 16-byte loads before its
 // stores. fpc_stage_u takes all P/2 rows; the P = 128 backward's d_out two halves of them.
 // At mixed radix the chunks (2·HR·CPR = 64·R) are not a multiple of 512: the last round's threads
-// past the end load nothing and store to a spare slot (dst = −1: skipped).
+// past the end load and store nothing (dst = −1 marks them).
 template <int CS, int HR, int R = 32>
 __device__ __forceinline__ void fpc_copy_rows(const FcParams& p, const ember_bf16* __restrict__ src, const FcRow& ra, const FcRow& rb, unsigned rank, int n0, unsigned* __restrict__ stg) {
     using S = FpcStg<CS, R>;
