@@ -242,7 +242,8 @@ const MIXED_CLUSTER_P: [usize; 6] = [80, 96, 112, 160, 192, 224];
 /// 40960 points instead of 65536). The cluster forward's conditions (sm_90 clusters, bf16 u, hd = 1,
 /// the pair spectrum); u is read staged where the power-of-two cluster forward's is (no pregate,
 /// L % 8 = 0, a 16-byte aligned u: fc_fwd_pairm{P}), else directly (fc_fwd_pairmd{P}). The backward
-/// keeps its power-of-two path (it recomputes the spectrum at its own N). `EMBER_FFTCONV_MIXED_CLUSTER=0` (or `EMBER_FFTCONV_MIXED=0`) keeps the power-of-two
+/// runs on clusters at the same P ([`cluster_bwd`]; `EMBER_FFTCONV_CLUSTER_BWD=0`: its power-of-two path,
+/// recomputing the spectrum at its own N). `EMBER_FFTCONV_MIXED_CLUSTER=0` (or `EMBER_FFTCONV_MIXED=0`) keeps the power-of-two
 /// sizes; where the size replaced is 65536, `EMBER_FFTCONV_PAIR_BIG=0` (four-step) does too.
 fn mixed_cluster_p(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<Option<u32>> {
     let knob_off = |k: &'static str| ember_core::knob(k) == Some("0");
@@ -279,7 +280,8 @@ pub(super) fn mixed_p_for_test(dims: &Dims) -> Option<u32> {
     mixed_p(DType::BF16, &Options::default(), dims)
 }
 
-/// CTAs per cluster of the mixed-radix cluster kernels at P (80 … 112: 2, 160 … 224: 4).
+/// CTAs per cluster of the mixed-radix cluster kernels at P (80 … 112: 2, 160 … 224: 4), and of the
+/// cluster backward at P = 256 (4).
 fn mixed_cluster_ctas(p: u32) -> usize {
     if p <= 112 { 2 } else { 4 }
 }
@@ -381,6 +383,66 @@ fn pair_big(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<O
 fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: bool) -> bool {
     let off = ember_core::knob("EMBER_FFTCONV_PAIR_BWD") == Some("0");
     !off && dims.hd == 1 && use_pair(u, opts, path, dims, clusters)
+}
+
+/// The backward on clusters (fc_bwd_pairc, pair_bwd.cuh; filter gradient fc_dk_pairm{P}, pair_mixed.cuh)
+/// after a forward on clusters: at the mixed-radix sizes ([`mixed_cluster_p`]: P = 80 … 224, reusing the
+/// forward's spectrum, where the backward took N = 32768 or 65536 before) and, with
+/// `EMBER_FFTCONV_CLUSTER_BWD=1`, at P = 256 after [`pair_big`]'s forward (N = 65536, in place of the
+/// four-step backward). `EMBER_FFTCONV_CLUSTER_BWD=0` keeps the power-of-two backwards everywhere.
+/// The forward's path (which keys its saved spectrum) and P.
+fn cluster_bwd(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<Option<(Path, u32)>> {
+    let knob = ember_core::knob("EMBER_FFTCONV_CLUSTER_BWD");
+    if knob == Some("0") {
+        return Ok(None);
+    }
+    if let Some(pm) = mixed_cluster_p(u, opts, dims, clusters)? {
+        return Ok(Some((Path::PairMixed { p: pm }, pm)));
+    }
+    if knob == Some("1") {
+        if let Some(path @ Path::OnChip { logm: 15, .. }) = pair_big(u, opts, dims, clusters)? {
+            return Ok(Some((path, 256)));
+        }
+    }
+    Ok(None)
+}
+
+/// The cluster backward's launches ([`cluster_bwd`]): one row-pair slot per cluster of CS CTAs of 512
+/// threads (u staged as the forward's where [`use_pair_stage_u`] says so), each a chunk of ppc of one
+/// head's row pairs (every chunk nonempty), its filter-gradient partial one N-bin slot of tbuf; then
+/// fc_dk_pairm{P}, one head per cluster (the fold, the inverse transform, d_k and d_D).
+#[allow(clippy::too_many_arguments)]
+fn backward_cluster(dev: &Arc<CudaDevice>, p: &mut FcParams, pc: u32, u: &Tensor, opts: &Options, dims: &Dims, z: Option<&Tensor>, sfx: &str) -> Result<()> {
+    let devc = u.device();
+    if let Some(z) = z {
+        validate::like("z", z, devc, u.dtype(), u.shape(), "the shape of u")?;
+        p.zs = z.cuda_ptr()?;
+        p.need_z = 0;
+    }
+    let cs = mixed_cluster_ctas(pc);
+    let seg = pc / cs as u32;
+    let n = 256 * pc as usize;
+    let heads = dims.heads();
+    let pph = dims.b.div_ceil(2);
+    let sms = dev.info().multiprocessors.max(1) as usize / cs;
+    let ppc = match ember_core::knob("EMBER_FFTCONV_PAIR_BWD_PPC").and_then(|v| v.parse::<usize>().ok()) {
+        Some(c) => c.clamp(1, pph),
+        None => pair_bwd_chunk(heads, pph, 1, 1, sms, n),
+    };
+    let parts = pph.div_ceil(ppc);
+    let chunk = heads_per_chunk(heads, parts * n * 8);
+    let tbuf = workspace(devc, 2 * chunk * parts * n)?;
+    p.tbuf = tbuf.cuda_ptr()?;
+    let staged = if use_pair_stage_u(7, false, u, opts, dims)? { "s" } else { "" };
+    let zsfx = if p.zs != 0 { "z" } else { "" };
+    for h0 in (0..heads).step_by(chunk) {
+        let nh = chunk.min(heads - h0);
+        p.set_head_round(h0, nh, dims.b);
+        p.parts = parts as i32;
+        launch_smem_threads(dev, 256, 512, &format!("fc_bwd_pairm{staged}{pc}{zsfx}_{sfx}"), (grid_u32(nh * parts * cs, "backward")?, 1), p, "fc_bwd_pairm", smem_bytes_mixed_bwd(seg))?;
+        launch_smem_threads(dev, 256, 512, &format!("fc_dk_pairm{pc}"), (grid_u32(nh * cs, "backward")?, 1), p, "fc_dk_pairm", smem_bytes_mixed(seg))?;
+    }
+    Ok(())
 }
 
 /// Row pairs per slot of the pair backward (1 ≤ c ≤ pph, the head's pair count), by a model of
@@ -1011,9 +1073,10 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let out_dt = super::out_dtype(u.dtype(), opts);
     let out = Tensor::output(u.shape(), out_dt, u.device())?;
     p.out = out.cuda_ptr()?;
-    // z is kept for the backward's path: never the mixed one (see mixed_p), and after the cluster
-    // forward (pair_big) the four-step one, which plans every size from N = 65536 on (the cluster
-    // forward's epilogue writes z as the on-chip pair forward's does).
+    // z is kept for the backward's path: after a mixed-radix forward, and after the cluster forward
+    // (pair_big) the power-of-two plan's — the four-step one from N = 65536 on (the cluster forward's
+    // epilogue writes z as the on-chip pair forward's does). The cluster backward (cluster_bwd), which
+    // runs in place of the planned pair or four-step backward, reads the z they keep.
     let planned = plan(&dims, opts.force_four_step);
     let z_path = if mixed.is_some() || matches!(planned, Path::FourStep { .. }) { planned } else { path };
     // The pair forward writes z for the pair backward, the four-step forward for the four-step one.
@@ -1146,8 +1209,9 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
     if use_direct_bwd(&dev, u.dtype(), opts, &dims) {
         return backward_direct(&dev, u, k, d, opts, dims, d_out);
     }
+    let clusters = has_clusters(&dev);
     let mut path = plan(&dims, opts.force_four_step);
-    if use_pair_bwd(u.dtype(), opts, path, &dims, has_clusters(&dev)) {
+    if use_pair_bwd(u.dtype(), opts, path, &dims, clusters) {
         if let Path::OnChip { ref mut pair, .. } = path {
             *pair = true;
         }
@@ -1155,6 +1219,10 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
         if let Some(pm) = mixed_p(u.dtype(), opts, &dims).filter(|&pm| pm <= MIXED_BWD_MAX_P && mixed_bwd()) {
             path = Path::PairMixed { p: pm };
         }
+    }
+    let cluster = cluster_bwd(u, opts, &dims, clusters)?;
+    if let Some((forward_path, _)) = cluster {
+        path = forward_path;
     }
     let tw = twiddles(&dev)?;
     let mut p = base_params(u, k, d, opts, dims, path, tw)?;
@@ -1176,6 +1244,10 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
     let rph = dims.b * dims.hd * dims.hd;
     let mix = dims.hd > 1;
 
+    if let Some((_, pc)) = cluster {
+        backward_cluster(&dev, &mut p, pc, u, opts, &dims, z, sfx)?;
+        return Ok(grads);
+    }
     match path {
         Path::PairMixed { p: pm } => {
             if let Some(z) = z {

@@ -57,19 +57,19 @@ __device__ __forceinline__ FbRow<T, TO> fb_row(const FcParams& p, const FcRow& r
     return f;
 }
 
-// The 16 inputs w = u (× pregate when `pre`) of both rows at offsets m·2^SH (m < 16) of the P ≥ 64
-// backwards; zero past L.
-template <int SH, typename T, typename TO>
-__device__ __forceinline__ void fb_load16(const FcParams& p, float2 (&y)[16], bool pre, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
+// The NE inputs w = u (× pregate when `pre`) of both rows at offsets m·2^SH (m < NE) of the P ≥ 64
+// backwards (NE = 16; R/2 on the mixed-radix clusters); zero past L.
+template <int SH, int NE, typename T, typename TO>
+__device__ __forceinline__ void fb_load16(const FcParams& p, float2 (&y)[NE], bool pre, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb) {
     // All u loads first, in one basic block (as fp_load16).
 #pragma unroll
-    for (int m = 0; m < 16; ++m) {
+    for (int m = 0; m < NE; ++m) {
         const int o = m << SH;
         y[m] = make_float2(o < fa.len ? ember_to_f32(fa.u(p)[o]) : 0.f, o < fb.len ? ember_to_f32(fb.u(p)[o]) : 0.f);
     }
     if (pre) {
 #pragma unroll
-        for (int m = 0; m < 16; ++m) {
+        for (int m = 0; m < NE; ++m) {
             const int o = m << SH;
             y[m].x *= o < fa.len ? ember_to_f32(fa.pre(p)[o]) : 0.f;
             y[m].y *= o < fb.len ? ember_to_f32(fb.pre(p)[o]) : 0.f;
@@ -187,9 +187,10 @@ __device__ __forceinline__ void fb_stage_dout(const FcParams& p, const FcRow& ra
 // row T·(m mod 8) + j of it). H200, same run against u staged alone: P = 128 (L = 16384) fwd+bwd
 // −2.0 %, training −3.4 %; at P = 64 (L = 5000) −1.5 % but training +3.4 % (the two barriers per
 // pair cost more where two lanes per column already load whole sectors), so P = 64 loads directly.
-template <int CS, int SH, bool ZM, bool STG, typename T, typename TO>
-__device__ __forceinline__ void fb_dz_staged(const FcParams& p, float2 (&a)[16], float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb, const FcRow& ra, const FcRow& rb, unsigned rank, int n2, int j) {
-    if constexpr (STG && FpIsBf16<TO>::v && CS == 2) {
+// At mixed radix (NE = R/2 ≠ 16) d_out is read directly.
+template <int CS, int SH, bool ZM, bool STG, int NE, typename T, typename TO>
+__device__ __forceinline__ void fb_dz_staged(const FcParams& p, float2 (&a)[NE], float inv1, float ks, const FbRow<T, TO>& fa, const FbRow<T, TO>& fb, const FcRow& ra, const FcRow& rb, unsigned rank, int n2, int j) {
+    if constexpr (STG && FpIsBf16<TO>::v && CS == 2 && NE == 16) {
         using S = FpcStg<CS>;
         FC_SMEM_DECL
         unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FB_STG_OFF);
@@ -198,7 +199,7 @@ __device__ __forceinline__ void fb_dz_staged(const FcParams& p, float2 (&a)[16],
         const auto stage = [&](int c0) { fb_stage_dout<CS>(p, ra, rb, rank, c0 >> 3, stg); };
         fb_dz_sel<16, SH, ZM, 2 * CS * 2 * S::SW>(p, a, 16, inv1, ks, fa, fb, sd, stage);
     } else {
-        fb_dz_sel<16, SH, ZM>(p, a, 16, inv1, ks, fa, fb);
+        fb_dz_sel<NE, SH, ZM>(p, a, NE, inv1, ks, fa, fb);
     }
 }
 
@@ -412,7 +413,7 @@ FC_BWD_PAIR_NARROW(2, 4)
 // epilogues run over 16 elements at stride 2^9 on rows offset by h·256). Slot = CTA: the CTA takes
 // the chunk blockIdx.x mod parts of head blockIdx.x / parts. Shared memory: 64 segments of data
 // (128 KB), their W as f16 pairs (64 KB), the per-lane table, two rows: one CTA (16 warps) per SM.
-// STG: stage 1 of w reads u from fpc_stage_u<1>'s copy, made in the W area (as fc_bwd_pair128).
+// STG: stage 1 of w reads u from fpc_stage_u<1>'s copy, made in the W area (as fc_bwd_pairc).
 template <bool ZM, typename T, typename TO, bool STG = false>
 __device__ void fc_bwd_pair64(const FcParams& p) {
     constexpr int LOGN = 14;  // P = 64
@@ -505,31 +506,37 @@ FP64_BWD(true, z, float, f32)
 // STG (bf16 u without pregate, L % 8 = 0, 16-byte aligned u: the host's choice, as the forward's):
 // stage 1 of w reads u from fpc_stage_u's copy, made in the W area (free until this pair's
 // segments: the previous pair's last reads of it end before the loop's first cluster barrier).
-template <bool ZM, typename T, typename TO, bool STG = false>
-__device__ void fc_bwd_pair128(const FcParams& p) {
-    constexpr int LOGN = 15;  // P = 128
+//
+// Written for any cluster the forward runs on (fpc_lane: CS = 2 or 4 CTAs, lane DFTs of R = 32 points
+// or the mixed-radix 20, 24, 28): each CTA holds SEG = 2R segments and their W, a lane R/2 elements
+// n1 = T·m + j (offset j·256 + m·T·256). The staged d_out is built for P = 128 alone (FB_STG_OFF).
+template <int CS, int R, bool ZM, typename T, typename TO, bool STG = false>
+__device__ void fc_bwd_pairc(const FcParams& p) {
+    using L = FpcLane<CS, R>;
+    constexpr int N = L::N, SEG = L::SEG, SH = 8 + L::TL, NE = R / 2;
+    constexpr i64 HN = N / 2;  // float4 per N-bin spectrum or partial
     FC_SMEM_DECL
     float2* x = fc_smem;
-    uint4* wsave = reinterpret_cast<uint4*>(x + 64 * 256);  // [segment][j][lane]
-    unsigned* tab = reinterpret_cast<unsigned*>(wsave + 64 * 64);
+    uint4* wsave = reinterpret_cast<uint4*>(x + SEG * 256);  // [segment][j][lane]
+    unsigned* tab = reinterpret_cast<unsigned*>(wsave + SEG * 64);
     FcRow* rows = reinterpret_cast<FcRow*>(tab + TC_TAB_WORDS * 32);  // [0] = row a, [1] = row b
     int* pmax = reinterpret_cast<int*>(rows + 2);                     // [0]: w, [1]: d_z
     const float2* tw = reinterpret_cast<const float2*>(p.tw);
     const unsigned* gtab = reinterpret_cast<const unsigned*>(tw + FC_TW_TOTAL);
     for (int i = threadIdx.x; i < TC_TAB_WORDS * 32; i += 512) tab[i] = gtab[i];
     const unsigned rank = fp_cluster_rank();
-    const FpcLane<2> l = fpc_lane<2>(x, pmax);
+    const L l = fpc_lane<CS, R>(x, pmax);
     const int n2 = l.n2, off = l.j << 8;
     const bool pre = p.has_pre, need_z = !ZM && p.need_z;
     const i64 rph = p.B;  // rows per head (hd = 1)
     const i64 pph = (rph + 1) / 2;
     const i64 ppc = (pph + p.parts - 1) / p.parts;
-    const i64 slot = blockIdx.x >> 1;
-    const float2* wtab = tw + FC_TW_PAIR128 + n2;
+    const i64 slot = blockIdx.x / CS;
+    const float2* wtab = tw + L::TW + n2;
     const float4* spec = reinterpret_cast<const float4*>(p.spec);
-    const float* kscale = reinterpret_cast<const float*>(p.spec) + ((i64)p.heads << (LOGN + 1));
-    // This CTA's segments k1 = 64·rank + sg in the slot's partial (fragment order, 128 float4 each).
-    float4* tslot = reinterpret_cast<float4*>(p.tbuf) + (slot << (LOGN - 1)) + ((i64)rank << 13);
+    const float* kscale = reinterpret_cast<const float*>(p.spec) + (i64)p.heads * 2 * N;
+    // This CTA's segments k1 = SEG·rank + sg in the slot's partial (fragment order, 128 float4 each).
+    float4* tslot = reinterpret_cast<float4*>(p.tbuf) + slot * HN + (i64)rank * (HN / CS);
 #pragma unroll 1
     for (i64 it = 0; it < ppc; ++it) {
         fp_slot_pair_rows(p, rows, pmax, slot, it, ppc, rph, pph);
@@ -541,46 +548,46 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
         if (!ra.valid) break;
         FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
         fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
-        const i64 kseg = ((i64)ra.g << (LOGN - 1)) + ((i64)rank << 13);
+        const i64 kseg = (i64)ra.g * HN + (i64)rank * (HN / CS);
         // ---- phase 1, stage 1: w.
         {
-            float2 y[16];
+            float2 y[NE];
             if constexpr (STG) {
-                fpc_load_staged<2>(y, p, ra, rb, rank, l.n2, l.j, reinterpret_cast<unsigned*>(wsave));
+                fpc_load_staged<CS, R>(y, p, ra, rb, rank, l.n2, l.j, reinterpret_cast<unsigned*>(wsave));
             } else {
-                fb_load16<10>(p, y, pre, fa, fb);
+                fb_load16<SH>(p, y, pre, fa, fb);
             }
-            fpc_stage1<2>(y, l, tw, wtab, 0);
+            fpc_stage1<CS, R>(y, l, tw, wtab, 0);
         }
         fp_cluster_sync();
         // ---- phase 1, segments: W saved; z's spectrum when needed.
         float s1, inv1;
         fp_pair_scale(pmax[0], s1, inv1);
-        for (int sg = threadIdx.x >> 5; sg < 64; sg += 16) fb_segment_w(x + sg * 256, spec + kseg + (sg << 7), tab, s1, wsave + sg * 64, need_z);
+        for (int sg = threadIdx.x >> 5; sg < SEG; sg += 16) fb_segment_w(x + sg * 256, spec + kseg + (sg << 7), tab, s1, wsave + sg * 64, need_z);
         // The peer's segments are done before this CTA reads them (z) or writes d_z's stage 1 there.
         fp_cluster_sync();
         // ---- phase 1 epilogue (z → d_z), phase 2 stage 1 (d_z), in registers: a thread writes
         // exactly the elements it read.
         const float ks = kscale[ra.g];
         {
-            float2 a[16];
-            if (need_z) fpc_stage1_inv<2>(a, l, tw, wtab);
-            fb_dz_staged<2, 10, ZM, STG>(p, a, inv1, ks, fa, fb, ra, rb, rank, n2, l.j);
-            fpc_stage1<2>(a, l, tw, wtab, 4);
+            float2 a[NE];
+            if (need_z) fpc_stage1_inv<CS, R>(a, l, tw, wtab);
+            fb_dz_staged<CS, SH, ZM, STG>(p, a, inv1, ks, fa, fb, ra, rb, rank, n2, l.j);
+            fpc_stage1<CS, R>(a, l, tw, wtab, 4);
         }
         fp_cluster_sync();
         // ---- phase 2, segments: T, × conj(K̂), inverse.
         float s2, inv2;
         fp_pair_scale(pmax[1], s2, inv2);
-        for (int sg = threadIdx.x >> 5; sg < 64; sg += 16)
+        for (int sg = threadIdx.x >> 5; sg < SEG; sg += 16)
             fb_segment_g(x + sg * 256, spec + kseg + (sg << 7), tab, s2, wsave + sg * 64, tslot + (sg << 7), inv1, inv2, it == 0);
         fp_cluster_sync();
         // ---- phase 3: inverse stage 1 (d_w, both CTAs' segments) and its epilogue.
         {
-            float2 a[16];
-            fpc_stage1_inv<2>(a, l, tw, wtab);
-            if (pre) fb_dw<16, true, 10>(p, a, 16, inv2, ks, fa, fb);
-            else fb_dw<16, false, 10>(p, a, 16, inv2, ks, fa, fb);
+            float2 a[NE];
+            fpc_stage1_inv<CS, R>(a, l, tw, wtab);
+            if (pre) fb_dw<NE, true, SH>(p, a, NE, inv2, ks, fa, fb);
+            else fb_dw<NE, false, SH>(p, a, NE, inv2, ks, fa, fb);
         }
     }
     // The peer is done reading this CTA's shared memory before either exits (also after a break:
@@ -590,12 +597,28 @@ __device__ void fc_bwd_pair128(const FcParams& p) {
 
 // Each with its staged variant (STG; fc_bwd_pair_staged7*, the host's choice).
 #define FP128_BWD(ZM, ZS, TO, SFX) \
-    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair7##ZS##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair128<ZM, ember_bf16, TO>(p); } \
-    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair_staged7##ZS##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pair128<ZM, ember_bf16, TO, true>(p); }
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair7##ZS##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<2, 32, ZM, ember_bf16, TO>(p); } \
+    extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(512, 1) fc_bwd_pair_staged7##ZS##_bf16_##SFX(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<2, 32, ZM, ember_bf16, TO, true>(p); }
 FP128_BWD(false, , ember_bf16, bf16)
 FP128_BWD(false, , float, f32)
 FP128_BWD(true, z, ember_bf16, bf16)
 FP128_BWD(true, z, float, f32)
+
+// The cluster backward at the mixed-radix sizes (P = 80, 96, 112 on clusters of 2, 160, 192, 224 on
+// clusters of 4; FPC_MIXED_SIZES) and at P = 256 (clusters of 4, N = 65536): fc_bwd_pairm{P}{z} with u
+// read directly, fc_bwd_pairms{P}{z} staged (the forward's condition); d_out read directly. Their
+// filter gradient is fc_dk_pairm{P} (pair_mixed.cuh).
+#define FPC_BWD_ENTRIES(P, CS, R)                                                                                                                                               \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_bwd_pairm##P##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<CS, R, false, ember_bf16, ember_bf16>(p); }        \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_bwd_pairm##P##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<CS, R, false, ember_bf16, float>(p); }             \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_bwd_pairm##P##z_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<CS, R, true, ember_bf16, ember_bf16>(p); }       \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_bwd_pairm##P##z_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<CS, R, true, ember_bf16, float>(p); }            \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_bwd_pairms##P##_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<CS, R, false, ember_bf16, ember_bf16, true>(p); } \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_bwd_pairms##P##_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<CS, R, false, ember_bf16, float, true>(p); }      \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_bwd_pairms##P##z_bf16_bf16(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<CS, R, true, ember_bf16, ember_bf16, true>(p); } \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_bwd_pairms##P##z_bf16_f32(FcParams p) { ember_grid_dependency_wait(); fc_bwd_pairc<CS, R, true, ember_bf16, float, true>(p); }
+FPC_MIXED_SIZES(FPC_BWD_ENTRIES)
+FPC_BWD_ENTRIES(256, 4, 32)
 
 #endif  // __CUDA_ARCH__ >= 900
 

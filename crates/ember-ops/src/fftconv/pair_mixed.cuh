@@ -322,6 +322,40 @@ __device__ void fc_bwd_pairq(const FcParams& p) {
 // 256·(k mod P), bin k / P within it as fp_kpos places it.
 template <int P> __device__ __forceinline__ int fq_kpos(int k) { return (k % P) * 256 + fp_kpos(k / P, 0); }
 
+// Bin k of a head's filter-gradient spectrum at N = 256·P: Σ_parts (T[k] + conj T[N − k]) over the
+// head's `parts` partials (t: its first, N bins each, fragment order) in slot order; its position
+// fq_kpos<P>(k) in *pk.
+template <int P>
+__device__ __forceinline__ float2 fq_dk_bin(const float2* __restrict__ t, int parts, int k, int* pk) {
+    constexpr int N = 256 * P;
+    const int a = fq_kpos<P>(k), b = fq_kpos<P>(k == 0 ? 0 : N - k);
+    float2 tk = make_float2(0.f, 0.f), tm = make_float2(0.f, 0.f);
+    for (int c = 0; c < parts; ++c) {
+        tk = c_add(tk, t[(i64)c * N + a]);
+        tm = c_add(tm, t[(i64)c * N + b]);
+    }
+    *pk = a;
+    return c_add(tk, c_conj(tm));
+}
+
+// Segments [0, nseg) of x (fragment order) scaled by s1 and inverse transformed in place (DFT-256
+// on tensor cores), 16 warps.
+__device__ __forceinline__ void fq_idft_segments(float2* __restrict__ x, const unsigned* __restrict__ tab, int nseg, float s1) {
+    const FpFrag F = fp_frag(tab);
+    for (int sg = threadIdx.x >> 5; sg < nseg; sg += 16) {
+        float2 y[2][4];
+        fp_load_frag(reinterpret_cast<const float4*>(x + sg * 256), y);
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) y[j][q] = c_scale(y[j][q], s1);
+        unsigned yr[4], yi[4];
+        fp_pack_y(y, yr, yi);
+        __syncwarp();  // every lane's reads of the segment are done before fp_idft256 stores
+        fp_idft256(x + sg * 256, tab, F, yr, yi);
+    }
+}
+
 // The filter gradient at P = 2Q, one head per CTA of 512 threads: S[k] = Σ_parts (T[k] + conj T[N − k])
 // = 2·Σ_rows G_r·conj(W_r) (the fold of fc_dk_pair, the partials summed in slot order), kept in
 // shared memory in fragment order; scaled by a power of two to f16's range (the head's largest
@@ -342,13 +376,8 @@ __device__ void fc_dk_pairq(const FcParams& p) {
     const float2* t = reinterpret_cast<const float2*>(p.tbuf) + (i64)hl * p.parts * N;
     float mx = 0.f;
     for (int k = threadIdx.x; k < N; k += 512) {
-        const int pk = fq_kpos<P>(k), pm = fq_kpos<P>(k == 0 ? 0 : N - k);
-        float2 tk = make_float2(0.f, 0.f), tm = make_float2(0.f, 0.f);
-        for (int c = 0; c < p.parts; ++c) {
-            tk = c_add(tk, t[(i64)c * N + pk]);
-            tm = c_add(tm, t[(i64)c * N + pm]);
-        }
-        const float2 v = c_add(tk, c_conj(tm));
+        int pk;
+        const float2 v = fq_dk_bin<P>(t, p.parts, k, &pk);
         x[pk] = v;
         mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
     }
@@ -356,21 +385,7 @@ __device__ void fc_dk_pairq(const FcParams& p) {
     __syncthreads();
     float s1, inv1;
     fp_pair_scale(pmax[0], s1, inv1);
-    {
-        const FpFrag F = fp_frag(tab);
-        for (int sg = threadIdx.x >> 5; sg < P; sg += 16) {
-            float2 y[2][4];
-            fp_load_frag(reinterpret_cast<const float4*>(x + sg * 256), y);
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) y[j][q] = c_scale(y[j][q], s1);
-            unsigned yr[4], yi[4];
-            fp_pack_y(y, yr, yi);
-            __syncwarp();  // every lane's reads of the segment are done before fp_idft256 stores
-            fp_idft256(x + sg * 256, tab, F, yr, yi);
-        }
-    }
+    fq_idft_segments(x, tab, P, s1);
     __syncthreads();
     const int h = threadIdx.x & 1, n2 = threadIdx.x >> 1;
     const int pos = fp_idx(n2 >> 4, n2 & 15);
@@ -392,5 +407,61 @@ __device__ void fc_dk_pairq(const FcParams& p) {
 // MIXED_BWD_MAX_P).
 FQ_BWD_ENTRIES(20)
 FQ_BWD_ENTRIES(24)
+
+#if __CUDA_ARCH__ >= 900  // clusters
+// The filter gradient of the cluster backward (fc_bwd_pairc: the mixed-radix sizes and P = 256), one
+// head per cluster of CS CTAs as the forward's (fpc_lane): CTA c folds the bins of its segments
+// k1 ∈ [c·SEG, (c + 1)·SEG) (bins k with k mod P = k1) into its shared memory, the head's largest
+// component goes to every CTA's max word, each CTA inverse transforms its segments, and after a
+// cluster barrier every lane's inverse stage 1 (reading all CTAs) gives d_k_eff at its outputs
+// n1 = T·m + j, m < R/2 (t = n1·256 + n2 < N/2, which holds Lk ≤ L ≤ N/2). As fc_dk_pairq otherwise.
+template <int CS, int R>
+__device__ void fc_dk_pairc(const FcParams& p) {
+    using L = FpcLane<CS, R>;
+    constexpr int P = L::P, N = L::N, SEG = L::SEG;
+    FC_SMEM_DECL
+    float2* x = fc_smem;  // this CTA's SEG segments
+    unsigned* tab = reinterpret_cast<unsigned*>(x + SEG * 256);
+    int* pmax = reinterpret_cast<int*>(tab + TC_TAB_WORDS * 32);
+    const float2* tw = reinterpret_cast<const float2*>(p.tw);
+    fp_copy_tab(tab, p, 512);
+    if (threadIdx.x == 0) pmax[0] = 0;
+    const unsigned rank = fp_cluster_rank();
+    const L l = fpc_lane<CS, R>(x, pmax);
+    fp_cluster_sync();  // every CTA's max word zeroed before any remote max
+    const int hl = blockIdx.x / CS;
+    const float2* t = reinterpret_cast<const float2*>(p.tbuf) + (i64)hl * p.parts * N;
+    float mx = 0.f;
+    for (int i = threadIdx.x; i < SEG * 256; i += 512) {
+        int pk;
+        const float2 v = fq_dk_bin<P>(t, p.parts, (i / SEG) * P + (int)rank * SEG + i % SEG, &pk);
+        x[pk - (int)rank * SEG * 256] = v;
+        mx = fmaxf(mx, fmaxf(fabsf(v.x), fabsf(v.y)));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int c = 0; c < CS; ++c) fp_max_dsm(l.pm[c], __float_as_int(mx));
+    fp_cluster_sync();
+    float s1, inv1;
+    fp_pair_scale(pmax[0], s1, inv1);
+    fq_idft_segments(x, tab, SEG, s1);
+    fp_cluster_sync();
+    float2 o[R / 2];
+    fpc_stage1_inv<CS, R>(o, l, tw, tw + L::TW + l.n2);
+    fp_cluster_arrive();  // done reading the other CTAs' shared memory
+    const int g = p.head0 + hl;
+    const float sc = inv1 * (0.5f / N);
+#pragma unroll
+    for (int m = 0; m < R / 2; ++m) fc_epi_dk(p, g, (i64)(L::T * m + l.j) * 256 + l.n2, N, o[m].x * sc);
+    fp_cluster_wait();
+}
+
+#define FPC_DK_ENTRY(P, CS, R) \
+    extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(512, 1) fc_dk_pairm##P(FcParams p) { ember_grid_dependency_wait(); fc_dk_pairc<CS, R>(p); }
+FPC_MIXED_SIZES(FPC_DK_ENTRY)
+FPC_DK_ENTRY(256, 4, 32)
+#endif  // __CUDA_ARCH__ >= 900
 
 #endif  // FC_BLOCK == 256

@@ -674,3 +674,30 @@ fn mixed_cluster_sizes_are_below_the_power_of_two() {
     assert_eq!(mc(&dims(7000, 7000)), None);  // N = 16384 (pair_mixed.cuh's sizes)
     assert_eq!(mc(&dims(8192, 8192)), None);  // 16383 ≤ 16384: P = 64
 }
+
+/// The cluster backward and its filter gradient (fc_bwd_pairc, fc_dk_pairc) are compiled for every size
+/// the host launches them at: each mixed-radix cluster size (FPC_MIXED_SIZES, whose list is the host's)
+/// and P = 256. And fc_dk_pairc's fold: CTA `rank` of a cluster of CS visits i < SEG·256, bin
+/// k = (i / SEG)·P + rank·SEG + i mod SEG, so the cluster's CTAs take every bin k < N once, each in
+/// its own segments k mod P ∈ [rank·SEG, (rank + 1)·SEG).
+#[test]
+fn cluster_backward_has_kernels_and_its_fold_takes_every_bin_once() {
+    use super::cuda::SOURCE;
+    for call in ["FPC_MIXED_SIZES(FPC_BWD_ENTRIES)", "FPC_BWD_ENTRIES(256, 4, 32)", "FPC_MIXED_SIZES(FPC_DK_ENTRY)", "FPC_DK_ENTRY(256, 4, 32)"] {
+        assert!(SOURCE.body.contains(call), "{call} missing from the kernel source");
+    }
+    assert!(SOURCE.body.contains("#define FPC_MIXED_SIZES(X) X(80, 2, 20) X(96, 2, 24) X(112, 2, 28) X(160, 4, 20) X(192, 4, 24) X(224, 4, 28)"));
+    for (p, cs, r) in [(80usize, 2usize, 20usize), (96, 2, 24), (112, 2, 28), (160, 4, 20), (192, 4, 24), (224, 4, 28), (256, 4, 32)] {
+        assert_eq!(p, 2 * cs * r);
+        let (n, seg) = (256 * p, 2 * r);
+        let mut seen = vec![0u8; n];
+        for rank in 0..cs {
+            for i in 0..seg * 256 {
+                let k = (i / seg) * p + rank * seg + i % seg;
+                assert!(k < n && (rank * seg..(rank + 1) * seg).contains(&(k % p)), "P = {p}: bin {k} at CTA {rank}");
+                seen[k] += 1;
+            }
+        }
+        assert!(seen.iter().all(|&c| c == 1), "P = {p}: some bin folded twice or never");
+    }
+}
