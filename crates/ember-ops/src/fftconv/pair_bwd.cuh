@@ -546,13 +546,8 @@ __device__ void fc_bwd_pairc(const FcParams& p) {
         const FcRow ra = rows[0], rb = rows[1];
         // Uniform over the cluster; chunks are consecutive pairs, so no later pair is valid either.
         if (!ra.valid) break;
-        // The lane's row descriptors, formed anew in each phase that uses them rather than held across
-        // the barriers (as fc_bwd_pairq; held, they spilled here too).
-        const auto lane_rows = [&](FbRow<T, TO>& fa, FbRow<T, TO>& fb) {
-            fa = fb_row<T, TO>(p, ra, n2);
-            fb = fb_row<T, TO>(p, rb, n2);
-            fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
-        };
+        FbRow<T, TO> fa = fb_row<T, TO>(p, ra, n2), fb = fb_row<T, TO>(p, rb, n2);
+        fa.off += off; fb.off += off; fa.len -= off; fb.len -= off;
         const i64 kseg = (i64)ra.g * HN + (i64)rank * (HN / CS);
         // ---- phase 1, stage 1: w.
         {
@@ -560,8 +555,6 @@ __device__ void fc_bwd_pairc(const FcParams& p) {
             if constexpr (STG) {
                 fpc_load_staged<CS, R>(y, p, ra, rb, rank, l.n2, l.j, reinterpret_cast<unsigned*>(wsave));
             } else {
-                FbRow<T, TO> fa, fb;
-                lane_rows(fa, fb);
                 fb_load16<SH>(p, y, pre, fa, fb);
             }
             fpc_stage1<CS, R>(y, l, tw, wtab, 0);
@@ -579,8 +572,6 @@ __device__ void fc_bwd_pairc(const FcParams& p) {
         {
             float2 a[NE];
             if (need_z) fpc_stage1_inv<CS, R>(a, l, tw, wtab);
-            FbRow<T, TO> fa, fb;
-            lane_rows(fa, fb);
             fb_dz_staged<CS, SH, ZM, STG>(p, a, inv1, ks, fa, fb, ra, rb, rank, n2, l.j);
             fpc_stage1<CS, R>(a, l, tw, wtab, 4);
         }
@@ -595,8 +586,6 @@ __device__ void fc_bwd_pairc(const FcParams& p) {
         {
             float2 a[NE];
             fpc_stage1_inv<CS, R>(a, l, tw, wtab);
-            FbRow<T, TO> fa, fb;
-            lane_rows(fa, fb);
             if (pre) fb_dw<NE, true, SH>(p, a, NE, inv2, ks, fa, fb);
             else fb_dw<NE, false, SH>(p, a, NE, inv2, ks, fa, fb);
         }
