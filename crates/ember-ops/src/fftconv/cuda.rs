@@ -386,18 +386,18 @@ fn use_pair_bwd(u: DType, opts: &Options, path: Path, dims: &Dims, clusters: boo
 }
 
 /// The backward on clusters (fc_bwd_pairc, pair_bwd.cuh; filter gradient fc_dk_pairm{P}, pair_mixed.cuh)
-/// after a forward on clusters: at the mixed-radix sizes ([`mixed_cluster_p`]: P = 80 … 224, reusing the
-/// forward's spectrum, where the backward took N = 32768 or 65536 before) and, with
-/// `EMBER_FFTCONV_CLUSTER_BWD=1`, at P = 256 after [`pair_big`]'s forward (N = 65536, in place of the
-/// four-step backward). `EMBER_FFTCONV_CLUSTER_BWD=0` keeps the power-of-two backwards everywhere.
-/// The forward's path (which keys its saved spectrum) and P.
+/// after a forward on clusters: by default at the mixed-radix sizes of 20- and 24-point lanes
+/// ([`CLUSTER_BWD_P`], reusing the forward's spectrum, where the backward took N = 32768 or 65536 before).
+/// With `EMBER_FFTCONV_CLUSTER_BWD=1` also at P = 112, 224 (28-point lanes) and at P = 256 after
+/// [`pair_big`]'s forward (N = 65536, in place of the four-step backward); `=0` keeps the power-of-two
+/// backwards everywhere. The forward's path (which keys its saved spectrum) and P.
 fn cluster_bwd(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Result<Option<(Path, u32)>> {
     let knob = ember_core::knob("EMBER_FFTCONV_CLUSTER_BWD");
     if knob == Some("0") {
         return Ok(None);
     }
     if let Some(pm) = mixed_cluster_p(u, opts, dims, clusters)? {
-        return Ok(Some((Path::PairMixed { p: pm }, pm)));
+        return Ok((knob == Some("1") || CLUSTER_BWD_P.contains(&pm)).then_some((Path::PairMixed { p: pm }, pm)));
     }
     if knob == Some("1") {
         if let Some(path @ Path::OnChip { logm: 15, .. }) = pair_big(u, opts, dims, clusters)? {
@@ -406,6 +406,14 @@ fn cluster_bwd(u: &Tensor, opts: &Options, dims: &Dims, clusters: bool) -> Resul
     }
     Ok(None)
 }
+
+/// P of the cluster backward by default. H200, same run against the power-of-two backwards (B = 16,
+/// H = 768 at CS = 2, B = 4, H = 256 at CS = 4; GELU + D), fwd+bwd / training fwd+bwd: P = 80 (L = 9000)
+/// −24 % / −20 %, P = 96 (L = 12000) −19 % / −11 %, P = 160 (L = 20000) −32 % / −35 %, P = 192 (L = 24000)
+/// −14 % / −25 %; but P = 112 (L = 14336) −4.9 % / +4.1 % and P = 224 (L = 28672) +3.6 % / −1.9 % (its
+/// builds spill up to 1 KB at the 128-register cap), and P = 256 (L = 30000) +2.6 % / +1.0 % against the
+/// four-step backward (NOTES.md "v24").
+const CLUSTER_BWD_P: [u32; 4] = [80, 96, 160, 192];
 
 /// The cluster backward's launches ([`cluster_bwd`]): one row-pair slot per cluster of CS CTAs of 512
 /// threads (u staged as the forward's where [`use_pair_stage_u`] says so), each a chunk of ppc of one
