@@ -431,16 +431,8 @@ fn backward_cluster(dev: &Arc<CudaDevice>, p: &mut FcParams, pc: u32, u: &Tensor
     let seg = pc / cs as u32;
     let n = 256 * pc as usize;
     let heads = dims.heads();
-    let pph = dims.b.div_ceil(2);
     let sms = dev.info().multiprocessors.max(1) as usize / cs;
-    let ppc = match ember_core::knob("EMBER_FFTCONV_PAIR_BWD_PPC").and_then(|v| v.parse::<usize>().ok()) {
-        Some(c) => c.clamp(1, pph),
-        None => pair_bwd_chunk(heads, pph, 1, 1, sms, n),
-    };
-    let parts = pph.div_ceil(ppc);
-    let chunk = heads_per_chunk(heads, parts * n * 8);
-    let tbuf = workspace(devc, 2 * chunk * parts * n)?;
-    p.tbuf = tbuf.cuda_ptr()?;
+    let (parts, chunk, _tbuf) = one_slot_partials(devc, p, heads, dims.b.div_ceil(2), sms, n)?;
     let staged = if use_pair_stage_u(7, false, u, opts, dims)? { "s" } else { "" };
     let zsfx = if p.zs != 0 { "z" } else { "" };
     for h0 in (0..heads).step_by(chunk) {
@@ -451,6 +443,22 @@ fn backward_cluster(dev: &Arc<CudaDevice>, p: &mut FcParams, pc: u32, u: &Tensor
         launch_smem_threads(dev, 256, 512, &format!("fc_dk_pairm{pc}"), (grid_u32(nh * cs, "backward")?, 1), p, "fc_dk_pairm", smem_bytes_mixed(seg))?;
     }
     Ok(())
+}
+
+/// The partials of a pair backward with one slot per CTA or cluster (fc_bwd_pairq, fc_bwd_pairc):
+/// each slot a chunk of ppc of one head's `pph` row pairs ([`pair_bwd_chunk`] over `sms` slots at once,
+/// or `EMBER_FFTCONV_PAIR_BWD_PPC`), its filter-gradient partial one N-bin slot of the workspace
+/// (p.tbuf, kept alive by the returned tensor). Partials per head, heads per launch round, workspace.
+fn one_slot_partials(devc: Device, p: &mut FcParams, heads: usize, pph: usize, sms: usize, n: usize) -> Result<(usize, usize, Tensor)> {
+    let ppc = match ember_core::knob("EMBER_FFTCONV_PAIR_BWD_PPC").and_then(|v| v.parse::<usize>().ok()) {
+        Some(c) => c.clamp(1, pph),
+        None => pair_bwd_chunk(heads, pph, 1, 1, sms, n),
+    };
+    let parts = pph.div_ceil(ppc);
+    let chunk = heads_per_chunk(heads, parts * n * 8);
+    let tbuf = workspace(devc, 2 * chunk * parts * n)?;
+    p.tbuf = tbuf.cuda_ptr()?;
+    Ok((parts, chunk, tbuf))
 }
 
 /// Row pairs per slot of the pair backward (1 ≤ c ≤ pph, the head's pair count), by a model of
@@ -1267,16 +1275,8 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             // row pairs (every chunk nonempty), its partial one N-bin slot of tbuf; then the filter
             // gradient per head (fc_dk_pairq*: the fold, the inverse transform, d_k and d_D).
             let n = 256 * pm as usize;
-            let pph = rph.div_ceil(2);
             let sms = dev.info().multiprocessors.max(1) as usize;
-            let ppc = match ember_core::knob("EMBER_FFTCONV_PAIR_BWD_PPC").and_then(|v| v.parse::<usize>().ok()) {
-                Some(c) => c.clamp(1, pph),
-                None => pair_bwd_chunk(heads, pph, 1, 1, sms, n),
-            };
-            let parts = pph.div_ceil(ppc);
-            let chunk = heads_per_chunk(heads, parts * n * 8);
-            let tbuf = workspace(devc, 2 * chunk * parts * n)?;
-            p.tbuf = tbuf.cuda_ptr()?;
+            let (parts, chunk, _tbuf) = one_slot_partials(devc, &mut p, heads, rph.div_ceil(2), sms, n)?;
             let q = pm / 2;
             let zsfx = if p.zs != 0 { "z" } else { "" };
             for h0 in (0..heads).step_by(chunk) {
