@@ -319,6 +319,14 @@ fn cases(tier: Tier) -> Vec<Case> {
             // slot takes 2 of a head's 8 pairs on a 132-SM GPU, the last pair half empty.
             v.extend(each_option_alone(3, 5, 6000));
             v.push(Case { gelu: true, d: true, ..Case::plain(15, 150, 5000) });
+            // The cluster backward at the mixed sizes (v24) with several pairs per slot, the last pair
+            // half empty: P = 80 (clusters of 2; 75 heads of 8 pairs), P = 160 (clusters of 4; 9 rows,
+            // 40 heads), plain and training, and P = 96 with a pregate (direct loads).
+            v.push(Case { gelu: true, d: true, ..Case::plain(15, 75, 9000) });
+            v.push(Case { gelu: true, d: true, post: true, ..Case::plain(15, 75, 9000) }.train());
+            v.push(Case { gelu: true, d: true, mask: true, ..Case::plain(9, 40, 20000) });
+            v.push(Case { gelu: true, d: true, ..Case::plain(9, 40, 20000) }.train());
+            v.push(Case { gelu: true, d: true, pre: true, ..Case::plain(7, 20, 12000) });
             // Staged pair forward (P = 32, no pregate, L % 8 = 0), persistent CTAs taking several
             // groups (320 > 2 per SM): L ≤ N/2 and, with Lk = 2000, L = 6000 > N/2 (the full
             // stage 1), an odd row count, mask and postgate.
