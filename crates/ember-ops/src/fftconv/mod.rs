@@ -34,8 +34,9 @@
 //! (4096 < L ≤ 7168 with a full filter), the forward takes the mixed-radix size, and so does the
 //! backward up to 12288 (`pair_mixed.cuh`); likewise on thread-block clusters (sm_90, hd = 1) the
 //! forward takes N = 20480, 24576, 28672, 40960, 49152 or 57344 below the
-//! power of two 32768 or 65536 (8192 < L ≤ 14336 and 16384 < L ≤ 28672 with a full filter; the
-//! backward keeps the power of two). D is folded into the
+//! power of two 32768 or 65536 (8192 < L ≤ 14336 and 16384 < L ≤ 28672 with a full filter), and the
+//! backward runs on clusters at N = 20480, 24576, 40960, 49152 (`pair_bwd.cuh`, NOTES "v24"; at 28672
+//! and 57344 it keeps the power of two). D is folded into the
 //! filter (it is a tap at lag 0), so the fused kernels never re-read v for the skip term.
 //!
 //! Devices: f64 on the CPU runs the reference (every tensor f64 then); f32/f16/bf16 on the CPU run
