@@ -432,7 +432,12 @@ fn backward_cluster(dev: &Arc<CudaDevice>, p: &mut FcParams, pc: u32, u: &Tensor
     let n = 256 * pc as usize;
     let heads = dims.heads();
     let sms = dev.info().multiprocessors.max(1) as usize / cs;
-    let (parts, chunk, _tbuf) = one_slot_partials(devc, p, heads, dims.b.div_ceil(2), sms, n)?;
+    // A whole head per cluster where the heads alone fill two waves of clusters: H200, B = 16, H = 768,
+    // L = 9000 (P = 80, 8 pairs per head), fwd+bwd / training fwd+bwd 7.17 / 5.99 ms at the model's 2
+    // pairs per slot, 6.90 / 5.65 at 4 and 6.94 / 5.55 at 8 (NOTES.md "v24"): per cluster the setup and
+    // the filter-gradient partial cost more than the wave model (fitted at P ≤ 32) counts.
+    let whole_heads = heads >= 2 * sms;
+    let (parts, chunk, _tbuf) = one_slot_partials(devc, p, heads, dims.b.div_ceil(2), sms, n, whole_heads)?;
     let staged = if use_pair_stage_u(7, false, u, opts, dims)? { "s" } else { "" };
     let zsfx = if p.zs != 0 { "z" } else { "" };
     for h0 in (0..heads).step_by(chunk) {
@@ -446,12 +451,14 @@ fn backward_cluster(dev: &Arc<CudaDevice>, p: &mut FcParams, pc: u32, u: &Tensor
 }
 
 /// The partials of a pair backward with one slot per CTA or cluster (fc_bwd_pairq, fc_bwd_pairc):
-/// each slot a chunk of ppc of one head's `pph` row pairs ([`pair_bwd_chunk`] over `sms` slots at once,
-/// or `EMBER_FFTCONV_PAIR_BWD_PPC`), its filter-gradient partial one N-bin slot of the workspace
-/// (p.tbuf, kept alive by the returned tensor). Partials per head, heads per launch round, workspace.
-fn one_slot_partials(devc: Device, p: &mut FcParams, heads: usize, pph: usize, sms: usize, n: usize) -> Result<(usize, usize, Tensor)> {
+/// each slot a chunk of ppc of one head's `pph` row pairs (all of them with `whole_heads`, else
+/// [`pair_bwd_chunk`] over `sms` slots at once; `EMBER_FFTCONV_PAIR_BWD_PPC` before either), its
+/// filter-gradient partial one N-bin slot of the workspace (p.tbuf, kept alive by the returned tensor).
+/// Partials per head, heads per launch round, workspace.
+fn one_slot_partials(devc: Device, p: &mut FcParams, heads: usize, pph: usize, sms: usize, n: usize, whole_heads: bool) -> Result<(usize, usize, Tensor)> {
     let ppc = match ember_core::knob("EMBER_FFTCONV_PAIR_BWD_PPC").and_then(|v| v.parse::<usize>().ok()) {
         Some(c) => c.clamp(1, pph),
+        None if whole_heads => pph,
         None => pair_bwd_chunk(heads, pph, 1, 1, sms, n),
     };
     let parts = pph.div_ceil(ppc);
@@ -1276,7 +1283,7 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             // gradient per head (fc_dk_pairq*: the fold, the inverse transform, d_k and d_D).
             let n = 256 * pm as usize;
             let sms = dev.info().multiprocessors.max(1) as usize;
-            let (parts, chunk, _tbuf) = one_slot_partials(devc, &mut p, heads, rph.div_ceil(2), sms, n)?;
+            let (parts, chunk, _tbuf) = one_slot_partials(devc, &mut p, heads, rph.div_ceil(2), sms, n, false)?;
             let q = pm / 2;
             let zsfx = if p.zs != 0 { "z" } else { "" };
             for h0 in (0..heads).step_by(chunk) {
