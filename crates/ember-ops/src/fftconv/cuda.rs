@@ -1283,7 +1283,11 @@ pub fn backward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims
             // gradient per head (fc_dk_pairq*: the fold, the inverse transform, d_k and d_D).
             let n = 256 * pm as usize;
             let sms = dev.info().multiprocessors.max(1) as usize;
-            let (parts, chunk, _tbuf) = one_slot_partials(devc, &mut p, heads, rph.div_ceil(2), sms, n, false)?;
+            // A whole head per CTA where the heads alone fill two waves, as on the clusters: H200,
+            // B = 16, H = 768, L = 5000 (P = 40, 8 pairs per head), fwd+bwd 1.93 ms at the model's 4
+            // pairs per slot, 1.85 at 8 (NOTES.md "v24b"); at P = 48, 56 the model takes 8 already.
+            let whole_heads = heads >= 2 * sms;
+            let (parts, chunk, _tbuf) = one_slot_partials(devc, &mut p, heads, rph.div_ceil(2), sms, n, whole_heads)?;
             let q = pm / 2;
             let zsfx = if p.zs != 0 { "z" } else { "" };
             for h0 in (0..heads).step_by(chunk) {
