@@ -1106,8 +1106,8 @@ pub fn forward(u: &Tensor, k: &Tensor, d: Option<&Tensor>, opts: &Options, dims:
     let writes_z = want_pair || matches!(path, Path::FourStep { .. });
     let z = if writes_z && saves_z(u.dtype(), opts, z_path, &dims, clusters) { Some(Tensor::output(u.shape(), u.dtype(), u.device())?) } else { None };
     p.zs = ptr(z.as_ref())?;
-    // z through the output's staging copy in the cluster forwards with staged u (P = 80 … 256) as
-    // at 512 (NOTES.md "v22b", "v24c"); `EMBER_FFTCONV_STAGE_Z=0` stores it directly there
+    // z through the output's staging copy in the cluster forwards with staged u (P = 80, 96, 112,
+    // 160 … 256) as at 512 (NOTES.md "v22b", "v24c"); `EMBER_FFTCONV_STAGE_Z=0` stores it directly there
     // (measurements).
     p.zstage = (ember_core::knob("EMBER_FFTCONV_STAGE_Z") != Some("0")) as i32;
     let sfx = type_suffix(u.dtype(), out_dt)?;

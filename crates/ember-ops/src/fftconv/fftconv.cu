@@ -50,7 +50,7 @@ struct FcParams {
                 // 2: all N bins in fragment order (pair_tc.cuh), for fc_fwd_pair*
     u64 zs;     // z saved for the backward (u's dtype, (B, H, L); pair kernels, hd = 1): the
                 // forward writes it, the backward reads it instead of recomputing; 0: none
-    int zstage; // cluster forward at CS = 2, 4 (P = 80 … 256): z through the output's staging copy
+    int zstage; // cluster forward at P = 80, 96, 112 and 160 … 256: z through the output's staging copy
 };
 
 template <typename T> __device__ __forceinline__ float ld(u64 p, i64 i) { return ember_to_f32(reinterpret_cast<const T*>(p)[i]); }

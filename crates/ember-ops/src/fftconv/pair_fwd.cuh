@@ -356,10 +356,12 @@ __device__ void fc_fwd_pairc(const FcParams& p) {
     fp_cluster_arrive();  // done reading the other CTAs' shared memory
     // Staged output at CS = 8 only (H200, same run: P = 512 fwd −8.7 %; P = 256 +0.7 %, P = 128 +3.5 %:
     // with 4 or 8 lanes per column the direct 2-byte stores cost less than the extra barrier).
-    // A training forward's z goes through the staging copy at CS = 2 and 4 too (p.zstage; NOTES.md
-    // "v22b", "v24c"), the output after it by direct stores.
+    // A training forward's z goes through the staging copy at CS = 4 too (p.zstage; NOTES.md "v22b"),
+    // and at CS = 2 in the mixed-radix builds (R ≠ 32; "v24c"), the output after it by direct stores.
+    // Not at P = 128: that build then spilled 36 bytes instead of 16 and its plain forward took
+    // 3.46 ms instead of 3.01 (H200, L = 16384, B = 16, H = 768).
     int sel = fp_epilogue_flags(p);
-    if constexpr (STG && FpIsBf16<TO>::v) {
+    if constexpr (STG && FpIsBf16<TO>::v && (CS == 8 || CS == 4 || R != 32)) {
         if (p.hd == 1 && (CS == 8 || ((sel & 8) && p.zstage))) {
             using S = FpcStg<CS, R>;
             unsigned* stg = reinterpret_cast<unsigned*>(reinterpret_cast<unsigned char*>(fc_smem) + FPC_STG_OFF);
